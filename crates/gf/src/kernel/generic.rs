@@ -1,0 +1,209 @@
+//! The region loops every SIMD kernel shares, written once over a [`Vector`] abstraction.
+//!
+//! Shape of the work: `outputs[r] (op)= sum_i M[r][i] * x_i` where `x_i` is `inputs[i]` or, for a
+//! read-modify-write, `old[i] ^ inputs[i]`. The loops are arranged so that
+//! - each input vector is loaded once per output *group* and multiplied by every coefficient of
+//!   that group, with the group's accumulators held in registers (a wide code such as 64+64 runs
+//!   as four groups of 16 instead of eleven passes of six, as ISA-L does);
+//! - the columns are walked in tiles small enough that all inputs of a tile stay in L2 while the
+//!   groups re-read them, so long chunks (64 KiB and more) run at the cache-resident speed.
+//!
+//! Every function here is `#[inline(always)]`: the per-ISA files wrap them in one-line
+//! `#[target_feature]` functions, so the intrinsics are compiled with the right features.
+
+use super::Mode;
+use crate::tables::MulTables;
+
+/// One SIMD register's worth of bytes and the operations the loops need.
+pub(crate) trait Vector: Copy {
+    /// Bytes per vector.
+    const BYTES: usize;
+    /// Largest number of output accumulators kept in registers at once.
+    const MAX_GROUP: usize;
+    /// What [`Vector::mul`] needs from an input vector (the vector itself, or its nibbles).
+    type Prep: Copy;
+    unsafe fn load(p: *const u8) -> Self;
+    unsafe fn store(p: *mut u8, v: Self);
+    unsafe fn xor(a: Self, b: Self) -> Self;
+    unsafe fn zero() -> Self;
+    unsafe fn prep(x: Self) -> Self::Prep;
+    /// `coeff[idx] * x` where `idx` indexes the input-major tables of `t`.
+    unsafe fn mul(x: Self::Prep, t: &MulTables, idx: usize) -> Self;
+}
+
+/// Bytes of every input walked before the next output group starts: 64 inputs x 4 KiB = 256 KiB,
+/// which stays in a 512 KiB - 1 MiB L2.
+const TILE_BYTES: usize = 4096;
+
+/// Most inputs or outputs a code can have (k + m <= 255).
+const MAX_REGIONS: usize = 256;
+
+const SET: u8 = 0;
+const ADD: u8 = 1;
+const DELTA: u8 = 2;
+
+/// The whole dot product. Preconditions (checked by the safe wrapper in `mod.rs`): region counts
+/// match `t`, every region has the same length, `old` is as long as `inputs` for
+/// [`Mode::DeltaAdd`] and the CPU has `V`'s features.
+#[inline(always)]
+pub(crate) unsafe fn dot<V: Vector>(
+    t: &MulTables,
+    inputs: &[&[u8]],
+    old: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    mode: Mode,
+) {
+    let Some(len) = outputs.first().map(|o| o.len()) else {
+        return;
+    };
+    let k = inputs.len();
+    let m = outputs.len();
+    let mut inp = [core::ptr::null::<u8>(); MAX_REGIONS];
+    let mut prev = [core::ptr::null::<u8>(); MAX_REGIONS];
+    let mut out = [core::ptr::null_mut::<u8>(); MAX_REGIONS];
+    for i in 0..k {
+        inp[i] = inputs[i].as_ptr();
+        if mode == Mode::DeltaAdd {
+            prev[i] = old[i].as_ptr();
+        }
+    }
+    for (r, o) in outputs.iter_mut().enumerate() {
+        out[r] = o.as_mut_ptr();
+    }
+    let body = len - len % V::BYTES;
+    // Balanced groups: 64 outputs with MAX_GROUP 16 are 4 x 16, 20 are 10 + 10.
+    let groups = m.div_ceil(V::MAX_GROUP);
+    let per_group = m.div_ceil(groups);
+    let mut tile = 0;
+    while tile < body {
+        let end = (tile + TILE_BYTES).min(body);
+        let mut row0 = 0;
+        while row0 < m {
+            let g = per_group.min(m - row0);
+            let (inp, prev, out) = (&inp[..k], &prev[..k], &out[row0..row0 + g]);
+            match mode {
+                Mode::Set => group_dispatch::<V, SET>(g, t, inp, prev, out, row0, tile, end),
+                Mode::Add => group_dispatch::<V, ADD>(g, t, inp, prev, out, row0, tile, end),
+                Mode::DeltaAdd => group_dispatch::<V, DELTA>(g, t, inp, prev, out, row0, tile, end),
+            }
+            row0 += g;
+        }
+        tile = end;
+    }
+    tail(t, inputs, old, outputs, body, mode);
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn group_dispatch<V: Vector, const MODE: u8>(
+    g: usize,
+    t: &MulTables,
+    inp: &[*const u8],
+    prev: &[*const u8],
+    out: &[*mut u8],
+    row0: usize,
+    start: usize,
+    end: usize,
+) {
+    assert!(g <= V::MAX_GROUP);
+    macro_rules! sizes {
+        ($($n:literal)*) => {
+            match g {
+                $($n => group::<V, $n, MODE>(t, inp, prev, out, row0, start, end),)*
+                _ => unreachable!("output group of {g} exceeds every kernel's register budget"),
+            }
+        };
+    }
+    sizes!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
+/// `G` outputs over columns `start..end` (multiples of `V::BYTES`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn group<V: Vector, const G: usize, const MODE: u8>(
+    t: &MulTables,
+    inp: &[*const u8],
+    prev: &[*const u8],
+    out: &[*mut u8],
+    row0: usize,
+    start: usize,
+    end: usize,
+) {
+    let rows = t.outputs();
+    let mut off = start;
+    while off < end {
+        let mut acc = [V::zero(); G];
+        for (i, &p) in inp.iter().enumerate() {
+            let mut x = V::load(p.add(off));
+            if MODE == DELTA {
+                x = V::xor(x, V::load(prev.get_unchecked(i).add(off)));
+            }
+            let x = V::prep(x);
+            let base = i * rows + row0;
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = V::xor(*a, V::mul(x, t, base + j));
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            let o = out.get_unchecked(j).add(off);
+            let v = if MODE == SET {
+                *a
+            } else {
+                V::xor(*a, V::load(o))
+            };
+            V::store(o, v);
+        }
+        off += V::BYTES;
+    }
+}
+
+/// The bytes after the last whole vector, done with scalar arithmetic.
+#[inline(always)]
+pub(crate) fn tail(
+    t: &MulTables,
+    inputs: &[&[u8]],
+    old: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    from: usize,
+    mode: Mode,
+) {
+    for (r, o) in outputs.iter_mut().enumerate() {
+        for b in from..o.len() {
+            let mut v = 0u8;
+            for (i, x) in inputs.iter().enumerate() {
+                let x = if mode == Mode::DeltaAdd {
+                    x[b] ^ old[i][b]
+                } else {
+                    x[b]
+                };
+                v ^= crate::field::mul(t.coeff(i, r), x);
+            }
+            o[b] = if mode == Mode::Set { v } else { o[b] ^ v };
+        }
+    }
+}
+
+/// `output (op)= xor of inputs`, vector body plus scalar tail.
+#[inline(always)]
+pub(crate) unsafe fn xor<V: Vector>(inputs: &[&[u8]], output: &mut [u8], accumulate: bool) {
+    let len = output.len();
+    let body = len - len % V::BYTES;
+    let o = output.as_mut_ptr();
+    let mut off = 0;
+    while off < body {
+        let mut acc = if accumulate {
+            V::load(o.add(off))
+        } else {
+            V::zero()
+        };
+        for x in inputs {
+            acc = V::xor(acc, V::load(x.as_ptr().add(off)));
+        }
+        V::store(o.add(off), acc);
+        off += V::BYTES;
+    }
+    for b in body..len {
+        let v = inputs.iter().fold(0, |a, x| a ^ x[b]);
+        output[b] = if accumulate { output[b] ^ v } else { v };
+    }
+}
