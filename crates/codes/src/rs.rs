@@ -1,0 +1,87 @@
+//! Systematic Reed-Solomon with ISA-L's Cauchy matrix: parity row `r`, data column `j` holds
+//! `1 / ((k + r) ^ j)` (`gf_gen_cauchy1_matrix`), so parity is byte-identical to ISA-L's
+//! `ec_encode_data`. Every square submatrix of a Cauchy matrix is invertible, so the code is MDS
+//! for any `k >= 1, m >= 1, k + m <= 255`. Errors are located by the GRS decoder in `grs.rs`.
+
+use crate::error::CodeError;
+use crate::grs::Grs;
+use crate::systematic::Systematic;
+use crate::{ChunkUpdate, ErasureCode, Located};
+use stripeguard_gf::{field, Kernel, KernelKind, Matrix};
+
+/// Cauchy Reed-Solomon, any strength.
+pub struct ReedSolomon {
+    inner: Systematic,
+    grs: Grs,
+}
+
+impl ReedSolomon {
+    /// `k` data plus `m` parity chunks on the selected kernel.
+    pub fn new(k: usize, m: usize) -> Result<Self, CodeError> {
+        Self::with_kernel(k, m, *Kernel::selected()?)
+    }
+
+    /// The same on a given kernel.
+    pub fn with_kernel(k: usize, m: usize, kernel: Kernel) -> Result<Self, CodeError> {
+        if k == 0 || m == 0 || k + m > 255 {
+            return Err(CodeError::Geometry {
+                k,
+                m,
+                reason: "need k >= 1, m >= 1 and k + m <= 255",
+            });
+        }
+        let parity = Matrix::from_rows(
+            m,
+            k,
+            (0..m)
+                .flat_map(|r| (0..k).map(move |j| field::inv(((k + r) ^ j) as u8)))
+                .collect(),
+        );
+        Ok(ReedSolomon {
+            inner: Systematic::new(parity, kernel),
+            grs: Grs::for_cauchy(k, m),
+        })
+    }
+
+    /// The `m x k` parity matrix.
+    pub fn parity_matrix(&self) -> &Matrix {
+        &self.inner.parity
+    }
+}
+
+impl ErasureCode for ReedSolomon {
+    fn name(&self) -> &'static str {
+        "rs"
+    }
+    fn data_chunks(&self) -> usize {
+        self.inner.k
+    }
+    fn parity_chunks(&self) -> usize {
+        self.inner.m
+    }
+    fn kernel(&self) -> KernelKind {
+        self.inner.kernel.kind()
+    }
+    fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
+        self.inner.encode(data, parity)
+    }
+    fn update(
+        &self,
+        changes: &[ChunkUpdate<'_>],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodeError> {
+        self.inner.update(changes, parity)
+    }
+    fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
+        self.inner.reconstruct(chunks, erased)
+    }
+    fn locate(&self, chunks: &[&[u8]], erased: &[usize]) -> Result<Located, CodeError> {
+        Systematic::check_count("total", self.inner.n(), chunks.len())?;
+        let len = self.inner.common_len(chunks.iter().copied())?;
+        let missing = self.inner.normalize(erased)?;
+        if missing.len() == self.inner.m {
+            return self.inner.detect_only(chunks, &missing, len);
+        }
+        self.grs.locate(&self.inner, chunks, &missing, len)
+    }
+}

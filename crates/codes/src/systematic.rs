@@ -1,0 +1,295 @@
+//! The machinery every systematic linear code shares.
+//!
+//! A stripe is `n = k + m` chunks: data `d_0..d_{k-1}` then parity `p_0..p_{m-1}` with
+//! `p = P d` for an `m x k` parity matrix `P`. The generator is `G = [I; P]` (`n x k`): chunk `i`
+//! of the stripe is row `i` of `G` times the data.
+//!
+//! - **encode**: one dot product of `P` with the data.
+//! - **update** (read-modify-write): `p_r ^= P[r][j] (old_j ^ new_j)` for each changed `j`, so the
+//!   other data chunks are never read.
+//! - **reconstruct**: with chunks `E` missing, take the first `k` surviving chunks `S`, so
+//!   `c_S = G_S d` and `d = G_S^{-1} c_S`; every missing chunk is `c_E = G_E G_S^{-1} c_S`. The
+//!   matrix `G_E G_S^{-1}` depends only on `E` and is kept in a bounded LRU cache.
+
+use crate::error::CodeError;
+use crate::ChunkUpdate;
+use lru::LruCache;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use stripeguard_gf::{Kernel, Matrix, Mode, MulTables};
+
+/// Decode matrices kept per code (one per distinct erasure pattern).
+pub const DECODE_CACHE_ENTRIES: usize = 256;
+
+pub(crate) struct Systematic {
+    pub k: usize,
+    pub m: usize,
+    pub parity: Matrix,
+    pub generator: Matrix,
+    pub encode_tables: MulTables,
+    /// Column `j` of `P` (an `m x 1` matrix) for single-chunk updates.
+    pub column_tables: Vec<MulTables>,
+    pub kernel: Kernel,
+    cache: Mutex<LruCache<Vec<u8>, Arc<DecodePlan>>>,
+}
+
+/// How to rebuild one erasure pattern.
+pub(crate) struct DecodePlan {
+    /// The `k` chunks read, ascending.
+    pub sources: Vec<usize>,
+    /// `G_E G_S^{-1}`: one row per missing chunk, one column per source.
+    pub tables: MulTables,
+}
+
+impl Systematic {
+    pub fn new(parity: Matrix, kernel: Kernel) -> Self {
+        let (m, k) = (parity.rows(), parity.cols());
+        let mut g = Vec::with_capacity((k + m) * k);
+        g.extend_from_slice(Matrix::identity(k).as_bytes());
+        g.extend_from_slice(parity.as_bytes());
+        let generator = Matrix::from_rows(k + m, k, g);
+        let column_tables = (0..k)
+            .map(|j| {
+                MulTables::new(&Matrix::from_rows(
+                    m,
+                    1,
+                    (0..m).map(|r| parity[(r, j)]).collect(),
+                ))
+            })
+            .collect();
+        Systematic {
+            k,
+            m,
+            encode_tables: MulTables::new(&parity),
+            parity,
+            generator,
+            column_tables,
+            kernel,
+            cache: Mutex::new(LruCache::new(
+                NonZeroUsize::new(DECODE_CACHE_ENTRIES).unwrap(),
+            )),
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.k + self.m
+    }
+
+    /// All slices the same length; returns it.
+    pub fn common_len<'a>(
+        &self,
+        chunks: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<usize, CodeError> {
+        let mut len = None;
+        for (index, c) in chunks.into_iter().enumerate() {
+            match len {
+                None => len = Some(c.len()),
+                Some(expected) if expected != c.len() => {
+                    return Err(CodeError::ChunkLength {
+                        index,
+                        expected,
+                        got: c.len(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(len.unwrap_or(0))
+    }
+
+    pub fn check_count(what: &'static str, expected: usize, got: usize) -> Result<(), CodeError> {
+        if expected == got {
+            Ok(())
+        } else {
+            Err(CodeError::ChunkCount {
+                what,
+                expected,
+                got,
+            })
+        }
+    }
+
+    pub fn check_encode_args(&self, data: &[&[u8]], parity: &[&mut [u8]]) -> Result<(), CodeError> {
+        Self::check_count("data", self.k, data.len())?;
+        Self::check_count("parity", self.m, parity.len())?;
+        self.common_len(data.iter().copied().chain(parity.iter().map(|p| &**p)))?;
+        Ok(())
+    }
+
+    pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
+        self.check_encode_args(data, parity)?;
+        self.kernel
+            .dot(&self.encode_tables, data, &[], parity, Mode::Set);
+        Ok(())
+    }
+
+    pub fn update(
+        &self,
+        changes: &[ChunkUpdate<'_>],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodeError> {
+        Self::check_count("parity", self.m, parity.len())?;
+        let mut seen = vec![false; self.k];
+        for c in changes {
+            if c.index >= self.k || std::mem::replace(&mut seen[c.index], true) {
+                return Err(CodeError::BadIndex {
+                    index: c.index,
+                    n: self.k,
+                });
+            }
+        }
+        let all = changes
+            .iter()
+            .flat_map(|c| [c.old, c.new])
+            .chain(parity.iter().map(|p| &**p));
+        self.common_len(all)?;
+        for c in changes {
+            self.kernel.dot(
+                &self.column_tables[c.index],
+                &[c.new],
+                &[c.old],
+                parity,
+                Mode::DeltaAdd,
+            );
+        }
+        Ok(())
+    }
+
+    /// Sorted, de-duplicated, range-checked erasure list.
+    pub fn normalize(&self, erased: &[usize]) -> Result<Vec<usize>, CodeError> {
+        let n = self.n();
+        let mut e = erased.to_vec();
+        e.sort_unstable();
+        for w in e.windows(2) {
+            if w[0] == w[1] {
+                return Err(CodeError::BadIndex { index: w[0], n });
+            }
+        }
+        if let Some(&bad) = e.iter().find(|&&i| i >= n) {
+            return Err(CodeError::BadIndex { index: bad, n });
+        }
+        if e.len() > self.m {
+            return Err(CodeError::TooManyErasures {
+                erased: e.len(),
+                max: self.m,
+            });
+        }
+        Ok(e)
+    }
+
+    /// The decode plan for a normalized, non-empty erasure list.
+    pub fn plan(&self, missing: &[usize]) -> Arc<DecodePlan> {
+        let key: Vec<u8> = missing.iter().map(|&i| i as u8).collect();
+        if let Some(p) = self.cache.lock().unwrap().get(&key) {
+            return p.clone();
+        }
+        let sources: Vec<usize> = (0..self.n())
+            .filter(|i| !missing.contains(i))
+            .take(self.k)
+            .collect();
+        let inverse = self
+            .generator
+            .select_rows(&sources)
+            .inverse()
+            .expect("every k x k submatrix of an MDS generator is invertible");
+        let rebuild = self.generator.select_rows(missing).mul(&inverse);
+        let plan = Arc::new(DecodePlan {
+            sources,
+            tables: MulTables::new(&rebuild),
+        });
+        self.cache.lock().unwrap().put(key, plan.clone());
+        plan
+    }
+
+    pub fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
+        Self::check_count("total", self.n(), chunks.len())?;
+        self.common_len(chunks.iter().map(|c| &**c))?;
+        let missing = self.normalize(erased)?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let plan = self.plan(&missing);
+        let mut inputs: Vec<&[u8]> = Vec::with_capacity(self.k);
+        let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(missing.len());
+        for (i, c) in chunks.iter_mut().enumerate() {
+            if missing.binary_search(&i).is_ok() {
+                outputs.push(&mut **c);
+            } else if plan.sources.binary_search(&i).is_ok() {
+                inputs.push(&**c);
+            }
+        }
+        self.kernel
+            .dot(&plan.tables, &inputs, &[], &mut outputs, Mode::Set);
+        Ok(())
+    }
+
+    /// Rebuild `missing` (normalized) from `chunks` into fresh buffers, in `missing`'s order.
+    pub fn rebuild_copies(&self, chunks: &[&[u8]], missing: &[usize], len: usize) -> Vec<Vec<u8>> {
+        let mut out = vec![vec![0u8; len]; missing.len()];
+        if missing.is_empty() {
+            return out;
+        }
+        let plan = self.plan(missing);
+        let inputs: Vec<&[u8]> = plan.sources.iter().map(|&i| chunks[i]).collect();
+        let mut outs: Vec<&mut [u8]> = out.iter_mut().map(|v| &mut v[..]).collect();
+        self.kernel
+            .dot(&plan.tables, &inputs, &[], &mut outs, Mode::Set);
+        out
+    }
+
+    /// Parity recomputed from the data of `chunks` XOR the stored parity: all zero iff consistent.
+    pub fn parity_syndromes(&self, chunks: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut syn: Vec<Vec<u8>> = chunks[self.k..].iter().map(|p| p.to_vec()).collect();
+        let mut outs: Vec<&mut [u8]> = syn.iter_mut().map(|v| &mut v[..]).collect();
+        self.kernel.dot(
+            &self.encode_tables,
+            &chunks[..self.k],
+            &[],
+            &mut outs,
+            Mode::Add,
+        );
+        syn
+    }
+
+    /// With `missing` (normalized) rebuilt, is the stripe a codeword? Needs `missing.len() < m`.
+    pub fn consistent_with(&self, chunks: &[&[u8]], missing: &[usize], len: usize) -> bool {
+        assert!(missing.len() < self.m);
+        let rebuilt = self.rebuild_copies(chunks, missing, len);
+        let mut full: Vec<&[u8]> = chunks.to_vec();
+        for (slot, &i) in missing.iter().enumerate() {
+            full[i] = &rebuilt[slot];
+        }
+        self.parity_syndromes(&full)
+            .iter()
+            .all(|s| s.iter().all(|&b| b == 0))
+    }
+
+    /// Locate for codes whose bound leaves no room to locate (t = 0): detect only.
+    pub fn detect_only(
+        &self,
+        chunks: &[&[u8]],
+        missing: &[usize],
+        len: usize,
+    ) -> Result<crate::Located, CodeError> {
+        if missing.len() >= self.m {
+            return Err(CodeError::CannotLocate {
+                reason: format!(
+                    "{} of {} parity chunks' worth erased: no redundancy left to check",
+                    missing.len(),
+                    self.m
+                ),
+            });
+        }
+        if self.consistent_with(chunks, missing, len) {
+            Ok(crate::Located::Consistent)
+        } else {
+            Err(CodeError::CannotLocate {
+                reason: format!(
+                    "syndromes are non-zero but 2t + f <= m allows no error location with m = {} and f = {}",
+                    self.m,
+                    missing.len()
+                ),
+            })
+        }
+    }
+}

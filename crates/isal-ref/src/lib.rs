@@ -1,0 +1,152 @@
+//! ISA-L as an independent reference: the erasure-code API exactly as ISA-L's own tests drive it.
+//!
+//! Only tests and the benchmark (feature `isal`) link this crate. Every function copies the
+//! caller's slices into raw pointer arrays; lengths are checked here so the FFI calls are sound.
+
+use erasure_isa_l_sys as sys;
+use std::os::raw::c_int;
+
+/// ISA-L's `(k + m) x k` Cauchy generator (`gf_gen_cauchy1_matrix`), row-major.
+pub fn cauchy_matrix(k: usize, m: usize) -> Vec<u8> {
+    let mut a = vec![0u8; (k + m) * k];
+    // SAFETY: `a` holds (k + m) * k bytes as the function requires.
+    unsafe { sys::gf_gen_cauchy1_matrix(a.as_mut_ptr(), (k + m) as c_int, k as c_int) };
+    a
+}
+
+/// `ec_init_tables` for an `rows x k` coefficient matrix.
+pub fn init_tables(k: usize, rows: usize, coeffs: &[u8]) -> Vec<u8> {
+    assert_eq!(coeffs.len(), k * rows);
+    let mut a = coeffs.to_vec();
+    let mut t = vec![0u8; 32 * k * rows];
+    // SAFETY: sizes as documented by ISA-L: a is rows*k, tables are 32*k*rows.
+    unsafe { sys::ec_init_tables(k as c_int, rows as c_int, a.as_mut_ptr(), t.as_mut_ptr()) };
+    t
+}
+
+fn check(inputs: &[&[u8]], outputs: &[&mut [u8]]) -> usize {
+    let len = outputs.first().map_or(0, |o| o.len());
+    assert!(inputs.iter().all(|i| i.len() == len) && outputs.iter().all(|o| o.len() == len));
+    assert!(len <= c_int::MAX as usize);
+    len
+}
+
+/// `ec_encode_data`: `outputs = tables * inputs`.
+pub fn encode_with_tables(tables: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+    let len = check(inputs, outputs);
+    assert_eq!(tables.len(), 32 * inputs.len() * outputs.len());
+    let mut ins: Vec<*mut u8> = inputs.iter().map(|i| i.as_ptr() as *mut u8).collect();
+    let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+    // SAFETY: every region is `len` bytes; ISA-L only reads the inputs.
+    unsafe {
+        sys::ec_encode_data(
+            len as c_int,
+            inputs.len() as c_int,
+            outputs.len() as c_int,
+            tables.as_ptr() as *mut u8,
+            ins.as_mut_ptr(),
+            outs.as_mut_ptr(),
+        )
+    };
+}
+
+/// `ec_encode_data_update`: `outputs ^= tables[:, vec_i] * data` for data chunk `vec_i` of `k`.
+pub fn update_with_tables(
+    tables: &[u8],
+    k: usize,
+    vec_i: usize,
+    data: &[u8],
+    outputs: &mut [&mut [u8]],
+) {
+    let len = check(&[data], outputs);
+    assert!(vec_i < k);
+    assert_eq!(tables.len(), 32 * k * outputs.len());
+    let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+    // SAFETY: regions are `len` bytes; tables sized for k x rows.
+    unsafe {
+        sys::ec_encode_data_update(
+            len as c_int,
+            k as c_int,
+            outputs.len() as c_int,
+            vec_i as c_int,
+            tables.as_ptr() as *mut u8,
+            data.as_ptr() as *mut u8,
+            outs.as_mut_ptr(),
+        )
+    };
+}
+
+/// Invert a `n x n` matrix with `gf_invert_matrix`; `None` if singular.
+pub fn invert(matrix: &[u8], n: usize) -> Option<Vec<u8>> {
+    assert_eq!(matrix.len(), n * n);
+    let mut a = matrix.to_vec();
+    let mut out = vec![0u8; n * n];
+    // SAFETY: both buffers are n*n bytes.
+    let rc = unsafe { sys::gf_invert_matrix(a.as_mut_ptr(), out.as_mut_ptr(), n as c_int) };
+    (rc == 0).then_some(out)
+}
+
+/// ISA-L's field multiplication.
+pub fn gf_mul(a: u8, b: u8) -> u8 {
+    // SAFETY: pure function.
+    unsafe { sys::gf_mul(a, b) }
+}
+
+/// A reference Cauchy RS code driven the way ISA-L's `erasure_code_test` does.
+pub struct Reference {
+    k: usize,
+    m: usize,
+    generator: Vec<u8>,
+    encode_tables: Vec<u8>,
+}
+
+impl Reference {
+    /// `k` data, `m` parity chunks with `gf_gen_cauchy1_matrix`.
+    pub fn cauchy(k: usize, m: usize) -> Reference {
+        let generator = cauchy_matrix(k, m);
+        let encode_tables = init_tables(k, m, &generator[k * k..]);
+        Reference {
+            k,
+            m,
+            generator,
+            encode_tables,
+        }
+    }
+
+    /// Tables for encoding (useful to time `ec_encode_data` alone).
+    pub fn encode_tables(&self) -> &[u8] {
+        &self.encode_tables
+    }
+
+    /// Parity of `data`.
+    pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) {
+        assert_eq!((data.len(), parity.len()), (self.k, self.m));
+        encode_with_tables(&self.encode_tables, data, parity);
+    }
+
+    /// Decode tables that rebuild `erased` (sorted) from the first `k` other chunks, as ISA-L's
+    /// test does; returns the tables and the source indices.
+    pub fn decode_tables(&self, erased: &[usize]) -> (Vec<u8>, Vec<usize>) {
+        let k = self.k;
+        let sources: Vec<usize> = (0..k + self.m)
+            .filter(|i| !erased.contains(i))
+            .take(k)
+            .collect();
+        let sub: Vec<u8> = sources
+            .iter()
+            .flat_map(|&s| self.generator[s * k..(s + 1) * k].to_vec())
+            .collect();
+        let inv = invert(&sub, k).expect("Cauchy submatrices are invertible");
+        let mut rows = Vec::with_capacity(erased.len() * k);
+        for &e in erased {
+            for j in 0..k {
+                let mut acc = 0u8;
+                for l in 0..k {
+                    acc ^= gf_mul(self.generator[e * k + l], inv[l * k + j]);
+                }
+                rows.push(acc);
+            }
+        }
+        (init_tables(k, erased.len(), &rows), sources)
+    }
+}
