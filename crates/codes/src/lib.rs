@@ -43,6 +43,8 @@ pub struct ChunkUpdate<'a> {
 pub enum Located {
     /// The stripe is a codeword (after rebuilding the given erasures).
     Consistent,
+    /// The erasures use up all the redundancy: nothing could be checked (`f = m`).
+    Unchecked,
     /// These chunks (ascending) are wrong; rebuilding them (with the erasures) gives a codeword
     /// consistent with every other chunk.
     Bad(Vec<usize>),

@@ -272,13 +272,7 @@ impl Systematic {
         len: usize,
     ) -> Result<crate::Located, CodeError> {
         if missing.len() >= self.m {
-            return Err(CodeError::CannotLocate {
-                reason: format!(
-                    "{} of {} parity chunks' worth erased: no redundancy left to check",
-                    missing.len(),
-                    self.m
-                ),
-            });
+            return Ok(crate::Located::Unchecked);
         }
         if self.consistent_with(chunks, missing, len) {
             Ok(crate::Located::Consistent)
