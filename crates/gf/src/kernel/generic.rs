@@ -13,6 +13,7 @@
 
 use super::Mode;
 use crate::tables::MulTables;
+use core::mem::MaybeUninit;
 
 /// One SIMD register's worth of bytes and the operations the loops need.
 pub(crate) trait Vector: Copy {
@@ -34,6 +35,9 @@ pub(crate) trait Vector: Copy {
 /// Bytes of every input walked before the next output group starts: 64 inputs x 4 KiB = 256 KiB,
 /// which stays in a 512 KiB - 1 MiB L2.
 const TILE_BYTES: usize = 4096;
+
+/// Largest output group when outputs are read-modify-written (see `dot`).
+const ACCUMULATE_GROUP: usize = 6;
 
 /// Most inputs or outputs a code can have (k + m <= 255).
 const MAX_REGIONS: usize = 256;
@@ -58,21 +62,39 @@ pub(crate) unsafe fn dot<V: Vector>(
     };
     let k = inputs.len();
     let m = outputs.len();
-    let mut inp = [core::ptr::null::<u8>(); MAX_REGIONS];
-    let mut prev = [core::ptr::null::<u8>(); MAX_REGIONS];
-    let mut out = [core::ptr::null_mut::<u8>(); MAX_REGIONS];
+    // Pointer tables on the stack, left uninitialised beyond what is used: zeroing 3 x 256
+    // pointers would cost more than a 4 KiB update itself.
+    let mut inp = [MaybeUninit::<*const u8>::uninit(); MAX_REGIONS];
+    let mut prev = [MaybeUninit::<*const u8>::uninit(); MAX_REGIONS];
+    let mut out = [MaybeUninit::<*mut u8>::uninit(); MAX_REGIONS];
     for i in 0..k {
-        inp[i] = inputs[i].as_ptr();
-        if mode == Mode::DeltaAdd {
-            prev[i] = old[i].as_ptr();
-        }
+        inp[i].write(inputs[i].as_ptr());
+        prev[i].write(if mode == Mode::DeltaAdd {
+            old[i].as_ptr()
+        } else {
+            core::ptr::null()
+        });
     }
     for (r, o) in outputs.iter_mut().enumerate() {
-        out[r] = o.as_mut_ptr();
+        out[r].write(o.as_mut_ptr());
     }
+    // SAFETY: the first k (m) entries were written just above.
+    let inp: &[*const u8] =
+        &*(&inp[..k] as *const [MaybeUninit<*const u8>] as *const [*const u8]);
+    let prev: &[*const u8] =
+        &*(&prev[..k] as *const [MaybeUninit<*const u8>] as *const [*const u8]);
+    let out: &[*mut u8] = &*(&out[..m] as *const [MaybeUninit<*mut u8>] as *const [*mut u8]);
     let body = len - len % V::BYTES;
     // Balanced groups: 64 outputs with MAX_GROUP 16 are 4 x 16, 20 are 10 + 10.
-    let groups = m.div_ceil(V::MAX_GROUP);
+    // Outputs that are read and written back (Add, DeltaAdd) are capped lower: chunk buffers
+    // usually sit a power of two (plus a small header) apart, so every output stream falls into
+    // the same L1 set, and more streams than the cache has ways thrash it.
+    let max_group = if mode == Mode::Set {
+        V::MAX_GROUP
+    } else {
+        V::MAX_GROUP.min(ACCUMULATE_GROUP)
+    };
+    let groups = m.div_ceil(max_group);
     let per_group = m.div_ceil(groups);
     let mut tile = 0;
     while tile < body {
@@ -80,7 +102,7 @@ pub(crate) unsafe fn dot<V: Vector>(
         let mut row0 = 0;
         while row0 < m {
             let g = per_group.min(m - row0);
-            let (inp, prev, out) = (&inp[..k], &prev[..k], &out[row0..row0 + g]);
+            let out = &out[row0..row0 + g];
             match mode {
                 Mode::Set => group_dispatch::<V, SET>(g, t, inp, prev, out, row0, tile, end),
                 Mode::Add => group_dispatch::<V, ADD>(g, t, inp, prev, out, row0, tile, end),
@@ -130,6 +152,9 @@ unsafe fn group<V: Vector, const G: usize, const MODE: u8>(
     end: usize,
 ) {
     let rows = t.outputs();
+    if inp.len() == 1 {
+        return single_input::<V, G, MODE>(t, inp[0], prev[0], out, row0, start, end);
+    }
     let mut off = start;
     while off < end {
         let mut acc = [V::zero(); G];
@@ -150,6 +175,41 @@ unsafe fn group<V: Vector, const G: usize, const MODE: u8>(
                 *a
             } else {
                 V::xor(*a, V::load(o))
+            };
+            V::store(o, v);
+        }
+        off += V::BYTES;
+    }
+}
+
+/// One input (a single-chunk update, or a region multiply): no inner loop over inputs, and
+/// the output pointers and coefficients are hoisted into locals for the whole range.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn single_input<V: Vector, const G: usize, const MODE: u8>(
+    t: &MulTables,
+    inp: *const u8,
+    prev: *const u8,
+    out: &[*mut u8],
+    row0: usize,
+    start: usize,
+    end: usize,
+) {
+    let outs: [*mut u8; G] = core::array::from_fn(|j| *out.get_unchecked(j));
+    let mut off = start;
+    while off < end {
+        let mut x = V::load(inp.add(off));
+        if MODE == DELTA {
+            x = V::xor(x, V::load(prev.add(off)));
+        }
+        let x = V::prep(x);
+        for (j, &o) in outs.iter().enumerate() {
+            let o = o.add(off);
+            let p = V::mul(x, t, row0 + j);
+            let v = if MODE == SET {
+                p
+            } else {
+                V::xor(p, V::load(o))
             };
             V::store(o, v);
         }

@@ -1,0 +1,336 @@
+//! `stripeguard bench codec`: encode, update, reconstruct, locate, CRC-32C and memcpy for a set of
+//! (k, m) shapes and chunk sizes, single core, with ISA-L measured in the same run when built
+//! with the `isal` feature.
+//!
+//! Two data placements:
+//! - **cache**: one stripe reused, so the data stays in L1/L2 and the kernels are compared;
+//! - **stream**: a pool of stripes much larger than the last-level cache, walked in turn, which is
+//!   what a disk array sees (every kernel is then bound by memory bandwidth).
+//!
+//! Units: `gbps` is data bytes per second / 1e9 (for update: the bytes of the one chunk
+//! changed); `galops` (Mann et al.) is GF multiply-adds per second / 1e9, i.e. data bytes x rows
+//! produced.
+
+use crate::timing::best_rate;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::Serialize;
+use std::hint::black_box;
+use std::time::Duration;
+use stripeguard_codes::{ChunkUpdate, ErasureCode, ReedSolomon};
+use stripeguard_gf::Kernel;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct CodecOptions {
+    /// (k, m) shapes.
+    pub shapes: Vec<(usize, usize)>,
+    /// Chunk sizes in bytes.
+    pub chunk_sizes: Vec<usize>,
+    /// Measure with one stripe reused.
+    pub cache: bool,
+    /// Measure over a pool larger than the cache.
+    pub stream: bool,
+    /// Bytes of the streaming pool.
+    pub pool_bytes: usize,
+    /// Repetitions per measurement (best kept).
+    pub reps: usize,
+    /// Minimum time per repetition.
+    pub min_time: Duration,
+}
+
+impl Default for CodecOptions {
+    fn default() -> Self {
+        CodecOptions {
+            shapes: vec![(4, 1), (6, 2), (10, 4), (64, 10), (64, 64)],
+            chunk_sizes: vec![4096, 65536],
+            cache: true,
+            stream: true,
+            pool_bytes: 256 << 20,
+            reps: 3,
+            min_time: Duration::from_millis(60),
+        }
+    }
+}
+
+/// One row of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    /// "encode", "update", "reconstruct", "locate", "crc32c", "memcpy".
+    pub op: &'static str,
+    /// Data chunks.
+    pub k: usize,
+    /// Parity chunks.
+    pub m: usize,
+    /// Chunk size in bytes.
+    pub chunk_bytes: usize,
+    /// "cache" or "stream".
+    pub placement: &'static str,
+    /// Our throughput, GB/s of data.
+    pub gbps: f64,
+    /// Our GF multiply-adds per second / 1e9 (0 where no multiplication happens).
+    pub galops: f64,
+    /// The reference's throughput in the same run, if there is one.
+    pub reference_gbps: Option<f64>,
+    /// What the reference is ("isa-l ec_encode_data", "crc-fast", ...).
+    pub reference: Option<&'static str>,
+    /// gbps / reference_gbps.
+    pub ratio: Option<f64>,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CodecReport {
+    /// Kernel our code ran on.
+    pub kernel: String,
+    /// Whether ISA-L was measured.
+    pub isal: bool,
+    /// Rows.
+    pub results: Vec<Measurement>,
+}
+
+/// Stripes laid out for one (shape, chunk size, placement).
+struct Pool {
+    k: usize,
+    m: usize,
+    chunk: usize,
+    stripes: Vec<Vec<Vec<u8>>>,
+    next: usize,
+}
+
+impl Pool {
+    fn new(code: &dyn ErasureCode, chunk: usize, count: usize, rng: &mut StdRng) -> Pool {
+        let (k, m) = (code.data_chunks(), code.parity_chunks());
+        let stripes = (0..count)
+            .map(|_| {
+                let mut s: Vec<Vec<u8>> = (0..k + m)
+                    .map(|_| (0..chunk).map(|_| rng.random()).collect())
+                    .collect();
+                let (d, p) = s.split_at_mut(k);
+                let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
+                code.encode(
+                    &d,
+                    &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+                )
+                .unwrap();
+                s
+            })
+            .collect();
+        Pool {
+            k,
+            m,
+            chunk,
+            stripes,
+            next: 0,
+        }
+    }
+
+    fn take(&mut self) -> &mut Vec<Vec<u8>> {
+        let i = self.next;
+        self.next = (self.next + 1) % self.stripes.len();
+        &mut self.stripes[i]
+    }
+}
+
+/// Run the codec benchmark.
+pub fn run(opts: &CodecOptions, mut progress: impl FnMut(&str)) -> CodecReport {
+    let kernel = Kernel::selected()
+        .map(|k| *k)
+        .unwrap_or_else(|_| Kernel::best());
+    let mut results = Vec::new();
+    let mut rng = StdRng::seed_from_u64(1);
+    let placements: Vec<&'static str> = [(opts.cache, "cache"), (opts.stream, "stream")]
+        .into_iter()
+        .filter(|p| p.0)
+        .map(|p| p.1)
+        .collect();
+    for &(k, m) in &opts.shapes {
+        let code = ReedSolomon::with_kernel(k, m, kernel).expect("benchmark shapes are valid");
+        for &chunk in &opts.chunk_sizes {
+            for &placement in &placements {
+                progress(&format!("k={k} m={m} chunk={chunk} {placement}"));
+                let count = if placement == "cache" {
+                    1
+                } else {
+                    (opts.pool_bytes / ((k + m) * chunk)).max(2)
+                };
+                let mut pool = Pool::new(&code, chunk, count, &mut rng);
+                results.extend(measure_shape(&code, &mut pool, placement, opts));
+            }
+        }
+    }
+    CodecReport {
+        kernel: kernel.kind().name().to_string(),
+        isal: cfg!(feature = "isal"),
+        results,
+    }
+}
+
+fn row(
+    op: &'static str,
+    pool: &Pool,
+    placement: &'static str,
+    gbps: f64,
+    rows: usize,
+) -> Measurement {
+    Measurement {
+        op,
+        k: pool.k,
+        m: pool.m,
+        chunk_bytes: pool.chunk,
+        placement,
+        gbps: gbps / 1e9,
+        galops: gbps * rows as f64 / 1e9,
+        reference_gbps: None,
+        reference: None,
+        ratio: None,
+    }
+}
+
+fn with_reference(mut r: Measurement, name: &'static str, reference_rate: f64) -> Measurement {
+    let g = reference_rate / 1e9;
+    r.reference_gbps = Some(g);
+    r.reference = Some(name);
+    r.ratio = Some(r.gbps / g);
+    r
+}
+
+fn measure_shape(
+    code: &ReedSolomon,
+    pool: &mut Pool,
+    placement: &'static str,
+    o: &CodecOptions,
+) -> Vec<Measurement> {
+    let (k, m, chunk) = (pool.k, pool.m, pool.chunk);
+    let data_bytes = k * chunk;
+    let lost: Vec<usize> = (0..m.min(k)).collect();
+    let mut out = Vec::new();
+    let rate = |pool: &mut Pool, bytes: usize, f: &mut dyn FnMut(&mut Vec<Vec<u8>>)| {
+        best_rate(bytes, o.reps, o.min_time, || f(pool.take()))
+    };
+
+    // encode
+    let ours = rate(pool, data_bytes, &mut |s| {
+        let (d, p) = s.split_at_mut(k);
+        let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
+        code.encode(
+            &d,
+            &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+        )
+        .unwrap();
+    });
+    let mut r = row("encode", pool, placement, ours, m);
+    #[cfg(feature = "isal")]
+    {
+        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
+        let theirs = rate(pool, data_bytes, &mut |s| {
+            let (d, p) = s.split_at_mut(k);
+            let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
+            reference.encode(
+                &d,
+                &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+            );
+        });
+        r = with_reference(r, "isa-l ec_encode_data", theirs);
+    }
+    out.push(r);
+
+    // update of one data chunk (read-modify-write: old and new contents in hand)
+    let new_chunk: Vec<u8> = (0..chunk).map(|i| (i * 31 + 7) as u8).collect();
+    let ours = rate(pool, chunk, &mut |s| {
+        let (d, p) = s.split_at_mut(k);
+        let change = ChunkUpdate {
+            index: 1 % k,
+            old: &d[1 % k],
+            new: &new_chunk,
+        };
+        code.update(
+            &[change],
+            &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+        )
+        .unwrap();
+    });
+    let mut r = row("update", pool, placement, ours, m);
+    #[cfg(feature = "isal")]
+    {
+        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
+        let theirs = rate(pool, chunk, &mut |s| {
+            let (d, p) = s.split_at_mut(k);
+            let outs = &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>();
+            stripeguard_isal_ref::update_with_tables(
+                reference.encode_tables(),
+                k,
+                1 % k,
+                &d[1 % k],
+                outs,
+            );
+        });
+        r = with_reference(r, "isa-l ec_encode_data_update", theirs);
+    }
+    out.push(r);
+
+    // reconstruct m lost data chunks (the stripe's data is overwritten with the same bytes)
+    let ours = rate(pool, data_bytes, &mut |s| {
+        code.reconstruct(
+            &mut s.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+            &lost,
+        )
+        .unwrap();
+    });
+    let mut r = row("reconstruct", pool, placement, ours, lost.len());
+    #[cfg(feature = "isal")]
+    {
+        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
+        let (tables, sources) = reference.decode_tables(&lost);
+        let theirs = rate(pool, data_bytes, &mut |s| {
+            let (targets, rest) = s.split_at_mut(lost.len());
+            let ins: Vec<&[u8]> = sources.iter().map(|&i| &rest[i - lost.len()][..]).collect();
+            stripeguard_isal_ref::encode_with_tables(
+                &tables,
+                &ins,
+                &mut targets.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+            );
+        });
+        r = with_reference(r, "isa-l decode (ec_encode_data)", theirs);
+    }
+    out.push(r);
+
+    // locate one silently corrupted data chunk (then undo the damage)
+    if m >= 2 {
+        let ours = rate(pool, data_bytes, &mut |s| {
+            s[0][7] ^= 0x5a;
+            let views: Vec<&[u8]> = s.iter().map(|x| &x[..]).collect();
+            let found = code.locate(&views, &[]).unwrap();
+            assert_eq!(found, stripeguard_codes::Located::Bad(vec![0]));
+            s[0][7] ^= 0x5a;
+        });
+        out.push(row("locate", pool, placement, ours, m));
+    }
+
+    // CRC-32C of the data chunks: our wrapper against crc-fast called directly
+    let ours = rate(pool, data_bytes, &mut |s| {
+        for c in &s[..k] {
+            black_box(stripeguard_checksum::crc32c(c));
+        }
+    });
+    let theirs = rate(pool, data_bytes, &mut |s| {
+        for c in &s[..k] {
+            black_box(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, c));
+        }
+    });
+    out.push(with_reference(
+        row("crc32c", pool, placement, ours, 0),
+        "crc-fast",
+        theirs,
+    ));
+
+    // memcpy of the data chunks: the ceiling
+    let mut dst = vec![0u8; chunk];
+    let ours = rate(pool, data_bytes, &mut |s| {
+        for c in &s[..k] {
+            dst.copy_from_slice(c);
+            black_box(&dst);
+        }
+    });
+    out.push(row("memcpy", pool, placement, ours, 0));
+    out
+}

@@ -1,0 +1,8 @@
+//! Benchmarks for `stripeguard bench`. Each measurement is repeated and the best run kept (the
+//! machines are shared and noisy); every speed claim is a ratio to a reference measured in the
+//! same run, never an absolute threshold.
+
+pub mod codec;
+mod timing;
+
+pub use codec::{run as run_codec, CodecOptions, CodecReport, Measurement};
