@@ -218,9 +218,9 @@ fn measure_shape(
         )
         .unwrap();
     });
-    let mut r = row("encode", pool, placement, ours, m);
+    let r = row("encode", pool, placement, ours, m);
     #[cfg(feature = "isal")]
-    {
+    let r = {
         let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
         let theirs = rate(pool, data_bytes, &mut |s| {
             let (d, p) = s.split_at_mut(k);
@@ -230,8 +230,8 @@ fn measure_shape(
                 &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
             );
         });
-        r = with_reference(r, "isa-l ec_encode_data", theirs);
-    }
+        with_reference(r, "isa-l ec_encode_data", theirs)
+    };
     out.push(r);
 
     // update of one data chunk (read-modify-write: old and new contents in hand)
@@ -249,9 +249,9 @@ fn measure_shape(
         )
         .unwrap();
     });
-    let mut r = row("update", pool, placement, ours, m);
+    let r = row("update", pool, placement, ours, m);
     #[cfg(feature = "isal")]
-    {
+    let r = {
         let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
         let theirs = rate(pool, chunk, &mut |s| {
             let (d, p) = s.split_at_mut(k);
@@ -264,8 +264,8 @@ fn measure_shape(
                 outs,
             );
         });
-        r = with_reference(r, "isa-l ec_encode_data_update", theirs);
-    }
+        with_reference(r, "isa-l ec_encode_data_update", theirs)
+    };
     out.push(r);
 
     // reconstruct m lost data chunks (the stripe's data is overwritten with the same bytes)
@@ -276,9 +276,9 @@ fn measure_shape(
         )
         .unwrap();
     });
-    let mut r = row("reconstruct", pool, placement, ours, lost.len());
+    let r = row("reconstruct", pool, placement, ours, lost.len());
     #[cfg(feature = "isal")]
-    {
+    let r = {
         let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
         let (tables, sources) = reference.decode_tables(&lost);
         let theirs = rate(pool, data_bytes, &mut |s| {
@@ -290,8 +290,8 @@ fn measure_shape(
                 &mut targets.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
             );
         });
-        r = with_reference(r, "isa-l decode (ec_encode_data)", theirs);
-    }
+        with_reference(r, "isa-l decode (ec_encode_data)", theirs)
+    };
     out.push(r);
 
     // locate one silently corrupted data chunk (then undo the damage)

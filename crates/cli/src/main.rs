@@ -2,6 +2,8 @@
 //! are made here.
 
 mod bench;
+mod progress;
+mod shard;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -20,12 +22,16 @@ enum Command {
     /// Measure the erasure-coding kernels and codes (with ratios to references in the same run).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Protect a file with any-strength Reed-Solomon shards (encode, decode, verify).
+    #[command(subcommand)]
+    Shard(shard::ShardCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
+        Command::Shard(s) => shard::run(s),
     };
     match result {
         Ok(code) => code,

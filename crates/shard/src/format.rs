@@ -1,0 +1,191 @@
+//! The shard header, byte for byte as in `FORMAT.md` section 1. Decoding never panics on any
+//! input: it returns `None` for anything that is not a valid version-1 header.
+
+use stripeguard_checksum::crc32c;
+
+/// Bytes in a header.
+pub const HEADER_BYTES: usize = 128;
+/// Magic at offset 0.
+pub const MAGIC: [u8; 8] = *b"SGSHARD\0";
+/// The only version written and read.
+pub const VERSION: u16 = 1;
+/// Code id of ISA-L-compatible Cauchy Reed-Solomon.
+pub const CODE_RS_CAUCHY: u8 = 1;
+/// Largest block size accepted.
+pub const MAX_BLOCK_BYTES: u32 = 64 << 20;
+const NAME_BYTES: usize = 56;
+
+/// A decoded shard header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Data shards.
+    pub k: u16,
+    /// Parity shards.
+    pub m: u16,
+    /// This shard.
+    pub index: u16,
+    /// Block size `B`.
+    pub block_bytes: u32,
+    /// Length of the original file.
+    pub file_bytes: u64,
+    /// Random id shared by one encoding's shards.
+    pub set_id: [u8; 16],
+    /// Stripes `S`.
+    pub stripes: u64,
+    /// CRC-32C of all block records.
+    pub payload_crc: u32,
+    /// Base name of the original file.
+    pub file_name: String,
+}
+
+impl Header {
+    /// Record size: a block and its CRC.
+    pub fn record_bytes(&self) -> u64 {
+        self.block_bytes as u64 + 4
+    }
+
+    /// Length of a complete shard file.
+    pub fn file_len(&self) -> u64 {
+        HEADER_BYTES as u64 + self.stripes * self.record_bytes()
+    }
+
+    /// Serialize.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut h = [0u8; HEADER_BYTES];
+        h[0..8].copy_from_slice(&MAGIC);
+        h[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        h[10..12].copy_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
+        h[12] = CODE_RS_CAUCHY;
+        h[14..16].copy_from_slice(&self.k.to_le_bytes());
+        h[16..18].copy_from_slice(&self.m.to_le_bytes());
+        h[18..20].copy_from_slice(&self.index.to_le_bytes());
+        h[20..24].copy_from_slice(&self.block_bytes.to_le_bytes());
+        h[24..32].copy_from_slice(&self.file_bytes.to_le_bytes());
+        h[32..48].copy_from_slice(&self.set_id);
+        h[48..56].copy_from_slice(&self.stripes.to_le_bytes());
+        h[56..60].copy_from_slice(&self.payload_crc.to_le_bytes());
+        let name = truncate_utf8(&self.file_name, NAME_BYTES);
+        h[64..64 + name.len()].copy_from_slice(name.as_bytes());
+        let crc = crc32c(&h[..124]);
+        h[124..128].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    /// Parse and validate; `None` when anything is off.
+    pub fn decode(b: &[u8]) -> Option<Header> {
+        let b: &[u8; HEADER_BYTES] = b.get(..HEADER_BYTES)?.try_into().ok()?;
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if b[0..8] != MAGIC || u32_at(124) != crc32c(&b[..124]) {
+            return None;
+        }
+        if u16_at(8) != VERSION || u16_at(10) as usize != HEADER_BYTES || b[12] != CODE_RS_CAUCHY {
+            return None;
+        }
+        let (k, m, index) = (u16_at(14), u16_at(16), u16_at(18));
+        let block_bytes = u32_at(20);
+        let (file_bytes, stripes) = (u64_at(24), u64_at(48));
+        let valid = k >= 1
+            && m >= 1
+            && k as usize + m as usize <= 255
+            && index < k + m
+            && block_bytes >= 64
+            && block_bytes % 64 == 0
+            && block_bytes <= MAX_BLOCK_BYTES
+            && stripes >= 1
+            && Some(stripes) == stripes_for(file_bytes, k as u64 * block_bytes as u64);
+        if !valid {
+            return None;
+        }
+        let name_end = b[64..120]
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(NAME_BYTES);
+        let file_name = String::from_utf8_lossy(&b[64..64 + name_end]).into_owned();
+        Some(Header {
+            k,
+            m,
+            index,
+            block_bytes,
+            file_bytes,
+            set_id: b[32..48].try_into().unwrap(),
+            stripes,
+            payload_crc: u32_at(56),
+            file_name,
+        })
+    }
+}
+
+/// Stripes needed for `file_bytes` at `stripe_bytes` each (at least one).
+pub fn stripes_for(file_bytes: u64, stripe_bytes: u64) -> Option<u64> {
+    if stripe_bytes == 0 {
+        return None;
+    }
+    Some(file_bytes.div_ceil(stripe_bytes).max(1))
+}
+
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Header {
+        Header {
+            k: 10,
+            m: 4,
+            index: 3,
+            block_bytes: 65536,
+            file_bytes: 1_000_000,
+            set_id: [7; 16],
+            stripes: 2,
+            payload_crc: 0xdead_beef,
+            file_name: "photo.jpg".into(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = sample();
+        assert_eq!(Header::decode(&h.encode()), Some(h));
+    }
+
+    #[test]
+    fn long_names_truncate_on_a_character_boundary() {
+        let mut h = sample();
+        h.file_name = "é".repeat(40);
+        let back = Header::decode(&h.encode()).unwrap();
+        assert_eq!(back.file_name, "é".repeat(28));
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Header::decode(&bytes);
+        }
+
+        #[test]
+        fn any_single_bit_flip_is_rejected(bit in 0usize..(HEADER_BYTES * 8)) {
+            let mut b = sample().encode();
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert_eq!(Header::decode(&b), None);
+        }
+
+        #[test]
+        fn truncated_headers_are_rejected(len in 0usize..HEADER_BYTES) {
+            let b = sample().encode();
+            prop_assert_eq!(Header::decode(&b[..len]), None);
+        }
+    }
+}
