@@ -3,7 +3,7 @@
 //! Usage: update_probe [k m len old_off new_off parity_off]
 use stripeguard_codes::{ChunkUpdate, ErasureCode, ReedSolomon};
 
-fn placed(backing: &mut Vec<u8>, offset: usize, len: usize) -> &mut [u8] {
+fn placed(backing: &mut [u8], offset: usize, len: usize) -> &mut [u8] {
     let base = backing.as_ptr() as usize;
     let start = (4096 - base % 4096) % 4096 + offset;
     &mut backing[start..start + len]

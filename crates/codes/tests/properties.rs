@@ -282,7 +282,7 @@ proptest! {
         if let Ok(Located::Bad(_)) = code.locate(&views(&s), &[]) {
             let mut r = s.clone();
             let _ = code.repair(&mut views_mut(&mut r), &[]);
-            let check = stripe(&code, &r[..k].to_vec());
+            let check = stripe(&code, &r[..k]);
             prop_assert!(check == r, "a located answer must be a codeword");
         }
     }
