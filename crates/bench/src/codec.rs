@@ -133,7 +133,8 @@ impl Pool {
 
 /// Run the codec benchmark.
 pub fn run(opts: &CodecOptions, mut progress: impl FnMut(&str)) -> CodecReport {
-    let kernel = Kernel::selected().copied()
+    let kernel = Kernel::selected()
+        .copied()
         .unwrap_or_else(|_| Kernel::best());
     let mut results = Vec::new();
     let mut rng = StdRng::seed_from_u64(1);
