@@ -9,9 +9,9 @@
 //! (2t + f <= 2 forces t = 0) the stripe can only be checked.
 
 use crate::error::CodeError;
-use crate::systematic::Systematic;
-use crate::{ChunkUpdate, ErasureCode, Located};
-use stripeguard_gf::{field, Kernel, KernelKind, Matrix};
+use crate::systematic::{systematic_accessors, Systematic};
+use crate::{ErasureCode, Located};
+use stripeguard_gf::{field, Kernel, Matrix};
 
 /// Linux-compatible RAID-6 P + Q.
 pub struct Raid6 {
@@ -42,31 +42,7 @@ impl Raid6 {
 }
 
 impl ErasureCode for Raid6 {
-    fn name(&self) -> &'static str {
-        "raid6"
-    }
-    fn data_chunks(&self) -> usize {
-        self.inner.k
-    }
-    fn parity_chunks(&self) -> usize {
-        2
-    }
-    fn kernel(&self) -> KernelKind {
-        self.inner.kernel.kind()
-    }
-    fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
-        self.inner.encode(data, parity)
-    }
-    fn update(
-        &self,
-        changes: &[ChunkUpdate<'_>],
-        parity: &mut [&mut [u8]],
-    ) -> Result<(), CodeError> {
-        self.inner.update(changes, parity)
-    }
-    fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
-        self.inner.reconstruct(chunks, erased)
-    }
+    systematic_accessors!("raid6", with_encode_reconstruct);
 
     fn locate(&self, chunks: &[&[u8]], erased: &[usize]) -> Result<Located, CodeError> {
         let k = self.inner.k;

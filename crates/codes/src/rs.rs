@@ -5,9 +5,9 @@
 
 use crate::error::CodeError;
 use crate::grs::Grs;
-use crate::systematic::Systematic;
-use crate::{ChunkUpdate, ErasureCode, Located};
-use stripeguard_gf::{field, Kernel, KernelKind, Matrix};
+use crate::systematic::{systematic_accessors, Systematic};
+use crate::{ErasureCode, Located};
+use stripeguard_gf::{field, Kernel, Matrix};
 
 /// Cauchy Reed-Solomon, any strength.
 pub struct ReedSolomon {
@@ -50,31 +50,7 @@ impl ReedSolomon {
 }
 
 impl ErasureCode for ReedSolomon {
-    fn name(&self) -> &'static str {
-        "rs"
-    }
-    fn data_chunks(&self) -> usize {
-        self.inner.k
-    }
-    fn parity_chunks(&self) -> usize {
-        self.inner.m
-    }
-    fn kernel(&self) -> KernelKind {
-        self.inner.kernel.kind()
-    }
-    fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
-        self.inner.encode(data, parity)
-    }
-    fn update(
-        &self,
-        changes: &[ChunkUpdate<'_>],
-        parity: &mut [&mut [u8]],
-    ) -> Result<(), CodeError> {
-        self.inner.update(changes, parity)
-    }
-    fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
-        self.inner.reconstruct(chunks, erased)
-    }
+    systematic_accessors!("rs", with_encode_reconstruct);
     fn locate(&self, chunks: &[&[u8]], erased: &[usize]) -> Result<Located, CodeError> {
         Systematic::check_count("total", self.inner.n(), chunks.len())?;
         let len = self.inner.common_len(chunks.iter().copied())?;

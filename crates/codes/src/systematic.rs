@@ -18,6 +18,41 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use stripeguard_gf::{Kernel, Matrix, Mode, MulTables};
 
+/// The `ErasureCode` methods every code backed by a `Systematic` named `inner` shares.
+macro_rules! systematic_accessors {
+    ($name:literal) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+        fn data_chunks(&self) -> usize {
+            self.inner.k
+        }
+        fn parity_chunks(&self) -> usize {
+            self.inner.m
+        }
+        fn kernel(&self) -> stripeguard_gf::KernelKind {
+            self.inner.kernel.kind()
+        }
+        fn update(
+            &self,
+            changes: &[crate::ChunkUpdate<'_>],
+            parity: &mut [&mut [u8]],
+        ) -> Result<(), CodeError> {
+            self.inner.update(changes, parity)
+        }
+    };
+    ($name:literal, with_encode_reconstruct) => {
+        $crate::systematic::systematic_accessors!($name);
+        fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
+            self.inner.encode(data, parity)
+        }
+        fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
+            self.inner.reconstruct(chunks, erased)
+        }
+    };
+}
+pub(crate) use systematic_accessors;
+
 /// Decode matrices kept per code (one per distinct erasure pattern).
 pub const DECODE_CACHE_ENTRIES: usize = 256;
 

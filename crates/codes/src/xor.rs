@@ -3,9 +3,9 @@
 //! chunk is wrong (2t + f <= 1 forces t = 0).
 
 use crate::error::CodeError;
-use crate::systematic::Systematic;
-use crate::{ChunkUpdate, ErasureCode, Located};
-use stripeguard_gf::{Kernel, KernelKind, Matrix};
+use crate::systematic::{systematic_accessors, Systematic};
+use crate::{ErasureCode, Located};
+use stripeguard_gf::{Kernel, Matrix};
 
 /// RAID-5 parity.
 pub struct Xor {
@@ -34,31 +34,12 @@ impl Xor {
 }
 
 impl ErasureCode for Xor {
-    fn name(&self) -> &'static str {
-        "xor"
-    }
-    fn data_chunks(&self) -> usize {
-        self.inner.k
-    }
-    fn parity_chunks(&self) -> usize {
-        1
-    }
-    fn kernel(&self) -> KernelKind {
-        self.inner.kernel.kind()
-    }
+    systematic_accessors!("xor");
 
     fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
         self.inner.check_encode_args(data, parity)?;
         self.inner.kernel.xor(data, parity[0], false);
         Ok(())
-    }
-
-    fn update(
-        &self,
-        changes: &[ChunkUpdate<'_>],
-        parity: &mut [&mut [u8]],
-    ) -> Result<(), CodeError> {
-        self.inner.update(changes, parity)
     }
 
     fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
