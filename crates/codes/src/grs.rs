@@ -233,18 +233,7 @@ impl Grs {
     ) -> Option<Vec<usize>> {
         let mut all: Vec<usize> = missing.iter().chain(found).copied().collect();
         all.sort_unstable();
-        let rebuilt = sys.rebuild_copies(chunks, &all, len);
-        let mut full: Vec<&[u8]> = chunks.to_vec();
-        for (slot, &i) in all.iter().enumerate() {
-            full[i] = &rebuilt[slot];
-        }
-        if !sys
-            .parity_syndromes(&full)
-            .iter()
-            .all(|s| s.iter().all(|&b| b == 0))
-        {
-            return None;
-        }
+        let rebuilt = sys.rebuild_if_codeword(chunks, &all, len)?;
         let mut bad: Vec<usize> = all
             .iter()
             .enumerate()

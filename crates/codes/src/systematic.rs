@@ -289,14 +289,27 @@ impl Systematic {
     /// With `missing` (normalized) rebuilt, is the stripe a codeword? Needs `missing.len() < m`.
     pub fn consistent_with(&self, chunks: &[&[u8]], missing: &[usize], len: usize) -> bool {
         assert!(missing.len() < self.m);
+        self.rebuild_if_codeword(chunks, missing, len).is_some()
+    }
+
+    /// Rebuild `missing` (normalized) from the others; if the completed stripe is a codeword,
+    /// return the rebuilt chunks in `missing`'s order, otherwise `None`.
+    pub fn rebuild_if_codeword(
+        &self,
+        chunks: &[&[u8]],
+        missing: &[usize],
+        len: usize,
+    ) -> Option<Vec<Vec<u8>>> {
         let rebuilt = self.rebuild_copies(chunks, missing, len);
         let mut full: Vec<&[u8]> = chunks.to_vec();
         for (slot, &i) in missing.iter().enumerate() {
             full[i] = &rebuilt[slot];
         }
-        self.parity_syndromes(&full)
+        let codeword = self
+            .parity_syndromes(&full)
             .iter()
-            .all(|s| s.iter().all(|&b| b == 0))
+            .all(|s| s.iter().all(|&b| b == 0));
+        codeword.then_some(rebuilt)
     }
 
     /// Locate for codes whose bound leaves no room to locate (t = 0): detect only.

@@ -52,6 +52,19 @@ pub struct ShardReport {
 }
 
 impl ShardReport {
+    fn new(file: String, index: Option<usize>, header: HeaderState, renamed: bool) -> ShardReport {
+        ShardReport {
+            file,
+            index,
+            header,
+            renamed,
+            missing_blocks: 0,
+            crc_bad_blocks: 0,
+            located_bad_blocks: 0,
+            payload_crc_ok: None,
+        }
+    }
+
     /// True when nothing is wrong with this shard.
     pub fn healthy(&self) -> bool {
         self.header == HeaderState::Ok
@@ -187,16 +200,7 @@ fn scan(dir: &Path) -> Result<ShardSet, ShardError> {
         match h.filter(same_geometry) {
             Some(h) => {
                 let i = h.index as usize;
-                let mut report = ShardReport {
-                    file: name,
-                    index: Some(i),
-                    header: HeaderState::Ok,
-                    renamed: named != Some(i),
-                    missing_blocks: 0,
-                    crc_bad_blocks: 0,
-                    located_bad_blocks: 0,
-                    payload_crc_ok: None,
-                };
+                let mut report = ShardReport::new(name, Some(i), HeaderState::Ok, named != Some(i));
                 if slots[i].is_some() {
                     report.header = HeaderState::Duplicate;
                     report.index = None;
@@ -229,16 +233,7 @@ fn scan(dir: &Path) -> Result<ShardSet, ShardError> {
                 payload_crc: None,
             });
         }
-        reports.push(ShardReport {
-            file: name,
-            index,
-            header: HeaderState::Damaged,
-            renamed: false,
-            missing_blocks: 0,
-            crc_bad_blocks: 0,
-            located_bad_blocks: 0,
-            payload_crc_ok: None,
-        });
+        reports.push(ShardReport::new(name, index, HeaderState::Damaged, false));
     }
     Ok(ShardSet {
         dir: dir.to_path_buf(),
