@@ -1,0 +1,30 @@
+//! Integrity protection for stripeguard arrays (Li & Lee, MSST 2014, sections III–V).
+//!
+//! - [`Scheme`]: which integrity primitives an array uses (`none`, `pure`, `hybrid1`, `hybrid2`,
+//!   `hybrid-seq`).
+//! - [`Superblock`] and [`Appendix`]: the bytes on the members, exactly as in `FORMAT.md` §2.
+//!   Decoders never panic; they return an error for anything that is not a valid version-1 record.
+//! - [`FirstReadMap`]: which data chunks have been read since they were last written, in zones
+//!   with a bounded number of resident bitmaps.
+//! - [`diagnose`]: given every unit of a stripe, decide which are wrong and what the truth is.
+//!
+//! ## Assumptions about the media (the fault model, DESIGN.md)
+//! A disk may silently lose a write, tear it (a prefix of its sectors lands), write it to the
+//! wrong place (aligned or not), read from the wrong place, rot bits, fail sectors with EIO, or
+//! fail whole. At most one unit per stripe is silently wrong, plus at most `m - 1` erasures; beyond
+//! that [`diagnose`] says so and nothing it cannot vouch for is returned.
+
+mod appendix;
+mod diagnose;
+mod firstread;
+mod scheme;
+mod superblock;
+
+pub use appendix::{Appendix, AppendixError, Identity, Role, APPENDIX_HEADER_BYTES};
+pub use diagnose::{diagnose, Diagnosis, Finding, FindingKind, UnitView};
+pub use firstread::FirstReadMap;
+pub use scheme::{MirrorKind, Scheme};
+pub use superblock::{
+    ArrayState, CodeId, Superblock, SuperblockError, DATA_OFFSET_BYTES, SUPERBLOCK_BYTES,
+    SUPERBLOCK_COPY_OFFSETS,
+};
