@@ -127,7 +127,8 @@ impl Appendix {
 
     /// Whether the self checksum covers the chunk too (all but pure data appendices).
     fn covers_chunk(&self) -> bool {
-        matches!(self.identity.role, Role::Parity(_)) || self.scheme.data_self_checksum_covers_chunk()
+        matches!(self.identity.role, Role::Parity(_))
+            || self.scheme.data_self_checksum_covers_chunk()
     }
 
     /// Parse and self-check the appendix `sector` stored after `chunk`. Returns the appendix and
@@ -168,7 +169,9 @@ impl Appendix {
         let count = u16_at(sector, 26) as usize;
         let w = scheme.entry_bytes();
         if APPENDIX_HEADER_BYTES + count * w + 4 > s {
-            return Err(AppendixError::Malformed("entry list longer than the sector"));
+            return Err(AppendixError::Malformed(
+                "entry list longer than the sector",
+            ));
         }
         if matches!(role, Role::Data(_)) && count != 0 {
             return Err(AppendixError::Malformed("data appendix with entries"));
@@ -223,7 +226,12 @@ mod tests {
     #[test]
     fn round_trip_every_scheme_and_role() {
         let chunk: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
-        for scheme in [Scheme::Pure, Scheme::Hybrid1, Scheme::Hybrid2, Scheme::HybridSeq] {
+        for scheme in [
+            Scheme::Pure,
+            Scheme::Hybrid1,
+            Scheme::Hybrid2,
+            Scheme::HybridSeq,
+        ] {
             for role in [Role::Data(3), Role::Parity(1)] {
                 let a = sample(scheme, role);
                 let mut sector = vec![0u8; 512];
@@ -237,7 +245,12 @@ mod tests {
     #[test]
     fn a_torn_chunk_fails_the_self_checksum_except_pure_data() {
         let chunk = vec![0x5a; 4096];
-        for scheme in [Scheme::Pure, Scheme::Hybrid1, Scheme::Hybrid2, Scheme::HybridSeq] {
+        for scheme in [
+            Scheme::Pure,
+            Scheme::Hybrid1,
+            Scheme::Hybrid2,
+            Scheme::HybridSeq,
+        ] {
             let mut sector = vec![0u8; 512];
             sample(scheme, Role::Data(0)).encode(&chunk, &mut sector);
             let mut torn = chunk.clone();

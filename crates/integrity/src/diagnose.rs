@@ -231,9 +231,10 @@ pub fn diagnose(
                 }
             }
             MirrorKind::Checksum => {
-                let majority = claims.iter().map(|c| c.1).find(|&v| {
-                    2 * claims.iter().filter(|c| c.1 == v).count() > claims.len()
-                });
+                let majority = claims
+                    .iter()
+                    .map(|c| c.1)
+                    .find(|&v| 2 * claims.iter().filter(|c| c.1 == v).count() > claims.len());
                 let Some(majority) = majority else {
                     d.ambiguous.push(i);
                     continue;

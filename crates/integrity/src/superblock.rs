@@ -199,10 +199,11 @@ impl Superblock {
                 "the parity appendix cannot hold one entry per data chunk in one sector; use 4096-byte sectors or fewer data chunks",
             ));
         }
-        if self.data_offset_bytes < DATA_OFFSET_BYTES
-            || self.data_offset_bytes % sector as u64 != 0
+        if self.data_offset_bytes < DATA_OFFSET_BYTES || self.data_offset_bytes % sector as u64 != 0
         {
-            return Err(g("data offset overlaps the superblocks or is not sector-aligned"));
+            return Err(g(
+                "data offset overlaps the superblocks or is not sector-aligned",
+            ));
         }
         if self.stripes == 0 {
             return Err(g("no stripes"));
@@ -267,8 +268,7 @@ impl Superblock {
             data_chunks: u16_at(b, 36),
             parity_chunks: u16_at(b, 38),
             code: CodeId::from_id(b[40]).ok_or(SuperblockError::Geometry("unknown code id"))?,
-            scheme: Scheme::from_id(b[41])
-                .ok_or(SuperblockError::Geometry("unknown scheme id"))?,
+            scheme: Scheme::from_id(b[41]).ok_or(SuperblockError::Geometry("unknown scheme id"))?,
             sector_shift: b[42],
             state: match b[43] {
                 0 => ArrayState::Clean,
