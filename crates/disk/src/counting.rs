@@ -1,0 +1,91 @@
+//! Counting wrapper.
+
+use crate::{Disk, DiskError, DiskRef};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// I/O counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct IoCounts {
+    /// Read calls.
+    pub reads: u64,
+    /// Write calls.
+    pub writes: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Flushes.
+    pub flushes: u64,
+}
+
+/// Counts every call that reaches the inner disk (one call = one disk I/O).
+pub struct CountingDisk {
+    inner: DiskRef,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+    flushes: AtomicU64,
+}
+
+impl CountingDisk {
+    /// Wrap `inner`.
+    pub fn new(inner: DiskRef) -> Self {
+        CountingDisk {
+            inner,
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+            write_bytes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> IoCounts {
+        IoCounts {
+            reads: self.reads.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            read_bytes: self.read_bytes.load(Relaxed),
+            write_bytes: self.write_bytes.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+        }
+    }
+
+    /// Zero the counters.
+    pub fn reset(&self) {
+        for c in [
+            &self.reads,
+            &self.writes,
+            &self.read_bytes,
+            &self.write_bytes,
+            &self.flushes,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+}
+
+impl Disk for CountingDisk {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        self.reads.fetch_add(1, Relaxed);
+        self.read_bytes.fetch_add(buf.len() as u64, Relaxed);
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        self.writes.fetch_add(1, Relaxed);
+        self.write_bytes.fetch_add(buf.len() as u64, Relaxed);
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        self.flushes.fetch_add(1, Relaxed);
+        self.inner.flush()
+    }
+}

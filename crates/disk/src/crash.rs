@@ -1,0 +1,126 @@
+//! The crash backend (after redb's): writes go to a live image; `flush` makes them durable; a
+//! crash image is the durable image plus a random subset of the unflushed writes, each possibly
+//! torn to a prefix of its sectors, applied in a random order.
+
+use crate::{check_range, Disk, DiskError};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use std::sync::Mutex;
+
+struct State {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    pending: Vec<(u64, Vec<u8>)>,
+}
+
+/// A disk that can be crashed.
+pub struct CrashDisk {
+    name: String,
+    sector_bytes: usize,
+    state: Mutex<State>,
+}
+
+impl CrashDisk {
+    /// A zeroed disk of `size` bytes.
+    pub fn new(name: impl Into<String>, size: u64, sector_bytes: usize) -> Self {
+        CrashDisk {
+            name: name.into(),
+            sector_bytes,
+            state: Mutex::new(State {
+                live: vec![0; size as usize],
+                durable: vec![0; size as usize],
+                pending: Vec::new(),
+            }),
+        }
+    }
+
+    /// Writes not yet flushed.
+    pub fn pending_writes(&self) -> usize {
+        self.state.lock().expect("lock").pending.len()
+    }
+
+    /// What the media could hold after a power cut now.
+    pub fn crash_image(&self, rng: &mut impl Rng) -> Vec<u8> {
+        let st = self.state.lock().expect("lock");
+        let mut img = st.durable.clone();
+        let mut order: Vec<&(u64, Vec<u8>)> = st.pending.iter().collect();
+        order.shuffle(rng);
+        for (off, data) in order {
+            match rng.random_range(0..4) {
+                0 | 1 => {}
+                2 => {
+                    let o = *off as usize;
+                    img[o..o + data.len()].copy_from_slice(data);
+                }
+                _ => {
+                    let sectors = data.len().div_ceil(self.sector_bytes);
+                    let keep = (rng.random_range(0..=sectors) * self.sector_bytes).min(data.len());
+                    let o = *off as usize;
+                    img[o..o + keep].copy_from_slice(&data[..keep]);
+                }
+            }
+        }
+        img
+    }
+
+    /// The live image (what reads see now).
+    pub fn live_image(&self) -> Vec<u8> {
+        self.state.lock().expect("lock").live.clone()
+    }
+}
+
+impl Disk for CrashDisk {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn size_bytes(&self) -> u64 {
+        self.state.lock().expect("lock").live.len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let st = self.state.lock().expect("lock");
+        check_range(&self.name, "read", offset, buf.len(), st.live.len() as u64)?;
+        let o = offset as usize;
+        buf.copy_from_slice(&st.live[o..o + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        let mut st = self.state.lock().expect("lock");
+        check_range(&self.name, "write", offset, buf.len(), st.live.len() as u64)?;
+        let o = offset as usize;
+        st.live[o..o + buf.len()].copy_from_slice(buf);
+        st.pending.push((offset, buf.to_vec()));
+        Ok(())
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        let mut st = self.state.lock().expect("lock");
+        let st = &mut *st;
+        for (off, data) in st.pending.drain(..) {
+            let o = off as usize;
+            st.durable[o..o + data.len()].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn flushed_writes_survive_a_crash_and_unflushed_may_not() {
+        let d = CrashDisk::new("c", 4096, 512);
+        d.write_at(0, &[1; 512]).unwrap();
+        d.flush().unwrap();
+        d.write_at(512, &[2; 1024]).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let mut saw = [false; 2];
+        for _ in 0..64 {
+            let img = d.crash_image(&mut rng);
+            assert_eq!(&img[..512], &[1; 512]);
+            saw[(img[512] == 2) as usize] = true;
+        }
+        assert_eq!(saw, [true, true]);
+        assert_eq!(d.live_image()[512], 2);
+    }
+}

@@ -1,0 +1,109 @@
+//! Disks for stripeguard: one small trait, [`Disk`], with positional I/O, and its backends.
+//!
+//! | backend | what for |
+//! |---|---|
+//! | [`FileDisk`] | a regular file or a block device (positional I/O, O_DIRECT optional) |
+//! | [`MemDisk`] | members in memory (tests, benchmarks, the simulator's agreement test) |
+//! | [`FaultyDisk`] | injects every fault of DESIGN.md's table on a schedule and records what it did |
+//! | [`CountingDisk`] | counts I/Os and bytes (the engine's counts must equal the planner's) |
+//! | [`CrashDisk`] | keeps a durable and a live image; a crash keeps a random subset of unflushed writes |
+//!
+//! All take `&self` and are safe to share between threads: the engine issues I/O to different
+//! members, and to different stripes of one member, concurrently.
+
+mod counting;
+mod crash;
+mod faulty;
+mod file;
+mod mem;
+
+pub use counting::{CountingDisk, IoCounts};
+pub use crash::CrashDisk;
+pub use faulty::{Fault, FaultKind, FaultyDisk, Injected, UnitMap};
+pub use file::FileDisk;
+pub use mem::MemDisk;
+
+use std::sync::Arc;
+
+/// Why a disk I/O failed. Every variant is an erasure to the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// The OS returned an error.
+    #[error("{name}: {op} of {len} bytes at {offset}: {source}")]
+    Io {
+        /// The disk.
+        name: String,
+        /// read / write / flush.
+        op: &'static str,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: usize,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// Beyond the end of the disk.
+    #[error("{name}: {op} of {len} bytes at {offset} is beyond the end ({size} bytes)")]
+    OutOfRange {
+        /// The disk.
+        name: String,
+        /// read / write.
+        op: &'static str,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: usize,
+        /// Disk size.
+        size: u64,
+    },
+    /// A sector could not be read (latent sector error, injected or real EIO).
+    #[error("{name}: unreadable sector at byte {offset}")]
+    Medium {
+        /// The disk.
+        name: String,
+        /// Byte offset of the bad sector.
+        offset: u64,
+    },
+    /// The whole disk is gone.
+    #[error("{name}: disk failed")]
+    Failed {
+        /// The disk.
+        name: String,
+    },
+}
+
+/// A member disk: a fixed-size array of bytes with positional reads and writes.
+pub trait Disk: Send + Sync {
+    /// A name for messages (a path, or `mem3`).
+    fn name(&self) -> &str;
+    /// Size in bytes.
+    fn size_bytes(&self) -> u64;
+    /// Fill `buf` from byte `offset`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+    /// Write `buf` at byte `offset`.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError>;
+    /// Make every completed write durable.
+    fn flush(&self) -> Result<(), DiskError>;
+}
+
+/// A shared disk.
+pub type DiskRef = Arc<dyn Disk>;
+
+pub(crate) fn check_range(
+    name: &str,
+    op: &'static str,
+    offset: u64,
+    len: usize,
+    size: u64,
+) -> Result<(), DiskError> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(DiskError::OutOfRange {
+            name: name.to_string(),
+            op,
+            offset,
+            len,
+            size,
+        }),
+    }
+}
