@@ -1,0 +1,603 @@
+//! Creating and assembling arrays; superblock maintenance.
+
+use crate::events::EventLog;
+use crate::{Counters, EngineError, Event};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use stripeguard_codes::ErasureCode;
+use stripeguard_disk::{DiskError, DiskRef, UnitMap};
+use stripeguard_integrity::{
+    Appendix, ArrayState, CodeId, Identity, MirrorKind, Role, Scheme, Superblock,
+    DATA_OFFSET_BYTES, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
+};
+use stripeguard_plan::{Geometry, Planner};
+
+/// Sequence numbers reserved per superblock update (hybrid-seq).
+pub const SEQUENCE_RESERVATION: u64 = 1 << 20;
+const STRIPE_LOCKS: usize = 1024;
+
+/// Parameters of a new array.
+#[derive(Clone, Debug)]
+pub struct ArrayConfig {
+    /// `k`.
+    pub data_chunks: usize,
+    /// `m`.
+    pub parity_chunks: usize,
+    /// The erasure code.
+    pub code: CodeId,
+    /// The integrity scheme.
+    pub scheme: Scheme,
+    /// Chunk size in bytes.
+    pub chunk_bytes: u32,
+    /// 512 or 4096.
+    pub sector_bytes: u32,
+    /// Stripes; `None` = as many as the smallest member holds.
+    pub stripes: Option<u64>,
+    /// Bound on the first-read map's memory.
+    pub first_read_map_bytes: u64,
+}
+
+/// Options for assembling an existing array.
+#[derive(Clone, Debug)]
+pub struct AssembleOptions {
+    /// Bound on the first-read map's memory.
+    pub first_read_map_bytes: u64,
+    /// Mark the array dirty and allow writes (repairs are written back only when writable).
+    pub writable: bool,
+}
+
+impl Default for AssembleOptions {
+    fn default() -> Self {
+        AssembleOptions {
+            first_read_map_bytes: 64 << 20,
+            writable: true,
+        }
+    }
+}
+
+/// A member's state.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MemberHealth {
+    /// Index in the array.
+    pub index: usize,
+    /// Its name (path).
+    pub name: String,
+    /// `None` when healthy; otherwise why it is out of the array.
+    pub failed: Option<String>,
+    /// Superblock copies that were damaged or stale at assembly (and rewritten when writable).
+    pub superblock_copies_fixed: u8,
+}
+
+pub(crate) struct SeqState {
+    pub(crate) next: u64,
+    pub(crate) high_water: u64,
+}
+
+/// An assembled array.
+pub struct Array {
+    pub(crate) sb: Superblock,
+    pub(crate) geometry: Geometry,
+    pub(crate) members: Vec<DiskRef>,
+    pub(crate) failed: Vec<AtomicBool>,
+    pub(crate) health: Mutex<Vec<MemberHealth>>,
+    pub(crate) code: Box<dyn ErasureCode>,
+    pub(crate) planner: Mutex<Planner>,
+    pub(crate) locks: Box<[Mutex<()>]>,
+    pub(crate) seq: Mutex<SeqState>,
+    pub(crate) events: Mutex<EventLog>,
+    pub(crate) writable: bool,
+    pub(crate) generation: std::sync::atomic::AtomicU64,
+}
+
+impl Array {
+    /// Make a new array on `members` (in order) and return it assembled and writable. Every unit
+    /// is written (zero chunk, valid appendix), so no unit of the array lacks an identity; with
+    /// `fresh` (members are new sparse zero files) only the appendix sectors are written.
+    /// `progress(done, total)` is called as stripes are initialised.
+    pub fn create(
+        members: Vec<DiskRef>,
+        cfg: &ArrayConfig,
+        fresh: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Array, EngineError> {
+        let n = cfg.data_chunks + cfg.parity_chunks;
+        if members.len() != n {
+            return Err(EngineError::Config(format!(
+                "{} members given for k + m = {n}",
+                members.len()
+            )));
+        }
+        if cfg.sector_bytes != 512 && cfg.sector_bytes != 4096 {
+            return Err(EngineError::Config(
+                "sector size must be 512 or 4096".into(),
+            ));
+        }
+        let appendix = if cfg.scheme.has_appendix() {
+            cfg.sector_bytes as u64
+        } else {
+            0
+        };
+        let unit = cfg.chunk_bytes as u64 + appendix;
+        let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
+        let fits = smallest.saturating_sub(DATA_OFFSET_BYTES) / unit.max(1);
+        let stripes = cfg.stripes.unwrap_or(fits);
+        if stripes == 0 || stripes > fits {
+            let small = members
+                .iter()
+                .min_by_key(|d| d.size_bytes())
+                .map(|d| d.name().to_string())
+                .unwrap_or_default();
+            return Err(EngineError::Config(format!(
+                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {DATA_OFFSET_BYTES}-byte superblock area",
+                stripes.max(1)
+            )));
+        }
+        let uuid: [u8; 16] = rand::random();
+        let sb = Superblock {
+            array_uuid: uuid,
+            member_index: 0,
+            members: n as u16,
+            data_chunks: cfg.data_chunks as u16,
+            parity_chunks: cfg.parity_chunks as u16,
+            code: cfg.code,
+            scheme: cfg.scheme,
+            sector_shift: cfg.sector_bytes.trailing_zeros() as u8,
+            state: ArrayState::Clean,
+            chunk_bytes: cfg.chunk_bytes,
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            stripes,
+            sequence_high_water: SEQUENCE_RESERVATION,
+            generation: 1,
+            created_unix_seconds: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        sb.validate()
+            .map_err(|e| EngineError::Config(e.to_string()))?;
+        let array = Array::from_parts(sb, members, true, cfg.first_read_map_bytes)?;
+        array.initialise(fresh, progress)?;
+        array.write_superblocks(ArrayState::Dirty)?;
+        Ok(array)
+    }
+
+    /// Assemble the array whose members are `members`, in member-index order. Up to `m` members
+    /// may be unusable (unreadable, no superblock): the array then runs degraded.
+    pub fn assemble(members: Vec<DiskRef>, opts: &AssembleOptions) -> Result<Array, EngineError> {
+        if members.is_empty() {
+            return Err(EngineError::Assemble("no members given".into()));
+        }
+        let mut found: Vec<Result<(Superblock, u8), String>> = Vec::new();
+        for d in &members {
+            found.push(read_superblock(d.as_ref()));
+        }
+        let reference = found
+            .iter()
+            .filter_map(|f| f.as_ref().ok())
+            .max_by_key(|(sb, _)| sb.generation)
+            .map(|(sb, _)| sb.clone())
+            .ok_or_else(|| {
+                let why: Vec<String> = members
+                    .iter()
+                    .zip(&found)
+                    .map(|(d, f)| format!("{}: {}", d.name(), f.as_ref().err().unwrap()))
+                    .collect();
+                EngineError::Assemble(format!(
+                    "no member has a valid superblock ({})",
+                    why.join("; ")
+                ))
+            })?;
+        let n = reference.members as usize;
+        if members.len() != n {
+            return Err(EngineError::Assemble(format!(
+                "the array has {n} members but {} were given",
+                members.len()
+            )));
+        }
+        let mut seen = vec![None::<usize>; n];
+        let mut unusable = Vec::new();
+        let mut fixes = vec![0u8; n];
+        for (pos, (d, f)) in members.iter().zip(&found).enumerate() {
+            match f {
+                Err(why) => unusable.push((pos, why.clone())),
+                Ok((sb, fixed)) => {
+                    if sb.array_uuid != reference.array_uuid {
+                        return Err(EngineError::Assemble(format!(
+                            "{} belongs to another array (uuid {}, expected {})",
+                            d.name(),
+                            hex(&sb.array_uuid),
+                            hex(&reference.array_uuid)
+                        )));
+                    }
+                    if !same_geometry(sb, &reference) {
+                        return Err(EngineError::Assemble(format!(
+                            "{}: its superblock disagrees with the others about the geometry",
+                            d.name()
+                        )));
+                    }
+                    let idx = sb.member_index as usize;
+                    if let Some(other) = seen[idx] {
+                        return Err(EngineError::Assemble(format!(
+                            "{} and {} both claim member index {idx}",
+                            members[other].name(),
+                            d.name()
+                        )));
+                    }
+                    seen[idx] = Some(pos);
+                    if idx != pos {
+                        return Err(EngineError::Assemble(format!(
+                            "{} is member {idx} but was given in position {pos}; list members in index order",
+                            d.name()
+                        )));
+                    }
+                    fixes[pos] = *fixed;
+                }
+            }
+        }
+        let m = reference.parity_chunks as usize;
+        if unusable.len() > m {
+            let why: Vec<String> = unusable
+                .iter()
+                .map(|(p, w)| format!("{}: {w}", members[*p].name()))
+                .collect();
+            return Err(EngineError::Assemble(format!(
+                "{} members are unusable but the array survives at most {m}: {}",
+                unusable.len(),
+                why.join("; ")
+            )));
+        }
+        let high_water = found
+            .iter()
+            .filter_map(|f| f.as_ref().ok())
+            .map(|(sb, _)| sb.sequence_high_water)
+            .max()
+            .unwrap_or(SEQUENCE_RESERVATION);
+        let mut sb = reference;
+        sb.sequence_high_water = high_water;
+        let array = Array::from_parts(sb, members, opts.writable, opts.first_read_map_bytes)?;
+        {
+            let mut health = array.health.lock().expect("lock");
+            for (pos, why) in &unusable {
+                array.failed[*pos].store(true, Ordering::Relaxed);
+                health[*pos].failed = Some(why.clone());
+            }
+            for (h, f) in health.iter_mut().zip(fixes) {
+                h.superblock_copies_fixed = f;
+            }
+        }
+        if opts.writable {
+            array.write_superblocks(ArrayState::Dirty)?;
+        }
+        Ok(array)
+    }
+
+    fn from_parts(
+        sb: Superblock,
+        members: Vec<DiskRef>,
+        writable: bool,
+        map_bytes: u64,
+    ) -> Result<Array, EngineError> {
+        let k = sb.data_chunks as usize;
+        let m = sb.parity_chunks as usize;
+        let code = stripeguard_codes::by_name(sb.code.name(), k, m)?;
+        let geometry = Geometry {
+            k,
+            m,
+            chunk_bytes: sb.chunk_bytes as u64,
+            stripes: sb.stripes,
+        };
+        let health = members
+            .iter()
+            .enumerate()
+            .map(|(index, d)| MemberHealth {
+                index,
+                name: d.name().to_string(),
+                failed: None,
+                superblock_copies_fixed: 0,
+            })
+            .collect();
+        Ok(Array {
+            failed: members.iter().map(|_| AtomicBool::new(false)).collect(),
+            health: Mutex::new(health),
+            planner: Mutex::new(Planner::new(geometry, sb.scheme, map_bytes)),
+            locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            seq: Mutex::new(SeqState {
+                next: sb.sequence_high_water,
+                high_water: sb.sequence_high_water,
+            }),
+            events: Mutex::new(EventLog::default()),
+            code,
+            geometry,
+            members,
+            generation: std::sync::atomic::AtomicU64::new(sb.generation),
+            sb,
+            writable,
+        })
+    }
+
+    /// The superblock (member index 0's view).
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    /// The scheme.
+    pub fn scheme(&self) -> Scheme {
+        self.sb.scheme
+    }
+    /// User-visible bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.geometry.capacity_bytes()
+    }
+    /// Bytes per unit.
+    pub fn unit_bytes(&self) -> u64 {
+        self.sb.unit_bytes()
+    }
+    /// Where units are on each member (for fault injection).
+    pub fn unit_map(&self) -> UnitMap {
+        unit_map(&self.sb)
+    }
+    /// Members' state.
+    pub fn health(&self) -> Vec<MemberHealth> {
+        self.health.lock().expect("lock").clone()
+    }
+    /// Totals of what was found and repaired.
+    pub fn counters(&self) -> Counters {
+        self.events.lock().expect("lock").counters.clone()
+    }
+    /// The most recent events.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .expect("lock")
+            .recent
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Flush every member and mark the array clean.
+    pub fn close(self) -> Result<(), EngineError> {
+        if self.writable {
+            self.flush()?;
+            self.write_superblocks(ArrayState::Clean)?;
+        }
+        Ok(())
+    }
+
+    /// Make every completed write durable.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        for (i, d) in self.members.iter().enumerate() {
+            if self.is_failed(i) {
+                continue;
+            }
+            if let Err(e) = d.flush() {
+                // A failed flush is fatal for that member (STYLE.md habit 3).
+                self.fail_member(i, &e)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_failed(&self, member: usize) -> bool {
+        self.failed[member].load(Ordering::Relaxed)
+    }
+
+    /// Take a member out of the array after an I/O error that is not a bad sector.
+    pub(crate) fn fail_member(&self, member: usize, why: &DiskError) -> Result<(), EngineError> {
+        if !self.failed[member].swap(true, Ordering::Relaxed) {
+            self.health.lock().expect("lock")[member].failed = Some(why.to_string());
+            self.events.lock().expect("lock").record(Event {
+                stripe: 0,
+                member,
+                position: 0,
+                role: "member",
+                kind: "member-failed",
+                evidence: why.to_string(),
+                action: crate::EventAction::RebuiltDegraded,
+            });
+        }
+        let failed = self
+            .failed
+            .iter()
+            .filter(|f| f.load(Ordering::Relaxed))
+            .count();
+        if failed > self.geometry.m {
+            return Err(EngineError::Unrecoverable {
+                stripe: 0,
+                reason: format!(
+                    "{failed} members have failed; the array survives {}",
+                    self.geometry.m
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The next hybrid-seq sequence number, reserving a new block in the superblocks first when
+    /// the current one is used up (so a number is never reused, even after a crash).
+    pub(crate) fn next_sequence(&self) -> Result<u64, EngineError> {
+        let mut s = self.seq.lock().expect("lock");
+        if s.next >= s.high_water {
+            let hw = s.high_water + SEQUENCE_RESERVATION;
+            self.write_superblocks_with(ArrayState::Dirty, hw)?;
+            s.high_water = hw;
+        }
+        s.next += 1;
+        Ok(s.next)
+    }
+
+    fn write_superblocks(&self, state: ArrayState) -> Result<(), EngineError> {
+        let hw = self.seq.lock().expect("lock").high_water;
+        self.write_superblocks_with(state, hw)
+    }
+
+    fn write_superblocks_with(
+        &self,
+        state: ArrayState,
+        high_water: u64,
+    ) -> Result<(), EngineError> {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        for (i, d) in self.members.iter().enumerate() {
+            if self.is_failed(i) {
+                continue;
+            }
+            let mut sb = self.sb.clone();
+            sb.member_index = i as u16;
+            sb.state = state;
+            sb.sequence_high_water = high_water;
+            sb.generation = generation;
+            let bytes = sb.encode();
+            for off in SUPERBLOCK_COPY_OFFSETS {
+                if let Err(e) = d.write_at(off, &bytes) {
+                    self.fail_member(i, &e)?;
+                    break;
+                }
+            }
+            if let Err(e) = d.flush() {
+                self.fail_member(i, &e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Expected identity of position `pos` of `stripe`.
+    pub(crate) fn identity(&self, stripe: u64, pos: usize) -> Identity {
+        let k = self.geometry.k;
+        Identity {
+            array_uuid: self.sb.array_uuid,
+            member_index: self.geometry.member_of(stripe, pos) as u16,
+            chunk_number: stripe,
+            role: if pos < k {
+                Role::Data(pos as u8)
+            } else {
+                Role::Parity((pos - k) as u8)
+            },
+        }
+    }
+
+    /// Byte offset of `stripe`'s unit on every member.
+    pub(crate) fn unit_offset(&self, stripe: u64) -> u64 {
+        self.sb.data_offset_bytes + stripe * self.unit_bytes()
+    }
+
+    /// Write every stripe as all-zero data with valid appendices.
+    fn initialise(
+        &self,
+        fresh: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let c = g.chunk_bytes as usize;
+        let scheme = self.sb.scheme;
+        let zero_tags = match scheme.mirror() {
+            Some(MirrorKind::Checksum) => stripeguard_checksum::crc32c(&vec![0u8; c]) as u64,
+            _ => 0,
+        };
+        let unit = self.unit_bytes() as usize;
+        let mut buf = vec![0u8; unit];
+        let total = g.stripes;
+        for s in 0..total {
+            if fresh && !scheme.has_appendix() {
+                break;
+            }
+            for pos in 0..g.n() {
+                buf.fill(0);
+                if scheme.has_appendix() {
+                    let identity = self.identity(s, pos);
+                    let a = Appendix {
+                        scheme,
+                        identity,
+                        tag: 0,
+                        buddy_crc: if pos < g.k
+                            && g.k > 1
+                            && scheme.mirror() == Some(MirrorKind::Checksum)
+                        {
+                            zero_tags as u32
+                        } else {
+                            0
+                        },
+                        entries: if pos < g.k {
+                            vec![]
+                        } else {
+                            vec![zero_tags; g.k]
+                        },
+                    };
+                    let (chunk, sector) = buf.split_at_mut(c);
+                    a.encode(chunk, sector);
+                }
+                let member = g.member_of(s, pos);
+                let off = self.unit_offset(s);
+                let w = if fresh {
+                    self.members[member].write_at(off + c as u64, &buf[c..])
+                } else {
+                    self.members[member].write_at(off, &buf)
+                };
+                w?;
+            }
+            if s % 64 == 63 || s + 1 == total {
+                progress(s + 1, total);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Unit layout of a member with superblock `sb`.
+pub(crate) fn unit_map(sb: &Superblock) -> UnitMap {
+    UnitMap {
+        data_offset: sb.data_offset_bytes,
+        unit_bytes: sb.unit_bytes(),
+        sector_bytes: sb.sector_bytes() as u64,
+        units: sb.stripes,
+    }
+}
+
+/// The best valid superblock copy of a member, and how many copies were damaged or stale.
+fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), String> {
+    let mut copies = Vec::new();
+    let mut errors = Vec::new();
+    for off in SUPERBLOCK_COPY_OFFSETS {
+        let mut b = vec![0u8; SUPERBLOCK_BYTES];
+        match d.read_at(off, &mut b) {
+            Err(e) => errors.push(e.to_string()),
+            Ok(()) => match Superblock::decode(&b) {
+                Ok(sb) => copies.push(sb),
+                Err(e) => errors.push(e.to_string()),
+            },
+        }
+    }
+    let best = copies.iter().max_by_key(|sb| sb.generation).cloned();
+    match best {
+        Some(sb) => {
+            let stale = copies
+                .iter()
+                .filter(|c| c.generation != sb.generation)
+                .count();
+            Ok((sb, (errors.len() + stale) as u8))
+        }
+        None => Err(errors.first().cloned().unwrap_or_default()),
+    }
+}
+
+fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
+    (a.members, a.data_chunks, a.parity_chunks, a.code, a.scheme)
+        == (b.members, b.data_chunks, b.parity_chunks, b.code, b.scheme)
+        && (
+            a.sector_shift,
+            a.chunk_bytes,
+            a.data_offset_bytes,
+            a.stripes,
+        ) == (
+            b.sector_shift,
+            b.chunk_bytes,
+            b.data_offset_bytes,
+            b.stripes,
+        )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,87 @@
+//! What the engine found and did: a bounded log of events and running counters.
+
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+
+/// What was done about a finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventAction {
+    /// The unit was rebuilt from redundancy, checked and written back.
+    Repaired,
+    /// Only the unit's appendix was stale (a missed checksum-copy update); it was rewritten.
+    AppendixRewritten,
+    /// The bytes a read returned were wrong but the unit on disk is right (a misdirected read):
+    /// the stripe was read again and the good bytes used.
+    Reread,
+    /// Rebuilt in memory; the member is failed so nothing was written.
+    RebuiltDegraded,
+    /// The stripe could not be repaired; the request failed.
+    Unrecoverable,
+}
+
+/// One finding in one unit.
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    /// Stripe.
+    pub stripe: u64,
+    /// Member index.
+    pub member: usize,
+    /// Stripe position (`0..k` data, then parity).
+    pub position: usize,
+    /// `data` or `parity`.
+    pub role: &'static str,
+    /// Finding kind (`checksum`, `identity`, `stale`, `outvoted`, `read-error`, `parity`).
+    pub kind: &'static str,
+    /// Human-readable evidence.
+    pub evidence: String,
+    /// What was done.
+    pub action: EventAction,
+}
+
+/// Running totals.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    /// Checks that failed (each triggers a full-stripe diagnosis).
+    pub detected: u64,
+    /// Units named as wrong by a diagnosis.
+    pub located: u64,
+    /// Units rebuilt (or their appendix rewritten) and verified.
+    pub repaired: u64,
+    /// Stripes found unrecoverable.
+    pub unrecoverable: u64,
+    /// Located units by finding kind.
+    pub by_kind: BTreeMap<String, u64>,
+    /// Located units by member index.
+    pub by_member: BTreeMap<usize, u64>,
+}
+
+/// Most recent events kept in memory.
+pub const EVENT_LOG_ENTRIES: usize = 4096;
+
+#[derive(Default)]
+pub(crate) struct EventLog {
+    pub(crate) counters: Counters,
+    pub(crate) recent: VecDeque<Event>,
+}
+
+impl EventLog {
+    pub(crate) fn record(&mut self, e: Event) {
+        let c = &mut self.counters;
+        match e.action {
+            EventAction::Unrecoverable => {}
+            _ => {
+                c.located += 1;
+                if e.action != EventAction::Reread {
+                    c.repaired += 1;
+                }
+                *c.by_kind.entry(e.kind.to_string()).or_default() += 1;
+                *c.by_member.entry(e.member).or_default() += 1;
+            }
+        }
+        if self.recent.len() == EVENT_LOG_ENTRIES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(e);
+    }
+}

@@ -1,0 +1,294 @@
+//! Reads and writes: split into per-stripe pieces, plan each with the shared planner, execute.
+
+use crate::repair::Image;
+use crate::{Array, EngineError};
+use stripeguard_codes::ChunkUpdate;
+use stripeguard_integrity::{diagnose, Diagnosis, MirrorKind, Scheme, UnitView};
+use stripeguard_plan::{Mode, Op, PiecePlan, Purpose};
+
+/// The units one piece has in hand: read from disk, or taken from a repaired image.
+struct Units {
+    units: Vec<Option<Vec<u8>>>,
+    erased: Vec<bool>,
+    truth: Vec<Option<u64>>,
+    data_crc: Vec<Option<u32>>,
+}
+
+impl Array {
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        let capacity = self.capacity_bytes();
+        match offset.checked_add(len) {
+            Some(end) if end <= capacity => Ok(()),
+            _ => Err(EngineError::OutOfRange {
+                offset,
+                len,
+                capacity,
+            }),
+        }
+    }
+
+    /// Call `f(stripe, piece_offset, piece_len, buffer_offset)` for each stripe piece.
+    fn for_pieces(
+        &self,
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(u64, u64, u64, usize) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let sd = self.geometry.stripe_data_bytes();
+        let mut pos = offset;
+        let end = offset + len;
+        while pos < end {
+            let stripe = pos / sd;
+            let piece_end = ((stripe + 1) * sd).min(end);
+            f(stripe, pos, piece_end - pos, (pos - offset) as usize)?;
+            pos = piece_end;
+        }
+        Ok(())
+    }
+
+    fn plan_one(&self, op: Op, offset: u64, len: u64) -> PiecePlan {
+        let mut out = None;
+        self.planner
+            .lock()
+            .expect("lock")
+            .plan(op, offset, len, |p| out = Some(p.clone()));
+        out.expect("one piece")
+    }
+
+    /// Read `buf.len()` bytes at array byte `offset`. Every byte returned passed the scheme's
+    /// checks (or was rebuilt and re-checked).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.check_range(offset, buf.len() as u64)?;
+        self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
+            let _guard = self.locks[stripe as usize % self.locks.len()]
+                .lock()
+                .expect("lock");
+            let plan = self.plan_one(Op::Read, off, len);
+            let units = self.gather(&plan)?;
+            let c = self.geometry.chunk_bytes;
+            let mut o = at;
+            for i in plan.first..=plan.last {
+                let (lo, hi) = plan.chunk_range(i, c);
+                let chunk = units.units[i].as_ref().expect("read");
+                buf[o..o + (hi - lo) as usize].copy_from_slice(&chunk[lo as usize..hi as usize]);
+                o += (hi - lo) as usize;
+            }
+            Ok(())
+        })
+    }
+
+    /// Write `data` at array byte `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        if !self.writable {
+            return Err(EngineError::Config(
+                "the array was assembled read-only".into(),
+            ));
+        }
+        self.check_range(offset, data.len() as u64)?;
+        self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
+            let _guard = self.locks[stripe as usize % self.locks.len()]
+                .lock()
+                .expect("lock");
+            let plan = self.plan_one(Op::Write, off, len);
+            let units = self.gather(&plan)?;
+            self.apply_write(&plan, units, &data[at..at + len as usize])
+        })
+    }
+
+    /// Read the plan's units and check them; on any failed check or erasure, repair the stripe
+    /// and take the units from the repaired image.
+    fn gather(&self, plan: &PiecePlan) -> Result<Units, EngineError> {
+        let g = self.geometry;
+        let n = g.n();
+        let c = g.chunk_bytes as usize;
+        let scheme = self.sb.scheme;
+        let mut units: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut erased = vec![false; n];
+        for io in &plan.reads {
+            if units[io.pos].is_some() || erased[io.pos] {
+                continue;
+            }
+            match self.read_unit(plan.stripe, io.pos)? {
+                Some(u) => units[io.pos] = Some(u),
+                None => erased[io.pos] = true,
+            }
+        }
+        let diag: Diagnosis = {
+            let views: Vec<UnitView<'_>> = (0..n)
+                .map(|p| match (&units[p], erased[p]) {
+                    (_, true) => UnitView::Erased,
+                    (Some(b), _) => UnitView::Read {
+                        chunk: &b[..c],
+                        appendix: &b[c..],
+                    },
+                    (None, _) => UnitView::NotRead,
+                })
+                .collect();
+            diagnose(scheme, g.k, &views, |p| self.identity(plan.stripe, p))
+        };
+        if diag.is_clean() && !erased.iter().any(|&e| e) {
+            return Ok(Units {
+                units,
+                erased,
+                truth: diag.truth,
+                data_crc: diag.data_crc,
+            });
+        }
+        let mut suspects: Vec<(usize, &'static str, String)> = diag
+            .findings
+            .iter()
+            .map(|f| (f.position, f.kind.name(), crate::repair::evidence(&f.kind)))
+            .collect();
+        for (p, &e) in erased.iter().enumerate() {
+            if e && suspects.iter().all(|s| s.0 != p) {
+                suspects.push((p, "read-error", "read failed".into()));
+            }
+        }
+        let Image { units: full, truth } = self.repair_stripe(plan.stripe, &suspects)?;
+        let data_crc = if scheme.mirror() == Some(MirrorKind::Checksum) {
+            truth.iter().map(|t| t.map(|v| v as u32)).collect()
+        } else {
+            vec![None; g.k]
+        };
+        Ok(Units {
+            units: full.into_iter().map(Some).collect(),
+            erased: vec![false; n],
+            truth,
+            data_crc,
+        })
+    }
+
+    fn apply_write(
+        &self,
+        plan: &PiecePlan,
+        mut have: Units,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let (k, m) = (g.k, g.m);
+        let c = g.chunk_bytes as usize;
+        let scheme = self.sb.scheme;
+        let unit = self.unit_bytes() as usize;
+        let mode = plan.mode.expect("planned");
+        let (first, last) = (plan.first, plan.last);
+        debug_assert!(!have.erased.iter().any(|&e| e));
+
+        // New data units (chunk + room for the appendix).
+        let mut new: Vec<Vec<u8>> = Vec::with_capacity(last + 1 - first);
+        let mut at = 0usize;
+        for i in first..=last {
+            let (lo, hi) = plan.chunk_range(i, c as u64);
+            let (lo, hi) = (lo as usize, hi as usize);
+            let mut u = if lo == 0 && hi == c {
+                vec![0u8; unit]
+            } else {
+                have.units[i]
+                    .clone()
+                    .expect("partial chunks are read (merge/old/version)")
+            };
+            u[lo..hi].copy_from_slice(&data[at..at + hi - lo]);
+            at += hi - lo;
+            new.push(u);
+        }
+
+        // Parity.
+        let mut parity: Vec<Vec<u8>> = Vec::with_capacity(m);
+        match mode {
+            Mode::Rmw => {
+                for j in 0..m {
+                    parity.push(have.units[k + j].take().expect("RMW reads parity"));
+                }
+                let changes: Vec<ChunkUpdate<'_>> = (first..=last)
+                    .map(|i| ChunkUpdate {
+                        index: i,
+                        old: &have.units[i].as_ref().expect("RMW reads old data")[..c],
+                        new: &new[i - first][..c],
+                    })
+                    .collect();
+                let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+                self.code.update(&changes, &mut views)?;
+            }
+            _ => {
+                for _ in 0..m {
+                    parity.push(vec![0u8; unit]);
+                }
+                let datas: Vec<&[u8]> = (0..k)
+                    .map(|i| {
+                        if (first..=last).contains(&i) {
+                            &new[i - first][..c]
+                        } else {
+                            &have.units[i].as_ref().expect("RCW reads untouched data")[..c]
+                        }
+                    })
+                    .collect();
+                let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+                self.code.encode(&datas, &mut views)?;
+            }
+        }
+
+        // Metadata, then the writes.
+        if let Some(mirror) = scheme.mirror() {
+            let mut tags: Vec<u64> = (0..k)
+                .map(|i| {
+                    have.truth[i]
+                        .or_else(|| have.data_crc.get(i).copied().flatten().map(u64::from))
+                        .unwrap_or(0)
+                })
+                .collect();
+            match mirror {
+                MirrorKind::Version => {
+                    let seq = if scheme == Scheme::HybridSeq {
+                        Some(self.next_sequence()?)
+                    } else {
+                        None
+                    };
+                    for i in first..=last {
+                        tags[i] = seq.unwrap_or(tags[i] + 1);
+                    }
+                    for i in first..=last {
+                        let (chunk, sector) = new[i - first].split_at_mut(c);
+                        self.seal(plan.stripe, i, &tags, chunk, sector);
+                    }
+                }
+                MirrorKind::Checksum => {
+                    // Chunk i's appendix holds the CRC of chunk i - 1, so go in order; when the
+                    // piece wraps (full stripe), the last chunk's CRC is needed first.
+                    if mode == Mode::FullStripe && k > 1 {
+                        tags[last] = stripeguard_checksum::crc32c(&new[last - first][..c]) as u64;
+                    }
+                    for i in first..=last {
+                        let (chunk, sector) = new[i - first].split_at_mut(c);
+                        tags[i] = self.seal(plan.stripe, i, &tags, chunk, sector) as u64;
+                    }
+                }
+            }
+            for (j, p) in parity.iter_mut().enumerate() {
+                let (chunk, sector) = p.split_at_mut(c);
+                self.seal(plan.stripe, k + j, &tags, chunk, sector);
+            }
+            for w in &plan.writes {
+                match w.purpose {
+                    Purpose::BuddyAppendix => {
+                        let mut sector = vec![0u8; unit - c];
+                        self.seal(plan.stripe, w.pos, &tags, &[], &mut sector);
+                        self.write_unit(plan.stripe, w.pos, c as u64, &sector)?;
+                    }
+                    Purpose::Buddy => {
+                        let mut u = have.units[w.pos].take().expect("the buddy was read");
+                        let (chunk, sector) = u.split_at_mut(c);
+                        self.seal(plan.stripe, w.pos, &tags, chunk, sector);
+                        self.write_unit(plan.stripe, w.pos, 0, &u)?;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (i, u) in (first..=last).zip(&new) {
+            self.write_unit(plan.stripe, i, 0, u)?;
+        }
+        for (j, p) in parity.iter().enumerate() {
+            self.write_unit(plan.stripe, k + j, 0, p)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,24 @@
+//! The stripeguard array engine: an array over member disks that never returns silently wrong
+//! data (within the fault model of DESIGN.md: at most one silently wrong unit per stripe plus at
+//! most `m - 1` erasures; beyond it, a read fails with an error naming the stripe).
+//!
+//! The engine executes the planner's per-stripe plans ([`stripeguard_plan`]): it reads the units
+//! the plan names, checks them as the scheme says ([`stripeguard_integrity::diagnose`] on the
+//! partial view), and on any failed check reads the whole stripe, diagnoses it with every
+//! surviving unit voting, rebuilds the wrong units from redundancy, checks the rebuilt bytes,
+//! writes them back and records an [`Event`]. Only checked bytes are returned or used to compute
+//! parity (no parity pollution).
+//!
+//! Concurrency: requests to different stripes run in parallel; requests to one stripe are ordered
+//! by a stripe lock (a fixed table of mutexes indexed by stripe); the planner's state sits behind
+//! its own short-lived lock.
+
+mod array;
+mod error;
+mod events;
+mod io;
+mod repair;
+
+pub use array::{Array, ArrayConfig, AssembleOptions, MemberHealth};
+pub use error::EngineError;
+pub use events::{Counters, Event, EventAction};

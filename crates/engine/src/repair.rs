@@ -1,0 +1,335 @@
+//! Full-stripe diagnosis and repair: read every unit, let every surviving unit vote, rebuild the
+//! wrong ones from redundancy, check the rebuilt bytes, write them back, record events.
+
+use crate::events::{Event, EventAction};
+use crate::{Array, EngineError};
+use stripeguard_codes::Located;
+use stripeguard_disk::DiskError;
+use stripeguard_integrity::{diagnose, Appendix, FindingKind, MirrorKind, Scheme, UnitView};
+
+/// A stripe as it should be: every unit's bytes, and the truth about every data chunk.
+pub(crate) struct Image {
+    pub(crate) units: Vec<Vec<u8>>,
+    pub(crate) truth: Vec<Option<u64>>,
+}
+
+impl Array {
+    /// Read unit `pos` of `stripe`. `Ok(None)` = erasure (failed member or unreadable sector).
+    pub(crate) fn read_unit(
+        &self,
+        stripe: u64,
+        pos: usize,
+    ) -> Result<Option<Vec<u8>>, EngineError> {
+        let member = self.geometry.member_of(stripe, pos);
+        if self.is_failed(member) {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; self.unit_bytes() as usize];
+        match self.members[member].read_at(self.unit_offset(stripe), &mut buf) {
+            Ok(()) => Ok(Some(buf)),
+            Err(DiskError::Medium { .. }) => Ok(None),
+            Err(e) => {
+                self.fail_member(member, &e)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Write `bytes` at `byte_in_unit` of unit `pos` of `stripe`, unless its member has failed.
+    pub(crate) fn write_unit(
+        &self,
+        stripe: u64,
+        pos: usize,
+        byte_in_unit: u64,
+        bytes: &[u8],
+    ) -> Result<(), EngineError> {
+        let member = self.geometry.member_of(stripe, pos);
+        if self.is_failed(member) {
+            return Ok(());
+        }
+        let off = self.unit_offset(stripe) + byte_in_unit;
+        if let Err(e) = self.members[member].write_at(off, bytes) {
+            self.fail_member(member, &e)?;
+        }
+        Ok(())
+    }
+
+    /// Encode the appendix of position `pos` of `stripe` after `chunk`, from the truth about the
+    /// data chunks (`tags[i]` = version, sequence or CRC). Returns the chunk's CRC.
+    pub(crate) fn seal(
+        &self,
+        stripe: u64,
+        pos: usize,
+        tags: &[u64],
+        chunk: &[u8],
+        sector: &mut [u8],
+    ) -> u32 {
+        let k = self.geometry.k;
+        let scheme = self.sb.scheme;
+        let checksum = scheme.mirror() == Some(MirrorKind::Checksum);
+        let a = if pos < k {
+            Appendix {
+                scheme,
+                identity: self.identity(stripe, pos),
+                tag: if checksum { 0 } else { tags[pos] },
+                buddy_crc: if checksum && k > 1 {
+                    tags[(pos + k - 1) % k] as u32
+                } else {
+                    0
+                },
+                entries: vec![],
+            }
+        } else {
+            Appendix {
+                scheme,
+                identity: self.identity(stripe, pos),
+                tag: if scheme == Scheme::HybridSeq {
+                    tags.iter().copied().max().unwrap_or(0)
+                } else {
+                    0
+                },
+                buddy_crc: 0,
+                entries: tags.to_vec(),
+            }
+        };
+        a.encode(chunk, sector)
+    }
+
+    /// Diagnose and repair `stripe` after a failed check. Returns the stripe as it should be.
+    /// `suspects` are the positions (with evidence) the failed check named; one that the fresh
+    /// full read finds healthy returned wrong bytes only in flight (a misdirected read).
+    pub(crate) fn repair_stripe(
+        &self,
+        stripe: u64,
+        suspects: &[(usize, &'static str, String)],
+    ) -> Result<Image, EngineError> {
+        let g = self.geometry;
+        let (k, m, n) = (g.k, g.m, g.n());
+        let c = g.chunk_bytes as usize;
+        let scheme = self.sb.scheme;
+        self.events.lock().expect("lock").counters.detected += 1;
+
+        let mut units: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
+        for pos in 0..n {
+            units.push(self.read_unit(stripe, pos)?);
+        }
+        let views: Vec<UnitView<'_>> = units
+            .iter()
+            .map(|u| match u {
+                None => UnitView::Erased,
+                Some(b) if scheme.has_appendix() => UnitView::Read {
+                    chunk: &b[..c],
+                    appendix: &b[c..],
+                },
+                Some(b) => UnitView::Read {
+                    chunk: &b[..c],
+                    appendix: &[],
+                },
+            })
+            .collect();
+        let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
+        let mut findings: Vec<(usize, &'static str, String, bool)> = diag
+            .findings
+            .iter()
+            .map(|f| (f.position, f.kind.name(), evidence(&f.kind), f.chunk_ok))
+            .collect();
+        if scheme == Scheme::None {
+            for (pos, u) in units.iter().enumerate() {
+                if u.is_none() {
+                    findings.push((pos, "read-error", "read failed".into(), false));
+                }
+            }
+        }
+        let mut bad: Vec<usize> = findings.iter().filter(|f| !f.3).map(|f| f.0).collect();
+        let fail = |reason: String| {
+            let mut ev = self.events.lock().expect("lock");
+            ev.counters.unrecoverable += 1;
+            ev.record(Event {
+                stripe,
+                member: 0,
+                position: 0,
+                role: "stripe",
+                kind: "unrecoverable",
+                evidence: reason.clone(),
+                action: EventAction::Unrecoverable,
+            });
+            EngineError::Unrecoverable { stripe, reason }
+        };
+        if bad.len() > m {
+            return Err(fail(format!(
+                "{} units are wrong or unreadable ({}) but the code rebuilds at most {m}",
+                bad.len(),
+                describe(&findings)
+            )));
+        }
+
+        // Fill erased slots so the code can work in place.
+        let mut full: Vec<Vec<u8>> = units
+            .into_iter()
+            .map(|u| u.unwrap_or_else(|| vec![0u8; self.unit_bytes() as usize]))
+            .collect();
+
+        // With redundancy to spare, the code itself checks what the metadata concluded (and is
+        // the arbiter when checksum copies tie).
+        if n - bad.len() > k {
+            let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
+            match self.code.locate(&chunks, &bad) {
+                Ok(Located::Consistent) | Ok(Located::Unchecked) => {}
+                Ok(Located::Bad(extra))
+                    if bad.len() + extra.len() <= m && scheme != Scheme::None =>
+                {
+                    for p in extra {
+                        findings.push((
+                            p,
+                            "parity",
+                            "located by the erasure code's syndromes".into(),
+                            false,
+                        ));
+                        bad.push(p);
+                    }
+                }
+                Ok(Located::Bad(extra)) if scheme != Scheme::None => {
+                    return Err(fail(format!(
+                        "the parity equations also name positions {extra:?}"
+                    )));
+                }
+                Ok(Located::Bad(_)) => {}
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
+        for &i in &diag.ambiguous {
+            if !bad.contains(&i) {
+                return Err(fail(format!(
+                    "the checksum copies of data chunk {i} disagree and nothing can break the tie"
+                )));
+            }
+        }
+        bad.sort_unstable();
+        bad.dedup();
+        if !bad.is_empty() {
+            let mut views: Vec<&mut [u8]> = full.iter_mut().map(|u| &mut u[..c]).collect();
+            self.code.reconstruct(&mut views, &bad)?;
+        }
+
+        // The truth about every data chunk, and a check of every rebuilt data chunk against it.
+        let mut truth = diag.truth.clone();
+        if let Some(mirror) = scheme.mirror() {
+            for i in 0..k {
+                if mirror == MirrorKind::Checksum {
+                    let crc = stripeguard_checksum::crc32c(&full[i][..c]) as u64;
+                    match truth[i] {
+                        Some(t) if t != crc => {
+                            return Err(fail(format!(
+                                "rebuilt data chunk {i} has CRC {crc:#010x} but its copies say {t:#010x}"
+                            )))
+                        }
+                        _ => truth[i] = Some(crc),
+                    }
+                } else if truth[i].is_none() {
+                    return Err(fail(format!(
+                        "no surviving unit knows data chunk {i}'s version"
+                    )));
+                }
+            }
+        }
+
+        // Write back the rebuilt units and the stale appendices.
+        let tags: Vec<u64> = truth.iter().map(|t| t.unwrap_or(0)).collect();
+        let mut rewritten = Vec::new();
+        for &(pos, _, _, _) in &findings {
+            if rewritten.contains(&pos) {
+                continue;
+            }
+            rewritten.push(pos);
+            if scheme.has_appendix() {
+                let (chunk, sector) = full[pos].split_at_mut(c);
+                self.seal(stripe, pos, &tags, chunk, sector);
+            }
+            if self.writable {
+                self.write_unit(stripe, pos, 0, &full[pos])?;
+            }
+            if pos < k {
+                let id = g.data_chunk_id(stripe, pos);
+                self.planner
+                    .lock()
+                    .expect("lock")
+                    .map_mut()
+                    .mark_written(id);
+            }
+        }
+        let mut ev = self.events.lock().expect("lock");
+        for (pos, kind, evidence) in suspects {
+            if findings.iter().all(|f| f.0 != *pos) {
+                ev.record(Event {
+                    stripe,
+                    member: g.member_of(stripe, *pos),
+                    position: *pos,
+                    role: if *pos < k { "data" } else { "parity" },
+                    kind,
+                    evidence: format!("{evidence} (in flight only: the unit on disk is correct)"),
+                    action: EventAction::Reread,
+                });
+            }
+        }
+        for (pos, kind, evidence, chunk_ok) in findings {
+            let member = g.member_of(stripe, pos);
+            if kind == "read-error" && self.is_failed(member) {
+                // A failed member is reported once, when it fails, not in every stripe.
+                continue;
+            }
+            let action = if self.is_failed(member) || !self.writable {
+                EventAction::RebuiltDegraded
+            } else if chunk_ok {
+                EventAction::AppendixRewritten
+            } else {
+                EventAction::Repaired
+            };
+            ev.record(Event {
+                stripe,
+                member,
+                position: pos,
+                role: if pos < k { "data" } else { "parity" },
+                kind,
+                evidence,
+                action,
+            });
+        }
+        Ok(Image { units: full, truth })
+    }
+}
+
+fn describe(findings: &[(usize, &'static str, String, bool)]) -> String {
+    findings
+        .iter()
+        .map(|f| format!("position {}: {}", f.0, f.1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn evidence(kind: &FindingKind) -> String {
+    match kind {
+        FindingKind::ReadError => "read failed (latent sector error or failed member)".into(),
+        FindingKind::Checksum { detail } => detail.clone(),
+        FindingKind::Identity {
+            member,
+            chunk_number,
+            foreign,
+        } => {
+            if *foreign {
+                "holds a unit of another array".into()
+            } else {
+                format!("holds member {member}'s chunk {chunk_number}: misdirected")
+            }
+        }
+        FindingKind::Stale { has, newest, about } => {
+            format!("says version {has} of data chunk {about}, its copies say {newest}: lost write")
+        }
+        FindingKind::Outvoted {
+            has,
+            majority,
+            about,
+        } => format!(
+            "CRC of data chunk {about} is {has:#010x} here, {majority:#010x} in the majority of copies"
+        ),
+    }
+}
