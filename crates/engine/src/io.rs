@@ -292,3 +292,23 @@ impl Array {
         Ok(())
     }
 }
+
+impl Array {
+    /// Read every unit of `stripe`, diagnose with every unit voting, and repair what is wrong
+    /// (the scrub of one stripe). Returns the number of units found wrong.
+    pub fn scrub_stripe(&self, stripe: u64) -> Result<u64, EngineError> {
+        if stripe >= self.geometry.stripes {
+            return Err(EngineError::OutOfRange {
+                offset: stripe,
+                len: 1,
+                capacity: self.geometry.stripes,
+            });
+        }
+        let _guard = self.locks[stripe as usize % self.locks.len()]
+            .lock()
+            .expect("lock");
+        let before = self.counters().located;
+        self.repair_stripe(stripe, &[])?;
+        Ok(self.counters().located - before)
+    }
+}

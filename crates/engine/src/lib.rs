@@ -14,11 +14,13 @@
 //! its own short-lived lock.
 
 mod array;
+mod campaign;
 mod error;
 mod events;
 mod io;
 mod repair;
 
 pub use array::{Array, ArrayConfig, AssembleOptions, MemberHealth};
+pub use campaign::{run_campaign, CampaignConfig, CampaignReport};
 pub use error::EngineError;
 pub use events::{Counters, Event, EventAction};

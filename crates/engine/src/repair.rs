@@ -107,7 +107,6 @@ impl Array {
         let (k, m, n) = (g.k, g.m, g.n());
         let c = g.chunk_bytes as usize;
         let scheme = self.sb.scheme;
-        self.events.lock().expect("lock").counters.detected += 1;
 
         let mut units: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
         for pos in 0..n {
@@ -140,6 +139,14 @@ impl Array {
                 }
             }
         }
+        // Reconstructing around a member already known to have failed is degraded mode, not a
+        // detection.
+        let news = |pos: usize, kind: &str| {
+            !(kind == "read-error" && self.is_failed(g.member_of(stripe, pos)))
+        };
+        if suspects.iter().any(|s| news(s.0, s.1)) || findings.iter().any(|f| news(f.0, f.1)) {
+            self.events.lock().expect("lock").counters.detected += 1;
+        }
         let mut bad: Vec<usize> = findings.iter().filter(|f| !f.3).map(|f| f.0).collect();
         let fail = |reason: String| {
             let mut ev = self.events.lock().expect("lock");
@@ -171,7 +178,7 @@ impl Array {
 
         // With redundancy to spare, the code itself checks what the metadata concluded (and is
         // the arbiter when checksum copies tie).
-        if n - bad.len() > k {
+        if n - bad.len() > k && scheme != Scheme::None {
             let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
             match self.code.locate(&chunks, &bad) {
                 Ok(Located::Consistent) | Ok(Located::Unchecked) => {}

@@ -1,0 +1,288 @@
+//! The fault campaign: seeded random reads and writes against a model of the expected bytes,
+//! with faults injected within the paper's assumptions (at most one silently wrong unit per
+//! stripe, plus the failed members), a check after every operation, and a scrub at the end.
+//!
+//! What it asserts is returned in [`CampaignReport`] (the caller decides what must hold):
+//! every read equal to the model, no damage left on any member after the scrub, and no event
+//! naming a unit that no fault touched.
+
+use crate::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, MemDisk};
+use stripeguard_integrity::{CodeId, Scheme};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct CampaignConfig {
+    /// `k`.
+    pub data_chunks: usize,
+    /// `m`.
+    pub parity_chunks: usize,
+    /// Code.
+    pub code: CodeId,
+    /// Scheme.
+    pub scheme: Scheme,
+    /// Chunk size.
+    pub chunk_bytes: u32,
+    /// Stripes.
+    pub stripes: u64,
+    /// Operations.
+    pub ops: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Fault kinds to draw from (member failure is applied at the start, see `failed_members`).
+    pub kinds: Vec<FaultKind>,
+    /// Members failed before the run (at most `m - 1` so silent faults stay repairable).
+    pub failed_members: usize,
+    /// Probability of arming a fault before each operation.
+    pub fault_rate: f64,
+}
+
+/// What happened.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CampaignReport {
+    /// Operations run.
+    pub ops: u64,
+    /// User reads checked against the model.
+    pub reads: u64,
+    /// User writes.
+    pub writes: u64,
+    /// Faults that fired (or were applied), by kind.
+    pub injected: BTreeMap<String, u64>,
+    /// Failed checks.
+    pub detected: u64,
+    /// Units named wrong.
+    pub located: u64,
+    /// Units rebuilt and rewritten.
+    pub repaired: u64,
+    /// Reads answered by re-reading (misdirected reads).
+    pub reread: u64,
+    /// Requests refused as unrecoverable.
+    pub unrecoverable: u64,
+    /// Reads that returned bytes different from the model.
+    pub wrong_reads: u64,
+    /// Bytes returned different from the model.
+    pub wrong_bytes: u64,
+    /// Units still damaged on some member after the final scrub.
+    pub damaged_after_scrub: u64,
+    /// Events naming a unit no fault touched.
+    pub false_accusations: u64,
+}
+
+struct Rig {
+    array: Array,
+    faulty: Vec<Arc<FaultyDisk>>,
+}
+
+fn build(cfg: &CampaignConfig) -> Result<Rig, EngineError> {
+    let n = cfg.data_chunks + cfg.parity_chunks;
+    let appendix = if cfg.scheme.has_appendix() { 512 } else { 0 };
+    let size = stripeguard_integrity::DATA_OFFSET_BYTES
+        + cfg.stripes * (cfg.chunk_bytes as u64 + appendix);
+    let mems: Vec<DiskRef> = (0..n)
+        .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
+        .collect();
+    let acfg = ArrayConfig {
+        data_chunks: cfg.data_chunks,
+        parity_chunks: cfg.parity_chunks,
+        code: cfg.code,
+        scheme: cfg.scheme,
+        chunk_bytes: cfg.chunk_bytes,
+        sector_bytes: 512,
+        stripes: Some(cfg.stripes),
+        first_read_map_bytes: 1 << 20,
+    };
+    let a = Array::create(mems.clone(), &acfg, true, &mut |_, _| {})?;
+    let map = a.unit_map();
+    a.close()?;
+    let faulty: Vec<Arc<FaultyDisk>> = mems
+        .into_iter()
+        .map(|d| FaultyDisk::new(d, map).map(Arc::new))
+        .collect::<Result<_, _>>()?;
+    let members = faulty.iter().map(|f| f.clone() as DiskRef).collect();
+    let array = Array::assemble(members, &AssembleOptions::default())?;
+    Ok(Rig { array, faulty })
+}
+
+/// Run one campaign.
+pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+    let rig = build(cfg)?;
+    let a = &rig.array;
+    let g = *a.geometry();
+    let cap = a.capacity_bytes() as usize;
+    let c = g.chunk_bytes as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill(&mut model[..]);
+    a.write(0, &model)?;
+    let mut rep = CampaignReport::default();
+    let failed: Vec<usize> = (0..cfg.failed_members.min(g.m.saturating_sub(1))).collect();
+    for &f in &failed {
+        rig.faulty[f].arm(0, Fault::MemberFailure)?;
+    }
+    // (member, stripe) pairs any fault touched: events may name only these.
+    let mut touched: BTreeSet<(usize, u64)> = BTreeSet::new();
+    let map = a.unit_map();
+
+    let fail_at = cfg
+        .kinds
+        .contains(&FaultKind::MemberFailure)
+        .then_some(cfg.ops / 3);
+    let mut spare_failures = g.m - failed.len();
+    let mut failed = failed;
+    for op in 0..cfg.ops {
+        rep.ops += 1;
+        if fail_at == Some(op) && spare_failures > 0 {
+            let d = (0..g.n())
+                .find(|d| !failed.contains(d))
+                .expect("a healthy member");
+            rig.faulty[d].arm(0, Fault::MemberFailure)?;
+            *rep.injected
+                .entry(FaultKind::MemberFailure.name().to_string())
+                .or_default() += 1;
+            failed.push(d);
+            spare_failures -= 1;
+        }
+        // Silent faults only while the stripe can still absorb one (at most m - 1 failed).
+        let silent_ok = failed.len() < g.m;
+        if !cfg.kinds.is_empty() && rng.random_bool(cfg.fault_rate) && g.stripes >= 4 {
+            let kind = cfg.kinds[rng.random_range(0..cfg.kinds.len())];
+            let member = loop {
+                let d = rng.random_range(0..g.n());
+                if !failed.contains(&d) {
+                    break d;
+                }
+            };
+            let unit = rng.random_range(0..g.stripes);
+            let (fault, units) = kind.random(&mut rng, &map, unit);
+            // Stay within the assumptions: every stripe this fault may damage must be clean on
+            // every member, with nothing armed.
+            let dirty = dirty_stripes(&rig.faulty)?;
+            if units.iter().all(|u| !dirty.contains(u))
+                && kind != FaultKind::MemberFailure
+                && silent_ok
+            {
+                for &u in &units {
+                    for d in 0..g.n() {
+                        touched.insert((d, u));
+                    }
+                }
+                rig.faulty[member].arm(unit, fault)?;
+            }
+        }
+        let write = rng.random_bool(0.5);
+        let (off, len) = random_extent(&mut rng, cap, c, g.k);
+        if write {
+            let mut data = vec![0u8; len];
+            rng.fill(&mut data[..]);
+            match a.write(off as u64, &data) {
+                Ok(()) => model[off..off + len].copy_from_slice(&data),
+                Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+                Err(e) => return Err(e),
+            }
+            rep.writes += 1;
+        } else {
+            let mut got = vec![0u8; len];
+            match a.read(off as u64, &mut got) {
+                Ok(()) => {
+                    let wrong = got
+                        .iter()
+                        .zip(&model[off..off + len])
+                        .filter(|(x, y)| x != y)
+                        .count();
+                    if wrong > 0 {
+                        rep.wrong_reads += 1;
+                        rep.wrong_bytes += wrong as u64;
+                    }
+                }
+                Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+                Err(e) => return Err(e),
+            }
+            rep.reads += 1;
+        }
+    }
+    // Drain: nothing more may fire; read everything, then scrub every stripe.
+    for f in &rig.faulty {
+        f.disarm();
+    }
+    let mut got = vec![0u8; cap];
+    match a.read(0, &mut got) {
+        Ok(()) => {
+            let wrong = got.iter().zip(&model).filter(|(x, y)| x != y).count();
+            if wrong > 0 {
+                rep.wrong_reads += 1;
+                rep.wrong_bytes += wrong as u64;
+            }
+        }
+        Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+        Err(e) => return Err(e),
+    }
+    rep.reads += 1;
+    if cfg.scheme != Scheme::None {
+        for s in 0..g.stripes {
+            match a.scrub_stripe(s) {
+                Ok(_) => {}
+                Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    for (d, f) in rig.faulty.iter().enumerate() {
+        if failed.contains(&d) {
+            continue;
+        }
+        rep.damaged_after_scrub += f.corrupted_units()?.len() as u64;
+        for inj in f.log() {
+            *rep.injected
+                .entry(inj.fault.kind().name().to_string())
+                .or_default() += 1;
+        }
+    }
+    let counters = a.counters();
+    rep.detected = counters.detected;
+    rep.located = counters.located;
+    rep.repaired = counters.repaired;
+    for e in a.events() {
+        if e.action == EventAction::Reread {
+            rep.reread += 1;
+        }
+        if matches!(e.role, "data" | "parity") && !touched.contains(&(e.member, e.stripe)) {
+            rep.false_accusations += 1;
+        }
+    }
+    Ok(rep)
+}
+
+fn dirty_stripes(faulty: &[Arc<FaultyDisk>]) -> Result<BTreeSet<u64>, EngineError> {
+    let mut dirty = BTreeSet::new();
+    for f in faulty {
+        if f.has_failed() {
+            continue;
+        }
+        dirty.extend(f.corrupted_units()?);
+        for (u, fault) in f.armed() {
+            dirty.insert(u);
+            if let Fault::MisdirectedWrite { victim, .. } = fault {
+                dirty.insert(victim);
+                dirty.insert(victim + 1);
+            }
+        }
+    }
+    Ok(dirty)
+}
+
+/// Aligned or unaligned, single- or multi-stripe.
+fn random_extent(rng: &mut impl Rng, cap: usize, c: usize, k: usize) -> (usize, usize) {
+    let aligned = rng.random_bool(0.5);
+    let max = (2 * k * c).min(cap);
+    let (mut off, mut len) = (rng.random_range(0..cap), rng.random_range(1..=max));
+    if aligned {
+        off = off / c * c;
+        len = len.div_ceil(c) * c;
+    }
+    len = len.min(cap - off).max(1);
+    (off, len)
+}
