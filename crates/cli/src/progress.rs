@@ -23,3 +23,15 @@ pub fn updater(bar: &ProgressBar) -> impl FnMut(u64, u64) + '_ {
         bar.set_position(done);
     }
 }
+
+/// A count bar (`done/total items`) with a label.
+pub fn count_bar(label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_string());
+    bar
+}

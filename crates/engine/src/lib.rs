@@ -15,6 +15,7 @@
 
 mod array;
 mod campaign;
+mod demo;
 mod error;
 mod events;
 mod io;
@@ -22,5 +23,6 @@ mod repair;
 
 pub use array::{Array, ArrayConfig, AssembleOptions, MemberHealth};
 pub use campaign::{run_campaign, CampaignConfig, CampaignReport};
+pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
 pub use events::{Counters, Event, EventAction};
