@@ -332,8 +332,18 @@ fn counters_json(c: &Counters) -> serde_json::Value {
     serde_json::to_value(c).expect("serializable")
 }
 
+/// Events shown in human output (all of them are in `--json`).
+const EVENTS_SHOWN: usize = 20;
+
 fn print_events(array: &Array) {
-    for e in array.events() {
+    let events = array.events();
+    if events.len() > EVENTS_SHOWN {
+        eprintln!(
+            "  (first {EVENTS_SHOWN} of {} events; --json lists them all)",
+            events.len()
+        );
+    }
+    for e in events.into_iter().take(EVENTS_SHOWN) {
         eprintln!(
             "  stripe {} member {} ({} {}): {} — {} [{:?}]",
             e.stripe, e.member, e.role, e.position, e.kind, e.evidence, e.action
