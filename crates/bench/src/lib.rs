@@ -2,6 +2,7 @@
 //! machines are shared and noisy); every speed claim is a ratio to a reference measured in the
 //! same run, never an absolute threshold.
 
+pub mod array;
 pub mod codec;
 mod timing;
 

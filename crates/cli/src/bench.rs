@@ -12,6 +12,31 @@ use stripeguard_bench::{run_codec, CodecOptions};
 pub enum BenchCommand {
     /// Encode, update, reconstruct, locate, CRC-32C and memcpy throughput per (k, m) and chunk size.
     Codec(CodecArgs),
+    /// The array engine on memory members: 1 MiB sequential and 4 KiB random reads and writes
+    /// per scheme, with the ratio to bare RAID (`none`) measured in the same run.
+    Array(ArrayArgs),
+}
+
+#[derive(Args)]
+pub struct ArrayArgs {
+    /// Shape k+m.
+    #[arg(long, value_parser = parse_shape, default_value = "8+2")]
+    shape: (usize, usize),
+    /// Chunk size (8+2 with 128K makes a 1 MiB write exactly one full stripe).
+    #[arg(long, value_parser = parse_size, default_value = "128K")]
+    chunk: usize,
+    /// Array capacity the requests are spread over.
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    capacity: usize,
+    /// Repetitions per measurement; the best is kept.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Milliseconds per repetition.
+    #[arg(long, default_value_t = 300)]
+    ms: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -52,7 +77,53 @@ pub struct CodecArgs {
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Codec(a) => codec(a),
+        BenchCommand::Array(a) => array(a),
     }
+}
+
+fn array(a: ArrayArgs) -> Result<ExitCode> {
+    let opts = stripeguard_bench::array::ArrayBenchOptions {
+        data_chunks: a.shape.0,
+        parity_chunks: a.shape.1,
+        chunk_bytes: u32::try_from(a.chunk)?,
+        capacity_bytes: a.capacity as u64,
+        reps: a.reps.max(1),
+        min_time: Duration::from_millis(a.ms.max(1)),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let rows = stripeguard_bench::array::run(&opts, |what| {
+        if tty {
+            eprint!("\r\x1b[2Kmeasuring {what}");
+        }
+    });
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "array {}+{}, chunk {}, memory members, one thread; ratio = scheme / none, same run",
+        a.shape.0,
+        a.shape.1,
+        format_size(a.chunk)
+    );
+    println!(
+        "{:<11} {:<14} {:>10} {:>11} {:>8}",
+        "scheme", "workload", "MB/s", "ops/s", "ratio"
+    );
+    for r in &rows {
+        println!(
+            "{:<11} {:<14} {:>10.0} {:>11.0} {:>7.2}x",
+            r.scheme.name(),
+            r.workload,
+            r.mb_per_s,
+            r.ops_per_s,
+            r.ratio_to_none
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn codec(a: CodecArgs) -> Result<ExitCode> {

@@ -85,7 +85,9 @@ impl FileDisk {
 
     fn aligned(&self, offset: u64, ptr: *const u8, len: usize) -> bool {
         !self.direct
-            || (offset as usize % ALIGN == 0 && ptr as usize % ALIGN == 0 && len % ALIGN == 0)
+            || ((offset as usize).is_multiple_of(ALIGN)
+                && (ptr as usize).is_multiple_of(ALIGN)
+                && len.is_multiple_of(ALIGN))
     }
 }
 

@@ -242,8 +242,8 @@ impl Array {
                     } else {
                         None
                     };
-                    for i in first..=last {
-                        tags[i] = seq.unwrap_or(tags[i] + 1);
+                    for t in &mut tags[first..=last] {
+                        *t = seq.unwrap_or(*t + 1);
                     }
                     for i in first..=last {
                         let (chunk, sector) = new[i - first].split_at_mut(c);

@@ -184,7 +184,7 @@ impl Superblock {
         }
         let sector = self.sector_bytes();
         if self.chunk_bytes == 0
-            || self.chunk_bytes % sector != 0
+            || !self.chunk_bytes.is_multiple_of(sector)
             || self.chunk_bytes > MAX_CHUNK_BYTES
         {
             return Err(g(
@@ -199,7 +199,8 @@ impl Superblock {
                 "the parity appendix cannot hold one entry per data chunk in one sector; use 4096-byte sectors or fewer data chunks",
             ));
         }
-        if self.data_offset_bytes < DATA_OFFSET_BYTES || self.data_offset_bytes % sector as u64 != 0
+        if self.data_offset_bytes < DATA_OFFSET_BYTES
+            || !self.data_offset_bytes.is_multiple_of(sector as u64)
         {
             return Err(g(
                 "data offset overlaps the superblocks or is not sector-aligned",
