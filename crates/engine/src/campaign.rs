@@ -133,8 +133,41 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
         .then_some(cfg.ops / 3);
     let mut spare_failures = g.m - failed.len();
     let mut failed = failed;
+    // Stripes a fired fault touched, and when: no new fault goes there until the campaign has
+    // scrubbed them TAINT_OPS operations later (user I/O gets the first chance to find it).
+    const TAINT_OPS: u64 = 50;
+    let mut tainted: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut seen_log: Vec<usize> = vec![0; g.n()];
     for op in 0..cfg.ops {
         rep.ops += 1;
+        for (d, f) in rig.faulty.iter().enumerate() {
+            let log = f.log();
+            for inj in &log[seen_log[d]..] {
+                let mut hit = vec![inj.unit];
+                if let Fault::MisdirectedWrite { victim, .. } = inj.fault {
+                    hit.extend([victim, victim + 1]);
+                }
+                for u in hit {
+                    tainted.entry(u).or_insert(op);
+                }
+            }
+            seen_log[d] = log.len();
+        }
+        let ripe: Vec<u64> = tainted
+            .iter()
+            .filter(|(_, &at)| op >= at + TAINT_OPS)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in ripe {
+            if s < g.stripes && cfg.scheme != Scheme::None {
+                match a.scrub_stripe(s) {
+                    Ok(_) => {}
+                    Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            tainted.remove(&s);
+        }
         if fail_at == Some(op) && spare_failures > 0 {
             let d = (0..g.n())
                 .find(|d| !failed.contains(d))
@@ -159,8 +192,10 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
             let unit = rng.random_range(0..g.stripes);
             let (fault, units) = kind.random(&mut rng, &map, unit);
             // Stay within the assumptions: every stripe this fault may damage must be clean on
-            // every member, with nothing armed.
-            let dirty = dirty_stripes(&rig.faulty)?;
+            // every member, with nothing armed, and not recently hit (a stale parity that an RMW
+            // of another chunk carried forward is wrong while equal to what was written).
+            let mut dirty = dirty_stripes(&rig.faulty)?;
+            dirty.extend(tainted.keys().copied());
             if units.iter().all(|u| !dirty.contains(u))
                 && kind != FaultKind::MemberFailure
                 && silent_ok

@@ -240,9 +240,8 @@ impl Planner {
                     for i in 0..k {
                         p.reads.push(io(i, Purpose::Version));
                     }
-                } else {
-                    self.merge_reads(stripe, p, false);
                 }
+                self.merge_reads(stripe, p, false);
                 for i in 0..k {
                     p.writes.push(io(i, Purpose::User));
                 }
@@ -300,9 +299,7 @@ impl Planner {
                     if cross {
                         p.reads.push(io(k, Purpose::CrossCheck));
                     }
-                    if scheme != Scheme::Hybrid1 {
-                        self.merge_reads(stripe, p, cross);
-                    }
+                    self.merge_reads(stripe, p, cross);
                     for i in (0..k).filter(|&i| i < p.first || i > p.last) {
                         self.map.mark_read(g.data_chunk_id(stripe, i));
                     }
@@ -329,8 +326,10 @@ impl Planner {
     }
 
     /// Merge reads for the partially written first / last chunk of a write whose plan does not
-    /// read them, plus one merge check when one of them is in first-read state and the plan has
-    /// no cross-check read yet.
+    /// read them yet (hybrid1's version reads already do), plus one merge check when a merged
+    /// chunk needs a cross-check (first-read state; always for pure, which has no self check of
+    /// a data chunk) and the plan has no cross-check read yet. The merged bytes survive the
+    /// write, so they must be checked like any other bytes the piece uses.
     fn merge_reads(&mut self, stripe: u64, p: &mut PiecePlan, have_cross: bool) {
         let c = self.geometry.chunk_bytes;
         let mut need_check = false;
@@ -341,11 +340,13 @@ impl Planner {
             if lo == 0 && hi == c {
                 continue;
             }
-            p.reads.push(UnitIo {
-                pos: i,
-                purpose: Purpose::Merge,
-            });
-            need_check |= self.first_read(stripe, i);
+            if !p.reads.iter().any(|u| u.pos == i) {
+                p.reads.push(UnitIo {
+                    pos: i,
+                    purpose: Purpose::Merge,
+                });
+            }
+            need_check |= self.scheme == Scheme::Pure || self.first_read(stripe, i);
         }
         if need_check && !have_cross && self.scheme != Scheme::None {
             p.reads.push(UnitIo {
