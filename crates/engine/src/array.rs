@@ -87,6 +87,10 @@ pub struct Array {
     pub(crate) events: Mutex<EventLog>,
     pub(crate) writable: bool,
     pub(crate) generation: std::sync::atomic::AtomicU64,
+    /// Recycled unit buffers: allocating a fresh chunk-sized buffer per I/O makes the allocator
+    /// map and unmap pages on every request (measured: hybrid1 full-stripe writes at 0.13x of
+    /// none instead of 0.66x).
+    pub(crate) pool: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Array {
@@ -310,6 +314,7 @@ impl Array {
             geometry,
             members,
             generation: std::sync::atomic::AtomicU64::new(sb.generation),
+            pool: Mutex::new(Vec::new()),
             sb,
             writable,
         })
@@ -379,6 +384,27 @@ impl Array {
             }
         }
         Ok(())
+    }
+
+    /// A unit-sized buffer with unspecified contents (callers overwrite all of it).
+    pub(crate) fn unit_buf(&self) -> Vec<u8> {
+        let unit = self.unit_bytes() as usize;
+        match self.pool.lock().expect("lock").pop() {
+            Some(b) => b,
+            None => vec![0u8; unit],
+        }
+    }
+
+    /// Return unit buffers to the pool (bounded: at most 16 stripes' worth are kept).
+    pub(crate) fn recycle(&self, bufs: impl IntoIterator<Item = Vec<u8>>) {
+        let unit = self.unit_bytes() as usize;
+        let cap = 16 * self.geometry.n();
+        let mut pool = self.pool.lock().expect("lock");
+        for b in bufs {
+            if b.len() == unit && pool.len() < cap {
+                pool.push(b);
+            }
+        }
     }
 
     pub(crate) fn is_failed(&self, member: usize) -> bool {

@@ -73,6 +73,7 @@ impl Array {
                 buf[o..o + (hi - lo) as usize].copy_from_slice(&chunk[lo as usize..hi as usize]);
                 o += (hi - lo) as usize;
             }
+            self.recycle(units.units.into_iter().flatten());
             Ok(())
         })
     }
@@ -210,7 +211,7 @@ impl Array {
             }
             _ => {
                 for _ in 0..m {
-                    parity.push(vec![0u8; unit]);
+                    parity.push(self.unit_buf());
                 }
                 let datas: Vec<&[u8]> = (0..k)
                     .map(|i| {
@@ -289,6 +290,11 @@ impl Array {
         for (j, p) in parity.iter().enumerate() {
             self.write_unit(plan.stripe, k + j, 0, p)?;
         }
+        self.recycle(
+            new.into_iter()
+                .chain(parity)
+                .chain(have.units.into_iter().flatten()),
+        );
         Ok(())
     }
 }

@@ -24,11 +24,15 @@ impl Array {
         if self.is_failed(member) {
             return Ok(None);
         }
-        let mut buf = vec![0u8; self.unit_bytes() as usize];
+        let mut buf = self.unit_buf();
         match self.members[member].read_at(self.unit_offset(stripe), &mut buf) {
             Ok(()) => Ok(Some(buf)),
-            Err(DiskError::Medium { .. }) => Ok(None),
+            Err(DiskError::Medium { .. }) => {
+                self.recycle([buf]);
+                Ok(None)
+            }
             Err(e) => {
+                self.recycle([buf]);
                 self.fail_member(member, &e)?;
                 Ok(None)
             }
@@ -173,7 +177,7 @@ impl Array {
         // Fill erased slots so the code can work in place.
         let mut full: Vec<Vec<u8>> = units
             .into_iter()
-            .map(|u| u.unwrap_or_else(|| vec![0u8; self.unit_bytes() as usize]))
+            .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();
 
         // With redundancy to spare, the code itself checks what the metadata concluded (and is
