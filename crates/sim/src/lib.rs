@@ -1,0 +1,18 @@
+//! The trace-driven simulator (Li & Lee section VII-B) and the scheme chooser (section VI).
+//!
+//! - [`trace`]: streaming readers for MSR Cambridge, SPC/UMass, DiskSim/MQSim, blkparse and fio
+//!   iolog traces (constant memory, errors with line numbers).
+//! - [`synth`]: seeded synthetic workloads from the paper's Table III profiles.
+//! - [`replay`]: feeds requests through the **same planner the engine runs**
+//!   ([`stripeguard_plan::Planner`]) once per scheme and counts disk I/Os, paper and real.
+//! - [`choose`]: the quantitative rule (Eq. 7–9 with the odd-n correction).
+
+pub mod choose;
+pub mod replay;
+pub mod synth;
+pub mod trace;
+
+pub use choose::{choose_by_rule, switch_point, RuleChoice};
+pub use replay::{Fit, SchemeCounts, SimReport, Simulator};
+pub use synth::{Profile, SynthConfig, Synthetic, PROFILES};
+pub use trace::{Request, TraceError, TraceFormat, TraceOptions, TraceReader};

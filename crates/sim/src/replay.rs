@@ -1,0 +1,247 @@
+//! Replay: every request through one [`Planner`] per scheme (the engine's planner), counting.
+//!
+//! Counts per scheme:
+//! - **paper**: disk reads and writes in the paper's unit (a chunk + its appendix = one I/O),
+//!   exactly what the engine issues for the same requests on a healthy array;
+//! - **merge**: extra reads of partially written chunks (and their cross-checks), which the
+//!   paper's chunk-granular model leaves out;
+//! - **real**: paper + merge I/Os after coalescing, per request and member, units of consecutive
+//!   stripes into one I/O (what an elevator would send).
+
+use crate::trace::Request;
+use serde::Serialize;
+use stripeguard_integrity::Scheme;
+use stripeguard_plan::{Geometry, Mode, Op, Planner};
+
+/// How trace offsets are mapped onto the array's capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fit {
+    /// Offset modulo capacity (aligned down to 512 B); requests running past the end are cut.
+    Wrap,
+    /// Offset × capacity / `extent` (the trace's largest end offset, found in a first pass).
+    Scale {
+        /// Largest end offset in the trace.
+        extent: u64,
+    },
+}
+
+impl Fit {
+    /// Map a request onto `[0, capacity)`.
+    pub fn apply(self, r: Request, capacity: u64) -> Request {
+        let offset = match self {
+            Fit::Wrap => (r.offset % capacity) / 512 * 512,
+            Fit::Scale { extent } => {
+                ((r.offset as u128 * capacity as u128 / extent.max(1) as u128) as u64) / 512 * 512
+            }
+        };
+        let offset = offset.min(capacity - 1);
+        Request {
+            op: r.op,
+            offset,
+            len: r.len.min(capacity - offset).max(1),
+        }
+    }
+}
+
+/// What one scheme cost.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SchemeCounts {
+    /// The scheme.
+    pub scheme: Option<Scheme>,
+    /// User reads replayed.
+    pub user_reads: u64,
+    /// User writes replayed.
+    pub user_writes: u64,
+    /// Bytes read by users.
+    pub user_read_bytes: u64,
+    /// Bytes written by users.
+    pub user_write_bytes: u64,
+    /// Disk reads, paper's unit.
+    pub disk_reads: u64,
+    /// Disk writes, paper's unit.
+    pub disk_writes: u64,
+    /// Merge reads and merge checks (not in the paper's unit).
+    pub merge_reads: u64,
+    /// Coalesced reads, merges included.
+    pub real_reads: u64,
+    /// Coalesced writes.
+    pub real_writes: u64,
+    /// Read pieces (one per stripe a read touches).
+    pub read_pieces: u64,
+    /// Read pieces that met a chunk in first-read state (σ = 1).
+    pub first_read_pieces: u64,
+    /// Write pieces done by read-modify-write.
+    pub rmw: u64,
+    /// Write pieces done by reconstruct-write.
+    pub rcw: u64,
+    /// Full-stripe write pieces.
+    pub full_stripe: u64,
+}
+
+impl SchemeCounts {
+    /// Paper-unit total.
+    pub fn total(&self) -> u64 {
+        self.disk_reads + self.disk_writes
+    }
+    /// Real total.
+    pub fn real_total(&self) -> u64 {
+        self.real_reads + self.real_writes
+    }
+    /// Fraction of read pieces that were first-reads.
+    pub fn first_read_fraction(&self) -> f64 {
+        if self.read_pieces == 0 {
+            0.0
+        } else {
+            self.first_read_pieces as f64 / self.read_pieces as f64
+        }
+    }
+}
+
+/// The result of a replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimReport {
+    /// Geometry.
+    pub k: usize,
+    /// Parity.
+    pub m: usize,
+    /// Chunk size.
+    pub chunk_bytes: u64,
+    /// Requests replayed.
+    pub requests: u64,
+    /// Per scheme, in the order asked.
+    pub schemes: Vec<SchemeCounts>,
+}
+
+impl SimReport {
+    /// Counts of `scheme`, if simulated.
+    pub fn get(&self, scheme: Scheme) -> Option<&SchemeCounts> {
+        self.schemes.iter().find(|c| c.scheme == Some(scheme))
+    }
+    /// Increase of disk I/Os over `none` in percent (paper's unit).
+    pub fn increase_pct(&self, scheme: Scheme) -> Option<f64> {
+        let base = self.get(Scheme::None)?.total() as f64;
+        let s = self.get(scheme)?.total() as f64;
+        Some(if base == 0.0 {
+            0.0
+        } else {
+            (s / base - 1.0) * 100.0
+        })
+    }
+    /// Same with the real counts.
+    pub fn real_increase_pct(&self, scheme: Scheme) -> Option<f64> {
+        let base = self.get(Scheme::None)?.real_total() as f64;
+        let s = self.get(scheme)?.real_total() as f64;
+        Some(if base == 0.0 {
+            0.0
+        } else {
+            (s / base - 1.0) * 100.0
+        })
+    }
+}
+
+struct Lane {
+    planner: Planner,
+    counts: SchemeCounts,
+    // Per member, the last stripe read / written in the current request (for coalescing).
+    last_read: Vec<u64>,
+    last_write: Vec<u64>,
+}
+
+/// A simulator over one geometry and a set of schemes.
+pub struct Simulator {
+    geometry: Geometry,
+    lanes: Vec<Lane>,
+    requests: u64,
+}
+
+impl Simulator {
+    /// One planner per scheme, each with a first-read map of at most `map_bytes`.
+    pub fn new(geometry: Geometry, schemes: &[Scheme], map_bytes: u64) -> Self {
+        let n = geometry.n();
+        Simulator {
+            geometry,
+            lanes: schemes
+                .iter()
+                .map(|&s| Lane {
+                    planner: Planner::new(geometry, s, map_bytes),
+                    counts: SchemeCounts {
+                        scheme: Some(s),
+                        ..SchemeCounts::default()
+                    },
+                    last_read: vec![u64::MAX; n],
+                    last_write: vec![u64::MAX; n],
+                })
+                .collect(),
+            requests: 0,
+        }
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// Replay one request (already within capacity) through every scheme.
+    pub fn replay(&mut self, r: Request) {
+        self.requests += 1;
+        let g = self.geometry;
+        for lane in &mut self.lanes {
+            let c = &mut lane.counts;
+            match r.op {
+                Op::Read => {
+                    c.user_reads += 1;
+                    c.user_read_bytes += r.len;
+                }
+                Op::Write => {
+                    c.user_writes += 1;
+                    c.user_write_bytes += r.len;
+                }
+            }
+            lane.last_read.fill(u64::MAX);
+            lane.last_write.fill(u64::MAX);
+            let (last_read, last_write) = (&mut lane.last_read, &mut lane.last_write);
+            lane.planner.plan(r.op, r.offset, r.len, |p| {
+                let paper = p.paper_reads() as u64;
+                c.disk_reads += paper;
+                c.merge_reads += p.reads.len() as u64 - paper;
+                c.disk_writes += p.writes.len() as u64;
+                match p.mode {
+                    Some(Mode::PartialRead) | Some(Mode::FullRead) => {
+                        c.read_pieces += 1;
+                        c.first_read_pieces += p.sigma as u64;
+                    }
+                    Some(Mode::Rmw) => c.rmw += 1,
+                    Some(Mode::Rcw) => c.rcw += 1,
+                    Some(Mode::FullStripe) => c.full_stripe += 1,
+                    None => {}
+                }
+                for u in &p.reads {
+                    let d = g.member_of(p.stripe, u.pos);
+                    if last_read[d] == u64::MAX || last_read[d] + 1 != p.stripe {
+                        c.real_reads += 1;
+                    }
+                    last_read[d] = p.stripe;
+                }
+                for u in &p.writes {
+                    let d = g.member_of(p.stripe, u.pos);
+                    if last_write[d] == u64::MAX || last_write[d] + 1 != p.stripe {
+                        c.real_writes += 1;
+                    }
+                    last_write[d] = p.stripe;
+                }
+            });
+        }
+    }
+
+    /// The counts so far.
+    pub fn report(&self) -> SimReport {
+        SimReport {
+            k: self.geometry.k,
+            m: self.geometry.m,
+            chunk_bytes: self.geometry.chunk_bytes,
+            requests: self.requests,
+            schemes: self.lanes.iter().map(|l| l.counts.clone()).collect(),
+        }
+    }
+}
