@@ -7,6 +7,7 @@
 //!   ([`stripeguard_plan::Planner`]) once per scheme and counts disk I/Os, paper and real.
 //! - [`choose`]: the quantitative rule (Eq. 7–9 with the odd-n correction).
 
+pub mod analysis;
 pub mod choose;
 pub mod replay;
 pub mod synth;
