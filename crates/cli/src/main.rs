@@ -3,8 +3,10 @@
 
 mod array;
 mod bench;
+mod figures;
 mod progress;
 mod shard;
+mod sim;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +39,12 @@ enum Command {
     Inject(array::InjectArgs),
     /// Run the fault campaign: seeded random I/O with injected faults against a model.
     Campaign(array::CampaignArgs),
+    /// Replay a block trace (or a synthetic Table III workload) through every integrity scheme's
+    /// planner and count disk I/Os; or draw the paper's figures (--figure tau|profiles).
+    Sim(sim::SimArgs),
+    /// Recommend an integrity scheme: the paper's rule from the average write size, and with a
+    /// workload the simulated winner.
+    Choose(sim::ChooseArgs),
     /// Measure the erasure-coding kernels and codes (with ratios to references in the same run).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -55,6 +63,8 @@ fn main() -> ExitCode {
         Command::Read(a) => array::read(a),
         Command::Inject(a) => array::inject(a),
         Command::Campaign(a) => array::campaign(a),
+        Command::Sim(a) => sim::sim(a),
+        Command::Choose(a) => sim::choose(a),
         Command::Bench(b) => bench::run(b),
         Command::Shard(s) => shard::run(s),
     };

@@ -1,0 +1,483 @@
+//! `stripeguard sim` and `stripeguard choose`: parse, call the simulator, print.
+
+use crate::progress::count_bar;
+use crate::units::{format_size, parse_size};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use stripeguard_integrity::Scheme;
+use stripeguard_plan::Geometry;
+use stripeguard_sim::{
+    choose_by_rule, Fit, Profile, SimReport, Simulator, SynthConfig, Synthetic, TraceFormat,
+    TraceOptions, TraceReader, PROFILES,
+};
+
+/// Where requests come from and what array they run on (shared by `sim` and `choose`).
+#[derive(Args, Clone)]
+pub struct WorkloadArgs {
+    /// A block trace to replay.
+    #[arg(long, conflicts_with_all = ["profile", "read_ratio"])]
+    trace: Option<PathBuf>,
+    /// Trace format: auto, msr, spc, disksim, blkparse, fio-v2, fio-v3.
+    #[arg(long, default_value = "auto")]
+    format: String,
+    /// Keep only this device (DiskNumber, ASU, device number, maj,min or fio file name).
+    #[arg(long)]
+    device: Option<String>,
+    /// blkparse: replay Q (queue) events instead of D (dispatch).
+    #[arg(long)]
+    queue_events: bool,
+    /// Skip malformed lines (and count them) instead of stopping at the first.
+    #[arg(long)]
+    skip_bad: bool,
+    /// Replay at most this many requests of the trace.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Map trace offsets onto the array: wrap (modulo capacity) or scale (by the trace's extent).
+    #[arg(long, default_value = "wrap")]
+    fit: String,
+    /// A synthetic workload from Table III instead of a trace (see --list-profiles).
+    #[arg(long)]
+    profile: Option<String>,
+    /// A custom synthetic workload: share of reads (0..1); with --avg-read and --avg-write.
+    #[arg(long, requires_all = ["avg_read", "avg_write"])]
+    read_ratio: Option<f64>,
+    /// Custom workload: mean read size.
+    #[arg(long, value_parser = parse_size)]
+    avg_read: Option<usize>,
+    /// Mean write size (custom workload; for `choose` also the rule's input).
+    #[arg(long, value_parser = parse_size)]
+    avg_write: Option<usize>,
+    /// Synthetic requests to generate.
+    #[arg(long, default_value_t = 1_000_000)]
+    requests: u64,
+    /// Seed of the synthetic generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// RAID level: 5 or 6 (or --parity).
+    #[arg(long, default_value_t = 6)]
+    level: u8,
+    /// Parity members (overrides --level).
+    #[arg(long)]
+    parity: Option<usize>,
+    /// Members (n).
+    #[arg(long, default_value_t = 8)]
+    disks: usize,
+    /// Chunk size.
+    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    chunk: usize,
+    /// Array capacity the requests fall in.
+    #[arg(long, default_value = "256G", value_parser = parse_size)]
+    capacity: usize,
+    /// Memory bound of each scheme's first-read map.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    map_memory: usize,
+}
+
+impl WorkloadArgs {
+    /// Synthetic requests per workload.
+    pub fn requests_count(&self) -> u64 {
+        self.requests
+    }
+
+    /// Switch to Table III profile `name` with chunk size `chunk` (the profiles figure).
+    pub fn set_profile(&mut self, name: &str, chunk: usize) {
+        self.trace = None;
+        self.read_ratio = None;
+        self.profile = Some(name.to_string());
+        self.chunk = chunk;
+    }
+
+    fn parity(&self) -> Result<usize> {
+        Ok(match (self.parity, self.level) {
+            (Some(m), _) => m,
+            (None, 5) => 1,
+            (None, 6) => 2,
+            (None, l) => bail!("--level {l} is not supported (5 or 6, or --parity M)"),
+        })
+    }
+
+    pub fn geometry(&self) -> Result<Geometry> {
+        let m = self.parity()?;
+        if m == 0 || m >= self.disks {
+            bail!(
+                "{} disks cannot hold {m} parity chunks and data",
+                self.disks
+            );
+        }
+        let k = self.disks - m;
+        if self.chunk == 0 || self.chunk % 512 != 0 {
+            bail!("--chunk must be a multiple of 512 bytes");
+        }
+        let stripe = (k * self.chunk) as u64;
+        let stripes = (self.capacity as u64 / stripe).max(1);
+        Ok(Geometry {
+            k,
+            m,
+            chunk_bytes: self.chunk as u64,
+            stripes,
+        })
+    }
+
+    fn synthetic_profile(&self) -> Result<Option<Profile>> {
+        if let Some(name) = &self.profile {
+            return Profile::by_name(name).map(Some).with_context(|| {
+                format!(
+                    "unknown profile `{name}` (one of: {})",
+                    PROFILES
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            });
+        }
+        if let Some(r) = self.read_ratio {
+            if !(0.0..=1.0).contains(&r) {
+                bail!("--read-ratio must be between 0 and 1");
+            }
+            return Ok(Some(Profile {
+                name: "custom",
+                read_ratio: r,
+                avg_read_bytes: self.avg_read.unwrap_or(4096) as f64,
+                avg_write_bytes: self.avg_write.unwrap_or(4096) as f64,
+            }));
+        }
+        Ok(None)
+    }
+
+    fn open_trace(&self, path: &PathBuf) -> Result<TraceReader<BufReader<File>>> {
+        let f =
+            File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
+        let format = match self.format.as_str() {
+            "auto" => None,
+            other => Some(other.parse::<TraceFormat>().map_err(anyhow::Error::msg)?),
+        };
+        let opts = TraceOptions {
+            device: self.device.clone(),
+            blkparse_queue: self.queue_events,
+            skip_bad: self.skip_bad,
+            limit: self.limit,
+        };
+        TraceReader::new(BufReader::new(f), format, opts)
+            .with_context(|| path.display().to_string())
+    }
+
+    /// Replay the workload through every scheme in `schemes`.
+    pub fn simulate(&self, schemes: &[Scheme]) -> Result<(SimReport, String)> {
+        let g = self.geometry()?;
+        let cap = g.capacity_bytes();
+        let mut sim = Simulator::new(g, schemes, self.map_memory as u64);
+        let bar = count_bar("replaying");
+        let label;
+        if let Some(path) = &self.trace {
+            let fit = match self.fit.as_str() {
+                "wrap" => Fit::Wrap,
+                "scale" => {
+                    let mut extent = 0u64;
+                    for r in self.open_trace(path)? {
+                        let r = r.with_context(|| path.display().to_string())?;
+                        extent = extent.max(r.offset.saturating_add(r.len));
+                    }
+                    Fit::Scale { extent }
+                }
+                other => bail!("--fit {other}: use wrap or scale"),
+            };
+            let mut reader = self.open_trace(path)?;
+            let format = reader.format();
+            if let Some(l) = self.limit {
+                bar.set_length(l);
+            }
+            for r in reader.by_ref() {
+                let r = r.with_context(|| path.display().to_string())?;
+                sim.replay(fit.apply(r, cap));
+                bar.inc(1);
+            }
+            label = format!(
+                "trace {} ({}{}{})",
+                path.display(),
+                format.name(),
+                if reader.skipped_bad > 0 {
+                    format!(", {} malformed lines skipped", reader.skipped_bad)
+                } else {
+                    String::new()
+                },
+                self.device
+                    .as_ref()
+                    .map(|d| format!(", device {d}"))
+                    .unwrap_or_default()
+            );
+        } else if let Some(p) = self.synthetic_profile()? {
+            bar.set_length(self.requests);
+            let gen = Synthetic::new(SynthConfig {
+                profile: p,
+                requests: self.requests,
+                capacity_bytes: cap,
+                seed: self.seed,
+            });
+            for (i, r) in gen.enumerate() {
+                sim.replay(r);
+                if i % 65536 == 0 {
+                    bar.set_position(i as u64);
+                }
+            }
+            label = format!(
+                "profile {} (reads {:.1} %, avg read {}, avg write {}; {} requests, seed {})",
+                p.name,
+                p.read_ratio * 100.0,
+                format_size(p.avg_read_bytes as usize / 512 * 512),
+                format_size(p.avg_write_bytes as usize / 512 * 512),
+                self.requests,
+                self.seed
+            );
+        } else {
+            bail!("give --trace FILE, --profile NAME, or --read-ratio with --avg-read and --avg-write");
+        }
+        bar.finish_and_clear();
+        Ok((sim.report(), label))
+    }
+}
+
+fn parse_schemes(s: &str) -> Result<Vec<Scheme>> {
+    if s == "all" {
+        return Ok(Scheme::ALL.to_vec());
+    }
+    let mut v: Vec<Scheme> = s
+        .split(',')
+        .map(|x| x.trim().parse())
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?;
+    if !v.contains(&Scheme::None) {
+        v.insert(0, Scheme::None); // the baseline for percentages
+    }
+    Ok(v)
+}
+
+#[derive(Args)]
+pub struct SimArgs {
+    #[command(flatten)]
+    w: WorkloadArgs,
+    /// Schemes, comma-separated, or all (none is always included as the baseline).
+    #[arg(long, default_value = "all")]
+    schemes: String,
+    /// Draw a figure instead of a table: tau (the paper's Fig. 6) or profiles (Fig. 8).
+    #[arg(long)]
+    figure: Option<String>,
+    /// Output file of the figure (.svg or .png).
+    #[arg(long, requires = "figure")]
+    out: Option<PathBuf>,
+    /// Chunk sizes of the profiles figure.
+    #[arg(long, default_value = "2K,4K,8K", value_delimiter = ',', value_parser = parse_size)]
+    chunks: Vec<usize>,
+    /// List the Table III profiles and exit.
+    #[arg(long)]
+    list_profiles: bool,
+    /// Print JSON.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV.
+    #[arg(long)]
+    csv: bool,
+}
+
+pub fn sim(a: SimArgs) -> Result<ExitCode> {
+    if a.list_profiles {
+        println!(
+            "{:<10} {:>8} {:>10} {:>10}",
+            "profile", "reads %", "avg read", "avg write"
+        );
+        for p in PROFILES {
+            println!(
+                "{:<10} {:>8.2} {:>9.2}K {:>9.2}K",
+                p.name,
+                p.read_ratio * 100.0,
+                p.avg_read_bytes / 1024.0,
+                p.avg_write_bytes / 1024.0
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(fig) = &a.figure {
+        let out = a
+            .out
+            .clone()
+            .context("--figure needs --out FILE.svg or FILE.png")?;
+        return crate::figures::draw(fig, &a.w, &a.chunks, &out).map(|_| {
+            println!("wrote {}", out.display());
+            ExitCode::SUCCESS
+        });
+    }
+    let schemes = parse_schemes(&a.schemes)?;
+    let (report, label) = a.w.simulate(&schemes)?;
+    print_report(&report, &label, a.json, a.csv);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
+    if json_out {
+        let rows: Vec<_> = report
+            .schemes
+            .iter()
+            .map(|c| {
+                let s = c.scheme.unwrap();
+                json!({"scheme": s.name(), "counts": c, "total": c.total(), "increase_pct": report.increase_pct(s),
+                       "real_total": c.real_total(), "real_increase_pct": report.real_increase_pct(s),
+                       "first_read_fraction": c.first_read_fraction()})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"workload": label, "k": report.k, "m": report.m,
+            "chunk_bytes": report.chunk_bytes, "requests": report.requests, "schemes": rows}))
+            .expect("json")
+        );
+        return;
+    }
+    if csv {
+        println!("scheme,disk_reads,disk_writes,total,increase_pct,first_read_fraction,rmw,rcw,full_stripe,merge_reads,real_total,real_increase_pct");
+        for c in &report.schemes {
+            let s = c.scheme.unwrap();
+            println!(
+                "{},{},{},{},{:.4},{:.4},{},{},{},{},{},{:.4}",
+                s.name(),
+                c.disk_reads,
+                c.disk_writes,
+                c.total(),
+                report.increase_pct(s).unwrap_or(0.0),
+                c.first_read_fraction(),
+                c.rmw,
+                c.rcw,
+                c.full_stripe,
+                c.merge_reads,
+                c.real_total(),
+                report.real_increase_pct(s).unwrap_or(0.0)
+            );
+        }
+        return;
+    }
+    println!("{label}");
+    println!(
+        "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O)",
+        report.k, report.m, format_size(report.chunk_bytes as usize), report.requests
+    );
+    println!(
+        "{:<11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8}",
+        "scheme",
+        "disk reads",
+        "disk writes",
+        "total",
+        "+% none",
+        "1st-read",
+        "RMW",
+        "RCW",
+        "full",
+        "merge",
+        "real total",
+        "real +%"
+    );
+    for c in &report.schemes {
+        let s = c.scheme.unwrap();
+        println!(
+            "{:<11} {:>11} {:>11} {:>11} {:>7.2}% {:>9.1}% {:>9} {:>9} {:>9} {:>9} {:>11} {:>7.2}%",
+            s.name(),
+            c.disk_reads,
+            c.disk_writes,
+            c.total(),
+            report.increase_pct(s).unwrap_or(0.0),
+            c.first_read_fraction() * 100.0,
+            c.rmw,
+            c.rcw,
+            c.full_stripe,
+            c.merge_reads,
+            c.real_total(),
+            report.real_increase_pct(s).unwrap_or(0.0)
+        );
+    }
+}
+
+#[derive(Args)]
+pub struct ChooseArgs {
+    #[command(flatten)]
+    w: WorkloadArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn choose(a: ChooseArgs) -> Result<ExitCode> {
+    let g = a.w.geometry()?;
+    let simulate = a.w.trace.is_some() || a.w.profile.is_some() || a.w.read_ratio.is_some();
+    let (report, label) = if simulate {
+        let (r, l) = a.w.simulate(&Scheme::ALL)?;
+        (Some(r), l)
+    } else {
+        (None, String::new())
+    };
+    // The rule's input: the declared average write size, or the workload's measured one.
+    let avg_write = match (a.w.avg_write, &report) {
+        (Some(s), _) => s as f64,
+        (None, Some(r)) => {
+            let c = r.get(Scheme::None).expect("none simulated");
+            if c.user_writes == 0 {
+                bail!("the workload has no writes; the rule needs an average write size")
+            }
+            c.user_write_bytes as f64 / c.user_writes as f64
+        }
+        (None, None) => {
+            bail!("give --avg-write SIZE, or a workload (--trace / --profile) to measure it from")
+        }
+    };
+    let rule = choose_by_rule(g.n(), g.m, g.chunk_bytes, avg_write);
+    let mut ranked: Vec<(Scheme, u64, f64)> = Vec::new();
+    if let Some(r) = &report {
+        for c in &r.schemes {
+            let s = c.scheme.unwrap();
+            if s != Scheme::None {
+                ranked.push((s, c.total(), r.increase_pct(s).unwrap_or(0.0)));
+            }
+        }
+        ranked.sort_by_key(|x| x.1);
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "rule": rule, "avg_write_bytes": avg_write, "workload": label,
+                "simulated": ranked.iter().map(|(s, t, p)| json!({"scheme": s.name(), "total": t, "increase_pct": p})).collect::<Vec<_>>(),
+                "recommended": ranked.first().map(|x| x.0.name()).unwrap_or(rule.scheme.name()),
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("rule (Li & Lee Eq. 7-9): {}", rule.reason);
+    if let (Some(best), Some(second)) = (ranked.first(), ranked.get(1)) {
+        println!("simulated on {label}:");
+        for (s, t, p) in &ranked {
+            println!(
+                "  {:<11} {:>12} disk I/Os  +{:.2}% over none",
+                s.name(),
+                t,
+                p
+            );
+        }
+        println!(
+            "recommended: {} ({} fewer disk I/Os than the runner-up {}, {:.2} percentage points){}",
+            best.0.name(),
+            second.1 - best.1,
+            second.0.name(),
+            second.2 - best.2,
+            if best.0 == rule.scheme {
+                String::new()
+            } else {
+                format!("; the rule alone picks {}", rule.scheme.name())
+            }
+        );
+    } else {
+        println!("recommended: {}", rule.scheme.name());
+    }
+    Ok(ExitCode::SUCCESS)
+}
