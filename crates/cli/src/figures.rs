@@ -128,16 +128,18 @@ fn tau<DB: DrawingBackend>(w: &WorkloadArgs, root: &DrawingArea<DB, Shift>) -> R
             .x_label_formatter(&|x| format!("{}", x.round() as i64))
             .draw()
             .map_err(err)?;
-        for (s, color) in SCHEMES {
+        for (si, (s, color)) in SCHEMES.into_iter().enumerate() {
+            // Curves often coincide: earlier schemes are drawn wider so later ones show inside.
+            let width = 2 * (SCHEMES.len() - si) as u32;
             for fr in [false, true] {
                 let pts: Vec<(f64, f64)> = tau_curve(s, op, n, m, fr)
                     .into_iter()
                     .map(|(t, y)| (t as f64, y))
                     .collect();
                 let style = if fr {
-                    color.stroke_width(2)
+                    color.stroke_width(width)
                 } else {
-                    color.mix(0.55).stroke_width(2)
+                    color.mix(0.45).stroke_width(width)
                 };
                 let label = format!(
                     "{} ({})",
