@@ -4,6 +4,7 @@
 
 pub mod array;
 pub mod codec;
+pub mod sim;
 mod timing;
 
 pub use codec::{run as run_codec, CodecOptions, CodecReport, Measurement};

@@ -15,6 +15,34 @@ pub enum BenchCommand {
     /// The array engine on memory members: 1 MiB sequential and 4 KiB random reads and writes
     /// per scheme, with the ratio to bare RAID (`none`) measured in the same run.
     Array(ArrayArgs),
+    /// The simulator: requests per second per scheme and for all schemes together, on a seeded
+    /// synthetic workload (memory bounded by the first-read maps, not the trace length).
+    Sim(SimBenchArgs),
+}
+
+#[derive(Args)]
+pub struct SimBenchArgs {
+    /// Requests.
+    #[arg(long, default_value_t = 10_000_000)]
+    requests: u64,
+    /// Table III profile.
+    #[arg(long, default_value = "TPC-C")]
+    profile: String,
+    /// Members (RAID-6).
+    #[arg(long, default_value_t = 8)]
+    disks: usize,
+    /// Chunk size.
+    #[arg(long, value_parser = parse_size, default_value = "4K")]
+    chunk: usize,
+    /// Array capacity.
+    #[arg(long, value_parser = parse_size, default_value = "256G")]
+    capacity: usize,
+    /// First-read map memory per scheme.
+    #[arg(long, value_parser = parse_size, default_value = "64M")]
+    map_memory: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -78,6 +106,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Codec(a) => codec(a),
         BenchCommand::Array(a) => array(a),
+        BenchCommand::Sim(a) => sim(a),
     }
 }
 
@@ -182,6 +211,71 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
             r.reference_gbps.map_or("-".into(), |g| format!("{g:.2}")),
             r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
             r.reference.unwrap_or(""),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sim(a: SimBenchArgs) -> Result<ExitCode> {
+    use stripeguard_integrity::Scheme;
+    let profile = stripeguard_sim::Profile::by_name(&a.profile)
+        .ok_or_else(|| anyhow::anyhow!("unknown profile `{}`", a.profile))?;
+    if a.disks < 3 {
+        anyhow::bail!("--disks must be at least 3 for RAID-6");
+    }
+    let k = a.disks - 2;
+    let g = stripeguard_plan::Geometry {
+        k,
+        m: 2,
+        chunk_bytes: a.chunk as u64,
+        stripes: (a.capacity / (k * a.chunk)).max(1) as u64,
+    };
+    let mut rows = Vec::new();
+    let tty = std::io::stderr().is_terminal();
+    for set in std::iter::once(Scheme::ALL.to_vec()).chain(Scheme::ALL.iter().map(|s| vec![*s])) {
+        if tty {
+            eprint!("\r\x1b[2Kmeasuring {set:?}");
+        }
+        rows.push(stripeguard_bench::sim::measure(
+            g,
+            profile,
+            a.requests,
+            &set,
+            a.map_memory as u64,
+        ));
+    }
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    let rss = stripeguard_bench::sim::peak_rss_bytes();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"profile": profile.name, "peak_rss_bytes": rss, "runs": rows})
+            )?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "simulator: RAID-6 {}+2, chunk {}, profile {}, {} requests, one core; first-read map bound {} per scheme",
+        k,
+        format_size(a.chunk),
+        profile.name,
+        a.requests,
+        format_size(a.map_memory)
+    );
+    println!("{:<12} {:>10} {:>14}", "schemes", "seconds", "requests/s");
+    for r in &rows {
+        println!(
+            "{:<12} {:>10.2} {:>14.0}",
+            r.schemes, r.seconds, r.requests_per_s
+        );
+    }
+    if let Some(rss) = rss {
+        println!(
+            "peak resident memory: {} MiB (the trace is generated in 64 Ki-request batches)",
+            rss >> 20
         );
     }
     Ok(ExitCode::SUCCESS)

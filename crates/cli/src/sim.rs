@@ -110,7 +110,7 @@ impl WorkloadArgs {
             );
         }
         let k = self.disks - m;
-        if self.chunk == 0 || self.chunk % 512 != 0 {
+        if self.chunk == 0 || !self.chunk.is_multiple_of(512) {
             bail!("--chunk must be a multiple of 512 bytes");
         }
         let stripe = (k * self.chunk) as u64;

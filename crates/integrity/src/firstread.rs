@@ -8,6 +8,29 @@
 //! bounded by `max_zones * zone_chunks / 8` bytes whatever the array size or trace length.
 
 use lru::LruCache;
+
+/// First-read state as the planner needs it. [`FirstReadMap`] is the engine's; the simulator
+/// keeps every scheme's state in one interleaved map so one cache line serves all schemes.
+pub trait ReadState {
+    /// Whether the next read of data chunk `chunk` is a first-read.
+    fn is_first_read(&mut self, chunk: u64) -> bool;
+    /// The chunk was read and checked.
+    fn mark_read(&mut self, chunk: u64);
+    /// The chunk was written.
+    fn mark_written(&mut self, chunk: u64);
+}
+
+impl ReadState for FirstReadMap {
+    fn is_first_read(&mut self, chunk: u64) -> bool {
+        FirstReadMap::is_first_read(self, chunk)
+    }
+    fn mark_read(&mut self, chunk: u64) {
+        FirstReadMap::mark_read(self, chunk)
+    }
+    fn mark_written(&mut self, chunk: u64) {
+        FirstReadMap::mark_written(self, chunk)
+    }
+}
 use std::num::NonZeroUsize;
 
 /// Zoned, bounded first-read bitmap.

@@ -22,7 +22,7 @@ mod superblock;
 
 pub use appendix::{Appendix, AppendixError, Identity, Role, APPENDIX_HEADER_BYTES};
 pub use diagnose::{diagnose, Diagnosis, Finding, FindingKind, UnitView};
-pub use firstread::FirstReadMap;
+pub use firstread::{FirstReadMap, ReadState};
 pub use scheme::{MirrorKind, Scheme};
 pub use superblock::{
     ArrayState, CodeId, Superblock, SuperblockError, DATA_OFFSET_BYTES, SUPERBLOCK_BYTES,

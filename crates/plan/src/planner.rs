@@ -2,7 +2,7 @@
 
 use crate::Geometry;
 use serde::Serialize;
-use stripeguard_integrity::{FirstReadMap, Scheme};
+use stripeguard_integrity::{FirstReadMap, ReadState, Scheme};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -169,29 +169,73 @@ impl Planner {
     /// Plan a request of `len` bytes at array byte `offset` (both within capacity; the caller
     /// validates). `each` is called once per piece, in stripe order, with the piece's plan; the
     /// first-read map is updated as the plan says.
-    pub fn plan(&mut self, op: Op, offset: u64, len: u64, mut each: impl FnMut(&PiecePlan)) {
-        let sd = self.geometry.stripe_data_bytes();
+    pub fn plan(&mut self, op: Op, offset: u64, len: u64, each: impl FnMut(&PiecePlan)) {
+        let mut piece = std::mem::take(&mut self.piece);
+        let mut ctx = Ctx {
+            g: self.geometry,
+            scheme: self.scheme,
+            map: &mut self.map,
+        };
+        ctx.plan(op, offset, len, &mut piece, each);
+        self.piece = piece;
+    }
+
+    /// [`Planner::plan`] with the first-read state kept elsewhere (the simulator's shared map).
+    pub fn plan_with<S: ReadState>(
+        &mut self,
+        state: &mut S,
+        op: Op,
+        offset: u64,
+        len: u64,
+        each: impl FnMut(&PiecePlan),
+    ) {
+        let mut piece = std::mem::take(&mut self.piece);
+        let mut ctx = Ctx {
+            g: self.geometry,
+            scheme: self.scheme,
+            map: state,
+        };
+        ctx.plan(op, offset, len, &mut piece, each);
+        self.piece = piece;
+    }
+}
+
+/// One planning call: geometry, scheme and the first-read state it reads and updates.
+struct Ctx<'a, S: ReadState> {
+    g: Geometry,
+    scheme: Scheme,
+    map: &'a mut S,
+}
+
+impl<S: ReadState> Ctx<'_, S> {
+    fn plan(
+        &mut self,
+        op: Op,
+        offset: u64,
+        len: u64,
+        piece: &mut PiecePlan,
+        mut each: impl FnMut(&PiecePlan),
+    ) {
+        let sd = self.g.stripe_data_bytes();
         let end = offset + len;
         let mut pos = offset;
         while pos < end {
             let stripe = pos / sd;
             let s_start = pos - stripe * sd;
             let s_end = (end - stripe * sd).min(sd);
-            let mut piece = std::mem::take(&mut self.piece);
-            self.plan_piece(op, stripe, s_start, s_end, &mut piece);
-            each(&piece);
-            self.piece = piece;
+            self.plan_piece(op, stripe, s_start, s_end, piece);
+            each(piece);
             pos = stripe * sd + s_end;
         }
     }
 
     fn first_read(&mut self, stripe: u64, i: usize) -> bool {
-        let id = self.geometry.data_chunk_id(stripe, i);
+        let id = self.g.data_chunk_id(stripe, i);
         self.map.is_first_read(id)
     }
 
     fn plan_piece(&mut self, op: Op, stripe: u64, start: u64, end: u64, p: &mut PiecePlan) {
-        let g = self.geometry;
+        let g = self.g;
         let (k, m) = (g.k, g.m);
         let c = g.chunk_bytes;
         p.stripe = stripe;
@@ -331,7 +375,7 @@ impl Planner {
     /// a data chunk) and the plan has no cross-check read yet. The merged bytes survive the
     /// write, so they must be checked like any other bytes the piece uses.
     fn merge_reads(&mut self, stripe: u64, p: &mut PiecePlan, have_cross: bool) {
-        let c = self.geometry.chunk_bytes;
+        let c = self.g.chunk_bytes;
         let mut need_check = false;
         let edges = [p.first, p.last];
         let n_edges = if p.first == p.last { 1 } else { 2 };
@@ -350,7 +394,7 @@ impl Planner {
         }
         if need_check && !have_cross && self.scheme != Scheme::None {
             p.reads.push(UnitIo {
-                pos: self.geometry.k,
+                pos: self.g.k,
                 purpose: Purpose::MergeCheck,
             });
         }

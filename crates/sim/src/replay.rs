@@ -10,7 +10,7 @@
 
 use crate::trace::Request;
 use serde::Serialize;
-use stripeguard_integrity::Scheme;
+use stripeguard_integrity::{FirstReadMap, ReadState, Scheme};
 use stripeguard_plan::{Geometry, Mode, Op, Planner};
 
 /// How trace offsets are mapped onto the array's capacity.
@@ -148,18 +148,68 @@ struct Lane {
     last_write: Vec<u64>,
 }
 
+/// Every scheme's first-read state. When the whole array fits the memory bound, one byte per
+/// data chunk holds all schemes' bits (bit `lane`), so the cache line fetched for the first
+/// scheme of a request serves the others; otherwise each scheme has its own zoned, bounded map.
+enum SharedMap {
+    Flat(Vec<u8>),
+    PerLane(Vec<FirstReadMap>),
+}
+
+struct LaneState<'a> {
+    map: &'a mut SharedMap,
+    lane: usize,
+}
+
+impl ReadState for LaneState<'_> {
+    #[inline]
+    fn is_first_read(&mut self, chunk: u64) -> bool {
+        match self.map {
+            SharedMap::Flat(v) => (v[chunk as usize] >> self.lane) & 1 == 0,
+            SharedMap::PerLane(m) => m[self.lane].is_first_read(chunk),
+        }
+    }
+    #[inline]
+    fn mark_read(&mut self, chunk: u64) {
+        match self.map {
+            SharedMap::Flat(v) => v[chunk as usize] |= 1 << self.lane,
+            SharedMap::PerLane(m) => m[self.lane].mark_read(chunk),
+        }
+    }
+    #[inline]
+    fn mark_written(&mut self, chunk: u64) {
+        match self.map {
+            SharedMap::Flat(v) => v[chunk as usize] &= !(1 << self.lane),
+            SharedMap::PerLane(m) => m[self.lane].mark_written(chunk),
+        }
+    }
+}
+
 /// A simulator over one geometry and a set of schemes.
 pub struct Simulator {
     geometry: Geometry,
     lanes: Vec<Lane>,
+    map: SharedMap,
     requests: u64,
 }
 
 impl Simulator {
-    /// One planner per scheme, each with a first-read map of at most `map_bytes`.
+    /// One planner per scheme; first-read state of at most `map_bytes` per scheme.
     pub fn new(geometry: Geometry, schemes: &[Scheme], map_bytes: u64) -> Self {
         let n = geometry.n();
+        let chunks = geometry.stripes * geometry.k as u64;
+        let map = if schemes.len() <= 8 && chunks <= map_bytes * schemes.len() as u64 {
+            SharedMap::Flat(vec![0u8; chunks as usize])
+        } else {
+            SharedMap::PerLane(
+                schemes
+                    .iter()
+                    .map(|_| FirstReadMap::with_memory_bytes(map_bytes))
+                    .collect(),
+            )
+        };
         Simulator {
+            map,
             geometry,
             lanes: schemes
                 .iter()
@@ -186,7 +236,7 @@ impl Simulator {
     pub fn replay(&mut self, r: Request) {
         self.requests += 1;
         let g = self.geometry;
-        for lane in &mut self.lanes {
+        for (li, lane) in self.lanes.iter_mut().enumerate() {
             let c = &mut lane.counts;
             match r.op {
                 Op::Read => {
@@ -201,36 +251,41 @@ impl Simulator {
             lane.last_read.fill(u64::MAX);
             lane.last_write.fill(u64::MAX);
             let (last_read, last_write) = (&mut lane.last_read, &mut lane.last_write);
-            lane.planner.plan(r.op, r.offset, r.len, |p| {
-                let paper = p.paper_reads() as u64;
-                c.disk_reads += paper;
-                c.merge_reads += p.reads.len() as u64 - paper;
-                c.disk_writes += p.writes.len() as u64;
-                match p.mode {
-                    Some(Mode::PartialRead) | Some(Mode::FullRead) => {
-                        c.read_pieces += 1;
-                        c.first_read_pieces += p.sigma as u64;
+            let mut state = LaneState {
+                map: &mut self.map,
+                lane: li,
+            };
+            lane.planner
+                .plan_with(&mut state, r.op, r.offset, r.len, |p| {
+                    let paper = p.paper_reads() as u64;
+                    c.disk_reads += paper;
+                    c.merge_reads += p.reads.len() as u64 - paper;
+                    c.disk_writes += p.writes.len() as u64;
+                    match p.mode {
+                        Some(Mode::PartialRead) | Some(Mode::FullRead) => {
+                            c.read_pieces += 1;
+                            c.first_read_pieces += p.sigma as u64;
+                        }
+                        Some(Mode::Rmw) => c.rmw += 1,
+                        Some(Mode::Rcw) => c.rcw += 1,
+                        Some(Mode::FullStripe) => c.full_stripe += 1,
+                        None => {}
                     }
-                    Some(Mode::Rmw) => c.rmw += 1,
-                    Some(Mode::Rcw) => c.rcw += 1,
-                    Some(Mode::FullStripe) => c.full_stripe += 1,
-                    None => {}
-                }
-                for u in &p.reads {
-                    let d = g.member_of(p.stripe, u.pos);
-                    if last_read[d] == u64::MAX || last_read[d] + 1 != p.stripe {
-                        c.real_reads += 1;
+                    for u in &p.reads {
+                        let d = g.member_of(p.stripe, u.pos);
+                        if last_read[d] == u64::MAX || last_read[d] + 1 != p.stripe {
+                            c.real_reads += 1;
+                        }
+                        last_read[d] = p.stripe;
                     }
-                    last_read[d] = p.stripe;
-                }
-                for u in &p.writes {
-                    let d = g.member_of(p.stripe, u.pos);
-                    if last_write[d] == u64::MAX || last_write[d] + 1 != p.stripe {
-                        c.real_writes += 1;
+                    for u in &p.writes {
+                        let d = g.member_of(p.stripe, u.pos);
+                        if last_write[d] == u64::MAX || last_write[d] + 1 != p.stripe {
+                            c.real_writes += 1;
+                        }
+                        last_write[d] = p.stripe;
                     }
-                    last_write[d] = p.stripe;
-                }
-            });
+                });
         }
     }
 

@@ -509,7 +509,8 @@ mod tests {
             let r = TraceReader::new(std::io::BufReader::new(f), None, TraceOptions::default())
                 .unwrap();
             assert_eq!(r.format(), TraceFormat::Disksim);
-            assert_eq!(r.map(|x| x.unwrap()).count(), requests, "{name}");
+            let all: Vec<Request> = r.collect::<Result<_, _>>().unwrap();
+            assert_eq!(all.len(), requests, "{name}");
         }
     }
 }
