@@ -34,9 +34,13 @@ pub struct CreateArgs {
     /// Parity members (any k + m with Reed-Solomon), instead of --level.
     #[arg(long)]
     parity: Option<usize>,
-    /// Integrity scheme: none, pure, hybrid1, hybrid2, hybrid-seq.
-    #[arg(long, default_value = "hybrid-seq", value_parser = parse_scheme)]
-    scheme: Scheme,
+    /// Integrity scheme: none, pure, hybrid1, hybrid2, hybrid-seq, or auto (the paper's rule
+    /// from --avg-write: hybrid1 for small writes, hybrid2 for large ones).
+    #[arg(long, default_value = "hybrid-seq")]
+    scheme: String,
+    /// The workload's average write size, for --scheme auto.
+    #[arg(long, value_parser = parse_size)]
+    avg_write: Option<usize>,
     /// Chunk size.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     chunk: usize,
@@ -252,6 +256,18 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
     if m == 0 || m >= n {
         bail!("{n} members cannot hold {m} parity chunk(s) and at least one data chunk");
     }
+    let scheme: Scheme = if a.scheme == "auto" {
+        let avg = a.avg_write.context(
+            "--scheme auto needs --avg-write SIZE (or run `stripeguard choose --trace FILE`)",
+        )?;
+        let rule = stripeguard_sim::choose_by_rule(n, m, a.chunk as u64, avg as f64);
+        if !a.json {
+            println!("scheme auto: {}", rule.reason);
+        }
+        rule.scheme
+    } else {
+        parse_scheme(&a.scheme).map_err(anyhow::Error::msg)?
+    };
     let mut fresh = true;
     let mut created = Vec::new();
     for p in &a.members {
@@ -282,7 +298,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
         data_chunks: n - m,
         parity_chunks: m,
         code: CodeId::for_parity(m),
-        scheme: a.scheme,
+        scheme,
         chunk_bytes: u32::try_from(a.chunk).context("chunk too large")?,
         sector_bytes: a.sector as u32,
         stripes: None,
