@@ -41,6 +41,29 @@ impl Geometry {
         }
     }
 
+    /// `p = n - 1 - stripe mod n`, the member of parity 0 in `stripe`; with
+    /// [`Geometry::member_in`] it finds members without a division per unit.
+    #[inline]
+    pub fn rotation(&self, stripe: u64) -> usize {
+        self.n() - 1 - (stripe % self.n() as u64) as usize
+    }
+
+    /// The member holding position `pos` of a stripe whose rotation is `p`.
+    #[inline]
+    pub fn member_in(&self, p: usize, pos: usize) -> usize {
+        let n = self.n();
+        let d = if pos < self.k {
+            p + self.m + pos
+        } else {
+            p + pos - self.k
+        };
+        if d >= n {
+            d - n
+        } else {
+            d
+        }
+    }
+
     /// Inverse of [`Geometry::member_of`]: the stripe position member `member` holds in `stripe`.
     pub fn position_of(&self, stripe: u64, member: usize) -> usize {
         let n = self.n();
@@ -110,6 +133,7 @@ mod tests {
                 let mut seen = vec![false; g.n()];
                 for pos in 0..g.n() {
                     let d = g.member_of(s, pos);
+                    assert_eq!(d, g.member_in(g.rotation(s), pos));
                     assert!(!seen[d]);
                     seen[d] = true;
                     assert_eq!(g.position_of(s, d), pos);

@@ -311,7 +311,7 @@ impl<S: ReadState> Ctx<'_, S> {
                 };
                 let rmw = 2 * (tau + m) + rmw_extra;
                 let rcw = k + m + rcw_extra;
-                let buddy = (p.last + 1) % k;
+                let buddy = if p.last + 1 == k { 0 } else { p.last + 1 };
                 if rmw <= rcw {
                     p.mode = Some(Mode::Rmw);
                     p.sigma = false;
