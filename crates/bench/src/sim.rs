@@ -45,9 +45,7 @@ pub fn measure(
             break;
         }
         let t = Instant::now();
-        for r in &batch {
-            sim.replay(*r);
-        }
+        sim.replay_batch(&batch);
         spent += t.elapsed();
     }
     let secs = spent.as_secs_f64();

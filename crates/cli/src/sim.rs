@@ -219,11 +219,18 @@ impl WorkloadArgs {
                 capacity_bytes: cap,
                 seed: self.seed,
             });
-            for (i, r) in gen.enumerate() {
-                sim.replay(r);
-                if i % 65536 == 0 {
-                    bar.set_position(i as u64);
+            let mut gen = gen;
+            let mut batch = Vec::with_capacity(4096);
+            let mut done = 0u64;
+            loop {
+                batch.clear();
+                batch.extend(gen.by_ref().take(4096));
+                if batch.is_empty() {
+                    break;
                 }
+                sim.replay_batch(&batch);
+                done += batch.len() as u64;
+                bar.set_position(done);
             }
             label = format!(
                 "profile {} (reads {:.1} %, avg read {}, avg write {}; {} requests, seed {})",
