@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stripeguard_disk::{DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::Scheme;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -64,14 +64,8 @@ fn array(opts: &ArrayBenchOptions, scheme: Scheme) -> Array {
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();
     let cfg = ArrayConfig {
-        data_chunks: k,
-        parity_chunks: m,
-        code: CodeId::for_parity(m),
-        scheme,
-        chunk_bytes: opts.chunk_bytes,
-        sector_bytes: 512,
-        stripes: Some(stripes),
         first_read_map_bytes: 16 << 20,
+        ..ArrayConfig::new(k, m, scheme, opts.chunk_bytes, stripes)
     };
     Array::create(members, &cfg, true, &mut |_, _| {}).expect("memory array")
 }

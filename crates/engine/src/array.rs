@@ -37,6 +37,33 @@ pub struct ArrayConfig {
     pub first_read_map_bytes: u64,
 }
 
+impl ArrayConfig {
+    /// `k + m` with the usual code for `m`, 512-byte sectors, `stripes` stripes and a 1 MiB
+    /// first-read map: the shape tests, benchmarks and demos use.
+    pub fn new(k: usize, m: usize, scheme: Scheme, chunk_bytes: u32, stripes: u64) -> Self {
+        ArrayConfig {
+            data_chunks: k,
+            parity_chunks: m,
+            code: CodeId::for_parity(m),
+            scheme,
+            chunk_bytes,
+            sector_bytes: 512,
+            stripes: Some(stripes),
+            first_read_map_bytes: 1 << 20,
+        }
+    }
+
+    /// Bytes each member needs for this configuration (superblocks + units; needs `stripes`).
+    pub fn member_bytes(&self) -> u64 {
+        let appendix = if self.scheme.has_appendix() {
+            self.sector_bytes as u64
+        } else {
+            0
+        };
+        DATA_OFFSET_BYTES + self.stripes.unwrap_or(0) * (self.chunk_bytes as u64 + appendix)
+    }
+}
+
 /// Options for assembling an existing array.
 #[derive(Clone, Debug)]
 pub struct AssembleOptions {

@@ -86,14 +86,14 @@ fn build(cfg: &CampaignConfig) -> Result<Rig, EngineError> {
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();
     let acfg = ArrayConfig {
-        data_chunks: cfg.data_chunks,
-        parity_chunks: cfg.parity_chunks,
         code: cfg.code,
-        scheme: cfg.scheme,
-        chunk_bytes: cfg.chunk_bytes,
-        sector_bytes: 512,
-        stripes: Some(cfg.stripes),
-        first_read_map_bytes: 1 << 20,
+        ..ArrayConfig::new(
+            cfg.data_chunks,
+            cfg.parity_chunks,
+            cfg.scheme,
+            cfg.chunk_bytes,
+            cfg.stripes,
+        )
     };
     let a = Array::create(mems.clone(), &acfg, true, &mut |_, _| {})?;
     let map = a.unit_map();
@@ -220,42 +220,14 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
             }
             rep.writes += 1;
         } else {
-            let mut got = vec![0u8; len];
-            match a.read(off as u64, &mut got) {
-                Ok(()) => {
-                    let wrong = got
-                        .iter()
-                        .zip(&model[off..off + len])
-                        .filter(|(x, y)| x != y)
-                        .count();
-                    if wrong > 0 {
-                        rep.wrong_reads += 1;
-                        rep.wrong_bytes += wrong as u64;
-                    }
-                }
-                Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
-                Err(e) => return Err(e),
-            }
-            rep.reads += 1;
+            check_read(a, off, &model[off..off + len], &mut rep)?;
         }
     }
     // Drain: nothing more may fire; read everything, then scrub every stripe.
     for f in &rig.faulty {
         f.disarm();
     }
-    let mut got = vec![0u8; cap];
-    match a.read(0, &mut got) {
-        Ok(()) => {
-            let wrong = got.iter().zip(&model).filter(|(x, y)| x != y).count();
-            if wrong > 0 {
-                rep.wrong_reads += 1;
-                rep.wrong_bytes += wrong as u64;
-            }
-        }
-        Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
-        Err(e) => return Err(e),
-    }
-    rep.reads += 1;
+    check_read(a, 0, &model, &mut rep)?;
     if cfg.scheme != Scheme::None {
         for s in 0..g.stripes {
             match a.scrub_stripe(s) {
@@ -289,6 +261,29 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
         }
     }
     Ok(rep)
+}
+
+/// Read `expect.len()` bytes at `off` and compare them with the model.
+fn check_read(
+    a: &Array,
+    off: usize,
+    expect: &[u8],
+    rep: &mut CampaignReport,
+) -> Result<(), EngineError> {
+    let mut got = vec![0u8; expect.len()];
+    match a.read(off as u64, &mut got) {
+        Ok(()) => {
+            let wrong = got.iter().zip(expect).filter(|(x, y)| x != y).count();
+            if wrong > 0 {
+                rep.wrong_reads += 1;
+                rep.wrong_bytes += wrong as u64;
+            }
+        }
+        Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+        Err(e) => return Err(e),
+    }
+    rep.reads += 1;
+    Ok(())
 }
 
 fn dirty_stripes(faulty: &[Arc<FaultyDisk>]) -> Result<BTreeSet<u64>, EngineError> {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, FileDisk};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::Scheme;
 
 /// One row of the demo table.
 #[derive(Clone, Debug, Serialize)]
@@ -72,16 +72,7 @@ fn one_case(dir: &Path, scheme: Scheme, kind: FaultKind) -> Result<DemoRow, Engi
         .iter()
         .map(|p| FileDisk::create(p, size, false).map(|d| Arc::new(d) as DiskRef))
         .collect::<Result<_, _>>()?;
-    let cfg = ArrayConfig {
-        data_chunks: DEMO_DATA,
-        parity_chunks: DEMO_PARITY,
-        code: CodeId::Raid6,
-        scheme,
-        chunk_bytes: CHUNK,
-        sector_bytes: 512,
-        stripes: Some(STRIPES),
-        first_read_map_bytes: 1 << 20,
-    };
+    let cfg = ArrayConfig::new(DEMO_DATA, DEMO_PARITY, scheme, CHUNK, STRIPES);
     let a = Array::create(files.clone(), &cfg, true, &mut |_, _| {})?;
     let map = a.unit_map();
     a.close()?;

@@ -5,7 +5,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{CountingDisk, DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::Scheme;
 use stripeguard_plan::{Op, Planner};
 
 #[test]
@@ -20,16 +20,7 @@ fn engine_io_counts_equal_the_planners() {
             })
             .collect();
         let members: Vec<DiskRef> = counting.iter().map(|c| c.clone() as DiskRef).collect();
-        let cfg = ArrayConfig {
-            data_chunks: k,
-            parity_chunks: m,
-            code: CodeId::Raid6,
-            scheme,
-            chunk_bytes: chunk,
-            sector_bytes: 512,
-            stripes: Some(stripes),
-            first_read_map_bytes: 1 << 20,
-        };
+        let cfg = ArrayConfig::new(k, m, scheme, chunk, stripes);
         let array = Array::create(members, &cfg, true, &mut |_, _| {}).unwrap();
         let mut planner = Planner::new(*array.geometry(), scheme, 1 << 20);
         // Reserve hybrid-seq's first block of sequence numbers before counting.

@@ -4,7 +4,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultyDisk, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::Scheme;
 
 struct Rig {
     array: Array,
@@ -18,16 +18,7 @@ fn rig(scheme: Scheme, k: usize, m: usize, stripes: u64) -> Rig {
     let mems: Vec<DiskRef> = (0..k + m)
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();
-    let cfg = ArrayConfig {
-        data_chunks: k,
-        parity_chunks: m,
-        code: CodeId::for_parity(m),
-        scheme,
-        chunk_bytes: chunk,
-        sector_bytes: 512,
-        stripes: Some(stripes),
-        first_read_map_bytes: 1 << 20,
-    };
+    let cfg = ArrayConfig::new(k, m, scheme, chunk, stripes);
     // Create on the bare disks, then wrap them in fault injectors and assemble.
     Array::create(mems.clone(), &cfg, true, &mut |_, _| {})
         .unwrap()

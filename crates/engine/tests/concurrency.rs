@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::Scheme;
 
 #[test]
 fn threads_writing_overlapping_and_disjoint_ranges() {
@@ -19,16 +19,7 @@ fn threads_writing_overlapping_and_disjoint_ranges() {
         let members: Vec<DiskRef> = (0..6)
             .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)) as DiskRef)
             .collect();
-        let cfg = ArrayConfig {
-            data_chunks: 4,
-            parity_chunks: 2,
-            code: CodeId::Raid6,
-            scheme,
-            chunk_bytes: 4096,
-            sector_bytes: 512,
-            stripes: Some(stripes),
-            first_read_map_bytes: 1 << 20,
-        };
+        let cfg = ArrayConfig::new(4, 2, scheme, 4096, stripes);
         let array = Arc::new(Array::create(members, &cfg, true, &mut |_, _| {}).unwrap());
         let sd = 4 * 4096u64;
         // Each thread owns the chunks with index ≡ t (mod 4) of every stripe: all threads share

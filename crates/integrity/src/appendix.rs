@@ -4,6 +4,7 @@
 //! (what checksum mirroring copies into the buddy and the parity appendices) and, continuing the
 //! same CRC state over the appendix, the self checksum stored as the appendix's last field.
 
+use crate::le::{u16_at, u32_at, u64_at};
 use crate::Scheme;
 use stripeguard_checksum::Crc32c;
 
@@ -73,16 +74,6 @@ pub enum AppendixError {
     /// Checksum fine but fields impossible.
     #[error("malformed appendix: {0}")]
     Malformed(&'static str),
-}
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
 impl Appendix {

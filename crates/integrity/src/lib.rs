@@ -17,6 +17,7 @@
 mod appendix;
 mod diagnose;
 mod firstread;
+mod le;
 mod scheme;
 mod superblock;
 

@@ -1,5 +1,6 @@
 //! The member superblock, byte for byte as in `FORMAT.md` §2.1.
 
+use crate::le::{u16_at, u32_at, u64_at};
 use crate::Scheme;
 use stripeguard_checksum::crc32c;
 
@@ -126,16 +127,6 @@ pub enum SuperblockError {
     /// Fields that cannot describe an array.
     #[error("superblock describes an impossible geometry: {0}")]
     Geometry(&'static str),
-}
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
 impl Superblock {

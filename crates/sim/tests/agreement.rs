@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use stripeguard_disk::{CountingDisk, DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::Scheme;
 use stripeguard_plan::Op;
 use stripeguard_sim::{
     Fit, Profile, Request, Simulator, SynthConfig, Synthetic, TraceOptions, TraceReader,
@@ -27,16 +27,7 @@ fn engine_counts(
             )) as DiskRef))
         })
         .collect();
-    let cfg = ArrayConfig {
-        data_chunks: k,
-        parity_chunks: m,
-        code: CodeId::for_parity(m),
-        scheme,
-        chunk_bytes: chunk,
-        sector_bytes: 512,
-        stripes: Some(stripes),
-        first_read_map_bytes: 1 << 20,
-    };
+    let cfg = ArrayConfig::new(k, m, scheme, chunk, stripes);
     let array = Array::create(
         counting.iter().map(|c| c.clone() as DiskRef).collect(),
         &cfg,
