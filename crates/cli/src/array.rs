@@ -479,6 +479,14 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
         }
     }
     let array = assemble(&a.array, true)?;
+    let cap = array.capacity_bytes() as usize;
+    if a.offset + data.len() > cap {
+        bail!(
+            "writing {} bytes at offset {} runs past the array's capacity of {cap} bytes",
+            data.len(),
+            a.offset
+        );
+    }
     let chunk = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
     let bar = crate::progress::bytes_bar("writing");
     bar.set_length(data.len() as u64);
@@ -502,6 +510,12 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
         );
     }
     let len = a.length.unwrap_or(cap - a.offset);
+    if a.offset + len > cap {
+        bail!(
+            "reading {len} bytes at offset {} runs past the array's capacity of {cap} bytes",
+            a.offset
+        );
+    }
     let mut out: Box<dyn Write> = match &a.output {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
