@@ -467,35 +467,58 @@ fn report(array: &Array, what: &str, bytes: usize, json_out: bool) {
 }
 
 pub fn write(a: WriteArgs) -> Result<ExitCode> {
-    let mut data = Vec::new();
-    match &a.input {
+    // Stream the input in steps of a few MiB: memory stays bounded whatever its size.
+    let (mut input, known_len): (Box<dyn Read>, Option<u64>) = match &a.input {
         Some(p) => {
-            data = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let f =
+                std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let len = f.metadata().ok().map(|m| m.len());
+            (Box::new(f), len)
         }
-        None => {
-            std::io::stdin()
-                .read_to_end(&mut data)
-                .context("reading standard input")?;
-        }
-    }
+        None => (Box::new(std::io::stdin().lock()), None),
+    };
     let array = assemble(&a.array, true)?;
     let cap = array.capacity_bytes() as usize;
-    if a.offset + data.len() > cap {
-        bail!(
-            "writing {} bytes at offset {} runs past the array's capacity of {cap} bytes",
-            data.len(),
+    let past_end = |len: usize| {
+        anyhow::anyhow!(
+            "writing {len} bytes at offset {} runs past the array's capacity of {cap} bytes",
             a.offset
-        );
+        )
+    };
+    if let Some(len) = known_len {
+        if a.offset as u64 + len > cap as u64 {
+            return Err(past_end(len as usize));
+        }
     }
-    let chunk = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
+    let step = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
+    let mut buf = vec![0u8; step];
     let bar = crate::progress::bytes_bar("writing");
-    bar.set_length(data.len() as u64);
-    for (i, piece) in data.chunks(chunk).enumerate() {
-        array.write((a.offset + i * chunk) as u64, piece)?;
-        bar.inc(piece.len() as u64);
+    if let Some(len) = known_len {
+        bar.set_length(len);
+    }
+    let mut done = 0usize;
+    loop {
+        // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
+        let mut got = 0;
+        while got < step {
+            let n = input.read(&mut buf[got..]).context("reading the input")?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        if got == 0 {
+            break;
+        }
+        if a.offset + done + got > cap {
+            return Err(past_end(done + got));
+        }
+        array.write((a.offset + done) as u64, &buf[..got])?;
+        done += got;
+        bar.set_position(done as u64);
     }
     bar.finish_and_clear();
-    report(&array, "wrote", data.len(), a.json);
+    report(&array, "wrote", done, a.json);
     array.close()?;
     Ok(ExitCode::SUCCESS)
 }
