@@ -38,7 +38,11 @@ use std::num::NonZeroUsize;
 pub struct FirstReadMap {
     zone_chunks: u64,
     max_zones: usize,
-    zones: LruCache<u64, Box<[u64]>>,
+    /// Resident zone → slot in `slots`, in least-recently-used order.
+    zones: LruCache<u64, usize>,
+    slots: Vec<Box<[u64]>>,
+    /// The zone touched last and its slot: consecutive accesses to one zone skip the LRU.
+    last: Option<(u64, usize)>,
 }
 
 impl FirstReadMap {
@@ -50,6 +54,8 @@ impl FirstReadMap {
             zone_chunks: zone_chunks.max(64).div_ceil(64) * 64,
             max_zones,
             zones: LruCache::new(NonZeroUsize::new(max_zones).expect("at least 1")),
+            slots: Vec::new(),
+            last: None,
         }
     }
 
@@ -76,11 +82,23 @@ impl FirstReadMap {
         (zone, (bit / 64) as usize, 1u64 << (bit % 64))
     }
 
+    /// The slot of a resident zone (refreshing its recency), or `None`.
+    fn find(&mut self, zone: u64) -> Option<usize> {
+        if let Some((z, slot)) = self.last {
+            if z == zone {
+                return Some(slot);
+            }
+        }
+        let slot = *self.zones.get(&zone)?;
+        self.last = Some((zone, slot));
+        Some(slot)
+    }
+
     /// Whether the next read of global data chunk `chunk` is a first-read.
     pub fn is_first_read(&mut self, chunk: u64) -> bool {
         let (zone, word, mask) = self.split(chunk);
-        match self.zones.get(&zone) {
-            Some(bits) => bits[word] & mask == 0,
+        match self.find(zone) {
+            Some(slot) => self.slots[slot][word] & mask == 0,
             None => true,
         }
     }
@@ -88,18 +106,32 @@ impl FirstReadMap {
     /// The chunk was read and checked: later reads are subsequent-reads.
     pub fn mark_read(&mut self, chunk: u64) {
         let (zone, word, mask) = self.split(chunk);
-        let words = (self.zone_chunks / 64) as usize;
-        let bits = self
-            .zones
-            .get_or_insert_mut(zone, || vec![0u64; words].into_boxed_slice());
-        bits[word] |= mask;
+        let slot = match self.find(zone) {
+            Some(slot) => slot,
+            None => {
+                let words = (self.zone_chunks / 64) as usize;
+                let slot = if self.slots.len() < self.max_zones {
+                    self.slots.push(vec![0u64; words].into_boxed_slice());
+                    self.slots.len() - 1
+                } else {
+                    // Evict the least recently used zone: it reads as first-read from now on.
+                    let (_, slot) = self.zones.pop_lru().expect("a full map has a zone");
+                    self.slots[slot].fill(0);
+                    slot
+                };
+                self.zones.put(zone, slot);
+                self.last = Some((zone, slot));
+                slot
+            }
+        };
+        self.slots[slot][word] |= mask;
     }
 
     /// The chunk was written: its next read is a first-read again.
     pub fn mark_written(&mut self, chunk: u64) {
         let (zone, word, mask) = self.split(chunk);
-        if let Some(bits) = self.zones.peek_mut(&zone) {
-            bits[word] &= !mask;
+        if let Some(slot) = self.find(zone) {
+            self.slots[slot][word] &= !mask;
         }
     }
 }
