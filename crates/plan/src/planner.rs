@@ -102,12 +102,18 @@ impl PiecePlan {
     pub fn tau(&self) -> usize {
         self.last + 1 - self.first
     }
-    /// Reads in the paper's unit.
+    /// Reads in the paper's unit. (Merge reads are always planned last.)
     pub fn paper_reads(&self) -> usize {
-        self.reads
+        let merges = self
+            .reads
             .iter()
-            .filter(|u| u.purpose.in_paper_count())
-            .count()
+            .rev()
+            .take_while(|u| !u.purpose.in_paper_count())
+            .count();
+        debug_assert!(self.reads[..self.reads.len() - merges]
+            .iter()
+            .all(|u| u.purpose.in_paper_count()));
+        self.reads.len() - merges
     }
     /// Writes in the paper's unit.
     pub fn paper_writes(&self) -> usize {

@@ -236,6 +236,9 @@ impl Simulator {
     pub fn replay(&mut self, r: Request) {
         self.requests += 1;
         let g = self.geometry;
+        let sd = g.stripe_data_bytes();
+        // A request within one stripe has nothing to coalesce: each unit is one real I/O.
+        let one_stripe = r.offset / sd == (r.offset + r.len - 1) / sd;
         for (li, lane) in self.lanes.iter_mut().enumerate() {
             let c = &mut lane.counts;
             match r.op {
@@ -248,8 +251,10 @@ impl Simulator {
                     c.user_write_bytes += r.len;
                 }
             }
-            lane.last_read.fill(u64::MAX);
-            lane.last_write.fill(u64::MAX);
+            if !one_stripe {
+                lane.last_read.fill(u64::MAX);
+                lane.last_write.fill(u64::MAX);
+            }
             let (last_read, last_write) = (&mut lane.last_read, &mut lane.last_write);
             let mut state = LaneState {
                 map: &mut self.map,
@@ -270,6 +275,11 @@ impl Simulator {
                         Some(Mode::Rcw) => c.rcw += 1,
                         Some(Mode::FullStripe) => c.full_stripe += 1,
                         None => {}
+                    }
+                    if one_stripe {
+                        c.real_reads += p.reads.len() as u64;
+                        c.real_writes += p.writes.len() as u64;
+                        return;
                     }
                     let rot = g.rotation(p.stripe);
                     for u in &p.reads {
