@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use stripeguard_disk::{DiskRef, FaultKind, FileDisk};
+use stripeguard_disk::{DiskRef, FailedDisk, FaultKind, FileDisk};
 use stripeguard_engine::{
     run_campaign, run_demo, Array, ArrayConfig, AssembleOptions, CampaignConfig, Counters,
 };
@@ -188,36 +188,9 @@ fn open_members_lenient(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
         .iter()
         .map(|p| match FileDisk::open(p, direct) {
             Ok(d) => Arc::new(d) as DiskRef,
-            Err(_) => Arc::new(Missing(p.display().to_string())) as DiskRef,
+            Err(e) => Arc::new(FailedDisk::new(p.display().to_string(), e.to_string())) as DiskRef,
         })
         .collect()
-}
-
-/// A member that could not be opened: every I/O fails, so assembly treats it as failed.
-struct Missing(String);
-
-impl stripeguard_disk::Disk for Missing {
-    fn name(&self) -> &str {
-        &self.0
-    }
-    fn size_bytes(&self) -> u64 {
-        0
-    }
-    fn read_at(&self, _: u64, _: &mut [u8]) -> Result<(), stripeguard_disk::DiskError> {
-        Err(stripeguard_disk::DiskError::Failed {
-            name: format!("{} (cannot be opened)", self.0),
-        })
-    }
-    fn write_at(&self, _: u64, _: &[u8]) -> Result<(), stripeguard_disk::DiskError> {
-        Err(stripeguard_disk::DiskError::Failed {
-            name: format!("{} (cannot be opened)", self.0),
-        })
-    }
-    fn flush(&self) -> Result<(), stripeguard_disk::DiskError> {
-        Err(stripeguard_disk::DiskError::Failed {
-            name: format!("{} (cannot be opened)", self.0),
-        })
-    }
 }
 
 fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {

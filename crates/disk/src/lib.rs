@@ -7,18 +7,21 @@
 //! | [`FaultyDisk`] | injects every fault of DESIGN.md's table on a schedule and records what it did |
 //! | [`CountingDisk`] | counts I/Os and bytes (the engine's counts must equal the planner's) |
 //! | [`CrashDisk`] | keeps a durable and a live image; a crash keeps a random subset of unflushed writes |
+//! | [`FailedDisk`] | a member that could not be opened: every I/O fails, so assembly runs degraded |
 //!
 //! All take `&self` and are safe to share between threads: the engine issues I/O to different
 //! members, and to different stripes of one member, concurrently.
 
 mod counting;
 mod crash;
+mod failed;
 mod faulty;
 mod file;
 mod mem;
 
 pub use counting::{CountingDisk, IoCounts};
 pub use crash::CrashDisk;
+pub use failed::FailedDisk;
 pub use faulty::{Fault, FaultKind, FaultyDisk, Injected, UnitMap};
 pub use file::FileDisk;
 pub use mem::MemDisk;

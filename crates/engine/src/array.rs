@@ -458,12 +458,9 @@ impl Array {
             .filter(|f| f.load(Ordering::Relaxed))
             .count();
         if failed > self.geometry.m {
-            return Err(EngineError::Unrecoverable {
-                stripe: 0,
-                reason: format!(
-                    "{failed} members have failed; the array survives {}",
-                    self.geometry.m
-                ),
+            return Err(EngineError::TooManyFailed {
+                failed,
+                tolerated: self.geometry.m,
             });
         }
         Ok(())

@@ -39,6 +39,14 @@ pub enum EngineError {
         /// What was found.
         reason: String,
     },
+    /// More members failed than the code tolerates.
+    #[error("{failed} members have failed but the array survives at most {tolerated}; nothing more can be read or written safely")]
+    TooManyFailed {
+        /// Failed members.
+        failed: usize,
+        /// `m`.
+        tolerated: usize,
+    },
     /// The erasure code refused (a bug or impossible geometry).
     #[error(transparent)]
     Code(#[from] stripeguard_codes::CodeError),
