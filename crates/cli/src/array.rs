@@ -324,19 +324,29 @@ fn counters_json(c: &Counters) -> serde_json::Value {
 /// Events shown in human output (all of them are in `--json`).
 const EVENTS_SHOWN: usize = 20;
 
-fn print_events(array: &Array) {
+/// Print the first events: to stderr for read/write (whose stdout may carry data), to stdout
+/// for status.
+fn print_events(array: &Array, to_stdout: bool) {
     let events = array.events();
+    let mut lines = Vec::new();
     if events.len() > EVENTS_SHOWN {
-        eprintln!(
+        lines.push(format!(
             "  (first {EVENTS_SHOWN} of {} events; --json lists them all)",
             events.len()
-        );
+        ));
     }
     for e in events.into_iter().take(EVENTS_SHOWN) {
-        eprintln!(
+        lines.push(format!(
             "  stripe {} member {} ({} {}): {} — {} [{:?}]",
             e.stripe, e.member, e.role, e.position, e.kind, e.evidence, e.action
-        );
+        ));
+    }
+    for l in lines {
+        if to_stdout {
+            println!("{l}");
+        } else {
+            eprintln!("{l}");
+        }
     }
 }
 
@@ -408,7 +418,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             for (k, v) in &c.by_kind {
                 println!("    {k}: {v}");
             }
-            print_events(&array);
+            print_events(&array, true);
             for u in &unrecoverable {
                 println!("  {u}");
             }
@@ -435,7 +445,7 @@ fn report(array: &Array, what: &str, bytes: usize, json_out: bool) {
             "stripeguard: {what} {bytes} bytes; detected {} failed check(s), located {} unit(s), repaired {}:",
             c.detected, c.located, c.repaired
         );
-        print_events(array);
+        print_events(array, false);
     }
 }
 

@@ -16,6 +16,8 @@ pub enum EventAction {
     Reread,
     /// Rebuilt in memory; the member is failed so nothing was written.
     RebuiltDegraded,
+    /// Found and rebuilt in memory, not written: the array was opened read-only (`status --check`).
+    FoundReadOnly,
     /// The stripe could not be repaired; the request failed.
     Unrecoverable,
 }
@@ -72,7 +74,7 @@ impl EventLog {
             EventAction::Unrecoverable => {}
             _ => {
                 c.located += 1;
-                if e.action != EventAction::Reread {
+                if !matches!(e.action, EventAction::Reread | EventAction::FoundReadOnly) {
                     c.repaired += 1;
                 }
                 *c.by_kind.entry(e.kind.to_string()).or_default() += 1;

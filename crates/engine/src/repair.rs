@@ -288,7 +288,9 @@ impl Array {
                 // A failed member is reported once, when it fails, not in every stripe.
                 continue;
             }
-            let action = if self.is_failed(member) || !self.writable {
+            let action = if !self.writable {
+                EventAction::FoundReadOnly
+            } else if self.is_failed(member) {
                 EventAction::RebuiltDegraded
             } else if chunk_ok {
                 EventAction::AppendixRewritten
