@@ -31,8 +31,15 @@
 use crate::error::CodeError;
 use crate::systematic::Systematic;
 use crate::Located;
+use lru::LruCache;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 use stripeguard_gf::field::{div, inv, mul, pow};
 use stripeguard_gf::{Matrix, Mode, MulTables};
+
+/// Forney syndrome tables kept per erasure pattern (building them costs more than locating in a
+/// 4 KiB stripe for wide codes).
+const FORNEY_CACHE_ENTRIES: usize = 64;
 
 /// Error-locator search: how many non-zero byte columns are decoded before verification.
 const SAMPLE_COLUMNS: usize = 16;
@@ -44,6 +51,8 @@ pub(crate) struct Grs {
     x: Vec<u8>,
     /// The `m x n` parity-check matrix `v_i X_i^r`.
     check: Matrix,
+    /// Erasure pattern → tables of the Forney checks restricted to the present chunks.
+    forney: Mutex<LruCache<Vec<usize>, Arc<MulTables>>>,
 }
 
 impl Grs {
@@ -73,7 +82,15 @@ impl Grs {
                 h[(r, i)] = mul(v[i], pow(x[i], r));
             }
         }
-        Grs { k, m, x, check: h }
+        Grs {
+            k,
+            m,
+            x,
+            check: h,
+            forney: Mutex::new(LruCache::new(
+                NonZeroUsize::new(FORNEY_CACHE_ENTRIES).expect("non-zero"),
+            )),
+        }
     }
 
     #[cfg(test)]
@@ -108,6 +125,28 @@ impl Grs {
         phi
     }
 
+    /// The Forney tables for erasure pattern `missing` (sorted), from the cache or built.
+    fn forney_tables(&self, missing: &[usize], present: &[usize]) -> Arc<MulTables> {
+        if let Some(t) = self.forney.lock().expect("lock").get(missing) {
+            return t.clone();
+        }
+        let phi = self.forney_matrix(missing);
+        let phi_present = Matrix::from_rows(
+            phi.rows(),
+            present.len(),
+            (0..phi.rows())
+                .flat_map(|u| present.iter().map(move |&i| (u, i)))
+                .map(|p| phi[p])
+                .collect(),
+        );
+        let t = Arc::new(MulTables::new(&phi_present));
+        self.forney
+            .lock()
+            .expect("lock")
+            .put(missing.to_vec(), t.clone());
+        t
+    }
+
     pub fn locate(
         &self,
         sys: &Systematic,
@@ -122,26 +161,12 @@ impl Grs {
         }
         let n = self.k + self.m;
         let present: Vec<usize> = (0..n).filter(|i| !missing.contains(i)).collect();
-        let phi = self.forney_matrix(missing);
-        let phi_present = Matrix::from_rows(
-            phi.rows(),
-            present.len(),
-            (0..phi.rows())
-                .flat_map(|u| present.iter().map(move |&i| (u, i)))
-                .map(|p| phi[p])
-                .collect(),
-        );
+        let tables = self.forney_tables(missing, &present);
         let mut xi = vec![vec![0u8; len]; syndromes_left];
         {
             let inputs: Vec<&[u8]> = present.iter().map(|&i| chunks[i]).collect();
             let mut outs: Vec<&mut [u8]> = xi.iter_mut().map(|v| &mut v[..]).collect();
-            sys.kernel.dot(
-                &MulTables::new(&phi_present),
-                &inputs,
-                &[],
-                &mut outs,
-                Mode::Set,
-            );
+            sys.kernel.dot(&tables, &inputs, &[], &mut outs, Mode::Set);
         }
         let nonzero: Vec<usize> = (0..len).filter(|&b| xi.iter().any(|s| s[b] != 0)).collect();
         if nonzero.is_empty() {
