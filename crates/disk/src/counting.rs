@@ -84,6 +84,9 @@ impl Disk for CountingDisk {
         self.write_bytes.fetch_add(buf.len() as u64, Relaxed);
         self.inner.write_at(offset, buf)
     }
+    fn prefers_parallel(&self) -> bool {
+        self.inner.prefers_parallel()
+    }
     fn flush(&self) -> Result<(), DiskError> {
         self.flushes.fetch_add(1, Relaxed);
         self.inner.flush()

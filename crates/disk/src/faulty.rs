@@ -476,6 +476,9 @@ impl Disk for FaultyDisk {
         }
     }
 
+    fn prefers_parallel(&self) -> bool {
+        self.inner.prefers_parallel()
+    }
     fn flush(&self) -> Result<(), DiskError> {
         if self.state.lock().expect("lock").failed {
             return Err(self.failed());

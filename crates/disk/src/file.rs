@@ -160,6 +160,12 @@ impl Disk for FileDisk {
             .write_all_at(b.region(), start)
             .map_err(|e| self.err("write", offset, buf.len(), e))
     }
+    /// With O_DIRECT every I/O waits for the device, so a piece's units to different members
+    /// should be in flight together; buffered I/O mostly copies from the page cache, where a
+    /// thread hand-off costs more than it saves (measured: 5x slower CLI tests with 4 KiB units).
+    fn prefers_parallel(&self) -> bool {
+        self.direct
+    }
     fn flush(&self) -> Result<(), DiskError> {
         self.file
             .sync_data()

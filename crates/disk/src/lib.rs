@@ -87,6 +87,11 @@ pub trait Disk: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError>;
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), DiskError>;
+    /// Whether I/O to this disk is slow enough that issuing it from several threads at once pays
+    /// (files and devices: yes; memory: no, a thread hand-off costs more than the copy).
+    fn prefers_parallel(&self) -> bool {
+        false
+    }
 }
 
 /// A shared disk.

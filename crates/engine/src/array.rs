@@ -118,6 +118,8 @@ pub struct Array {
     /// map and unmap pages on every request (measured: hybrid1 full-stripe writes at 0.13x of
     /// none instead of 0.66x).
     pub(crate) pool: Mutex<Vec<Vec<u8>>>,
+    /// Issue the units of one piece from several threads (every member is a file or device).
+    pub(crate) parallel_io: bool,
 }
 
 impl Array {
@@ -327,6 +329,7 @@ impl Array {
                 superblock_copies_fixed: 0,
             })
             .collect();
+        let parallel_io = members.iter().all(|d| d.prefers_parallel());
         Ok(Array {
             failed: members.iter().map(|_| AtomicBool::new(false)).collect(),
             health: Mutex::new(health),
@@ -342,6 +345,7 @@ impl Array {
             members,
             generation: std::sync::atomic::AtomicU64::new(sb.generation),
             pool: Mutex::new(Vec::new()),
+            parallel_io,
             sb,
             writable,
         })

@@ -105,13 +105,16 @@ impl Array {
         let scheme = self.sb.scheme;
         let mut units: Vec<Option<Vec<u8>>> = vec![None; n];
         let mut erased = vec![false; n];
+        let mut wanted: Vec<usize> = Vec::with_capacity(plan.reads.len());
         for io in &plan.reads {
-            if units[io.pos].is_some() || erased[io.pos] {
-                continue;
+            if !wanted.contains(&io.pos) {
+                wanted.push(io.pos);
             }
-            match self.read_unit(plan.stripe, io.pos)? {
-                Some(u) => units[io.pos] = Some(u),
-                None => erased[io.pos] = true,
+        }
+        for (&pos, got) in wanted.iter().zip(self.read_units(plan.stripe, &wanted)?) {
+            match got {
+                Some(u) => units[pos] = Some(u),
+                None => erased[pos] = true,
             }
         }
         let diag: Diagnosis = {
@@ -228,6 +231,7 @@ impl Array {
         }
 
         // Metadata, then the writes.
+        let mut buddy: Option<(usize, u64, Vec<u8>)> = None;
         if let Some(mirror) = scheme.mirror() {
             let mut tags: Vec<u64> = (0..k)
                 .map(|i| {
@@ -272,24 +276,26 @@ impl Array {
                     Purpose::BuddyAppendix => {
                         let mut sector = vec![0u8; unit - c];
                         self.seal(plan.stripe, w.pos, &tags, &[], &mut sector);
-                        self.write_unit(plan.stripe, w.pos, c as u64, &sector)?;
+                        buddy = Some((w.pos, c as u64, sector));
                     }
                     Purpose::Buddy => {
                         let mut u = have.units[w.pos].take().expect("the buddy was read");
                         let (chunk, sector) = u.split_at_mut(c);
                         self.seal(plan.stripe, w.pos, &tags, chunk, sector);
-                        self.write_unit(plan.stripe, w.pos, 0, &u)?;
+                        buddy = Some((w.pos, 0, u));
                     }
                     _ => {}
                 }
             }
         }
-        for (i, u) in (first..=last).zip(&new) {
-            self.write_unit(plan.stripe, i, 0, u)?;
+        let mut writes: Vec<(usize, u64, &[u8])> = Vec::with_capacity(plan.writes.len());
+        if let Some((pos, at, bytes)) = &buddy {
+            writes.push((*pos, *at, bytes));
         }
-        for (j, p) in parity.iter().enumerate() {
-            self.write_unit(plan.stripe, k + j, 0, p)?;
-        }
+        writes.extend((first..=last).zip(&new).map(|(i, u)| (i, 0, &u[..])));
+        writes.extend(parity.iter().enumerate().map(|(j, p)| (k + j, 0, &p[..])));
+        self.write_units(plan.stripe, &writes)?;
+        drop(writes);
         self.recycle(
             new.into_iter()
                 .chain(parity)

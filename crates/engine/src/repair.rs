@@ -39,6 +39,55 @@ impl Array {
         }
     }
 
+    /// Read units `positions` of `stripe` (distinct), concurrently when the members are files or
+    /// devices: a piece's I/O to different members overlaps instead of queueing.
+    pub(crate) fn read_units(
+        &self,
+        stripe: u64,
+        positions: &[usize],
+    ) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
+        if !self.parallel_io || positions.len() < 2 {
+            return positions
+                .iter()
+                .map(|&p| self.read_unit(stripe, p))
+                .collect();
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = positions
+                .iter()
+                .map(|&p| s.spawn(move || self.read_unit(stripe, p)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("an I/O thread panicked"))
+                .collect()
+        })
+    }
+
+    /// Write several units (position, byte within the unit, bytes) of `stripe`, concurrently
+    /// when the members are files or devices.
+    pub(crate) fn write_units(
+        &self,
+        stripe: u64,
+        writes: &[(usize, u64, &[u8])],
+    ) -> Result<(), EngineError> {
+        if !self.parallel_io || writes.len() < 2 {
+            for &(p, at, b) in writes {
+                self.write_unit(stripe, p, at, b)?;
+            }
+            return Ok(());
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = writes
+                .iter()
+                .map(|&(p, at, b)| s.spawn(move || self.write_unit(stripe, p, at, b)))
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("an I/O thread panicked"))
+        })
+    }
+
     /// Write `bytes` at `byte_in_unit` of unit `pos` of `stripe`, unless its member has failed.
     pub(crate) fn write_unit(
         &self,
@@ -112,10 +161,8 @@ impl Array {
         let c = g.chunk_bytes as usize;
         let scheme = self.sb.scheme;
 
-        let mut units: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
-        for pos in 0..n {
-            units.push(self.read_unit(stripe, pos)?);
-        }
+        let all: Vec<usize> = (0..n).collect();
+        let units = self.read_units(stripe, &all)?;
         let views: Vec<UnitView<'_>> = units
             .iter()
             .map(|u| match u {
