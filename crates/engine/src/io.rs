@@ -177,22 +177,66 @@ impl Array {
         let (first, last) = (plan.first, plan.last);
         debug_assert!(!have.erased.iter().any(|&e| e));
 
-        // New data units (chunk + room for the appendix).
+        // Metadata known before the data: the truth about untouched chunks, and for versioned
+        // schemes the new version / sequence of the touched ones.
+        let mirror = scheme.mirror();
+        let mut tags: Vec<u64> = (0..k)
+            .map(|i| {
+                have.truth[i]
+                    .or_else(|| have.data_crc.get(i).copied().flatten().map(u64::from))
+                    .unwrap_or(0)
+            })
+            .collect();
+        if mirror == Some(MirrorKind::Version) {
+            let seq = if scheme == Scheme::HybridSeq {
+                Some(self.next_sequence()?)
+            } else {
+                None
+            };
+            for t in &mut tags[first..=last] {
+                *t = seq.unwrap_or(*t + 1);
+            }
+        }
+        // Chunk i's checksum-mirroring appendix holds the CRC of chunk i - 1; a full stripe wraps,
+        // so its first chunk is sealed last.
+        let deferred = mirror == Some(MirrorKind::Checksum) && mode == Mode::FullStripe && k > 1;
+
+        // New data units (chunk + room for the appendix), each sealed right after it is built,
+        // while it is still in cache.
         let mut new: Vec<Vec<u8>> = Vec::with_capacity(last + 1 - first);
+        let mut first_crc: Option<stripeguard_checksum::Crc32c> = None;
         let mut at = 0usize;
         for i in first..=last {
             let (lo, hi) = plan.chunk_range(i, c as u64);
             let (lo, hi) = (lo as usize, hi as usize);
-            let mut u = if lo == 0 && hi == c {
-                vec![0u8; unit]
-            } else {
-                have.units[i]
-                    .clone()
-                    .expect("partial chunks are read (merge/old/version)")
-            };
+            let mut u = self.unit_buf();
+            if lo != 0 || hi != c {
+                let old = have.units[i]
+                    .as_ref()
+                    .expect("partial chunks are read (merge/old/version)");
+                u.copy_from_slice(old);
+            }
             u[lo..hi].copy_from_slice(&data[at..at + hi - lo]);
             at += hi - lo;
+            if deferred && i == first {
+                // Its CRC is needed by the next chunk now; its appendix (which needs the last
+                // chunk's CRC) is finished from this state at the end without a second pass.
+                let mut st = stripeguard_checksum::Crc32c::new();
+                st.update(&u[..c]);
+                tags[i] = st.finish() as u64;
+                first_crc = Some(st);
+            } else if mirror.is_some() {
+                let (chunk, sector) = u.split_at_mut(c);
+                let crc = self.seal(plan.stripe, i, &tags, chunk, sector);
+                if mirror == Some(MirrorKind::Checksum) {
+                    tags[i] = crc as u64;
+                }
+            }
             new.push(u);
+        }
+        if let Some(st) = first_crc {
+            let a = self.appendix(plan.stripe, first, &tags);
+            a.encode_continuing(&st, &mut new[0][c..]);
         }
 
         // Parity.
@@ -230,43 +274,9 @@ impl Array {
             }
         }
 
-        // Metadata, then the writes.
+        // Parity metadata, the buddy's copy, then the writes.
         let mut buddy: Option<(usize, u64, Vec<u8>)> = None;
-        if let Some(mirror) = scheme.mirror() {
-            let mut tags: Vec<u64> = (0..k)
-                .map(|i| {
-                    have.truth[i]
-                        .or_else(|| have.data_crc.get(i).copied().flatten().map(u64::from))
-                        .unwrap_or(0)
-                })
-                .collect();
-            match mirror {
-                MirrorKind::Version => {
-                    let seq = if scheme == Scheme::HybridSeq {
-                        Some(self.next_sequence()?)
-                    } else {
-                        None
-                    };
-                    for t in &mut tags[first..=last] {
-                        *t = seq.unwrap_or(*t + 1);
-                    }
-                    for i in first..=last {
-                        let (chunk, sector) = new[i - first].split_at_mut(c);
-                        self.seal(plan.stripe, i, &tags, chunk, sector);
-                    }
-                }
-                MirrorKind::Checksum => {
-                    // Chunk i's appendix holds the CRC of chunk i - 1, so go in order; when the
-                    // piece wraps (full stripe), the last chunk's CRC is needed first.
-                    if mode == Mode::FullStripe && k > 1 {
-                        tags[last] = stripeguard_checksum::crc32c(&new[last - first][..c]) as u64;
-                    }
-                    for i in first..=last {
-                        let (chunk, sector) = new[i - first].split_at_mut(c);
-                        tags[i] = self.seal(plan.stripe, i, &tags, chunk, sector) as u64;
-                    }
-                }
-            }
+        if mirror.is_some() {
             for (j, p) in parity.iter_mut().enumerate() {
                 let (chunk, sector) = p.split_at_mut(c);
                 self.seal(plan.stripe, k + j, &tags, chunk, sector);

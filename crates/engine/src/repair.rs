@@ -117,10 +117,15 @@ impl Array {
         chunk: &[u8],
         sector: &mut [u8],
     ) -> u32 {
+        self.appendix(stripe, pos, tags).encode(chunk, sector)
+    }
+
+    /// The appendix of position `pos` of `stripe` given the truth about the data chunks.
+    pub(crate) fn appendix(&self, stripe: u64, pos: usize, tags: &[u64]) -> Appendix {
         let k = self.geometry.k;
         let scheme = self.sb.scheme;
         let checksum = scheme.mirror() == Some(MirrorKind::Checksum);
-        let a = if pos < k {
+        if pos < k {
             Appendix {
                 scheme,
                 identity: self.identity(stripe, pos),
@@ -144,8 +149,7 @@ impl Array {
                 buddy_crc: 0,
                 entries: tags.to_vec(),
             }
-        };
-        a.encode(chunk, sector)
+        }
     }
 
     /// Diagnose and repair `stripe` after a failed check. Returns the stripe as it should be.

@@ -80,6 +80,14 @@ impl Appendix {
     /// Write this appendix into `sector` (one sector) for `chunk`, returning the CRC-32C of the
     /// chunk's bytes. One pass over the chunk.
     pub fn encode(&self, chunk: &[u8], sector: &mut [u8]) -> u32 {
+        let mut crc = Crc32c::new();
+        crc.update(chunk);
+        self.encode_continuing(&crc, sector)
+    }
+
+    /// [`Appendix::encode`] for a chunk whose CRC state (over exactly its bytes) was computed
+    /// earlier, e.g. while the chunk was still in cache; the chunk is not read again.
+    pub fn encode_continuing(&self, chunk_crc: &Crc32c, sector: &mut [u8]) -> u32 {
         let s = sector.len();
         assert!(s >= APPENDIX_HEADER_BYTES + 4 + self.entries.len() * self.scheme.entry_bytes());
         sector.fill(0);
@@ -103,13 +111,12 @@ impl Appendix {
             let o = APPENDIX_HEADER_BYTES + i * w;
             sector[o..o + w].copy_from_slice(&e.to_le_bytes()[..w]);
         }
-        let mut crc = Crc32c::new();
-        crc.update(chunk);
-        let data_crc = crc.finish();
-        let covers_chunk = self.covers_chunk();
-        if !covers_chunk {
-            crc = Crc32c::new();
-        }
+        let data_crc = chunk_crc.finish();
+        let mut crc = if self.covers_chunk() {
+            chunk_crc.clone()
+        } else {
+            Crc32c::new()
+        };
         crc.update(&sector[..s - 4]);
         let own = crc.finish();
         sector[s - 4..].copy_from_slice(&own.to_le_bytes());
