@@ -29,7 +29,9 @@
 //!   paper's unit, so reports give the paper's count and the real one.
 
 mod geometry;
+pub mod lanes;
 mod planner;
 
 pub use geometry::Geometry;
+pub use lanes::{LanePlanner, Tally};
 pub use planner::{Mode, Op, PiecePlan, Planner, Purpose, UnitIo};

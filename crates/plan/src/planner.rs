@@ -136,6 +136,72 @@ impl PiecePlan {
     }
 }
 
+/// The decisions of Table II, in one place: the per-unit planner below and the counting
+/// planner of [`crate::lanes`] both take them from here, so they cannot drift apart.
+pub(crate) mod rules {
+    use stripeguard_integrity::Scheme;
+
+    /// Whether a read piece adds a cross-check read of parity.
+    #[inline]
+    pub fn read_cross_check(scheme: Scheme, full: bool, sigma: bool) -> bool {
+        match scheme {
+            Scheme::None => false,
+            Scheme::Pure => !full,
+            Scheme::Hybrid1 | Scheme::HybridSeq => sigma,
+            Scheme::Hybrid2 => sigma && !full,
+        }
+    }
+
+    /// Whether a partial write of `tau` chunks goes read-modify-write: the scheme's extras
+    /// (Table II) added to Eq. 1's costs, the smaller total wins, ties to RMW. `sigma`: an
+    /// untouched chunk is in first-read state.
+    #[inline]
+    pub fn prefers_rmw(scheme: Scheme, k: usize, m: usize, tau: usize, sigma: bool) -> bool {
+        let s = sigma as usize;
+        let (rmw_extra, rcw_extra) = match scheme {
+            Scheme::None => (0, 0),
+            Scheme::Pure => (1, 2),
+            Scheme::Hybrid1 => (0, tau + s),
+            Scheme::Hybrid2 => (2, 1 + s),
+            Scheme::HybridSeq => (0, s),
+        };
+        2 * (tau + m) + rmw_extra <= k + m + rcw_extra
+    }
+
+    /// Whether a reconstruct-write adds a cross-check read of parity.
+    #[inline]
+    pub fn rcw_cross_check(scheme: Scheme, sigma: bool) -> bool {
+        match scheme {
+            Scheme::None => false,
+            Scheme::Pure => true,
+            _ => sigma,
+        }
+    }
+
+    /// The buddy of a partial write whose last touched chunk is `last`.
+    #[inline]
+    pub fn buddy(k: usize, last: usize) -> usize {
+        if last + 1 == k {
+            0
+        } else {
+            last + 1
+        }
+    }
+
+    /// Whether a partial write also writes its buddy (pure: its appendix, hybrid2: the unit).
+    #[inline]
+    pub fn writes_buddy(scheme: Scheme) -> bool {
+        matches!(scheme, Scheme::Pure | Scheme::Hybrid2)
+    }
+
+    /// Whether a merged (partially written) chunk needs a cross-check: always for pure (no self
+    /// check of a data chunk), else when the chunk is in first-read state.
+    #[inline]
+    pub fn merge_needs_check(scheme: Scheme, first_read: impl FnOnce() -> bool) -> bool {
+        scheme == Scheme::Pure || first_read()
+    }
+}
+
 /// The planner: geometry, scheme and the first-read map.
 #[derive(Debug)]
 pub struct Planner {
@@ -270,13 +336,7 @@ impl<S: ReadState> Ctx<'_, S> {
                     p.reads.push(io(i, Purpose::User));
                 }
                 p.sigma = sigma;
-                let check = match scheme {
-                    Scheme::None => false,
-                    Scheme::Pure => !full,
-                    Scheme::Hybrid1 | Scheme::HybridSeq => sigma,
-                    Scheme::Hybrid2 => sigma && !full,
-                };
-                if check {
+                if rules::read_cross_check(scheme, full, sigma) {
                     p.reads.push(io(k, Purpose::CrossCheck));
                 }
                 for i in p.first..=p.last {
@@ -307,18 +367,8 @@ impl<S: ReadState> Ctx<'_, S> {
                 for i in (0..k).filter(|&i| i < p.first || i > p.last) {
                     sigma |= self.first_read(stripe, i);
                 }
-                let s = sigma as usize;
-                let (rmw_extra, rcw_extra) = match scheme {
-                    Scheme::None => (0, 0),
-                    Scheme::Pure => (1, 2),
-                    Scheme::Hybrid1 => (0, tau + s),
-                    Scheme::Hybrid2 => (2, 1 + s),
-                    Scheme::HybridSeq => (0, s),
-                };
-                let rmw = 2 * (tau + m) + rmw_extra;
-                let rcw = k + m + rcw_extra;
-                let buddy = if p.last + 1 == k { 0 } else { p.last + 1 };
-                if rmw <= rcw {
+                let buddy = rules::buddy(k, p.last);
+                if rules::prefers_rmw(scheme, k, m, tau, sigma) {
                     p.mode = Some(Mode::Rmw);
                     p.sigma = false;
                     for i in p.first..=p.last {
@@ -336,11 +386,7 @@ impl<S: ReadState> Ctx<'_, S> {
                     for i in (0..k).filter(|&i| i < p.first || i > p.last) {
                         p.reads.push(io(i, Purpose::Untouched));
                     }
-                    let cross = match scheme {
-                        Scheme::None => false,
-                        Scheme::Pure => true,
-                        _ => sigma,
-                    };
+                    let cross = rules::rcw_cross_check(scheme, sigma);
                     if scheme == Scheme::Hybrid1 {
                         for i in p.first..=p.last {
                             p.reads.push(io(i, Purpose::Version));
@@ -368,7 +414,7 @@ impl<S: ReadState> Ctx<'_, S> {
                 for i in p.first..=p.last {
                     self.map.mark_written(g.data_chunk_id(stripe, i));
                 }
-                if matches!(scheme, Scheme::Pure | Scheme::Hybrid2) {
+                if rules::writes_buddy(scheme) {
                     self.map.mark_written(g.data_chunk_id(stripe, buddy));
                 }
             }
@@ -396,7 +442,7 @@ impl<S: ReadState> Ctx<'_, S> {
                     purpose: Purpose::Merge,
                 });
             }
-            need_check |= self.scheme == Scheme::Pure || self.first_read(stripe, i);
+            need_check |= rules::merge_needs_check(self.scheme, || self.first_read(stripe, i));
         }
         if need_check && !have_cross && self.scheme != Scheme::None {
             p.reads.push(UnitIo {

@@ -11,7 +11,7 @@
 use crate::trace::Request;
 use serde::Serialize;
 use stripeguard_integrity::{FirstReadMap, ReadState, Scheme};
-use stripeguard_plan::{Geometry, Mode, Op, Planner};
+use stripeguard_plan::{Geometry, LanePlanner, Mode, Op, Planner, Tally};
 
 /// How trace offsets are mapped onto the array's capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -80,6 +80,19 @@ pub struct SchemeCounts {
 }
 
 impl SchemeCounts {
+    /// Add the counting planner's tally.
+    fn add(&mut self, t: &Tally) {
+        self.disk_reads += t.disk_reads;
+        self.disk_writes += t.disk_writes;
+        self.merge_reads += t.merge_reads;
+        self.real_reads += t.real_reads;
+        self.real_writes += t.real_writes;
+        self.read_pieces += t.read_pieces;
+        self.first_read_pieces += t.first_read_pieces;
+        self.rmw += t.rmw;
+        self.rcw += t.rcw;
+        self.full_stripe += t.full_stripe;
+    }
     /// Paper-unit total.
     pub fn total(&self) -> u64 {
         self.disk_reads + self.disk_writes
@@ -186,11 +199,18 @@ impl ReadState for LaneState<'_> {
 }
 
 /// A simulator over one geometry and a set of schemes.
+///
+/// Two paths with the same counts: when the shared byte map holds the state and the geometry
+/// has at most 64 members, every request goes through the counting planner
+/// ([`stripeguard_plan::LanePlanner`]: all schemes in one pass, no unit lists); otherwise
+/// through one [`Planner`] per scheme. The tests replay random workloads through both.
 pub struct Simulator {
     geometry: Geometry,
     lanes: Vec<Lane>,
     map: SharedMap,
+    fast: Option<LanePlanner>,
     requests: u64,
+    user: SchemeCounts,
 }
 
 impl Simulator {
@@ -208,8 +228,14 @@ impl Simulator {
                     .collect(),
             )
         };
+        let fast = match map {
+            SharedMap::Flat(_) => LanePlanner::new(geometry, schemes),
+            SharedMap::PerLane(_) => None,
+        };
         Simulator {
             map,
+            fast,
+            user: SchemeCounts::default(),
             geometry,
             lanes: schemes
                 .iter()
@@ -235,22 +261,30 @@ impl Simulator {
     /// Replay one request (already within capacity) through every scheme.
     pub fn replay(&mut self, r: Request) {
         self.requests += 1;
+        match r.op {
+            Op::Read => {
+                self.user.user_reads += 1;
+                self.user.user_read_bytes += r.len;
+            }
+            Op::Write => {
+                self.user.user_writes += 1;
+                self.user.user_write_bytes += r.len;
+            }
+        }
+        match (&mut self.fast, &mut self.map) {
+            (Some(fast), SharedMap::Flat(bits)) => fast.count(bits, r.op, r.offset, r.len),
+            _ => self.replay_per_scheme(r),
+        }
+    }
+
+    /// One [`Planner`] per scheme, counting the unit lists it plans.
+    fn replay_per_scheme(&mut self, r: Request) {
         let g = self.geometry;
         let sd = g.stripe_data_bytes();
         // A request within one stripe has nothing to coalesce: each unit is one real I/O.
         let one_stripe = r.offset / sd == (r.offset + r.len - 1) / sd;
         for (li, lane) in self.lanes.iter_mut().enumerate() {
             let c = &mut lane.counts;
-            match r.op {
-                Op::Read => {
-                    c.user_reads += 1;
-                    c.user_read_bytes += r.len;
-                }
-                Op::Write => {
-                    c.user_writes += 1;
-                    c.user_write_bytes += r.len;
-                }
-            }
             if !one_stripe {
                 lane.last_read.fill(u64::MAX);
                 lane.last_write.fill(u64::MAX);
@@ -325,7 +359,22 @@ impl Simulator {
             m: self.geometry.m,
             chunk_bytes: self.geometry.chunk_bytes,
             requests: self.requests,
-            schemes: self.lanes.iter().map(|l| l.counts.clone()).collect(),
+            schemes: self
+                .lanes
+                .iter()
+                .enumerate()
+                .map(|(l, lane)| {
+                    let mut c = lane.counts.clone();
+                    if let Some(fast) = &self.fast {
+                        c.add(&fast.tallies()[l]);
+                    }
+                    c.user_reads = self.user.user_reads;
+                    c.user_writes = self.user.user_writes;
+                    c.user_read_bytes = self.user.user_read_bytes;
+                    c.user_write_bytes = self.user.user_write_bytes;
+                    c
+                })
+                .collect(),
         }
     }
 }
@@ -346,6 +395,79 @@ fn prefetch(x: &u8) {
 mod tests {
     use super::*;
     use crate::{Profile, SynthConfig, Synthetic};
+
+    /// Random requests, aligned and not, within a stripe and across many, on a small array so
+    /// chunks are revisited in every first-read state.
+    fn random_requests(g: Geometry, count: usize, seed: u64) -> Vec<Request> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let cap = g.capacity_bytes();
+        let c = g.chunk_bytes;
+        (0..count)
+            .map(|_| {
+                let aligned = rng.random_bool(0.5);
+                let unit = if aligned { c } else { 512 };
+                let offset = rng.random_range(0..cap / unit) * unit;
+                let max_len = match rng.random_range(0..4) {
+                    0 => c,
+                    1 => g.stripe_data_bytes(),
+                    2 => 3 * g.stripe_data_bytes(),
+                    _ => 2 * c,
+                };
+                let len = (rng.random_range(1..=max_len.div_ceil(unit)) * unit).min(cap - offset);
+                let op = if rng.random_bool(0.45) {
+                    Op::Read
+                } else {
+                    Op::Write
+                };
+                Request { op, offset, len }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counting_planner_equals_the_per_scheme_planners() {
+        for (k, m, chunk, stripes) in [
+            (1, 1, 4096, 64),
+            (2, 1, 512, 64),
+            (4, 1, 4096, 32),
+            (6, 2, 4096, 48),
+            (5, 3, 1024, 40),
+            (10, 4, 2048, 24),
+            (60, 4, 512, 8),
+        ] {
+            let g = Geometry {
+                k,
+                m,
+                chunk_bytes: chunk,
+                stripes,
+            };
+            let reqs = random_requests(g, 6000, k as u64 * 31 + m as u64);
+            let mut fast = Simulator::new(g, &Scheme::ALL, 1 << 20);
+            assert!(fast.fast.is_some());
+            let mut reference = Simulator::new(g, &Scheme::ALL, 1 << 20);
+            reference.fast = None;
+            for r in &reqs {
+                fast.replay(*r);
+                reference.replay(*r);
+            }
+            for (a, b) in fast
+                .report()
+                .schemes
+                .iter()
+                .zip(&reference.report().schemes)
+            {
+                assert_eq!(format!("{a:?}"), format!("{b:?}"), "{k}+{m} chunk {chunk}");
+            }
+            // The negative control: a planner that ignored first-read state would differ.
+            let r = reference.report();
+            assert!(r.get(Scheme::Hybrid1).unwrap().first_read_pieces > 0);
+            assert!(
+                r.get(Scheme::Hybrid1).unwrap().first_read_pieces
+                    < r.get(Scheme::Hybrid1).unwrap().read_pieces
+            );
+        }
+    }
 
     #[test]
     fn batch_replay_counts_equal_one_by_one_and_per_lane_maps_equal_the_shared_one() {
