@@ -4,7 +4,8 @@
 //!   iolog traces (constant memory, errors with line numbers).
 //! - [`synth`]: seeded synthetic workloads from the paper's Table III profiles.
 //! - [`replay`]: feeds requests through the **same planner the engine runs**
-//!   ([`stripeguard_plan::Planner`]) once per scheme and counts disk I/Os, paper and real.
+//!   ([`stripeguard_plan::Planner`]'s rules; all schemes in one pass through
+//!   [`stripeguard_plan::LanePlanner`]) and counts disk I/Os, paper and real.
 //! - [`choose`]: the quantitative rule (Eq. 7–9 with the odd-n correction).
 
 pub mod analysis;
