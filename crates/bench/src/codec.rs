@@ -7,7 +7,7 @@
 //! - **stream**: a pool of stripes much larger than the last-level cache, walked in turn, which is
 //!   what a disk array sees (every kernel is then bound by memory bandwidth).
 //!
-//! Units: `gbps` is data bytes per second / 1e9 (for update: the bytes of the one chunk
+//! Units: `gbps` is data bytes per second / 1e9 (for update and rmw: the bytes of the one chunk
 //! changed); `galops` (Mann et al.) is GF multiply-adds per second / 1e9, i.e. data bytes x rows
 //! produced.
 
@@ -55,7 +55,7 @@ impl Default for CodecOptions {
 /// One row of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Measurement {
-    /// "encode", "update", "reconstruct", "locate", "crc32c", "memcpy".
+    /// "encode", "update", "rmw", "reconstruct", "locate", "crc32c", "memcpy".
     pub op: &'static str,
     /// Data chunks.
     pub k: usize,
@@ -234,17 +234,15 @@ fn measure_shape(
     };
     out.push(r);
 
-    // update of one data chunk (read-modify-write: old and new contents in hand)
+    // update: one data chunk's contribution added to the parity, `p ^= P[:, j] * x` — exactly
+    // what ISA-L's ec_encode_data_update does (x = the delta of a read-modify-write, or the data
+    // of a chunk being encoded as it arrives).
     let new_chunk: Vec<u8> = (0..chunk).map(|i| (i * 31 + 7) as u8).collect();
     let ours = rate(pool, chunk, &mut |s| {
         let (d, p) = s.split_at_mut(k);
-        let change = ChunkUpdate {
-            index: 1 % k,
-            old: &d[1 % k],
-            new: &new_chunk,
-        };
-        code.update(
-            &[change],
+        code.accumulate(
+            1 % k,
+            &d[1 % k],
             &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
         )
         .unwrap();
@@ -265,6 +263,44 @@ fn measure_shape(
             );
         });
         with_reference(r, "isa-l ec_encode_data_update", theirs)
+    };
+    out.push(r);
+
+    // rmw: a read-modify-write of one chunk from its old and new contents. Ours fuses the
+    // delta into the parity pass (`update`); ISA-L needs the delta first (xor_gen, then
+    // ec_encode_data_update), the fastest way its API offers.
+    let ours = rate(pool, chunk, &mut |s| {
+        let (d, p) = s.split_at_mut(k);
+        let change = ChunkUpdate {
+            index: 1 % k,
+            old: &d[1 % k],
+            new: &new_chunk,
+        };
+        code.update(
+            &[change],
+            &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+        )
+        .unwrap();
+    });
+    let r = row("rmw", pool, placement, ours, m);
+    #[cfg(feature = "isal")]
+    let r = {
+        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
+        let mut delta = vec![0u8; chunk];
+        let theirs = rate(pool, chunk, &mut |s| {
+            let (d, p) = s.split_at_mut(k);
+            let outs = &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>();
+            stripeguard_isal_ref::rmw_with_tables(
+                reference.encode_tables(),
+                k,
+                1 % k,
+                &d[1 % k],
+                &new_chunk,
+                &mut delta,
+                outs,
+            );
+        });
+        with_reference(r, "isa-l xor_gen + ec_encode_data_update", theirs)
     };
     out.push(r);
 

@@ -77,6 +77,16 @@ pub trait ErasureCode: Send + Sync {
         parity: &mut [&mut [u8]],
     ) -> Result<(), CodeError>;
 
+    /// Add data chunk `index`'s contribution `data` to the parity: `parity[r] ^= P[r][index] *
+    /// data` (ISA-L's `ec_encode_data_update`). Accumulating every data chunk into zeroed parity
+    /// encodes chunk by chunk as data arrives; with `data = old ^ new` it is a read-modify-write
+    /// whose delta the caller already has ([`ErasureCode::update`] fuses the delta instead).
+    fn accumulate(
+        &self,
+        index: usize,
+        data: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodeError>;
     /// Rebuild the chunks listed in `erased` (at most `m`, data or parity) in place from the others.
     fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError>;
 

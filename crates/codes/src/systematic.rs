@@ -6,7 +6,7 @@
 //!
 //! - **encode**: one dot product of `P` with the data.
 //! - **update** (read-modify-write): `p_r ^= P[r][j] (old_j ^ new_j)` for each changed `j`, so the
-//!   other data chunks are never read.
+//!   other data chunks are never read; **accumulate**: `p_r ^= P[r][j] x` for a given `x`.
 //! - **reconstruct**: with chunks `E` missing, take the first `k` surviving chunks `S`, so
 //!   `c_S = G_S d` and `d = G_S^{-1} c_S`; every missing chunk is `c_E = G_E G_S^{-1} c_S`. The
 //!   matrix `G_E G_S^{-1}` depends only on `E` and is kept in a bounded LRU cache.
@@ -39,6 +39,14 @@ macro_rules! systematic_accessors {
             parity: &mut [&mut [u8]],
         ) -> Result<(), CodeError> {
             self.inner.update(changes, parity)
+        }
+        fn accumulate(
+            &self,
+            index: usize,
+            data: &[u8],
+            parity: &mut [&mut [u8]],
+        ) -> Result<(), CodeError> {
+            self.inner.accumulate(index, data, parity)
         }
     };
     ($name:literal, with_encode_reconstruct) => {
@@ -164,14 +172,17 @@ impl Systematic {
         parity: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
         Self::check_count("parity", self.m, parity.len())?;
-        let mut seen = vec![false; self.k];
+        // k < 256: a bit set on the stack (a heap allocation here cost a quarter of a 4 KiB update).
+        let mut seen = [0u64; 4];
         for c in changes {
-            if c.index >= self.k || std::mem::replace(&mut seen[c.index], true) {
+            let (word, bit) = (c.index / 64, 1u64 << (c.index % 64));
+            if c.index >= self.k || seen[word] & bit != 0 {
                 return Err(CodeError::BadIndex {
                     index: c.index,
                     n: self.k,
                 });
             }
+            seen[word] |= bit;
         }
         let all = changes
             .iter()
@@ -187,6 +198,22 @@ impl Systematic {
                 Mode::DeltaAdd,
             );
         }
+        Ok(())
+    }
+
+    pub fn accumulate(
+        &self,
+        index: usize,
+        data: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodeError> {
+        Self::check_count("parity", self.m, parity.len())?;
+        if index >= self.k {
+            return Err(CodeError::BadIndex { index, n: self.k });
+        }
+        self.common_len(std::iter::once(data).chain(parity.iter().map(|p| &**p)))?;
+        self.kernel
+            .dot(&self.column_tables[index], &[data], &[], parity, Mode::Add);
         Ok(())
     }
 

@@ -158,6 +158,20 @@ fn rs_update_equals_isal_ec_encode_data_update() {
             let new: Vec<u8> = (0..len).map(|_| rng.random()).collect();
             let delta: Vec<u8> = new.iter().zip(&data[j]).map(|(a, b)| a ^ b).collect();
             let mut theirs = parity.clone();
+            let mut theirs_rmw = parity.clone();
+            let mut scratch = vec![0u8; len];
+            isal::rmw_with_tables(
+                reference.encode_tables(),
+                k,
+                j,
+                &data[j],
+                &new,
+                &mut scratch,
+                &mut theirs_rmw
+                    .iter_mut()
+                    .map(|p| &mut p[..])
+                    .collect::<Vec<_>>(),
+            );
             isal::update_with_tables(
                 reference.encode_tables(),
                 k,
@@ -177,6 +191,28 @@ fn rs_update_equals_isal_ec_encode_data_update() {
             assert!(
                 parity == theirs,
                 "{kernel:?} k={k} m={m}: update differs from ISA-L"
+            );
+            assert!(
+                parity == theirs_rmw,
+                "ISA-L's xor_gen + update path differs"
+            );
+            // accumulate is ec_encode_data_update itself: the same delta, the same bytes.
+            isal::update_with_tables(
+                reference.encode_tables(),
+                k,
+                j,
+                &delta,
+                &mut theirs.iter_mut().map(|p| &mut p[..]).collect::<Vec<_>>(),
+            );
+            code.accumulate(
+                j,
+                &delta,
+                &mut parity.iter_mut().map(|p| &mut p[..]).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            assert!(
+                parity == theirs,
+                "{kernel:?} k={k} m={m}: accumulate differs from ISA-L"
             );
         }
     }

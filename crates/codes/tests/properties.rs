@@ -238,6 +238,22 @@ proptest! {
     }
 
     #[test]
+    fn accumulating_every_chunk_into_zeroed_parity_encodes((k, m, len, seed) in case()) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for code in codes_for(k, m, Kernel::best()) {
+            let data: Vec<Vec<u8>> = (0..k).map(|_| (0..len).map(|_| rng.random()).collect()).collect();
+            let expect = stripe(&*code, &data);
+            let mut parity = vec![vec![0u8; len]; m];
+            let order = rand::seq::index::sample(&mut rng, k, k).into_vec();
+            for &j in &order {
+                code.accumulate(j, &data[j], &mut views_mut(&mut parity)).unwrap();
+            }
+            prop_assert!(parity[..] == expect[k..]);
+            prop_assert!(code.accumulate(k, &data[0], &mut views_mut(&mut parity)).is_err());
+        }
+    }
+
+    #[test]
     fn locate_finds_errors_within_the_bound((k, m, len, seed) in case()) {
         let mut rng = StdRng::seed_from_u64(seed);
         for code in codes_for(k, m, Kernel::best()) {

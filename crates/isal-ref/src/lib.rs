@@ -76,6 +76,39 @@ pub fn update_with_tables(
     };
 }
 
+// ISA-L's RAID module is in the same library; the -sys crate's bindings cover only gf_/ec_.
+extern "C" {
+    fn xor_gen(vects: c_int, len: c_int, array: *mut *mut std::ffi::c_void) -> c_int;
+}
+
+/// `xor_gen`: `output = a ^ b` (ISA-L's RAID-5 parity routine).
+pub fn xor2(a: &[u8], b: &[u8], output: &mut [u8]) {
+    let len = check(&[a, b], &[&mut *output]);
+    let mut ptrs = [
+        a.as_ptr() as *mut std::ffi::c_void,
+        b.as_ptr() as *mut std::ffi::c_void,
+        output.as_mut_ptr() as *mut std::ffi::c_void,
+    ];
+    // SAFETY: three regions of `len` bytes; xor_gen reads the first two and writes the last.
+    let rc = unsafe { xor_gen(3, len as c_int, ptrs.as_mut_ptr()) };
+    assert_eq!(rc, 0, "xor_gen failed");
+}
+
+/// A read-modify-write of data chunk `vec_i` the ISA-L way: `delta = old ^ new` (`xor_gen`),
+/// then `outputs ^= tables[:, vec_i] * delta` (`ec_encode_data_update`). `delta` is scratch.
+pub fn rmw_with_tables(
+    tables: &[u8],
+    k: usize,
+    vec_i: usize,
+    old: &[u8],
+    new: &[u8],
+    delta: &mut [u8],
+    outputs: &mut [&mut [u8]],
+) {
+    xor2(old, new, delta);
+    update_with_tables(tables, k, vec_i, delta, outputs);
+}
+
 /// Invert a `n x n` matrix with `gf_invert_matrix`; `None` if singular.
 pub fn invert(matrix: &[u8], n: usize) -> Option<Vec<u8>> {
     assert_eq!(matrix.len(), n * n);

@@ -16,6 +16,7 @@ impl Vector for Avx2 {
     const BYTES: usize = 32;
     const MAX_GROUP: usize = 8;
     type Prep = (__m256i, __m256i);
+    type Coef = (__m256i, __m256i);
 
     #[inline(always)]
     unsafe fn load(p: *const u8) -> Self {
@@ -42,10 +43,15 @@ impl Vector for Avx2 {
         )
     }
     #[inline(always)]
-    unsafe fn mul(x: Self::Prep, t: &MulTables, idx: usize) -> Self {
+    unsafe fn coef(t: &MulTables, idx: usize) -> Self::Coef {
         let tab = t.nibbles_ptr().add(idx) as *const __m128i;
-        let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(tab));
-        let hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(tab.add(1)));
+        (
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(tab)),
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(tab.add(1))),
+        )
+    }
+    #[inline(always)]
+    unsafe fn mul_by(x: Self::Prep, (lo, hi): Self::Coef) -> Self {
         Avx2(_mm256_xor_si256(
             _mm256_shuffle_epi8(lo, x.0),
             _mm256_shuffle_epi8(hi, x.1),

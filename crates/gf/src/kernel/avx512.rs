@@ -15,6 +15,7 @@ impl Vector for Avx512 {
     const BYTES: usize = 64;
     const MAX_GROUP: usize = 16;
     type Prep = (__m512i, __m512i);
+    type Coef = (__m512i, __m512i);
 
     #[inline(always)]
     unsafe fn load(p: *const u8) -> Self {
@@ -41,10 +42,15 @@ impl Vector for Avx512 {
         )
     }
     #[inline(always)]
-    unsafe fn mul(x: Self::Prep, t: &MulTables, idx: usize) -> Self {
+    unsafe fn coef(t: &MulTables, idx: usize) -> Self::Coef {
         let tab = t.nibbles_ptr().add(idx) as *const __m128i;
-        let lo = _mm512_broadcast_i32x4(_mm_loadu_si128(tab));
-        let hi = _mm512_broadcast_i32x4(_mm_loadu_si128(tab.add(1)));
+        (
+            _mm512_broadcast_i32x4(_mm_loadu_si128(tab)),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(tab.add(1))),
+        )
+    }
+    #[inline(always)]
+    unsafe fn mul_by(x: Self::Prep, (lo, hi): Self::Coef) -> Self {
         Avx512(_mm512_xor_si512(
             _mm512_shuffle_epi8(lo, x.0),
             _mm512_shuffle_epi8(hi, x.1),

@@ -27,9 +27,19 @@ pub(crate) trait Vector: Copy {
     unsafe fn store(p: *mut u8, v: Self);
     unsafe fn xor(a: Self, b: Self) -> Self;
     unsafe fn zero() -> Self;
+    /// A coefficient ready for [`Vector::mul_by`] (its affine matrix or nibble tables, in
+    /// registers).
+    type Coef: Copy;
     unsafe fn prep(x: Self) -> Self::Prep;
+    /// Load coefficient `idx` of the input-major tables of `t`.
+    unsafe fn coef(t: &MulTables, idx: usize) -> Self::Coef;
+    /// `c * x`.
+    unsafe fn mul_by(x: Self::Prep, c: Self::Coef) -> Self;
     /// `coeff[idx] * x` where `idx` indexes the input-major tables of `t`.
-    unsafe fn mul(x: Self::Prep, t: &MulTables, idx: usize) -> Self;
+    #[inline(always)]
+    unsafe fn mul(x: Self::Prep, t: &MulTables, idx: usize) -> Self {
+        Self::mul_by(x, Self::coef(t, idx))
+    }
 }
 
 /// Bytes of every input walked before the next output group starts: 64 inputs x 4 KiB = 256 KiB,
@@ -169,14 +179,15 @@ unsafe fn group<V: Vector, const G: usize, const MODE: u8>(
                 *a = V::xor(*a, V::mul(x, t, base + j));
             }
         }
+        if MODE != SET {
+            // Every output is loaded before any is stored (see `single_input`).
+            let held: [V; G] = core::array::from_fn(|j| V::load(out.get_unchecked(j).add(off)));
+            for (a, h) in acc.iter_mut().zip(held) {
+                *a = V::xor(*a, h);
+            }
+        }
         for (j, a) in acc.iter().enumerate() {
-            let o = out.get_unchecked(j).add(off);
-            let v = if MODE == SET {
-                *a
-            } else {
-                V::xor(*a, V::load(o))
-            };
-            V::store(o, v);
+            V::store(out.get_unchecked(j).add(off), *a);
         }
         off += V::BYTES;
     }
@@ -196,22 +207,27 @@ unsafe fn single_input<V: Vector, const G: usize, const MODE: u8>(
     end: usize,
 ) {
     let outs: [*mut u8; G] = core::array::from_fn(|j| *out.get_unchecked(j));
+    // The coefficients go into registers once: loaded inside the loop, they would cost a load
+    // per product, and with a load and a store per output already that is what bounds it.
+    let coefs: [V::Coef; G] = core::array::from_fn(|j| V::coef(t, row0 + j));
     let mut off = start;
     while off < end {
         let mut x = V::load(inp.add(off));
         if MODE == DELTA {
             x = V::xor(x, V::load(prev.add(off)));
         }
+        // Load every output before storing any, as ISA-L's mad kernels do: chunk buffers tend
+        // to sit a multiple of 4 KiB apart, and a load issued after a store to an address equal
+        // in its low 12 bits waits for that store (4K aliasing), which serialised the outputs.
+        let held: [V; G] = if MODE == SET {
+            [V::zero(); G]
+        } else {
+            core::array::from_fn(|j| V::load(outs[j].add(off)))
+        };
         let x = V::prep(x);
         for (j, &o) in outs.iter().enumerate() {
-            let o = o.add(off);
-            let p = V::mul(x, t, row0 + j);
-            let v = if MODE == SET {
-                p
-            } else {
-                V::xor(p, V::load(o))
-            };
-            V::store(o, v);
+            let p = V::mul_by(x, coefs[j]);
+            V::store(o.add(off), if MODE == SET { p } else { V::xor(p, held[j]) });
         }
         off += V::BYTES;
     }

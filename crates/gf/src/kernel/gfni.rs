@@ -17,6 +17,7 @@ impl Vector for Gfni {
     const BYTES: usize = 64;
     const MAX_GROUP: usize = 16;
     type Prep = __m512i;
+    type Coef = __m512i;
 
     #[inline(always)]
     unsafe fn load(p: *const u8) -> Self {
@@ -39,8 +40,11 @@ impl Vector for Gfni {
         x.0
     }
     #[inline(always)]
-    unsafe fn mul(x: Self::Prep, t: &MulTables, idx: usize) -> Self {
-        let m = _mm512_set1_epi64(*t.affine_ptr().add(idx) as i64);
+    unsafe fn coef(t: &MulTables, idx: usize) -> Self::Coef {
+        _mm512_set1_epi64(*t.affine_ptr().add(idx) as i64)
+    }
+    #[inline(always)]
+    unsafe fn mul_by(x: Self::Prep, m: Self::Coef) -> Self {
         Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(x, m))
     }
 }
