@@ -315,6 +315,7 @@ fn bench_codec_runs_and_prints_json() {
         [
             "encode",
             "update",
+            "rmw",
             "reconstruct",
             "locate",
             "crc32c",
