@@ -14,6 +14,7 @@
 use crate::error::CodeError;
 use crate::ChunkUpdate;
 use lru::LruCache;
+use smallvec::SmallVec;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use stripeguard_gf::{Kernel, Matrix, Mode, MulTables};
@@ -73,13 +74,58 @@ pub(crate) struct Systematic {
     /// Column `j` of `P` (an `m x 1` matrix) for single-chunk updates.
     pub column_tables: Vec<MulTables>,
     pub kernel: Kernel,
-    cache: Mutex<LruCache<Vec<u8>, Arc<DecodePlan>>>,
+    cache: Mutex<LruCache<ErasureKey, Arc<DecodePlan>, KeyHasher>>,
 }
+
+/// An erasure pattern as a bit set over the `n <= 255` chunks: a cache key that needs no heap.
+type ErasureKey = [u64; 4];
+
+/// Hashes an [`ErasureKey`] with one multiply per word: the keys are few and chosen by the
+/// caller's own failures, not by an adversary, and SipHash cost more than a small rebuild's lookup.
+#[derive(Clone, Copy, Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // `[u64; 4]` hashes its words as one byte slice: take them back 8 bytes at a time.
+        let mut words = bytes.chunks_exact(8);
+        for w in words.by_ref() {
+            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        for &b in words.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
+impl std::hash::BuildHasher for KeyHasher {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+/// Chunk lists of one call, on the stack for every shape up to 16 chunks (a heap allocation per
+/// call cost a third of a 4 KiB reconstruct; a larger inline buffer costs its copy on return).
+pub(crate) type Chunks<T> = SmallVec<[T; 16]>;
 
 /// How to rebuild one erasure pattern.
 pub(crate) struct DecodePlan {
     /// The `k` chunks read, ascending.
     pub sources: Vec<usize>,
+    /// The missing chunks, as a bit set.
+    pub missing: ErasureKey,
+    /// `sources` as a bit set.
+    pub source_set: ErasureKey,
     /// `G_E G_S^{-1}`: one row per missing chunk, one column per source.
     pub tables: MulTables,
 }
@@ -108,8 +154,9 @@ impl Systematic {
             generator,
             column_tables,
             kernel,
-            cache: Mutex::new(LruCache::new(
+            cache: Mutex::new(LruCache::with_hasher(
                 NonZeroUsize::new(DECODE_CACHE_ENTRIES).unwrap(),
+                KeyHasher::default(),
             )),
         }
     }
@@ -218,9 +265,9 @@ impl Systematic {
     }
 
     /// Sorted, de-duplicated, range-checked erasure list.
-    pub fn normalize(&self, erased: &[usize]) -> Result<Vec<usize>, CodeError> {
+    pub fn normalize(&self, erased: &[usize]) -> Result<Chunks<usize>, CodeError> {
         let n = self.n();
-        let mut e = erased.to_vec();
+        let mut e: Chunks<usize> = erased.iter().copied().collect();
         e.sort_unstable();
         for w in e.windows(2) {
             if w[0] == w[1] {
@@ -239,12 +286,40 @@ impl Systematic {
         Ok(e)
     }
 
+    /// `erased` as a bit set and its size, for the reconstruct fast path; any problem with the
+    /// list is reported exactly as [`Systematic::normalize`] reports it.
+    fn erasure_key(&self, erased: &[usize]) -> Result<(ErasureKey, usize), CodeError> {
+        let mut key: ErasureKey = [0; 4];
+        let n = self.n();
+        for &i in erased {
+            if i >= n || key[i / 64] & 1 << (i % 64) != 0 || erased.len() > self.m {
+                return Err(self
+                    .normalize(erased)
+                    .expect_err("normalize rejects what the fast path rejects"));
+            }
+            key[i / 64] |= 1 << (i % 64);
+        }
+        Ok((key, erased.len()))
+    }
+
     /// The decode plan for a normalized, non-empty erasure list.
     pub fn plan(&self, missing: &[usize]) -> Arc<DecodePlan> {
-        let key: Vec<u8> = missing.iter().map(|&i| i as u8).collect();
+        let mut key: ErasureKey = [0; 4];
+        for &i in missing {
+            key[i / 64] |= 1 << (i % 64);
+        }
+        self.plan_for(key)
+    }
+
+    /// The decode plan for a non-empty erasure set.
+    fn plan_for(&self, key: ErasureKey) -> Arc<DecodePlan> {
         if let Some(p) = self.cache.lock().unwrap().get(&key) {
             return p.clone();
         }
+        let missing: Vec<usize> = (0..self.n())
+            .filter(|&i| key[i / 64] & 1 << (i % 64) != 0)
+            .collect();
+        let missing = &missing[..];
         let sources: Vec<usize> = (0..self.n())
             .filter(|i| !missing.contains(i))
             .take(self.k)
@@ -255,7 +330,13 @@ impl Systematic {
             .inverse()
             .expect("every k x k submatrix of an MDS generator is invertible");
         let rebuild = self.generator.select_rows(missing).mul(&inverse);
+        let mut source_set: ErasureKey = [0; 4];
+        for &i in &sources {
+            source_set[i / 64] |= 1 << (i % 64);
+        }
         let plan = Arc::new(DecodePlan {
+            missing: key,
+            source_set,
             sources,
             tables: MulTables::new(&rebuild),
         });
@@ -266,17 +347,18 @@ impl Systematic {
     pub fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
         Self::check_count("total", self.n(), chunks.len())?;
         self.common_len(chunks.iter().map(|c| &**c))?;
-        let missing = self.normalize(erased)?;
-        if missing.is_empty() {
+        let (key, count) = self.erasure_key(erased)?;
+        if count == 0 {
             return Ok(());
         }
-        let plan = self.plan(&missing);
-        let mut inputs: Vec<&[u8]> = Vec::with_capacity(self.k);
-        let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(missing.len());
+        let plan = self.plan_for(key);
+        let mut inputs: Chunks<&[u8]> = SmallVec::new();
+        let mut outputs: Chunks<&mut [u8]> = SmallVec::new();
         for (i, c) in chunks.iter_mut().enumerate() {
-            if missing.binary_search(&i).is_ok() {
+            let bit = 1u64 << (i % 64);
+            if plan.missing[i / 64] & bit != 0 {
                 outputs.push(&mut **c);
-            } else if plan.sources.binary_search(&i).is_ok() {
+            } else if plan.source_set[i / 64] & bit != 0 {
                 inputs.push(&**c);
             }
         }

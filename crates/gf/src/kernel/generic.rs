@@ -166,6 +166,33 @@ unsafe fn group<V: Vector, const G: usize, const MODE: u8>(
         return single_input::<V, G, MODE>(t, inp[0], prev[0], out, row0, start, end);
     }
     let mut off = start;
+    // Small groups (RAID-5/6 shapes, few outputs) take two vectors per pass over the inputs:
+    // each input's pointer and coefficients are loaded once for 128 bytes, which is what a
+    // pass costs beyond its products when there are only one or two of them per input.
+    if G <= 4 {
+        while off + 2 * V::BYTES <= end {
+            let mut acc0 = [V::zero(); G];
+            let mut acc1 = [V::zero(); G];
+            for (i, &p) in inp.iter().enumerate() {
+                let (mut x0, mut x1) = (V::load(p.add(off)), V::load(p.add(off + V::BYTES)));
+                if MODE == DELTA {
+                    let q = *prev.get_unchecked(i);
+                    x0 = V::xor(x0, V::load(q.add(off)));
+                    x1 = V::xor(x1, V::load(q.add(off + V::BYTES)));
+                }
+                let (x0, x1) = (V::prep(x0), V::prep(x1));
+                let base = i * rows + row0;
+                for j in 0..G {
+                    let c = V::coef(t, base + j);
+                    acc0[j] = V::xor(acc0[j], V::mul_by(x0, c));
+                    acc1[j] = V::xor(acc1[j], V::mul_by(x1, c));
+                }
+            }
+            finish::<V, G, MODE>(acc0, out, off);
+            finish::<V, G, MODE>(acc1, out, off + V::BYTES);
+            off += 2 * V::BYTES;
+        }
+    }
     while off < end {
         let mut acc = [V::zero(); G];
         for (i, &p) in inp.iter().enumerate() {
@@ -179,17 +206,27 @@ unsafe fn group<V: Vector, const G: usize, const MODE: u8>(
                 *a = V::xor(*a, V::mul(x, t, base + j));
             }
         }
-        if MODE != SET {
-            // Every output is loaded before any is stored (see `single_input`).
-            let held: [V; G] = core::array::from_fn(|j| V::load(out.get_unchecked(j).add(off)));
-            for (a, h) in acc.iter_mut().zip(held) {
-                *a = V::xor(*a, h);
-            }
-        }
-        for (j, a) in acc.iter().enumerate() {
-            V::store(out.get_unchecked(j).add(off), *a);
-        }
+        finish::<V, G, MODE>(acc, out, off);
         off += V::BYTES;
+    }
+}
+
+/// Store a group's sums at column `off` (combined with what the outputs held, for Add modes).
+#[inline(always)]
+unsafe fn finish<V: Vector, const G: usize, const MODE: u8>(
+    mut acc: [V; G],
+    out: &[*mut u8],
+    off: usize,
+) {
+    if MODE != SET {
+        // Every output is loaded before any is stored (see `single_input`).
+        let held: [V; G] = core::array::from_fn(|j| V::load(out.get_unchecked(j).add(off)));
+        for (a, h) in acc.iter_mut().zip(held) {
+            *a = V::xor(*a, h);
+        }
+    }
+    for (j, a) in acc.iter().enumerate() {
+        V::store(out.get_unchecked(j).add(off), *a);
     }
 }
 
