@@ -12,7 +12,7 @@ fn main() {
     let (k, m, len) = (get(0, 4), get(1, 1), get(2, 64));
     let code = ReedSolomon::new(k, m).unwrap();
     let mut s: Vec<Vec<u8>> = (0..k + m).map(|i| vec![i as u8; len]).collect();
-    let n = 2_000_000;
+    let n = (400_000_000 / (len.max(64) * (k + m))).clamp(1_000, 2_000_000);
     let t = std::time::Instant::now();
     for _ in 0..n {
         let (d, p) = s.split_at_mut(k);

@@ -16,11 +16,13 @@
 //! - `avx2`, `avx512`: split-nibble lookups with VPSHUFB (`c*x = lo[x & 15] ^ hi[x >> 4]`).
 //! - `gfni`: VGF2P8AFFINEQB, multiplication by `c` as an 8x8 bit matrix ([`field::affine_matrix`]).
 
+pub mod dyadic;
 pub mod field;
 pub mod kernel;
 pub mod matrix;
 pub mod tables;
 
+pub use dyadic::DyadicProgram;
 pub use kernel::{Kernel, KernelError, KernelKind, Mode, KERNEL_ENV};
 pub use matrix::{Matrix, Singular};
 pub use tables::MulTables;

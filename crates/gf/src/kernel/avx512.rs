@@ -67,3 +67,14 @@ pub(super) unsafe fn dot(t: &MulTables, i: &[&[u8]], o: &[&[u8]], out: &mut [&mu
 pub(super) unsafe fn xor(inputs: &[&[u8]], output: &mut [u8], accumulate: bool) {
     generic::xor::<Avx512>(inputs, output, accumulate)
 }
+
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn dyadic(
+    p: &crate::dyadic::DyadicProgram,
+    ins: &[*const u8],
+    outs: &[*mut u8],
+    len: usize,
+    scratch: *mut u8,
+) {
+    generic::dyadic::<Avx512>(p, ins, outs, len, scratch)
+}

@@ -12,6 +12,7 @@
 //! `#[target_feature]` functions, so the intrinsics are compiled with the right features.
 
 use super::Mode;
+use crate::dyadic::{DyadicProgram, Op, Reg, DENSE_MAX, TILE};
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
 
@@ -319,4 +320,210 @@ pub(crate) unsafe fn xor<V: Vector>(inputs: &[&[u8]], output: &mut [u8], accumul
         let v = inputs.iter().fold(0, |a, x| a ^ x[b]);
         output[b] = if accumulate { output[b] ^ v } else { v };
     }
+}
+
+/// Run a [`DyadicProgram`] over `len` bytes (a multiple of `V::BYTES`) of every region, one
+/// column tile at a time so the scratch regions stay in cache. Preconditions (checked by
+/// `Kernel::dyadic`): `ins` / `outs` match the program, every region holds `len` bytes, and
+/// `scratch` holds `p.scratch_bytes()`.
+#[inline(always)]
+pub(crate) unsafe fn dyadic<V: Vector>(
+    p: &DyadicProgram,
+    ins: &[*const u8],
+    outs: &[*mut u8],
+    len: usize,
+    scratch: *mut u8,
+) {
+    let mut tile = 0;
+    while tile < len {
+        let w = TILE.min(len - tile);
+        let at = |r: Reg| -> *mut u8 {
+            match r {
+                Reg::In(i) => ins.get_unchecked(i as usize).add(tile) as *mut u8,
+                Reg::Out(o) => outs.get_unchecked(o as usize).add(tile),
+                Reg::Tmp(t) => scratch.add(t as usize * TILE),
+            }
+        };
+        for op in &p.ops {
+            match op {
+                Op::Dense {
+                    table,
+                    ins: ri,
+                    outs: ro,
+                    add,
+                } => {
+                    let mut ip = [core::ptr::null::<u8>(); DENSE_MAX];
+                    let mut op_ = [core::ptr::null_mut::<u8>(); DENSE_MAX];
+                    for (d, &r) in ip.iter_mut().zip(ri) {
+                        *d = at(r);
+                    }
+                    for (d, &r) in op_.iter_mut().zip(ro) {
+                        *d = at(r);
+                    }
+                    let (ip, op_) = (&ip[..ri.len()], &op_[..ro.len()]);
+                    let t = p.tables.get_unchecked(*table);
+                    if *add {
+                        group_dispatch::<V, ADD>(ro.len(), t, ip, ip, op_, 0, 0, w);
+                    } else {
+                        group_dispatch::<V, SET>(ro.len(), t, ip, ip, op_, 0, 0, w);
+                    }
+                }
+                Op::K8 {
+                    table,
+                    ins: ri,
+                    outs: ro,
+                    add,
+                } => {
+                    let ip: [*const u8; 8] = core::array::from_fn(|i| at(ri[i]) as *const u8);
+                    let op_: [*mut u8; 8] =
+                        core::array::from_fn(|i| ro[i].map_or(core::ptr::null_mut(), at));
+                    kblock_region::<V, 8>(p.tables.get_unchecked(*table), &ip, &op_, w, *add);
+                }
+                Op::K16 {
+                    table,
+                    ins: ri,
+                    outs: ro,
+                    add,
+                } => {
+                    let ip: [*const u8; 16] = core::array::from_fn(|i| at(ri[i]) as *const u8);
+                    let op_: [*mut u8; 16] =
+                        core::array::from_fn(|i| ro[i].map_or(core::ptr::null_mut(), at));
+                    kblock_region::<V, 16>(p.tables.get_unchecked(*table), &ip, &op_, w, *add);
+                }
+                Op::Sum(triples) => {
+                    for &(a, b, d) in triples {
+                        let (a, b, d) = (at(a), at(b), at(d));
+                        let mut off = 0;
+                        while off < w {
+                            let v = V::xor(V::load(a.add(off)), V::load(b.add(off)));
+                            V::store(d.add(off), v);
+                            off += V::BYTES;
+                        }
+                    }
+                }
+                Op::AddInto(pairs) => {
+                    for &(s, d) in pairs {
+                        let (s, d) = (at(s), at(d));
+                        let mut off = 0;
+                        while off < w {
+                            let v = V::xor(V::load(s.add(off)), V::load(d.add(off)));
+                            V::store(d.add(off), v);
+                            off += V::BYTES;
+                        }
+                    }
+                }
+                Op::Zero(regs) => {
+                    for &r in regs {
+                        core::ptr::write_bytes(at(r), 0, w);
+                    }
+                }
+            }
+        }
+        tile += w;
+    }
+}
+
+/// A `B x B` dyadic block (`B` = 8 or 16) over `len` bytes: `outs (add)= D * ins` with `D`'s
+/// `3^log2(B)` Karatsuba coefficients in `t` (see `dyadic::karatsuba_coefficients`), every sum
+/// in registers.
+#[inline(always)]
+unsafe fn kblock_region<V: Vector, const B: usize>(
+    t: &MulTables,
+    ins: &[*const u8; B],
+    outs: &[*mut u8; B],
+    len: usize,
+    add: bool,
+) {
+    // Null outputs are rows nobody wants.
+    let mut off = 0;
+    while off < len {
+        let x: [V; B] = core::array::from_fn(|i| V::load(ins[i].add(off)));
+        let mut y: [V; B] = if B == 16 {
+            let x16: [V; 16] = core::array::from_fn(|i| x[i]);
+            let y16 = k16::<V>(t, 0, x16);
+            core::array::from_fn(|i| y16[i])
+        } else {
+            let x8: [V; 8] = core::array::from_fn(|i| x[i]);
+            let y8 = k8::<V>(t, 0, x8);
+            core::array::from_fn(|i| y8[i])
+        };
+        if add {
+            let held: [V; B] = core::array::from_fn(|i| {
+                if outs[i].is_null() {
+                    V::zero()
+                } else {
+                    V::load(outs[i].add(off))
+                }
+            });
+            for (a, h) in y.iter_mut().zip(held) {
+                *a = V::xor(*a, h);
+            }
+        }
+        for (i, v) in y.into_iter().enumerate() {
+            if !outs[i].is_null() {
+                V::store(outs[i].add(off), v);
+            }
+        }
+        off += V::BYTES;
+    }
+}
+
+/// 81 products for a 16 x 16 block.
+#[inline(always)]
+unsafe fn k16<V: Vector>(t: &MulTables, c: usize, x: [V; 16]) -> [V; 16] {
+    let s: [V; 8] = core::array::from_fn(|i| V::xor(x[i], x[i + 8]));
+    let p1 = k8::<V>(t, c, s);
+    let p2 = k8::<V>(t, c + 27, s);
+    let p3 = k8::<V>(t, c + 54, core::array::from_fn(|i| x[i + 8]));
+    core::array::from_fn(|i| {
+        if i < 8 {
+            V::xor(p1[i], p3[i])
+        } else {
+            V::xor(p2[i - 8], p3[i - 8])
+        }
+    })
+}
+
+/// `[[a, b], [b, a]] x` in 3 products: `s = x0 + x1`, `y0 = a s + (a + b) x1`, `y1 = b s + (a + b) x1`.
+#[inline(always)]
+unsafe fn k2<V: Vector>(t: &MulTables, c: usize, x: [V; 2]) -> [V; 2] {
+    let s = V::prep(V::xor(x[0], x[1]));
+    let p3 = V::mul(V::prep(x[1]), t, c + 2);
+    [V::xor(V::mul(s, t, c), p3), V::xor(V::mul(s, t, c + 1), p3)]
+}
+
+/// The same step one size up: 9 products.
+#[inline(always)]
+unsafe fn k4<V: Vector>(t: &MulTables, c: usize, x: [V; 4]) -> [V; 4] {
+    let s = [V::xor(x[0], x[2]), V::xor(x[1], x[3])];
+    let p1 = k2::<V>(t, c, s);
+    let p2 = k2::<V>(t, c + 3, s);
+    let p3 = k2::<V>(t, c + 6, [x[2], x[3]]);
+    [
+        V::xor(p1[0], p3[0]),
+        V::xor(p1[1], p3[1]),
+        V::xor(p2[0], p3[0]),
+        V::xor(p2[1], p3[1]),
+    ]
+}
+
+/// And once more: 27 products for an 8 x 8 block.
+#[inline(always)]
+unsafe fn k8<V: Vector>(t: &MulTables, c: usize, x: [V; 8]) -> [V; 8] {
+    let s = [
+        V::xor(x[0], x[4]),
+        V::xor(x[1], x[5]),
+        V::xor(x[2], x[6]),
+        V::xor(x[3], x[7]),
+    ];
+    let p1 = k4::<V>(t, c, s);
+    let p2 = k4::<V>(t, c + 9, s);
+    let p3 = k4::<V>(t, c + 18, [x[4], x[5], x[6], x[7]]);
+    core::array::from_fn(|i| {
+        if i < 4 {
+            V::xor(p1[i], p3[i])
+        } else {
+            V::xor(p2[i - 4], p3[i - 4])
+        }
+    })
 }

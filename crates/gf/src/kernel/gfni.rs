@@ -58,3 +58,14 @@ pub(super) unsafe fn dot(t: &MulTables, i: &[&[u8]], o: &[&[u8]], out: &mut [&mu
 pub(super) unsafe fn xor(inputs: &[&[u8]], output: &mut [u8], accumulate: bool) {
     generic::xor::<Gfni>(inputs, output, accumulate)
 }
+
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+pub(super) unsafe fn dyadic(
+    p: &crate::dyadic::DyadicProgram,
+    ins: &[*const u8],
+    outs: &[*mut u8],
+    len: usize,
+    scratch: *mut u8,
+) {
+    generic::dyadic::<Gfni>(p, ins, outs, len, scratch)
+}

@@ -14,6 +14,7 @@ mod generic;
 mod gfni;
 mod scalar;
 
+use crate::dyadic::DyadicProgram;
 use crate::tables::MulTables;
 use std::fmt;
 use std::sync::OnceLock;
@@ -128,6 +129,7 @@ pub enum KernelError {
 
 type DotFn = unsafe fn(&MulTables, &[&[u8]], &[&[u8]], &mut [&mut [u8]], Mode);
 type XorFn = unsafe fn(&[&[u8]], &mut [u8], bool);
+type DyadicFn = unsafe fn(&DyadicProgram, &[*const u8], &[*mut u8], usize, *mut u8);
 
 /// One instruction set's region operations. Obtain with [`Kernel::new`] or [`Kernel::selected`].
 #[derive(Clone, Copy)]
@@ -135,12 +137,19 @@ pub struct Kernel {
     kind: KernelKind,
     dot: DotFn,
     xor: XorFn,
+    /// Runs dyadic programs; the scalar kernel has none (its callers use [`Kernel::dot`]).
+    dyadic: Option<DyadicFn>,
 }
 
 impl fmt::Debug for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Kernel({})", self.kind)
     }
+}
+
+thread_local! {
+    /// Scratch regions of dyadic programs, grown to the largest program run on this thread.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Name of the environment variable that forces a kernel.
@@ -159,18 +168,23 @@ impl Kernel {
         }
         // SAFETY of the pointers below: each is only reachable through a Kernel, and a Kernel of
         // a SIMD kind is only built after the check above.
-        let (dot, xor): (DotFn, XorFn) = match kind {
-            KernelKind::Scalar => (scalar_dot, scalar_xor),
+        let (dot, xor, dyadic): (DotFn, XorFn, Option<DyadicFn>) = match kind {
+            KernelKind::Scalar => (scalar_dot, scalar_xor, None),
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx2 => (avx2::dot, avx2::xor),
+            KernelKind::Avx2 => (avx2::dot, avx2::xor, Some(avx2::dyadic)),
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx512 => (avx512::dot, avx512::xor),
+            KernelKind::Avx512 => (avx512::dot, avx512::xor, Some(avx512::dyadic)),
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Gfni => (gfni::dot, gfni::xor),
+            KernelKind::Gfni => (gfni::dot, gfni::xor, Some(gfni::dyadic)),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("checked by supported()"),
         };
-        Ok(Kernel { kind, dot, xor })
+        Ok(Kernel {
+            kind,
+            dot,
+            xor,
+            dyadic,
+        })
     }
 
     /// The best kernel this CPU supports.
@@ -242,6 +256,73 @@ impl Kernel {
         }
         // SAFETY: shapes checked above; the CPU features were checked when `self` was built.
         unsafe { (self.dot)(t, inputs, old, outputs, mode) }
+    }
+
+    /// Whether [`Kernel::dyadic`] runs here (every SIMD kernel; not the scalar one).
+    pub fn runs_dyadic(&self) -> bool {
+        self.dyadic.is_some()
+    }
+
+    /// Run `p` (built by [`DyadicProgram::new`] for these input and output counts) over regions
+    /// of one length. Returns `false`, touching nothing, on a kernel without a dyadic runner
+    /// (see [`Kernel::runs_dyadic`]); the caller then uses [`Kernel::dot`] with the same matrix.
+    /// Panics on counts or lengths that do not match (caller bugs).
+    pub fn dyadic(&self, p: &DyadicProgram, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> bool {
+        let Some(run) = self.dyadic else {
+            return false;
+        };
+        assert_eq!(
+            inputs.len(),
+            p.inputs(),
+            "input count differs from the program"
+        );
+        assert_eq!(
+            outputs.len(),
+            p.outputs(),
+            "output count differs from the program"
+        );
+        let len = outputs.first().map_or(0, |o| o.len());
+        assert!(
+            inputs.iter().all(|i| i.len() == len) && outputs.iter().all(|o| o.len() == len),
+            "regions differ in length"
+        );
+        let ins: smallvec::SmallVec<[*const u8; 64]> = inputs.iter().map(|i| i.as_ptr()).collect();
+        let outs: smallvec::SmallVec<[*mut u8; 64]> =
+            outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+        let body = len - len % 64;
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            let need = p.scratch_bytes().max(1);
+            if scratch.len() < need {
+                scratch.resize(need, 0);
+            }
+            // SAFETY: counts and lengths checked above; the scratch holds the program's regions;
+            // the CPU features were checked when `self` was built.
+            unsafe { run(p, &ins, &outs, body, scratch.as_mut_ptr()) };
+            if body < len {
+                // The last `len % 64` bytes: the same program over zero-padded copies.
+                let tail = len - body;
+                let mut pad = vec![0u8; 64 * (inputs.len() + outputs.len())];
+                let (pin, pout) = pad.split_at_mut(64 * inputs.len());
+                for (i, x) in inputs.iter().enumerate() {
+                    pin[64 * i..64 * i + tail].copy_from_slice(&x[body..]);
+                }
+                for (r, o) in outputs.iter().enumerate() {
+                    pout[64 * r..64 * r + tail].copy_from_slice(&o[body..]);
+                }
+                let ins: smallvec::SmallVec<[*const u8; 64]> =
+                    (0..inputs.len()).map(|i| pin[64 * i..].as_ptr()).collect();
+                let outs: smallvec::SmallVec<[*mut u8; 64]> = (0..outputs.len())
+                    .map(|r| pout[64 * r..].as_mut_ptr())
+                    .collect();
+                // SAFETY: as above, over 64-byte padded regions.
+                unsafe { run(p, &ins, &outs, 64, scratch.as_mut_ptr()) };
+                for (r, o) in outputs.iter_mut().enumerate() {
+                    o[body..].copy_from_slice(&pout[64 * r..64 * r + tail]);
+                }
+            }
+        });
+        true
     }
 
     /// `output = xor of inputs` (or `^=` when `accumulate`).

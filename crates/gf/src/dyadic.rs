@@ -1,0 +1,365 @@
+//! Fast products with dyadic matrices: the wide Cauchy codes in fewer multiplications.
+//!
+//! ## Why
+//! ISA-L's Cauchy generator has parity coefficients `P[r][j] = 1 / ((k + r) ^ j)`: every entry
+//! is a function of `row ^ column` alone. A matrix `D[a][b] = h(a ^ b)` over positions
+//! `0..n`, `n = 2^t`, is **dyadic**, and the encode matrix of every `(k, m)` is the block of the
+//! 256 x 256 dyadic matrix of `h(s) = 1/s` with rows `k..k+m` and columns `0..k`. Wide codes
+//! (64 + 64, 64 + 10) therefore do not need `k * m` multiplications per byte.
+//!
+//! ## The recursion (Karatsuba for dyadic matrices, characteristic 2)
+//! Split positions in halves. `D = [[A, B], [B, A]]` with `A`, `B` dyadic of half the size
+//! (`A` from `h` on the low half, `B` from the high half), and `x = (x0, x1)`:
+//!
+//! ```text
+//! y0 = A x0 + B x1 = A (x0 + x1) + (A + B) x1
+//! y1 = B x0 + A x1 = B (x0 + x1) + (A + B) x1
+//! ```
+//!
+//! so three half-size products (`A s`, `B s`, `(A + B) x1` with `s = x0 + x1`; `A + B` is dyadic
+//! with `h_low ^ h_high`) replace four: `3^t` multiplications for a full `2^t` block instead of
+//! `4^t` (64 x 64: 729 instead of 4096). When only some rows are wanted or some inputs are absent
+//! (64 + 10 wants 10 of 64 rows; a block may be cut by `k`), the halves that are not needed are
+//! dropped and the recursion falls back to the plain two products where Karatsuba saves nothing.
+//!
+//! ## The program
+//! [`DyadicProgram::new`] runs the recursion once and records a straight-line program over
+//! regions (inputs, outputs, scratch): full 8 x 8 blocks become one register-resident Karatsuba
+//! kernel (27 products, [`Op::K8`]), smaller or partial blocks a dense product, and the sums of
+//! the recursion vectorised XOR passes. The kernels run it over column tiles small enough that
+//! the scratch regions stay in L2, so every input is read from memory once per tile.
+
+use crate::field;
+use crate::matrix::Matrix;
+use crate::tables::MulTables;
+
+/// A region of the program: an input, an output, or a scratch region of one tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reg {
+    In(u16),
+    Out(u16),
+    Tmp(u16),
+}
+
+/// One step of a program.
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    /// `outs = tables * ins` (or `^=` when `add`), at most [`DENSE_MAX`] each.
+    Dense {
+        table: usize,
+        ins: Vec<Reg>,
+        outs: Vec<Reg>,
+        add: bool,
+    },
+    /// An 8 x 8 dyadic block by Karatsuba in registers; `table` holds its 27 coefficients in
+    /// the order of [`karatsuba_coefficients`].
+    K8 {
+        table: usize,
+        ins: [Reg; 8],
+        outs: [Option<Reg>; 8],
+        add: bool,
+    },
+    /// A 16 x 16 dyadic block the same way (81 coefficients), spilling what the registers
+    /// cannot hold to the stack rather than passing sums through scratch regions.
+    /// Rows not wanted (`None`) are computed and dropped: cheaper than passing the block's
+    /// sums through memory (64 + 10: four of these, 10 of 16 rows each).
+    K16 {
+        table: usize,
+        ins: [Reg; 16],
+        outs: [Option<Reg>; 16],
+        add: bool,
+    },
+    /// `dst = a ^ b` for every triple.
+    Sum(Vec<(Reg, Reg, Reg)>),
+    /// `dst ^= src` for every pair.
+    AddInto(Vec<(Reg, Reg)>),
+    /// `dst = 0`.
+    Zero(Vec<Reg>),
+}
+
+/// Largest dense leaf (inputs or outputs).
+pub(crate) const DENSE_MAX: usize = 8;
+
+/// Bytes of each scratch region: one column tile.
+pub const TILE: usize = 512;
+
+/// `outputs = D * inputs` for a block of a dyadic matrix, as a program of kernel steps.
+#[derive(Clone, Debug)]
+pub struct DyadicProgram {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) tables: Vec<MulTables>,
+    pub(crate) scratch: usize,
+    inputs: usize,
+    outputs: usize,
+    products: usize,
+}
+
+impl DyadicProgram {
+    /// The program for `y[i] = sum_j h[rows[i] ^ cols[j]] * x[j]` (`add`: `y[i] ^= ...`).
+    /// `h.len()` is a power of two and every position is below it; `h[0]` is never used when
+    /// no row equals a column.
+    pub fn new(h: &[u8], rows: &[usize], cols: &[usize], add: bool) -> Self {
+        let n = h.len();
+        assert!(n.is_power_of_two(), "dyadic size must be a power of two");
+        assert!(rows.iter().chain(cols).all(|&p| p < n));
+        let mut x = vec![None; n];
+        for (j, &c) in cols.iter().enumerate() {
+            assert!(x[c].is_none(), "column position repeated");
+            x[c] = Some(Reg::In(j as u16));
+        }
+        let mut y = vec![None; n];
+        for (i, &r) in rows.iter().enumerate() {
+            assert!(y[r].is_none(), "row position repeated");
+            y[r] = Some(Reg::Out(i as u16));
+        }
+        let mut b = Builder::default();
+        b.emit(h, &x, &y, add);
+        DyadicProgram {
+            ops: b.ops,
+            tables: b.tables,
+            scratch: b.max_tmp,
+            inputs: cols.len(),
+            outputs: rows.len(),
+            products: b.products,
+        }
+    }
+
+    /// Inputs the program reads.
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    /// Outputs it writes.
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// Multiplications per byte of column, to compare with `inputs * outputs` for a dense
+    /// product.
+    pub fn products(&self) -> usize {
+        self.products
+    }
+
+    /// Scratch bytes a run needs.
+    pub fn scratch_bytes(&self) -> usize {
+        self.scratch * TILE
+    }
+}
+
+/// If `m` (r x c) is the top-left block of a dyadic matrix (`m[a][b]` a function of `a ^ b`),
+/// that function, over the next power of two of `max(r, c)` positions.
+pub fn dyadic_function(m: &Matrix) -> Option<Vec<u8>> {
+    let n = m.rows().max(m.cols()).next_power_of_two();
+    let mut h: Vec<Option<u8>> = vec![None; n];
+    for a in 0..m.rows() {
+        for b in 0..m.cols() {
+            let v = m[(a, b)];
+            match h[a ^ b] {
+                None => h[a ^ b] = Some(v),
+                Some(w) if w != v => return None,
+                _ => {}
+            }
+        }
+    }
+    Some(h.into_iter().map(|v| v.unwrap_or(0)).collect())
+}
+
+/// The 27 coefficients of an 8 x 8 dyadic block in the order the K8 kernel uses them: for a
+/// block of size `n` with function `h`, those of `A` (`h` low half), of `B` (high half), then of
+/// `A + B` (`low ^ high`); a 1 x 1 block is `h[0]`.
+pub(crate) fn karatsuba_coefficients(h: &[u8], out: &mut Vec<u8>) {
+    if h.len() == 1 {
+        out.push(h[0]);
+        return;
+    }
+    let half = h.len() / 2;
+    let (lo, hi) = h.split_at(half);
+    let sum: Vec<u8> = lo.iter().zip(hi).map(|(a, b)| a ^ b).collect();
+    karatsuba_coefficients(lo, out);
+    karatsuba_coefficients(hi, out);
+    karatsuba_coefficients(&sum, out);
+}
+
+#[derive(Default)]
+struct Builder {
+    ops: Vec<Op>,
+    tables: Vec<MulTables>,
+    next_tmp: usize,
+    max_tmp: usize,
+    products: usize,
+}
+
+impl Builder {
+    fn tmp(&mut self) -> Reg {
+        let r = Reg::Tmp(self.next_tmp as u16);
+        self.next_tmp += 1;
+        self.max_tmp = self.max_tmp.max(self.next_tmp);
+        r
+    }
+
+    /// `y (add)= D_h x` where `None` inputs are zero and `None` outputs are not wanted.
+    fn emit(&mut self, h: &[u8], x: &[Option<Reg>], y: &[Option<Reg>], add: bool) {
+        let n = h.len();
+        let wanted = y.iter().filter(|r| r.is_some()).count();
+        let present = x.iter().filter(|r| r.is_some()).count();
+        if wanted == 0 {
+            return;
+        }
+        if present == 0 {
+            if !add {
+                self.ops
+                    .push(Op::Zero(y.iter().flatten().copied().collect()));
+            }
+            return;
+        }
+        if (n == 8 && wanted == n || n == 16 && wanted > 8) && present == n {
+            let mut c = Vec::with_capacity(81);
+            karatsuba_coefficients(h, &mut c);
+            self.products += c.len();
+            self.tables
+                .push(MulTables::new(&Matrix::from_rows(1, c.len(), c)));
+            let table = self.tables.len() - 1;
+            self.ops.push(if n == 8 {
+                Op::K8 {
+                    table,
+                    ins: core::array::from_fn(|i| x[i].expect("present")),
+                    outs: core::array::from_fn(|i| y[i]),
+                    add,
+                }
+            } else {
+                Op::K16 {
+                    table,
+                    ins: core::array::from_fn(|i| x[i].expect("present")),
+                    outs: core::array::from_fn(|i| y[i]),
+                    add,
+                }
+            });
+            return;
+        }
+        if n <= DENSE_MAX {
+            self.dense(h, x, y, add);
+            return;
+        }
+        let half = n / 2;
+        let (hl, hh) = h.split_at(half);
+        let (x0, x1) = x.split_at(half);
+        let (y0, y1) = y.split_at(half);
+        let none = |v: &[Option<Reg>]| v.iter().all(|r| r.is_none());
+        if none(y1) {
+            // The first product initialises y0 (or zeroes it), so the second adds.
+            self.emit(hl, x0, y0, add);
+            self.emit(hh, x1, y0, true);
+            return;
+        }
+        if none(y0) {
+            self.emit(hh, x0, y1, add);
+            self.emit(hl, x1, y1, true);
+            return;
+        }
+        if none(x1) {
+            self.emit(hl, x0, y0, add);
+            self.emit(hh, x0, y1, add);
+            return;
+        }
+        if none(x0) {
+            self.emit(hh, x1, y0, add);
+            self.emit(hl, x1, y1, add);
+            return;
+        }
+        // Karatsuba: s = x0 + x1, t = (A + B) x1, y0 = A s + t, y1 = B s + t.
+        let mark = self.next_tmp;
+        let mut sums = Vec::new();
+        let s: Vec<Option<Reg>> = x0
+            .iter()
+            .zip(x1)
+            .map(|(a, b)| match (*a, *b) {
+                (Some(a), Some(b)) => {
+                    let t = self.tmp();
+                    sums.push((a, b, t));
+                    Some(t)
+                }
+                (a, b) => a.or(b),
+            })
+            .collect();
+        if !sums.is_empty() {
+            self.ops.push(Op::Sum(sums));
+        }
+        let t: Vec<Option<Reg>> = (0..half)
+            .map(|a| (y0[a].is_some() || y1[a].is_some()).then(|| self.tmp()))
+            .collect();
+        let hs: Vec<u8> = hl.iter().zip(hh).map(|(a, b)| a ^ b).collect();
+        self.emit(&hs, x1, &t, false);
+        self.emit(hl, &s, y0, add);
+        self.emit(hh, &s, y1, add);
+        let adds: Vec<(Reg, Reg)> = (0..half)
+            .flat_map(|a| {
+                let t = t[a];
+                [y0[a], y1[a]]
+                    .into_iter()
+                    .flatten()
+                    .map(move |d| (t.expect("made for every wanted row"), d))
+            })
+            .collect();
+        self.ops.push(Op::AddInto(adds));
+        self.next_tmp = mark;
+    }
+
+    /// A dense leaf over the present inputs and wanted outputs.
+    fn dense(&mut self, h: &[u8], x: &[Option<Reg>], y: &[Option<Reg>], add: bool) {
+        let cols: Vec<usize> = (0..x.len()).filter(|&b| x[b].is_some()).collect();
+        let rows: Vec<usize> = (0..y.len()).filter(|&a| y[a].is_some()).collect();
+        let mut m = Vec::with_capacity(rows.len() * cols.len());
+        for &a in &rows {
+            for &b in &cols {
+                m.push(h[a ^ b]);
+            }
+        }
+        self.products += m.iter().filter(|&&c| c != 0).count();
+        self.tables.push(MulTables::new(&Matrix::from_rows(
+            rows.len(),
+            cols.len(),
+            m,
+        )));
+        self.ops.push(Op::Dense {
+            table: self.tables.len() - 1,
+            ins: cols.iter().map(|&b| x[b].expect("present")).collect(),
+            outs: rows.iter().map(|&a| y[a].expect("wanted")).collect(),
+            add,
+        });
+    }
+}
+
+/// `h(s) = 1 / s` over GF(2^8) (and 0 at 0): the dyadic function of ISA-L's Cauchy matrix.
+pub fn cauchy_function() -> Vec<u8> {
+    (0..256usize)
+        .map(|s| if s == 0 { 0 } else { field::inv(s as u8) })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_block_takes_three_to_the_t_products() {
+        let h = cauchy_function();
+        // Rows 64..128, columns 0..64: the 64 + 64 Cauchy encode.
+        let rows: Vec<usize> = (64..128).collect();
+        let cols: Vec<usize> = (0..64).collect();
+        let p = DyadicProgram::new(&h, &rows, &cols, false);
+        assert_eq!(p.products(), 729);
+        // 64 + 10: four 16 x 16 blocks, each computed whole (81) with 6 rows dropped.
+        let p = DyadicProgram::new(&h, &rows[..10], &cols, false);
+        assert_eq!(p.products(), 4 * 81);
+    }
+
+    #[test]
+    fn dyadic_function_recognises_only_dyadic_blocks() {
+        let h = cauchy_function();
+        let m = Matrix::from_rows(8, 8, (0..64).map(|i| h[8 + ((i / 8) ^ (i % 8))]).collect());
+        assert_eq!(dyadic_function(&m).unwrap(), h[8..16].to_vec());
+        let mut bytes = m.as_bytes().to_vec();
+        bytes[9] ^= 1;
+        assert!(dyadic_function(&Matrix::from_rows(8, 8, bytes)).is_none());
+    }
+}

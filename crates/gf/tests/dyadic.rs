@@ -1,0 +1,106 @@
+//! Dyadic programs against the plain definition `y[i] (^)= sum_j h[rows[i] ^ cols[j]] x[j]`,
+//! on every SIMD kernel this CPU has, for the Cauchy blocks of wide codes and for random
+//! functions, position sets, lengths and both modes.
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use stripeguard_gf::dyadic::{cauchy_function, DyadicProgram};
+use stripeguard_gf::{field, Kernel, KernelKind};
+
+fn expected(h: &[u8], rows: &[usize], cols: &[usize], x: &[Vec<u8>], y: &mut [Vec<u8>], add: bool) {
+    for (i, &r) in rows.iter().enumerate() {
+        for b in 0..y[i].len() {
+            let mut v = if add { y[i][b] } else { 0 };
+            for (j, &c) in cols.iter().enumerate() {
+                v ^= field::mul(h[r ^ c], x[j][b]);
+            }
+            y[i][b] = v;
+        }
+    }
+}
+
+fn check(
+    kernel: &Kernel,
+    rng: &mut StdRng,
+    h: &[u8],
+    rows: &[usize],
+    cols: &[usize],
+    len: usize,
+    add: bool,
+) {
+    let p = DyadicProgram::new(h, rows, cols, add);
+    let x: Vec<Vec<u8>> = (0..cols.len())
+        .map(|_| (0..len).map(|_| rng.random()).collect())
+        .collect();
+    let start: Vec<Vec<u8>> = (0..rows.len())
+        .map(|_| (0..len).map(|_| rng.random()).collect())
+        .collect();
+    let mut want = start.clone();
+    expected(h, rows, cols, &x, &mut want, add);
+    let mut got = start.clone();
+    let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
+    let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
+    assert!(kernel.dyadic(&p, &xs, &mut ys));
+    assert!(
+        got == want,
+        "{:?}: {} rows x {} cols, len {len}, add {add}",
+        kernel.kind(),
+        rows.len(),
+        cols.len()
+    );
+}
+
+fn simd_kernels() -> Vec<Kernel> {
+    let kinds: Vec<KernelKind> = KernelKind::available()
+        .into_iter()
+        .filter(|&k| k != KernelKind::Scalar)
+        .collect();
+    println!("kernels under test: {kinds:?}");
+    kinds.into_iter().map(|k| Kernel::new(k).unwrap()).collect()
+}
+
+#[test]
+fn cauchy_blocks_of_wide_codes() {
+    let h = cauchy_function();
+    let mut rng = StdRng::seed_from_u64(1);
+    for kernel in simd_kernels() {
+        for (k, m) in [(64, 64), (64, 10), (32, 32), (48, 16), (16, 4), (100, 20)] {
+            let rows: Vec<usize> = (k..k + m).collect();
+            let cols: Vec<usize> = (0..k).collect();
+            for len in [64, 2048 + 64 + 5, 4096] {
+                check(&kernel, &mut rng, &h, &rows, &cols, len, false);
+            }
+            check(&kernel, &mut rng, &h, &rows, &cols, 130, true);
+        }
+    }
+}
+
+#[test]
+fn random_functions_positions_and_lengths() {
+    let mut rng = StdRng::seed_from_u64(2);
+    for kernel in simd_kernels() {
+        for case in 0..80 {
+            let n = [8usize, 16, 32, 64, 128][case % 5];
+            let h: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+            let pick = |rng: &mut StdRng| {
+                let count = rng.random_range(1..=n);
+                rand::seq::index::sample(rng, n, count).into_vec()
+            };
+            let rows = pick(&mut rng);
+            let cols = pick(&mut rng);
+            let len = [0, 1, 63, 64, 65, 200, 2048, 2049, 4160][rng.random_range(0..9)];
+            let add = rng.random_bool(0.5);
+            check(&kernel, &mut rng, &h, &rows, &cols, len, add);
+        }
+    }
+}
+
+#[test]
+fn scalar_has_no_runner() {
+    let k = Kernel::new(KernelKind::Scalar).unwrap();
+    let p = DyadicProgram::new(&[0, 1], &[1], &[0], false);
+    let x = [1u8];
+    let mut y = [0u8];
+    assert!(!k.runs_dyadic());
+    assert!(!k.dyadic(&p, &[&x], &mut [&mut y]));
+    assert_eq!(y, [0]);
+}
