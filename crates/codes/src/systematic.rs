@@ -410,15 +410,17 @@ impl Systematic {
                 inputs.push(&**c);
             }
         }
-        if !plan
-            .fast
-            .as_ref()
-            .is_some_and(|p| self.kernel.dyadic(p, &inputs, &mut outputs))
-        {
-            self.kernel
-                .dot(&plan.tables, &inputs, &[], &mut outputs, Mode::Set);
-        }
+        self.run_plan(&plan, &inputs, &mut outputs);
         Ok(())
+    }
+
+    /// `outputs = plan * inputs`: the plan's dyadic program when it has one, else dense.
+    fn run_plan(&self, plan: &DecodePlan, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+        let fast = plan.fast.as_ref();
+        if !fast.is_some_and(|p| self.kernel.dyadic(p, inputs, outputs)) {
+            self.kernel
+                .dot(&plan.tables, inputs, &[], outputs, Mode::Set);
+        }
     }
 
     /// Rebuild `missing` (normalized) from `chunks` into fresh buffers, in `missing`'s order.
@@ -430,14 +432,7 @@ impl Systematic {
         let plan = self.plan(missing);
         let inputs: Vec<&[u8]> = plan.sources.iter().map(|&i| chunks[i]).collect();
         let mut outs: Vec<&mut [u8]> = out.iter_mut().map(|v| &mut v[..]).collect();
-        if !plan
-            .fast
-            .as_ref()
-            .is_some_and(|p| self.kernel.dyadic(p, &inputs, &mut outs))
-        {
-            self.kernel
-                .dot(&plan.tables, &inputs, &[], &mut outs, Mode::Set);
-        }
+        self.run_plan(&plan, &inputs, &mut outs);
         out
     }
 
