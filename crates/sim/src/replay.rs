@@ -271,6 +271,9 @@ impl Simulator {
                 self.user.user_write_bytes += r.len;
             }
         }
+        if r.len == 0 {
+            return; // a user request that moves no bytes plans no I/O
+        }
         match (&mut self.fast, &mut self.map) {
             (Some(fast), SharedMap::Flat(bits)) => fast.count(bits, r.op, r.offset, r.len),
             _ => self.replay_per_scheme(r),
