@@ -81,12 +81,15 @@ pub(crate) struct Systematic {
     cache: Mutex<LruCache<ErasureKey, Arc<DecodePlan>, KeyHasher>>,
 }
 
-/// A dyadic program replaces the dense product when it needs at most half the products. On
-/// GFNI a product (one affine instruction) costs about what a sum costs, and a program adds
-/// about two sums per product: 64 + 64 (729 of 4096 products) runs 2-3x faster than dense,
-/// while 64 + 10 (324 of 640, in four 16-row blocks) measured no faster, so it stays dense.
+/// A dyadic program replaces the dense product when it needs at most a third of the products.
+/// On GFNI a product (one affine instruction) costs about what a sum costs, and a program adds
+/// about two sums per product. Measured with `bench codec` (same-run ISA-L ratios, dense vs
+/// program): 16+16 (81 of 256 products), 32+32 (243 of 1024) and 64+64 (729 of 4096) run 1.3-2x
+/// faster as programs; 8+8, 24+8 and 32+8 (0.42 of dense) gain at 4 KiB chunks but lose up to
+/// half their speed at 64 KiB; 64+10 (324 of 640) gains nothing. Products list:
+/// `cargo run --release -p stripeguard-gf --example products -- 64+64 64+10 ...`.
 fn worth_it(p: &DyadicProgram) -> bool {
-    2 * p.products() <= p.inputs() * p.outputs()
+    3 * p.products() <= p.inputs() * p.outputs()
 }
 
 /// An erasure pattern as a bit set over the `n <= 255` chunks: a cache key that needs no heap.
@@ -511,7 +514,12 @@ mod tests {
         let all_data: Vec<usize> = (0..64).collect();
         assert!(wide.inner.plan(&all_data).fast.is_some(), "P^-1 is dyadic");
         assert!(wide.inner.plan(&[0, 70]).fast.is_none());
-        for (k_, m) in [(6, 2), (10, 4), (64, 10)] {
+        assert!(ReedSolomon::with_kernel(16, 16, k)
+            .unwrap()
+            .inner
+            .fast_parity
+            .is_some());
+        for (k_, m) in [(6, 2), (10, 4), (8, 8), (32, 8), (64, 10)] {
             let code = ReedSolomon::with_kernel(k_, m, k).unwrap();
             assert!(code.inner.fast_parity.is_none(), "{k_}+{m}");
         }
