@@ -351,15 +351,15 @@ fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
             println!(
                 "{},{},{},{},{:.4},{:.4},{},{},{},{},{},{:.4}",
                 s.name(),
-                c.disk_reads,
-                c.disk_writes,
+                c.io.disk_reads,
+                c.io.disk_writes,
                 c.total(),
                 report.increase_pct(s).unwrap_or(0.0),
                 c.first_read_fraction(),
-                c.rmw,
-                c.rcw,
-                c.full_stripe,
-                c.merge_reads,
+                c.io.rmw,
+                c.io.rcw,
+                c.io.full_stripe,
+                c.io.merge_reads,
                 c.real_total(),
                 report.real_increase_pct(s).unwrap_or(0.0)
             );
@@ -391,15 +391,15 @@ fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
         println!(
             "{:<11} {:>11} {:>11} {:>11} {:>7.2}% {:>9.1}% {:>9} {:>9} {:>9} {:>9} {:>11} {:>7.2}%",
             s.name(),
-            c.disk_reads,
-            c.disk_writes,
+            c.io.disk_reads,
+            c.io.disk_writes,
             c.total(),
             report.increase_pct(s).unwrap_or(0.0),
             c.first_read_fraction() * 100.0,
-            c.rmw,
-            c.rcw,
-            c.full_stripe,
-            c.merge_reads,
+            c.io.rmw,
+            c.io.rcw,
+            c.io.full_stripe,
+            c.io.merge_reads,
             c.real_total(),
             report.real_increase_pct(s).unwrap_or(0.0)
         );

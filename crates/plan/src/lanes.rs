@@ -24,6 +24,7 @@
 
 use crate::planner::rules;
 use crate::{Geometry, Op};
+use serde::Serialize;
 use stripeguard_integrity::Scheme;
 
 /// Most members the counting planner handles (position sets are `u64` masks).
@@ -33,7 +34,7 @@ pub const MAX_MEMBERS: usize = 64;
 pub const MAX_LANES: usize = 8;
 
 /// What one scheme's plans add up to.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Tally {
     /// Disk reads in the paper's unit.
     pub disk_reads: u64,

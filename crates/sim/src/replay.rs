@@ -57,58 +57,37 @@ pub struct SchemeCounts {
     pub user_read_bytes: u64,
     /// Bytes written by users.
     pub user_write_bytes: u64,
-    /// Disk reads, paper's unit.
-    pub disk_reads: u64,
-    /// Disk writes, paper's unit.
-    pub disk_writes: u64,
-    /// Merge reads and merge checks (not in the paper's unit).
-    pub merge_reads: u64,
-    /// Coalesced reads, merges included.
-    pub real_reads: u64,
-    /// Coalesced writes.
-    pub real_writes: u64,
-    /// Read pieces (one per stripe a read touches).
-    pub read_pieces: u64,
-    /// Read pieces that met a chunk in first-read state (σ = 1).
-    pub first_read_pieces: u64,
-    /// Write pieces done by read-modify-write.
-    pub rmw: u64,
-    /// Write pieces done by reconstruct-write.
-    pub rcw: u64,
-    /// Full-stripe write pieces.
-    pub full_stripe: u64,
+    /// Disk I/Os: the paper's count, merges, the real count and the piece mix.
+    #[serde(flatten)]
+    pub io: Tally,
 }
 
 impl SchemeCounts {
-    /// Add the counting planner's tally.
-    fn add(&mut self, t: &Tally) {
-        self.disk_reads += t.disk_reads;
-        self.disk_writes += t.disk_writes;
-        self.merge_reads += t.merge_reads;
-        self.real_reads += t.real_reads;
-        self.real_writes += t.real_writes;
-        self.read_pieces += t.read_pieces;
-        self.first_read_pieces += t.first_read_pieces;
-        self.rmw += t.rmw;
-        self.rcw += t.rcw;
-        self.full_stripe += t.full_stripe;
-    }
     /// Paper-unit total.
     pub fn total(&self) -> u64 {
-        self.disk_reads + self.disk_writes
+        self.io.disk_reads + self.io.disk_writes
     }
     /// Real total.
     pub fn real_total(&self) -> u64 {
-        self.real_reads + self.real_writes
+        self.io.real_reads + self.io.real_writes
     }
     /// Fraction of read pieces that were first-reads.
     pub fn first_read_fraction(&self) -> f64 {
-        if self.read_pieces == 0 {
+        if self.io.read_pieces == 0 {
             0.0
         } else {
-            self.first_read_pieces as f64 / self.read_pieces as f64
+            self.io.first_read_pieces as f64 / self.io.read_pieces as f64
         }
     }
+}
+
+/// What every scheme saw from the user (the same for all of them).
+#[derive(Clone, Copy, Debug, Default)]
+struct UserCounts {
+    reads: u64,
+    writes: u64,
+    read_bytes: u64,
+    write_bytes: u64,
 }
 
 /// The result of a replay.
@@ -155,7 +134,9 @@ impl SimReport {
 
 struct Lane {
     planner: Planner,
-    counts: SchemeCounts,
+    scheme: Scheme,
+    /// Counts of the per-scheme path (the counting planner keeps its own).
+    counts: Tally,
     // Per member, the last stripe read / written in the current request (for coalescing).
     last_read: Vec<u64>,
     last_write: Vec<u64>,
@@ -210,7 +191,7 @@ pub struct Simulator {
     map: SharedMap,
     fast: Option<LanePlanner>,
     requests: u64,
-    user: SchemeCounts,
+    user: UserCounts,
 }
 
 impl Simulator {
@@ -235,16 +216,14 @@ impl Simulator {
         Simulator {
             map,
             fast,
-            user: SchemeCounts::default(),
+            user: UserCounts::default(),
             geometry,
             lanes: schemes
                 .iter()
                 .map(|&s| Lane {
                     planner: Planner::new(geometry, s, map_bytes),
-                    counts: SchemeCounts {
-                        scheme: Some(s),
-                        ..SchemeCounts::default()
-                    },
+                    scheme: s,
+                    counts: Tally::default(),
                     last_read: vec![u64::MAX; n],
                     last_write: vec![u64::MAX; n],
                 })
@@ -263,12 +242,12 @@ impl Simulator {
         self.requests += 1;
         match r.op {
             Op::Read => {
-                self.user.user_reads += 1;
-                self.user.user_read_bytes += r.len;
+                self.user.reads += 1;
+                self.user.read_bytes += r.len;
             }
             Op::Write => {
-                self.user.user_writes += 1;
-                self.user.user_write_bytes += r.len;
+                self.user.writes += 1;
+                self.user.write_bytes += r.len;
             }
         }
         if r.len == 0 {
@@ -366,16 +345,14 @@ impl Simulator {
                 .lanes
                 .iter()
                 .enumerate()
-                .map(|(l, lane)| {
-                    let mut c = lane.counts.clone();
-                    if let Some(fast) = &self.fast {
-                        c.add(&fast.tallies()[l]);
-                    }
-                    c.user_reads = self.user.user_reads;
-                    c.user_writes = self.user.user_writes;
-                    c.user_read_bytes = self.user.user_read_bytes;
-                    c.user_write_bytes = self.user.user_write_bytes;
-                    c
+                .map(|(l, lane)| SchemeCounts {
+                    scheme: Some(lane.scheme),
+                    user_reads: self.user.reads,
+                    user_writes: self.user.writes,
+                    user_read_bytes: self.user.read_bytes,
+                    user_write_bytes: self.user.write_bytes,
+                    // One path counts for the whole life of a simulator.
+                    io: self.fast.as_ref().map_or(lane.counts, |f| f.tallies()[l]),
                 })
                 .collect(),
         }
@@ -464,10 +441,10 @@ mod tests {
             }
             // The negative control: a planner that ignored first-read state would differ.
             let r = reference.report();
-            assert!(r.get(Scheme::Hybrid1).unwrap().first_read_pieces > 0);
+            assert!(r.get(Scheme::Hybrid1).unwrap().io.first_read_pieces > 0);
             assert!(
-                r.get(Scheme::Hybrid1).unwrap().first_read_pieces
-                    < r.get(Scheme::Hybrid1).unwrap().read_pieces
+                r.get(Scheme::Hybrid1).unwrap().io.first_read_pieces
+                    < r.get(Scheme::Hybrid1).unwrap().io.read_pieces
             );
         }
     }

@@ -76,7 +76,7 @@ fn check(name: &str, reqs: Vec<Request>, k: usize, m: usize, chunk: u32, stripes
         let (reads, writes) = engine_counts(scheme, k, m, chunk, stripes, &reqs);
         assert_eq!(
             (reads, writes),
-            (c.disk_reads + c.merge_reads, c.disk_writes),
+            (c.io.disk_reads + c.io.merge_reads, c.io.disk_writes),
             "{name} {scheme}: engine (reads, writes) vs simulator"
         );
     }
