@@ -25,7 +25,7 @@
 //! ## The program
 //! [`DyadicProgram::new`] runs the recursion once and records a straight-line program over
 //! regions (inputs, outputs, scratch): full 8 x 8 blocks become one register-resident Karatsuba
-//! kernel (27 products, [`Op::K8`]), smaller or partial blocks a dense product, and the sums of
+//! kernel (27 products, [`Op::Block`]; 16 x 16 blocks likewise, 81), smaller or partial blocks a dense product, and the sums of
 //! the recursion vectorised XOR passes. The kernels run it over column tiles small enough that
 //! the scratch regions stay in L2, so every input is read from memory once per tile.
 
@@ -51,28 +51,19 @@ pub(crate) enum Op {
         outs: Vec<Reg>,
         add: bool,
     },
-    /// An 8 x 8 dyadic block by Karatsuba in registers; `table` holds its 27 coefficients in
-    /// the order of [`karatsuba_coefficients`].
-    K8 {
+    /// An 8 x 8 or 16 x 16 dyadic block by Karatsuba in registers (`ins.len()` is the size);
+    /// `table` holds its 27 or 81 coefficients in the order of [`karatsuba_coefficients`]. A
+    /// 16 x 16 block spills to the stack what the registers cannot hold rather than passing
+    /// sums through scratch regions. Rows not wanted (`None`) are computed and dropped: cheaper
+    /// than passing the block's sums through memory.
+    Block {
         table: usize,
-        ins: [Reg; 8],
-        outs: [Option<Reg>; 8],
+        ins: Vec<Reg>,
+        outs: Vec<Option<Reg>>,
         add: bool,
     },
-    /// A 16 x 16 dyadic block the same way (81 coefficients), spilling what the registers
-    /// cannot hold to the stack rather than passing sums through scratch regions.
-    /// Rows not wanted (`None`) are computed and dropped: cheaper than passing the block's
-    /// sums through memory (64 + 10: four of these, 10 of 16 rows each).
-    K16 {
-        table: usize,
-        ins: [Reg; 16],
-        outs: [Option<Reg>; 16],
-        add: bool,
-    },
-    /// `dst = a ^ b` for every triple.
+    /// `dst = a ^ b` for every triple (`dst` may be `a` or `b`: `dst ^= src` is `(src, dst, dst)`).
     Sum(Vec<(Reg, Reg, Reg)>),
-    /// `dst ^= src` for every pair.
-    AddInto(Vec<(Reg, Reg)>),
     /// `dst = 0`.
     Zero(Vec<Reg>),
 }
@@ -164,7 +155,7 @@ pub fn dyadic_function(m: &Matrix) -> Option<Vec<u8>> {
     Some(h.into_iter().map(|v| v.unwrap_or(0)).collect())
 }
 
-/// The 27 coefficients of an 8 x 8 dyadic block in the order the K8 kernel uses them: for a
+/// The coefficients of a dyadic block in the order the block kernels use them (27 for 8 x 8): for a
 /// block of size `n` with function `h`, those of `A` (`h` low half), of `B` (high half), then of
 /// `A + B` (`low ^ high`); a 1 x 1 block is `h[0]`.
 pub(crate) fn karatsuba_coefficients(h: &[u8], out: &mut Vec<u8>) {
@@ -218,21 +209,11 @@ impl Builder {
             self.products += c.len();
             self.tables
                 .push(MulTables::new(&Matrix::from_rows(1, c.len(), c)));
-            let table = self.tables.len() - 1;
-            self.ops.push(if n == 8 {
-                Op::K8 {
-                    table,
-                    ins: core::array::from_fn(|i| x[i].expect("present")),
-                    outs: core::array::from_fn(|i| y[i]),
-                    add,
-                }
-            } else {
-                Op::K16 {
-                    table,
-                    ins: core::array::from_fn(|i| x[i].expect("present")),
-                    outs: core::array::from_fn(|i| y[i]),
-                    add,
-                }
+            self.ops.push(Op::Block {
+                table: self.tables.len() - 1,
+                ins: x.iter().map(|r| r.expect("present")).collect(),
+                outs: y.to_vec(),
+                add,
             });
             return;
         }
@@ -291,16 +272,16 @@ impl Builder {
         self.emit(&hs, x1, &t, false);
         self.emit(hl, &s, y0, add);
         self.emit(hh, &s, y1, add);
-        let adds: Vec<(Reg, Reg)> = (0..half)
+        let adds: Vec<(Reg, Reg, Reg)> = (0..half)
             .flat_map(|a| {
                 let t = t[a];
                 [y0[a], y1[a]]
                     .into_iter()
                     .flatten()
-                    .map(move |d| (t.expect("made for every wanted row"), d))
+                    .map(move |d| (t.expect("made for every wanted row"), d, d))
             })
             .collect();
-        self.ops.push(Op::AddInto(adds));
+        self.ops.push(Op::Sum(adds));
         self.next_tmp = mark;
     }
 

@@ -368,27 +368,18 @@ pub(crate) unsafe fn dyadic<V: Vector>(
                         group_dispatch::<V, SET>(ro.len(), t, ip, ip, op_, 0, 0, w);
                     }
                 }
-                Op::K8 {
+                Op::Block {
                     table,
                     ins: ri,
                     outs: ro,
                     add,
                 } => {
-                    let ip: [*const u8; 8] = core::array::from_fn(|i| at(ri[i]) as *const u8);
-                    let op_: [*mut u8; 8] =
-                        core::array::from_fn(|i| ro[i].map_or(core::ptr::null_mut(), at));
-                    kblock_region::<V, 8>(p.tables.get_unchecked(*table), &ip, &op_, w, *add);
-                }
-                Op::K16 {
-                    table,
-                    ins: ri,
-                    outs: ro,
-                    add,
-                } => {
-                    let ip: [*const u8; 16] = core::array::from_fn(|i| at(ri[i]) as *const u8);
-                    let op_: [*mut u8; 16] =
-                        core::array::from_fn(|i| ro[i].map_or(core::ptr::null_mut(), at));
-                    kblock_region::<V, 16>(p.tables.get_unchecked(*table), &ip, &op_, w, *add);
+                    let t = p.tables.get_unchecked(*table);
+                    if ri.len() == 16 {
+                        kblock_region::<V, 16>(t, ri, ro, &at, w, *add);
+                    } else {
+                        kblock_region::<V, 8>(t, ri, ro, &at, w, *add);
+                    }
                 }
                 Op::Sum(triples) => {
                     for &(a, b, d) in triples {
@@ -396,17 +387,6 @@ pub(crate) unsafe fn dyadic<V: Vector>(
                         let mut off = 0;
                         while off < w {
                             let v = V::xor(V::load(a.add(off)), V::load(b.add(off)));
-                            V::store(d.add(off), v);
-                            off += V::BYTES;
-                        }
-                    }
-                }
-                Op::AddInto(pairs) => {
-                    for &(s, d) in pairs {
-                        let (s, d) = (at(s), at(d));
-                        let mut off = 0;
-                        while off < w {
-                            let v = V::xor(V::load(s.add(off)), V::load(d.add(off)));
                             V::store(d.add(off), v);
                             off += V::BYTES;
                         }
@@ -429,12 +409,15 @@ pub(crate) unsafe fn dyadic<V: Vector>(
 #[inline(always)]
 unsafe fn kblock_region<V: Vector, const B: usize>(
     t: &MulTables,
-    ins: &[*const u8; B],
-    outs: &[*mut u8; B],
+    ri: &[Reg],
+    ro: &[Option<Reg>],
+    at: &impl Fn(Reg) -> *mut u8,
     len: usize,
     add: bool,
 ) {
+    let ins: [*const u8; B] = core::array::from_fn(|i| at(ri[i]) as *const u8);
     // Null outputs are rows nobody wants.
+    let outs: [*mut u8; B] = core::array::from_fn(|i| ro[i].map_or(core::ptr::null_mut(), at));
     let mut off = 0;
     while off < len {
         let x: [V; B] = core::array::from_fn(|i| V::load(ins[i].add(off)));
