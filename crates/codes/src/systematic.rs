@@ -129,6 +129,15 @@ impl std::hash::BuildHasher for KeyHasher {
     }
 }
 
+/// Chunk indices (each below 256; an index of 256 or more is left out) as a bit set.
+fn bit_set(chunks: &[usize]) -> ErasureKey {
+    let mut key: ErasureKey = [0; 4];
+    for &i in chunks.iter().filter(|&&i| i < 256) {
+        key[i / 64] |= 1 << (i % 64);
+    }
+    key
+}
+
 /// Chunk lists of one call, on the stack for every shape up to 16 chunks (a heap allocation per
 /// call cost a third of a 4 KiB reconstruct; a larger inline buffer costs its copy on return).
 pub(crate) type Chunks<T> = SmallVec<[T; 16]>;
@@ -333,26 +342,23 @@ impl Systematic {
     /// `erased` as a bit set and its size, for the reconstruct fast path; any problem with the
     /// list is reported exactly as [`Systematic::normalize`] reports it.
     fn erasure_key(&self, erased: &[usize]) -> Result<(ErasureKey, usize), CodeError> {
-        let mut key: ErasureKey = [0; 4];
         let n = self.n();
-        for &i in erased {
-            if i >= n || key[i / 64] & 1 << (i % 64) != 0 || erased.len() > self.m {
-                return Err(self
-                    .normalize(erased)
-                    .expect_err("normalize rejects what the fast path rejects"));
-            }
-            key[i / 64] |= 1 << (i % 64);
+        let key = bit_set(erased);
+        let distinct: u32 = key.iter().map(|w| w.count_ones()).sum();
+        if erased.len() > self.m
+            || distinct as usize != erased.len()
+            || erased.iter().any(|&i| i >= n)
+        {
+            return Err(self
+                .normalize(erased)
+                .expect_err("normalize rejects what the fast path rejects"));
         }
         Ok((key, erased.len()))
     }
 
     /// The decode plan for a normalized, non-empty erasure list.
     pub fn plan(&self, missing: &[usize]) -> Arc<DecodePlan> {
-        let mut key: ErasureKey = [0; 4];
-        for &i in missing {
-            key[i / 64] |= 1 << (i % 64);
-        }
-        self.plan_for(key)
+        self.plan_for(bit_set(missing))
     }
 
     /// The decode plan for a non-empty erasure set.
@@ -374,10 +380,7 @@ impl Systematic {
             .inverse()
             .expect("every k x k submatrix of an MDS generator is invertible");
         let rebuild = self.generator.select_rows(missing).mul(&inverse);
-        let mut source_set: ErasureKey = [0; 4];
-        for &i in &sources {
-            source_set[i / 64] |= 1 << (i % 64);
-        }
+        let source_set = bit_set(&sources);
         let fast = dyadic_function(&rebuild).and_then(|h| {
             let rows: Vec<usize> = (0..rebuild.rows()).collect();
             let cols: Vec<usize> = (0..rebuild.cols()).collect();
