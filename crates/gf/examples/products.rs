@@ -9,13 +9,23 @@ fn main() {
         let (k, m): (usize, usize) = (k.parse().expect("K"), m.parse().expect("M"));
         let rows: Vec<usize> = (k..k + m).collect();
         let cols: Vec<usize> = (0..k).collect();
-        let p = DyadicProgram::new(&h, &rows, &cols, false);
-        println!(
-            "{k}+{m}: {} products of {} dense ({:.2}), scratch {} B",
-            p.products(),
-            k * m,
-            p.products() as f64 / (k * m) as f64,
-            p.scratch_bytes()
-        );
+        for (layout, p) in [
+            (
+                "recursive",
+                Some(DyadicProgram::recursive(&h, &rows, &cols, false)),
+            ),
+            ("cross", DyadicProgram::cross(&h, &rows, &cols, false)),
+        ] {
+            let Some(p) = p else { continue };
+            println!(
+                "{k}+{m} {layout:9}: {} products of {} dense ({:.2}), cost {} of {} dense, scratch {} B",
+                p.products(),
+                k * m,
+                p.products() as f64 / (k * m) as f64,
+                p.cost(),
+                2 * k * m,
+                p.scratch_bytes()
+            );
+        }
     }
 }

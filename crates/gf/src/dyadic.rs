@@ -66,6 +66,82 @@ pub(crate) enum Op {
     Sum(Vec<(Reg, Reg, Reg)>),
     /// `dst = 0`.
     Zero(Vec<Reg>),
+    /// Every 8 x 8 block of the product at once, accumulated in the Karatsuba domain (see
+    /// "The cross layout" above).
+    Cross(Box<Cross>),
+}
+
+/// The cross layout of a product: 8-column input blocks, and passes over them that each keep
+/// some quarters' Karatsuba accumulators in registers.
+#[derive(Clone, Debug)]
+pub(crate) struct Cross {
+    /// Column blocks: 8 regions each, positions the product does not have reading a zeroed
+    /// scratch region.
+    pub blocks: Vec<[Reg; 8]>,
+    pub passes: Vec<CrossPass>,
+}
+
+/// One pass: the quarters of one branch that share a register budget.
+#[derive(Clone, Debug)]
+pub(crate) struct CrossPass {
+    /// Rows (a prefix of 1..=4) each quarter computes, largest first; 0 = no quarter. One of
+    /// [`CROSS_SHAPES`].
+    pub shape: [u8; 3],
+    /// The `s = x_lo + x_hi` branch (quarters A and B) or the `x_hi` branch (quarters C).
+    pub sum_branch: bool,
+    /// Indices into [`Cross::blocks`] this pass reads.
+    pub blocks: Vec<u16>,
+    /// Coefficients, 9 per quarter per block, block-major (the 9 of a quarter in the order of
+    /// [`karatsuba_coefficients`], those the shape does not use included).
+    pub table: usize,
+    /// Per quarter, per row `v` of it: up to two destinations, each `(region written, region
+    /// holding the part of the sum already made, if any)`.
+    pub outs: Vec<QuarterDests>,
+}
+
+/// Per row of a quarter, up to two `(region written, region holding the sum so far)`.
+pub(crate) type QuarterDests = [[Option<(Reg, Option<Reg>)>; 2]; 4];
+
+/// Pass shapes the kernels are compiled for (rows per quarter).
+pub(crate) const CROSS_SHAPES: [[u8; 3]; 16] = [
+    [1, 0, 0],
+    [2, 0, 0],
+    [3, 0, 0],
+    [4, 0, 0],
+    [1, 1, 0],
+    [2, 1, 0],
+    [2, 2, 0],
+    [3, 1, 0],
+    [3, 2, 0],
+    [3, 3, 0],
+    [4, 1, 0],
+    [4, 2, 0],
+    [4, 3, 0],
+    [4, 4, 0],
+    [4, 4, 1],
+    [4, 4, 2],
+];
+
+/// Which of a quarter's 9 Karatsuba paths `3 P1 + P0` (`P` = 0 for A, 1 for B, 2 for A + B) the
+/// first `rows` of its 4 rows need: row `v = 2 v1 + v0` takes path `(P1, P0)` when
+/// `v1 in out(P1)` and `v0 in out(P0)`, with `out(A) = {0}`, `out(B) = {1}`, `out(A + B) = {0, 1}`.
+pub(crate) const fn quarter_paths(rows: usize) -> u16 {
+    let mut mask = 0u16;
+    let mut v = 0;
+    while v < rows {
+        let mut p = 0;
+        while p < 9 {
+            let (p1, p0) = (p / 3, p % 3);
+            let ok1 = p1 == 2 || p1 == (v >> 1);
+            let ok0 = p0 == 2 || p0 == (v & 1);
+            if ok1 && ok0 {
+                mask |= 1 << p;
+            }
+            p += 1;
+        }
+        v += 1;
+    }
+    mask
 }
 
 /// Largest dense leaf (inputs or outputs).
@@ -83,6 +159,7 @@ pub struct DyadicProgram {
     inputs: usize,
     outputs: usize,
     products: usize,
+    cost: usize,
 }
 
 impl DyadicProgram {
@@ -90,6 +167,15 @@ impl DyadicProgram {
     /// `h.len()` is a power of two and every position is below it; `h[0]` is never used when
     /// no row equals a column.
     pub fn new(h: &[u8], rows: &[usize], cols: &[usize], add: bool) -> Self {
+        let recursive = Self::recursive(h, rows, cols, add);
+        match Self::cross(h, rows, cols, add) {
+            Some(cross) if cross.cost() < recursive.cost() => cross,
+            _ => recursive,
+        }
+    }
+
+    /// The recursive layout (Karatsuba over scratch regions down to 8 x 8 or 16 x 16 blocks).
+    pub fn recursive(h: &[u8], rows: &[usize], cols: &[usize], add: bool) -> Self {
         let n = h.len();
         assert!(n.is_power_of_two(), "dyadic size must be a power of two");
         assert!(rows.iter().chain(cols).all(|&p| p < n));
@@ -105,6 +191,14 @@ impl DyadicProgram {
         }
         let mut b = Builder::default();
         b.emit(h, &x, &y, add);
+        let sums = b
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Sum(t) => t.len(),
+                _ => 0,
+            })
+            .sum::<usize>();
         DyadicProgram {
             ops: b.ops,
             tables: b.tables,
@@ -112,7 +206,238 @@ impl DyadicProgram {
             inputs: cols.len(),
             outputs: rows.len(),
             products: b.products,
+            // A product and a register sum each take about one vector slot; a sum through a
+            // scratch region is two loads and a store (a store costs two).
+            cost: b.products * 2 + sums * 3,
         }
+    }
+
+    /// The cross layout, when the positions span at least one 8-column block: every 8 x 8 block
+    /// `D_{G,T}` (row group `G`, column block `T`, function `h[8 (G ^ T) + s]`) is multiplied in
+    /// the Karatsuba domain, and the domain's accumulators are summed over `T` before the one
+    /// inverse step per row group, so no sum goes through memory.
+    pub fn cross(h: &[u8], rows: &[usize], cols: &[usize], add: bool) -> Option<Self> {
+        let n = h.len();
+        assert!(n.is_power_of_two(), "dyadic size must be a power of two");
+        assert!(rows.iter().chain(cols).all(|&p| p < n));
+        if n < 8 || rows.is_empty() {
+            return None;
+        }
+        // Column blocks, in position order; absent positions read scratch region 0 (zeroed).
+        let zero = Reg::Tmp(0);
+        let mut block_of = vec![None; n / 8];
+        let mut blocks: Vec<(usize, [Reg; 8], [bool; 8])> = Vec::new();
+        let mut sorted: Vec<(usize, usize)> = cols.iter().copied().zip(0..).collect();
+        sorted.sort_unstable();
+        for (c, j) in sorted {
+            let b = *block_of[c / 8].get_or_insert_with(|| {
+                blocks.push((c / 8, [zero; 8], [false; 8]));
+                blocks.len() - 1
+            });
+            assert!(!blocks[b].2[c % 8], "column position repeated");
+            blocks[b].1[c % 8] = Reg::In(j as u16);
+            blocks[b].2[c % 8] = true;
+        }
+        // Row groups: output per row `u` of each 8-row group.
+        let mut groups: Vec<(usize, [Option<Reg>; 8])> = Vec::new();
+        let mut sorted: Vec<(usize, usize)> = rows.iter().copied().zip(0..).collect();
+        sorted.sort_unstable();
+        for (r, i) in sorted {
+            if groups.last().is_none_or(|g| g.0 != r / 8) {
+                groups.push((r / 8, [None; 8]));
+            }
+            let g = groups.last_mut().expect("pushed");
+            assert!(g.1[r % 8].is_none(), "row position repeated");
+            g.1[r % 8] = Some(Reg::Out(i as u16));
+        }
+        let mut ops = Vec::new();
+        let mut tables = Vec::new();
+        if blocks.is_empty() {
+            if !add {
+                ops.push(Op::Zero(
+                    rows.iter()
+                        .enumerate()
+                        .map(|(i, _)| Reg::Out(i as u16))
+                        .collect(),
+                ));
+            }
+            return Some(DyadicProgram {
+                ops,
+                tables,
+                scratch: 0,
+                inputs: cols.len(),
+                outputs: rows.len(),
+                products: 0,
+                cost: 0,
+            });
+        }
+        // Quarters: (group, P2, rows computed, destinations of each of its 4 rows).
+        struct Quarter {
+            group: usize,
+            p2: usize,
+            rows: u8,
+            dests: [[Option<Reg>; 2]; 4],
+        }
+        let mut quarters = Vec::new();
+        for (gi, (_, outs)) in groups.iter().enumerate() {
+            for p2 in 0..3 {
+                let mut dests = [[None; 2]; 4];
+                for (v, d) in dests.iter_mut().enumerate() {
+                    // A feeds rows v, B rows 4 + v, A + B both.
+                    let targets: &[usize] = match p2 {
+                        0 => &[0],
+                        1 => &[4],
+                        _ => &[0, 4],
+                    };
+                    for (slot, &base) in targets.iter().enumerate() {
+                        d[slot] = outs[base + v];
+                    }
+                }
+                let wanted: Vec<bool> = dests
+                    .iter()
+                    .map(|d| d.iter().any(|r| r.is_some()))
+                    .collect();
+                let Some(last) = wanted.iter().rposition(|&w| w) else {
+                    continue;
+                };
+                // A prefix of rows computes fewer paths; any other set computes all four.
+                let rows = if wanted[..=last].iter().all(|&w| w) {
+                    last + 1
+                } else {
+                    4
+                };
+                quarters.push(Quarter {
+                    group: gi,
+                    p2,
+                    rows: rows as u8,
+                    dests,
+                });
+            }
+        }
+        // Passes: per branch, quarters packed first fit into the compiled shapes.
+        let mut packs: Vec<(bool, Vec<&Quarter>, Vec<u16>)> = Vec::new();
+        for sum_branch in [true, false] {
+            let mut branch: Vec<&Quarter> = quarters
+                .iter()
+                .filter(|q| (q.p2 < 2) == sum_branch)
+                .collect();
+            branch.sort_by_key(|q| std::cmp::Reverse(q.rows));
+            // Blocks this branch reads: the sum branch every block, the x_hi branch those with an
+            // input in their upper half.
+            let used: Vec<u16> = (0..blocks.len())
+                .filter(|&b| sum_branch || blocks[b].2[4..].iter().any(|&p| p))
+                .map(|b| b as u16)
+                .collect();
+            if used.is_empty() {
+                continue;
+            }
+            let first = packs.len();
+            for q in branch {
+                let fits = packs[first..].iter_mut().find(|p| {
+                    p.1.len() < 3 && {
+                        let mut shape = [0u8; 3];
+                        for (s, q) in shape.iter_mut().zip(p.1.iter().chain([&q])) {
+                            *s = q.rows;
+                        }
+                        CROSS_SHAPES.contains(&shape)
+                    }
+                });
+                match fits {
+                    Some(p) => p.1.push(q),
+                    None => packs.push((sum_branch, vec![q], used.clone())),
+                }
+            }
+        }
+        // Each row's partial sums pass through a scratch region of its own until the last
+        // quarter feeding it writes the output: a pass then touches its inputs' pages and a
+        // page or two of scratch, not every output's page as well (64 + 10 chunks of 4 KiB
+        // are more pages than the first-level TLB holds, and the misses cost a fifth).
+        let mut left = vec![0usize; rows.len()];
+        for (_, pack, _) in &packs {
+            for q in pack {
+                for r in q.dests.iter().flatten().flatten() {
+                    if let Reg::Out(i) = r {
+                        left[*i as usize] += 1;
+                    }
+                }
+            }
+        }
+        let mut holder: Vec<Option<Reg>> = (0..rows.len())
+            .map(|i| add.then_some(Reg::Out(i as u16)))
+            .collect();
+        let mut scratch = 1;
+        let mut row_tmp: Vec<Option<Reg>> = vec![None; rows.len()];
+        let mut passes = Vec::new();
+        let mut products = 0;
+        let mut transform = 0;
+        for (sum_branch, pack, used) in packs {
+            let mut shape = [0u8; 3];
+            let mut coefs = Vec::with_capacity(used.len() * pack.len() * 9);
+            for &b in &used {
+                let t = blocks[b as usize].0;
+                for q in &pack {
+                    let g = groups[q.group].0;
+                    let base = 8 * (g ^ t);
+                    let mut c = Vec::with_capacity(27);
+                    karatsuba_coefficients(&h[base..base + 8], &mut c);
+                    coefs.extend_from_slice(&c[9 * q.p2..9 * q.p2 + 9]);
+                }
+            }
+            let mut outs = Vec::new();
+            for (qi, q) in pack.iter().enumerate() {
+                shape[qi] = q.rows;
+                products += used.len() * quarter_paths(q.rows as usize).count_ones() as usize;
+                let mut o: QuarterDests = [[None; 2]; 4];
+                for (ov, qv) in o.iter_mut().zip(&q.dests) {
+                    for (os, qs) in ov.iter_mut().zip(qv) {
+                        if let Some(Reg::Out(i)) = *qs {
+                            let i = i as usize;
+                            left[i] -= 1;
+                            let dst = if left[i] == 0 {
+                                Reg::Out(i as u16)
+                            } else {
+                                *row_tmp[i].get_or_insert_with(|| {
+                                    scratch += 1;
+                                    Reg::Tmp(scratch as u16 - 1)
+                                })
+                            };
+                            *os = Some((dst, holder[i]));
+                            holder[i] = Some(dst);
+                        }
+                    }
+                }
+                outs.push(o);
+            }
+            transform += used.len() * if sum_branch { 8 } else { 4 };
+            tables.push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
+            passes.push(CrossPass {
+                shape,
+                sum_branch,
+                blocks: used,
+                table: tables.len() - 1,
+                outs,
+            });
+        }
+        // Every row was reached and ends in its output.
+        debug_assert!((0..rows.len()).all(|i| holder[i] == Some(Reg::Out(i as u16))));
+        if blocks.iter().any(|b| b.2.iter().any(|&p| !p)) {
+            ops.push(Op::Zero(vec![zero]));
+        }
+        ops.push(Op::Cross(Box::new(Cross {
+            blocks: blocks.iter().map(|b| b.1).collect(),
+            passes,
+        })));
+        Some(DyadicProgram {
+            ops,
+            tables,
+            scratch,
+            inputs: cols.len(),
+            outputs: rows.len(),
+            products,
+            // Each product is one vector slot plus its accumulation (half a slot: two sums per
+            // cycle to one product), the block transforms are register sums.
+            cost: products * 3 / 2 + transform,
+        })
     }
 
     /// Inputs the program reads.
@@ -129,6 +454,12 @@ impl DyadicProgram {
     /// product.
     pub fn products(&self) -> usize {
         self.products
+    }
+
+    /// Estimated cost per vector of column, in vector-instruction slots, to choose between
+    /// layouts and against a dense product (`2 * inputs * outputs`: a product and its sum each).
+    pub fn cost(&self) -> usize {
+        self.cost
     }
 
     /// Scratch bytes a run needs.
@@ -329,9 +660,13 @@ mod tests {
         let cols: Vec<usize> = (0..64).collect();
         let p = DyadicProgram::new(&h, &rows, &cols, false);
         assert_eq!(p.products(), 729);
-        // 64 + 10: four 16 x 16 blocks, each computed whole (81) with 6 rows dropped.
-        let p = DyadicProgram::new(&h, &rows[..10], &cols, false);
+        // 64 + 10 recursively: four 16 x 16 blocks, each computed whole (81) with 6 rows dropped.
+        let p = DyadicProgram::recursive(&h, &rows[..10], &cols, false);
         assert_eq!(p.products(), 4 * 81);
+        // In the cross layout: 8 column blocks, each with a full row group (27) and the 12
+        // paths of rows 8 and 9; chosen, as it needs no scratch sums.
+        let p = DyadicProgram::new(&h, &rows[..10], &cols, false);
+        assert_eq!(p.products(), 8 * (27 + 12));
     }
 
     #[test]

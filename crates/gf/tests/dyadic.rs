@@ -27,7 +27,33 @@ fn check(
     len: usize,
     add: bool,
 ) {
-    let p = DyadicProgram::new(h, rows, cols, add);
+    let layouts = [
+        ("chosen", Some(DyadicProgram::new(h, rows, cols, add))),
+        (
+            "recursive",
+            Some(DyadicProgram::recursive(h, rows, cols, add)),
+        ),
+        ("cross", DyadicProgram::cross(h, rows, cols, add)),
+    ];
+    for (layout, p) in layouts {
+        if let Some(p) = p {
+            check_one(kernel, rng, &p, layout, h, rows, cols, len, add);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_one(
+    kernel: &Kernel,
+    rng: &mut StdRng,
+    p: &DyadicProgram,
+    layout: &str,
+    h: &[u8],
+    rows: &[usize],
+    cols: &[usize],
+    len: usize,
+    add: bool,
+) {
     let x: Vec<Vec<u8>> = (0..cols.len())
         .map(|_| (0..len).map(|_| rng.random()).collect())
         .collect();
@@ -39,10 +65,10 @@ fn check(
     let mut got = start.clone();
     let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
     let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
-    assert!(kernel.dyadic(&p, &xs, &mut ys));
+    assert!(kernel.dyadic(p, &xs, &mut ys));
     assert!(
         got == want,
-        "{:?}: {} rows x {} cols, len {len}, add {add}",
+        "{:?} {layout}: {} rows x {} cols, len {len}, add {add}",
         kernel.kind(),
         rows.len(),
         cols.len()

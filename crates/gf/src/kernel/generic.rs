@@ -12,7 +12,7 @@
 //! `#[target_feature]` functions, so the intrinsics are compiled with the right features.
 
 use super::Mode;
-use crate::dyadic::{DyadicProgram, Op, Reg, DENSE_MAX, TILE};
+use crate::dyadic::{quarter_paths, Cross, DyadicProgram, Op, Reg, CROSS_SHAPES, DENSE_MAX, TILE};
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
 
@@ -397,6 +397,7 @@ pub(crate) unsafe fn dyadic<V: Vector>(
                         core::ptr::write_bytes(at(r), 0, w);
                     }
                 }
+                Op::Cross(c) => cross::<V>(p, c, &at, w),
             }
         }
         tile += w;
@@ -509,4 +510,160 @@ unsafe fn k8<V: Vector>(t: &MulTables, c: usize, x: [V; 8]) -> [V; 8] {
             V::xor(p2[i - 4], p3[i - 4])
         }
     })
+}
+
+/// Most column blocks of a cross layout (k <= 255).
+const MAX_BLOCKS: usize = 32;
+
+/// Where a quarter's row goes: up to two `(region written, region added, or null)`.
+type Dests = [[(*mut u8, *const u8); 2]; 4];
+
+/// Run an [`Op::Cross`] over `len` bytes of the tile.
+#[inline(always)]
+unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *mut u8, len: usize) {
+    // Filled only as far as used: zeroing 32 blocks' pointers per tile cost more than a small
+    // product itself.
+    let mut all = [MaybeUninit::<[*const u8; 8]>::uninit(); MAX_BLOCKS];
+    for (d, regs) in all.iter_mut().zip(&c.blocks) {
+        d.write(regs.map(|r| at(r) as *const u8));
+    }
+    // SAFETY: the first `c.blocks.len()` entries were written just above.
+    let all: &[[*const u8; 8]] = &*(&all[..c.blocks.len()] as *const [MaybeUninit<[*const u8; 8]>]
+        as *const [[*const u8; 8]]);
+    for pass in &c.passes {
+        let mut outs: [Dests; 3] = [[[(core::ptr::null_mut(), core::ptr::null()); 2]; 4]; 3];
+        for (d, q) in outs.iter_mut().zip(&pass.outs) {
+            for (d, v) in d.iter_mut().zip(q) {
+                for (d, o) in d.iter_mut().zip(v) {
+                    if let Some((dst, src)) = *o {
+                        *d = (
+                            at(dst),
+                            src.map_or(core::ptr::null(), |r| at(r) as *const u8),
+                        );
+                    }
+                }
+            }
+        }
+        let t = p.tables.get_unchecked(pass.table);
+        let b = &pass.blocks[..];
+        macro_rules! shapes {
+            ($($a:literal $b:literal $c:literal),*) => {
+                match (pass.shape, pass.sum_branch) {
+                    $(
+                        ([$a, $b, $c], true) => cross_pass::<V, $a, $b, $c, true>(t, all, b, &outs, len),
+                        ([$a, $b, $c], false) => cross_pass::<V, $a, $b, $c, false>(t, all, b, &outs, len),
+                    )*
+                    (s, _) => unreachable!("cross pass shape {s:?} is not compiled"),
+                }
+            };
+        }
+        shapes!(1 0 0, 2 0 0, 3 0 0, 4 0 0, 1 1 0, 2 1 0, 2 2 0, 3 1 0, 3 2 0, 3 3 0,
+                4 1 0, 4 2 0, 4 3 0, 4 4 0, 4 4 1, 4 4 2);
+    }
+}
+
+// Every shape the builder may emit is compiled above.
+const _: () = assert!(CROSS_SHAPES.len() == 16);
+
+/// One pass of a cross op: quarters of `N1`, `N2`, `N3` rows (0 = none) over `len` bytes.
+/// For each column vector, every block's 8 inputs are reduced to the 4 vectors its quarter paths
+/// multiply (the sum branch `S`: `x_lo + x_hi` first), each path's product is added to that
+/// path's accumulator, and after the last block each quarter's inverse step gives its rows.
+#[inline(always)]
+unsafe fn cross_pass<
+    V: Vector,
+    const N1: usize,
+    const N2: usize,
+    const N3: usize,
+    const S: bool,
+>(
+    t: &MulTables,
+    all: &[[*const u8; 8]],
+    blocks: &[u16],
+    outs: &[Dests; 3],
+    len: usize,
+) {
+    let quarters = usize::from(N1 > 0) + usize::from(N2 > 0) + usize::from(N3 > 0);
+    let mut off = 0;
+    while off < len {
+        // Three named row sets, each touched only through constant indices, so all of them live
+        // in registers (an indexed `[[V; 4]; 3]` went to the stack).
+        let mut a0 = [V::zero(); 4];
+        let mut a1 = [V::zero(); 4];
+        let mut a2 = [V::zero(); 4];
+        let mut ci = 0;
+        for &b in blocks {
+            let x = all.get_unchecked(b as usize);
+            let d: [V; 4] = core::array::from_fn(|c| {
+                let hi = V::load(x[c + 4].add(off));
+                if S {
+                    V::xor(V::load(x[c].add(off)), hi)
+                } else {
+                    hi
+                }
+            });
+            // The two lower Karatsuba levels' operands: z[2 (P1 == A+B) + (P0 == A+B)].
+            let z1 = V::xor(d[1], d[3]);
+            let z2 = V::xor(d[2], d[3]);
+            let z0 = V::xor(V::xor(d[0], d[2]), z1);
+            let z = [V::prep(z0), V::prep(z1), V::prep(z2), V::prep(d[3])];
+            quarter_add::<V, N1>(&mut a0, &z, t, ci);
+            quarter_add::<V, N2>(&mut a1, &z, t, ci + 9);
+            quarter_add::<V, N3>(&mut a2, &z, t, ci + 18);
+            ci += 9 * quarters;
+        }
+        quarter_rows::<V, N1>(&a0, &outs[0], off);
+        quarter_rows::<V, N2>(&a1, &outs[1], off);
+        quarter_rows::<V, N3>(&a2, &outs[2], off);
+        off += V::BYTES;
+    }
+}
+
+/// Add one block's products to a quarter's `N` rows (nothing when `N` is 0). Path `3 P1 + P0`
+/// multiplies `z[2 (P1 == A+B) + (P0 == A+B)]` by coefficient `c + path`; row `v = 2 v1 + v0`
+/// takes the four paths with `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`. Adding
+/// the products to the rows block by block (two three-way sums a row) instead of keeping the
+/// 9 path sums for one inverse step at the end needs 4 accumulators, not 9, and no more sums.
+#[inline(always)]
+unsafe fn quarter_add<V: Vector, const N: usize>(
+    acc: &mut [V; 4],
+    z: &[V::Prep; 4],
+    t: &MulTables,
+    c: usize,
+) {
+    if N == 0 {
+        return;
+    }
+    let mask = quarter_paths(N);
+    let zero = V::zero();
+    let p: [V; 9] = core::array::from_fn(|path| {
+        if mask & (1 << path) != 0 {
+            let zi = 2 * usize::from(path / 3 == 2) + usize::from(path % 3 == 2);
+            V::mul(z[zi], t, c + path)
+        } else {
+            zero
+        }
+    });
+    for (v, a) in acc.iter_mut().enumerate().take(N) {
+        let (h1, h0) = (v >> 1, v & 1);
+        let x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
+        *a = V::xor(V::xor(x, p[6 + h0]), p[8]);
+    }
+}
+
+/// Store a quarter's rows (adding what the destination's partial sum holds).
+#[inline(always)]
+unsafe fn quarter_rows<V: Vector, const N: usize>(y: &[V; 4], outs: &Dests, off: usize) {
+    for v in 0..N {
+        for &(o, held) in &outs[v] {
+            if !o.is_null() {
+                let val = if held.is_null() {
+                    y[v]
+                } else {
+                    V::xor(y[v], V::load(held.add(off)))
+                };
+                V::store(o.add(off), val);
+            }
+        }
+    }
 }
