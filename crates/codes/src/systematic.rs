@@ -81,16 +81,15 @@ pub(crate) struct Systematic {
     cache: Mutex<LruCache<ErasureKey, Arc<DecodePlan>, KeyHasher>>,
 }
 
-/// A dyadic program replaces the dense product when it needs at most a third of the products.
-/// On GFNI a product (one affine instruction) costs about what a sum costs, and a program adds
-/// about two sums per product. Measured with `bench codec` (same-run ISA-L ratios, dense vs
-/// program): 16+16 (81 of 256 products), 32+32 (243 of 1024) and 64+64 (729 of 4096) run 1.3-2x
-/// faster as programs; 8+8, 24+8 and 32+8 (0.42 of dense) gain at 4 KiB chunks but lose up to
-/// half their speed at 64 KiB; 64+10 (324 of 640) gains nothing. Products list:
-/// `cargo run --release -p stripeguard-gf --example products -- 64+64 64+10 ...`.
+/// A dyadic program replaces the dense product when its estimated cost (vector instructions
+/// per column vector, [`DyadicProgram::cost`]) is at most 55% of the dense product's (a product
+/// and its sum per coefficient) and it spans two or more 8-column blocks. Measured with the
+/// `layouts` example of the gf crate (same buffers, dense vs program, 4 KiB / 64 KiB chunks):
+/// cross layouts 64+10 (0.51 of dense) 1.5x / 1.25x, 32+8 and 24+8 (0.48) 1.6x / 1.1x, 16+16
+/// 1.75x / 1.1x; recursive 64+64 (0.39) 1.8x / 1.9x, 32+32 (0.47) 1.65x / 1.5x. 8+8 (one block,
+/// 0.48) gains at 4 KiB and loses at 64 KiB; 16+4 and 32+4 (0.69) lose at 64 KiB.
 fn worth_it(p: &DyadicProgram) -> bool {
-    3 * p.products() <= p.inputs() * p.outputs()
-        || (p.inputs() >= 64 && 20 * p.cost() <= 9 * 2 * p.inputs() * p.outputs())
+    p.inputs() >= 16 && 100 * p.cost() <= 55 * 2 * p.inputs() * p.outputs()
 }
 
 /// An erasure pattern as a bit set over the `n <= 255` chunks: a cache key that needs no heap.
@@ -523,15 +522,14 @@ mod tests {
             .inner
             .fast_parity
             .is_some());
-        for (k_, m) in [(6, 2), (10, 4), (8, 8), (32, 8)] {
+        for (k_, m) in [(6, 2), (10, 4), (8, 8), (16, 4)] {
             let code = ReedSolomon::with_kernel(k_, m, k).unwrap();
             assert!(code.inner.fast_parity.is_none(), "{k_}+{m}");
         }
-        // 64 + 10 runs the cross layout.
-        assert!(ReedSolomon::with_kernel(64, 10, k)
-            .unwrap()
-            .inner
-            .fast_parity
-            .is_some());
+        // 64 + 10 and 32 + 8 run the cross layout.
+        for (k_, m) in [(64, 10), (32, 8)] {
+            let code = ReedSolomon::with_kernel(k_, m, k).unwrap();
+            assert!(code.inner.fast_parity.is_some(), "{k_}+{m}");
+        }
     }
 }

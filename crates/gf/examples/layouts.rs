@@ -1,6 +1,8 @@
 //! Times each layout of the Cauchy product of the given shapes against the dense kernel, on
 //! the selected kernel, data in cache: the measurement behind `worth_it` in the codes crate.
-//! Usage: layouts [--len BYTES] [--only recursive|cross] K+M ...   (default len 4096)
+//! Usage: layouts [--len BYTES] [--only recursive|cross] [--contig | --huge] K+M ...
+//! (`--contig`: inputs in one region, each 64 bytes after the last; `--stride BYTES`: chunk
+//! starts that far apart; `--huge`: that region on huge pages)   (default len 4096)
 use std::time::Instant;
 use stripeguard_gf::dyadic::{cauchy_function, DyadicProgram};
 use stripeguard_gf::{Kernel, Matrix, Mode, MulTables};
@@ -26,7 +28,14 @@ fn main() {
         args.drain(i..i + 2);
     }
     let huge = args.iter().any(|a| a == "--huge");
-    args.retain(|a| a != "--huge");
+    let contig = huge || args.iter().any(|a| a == "--contig");
+    args.retain(|a| a != "--huge" && a != "--contig");
+    let mut stride_arg = None;
+    if let Some(i) = args.iter().position(|a| a == "--stride") {
+        stride_arg = Some(args[i + 1].parse::<usize>().expect("--stride BYTES"));
+        args.drain(i..i + 2);
+    }
+    let contig = contig || stride_arg.is_some();
     let mut only = None;
     if let Some(i) = args.iter().position(|a| a == "--only") {
         only = Some(args[i + 1].clone());
@@ -40,21 +49,23 @@ fn main() {
         let rows: Vec<usize> = (k..k + m).collect();
         let cols: Vec<usize> = (0..k).collect();
         // One 2 MiB-aligned region (transparent huge pages when `--huge`), or one Vec per chunk.
-        let stride = len + 64;
+        let stride = stride_arg.unwrap_or(len + 64);
         let mut region: Vec<u8>;
         let x: Vec<Vec<u8>> = (0..k)
             .map(|i| (0..len).map(|b| (i * 31 + b * 7) as u8).collect())
             .collect();
-        let xs: Vec<&[u8]> = if huge {
+        let xs: Vec<&[u8]> = if contig {
             region = vec![0u8; k * stride + (4 << 20)];
             let base = region.as_mut_ptr();
             let pad = base.align_offset(2 << 20);
-            unsafe {
-                libc::madvise(
-                    base.add(pad) as *mut libc::c_void,
-                    k * stride + (2 << 20),
-                    libc::MADV_HUGEPAGE,
-                );
+            if huge {
+                unsafe {
+                    libc::madvise(
+                        base.add(pad) as *mut libc::c_void,
+                        k * stride + (2 << 20),
+                        libc::MADV_HUGEPAGE,
+                    );
+                }
             }
             for (i, v) in x.iter().enumerate() {
                 region[pad + i * stride..pad + i * stride + len].copy_from_slice(v);

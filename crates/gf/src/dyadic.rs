@@ -72,54 +72,46 @@ pub(crate) enum Op {
 }
 
 /// The cross layout of a product: 8-column input blocks, and passes over them that each keep
-/// some quarters' Karatsuba accumulators in registers.
+/// the rows of one or two row groups in registers.
 #[derive(Clone, Debug)]
 pub(crate) struct Cross {
     /// Column blocks: 8 regions each, positions the product does not have reading a zeroed
     /// scratch region.
     pub blocks: Vec<[Reg; 8]>,
     pub passes: Vec<CrossPass>,
+    /// Rows are added to what the outputs hold.
+    pub add: bool,
 }
 
-/// One pass: the quarters of one branch that share a register budget.
+/// One pass over the column blocks for one or two row groups.
 #[derive(Clone, Debug)]
 pub(crate) struct CrossPass {
-    /// Rows (a prefix of 1..=4) each quarter computes, largest first; 0 = no quarter. One of
+    /// Rows (a prefix, 1..=8) each group computes; 0 = no second group. One of
     /// [`CROSS_SHAPES`].
-    pub shape: [u8; 3],
-    /// The `s = x_lo + x_hi` branch (quarters A and B) or the `x_hi` branch (quarters C).
-    pub sum_branch: bool,
+    pub shape: [u8; 2],
     /// Indices into [`Cross::blocks`] this pass reads.
     pub blocks: Vec<u16>,
-    /// Coefficients, 9 per quarter per block, block-major (the 9 of a quarter in the order of
-    /// [`karatsuba_coefficients`], those the shape does not use included).
+    /// Coefficients, block-major: per block, each group's 27 in the order of
+    /// [`karatsuba_coefficients`].
     pub table: usize,
-    /// Per quarter, per row `v` of it: up to two destinations, each `(region written, region
-    /// holding the part of the sum already made, if any)`.
-    pub outs: Vec<QuarterDests>,
+    /// Each group's output per row (`None`: not wanted).
+    pub outs: Vec<[Option<Reg>; 8]>,
 }
 
-/// Per row of a quarter, up to two `(region written, region holding the sum so far)`.
-pub(crate) type QuarterDests = [[Option<(Reg, Option<Reg>)>; 2]; 4];
-
-/// Pass shapes the kernels are compiled for (rows per quarter).
-pub(crate) const CROSS_SHAPES: [[u8; 3]; 16] = [
-    [1, 0, 0],
-    [2, 0, 0],
-    [3, 0, 0],
-    [4, 0, 0],
-    [1, 1, 0],
-    [2, 1, 0],
-    [2, 2, 0],
-    [3, 1, 0],
-    [3, 2, 0],
-    [3, 3, 0],
-    [4, 1, 0],
-    [4, 2, 0],
-    [4, 3, 0],
-    [4, 4, 0],
-    [4, 4, 1],
-    [4, 4, 2],
+/// Pass shapes the kernels are compiled for (rows of the first and second group).
+pub(crate) const CROSS_SHAPES: [[u8; 2]; 12] = [
+    [1, 0],
+    [2, 0],
+    [3, 0],
+    [4, 0],
+    [5, 0],
+    [6, 0],
+    [7, 0],
+    [8, 0],
+    [8, 1],
+    [8, 2],
+    [8, 3],
+    [8, 4],
 ];
 
 /// Which of a quarter's 9 Karatsuba paths `3 P1 + P0` (`P` = 0 for A, 1 for B, 2 for A + B) the
@@ -191,12 +183,20 @@ impl DyadicProgram {
         }
         let mut b = Builder::default();
         b.emit(h, &x, &y, add);
-        let sums = b
+        // Vector instructions per column vector: a dense product and its sum, a block's
+        // products and the sums of its three Karatsuba levels (57 for 8 x 8: 4 forward, 3 x 15
+        // inside, 8 back; 195 for 16 x 16), and a sum through scratch regions at three (two
+        // loads and a store, which costs two).
+        let cost = b
             .ops
             .iter()
             .map(|op| match op {
-                Op::Sum(t) => t.len(),
-                _ => 0,
+                Op::Dense { ins, outs, .. } => 2 * ins.len() * outs.len(),
+                Op::Block { ins, .. } if ins.len() == 16 => 81 + 195,
+                Op::Block { .. } => 27 + 57,
+                Op::Sum(t) => 3 * t.len(),
+                Op::Zero(r) => r.len(),
+                Op::Cross(_) => unreachable!("the recursive layout has no cross op"),
             })
             .sum::<usize>();
         DyadicProgram {
@@ -206,9 +206,7 @@ impl DyadicProgram {
             inputs: cols.len(),
             outputs: rows.len(),
             products: b.products,
-            // A product and a register sum each take about one vector slot; a sum through a
-            // scratch region is two loads and a store (a store costs two).
-            cost: b.products * 2 + sums * 3,
+            cost,
         }
     }
 
@@ -271,172 +269,94 @@ impl DyadicProgram {
                 cost: 0,
             });
         }
-        // Quarters: (group, P2, rows computed, destinations of each of its 4 rows).
-        struct Quarter {
-            group: usize,
-            p2: usize,
-            rows: u8,
-            dests: [[Option<Reg>; 2]; 4],
-        }
-        let mut quarters = Vec::new();
-        for (gi, (_, outs)) in groups.iter().enumerate() {
-            for p2 in 0..3 {
-                let mut dests = [[None; 2]; 4];
-                for (v, d) in dests.iter_mut().enumerate() {
-                    // A feeds rows v, B rows 4 + v, A + B both.
-                    let targets: &[usize] = match p2 {
-                        0 => &[0],
-                        1 => &[4],
-                        _ => &[0, 4],
-                    };
-                    for (slot, &base) in targets.iter().enumerate() {
-                        d[slot] = outs[base + v];
-                    }
-                }
-                let wanted: Vec<bool> = dests
-                    .iter()
-                    .map(|d| d.iter().any(|r| r.is_some()))
-                    .collect();
-                let Some(last) = wanted.iter().rposition(|&w| w) else {
-                    continue;
-                };
-                // A prefix of rows computes fewer paths; any other set computes all four.
-                let rows = if wanted[..=last].iter().all(|&w| w) {
-                    last + 1
-                } else {
-                    4
-                };
-                quarters.push(Quarter {
-                    group: gi,
-                    p2,
-                    rows: rows as u8,
-                    dests,
-                });
-            }
-        }
-        // Passes: per branch, quarters packed first fit into the compiled shapes.
-        let mut packs: Vec<(bool, Vec<&Quarter>, Vec<u16>)> = Vec::new();
-        for sum_branch in [true, false] {
-            let mut branch: Vec<&Quarter> = quarters
+        // Passes: a full row group alone, or with a group of at most 4 rows (the registers hold
+        // 12 + 8 accumulators and the 8 operands of a block). A group computes a prefix of its
+        // rows (any other set: all 8).
+        let rows_of = |outs: &[Option<Reg>; 8]| {
+            let last = outs
                 .iter()
-                .filter(|q| (q.p2 < 2) == sum_branch)
-                .collect();
-            branch.sort_by_key(|q| std::cmp::Reverse(q.rows));
-            // Blocks this branch reads: the sum branch every block, the x_hi branch those with an
-            // input in their upper half.
-            let used: Vec<u16> = (0..blocks.len())
-                .filter(|&b| sum_branch || blocks[b].2[4..].iter().any(|&p| p))
-                .map(|b| b as u16)
-                .collect();
-            if used.is_empty() {
-                continue;
+                .rposition(|r| r.is_some())
+                .expect("a group has a row");
+            if outs[..=last].iter().all(|r| r.is_some()) {
+                last + 1
+            } else {
+                8
             }
-            let first = packs.len();
-            for q in branch {
-                let fits = packs[first..].iter_mut().find(|p| {
-                    p.1.len() < 3 && {
-                        let mut shape = [0u8; 3];
-                        for (s, q) in shape.iter_mut().zip(p.1.iter().chain([&q])) {
-                            *s = q.rows;
-                        }
-                        CROSS_SHAPES.contains(&shape)
-                    }
-                });
-                match fits {
-                    Some(p) => p.1.push(q),
-                    None => packs.push((sum_branch, vec![q], used.clone())),
-                }
-            }
-        }
-        // Each row's partial sums pass through a scratch region of its own until the last
-        // quarter feeding it writes the output: a pass then touches its inputs' pages and a
-        // page or two of scratch, not every output's page as well (64 + 10 chunks of 4 KiB
-        // are more pages than the first-level TLB holds, and the misses cost a fifth).
-        let mut left = vec![0usize; rows.len()];
-        for (_, pack, _) in &packs {
-            for q in pack {
-                for r in q.dests.iter().flatten().flatten() {
-                    if let Reg::Out(i) = r {
-                        left[*i as usize] += 1;
-                    }
-                }
-            }
-        }
-        let mut holder: Vec<Option<Reg>> = (0..rows.len())
-            .map(|i| add.then_some(Reg::Out(i as u16)))
+        };
+        let mut packs: Vec<Vec<usize>> = Vec::new();
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| std::cmp::Reverse(rows_of(&groups[g].1)));
+        let mut small: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&g| rows_of(&groups[g].1) <= 4)
             .collect();
-        let mut scratch = 1;
-        let mut row_tmp: Vec<Option<Reg>> = vec![None; rows.len()];
+        for &g in &order {
+            if rows_of(&groups[g].1) > 4 {
+                let mut pack = vec![g];
+                if rows_of(&groups[g].1) == 8 {
+                    if let Some(s) = small.pop() {
+                        pack.push(s);
+                    }
+                }
+                packs.push(pack);
+            }
+        }
+        packs.extend(small.into_iter().map(|g| vec![g]));
+        let used: Vec<u16> = (0..blocks.len() as u16).collect();
         let mut passes = Vec::new();
         let mut products = 0;
-        let mut transform = 0;
-        for (sum_branch, pack, used) in packs {
-            let mut shape = [0u8; 3];
-            let mut coefs = Vec::with_capacity(used.len() * pack.len() * 9);
+        let mut sums = 0;
+        for pack in packs {
+            let mut coefs = Vec::with_capacity(used.len() * pack.len() * 27);
             for &b in &used {
                 let t = blocks[b as usize].0;
-                for q in &pack {
-                    let g = groups[q.group].0;
-                    let base = 8 * (g ^ t);
-                    let mut c = Vec::with_capacity(27);
-                    karatsuba_coefficients(&h[base..base + 8], &mut c);
-                    coefs.extend_from_slice(&c[9 * q.p2..9 * q.p2 + 9]);
+                for &g in &pack {
+                    let base = 8 * (groups[g].0 ^ t);
+                    karatsuba_coefficients(&h[base..base + 8], &mut coefs);
                 }
             }
+            let mut shape = [0u8; 2];
             let mut outs = Vec::new();
-            for (qi, q) in pack.iter().enumerate() {
-                shape[qi] = q.rows;
-                products += used.len() * quarter_paths(q.rows as usize).count_ones() as usize;
-                let mut o: QuarterDests = [[None; 2]; 4];
-                for (ov, qv) in o.iter_mut().zip(&q.dests) {
-                    for (os, qs) in ov.iter_mut().zip(qv) {
-                        if let Some(Reg::Out(i)) = *qs {
-                            let i = i as usize;
-                            left[i] -= 1;
-                            let dst = if left[i] == 0 {
-                                Reg::Out(i as u16)
-                            } else {
-                                *row_tmp[i].get_or_insert_with(|| {
-                                    scratch += 1;
-                                    Reg::Tmp(scratch as u16 - 1)
-                                })
-                            };
-                            *os = Some((dst, holder[i]));
-                            holder[i] = Some(dst);
-                        }
-                    }
-                }
-                outs.push(o);
+            for (slot, &g) in pack.iter().enumerate() {
+                let r = rows_of(&groups[g].1);
+                shape[slot] = r as u8;
+                let (qa, qb) = (r.min(4), r.saturating_sub(4));
+                let paths = |n: usize| quarter_paths(n).count_ones() as usize;
+                products += used.len() * (paths(qa) + paths(qb) + paths(qa));
+                // Two three-way sums per row of each quarter.
+                sums += used.len() * 2 * (qa + qb + qa);
+                outs.push(groups[g].1);
             }
-            transform += used.len() * if sum_branch { 8 } else { 4 };
+            // The block transforms: 4 + 3 sums for the x_lo + x_hi branch, 3 for x_hi.
+            sums += used.len() * 10;
             tables.push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
             passes.push(CrossPass {
                 shape,
-                sum_branch,
-                blocks: used,
+                blocks: used.clone(),
                 table: tables.len() - 1,
                 outs,
             });
         }
-        // Every row was reached and ends in its output.
-        debug_assert!((0..rows.len()).all(|i| holder[i] == Some(Reg::Out(i as u16))));
-        if blocks.iter().any(|b| b.2.iter().any(|&p| !p)) {
+        debug_assert!(passes.iter().all(|p| CROSS_SHAPES.contains(&p.shape)));
+        let needs_zero = blocks.iter().any(|b| b.2.iter().any(|&p| !p));
+        if needs_zero {
             ops.push(Op::Zero(vec![zero]));
         }
         ops.push(Op::Cross(Box::new(Cross {
             blocks: blocks.iter().map(|b| b.1).collect(),
             passes,
+            add,
         })));
         Some(DyadicProgram {
             ops,
             tables,
-            scratch,
+            scratch: usize::from(needs_zero),
             inputs: cols.len(),
             outputs: rows.len(),
             products,
-            // Each product is one vector slot plus its accumulation (half a slot: two sums per
-            // cycle to one product), the block transforms are register sums.
-            cost: products * 3 / 2 + transform,
+            // A product and a register sum each take a vector slot.
+            cost: products + sums,
         })
     }
 

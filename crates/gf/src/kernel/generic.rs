@@ -515,9 +515,6 @@ unsafe fn k8<V: Vector>(t: &MulTables, c: usize, x: [V; 8]) -> [V; 8] {
 /// Most column blocks of a cross layout (k <= 255).
 const MAX_BLOCKS: usize = 32;
 
-/// Where a quarter's row goes: up to two `(region written, region added, or null)`.
-type Dests = [[(*mut u8, *const u8); 2]; 4];
-
 /// Run an [`Op::Cross`] over `len` bytes of the tile.
 #[inline(always)]
 unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *mut u8, len: usize) {
@@ -531,110 +528,125 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
     let all: &[[*const u8; 8]] = &*(&all[..c.blocks.len()] as *const [MaybeUninit<[*const u8; 8]>]
         as *const [[*const u8; 8]]);
     for pass in &c.passes {
-        let mut outs: [Dests; 3] = [[[(core::ptr::null_mut(), core::ptr::null()); 2]; 4]; 3];
-        for (d, q) in outs.iter_mut().zip(&pass.outs) {
-            for (d, v) in d.iter_mut().zip(q) {
-                for (d, o) in d.iter_mut().zip(v) {
-                    if let Some((dst, src)) = *o {
-                        *d = (
-                            at(dst),
-                            src.map_or(core::ptr::null(), |r| at(r) as *const u8),
-                        );
-                    }
+        let mut outs = [[core::ptr::null_mut::<u8>(); 8]; 2];
+        for (d, g) in outs.iter_mut().zip(&pass.outs) {
+            for (d, r) in d.iter_mut().zip(g) {
+                if let Some(r) = *r {
+                    *d = at(r);
                 }
             }
         }
         let t = p.tables.get_unchecked(pass.table);
         let b = &pass.blocks[..];
         macro_rules! shapes {
-            ($($a:literal $b:literal $c:literal),*) => {
-                match (pass.shape, pass.sum_branch) {
-                    $(
-                        ([$a, $b, $c], true) => cross_pass::<V, $a, $b, $c, true>(t, all, b, &outs, len),
-                        ([$a, $b, $c], false) => cross_pass::<V, $a, $b, $c, false>(t, all, b, &outs, len),
-                    )*
-                    (s, _) => unreachable!("cross pass shape {s:?} is not compiled"),
+            ($($a:literal $b:literal),*) => {
+                match pass.shape {
+                    $([$a, $b] => cross_pass::<V, $a, $b>(t, all, b, &outs, c.add, len),)*
+                    s => unreachable!("cross pass shape {s:?} is not compiled"),
                 }
             };
         }
-        shapes!(1 0 0, 2 0 0, 3 0 0, 4 0 0, 1 1 0, 2 1 0, 2 2 0, 3 1 0, 3 2 0, 3 3 0,
-                4 1 0, 4 2 0, 4 3 0, 4 4 0, 4 4 1, 4 4 2);
+        shapes!(1 0, 2 0, 3 0, 4 0, 5 0, 6 0, 7 0, 8 0, 8 1, 8 2, 8 3, 8 4);
     }
 }
 
 // Every shape the builder may emit is compiled above.
-const _: () = assert!(CROSS_SHAPES.len() == 16);
+const _: () = assert!(CROSS_SHAPES.len() == 12);
 
-/// One pass of a cross op: quarters of `N1`, `N2`, `N3` rows (0 = none) over `len` bytes.
-/// For each column vector, every block's 8 inputs are reduced to the 4 vectors its quarter paths
-/// multiply (the sum branch `S`: `x_lo + x_hi` first), each path's product is added to that
-/// path's accumulator, and after the last block each quarter's inverse step gives its rows.
+/// One pass of a cross op: row groups of `R1` and `R2` rows (0 = none) over `len` bytes. For
+/// each column vector and each block, the block's 8 inputs are reduced to the operands of the
+/// two lower Karatsuba levels for both upper halves (`x_lo + x_hi` for quarters A and B, `x_hi`
+/// for quarter A + B), every quarter's products are added to its rows, and at the end each
+/// group row is its A or B quarter row plus its A + B quarter row.
 #[inline(always)]
-unsafe fn cross_pass<
-    V: Vector,
-    const N1: usize,
-    const N2: usize,
-    const N3: usize,
-    const S: bool,
->(
+unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
     t: &MulTables,
     all: &[[*const u8; 8]],
     blocks: &[u16],
-    outs: &[Dests; 3],
+    outs: &[[*mut u8; 8]; 2],
+    add: bool,
     len: usize,
 ) {
-    let quarters = usize::from(N1 > 0) + usize::from(N2 > 0) + usize::from(N3 > 0);
+    let coefs = 27 * (usize::from(R1 > 0) + usize::from(R2 > 0));
     let mut off = 0;
     while off < len {
-        // Three named row sets, each touched only through constant indices, so all of them live
-        // in registers (an indexed `[[V; 4]; 3]` went to the stack).
-        let mut a0 = [V::zero(); 4];
-        let mut a1 = [V::zero(); 4];
-        let mut a2 = [V::zero(); 4];
+        // Named row sets touched only through constant indices, so they live in registers.
+        let (mut a1, mut b1, mut c1) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
+        let (mut a2, mut b2, mut c2) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
         let mut ci = 0;
         for &b in blocks {
             let x = all.get_unchecked(b as usize);
-            let d: [V; 4] = core::array::from_fn(|c| {
-                let hi = V::load(x[c + 4].add(off));
-                if S {
-                    V::xor(V::load(x[c].add(off)), hi)
-                } else {
-                    hi
-                }
-            });
-            // The two lower Karatsuba levels' operands: z[2 (P1 == A+B) + (P0 == A+B)].
-            let z1 = V::xor(d[1], d[3]);
-            let z2 = V::xor(d[2], d[3]);
-            let z0 = V::xor(V::xor(d[0], d[2]), z1);
-            let z = [V::prep(z0), V::prep(z1), V::prep(z2), V::prep(d[3])];
-            quarter_add::<V, N1>(&mut a0, &z, t, ci);
-            quarter_add::<V, N2>(&mut a1, &z, t, ci + 9);
-            quarter_add::<V, N3>(&mut a2, &z, t, ci + 18);
-            ci += 9 * quarters;
+            let hi: [V; 4] = core::array::from_fn(|c| V::load(x[c + 4].add(off)));
+            let s: [V; 4] = core::array::from_fn(|c| V::xor(V::load(x[c].add(off)), hi[c]));
+            let zs = lower_operands::<V>(s);
+            let zh = lower_operands::<V>(hi);
+            quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
+            quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
+            quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
+            quarter_add::<V>(&mut a2, &zs, t, ci + 27, R2.min(4));
+            quarter_add::<V>(&mut b2, &zs, t, ci + 36, R2.saturating_sub(4));
+            quarter_add::<V>(&mut c2, &zh, t, ci + 45, R2.min(4));
+            ci += coefs;
         }
-        quarter_rows::<V, N1>(&a0, &outs[0], off);
-        quarter_rows::<V, N2>(&a1, &outs[1], off);
-        quarter_rows::<V, N3>(&a2, &outs[2], off);
+        group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, add, off);
+        group_rows::<V>(&a2, &b2, &c2, &outs[1], R2, add, off);
         off += V::BYTES;
     }
 }
 
-/// Add one block's products to a quarter's `N` rows (nothing when `N` is 0). Path `3 P1 + P0`
+/// The operands of the two lower Karatsuba levels of a 4-vector `d`: `z[2 (P1 == A+B) +
+/// (P0 == A+B)]`.
+#[inline(always)]
+unsafe fn lower_operands<V: Vector>(d: [V; 4]) -> [V::Prep; 4] {
+    let z1 = V::xor(d[1], d[3]);
+    let z2 = V::xor(d[2], d[3]);
+    let z0 = V::xor(V::xor(d[0], d[2]), z1);
+    [V::prep(z0), V::prep(z1), V::prep(z2), V::prep(d[3])]
+}
+
+/// Store a group's `n` rows: row `u` is quarter row `a[u]` (`b[u - 4]` from 4 on) plus the
+/// A + B quarter's `c[u % 4]`.
+#[inline(always)]
+unsafe fn group_rows<V: Vector>(
+    a: &[V; 4],
+    b: &[V; 4],
+    c: &[V; 4],
+    outs: &[*mut u8; 8],
+    n: usize,
+    add: bool,
+    off: usize,
+) {
+    for (u, &o) in outs.iter().enumerate().take(n) {
+        if o.is_null() {
+            continue;
+        }
+        let q = if u < 4 { a[u] } else { b[u - 4] };
+        let mut y = V::xor(q, c[u % 4]);
+        if add {
+            y = V::xor(y, V::load(o.add(off)));
+        }
+        V::store(o.add(off), y);
+    }
+}
+
+/// Add one block's products to a quarter's `n` rows (nothing when `n` is 0; `n` is a constant
+/// where this is inlined). Path `3 P1 + P0`
 /// multiplies `z[2 (P1 == A+B) + (P0 == A+B)]` by coefficient `c + path`; row `v = 2 v1 + v0`
 /// takes the four paths with `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`. Adding
 /// the products to the rows block by block (two three-way sums a row) instead of keeping the
 /// 9 path sums for one inverse step at the end needs 4 accumulators, not 9, and no more sums.
 #[inline(always)]
-unsafe fn quarter_add<V: Vector, const N: usize>(
+unsafe fn quarter_add<V: Vector>(
     acc: &mut [V; 4],
     z: &[V::Prep; 4],
     t: &MulTables,
     c: usize,
+    n: usize,
 ) {
-    if N == 0 {
+    if n == 0 {
         return;
     }
-    let mask = quarter_paths(N);
+    let mask = quarter_paths(n);
     let zero = V::zero();
     let p: [V; 9] = core::array::from_fn(|path| {
         if mask & (1 << path) != 0 {
@@ -644,26 +656,9 @@ unsafe fn quarter_add<V: Vector, const N: usize>(
             zero
         }
     });
-    for (v, a) in acc.iter_mut().enumerate().take(N) {
+    for (v, a) in acc.iter_mut().enumerate().take(n) {
         let (h1, h0) = (v >> 1, v & 1);
         let x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
         *a = V::xor(V::xor(x, p[6 + h0]), p[8]);
-    }
-}
-
-/// Store a quarter's rows (adding what the destination's partial sum holds).
-#[inline(always)]
-unsafe fn quarter_rows<V: Vector, const N: usize>(y: &[V; 4], outs: &Dests, off: usize) {
-    for v in 0..N {
-        for &(o, held) in &outs[v] {
-            if !o.is_null() {
-                let val = if held.is_null() {
-                    y[v]
-                } else {
-                    V::xor(y[v], V::load(held.add(off)))
-                };
-                V::store(o.add(off), val);
-            }
-        }
     }
 }
