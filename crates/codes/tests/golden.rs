@@ -20,8 +20,10 @@ fn random_chunks(rng: &mut StdRng, count: usize, len: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-const SHAPES: [(usize, usize); 9] = [
+const SHAPES: [(usize, usize); 11] = [
     (1, 1),
+    (32, 8),
+    (48, 16),
     (4, 1),
     (6, 2),
     (10, 4),
@@ -108,6 +110,9 @@ fn rs_reconstruction_equals_isal_decode() {
                 // every data chunk, rebuilt by the dyadic program of the inverse).
                 let mut erased: Vec<usize> = if round == 4 {
                     (0..m.min(k)).collect()
+                } else if round == 3 {
+                    // Data chunks only (wide Cauchy codes solve these through the parity).
+                    rand::seq::index::sample(&mut rng, k, count.min(k)).into_vec()
                 } else {
                     rand::seq::index::sample(&mut rng, k + m, count).into_vec()
                 };

@@ -44,7 +44,8 @@ pub(crate) enum Reg {
 /// One step of a program.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
-    /// `outs = tables * ins` (or `^=` when `add`), at most [`DENSE_MAX`] each.
+    /// `outs = tables * ins` (or `^=` when `add`): at most [`DENSE_REGIONS`] inputs and
+    /// [`DENSE_MAX`] outputs.
     Dense {
         table: usize,
         ins: Vec<Reg>,
@@ -79,8 +80,6 @@ pub(crate) struct Cross {
     /// scratch region.
     pub blocks: Vec<[Reg; 8]>,
     pub passes: Vec<CrossPass>,
-    /// Rows are added to what the outputs hold.
-    pub add: bool,
 }
 
 /// One pass over the column blocks for one or two row groups.
@@ -94,8 +93,11 @@ pub(crate) struct CrossPass {
     /// Coefficients, block-major: per block, each group's 27 in the order of
     /// [`karatsuba_coefficients`].
     pub table: usize,
-    /// Each group's output per row (`None`: not wanted).
+    /// Each group's destination per row (`None`: not wanted).
     pub outs: Vec<[Option<Reg>; 8]>,
+    /// What each group's rows are added to (the destination itself when the program
+    /// accumulates).
+    pub held: Vec<[Option<Reg>; 8]>,
 }
 
 /// Pass shapes the kernels are compiled for (rows of the first and second group).
@@ -136,8 +138,12 @@ pub(crate) const fn quarter_paths(rows: usize) -> u16 {
     mask
 }
 
-/// Largest dense leaf (inputs or outputs).
+/// Largest dense leaf of the recursion (inputs or outputs), and largest output count of any
+/// dense op (every kernel holds 8 accumulators).
 pub(crate) const DENSE_MAX: usize = 8;
+
+/// Most inputs of a dense op (the small inverse of [`DyadicProgram::solve`]).
+pub(crate) const DENSE_REGIONS: usize = 32;
 
 /// Bytes of each scratch region: one column tile.
 pub const TILE: usize = 512;
@@ -210,156 +216,80 @@ impl DyadicProgram {
         }
     }
 
-    /// The cross layout, when the positions span at least one 8-column block: every 8 x 8 block
-    /// `D_{G,T}` (row group `G`, column block `T`, function `h[8 (G ^ T) + s]`) is multiplied in
-    /// the Karatsuba domain, and the domain's accumulators are summed over `T` before the one
-    /// inverse step per row group, so no sum goes through memory.
+    /// The cross layout (see the top of this file), when some column is present and `h` spans
+    /// at least one 8-position block.
     pub fn cross(h: &[u8], rows: &[usize], cols: &[usize], add: bool) -> Option<Self> {
-        let n = h.len();
-        assert!(n.is_power_of_two(), "dyadic size must be a power of two");
-        assert!(rows.iter().chain(cols).all(|&p| p < n));
-        if n < 8 || rows.is_empty() {
-            return None;
-        }
-        // Column blocks, in position order; absent positions read scratch region 0 (zeroed).
-        let zero = Reg::Tmp(0);
-        let mut block_of = vec![None; n / 8];
-        let mut blocks: Vec<(usize, [Reg; 8], [bool; 8])> = Vec::new();
-        let mut sorted: Vec<(usize, usize)> = cols.iter().copied().zip(0..).collect();
-        sorted.sort_unstable();
-        for (c, j) in sorted {
-            let b = *block_of[c / 8].get_or_insert_with(|| {
-                blocks.push((c / 8, [zero; 8], [false; 8]));
-                blocks.len() - 1
-            });
-            assert!(!blocks[b].2[c % 8], "column position repeated");
-            blocks[b].1[c % 8] = Reg::In(j as u16);
-            blocks[b].2[c % 8] = true;
-        }
-        // Row groups: output per row `u` of each 8-row group.
-        let mut groups: Vec<(usize, [Option<Reg>; 8])> = Vec::new();
-        let mut sorted: Vec<(usize, usize)> = rows.iter().copied().zip(0..).collect();
-        sorted.sort_unstable();
-        for (r, i) in sorted {
-            if groups.last().is_none_or(|g| g.0 != r / 8) {
-                groups.push((r / 8, [None; 8]));
-            }
-            let g = groups.last_mut().expect("pushed");
-            assert!(g.1[r % 8].is_none(), "row position repeated");
-            g.1[r % 8] = Some(Reg::Out(i as u16));
-        }
-        let mut ops = Vec::new();
-        let mut tables = Vec::new();
-        if blocks.is_empty() {
-            if !add {
-                ops.push(Op::Zero(
-                    rows.iter()
-                        .enumerate()
-                        .map(|(i, _)| Reg::Out(i as u16))
-                        .collect(),
-                ));
-            }
-            return Some(DyadicProgram {
-                ops,
-                tables,
-                scratch: 0,
-                inputs: cols.len(),
-                outputs: rows.len(),
-                products: 0,
-                cost: 0,
-            });
-        }
-        // Passes: a full row group alone, or with a group of at most 4 rows (the registers hold
-        // 12 + 8 accumulators and the 8 operands of a block). A group computes a prefix of its
-        // rows (any other set: all 8).
-        let rows_of = |outs: &[Option<Reg>; 8]| {
-            let last = outs
-                .iter()
-                .rposition(|r| r.is_some())
-                .expect("a group has a row");
-            if outs[..=last].iter().all(|r| r.is_some()) {
-                last + 1
-            } else {
-                8
-            }
-        };
-        let mut packs: Vec<Vec<usize>> = Vec::new();
-        let mut order: Vec<usize> = (0..groups.len()).collect();
-        order.sort_by_key(|&g| std::cmp::Reverse(rows_of(&groups[g].1)));
-        let mut small: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&g| rows_of(&groups[g].1) <= 4)
-            .collect();
-        for &g in &order {
-            if rows_of(&groups[g].1) > 4 {
-                let mut pack = vec![g];
-                if rows_of(&groups[g].1) == 8 {
-                    if let Some(s) = small.pop() {
-                        pack.push(s);
-                    }
-                }
-                packs.push(pack);
-            }
-        }
-        packs.extend(small.into_iter().map(|g| vec![g]));
-        let used: Vec<u16> = (0..blocks.len() as u16).collect();
-        let mut passes = Vec::new();
-        let mut products = 0;
-        let mut sums = 0;
-        for pack in packs {
-            let mut coefs = Vec::with_capacity(used.len() * pack.len() * 27);
-            for &b in &used {
-                let t = blocks[b as usize].0;
-                for &g in &pack {
-                    let base = 8 * (groups[g].0 ^ t);
-                    karatsuba_coefficients(&h[base..base + 8], &mut coefs);
-                }
-            }
-            let mut shape = [0u8; 2];
-            let mut outs = Vec::new();
-            for (slot, &g) in pack.iter().enumerate() {
-                let r = rows_of(&groups[g].1);
-                shape[slot] = r as u8;
-                let (qa, qb) = (r.min(4), r.saturating_sub(4));
-                let paths = |n: usize| quarter_paths(n).count_ones() as usize;
-                products += used.len() * (paths(qa) + paths(qb) + paths(qa));
-                // Two three-way sums per row of each quarter.
-                sums += used.len() * 2 * (qa + qb + qa);
-                outs.push(groups[g].1);
-            }
-            // The block transforms: 4 + 3 sums for the x_lo + x_hi branch, 3 for x_hi.
-            sums += used.len() * 10;
-            tables.push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
-            passes.push(CrossPass {
-                shape,
-                blocks: used.clone(),
-                table: tables.len() - 1,
-                outs,
-            });
-        }
-        debug_assert!(passes.iter().all(|p| CROSS_SHAPES.contains(&p.shape)));
-        let needs_zero = blocks.iter().any(|b| b.2.iter().any(|&p| !p));
-        if needs_zero {
-            ops.push(Op::Zero(vec![zero]));
-        }
-        ops.push(Op::Cross(Box::new(Cross {
-            blocks: blocks.iter().map(|b| b.1).collect(),
-            passes,
-            add,
-        })));
+        let dst: Vec<Reg> = (0..rows.len()).map(|i| Reg::Out(i as u16)).collect();
+        let held: Vec<Option<Reg>> = dst.iter().map(|&r| add.then_some(r)).collect();
+        let c = CrossParts::new(h, rows, cols, &dst, &held)?;
         Some(DyadicProgram {
-            ops,
-            tables,
-            scratch: usize::from(needs_zero),
+            ops: c.ops,
+            tables: c.tables,
+            scratch: c.scratch,
             inputs: cols.len(),
             outputs: rows.len(),
-            products,
-            // A product and a register sum each take a vector slot.
-            cost: products + sums,
+            products: c.products,
+            cost: c.cost,
         })
     }
 
+    /// `outputs = inv * (held + D x)` with `D[i][j] = h[rows[i] ^ cols[j]]`: the inputs are
+    /// `x` (one per column) then `held` (one per row), and `inv` is `outputs x rows`. This is a
+    /// rebuild of lost data chunks of a dyadic code from the parity rows `rows` and the
+    /// surviving data columns `cols`: `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)` (in
+    /// characteristic 2 a difference is a sum), where the lost columns are left out of `cols`.
+    /// `None` when the cross layout does not apply (no column, or `h` under 8 positions).
+    pub fn solve(h: &[u8], rows: &[usize], cols: &[usize], inv: &Matrix) -> Option<Self> {
+        assert_eq!(
+            inv.cols(),
+            rows.len(),
+            "inverse columns differ from the rows"
+        );
+        let r = rows.len();
+        if r > DENSE_REGIONS {
+            return None;
+        }
+        // The sums `held + D x` go to scratch regions 1..=r (0 is the cross op's zero region).
+        let dst: Vec<Reg> = (0..r).map(|i| Reg::Tmp(1 + i as u16)).collect();
+        let held: Vec<Option<Reg>> = (0..r)
+            .map(|i| Some(Reg::In((cols.len() + i) as u16)))
+            .collect();
+        let mut c = CrossParts::new(h, rows, cols, &dst, &held)?;
+        // Then the small dense product, in output groups the kernels hold in registers.
+        let mut products = c.products;
+        let mut cost = c.cost;
+        let mut row0 = 0;
+        while row0 < inv.rows() {
+            let g = DENSE_MAX.min(inv.rows() - row0);
+            let m = Matrix::from_rows(
+                g,
+                r,
+                (row0..row0 + g)
+                    .flat_map(|o| (0..r).map(move |i| (o, i)))
+                    .map(|(o, i)| inv[(o, i)])
+                    .collect(),
+            );
+            products += g * r;
+            cost += 2 * g * r;
+            c.tables.push(MulTables::new(&m));
+            c.ops.push(Op::Dense {
+                table: c.tables.len() - 1,
+                ins: dst.clone(),
+                outs: (row0..row0 + g).map(|o| Reg::Out(o as u16)).collect(),
+                add: false,
+            });
+            row0 += g;
+        }
+        Some(DyadicProgram {
+            ops: c.ops,
+            tables: c.tables,
+            scratch: c.scratch.max(1 + r),
+            inputs: cols.len() + r,
+            outputs: inv.rows(),
+            products,
+            cost,
+        })
+    }
     /// Inputs the program reads.
     pub fn inputs(&self) -> usize {
         self.inputs
@@ -558,6 +488,151 @@ impl Builder {
             outs: rows.iter().map(|&a| y[a].expect("wanted")).collect(),
             add,
         });
+    }
+}
+
+/// The ops of a cross layout writing row `i` to `dst[i]` (plus `held[i]` when given).
+struct CrossParts {
+    ops: Vec<Op>,
+    tables: Vec<MulTables>,
+    scratch: usize,
+    products: usize,
+    cost: usize,
+}
+
+impl CrossParts {
+    fn new(
+        h: &[u8],
+        rows: &[usize],
+        cols: &[usize],
+        dst: &[Reg],
+        held: &[Option<Reg>],
+    ) -> Option<CrossParts> {
+        let n = h.len();
+        assert!(n.is_power_of_two(), "dyadic size must be a power of two");
+        assert!(rows.iter().chain(cols).all(|&p| p < n));
+        if n < 8 || rows.is_empty() || cols.is_empty() {
+            return None;
+        }
+        // Column blocks, in position order; absent positions read scratch region 0 (zeroed).
+        let zero = Reg::Tmp(0);
+        let mut block_of = vec![None; n / 8];
+        let mut blocks: Vec<(usize, [Reg; 8], [bool; 8])> = Vec::new();
+        let mut sorted: Vec<(usize, usize)> = cols.iter().copied().zip(0..).collect();
+        sorted.sort_unstable();
+        for (c, j) in sorted {
+            let b = *block_of[c / 8].get_or_insert_with(|| {
+                blocks.push((c / 8, [zero; 8], [false; 8]));
+                blocks.len() - 1
+            });
+            assert!(!blocks[b].2[c % 8], "column position repeated");
+            blocks[b].1[c % 8] = Reg::In(j as u16);
+            blocks[b].2[c % 8] = true;
+        }
+        // Row groups: destination and addend per row `u` of each 8-row group.
+        #[allow(clippy::type_complexity)]
+        let mut groups: Vec<(usize, [Option<Reg>; 8], [Option<Reg>; 8])> = Vec::new();
+        let mut sorted: Vec<(usize, usize)> = rows.iter().copied().zip(0..).collect();
+        sorted.sort_unstable();
+        for (r, i) in sorted {
+            if groups.last().is_none_or(|g| g.0 != r / 8) {
+                groups.push((r / 8, [None; 8], [None; 8]));
+            }
+            let g = groups.last_mut().expect("pushed");
+            assert!(g.1[r % 8].is_none(), "row position repeated");
+            g.1[r % 8] = Some(dst[i]);
+            g.2[r % 8] = held[i];
+        }
+        let mut ops = Vec::new();
+        let mut tables = Vec::new();
+        // Passes: a full row group alone, or with a group of at most 4 rows (the registers hold
+        // 12 + 8 accumulators and the 8 operands of a block). A group computes a prefix of its
+        // rows (any other set: all 8).
+        let rows_of = |outs: &[Option<Reg>; 8]| {
+            let last = outs
+                .iter()
+                .rposition(|r| r.is_some())
+                .expect("a group has a row");
+            if outs[..=last].iter().all(|r| r.is_some()) {
+                last + 1
+            } else {
+                8
+            }
+        };
+        let mut packs: Vec<Vec<usize>> = Vec::new();
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| std::cmp::Reverse(rows_of(&groups[g].1)));
+        let mut small: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&g| rows_of(&groups[g].1) <= 4)
+            .collect();
+        for &g in &order {
+            if rows_of(&groups[g].1) > 4 {
+                let mut pack = vec![g];
+                if rows_of(&groups[g].1) == 8 {
+                    if let Some(s) = small.pop() {
+                        pack.push(s);
+                    }
+                }
+                packs.push(pack);
+            }
+        }
+        packs.extend(small.into_iter().map(|g| vec![g]));
+        let used: Vec<u16> = (0..blocks.len() as u16).collect();
+        let mut passes = Vec::new();
+        let mut products = 0;
+        let mut sums = 0;
+        for pack in packs {
+            let mut coefs = Vec::with_capacity(used.len() * pack.len() * 27);
+            for &b in &used {
+                let t = blocks[b as usize].0;
+                for &g in &pack {
+                    let base = 8 * (groups[g].0 ^ t);
+                    karatsuba_coefficients(&h[base..base + 8], &mut coefs);
+                }
+            }
+            let mut shape = [0u8; 2];
+            let mut outs = Vec::new();
+            for (slot, &g) in pack.iter().enumerate() {
+                let r = rows_of(&groups[g].1);
+                shape[slot] = r as u8;
+                let (qa, qb) = (r.min(4), r.saturating_sub(4));
+                let paths = |n: usize| quarter_paths(n).count_ones() as usize;
+                products += used.len() * (paths(qa) + paths(qb) + paths(qa));
+                // Two three-way sums per row of each quarter.
+                sums += used.len() * 2 * (qa + qb + qa);
+                outs.push(groups[g].1);
+            }
+            // The block transforms: 4 + 3 sums for the x_lo + x_hi branch, 3 for x_hi.
+            sums += used.len() * 10;
+            tables.push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
+            let held = pack.iter().map(|&g| groups[g].2).collect();
+            passes.push(CrossPass {
+                shape,
+                blocks: used.clone(),
+                table: tables.len() - 1,
+                outs,
+                held,
+            });
+        }
+        debug_assert!(passes.iter().all(|p| CROSS_SHAPES.contains(&p.shape)));
+        let needs_zero = blocks.iter().any(|b| b.2.iter().any(|&p| !p));
+        if needs_zero {
+            ops.push(Op::Zero(vec![zero]));
+        }
+        ops.push(Op::Cross(Box::new(Cross {
+            blocks: blocks.iter().map(|b| b.1).collect(),
+            passes,
+        })));
+        Some(CrossParts {
+            ops,
+            tables,
+            scratch: usize::from(needs_zero),
+            products,
+            // A product and a register sum each take a vector slot.
+            cost: products + sums,
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use stripeguard_gf::dyadic::{cauchy_function, DyadicProgram};
-use stripeguard_gf::{field, Kernel, KernelKind};
+use stripeguard_gf::{field, Kernel, KernelKind, Matrix};
 
 fn expected(h: &[u8], rows: &[usize], cols: &[usize], x: &[Vec<u8>], y: &mut [Vec<u8>], add: bool) {
     for (i, &r) in rows.iter().enumerate() {
@@ -129,4 +129,67 @@ fn scalar_has_no_runner() {
     assert!(!k.runs_dyadic());
     assert!(!k.dyadic(&p, &[&x], &mut [&mut y]));
     assert_eq!(y, [0]);
+}
+
+/// `solve`: `out = inv * (held + D x)` against the definition, for random functions, position
+/// sets, small matrices and lengths, and for the rebuild of the first 10 data chunks of 64 + 10.
+#[test]
+fn solve_is_inverse_times_held_plus_product() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let h64 = cauchy_function();
+    for kernel in simd_kernels() {
+        for case in 0..40 {
+            let (h, rows, cols): (Vec<u8>, Vec<usize>, Vec<usize>) = if case == 0 {
+                (h64.clone(), (64..74).collect(), (10..64).collect())
+            } else {
+                let n = [8usize, 16, 32, 64, 128][case % 5];
+                let h: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+                let rows = {
+                    let c = rng.random_range(1..=n.min(20));
+                    rand::seq::index::sample(&mut rng, n, c).into_vec()
+                };
+                let cols = {
+                    let c = rng.random_range(1..=n);
+                    rand::seq::index::sample(&mut rng, n, c).into_vec()
+                };
+                (h, rows, cols)
+            };
+            let outs = rng.random_range(1..=rows.len());
+            let inv = Matrix::from_rows(
+                outs,
+                rows.len(),
+                (0..outs * rows.len()).map(|_| rng.random()).collect(),
+            );
+            let Some(p) = DyadicProgram::solve(&h, &rows, &cols, &inv) else {
+                continue;
+            };
+            let len = [64, 130, 4096, 4160 + 7][rng.random_range(0..4)];
+            let x: Vec<Vec<u8>> = (0..cols.len() + rows.len())
+                .map(|_| (0..len).map(|_| rng.random()).collect())
+                .collect();
+            // held + D x, then inv times that.
+            let mut mid: Vec<Vec<u8>> = x[cols.len()..].to_vec();
+            expected(&h, &rows, &cols, &x[..cols.len()], &mut mid, true);
+            let want: Vec<Vec<u8>> = (0..outs)
+                .map(|o| {
+                    (0..len)
+                        .map(|b| {
+                            (0..rows.len()).fold(0, |a, i| a ^ field::mul(inv[(o, i)], mid[i][b]))
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut got = vec![vec![0x5au8; len]; outs];
+            let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
+            let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
+            assert!(kernel.dyadic(&p, &xs, &mut ys));
+            assert!(
+                got == want,
+                "{:?} case {case}: {} rows, {} cols, {outs} outs, len {len}",
+                kernel.kind(),
+                rows.len(),
+                cols.len()
+            );
+        }
+    }
 }

@@ -12,7 +12,9 @@
 //! `#[target_feature]` functions, so the intrinsics are compiled with the right features.
 
 use super::Mode;
-use crate::dyadic::{quarter_paths, Cross, DyadicProgram, Op, Reg, CROSS_SHAPES, DENSE_MAX, TILE};
+use crate::dyadic::{
+    quarter_paths, Cross, DyadicProgram, Op, Reg, CROSS_SHAPES, DENSE_REGIONS, TILE,
+};
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
 
@@ -352,8 +354,8 @@ pub(crate) unsafe fn dyadic<V: Vector>(
                     outs: ro,
                     add,
                 } => {
-                    let mut ip = [core::ptr::null::<u8>(); DENSE_MAX];
-                    let mut op_ = [core::ptr::null_mut::<u8>(); DENSE_MAX];
+                    let mut ip = [core::ptr::null::<u8>(); DENSE_REGIONS];
+                    let mut op_ = [core::ptr::null_mut::<u8>(); DENSE_REGIONS];
                     for (d, &r) in ip.iter_mut().zip(ri) {
                         *d = at(r);
                     }
@@ -528,11 +530,11 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
     let all: &[[*const u8; 8]] = &*(&all[..c.blocks.len()] as *const [MaybeUninit<[*const u8; 8]>]
         as *const [[*const u8; 8]]);
     for pass in &c.passes {
-        let mut outs = [[core::ptr::null_mut::<u8>(); 8]; 2];
-        for (d, g) in outs.iter_mut().zip(&pass.outs) {
-            for (d, r) in d.iter_mut().zip(g) {
+        let mut outs = [[(core::ptr::null_mut::<u8>(), core::ptr::null::<u8>()); 8]; 2];
+        for ((d, g), h) in outs.iter_mut().zip(&pass.outs).zip(&pass.held) {
+            for ((d, r), h) in d.iter_mut().zip(g).zip(h) {
                 if let Some(r) = *r {
-                    *d = at(r);
+                    *d = (at(r), h.map_or(core::ptr::null(), |h| at(h) as *const u8));
                 }
             }
         }
@@ -541,7 +543,7 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
         macro_rules! shapes {
             ($($a:literal $b:literal),*) => {
                 match pass.shape {
-                    $([$a, $b] => cross_pass::<V, $a, $b>(t, all, b, &outs, c.add, len),)*
+                    $([$a, $b] => cross_pass::<V, $a, $b>(t, all, b, &outs, len),)*
                     s => unreachable!("cross pass shape {s:?} is not compiled"),
                 }
             };
@@ -563,8 +565,7 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
     t: &MulTables,
     all: &[[*const u8; 8]],
     blocks: &[u16],
-    outs: &[[*mut u8; 8]; 2],
-    add: bool,
+    outs: &[GroupDests; 2],
     len: usize,
 ) {
     let coefs = 27 * (usize::from(R1 > 0) + usize::from(R2 > 0));
@@ -588,8 +589,8 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
             quarter_add::<V>(&mut c2, &zh, t, ci + 45, R2.min(4));
             ci += coefs;
         }
-        group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, add, off);
-        group_rows::<V>(&a2, &b2, &c2, &outs[1], R2, add, off);
+        group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, off);
+        group_rows::<V>(&a2, &b2, &c2, &outs[1], R2, off);
         off += V::BYTES;
     }
 }
@@ -604,26 +605,28 @@ unsafe fn lower_operands<V: Vector>(d: [V; 4]) -> [V::Prep; 4] {
     [V::prep(z0), V::prep(z1), V::prep(z2), V::prep(d[3])]
 }
 
+/// A group's rows: `(destination, addend or null)`, null destinations not wanted.
+type GroupDests = [(*mut u8, *const u8); 8];
+
 /// Store a group's `n` rows: row `u` is quarter row `a[u]` (`b[u - 4]` from 4 on) plus the
-/// A + B quarter's `c[u % 4]`.
+/// A + B quarter's `c[u % 4]`, plus the row's addend.
 #[inline(always)]
 unsafe fn group_rows<V: Vector>(
     a: &[V; 4],
     b: &[V; 4],
     c: &[V; 4],
-    outs: &[*mut u8; 8],
+    outs: &GroupDests,
     n: usize,
-    add: bool,
     off: usize,
 ) {
-    for (u, &o) in outs.iter().enumerate().take(n) {
+    for (u, &(o, held)) in outs.iter().enumerate().take(n) {
         if o.is_null() {
             continue;
         }
         let q = if u < 4 { a[u] } else { b[u - 4] };
         let mut y = V::xor(q, c[u % 4]);
-        if add {
-            y = V::xor(y, V::load(o.add(off)));
+        if !held.is_null() {
+            y = V::xor(y, V::load(held.add(off)));
         }
         V::store(o.add(off), y);
     }
