@@ -80,9 +80,12 @@ pub(crate) struct Systematic {
     fast_parity: Option<Box<(DyadicProgram, DyadicProgram)>>,
     /// The declared dyadic form of `P` (`h`, row positions, column positions), for rebuilding
     /// lost data chunks by [`DyadicProgram::solve`].
-    dyadic: Option<Box<(Vec<u8>, Vec<usize>, Vec<usize>)>>,
+    dyadic: Option<Box<DyadicForm>>,
     cache: Mutex<LruCache<ErasureKey, Arc<DecodePlan>, KeyHasher>>,
 }
+
+/// `P[r][j] = h[rows[r] ^ cols[j]]`: `(h, rows, cols)`.
+type DyadicForm = (Vec<u8>, Vec<usize>, Vec<usize>);
 
 /// A dyadic program replaces the dense product when its estimated cost (vector instructions
 /// per column vector, [`DyadicProgram::cost`]) is at most 55% of the dense product's (a product
