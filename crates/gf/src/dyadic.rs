@@ -22,12 +22,34 @@
 //! (64 + 10 wants 10 of 64 rows; a block may be cut by `k`), the halves that are not needed are
 //! dropped and the recursion falls back to the plain two products where Karatsuba saves nothing.
 //!
-//! ## The program
-//! [`DyadicProgram::new`] runs the recursion once and records a straight-line program over
-//! regions (inputs, outputs, scratch): full 8 x 8 blocks become one register-resident Karatsuba
-//! kernel (27 products, [`Op::Block`]; 16 x 16 blocks likewise, 81), smaller or partial blocks a dense product, and the sums of
-//! the recursion vectorised XOR passes. The kernels run it over column tiles small enough that
-//! the scratch regions stay in L2, so every input is read from memory once per tile.
+//! ## Two layouts
+//! [`DyadicProgram::new`] builds both and keeps the cheaper by [`DyadicProgram::cost`] (vector
+//! instructions per 64-byte column; a product and a register sum cost about the same on GFNI).
+//!
+//! **Recursive** ([`DyadicProgram::recursive`]): the recursion is run once and recorded as a
+//! straight-line program over regions (inputs, outputs, scratch): full 8 x 8 blocks become one
+//! register-resident Karatsuba kernel (27 products, [`Op::Block`]; 16 x 16 blocks likewise, 81),
+//! smaller or partial blocks a dense product, and the sums of the upper levels vectorised XOR
+//! passes through scratch regions, run over column tiles small enough to stay in L2. Best when
+//! most rows of a large block are wanted (64 + 64: 729 products instead of 4096).
+//!
+//! **Cross** ([`DyadicProgram::cross`]): positions are cut into 8-aligned column blocks `T` and
+//! row groups `G`; the block `(G, T)` is the 8 x 8 dyadic matrix of `h[8 (G ^ T) + s]`, so the
+//! product is a sum over `T` of 8 x 8 dyadic products, each done by three Karatsuba levels. The
+//! top level splits a group into quarters: A (`x_lo + x_hi` into rows 0..4), B (`x_lo + x_hi`
+//! into rows 4..8) and A + B (`x_hi` into both). Per block the kernel forms the 4 operands of
+//! the two lower levels for each branch (`z[2 (P1 == A+B) + (P0 == A+B)]`: `d0+d1+d2+d3`,
+//! `d1+d3`, `d2+d3`, `d3`), multiplies each of a quarter's 9 paths once, and adds every product
+//! straight into the quarter rows it reaches (row `v = 2 v1 + v0` takes paths `(P1, P0)` with
+//! `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`: four products, two three-way XORs).
+//! So a group keeps 12 rows in registers over all blocks, no sum touches memory, and every
+//! input is loaded once per column. A group of `r < 8` rows computes only the paths its rows
+//! reach (`quarter_paths`). 64 + 10 takes 8 x (27 + 12) = 312 products instead of 640, in one
+//! pass holding rows 0..8 and 8..10 (12 + 4 registers). The recursive layout needed 324 products
+//! but about two scratch passes per product and ran no faster than dense.
+//!
+//! A cross op can also add a region per row before storing; [`DyadicProgram::solve`] uses that
+//! to rebuild lost data chunks from parity: `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`.
 
 use crate::field;
 use crate::matrix::Matrix;

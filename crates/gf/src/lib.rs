@@ -1,7 +1,7 @@
 //! GF(2^8) arithmetic and the region kernels every stripeguard code is built on.
 //!
 //! # The field
-//! GF(2^8) = GF(2)[x] / (x^8 + x^4 + x^3 + x^2 + 1), polynomial 0x11d, the field of ISA-L,
+//! `GF(2^8) = GF(2)[x] / (x^8 + x^4 + x^3 + x^2 + 1)`, polynomial 0x11d, the field of ISA-L,
 //! Jerasure and Linux RAID-6; 2 is a generator. Addition is XOR. See [`field`].
 //!
 //! # Region operations
