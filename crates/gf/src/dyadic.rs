@@ -28,7 +28,7 @@
 //!
 //! **Recursive** ([`DyadicProgram::recursive`]): the recursion is run once and recorded as a
 //! straight-line program over regions (inputs, outputs, scratch): full 8 x 8 blocks become one
-//! register-resident Karatsuba kernel (27 products, [`Op::Block`]; 16 x 16 blocks likewise, 81),
+//! register-resident Karatsuba kernel (27 products, `Op::Block`; 16 x 16 blocks likewise, 81),
 //! smaller or partial blocks a dense product, and the sums of the upper levels vectorised XOR
 //! passes through scratch regions, run over column tiles small enough to stay in L2. Best when
 //! most rows of a large block are wanted (64 + 64: 729 products instead of 4096).
