@@ -577,10 +577,7 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
         let mut ci = 0;
         for &b in blocks {
             let x = all.get_unchecked(b as usize);
-            let hi: [V; 4] = core::array::from_fn(|c| V::load(x[c + 4].add(off)));
-            let s: [V; 4] = core::array::from_fn(|c| V::xor(V::load(x[c].add(off)), hi[c]));
-            let zs = lower_operands::<V>(s);
-            let zh = lower_operands::<V>(hi);
+            let (zs, zh) = block_operands::<V>(x, off);
             quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
             quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
             quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
@@ -595,14 +592,27 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
     }
 }
 
-/// The operands of the two lower Karatsuba levels of a 4-vector `d`: `z[2 (P1 == A+B) +
-/// (P0 == A+B)]`.
+/// A block's operands of the two lower Karatsuba levels, `z[2 (P1 == A+B) + (P0 == A+B)]` of
+/// `d = x_lo + x_hi` (quarters A and B) and of `d = x_hi` (quarter A + B), with `z = (d0 + d1 +
+/// d2 + d3, d1 + d3, d2 + d3, d3)`: 8 XORs (three-way where they can be), not the 10 of forming
+/// `x_lo + x_hi` first.
 #[inline(always)]
-unsafe fn lower_operands<V: Vector>(d: [V; 4]) -> [V::Prep; 4] {
-    let z1 = V::xor(d[1], d[3]);
-    let z2 = V::xor(d[2], d[3]);
-    let z0 = V::xor(V::xor(d[0], d[2]), z1);
-    [V::prep(z0), V::prep(z1), V::prep(z2), V::prep(d[3])]
+unsafe fn block_operands<V: Vector>(
+    x: &[*const u8; 8],
+    off: usize,
+) -> ([V::Prep; 4], [V::Prep; 4]) {
+    let v: [V; 8] = core::array::from_fn(|c| V::load(x[c].add(off)));
+    let x3 = V::xor(v[3], v[7]);
+    let s2 = V::xor(V::xor(v[2], v[6]), x3);
+    let s1 = V::xor(V::xor(v[1], v[5]), x3);
+    let s0 = V::xor(V::xor(v[0], v[4]), V::xor(V::xor(s1, v[2]), v[6]));
+    let h1 = V::xor(v[5], v[7]);
+    let h2 = V::xor(v[6], v[7]);
+    let h0 = V::xor(V::xor(v[4], v[6]), h1);
+    (
+        [V::prep(s0), V::prep(s1), V::prep(s2), V::prep(x3)],
+        [V::prep(h0), V::prep(h1), V::prep(h2), V::prep(v[7])],
+    )
 }
 
 /// A group's rows: `(destination, addend or null)`, null destinations not wanted.
