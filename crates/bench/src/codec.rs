@@ -7,10 +7,6 @@
 //! - **stream**: a pool of stripes much larger than the last-level cache, walked in turn, which is
 //!   what a disk array sees (every kernel is then bound by memory bandwidth).
 //!
-//! Every chunk buffer starts on a 64-byte boundary, as I/O buffers do (O_DIRECT needs more) and as
-//! ISA-L's own benchmarks allocate them (`posix_memalign(.., 64, ..)`); both sides of a ratio run
-//! on the same buffers.
-//!
 //! Units: `gbps` is data bytes per second / 1e9 (for update and rmw: the bytes of the one chunk
 //! changed); `galops` (Mann et al.) is GF multiply-adds per second / 1e9, i.e. data bytes x rows
 //! produced.
@@ -92,46 +88,12 @@ pub struct CodecReport {
     pub results: Vec<Measurement>,
 }
 
-/// Alignment of every chunk buffer.
-const CHUNK_ALIGN: usize = 64;
-
-/// One chunk buffer, starting on a [`CHUNK_ALIGN`] boundary (a `Vec<u8>` only promises 1).
-struct Chunk {
-    buf: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Chunk {
-    fn new(bytes: impl Iterator<Item = u8>, len: usize) -> Chunk {
-        let mut buf = vec![0u8; len + CHUNK_ALIGN];
-        let start = buf.as_ptr().align_offset(CHUNK_ALIGN);
-        for (d, b) in buf[start..start + len].iter_mut().zip(bytes) {
-            *d = b;
-        }
-        Chunk { buf, start, len }
-    }
-}
-
-impl std::ops::Deref for Chunk {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
-    }
-}
-
-impl std::ops::DerefMut for Chunk {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.start + self.len]
-    }
-}
-
 /// Stripes laid out for one (shape, chunk size, placement).
 struct Pool {
     k: usize,
     m: usize,
     chunk: usize,
-    stripes: Vec<Vec<Chunk>>,
+    stripes: Vec<Vec<Vec<u8>>>,
     next: usize,
 }
 
@@ -140,8 +102,8 @@ impl Pool {
         let (k, m) = (code.data_chunks(), code.parity_chunks());
         let stripes = (0..count)
             .map(|_| {
-                let mut s: Vec<Chunk> = (0..k + m)
-                    .map(|_| Chunk::new((0..chunk).map(|_| rng.random()), chunk))
+                let mut s: Vec<Vec<u8>> = (0..k + m)
+                    .map(|_| (0..chunk).map(|_| rng.random()).collect())
                     .collect();
                 let (d, p) = s.split_at_mut(k);
                 let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
@@ -162,7 +124,7 @@ impl Pool {
         }
     }
 
-    fn take(&mut self) -> &mut Vec<Chunk> {
+    fn take(&mut self) -> &mut Vec<Vec<u8>> {
         let i = self.next;
         self.next = (self.next + 1) % self.stripes.len();
         &mut self.stripes[i]
@@ -242,7 +204,7 @@ fn measure_shape(
     let data_bytes = k * chunk;
     let lost: Vec<usize> = (0..m.min(k)).collect();
     let mut out = Vec::new();
-    let rate = |pool: &mut Pool, bytes: usize, f: &mut dyn FnMut(&mut Vec<Chunk>)| {
+    let rate = |pool: &mut Pool, bytes: usize, f: &mut dyn FnMut(&mut Vec<Vec<u8>>)| {
         best_rate(bytes, o.reps, o.min_time, || f(pool.take()))
     };
 
