@@ -193,3 +193,44 @@ fn solve_is_inverse_times_held_plus_product() {
         }
     }
 }
+
+/// Regions that start at every misalignment (shared by all inputs, or not), so the aligned body,
+/// the padded head and the padded tail all run.
+#[test]
+fn misaligned_regions() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let h = cauchy_function();
+    let (rows, cols): (Vec<usize>, Vec<usize>) = ((64..74).collect(), (0..64).collect());
+    for kernel in simd_kernels() {
+        let p = DyadicProgram::new(&h, &rows, &cols, false);
+        for (shift, len) in [(0, 4096), (1, 4096), (16, 4160 + 5), (63, 70), (48, 10), (5, 0)] {
+            let store: Vec<Vec<u8>> = (0..cols.len())
+                .map(|_| (0..len + 128).map(|_| rng.random()).collect())
+                .collect();
+            // The first input is misaligned differently from the rest in the odd cases.
+            let x: Vec<&[u8]> = store
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let base = v.as_ptr().align_offset(64);
+                    let s = if i == 0 && shift % 2 == 1 { shift + 7 } else { shift };
+                    &v[base + s..base + s + len]
+                })
+                .collect();
+            let owned: Vec<Vec<u8>> = x.iter().map(|v| v.to_vec()).collect();
+            let mut want = vec![vec![0u8; len]; rows.len()];
+            expected(&h, &rows, &cols, &owned, &mut want, false);
+            let mut out_store: Vec<Vec<u8>> = vec![vec![0u8; len + 128]; rows.len()];
+            let mut ys: Vec<&mut [u8]> = out_store
+                .iter_mut()
+                .map(|v| {
+                    let base = v.as_ptr().align_offset(64);
+                    &mut v[base + 3..base + 3 + len]
+                })
+                .collect();
+            assert!(kernel.dyadic(&p, &x, &mut ys));
+            let got: Vec<Vec<u8>> = ys.iter().map(|v| v.to_vec()).collect();
+            assert!(got == want, "{:?} shift {shift} len {len}", kernel.kind());
+        }
+    }
+}
