@@ -203,7 +203,14 @@ fn misaligned_regions() {
     let (rows, cols): (Vec<usize>, Vec<usize>) = ((64..74).collect(), (0..64).collect());
     for kernel in simd_kernels() {
         let p = DyadicProgram::new(&h, &rows, &cols, false);
-        for (shift, len) in [(0, 4096), (1, 4096), (16, 4160 + 5), (63, 70), (48, 10), (5, 0)] {
+        for (shift, len) in [
+            (0, 4096),
+            (1, 4096),
+            (16, 4160 + 5),
+            (63, 70),
+            (48, 10),
+            (5, 0),
+        ] {
             let store: Vec<Vec<u8>> = (0..cols.len())
                 .map(|_| (0..len + 128).map(|_| rng.random()).collect())
                 .collect();
@@ -213,7 +220,11 @@ fn misaligned_regions() {
                 .enumerate()
                 .map(|(i, v)| {
                     let base = v.as_ptr().align_offset(64);
-                    let s = if i == 0 && shift % 2 == 1 { shift + 7 } else { shift };
+                    let s = if i == 0 && shift % 2 == 1 {
+                        shift + 7
+                    } else {
+                        shift
+                    };
                     &v[base + s..base + s + len]
                 })
                 .collect();
