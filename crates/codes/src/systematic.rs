@@ -152,8 +152,10 @@ pub(crate) type Chunks<T> = SmallVec<[T; 16]>;
 pub(crate) struct DecodePlan {
     /// The `k` chunks read, ascending.
     pub sources: Vec<usize>,
-    /// The same matrix as a dyadic program, when it is one and that halves the products (all
-    /// data of a wide Cauchy code rebuilt from parity: the inverse of a dyadic matrix is dyadic).
+    /// The rebuild as a dyadic program over the same sources, when that is cheaper: the matrix
+    /// itself when it is dyadic (all data of a wide Cauchy code rebuilt from parity: the inverse
+    /// of a dyadic matrix is dyadic), or, when only data chunks are lost, the solve through the
+    /// parity (`Systematic::solve_data`).
     pub fast: Option<DyadicProgram>,
     /// The missing chunks, as a bit set.
     pub missing: ErasureKey,

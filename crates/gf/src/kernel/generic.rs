@@ -362,6 +362,7 @@ pub(crate) unsafe fn dyadic<V: Vector>(
                     for (d, &r) in op_.iter_mut().zip(ro) {
                         *d = at(r);
                     }
+                    debug_assert!(ri.len() <= DENSE_REGIONS && ro.len() <= DENSE_REGIONS);
                     let (ip, op_) = (&ip[..ri.len()], &op_[..ro.len()]);
                     let t = p.tables.get_unchecked(*table);
                     if *add {
