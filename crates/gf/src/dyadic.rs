@@ -626,8 +626,8 @@ impl CrossParts {
                 sums += used.len() * 2 * (qa + qb + qa);
                 outs.push(groups[g].1);
             }
-            // The block transforms: 4 + 3 sums for the x_lo + x_hi branch, 3 for x_hi.
-            sums += used.len() * 10;
+            // The block's operands of both branches: 8 sums (`block_operands` in the kernels).
+            sums += used.len() * 8;
             tables.push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
             let held = pack.iter().map(|&g| groups[g].2).collect();
             passes.push(CrossPass {
