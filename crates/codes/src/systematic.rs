@@ -93,7 +93,7 @@ type DyadicForm = (Vec<u8>, Vec<usize>, Vec<usize>);
 /// `layouts` example of the gf crate (same buffers, dense vs program, 4 KiB / 64 KiB chunks):
 /// cross layouts 64+10 (0.49 of dense) 1.5x / 1.25x, 32+8 and 24+8 (0.46) 1.6x / 1.1x, 16+16
 /// 1.75x / 1.1x; recursive 64+64 (0.39) 1.8x / 1.9x, 32+32 (0.47) 1.65x / 1.5x. 8+8 (one block,
-/// 0.45) gains at 4 KiB and loses at 64 KiB; 16+4 and 32+4 (0.66) lose at 64 KiB.
+/// 0.46) gains at 4 KiB and loses at 64 KiB; 16+4 and 32+4 (0.66) lose at 64 KiB.
 fn worth_it(p: &DyadicProgram) -> bool {
     p.inputs() >= 16 && 100 * p.cost() <= 55 * 2 * p.inputs() * p.outputs()
 }
