@@ -88,14 +88,16 @@ pub(crate) struct Systematic {
 type DyadicForm = (Vec<u8>, Vec<usize>, Vec<usize>);
 
 /// A dyadic program replaces the dense product when its estimated cost (vector instructions
-/// per column vector, [`DyadicProgram::cost`]) is at most 55% of the dense product's (a product
-/// and its sum per coefficient) and it spans two or more 8-column blocks. Measured with the
-/// `layouts` example of the gf crate (same buffers, dense vs program, 4 KiB / 64 KiB chunks):
-/// cross layouts 64+10 (0.49 of dense) 1.5x / 1.25x, 32+8 and 24+8 (0.46) 1.6x / 1.1x, 16+16
-/// 1.75x / 1.1x; recursive 64+64 (0.39) 1.8x / 1.9x, 32+32 (0.47) 1.65x / 1.5x. 8+8 (one block,
-/// 0.46) gains at 4 KiB and loses at 64 KiB; 16+4 and 32+4 (0.66) lose at 64 KiB.
+/// per column vector, [`DyadicProgram::cost`]) is at most 73% of the dense product's (a product
+/// and half a three-way sum per coefficient: 1.5 k m) and it spans two or more 8-column blocks.
+/// Measured with the `layouts` example of the gf crate (same buffers, 4 KiB / 64 KiB chunks,
+/// against the dense kernel that pairs inputs): cross layouts 64+10 (0.66 of dense) 1.05-1.15x /
+/// 1.08x, 32+8 and 24+8 (0.61) 1.04-1.13x / 1.04-1.06x, 16+16 1.08-1.10x, 48+16 1.02-1.11x;
+/// recursive 64+64 (0.52) 1.5x / 1.9x, 32+32 (0.63) 1.1x / 1.05x. 8+8 (one block, 0.61) gained at
+/// 4 KiB and lost at 64 KiB; 16+4 and 32+4 (0.88) lost at 64 KiB (before the dense kernel paired
+/// its inputs, so by more now).
 fn worth_it(p: &DyadicProgram) -> bool {
-    p.inputs() >= 16 && 100 * p.cost() <= 55 * 2 * p.inputs() * p.outputs()
+    p.inputs() >= 16 && 200 * p.cost() <= 73 * 3 * p.inputs() * p.outputs()
 }
 
 /// An erasure pattern as a bit set over the `n <= 255` chunks: a cache key that needs no heap.
@@ -413,8 +415,10 @@ impl Systematic {
     /// Lost data chunks only, rebuilt from the surviving data and as many parity chunks as were
     /// lost (the `sources` a plan reads): `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`, the product
     /// with the surviving data in the cross layout when the parity is declared dyadic, then a
-    /// `|L| x |L|` dense product. Used when that costs at most 65% of the dense rebuild (64 + 10
-    /// losing 10 data chunks: 0.60).
+    /// `|L| x |L|` dense product. Used when that costs at most 87% of the dense rebuild (1.5 k |L|;
+    /// 64 + 10 losing 10 data chunks: 0.78). Measured against the dense rebuild (which pairs its
+    /// inputs): the same speed on the benchmark's malloc'd buffers (~1.5x ISA-L), 5-10% faster
+    /// on 64-byte-aligned ones.
     fn solve_data(&self, missing: &[usize], sources: &[usize]) -> Option<DyadicProgram> {
         let (h, prow, pcol) = &**self.dyadic.as_ref()?;
         if !self.kernel.runs_dyadic() || missing.iter().any(|&i| i >= self.k) {
@@ -435,7 +439,7 @@ impl Systematic {
         );
         let inv = c.inverse().ok()?;
         let p = DyadicProgram::solve(h, &rows, &cols, &inv)?;
-        (100 * p.cost() <= 65 * 2 * self.k * lost).then_some(p)
+        (200 * p.cost() <= 87 * 3 * self.k * lost).then_some(p)
     }
 
     pub fn reconstruct(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<(), CodeError> {
