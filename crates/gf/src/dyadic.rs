@@ -110,9 +110,8 @@ pub(crate) struct CrossPass {
     /// Rows (a prefix, 1..=8) each group computes; 0 = no second group. One of
     /// [`CROSS_SHAPES`].
     pub shape: [u8; 2],
-    /// Indices into [`Cross::blocks`] this pass reads.
-    pub blocks: Vec<u16>,
-    /// Coefficients, block-major: per block, each group's 27 in the order of
+    /// Coefficients, block-major (every pass reads every block of [`Cross::blocks`]): per block,
+    /// each group's 27 in the order of
     /// [`karatsuba_coefficients`].
     pub table: usize,
     /// Each group's destination per row (`None`: not wanted).
@@ -122,21 +121,24 @@ pub(crate) struct CrossPass {
     pub held: Vec<[Option<Reg>; 8]>,
 }
 
-/// Pass shapes the kernels are compiled for (rows of the first and second group).
-pub(crate) const CROSS_SHAPES: [[u8; 2]; 12] = [
-    [1, 0],
-    [2, 0],
-    [3, 0],
-    [4, 0],
-    [5, 0],
-    [6, 0],
-    [7, 0],
-    [8, 0],
-    [8, 1],
-    [8, 2],
-    [8, 3],
-    [8, 4],
-];
+/// Calls `$m!` with every pass shape the kernels are compiled for, as `rows1 rows2` pairs (rows
+/// of the first and second group; 0 = no second group): the one list behind [`CROSS_SHAPES`] and
+/// the kernels' dispatch.
+macro_rules! cross_shapes {
+    ($m:ident) => {
+        $m!(1 0, 2 0, 3 0, 4 0, 5 0, 6 0, 7 0, 8 0, 8 1, 8 2, 8 3, 8 4)
+    };
+}
+pub(crate) use cross_shapes;
+
+macro_rules! shape_array {
+    ($($a:literal $b:literal),*) => {
+        [$([$a, $b]),*]
+    };
+}
+
+/// Pass shapes the kernels are compiled for.
+pub(crate) const CROSS_SHAPES: &[[u8; 2]] = &cross_shapes!(shape_array);
 
 /// Which of a quarter's 9 Karatsuba paths `3 P1 + P0` (`P` = 0 for A, 1 for B, 2 for A + B) the
 /// first `rows` of its 4 rows need: row `v = 2 v1 + v0` takes path `(P1, P0)` when
@@ -570,45 +572,39 @@ impl CrossParts {
         // Passes: a full row group alone, or with a group of at most 4 rows (the registers hold
         // 12 + 8 accumulators and the 8 operands of a block). A group computes a prefix of its
         // rows (any other set: all 8).
-        let rows_of = |outs: &[Option<Reg>; 8]| {
-            let last = outs
-                .iter()
-                .rposition(|r| r.is_some())
-                .expect("a group has a row");
-            if outs[..=last].iter().all(|r| r.is_some()) {
-                last + 1
-            } else {
-                8
-            }
-        };
-        let mut packs: Vec<Vec<usize>> = Vec::new();
-        let mut order: Vec<usize> = (0..groups.len()).collect();
-        order.sort_by_key(|&g| std::cmp::Reverse(rows_of(&groups[g].1)));
-        let mut small: Vec<usize> = order
+        let rows: Vec<usize> = groups
             .iter()
-            .copied()
-            .filter(|&g| rows_of(&groups[g].1) <= 4)
-            .collect();
-        for &g in &order {
-            if rows_of(&groups[g].1) > 4 {
-                let mut pack = vec![g];
-                if rows_of(&groups[g].1) == 8 {
-                    if let Some(s) = small.pop() {
-                        pack.push(s);
-                    }
+            .map(|(_, outs, _)| {
+                let last = outs
+                    .iter()
+                    .rposition(|r| r.is_some())
+                    .expect("a group has a row");
+                if outs[..=last].iter().all(|r| r.is_some()) {
+                    last + 1
+                } else {
+                    8
                 }
-                packs.push(pack);
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| std::cmp::Reverse(rows[g]));
+        let mut small: Vec<usize> = order.iter().copied().filter(|&g| rows[g] <= 4).collect();
+        let mut packs: Vec<Vec<usize>> = Vec::new();
+        for &g in order.iter().filter(|&&g| rows[g] > 4) {
+            let mut pack = vec![g];
+            if rows[g] == 8 {
+                pack.extend(small.pop());
             }
+            packs.push(pack);
         }
         packs.extend(small.into_iter().map(|g| vec![g]));
-        let used: Vec<u16> = (0..blocks.len() as u16).collect();
+        let nb = blocks.len();
         let mut passes = Vec::new();
         let mut products = 0;
         let mut sums = 0;
         for pack in packs {
-            let mut coefs = Vec::with_capacity(used.len() * pack.len() * 27);
-            for &b in &used {
-                let t = blocks[b as usize].0;
+            let mut coefs = Vec::with_capacity(nb * pack.len() * 27);
+            for &(t, ..) in &blocks {
                 for &g in &pack {
                     let base = 8 * (groups[g].0 ^ t);
                     karatsuba_coefficients(&h[base..base + 8], &mut coefs);
@@ -617,22 +613,21 @@ impl CrossParts {
             let mut shape = [0u8; 2];
             let mut outs = Vec::new();
             for (slot, &g) in pack.iter().enumerate() {
-                let r = rows_of(&groups[g].1);
+                let r = rows[g];
                 shape[slot] = r as u8;
                 let (qa, qb) = (r.min(4), r.saturating_sub(4));
                 let paths = |n: usize| quarter_paths(n).count_ones() as usize;
-                products += used.len() * (paths(qa) + paths(qb) + paths(qa));
+                products += nb * (paths(qa) + paths(qb) + paths(qa));
                 // Two three-way sums per row of each quarter.
-                sums += used.len() * 2 * (qa + qb + qa);
+                sums += nb * 2 * (qa + qb + qa);
                 outs.push(groups[g].1);
             }
             // The block's operands of both branches: 8 sums (`block_operands` in the kernels).
-            sums += used.len() * 8;
+            sums += nb * 8;
             tables.push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
             let held = pack.iter().map(|&g| groups[g].2).collect();
             passes.push(CrossPass {
                 shape,
-                blocks: used.clone(),
                 table: tables.len() - 1,
                 outs,
                 held,

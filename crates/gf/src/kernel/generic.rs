@@ -13,7 +13,7 @@
 
 use super::Mode;
 use crate::dyadic::{
-    quarter_paths, Cross, DyadicProgram, Op, Reg, CROSS_SHAPES, DENSE_REGIONS, TILE,
+    cross_shapes, quarter_paths, Cross, DyadicProgram, Op, Reg, DENSE_REGIONS, TILE,
 };
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
@@ -563,21 +563,17 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
             }
         }
         let t = p.tables.get_unchecked(pass.table);
-        let b = &pass.blocks[..];
-        macro_rules! shapes {
+        macro_rules! dispatch {
             ($($a:literal $b:literal),*) => {
                 match pass.shape {
-                    $([$a, $b] => cross_pass::<V, $a, $b>(t, all, b, &outs, len),)*
+                    $([$a, $b] => cross_pass::<V, $a, $b>(t, all, &outs, len),)*
                     s => unreachable!("cross pass shape {s:?} is not compiled"),
                 }
             };
         }
-        shapes!(1 0, 2 0, 3 0, 4 0, 5 0, 6 0, 7 0, 8 0, 8 1, 8 2, 8 3, 8 4);
+        cross_shapes!(dispatch);
     }
 }
-
-// Every shape the builder may emit is compiled above.
-const _: () = assert!(CROSS_SHAPES.len() == 12);
 
 /// One pass of a cross op: row groups of `R1` and `R2` rows (0 = none) over `len` bytes. For
 /// each column vector and each block, the block's 8 inputs are reduced to the operands of the
@@ -587,8 +583,7 @@ const _: () = assert!(CROSS_SHAPES.len() == 12);
 #[inline(always)]
 unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
     t: &MulTables,
-    all: &[[*const u8; 8]],
-    blocks: &[u16],
+    blocks: &[[*const u8; 8]],
     outs: &[GroupDests; 2],
     len: usize,
 ) {
@@ -599,8 +594,7 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
         let (mut a1, mut b1, mut c1) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
         let (mut a2, mut b2, mut c2) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
         let mut ci = 0;
-        for &b in blocks {
-            let x = all.get_unchecked(b as usize);
+        for x in blocks {
             let (zs, zh) = block_operands::<V>(x, off);
             quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
             quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));

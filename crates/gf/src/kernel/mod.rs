@@ -224,25 +224,7 @@ impl Kernel {
         outputs: &mut [&mut [u8]],
         mode: Mode,
     ) {
-        assert_eq!(
-            inputs.len(),
-            t.inputs(),
-            "input count differs from the matrix"
-        );
-        assert_eq!(
-            outputs.len(),
-            t.outputs(),
-            "output count differs from the matrix"
-        );
-        let len = outputs.first().map_or(0, |o| o.len());
-        assert!(
-            outputs.iter().all(|o| o.len() == len),
-            "output regions differ in length"
-        );
-        assert!(
-            inputs.iter().all(|i| i.len() == len),
-            "input regions differ in length"
-        );
+        let len = region_len(inputs, outputs, (t.inputs(), t.outputs()), "matrix");
         if mode == Mode::DeltaAdd {
             assert_eq!(
                 old.len(),
@@ -271,21 +253,7 @@ impl Kernel {
         let Some(run) = self.dyadic else {
             return false;
         };
-        assert_eq!(
-            inputs.len(),
-            p.inputs(),
-            "input count differs from the program"
-        );
-        assert_eq!(
-            outputs.len(),
-            p.outputs(),
-            "output count differs from the program"
-        );
-        let len = outputs.first().map_or(0, |o| o.len());
-        assert!(
-            inputs.iter().all(|i| i.len() == len) && outputs.iter().all(|o| o.len() == len),
-            "regions differ in length"
-        );
+        let len = region_len(inputs, outputs, (p.inputs(), p.outputs()), "program");
         let ins: smallvec::SmallVec<[*const u8; 64]> = inputs.iter().map(|i| i.as_ptr()).collect();
         let outs: smallvec::SmallVec<[*mut u8; 64]> =
             outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
@@ -344,6 +312,27 @@ impl Kernel {
     pub fn mul_add(&self, c: u8, src: &[u8], dst: &mut [u8]) {
         self.dot(&MulTables::scalar(c), &[src], &[], &mut [dst], Mode::Add)
     }
+}
+
+/// The common length of `inputs` and `outputs`, after checking their counts against `counts`
+/// (what `of`, a matrix or a program, takes). Panics on a mismatch: a caller bug.
+fn region_len(inputs: &[&[u8]], outputs: &[&mut [u8]], counts: (usize, usize), of: &str) -> usize {
+    assert_eq!(inputs.len(), counts.0, "input count differs from the {of}");
+    assert_eq!(
+        outputs.len(),
+        counts.1,
+        "output count differs from the {of}"
+    );
+    let len = outputs.first().map_or(0, |o| o.len());
+    assert!(
+        outputs.iter().all(|o| o.len() == len),
+        "output regions differ in length"
+    );
+    assert!(
+        inputs.iter().all(|i| i.len() == len),
+        "input regions differ in length"
+    );
+    len
 }
 
 unsafe fn scalar_dot(t: &MulTables, i: &[&[u8]], o: &[&[u8]], out: &mut [&mut [u8]], m: Mode) {
