@@ -55,12 +55,14 @@ use crate::field;
 use crate::matrix::Matrix;
 use crate::tables::MulTables;
 
-/// A region of the program: an input, an output, or a scratch region of one tile.
+/// A region of the program: an input, an output, a scratch region of one tile, or zeros (a
+/// shared read-only region of [`ZERO_BYTES`], for positions a product does not have).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reg {
     In(u16),
     Out(u16),
     Tmp(u16),
+    Zero,
 }
 
 /// One step of a program.
@@ -98,8 +100,8 @@ pub(crate) enum Op {
 /// the rows of one or two row groups in registers.
 #[derive(Clone, Debug)]
 pub(crate) struct Cross {
-    /// Column blocks: 8 regions each, positions the product does not have reading a zeroed
-    /// scratch region.
+    /// Column blocks: 8 regions each, positions the product does not have reading
+    /// [`Reg::Zero`].
     pub blocks: Vec<[Reg; 8]>,
     pub passes: Vec<CrossPass>,
 }
@@ -171,6 +173,11 @@ pub(crate) const DENSE_REGIONS: usize = 32;
 
 /// Bytes of each scratch region: one column tile.
 pub const TILE: usize = 512;
+
+/// Bytes of [`Reg::Zero`], and the step of a program without scratch regions: such a program
+/// (a cross layout) runs over up to this many bytes at once, since a step's set-up (pointer
+/// tables for every block) is not free: 512-byte steps cost 64 + 10 7-10%.
+pub const ZERO_BYTES: usize = 16 << 10;
 
 /// `outputs = D * inputs` for a block of a dyadic matrix, as a program of kernel steps.
 #[derive(Clone, Debug)]
@@ -249,7 +256,7 @@ impl DyadicProgram {
         Some(DyadicProgram {
             ops: c.ops,
             tables: c.tables,
-            scratch: c.scratch,
+            scratch: 0,
             inputs: cols.len(),
             outputs: rows.len(),
             products: c.products,
@@ -273,8 +280,8 @@ impl DyadicProgram {
         if r > DENSE_REGIONS {
             return None;
         }
-        // The sums `held + D x` go to scratch regions 1..=r (0 is the cross op's zero region).
-        let dst: Vec<Reg> = (0..r).map(|i| Reg::Tmp(1 + i as u16)).collect();
+        // The sums `held + D x` go to scratch regions 0..r.
+        let dst: Vec<Reg> = (0..r).map(|i| Reg::Tmp(i as u16)).collect();
         let held: Vec<Option<Reg>> = (0..r)
             .map(|i| Some(Reg::In((cols.len() + i) as u16)))
             .collect();
@@ -307,7 +314,7 @@ impl DyadicProgram {
         Some(DyadicProgram {
             ops: c.ops,
             tables: c.tables,
-            scratch: c.scratch.max(1 + r),
+            scratch: r,
             inputs: cols.len() + r,
             outputs: inv.rows(),
             products,
@@ -339,6 +346,16 @@ impl DyadicProgram {
     /// Scratch bytes a run needs.
     pub fn scratch_bytes(&self) -> usize {
         self.scratch * TILE
+    }
+
+    /// Bytes of every region a run takes at a time: one scratch tile, or for a program without
+    /// scratch regions as many as [`Reg::Zero`] holds.
+    pub(crate) fn step(&self) -> usize {
+        if self.scratch > 0 {
+            TILE
+        } else {
+            ZERO_BYTES
+        }
     }
 }
 
@@ -519,7 +536,6 @@ impl Builder {
 struct CrossParts {
     ops: Vec<Op>,
     tables: Vec<MulTables>,
-    scratch: usize,
     products: usize,
     cost: usize,
 }
@@ -538,8 +554,8 @@ impl CrossParts {
         if n < 8 || rows.is_empty() || cols.is_empty() {
             return None;
         }
-        // Column blocks, in position order; absent positions read scratch region 0 (zeroed).
-        let zero = Reg::Tmp(0);
+        // Column blocks, in position order; absent positions read zeros.
+        let zero = Reg::Zero;
         let mut block_of = vec![None; n / 8];
         let mut blocks: Vec<(usize, [Reg; 8], [bool; 8])> = Vec::new();
         let mut sorted: Vec<(usize, usize)> = cols.iter().copied().zip(0..).collect();
@@ -634,10 +650,6 @@ impl CrossParts {
             });
         }
         debug_assert!(passes.iter().all(|p| CROSS_SHAPES.contains(&p.shape)));
-        let needs_zero = blocks.iter().any(|b| b.2.iter().any(|&p| !p));
-        if needs_zero {
-            ops.push(Op::Zero(vec![zero]));
-        }
         ops.push(Op::Cross(Box::new(Cross {
             blocks: blocks.iter().map(|b| b.1).collect(),
             passes,
@@ -645,7 +657,6 @@ impl CrossParts {
         Some(CrossParts {
             ops,
             tables,
-            scratch: usize::from(needs_zero),
             products,
             // A product and a register sum each take a vector slot.
             cost: products + sums,

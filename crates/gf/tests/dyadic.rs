@@ -100,6 +100,29 @@ fn cauchy_blocks_of_wide_codes() {
     }
 }
 
+/// Regions longer than one step of a program without scratch (16 KiB, the zero region's size),
+/// with blocks cut by `k` (absent positions read zeros) and with full blocks.
+#[test]
+fn regions_longer_than_one_step() {
+    let h = cauchy_function();
+    let mut rng = StdRng::seed_from_u64(5);
+    for kernel in simd_kernels() {
+        for (k, m) in [(60, 10), (64, 10), (21, 3)] {
+            let rows: Vec<usize> = (k..k + m).collect();
+            let cols: Vec<usize> = (0..k).collect();
+            check(
+                &kernel,
+                &mut rng,
+                &h,
+                &rows,
+                &cols,
+                (48 << 10) + 64 + 5,
+                false,
+            );
+        }
+    }
+}
+
 #[test]
 fn random_functions_positions_and_lengths() {
     let mut rng = StdRng::seed_from_u64(2);

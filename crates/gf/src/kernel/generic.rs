@@ -13,7 +13,7 @@
 
 use super::Mode;
 use crate::dyadic::{
-    cross_shapes, quarter_paths, Cross, DyadicProgram, Op, Reg, DENSE_REGIONS, TILE,
+    cross_shapes, quarter_paths, Cross, DyadicProgram, Op, Reg, DENSE_REGIONS, TILE, ZERO_BYTES,
 };
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
@@ -347,10 +347,13 @@ pub(crate) unsafe fn xor<V: Vector>(inputs: &[&[u8]], output: &mut [u8], accumul
     }
 }
 
+/// What [`Reg::Zero`] reads: never written (the pointer is mutable only for the shared `at`).
+static ZEROS: [u8; ZERO_BYTES] = [0; ZERO_BYTES];
+
 /// Run a [`DyadicProgram`] over `len` bytes (a multiple of `V::BYTES`) of every region, one
-/// column tile at a time so the scratch regions stay in cache. Preconditions (checked by
-/// `Kernel::dyadic`): `ins` / `outs` match the program, every region holds `len` bytes, and
-/// `scratch` holds `p.scratch_bytes()`.
+/// step ([`DyadicProgram::step`]) at a time so the scratch regions stay in cache.
+/// Preconditions (checked by `Kernel::dyadic`): `ins` / `outs` match the program, every region
+/// holds `len` bytes, and `scratch` holds `p.scratch_bytes()`.
 #[inline(always)]
 pub(crate) unsafe fn dyadic<V: Vector>(
     p: &DyadicProgram,
@@ -359,14 +362,16 @@ pub(crate) unsafe fn dyadic<V: Vector>(
     len: usize,
     scratch: *mut u8,
 ) {
+    let step = p.step();
     let mut tile = 0;
     while tile < len {
-        let w = TILE.min(len - tile);
+        let w = step.min(len - tile);
         let at = |r: Reg| -> *mut u8 {
             match r {
                 Reg::In(i) => ins.get_unchecked(i as usize).add(tile) as *mut u8,
                 Reg::Out(o) => outs.get_unchecked(o as usize).add(tile),
                 Reg::Tmp(t) => scratch.add(t as usize * TILE),
+                Reg::Zero => ZEROS.as_ptr() as *mut u8,
             }
         };
         for op in &p.ops {
