@@ -11,9 +11,10 @@
 //! changed); `galops` (Mann et al.) is GF multiply-adds per second / 1e9, i.e. data bytes x rows
 //! produced.
 
-use crate::timing::best_rate;
+use crate::timing::best_rates_in_turns;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
+use std::cell::RefCell;
 use std::hint::black_box;
 use std::time::Duration;
 use stripeguard_codes::{ChunkUpdate, ErasureCode, ReedSolomon};
@@ -194,6 +195,47 @@ fn with_reference(mut r: Measurement, name: &'static str, reference_rate: f64) -
     r
 }
 
+/// A function of one stripe, timed by [`measured`].
+type StripeFn<'a> = &'a mut dyn FnMut(&mut Vec<Vec<u8>>);
+
+/// The reference a row is compared with, if any: its name and function.
+type Reference<'a> = Option<(&'static str, Box<dyn FnMut(&mut Vec<Vec<u8>>) + 'a>)>;
+
+/// An ISA-L reference: `None` without the `isal` feature, which then compiles none of it.
+macro_rules! isal {
+    ($name:expr, $f:expr) => {{
+        #[cfg(feature = "isal")]
+        let r: Reference = Some(($name, Box::new($f)));
+        #[cfg(not(feature = "isal"))]
+        let r: Reference = None;
+        r
+    }};
+}
+
+/// Row `op` (`rows` outputs per data byte, `bytes` per call): ours, and the reference timed in
+/// turns with it (see [`best_rates_in_turns`]), each call on the pool's next stripe.
+#[allow(clippy::too_many_arguments)]
+fn measured(
+    pool: &mut Pool,
+    placement: &'static str,
+    o: &CodecOptions,
+    op: &'static str,
+    rows: usize,
+    bytes: usize,
+    ours: StripeFn,
+    reference: Reference,
+) -> Measurement {
+    let cell = RefCell::new(&mut *pool);
+    let mut ours = || ours(cell.borrow_mut().take());
+    let Some((name, mut theirs)) = reference else {
+        let rate = best_rates_in_turns(bytes, o.reps, o.min_time, &mut [&mut ours])[0];
+        return row(op, pool, placement, rate, rows);
+    };
+    let mut theirs = || theirs(cell.borrow_mut().take());
+    let rates = best_rates_in_turns(bytes, o.reps, o.min_time, &mut [&mut ours, &mut theirs]);
+    with_reference(row(op, pool, placement, rates[0], rows), name, rates[1])
+}
+
 fn measure_shape(
     code: &ReedSolomon,
     pool: &mut Pool,
@@ -203,55 +245,56 @@ fn measure_shape(
     let (k, m, chunk) = (pool.k, pool.m, pool.chunk);
     let data_bytes = k * chunk;
     let lost: Vec<usize> = (0..m.min(k)).collect();
-    let mut out = Vec::new();
-    let rate = |pool: &mut Pool, bytes: usize, f: &mut dyn FnMut(&mut Vec<Vec<u8>>)| {
-        best_rate(bytes, o.reps, o.min_time, || f(pool.take()))
-    };
-
-    // encode
-    let ours = rate(pool, data_bytes, &mut |s| {
-        let (d, p) = s.split_at_mut(k);
-        let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
-        code.encode(
-            &d,
-            &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
-        )
-        .unwrap();
-    });
-    let r = row("encode", pool, placement, ours, m);
     #[cfg(feature = "isal")]
-    let r = {
-        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
-        let theirs = rate(pool, data_bytes, &mut |s| {
+    let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
+    let mut out = Vec::new();
+
+    out.push(measured(
+        pool,
+        placement,
+        o,
+        "encode",
+        m,
+        data_bytes,
+        &mut |s| {
+            let (d, p) = s.split_at_mut(k);
+            let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
+            code.encode(
+                &d,
+                &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+            )
+            .unwrap();
+        },
+        isal!("isa-l ec_encode_data", |s: &mut Vec<Vec<u8>>| {
             let (d, p) = s.split_at_mut(k);
             let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
             reference.encode(
                 &d,
                 &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
             );
-        });
-        with_reference(r, "isa-l ec_encode_data", theirs)
-    };
-    out.push(r);
+        }),
+    ));
 
     // update: one data chunk's contribution added to the parity, `p ^= P[:, j] * x` — exactly
     // what ISA-L's ec_encode_data_update does (x = the delta of a read-modify-write, or the data
     // of a chunk being encoded as it arrives).
-    let new_chunk: Vec<u8> = (0..chunk).map(|i| (i * 31 + 7) as u8).collect();
-    let ours = rate(pool, chunk, &mut |s| {
-        let (d, p) = s.split_at_mut(k);
-        code.accumulate(
-            1 % k,
-            &d[1 % k],
-            &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
-        )
-        .unwrap();
-    });
-    let r = row("update", pool, placement, ours, m);
-    #[cfg(feature = "isal")]
-    let r = {
-        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
-        let theirs = rate(pool, chunk, &mut |s| {
+    out.push(measured(
+        pool,
+        placement,
+        o,
+        "update",
+        m,
+        chunk,
+        &mut |s| {
+            let (d, p) = s.split_at_mut(k);
+            code.accumulate(
+                1 % k,
+                &d[1 % k],
+                &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+            )
+            .unwrap();
+        },
+        isal!("isa-l ec_encode_data_update", |s: &mut Vec<Vec<u8>>| {
             let (d, p) = s.split_at_mut(k);
             let outs = &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>();
             stripeguard_isal_ref::update_with_tables(
@@ -261,33 +304,38 @@ fn measure_shape(
                 &d[1 % k],
                 outs,
             );
-        });
-        with_reference(r, "isa-l ec_encode_data_update", theirs)
-    };
-    out.push(r);
+        }),
+    ));
 
     // rmw: a read-modify-write of one chunk from its old and new contents. Ours fuses the
     // delta into the parity pass (`update`); ISA-L needs the delta first (xor_gen, then
     // ec_encode_data_update), the fastest way its API offers.
-    let ours = rate(pool, chunk, &mut |s| {
-        let (d, p) = s.split_at_mut(k);
-        let change = ChunkUpdate {
-            index: 1 % k,
-            old: &d[1 % k],
-            new: &new_chunk,
-        };
-        code.update(
-            &[change],
-            &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
-        )
-        .unwrap();
-    });
-    let r = row("rmw", pool, placement, ours, m);
+    let new_chunk: Vec<u8> = (0..chunk).map(|i| (i * 31 + 7) as u8).collect();
     #[cfg(feature = "isal")]
-    let r = {
-        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
-        let mut delta = vec![0u8; chunk];
-        let theirs = rate(pool, chunk, &mut |s| {
+    let mut delta = vec![0u8; chunk];
+    out.push(measured(
+        pool,
+        placement,
+        o,
+        "rmw",
+        m,
+        chunk,
+        &mut |s| {
+            let (d, p) = s.split_at_mut(k);
+            let change = ChunkUpdate {
+                index: 1 % k,
+                old: &d[1 % k],
+                new: &new_chunk,
+            };
+            code.update(
+                &[change],
+                &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+            )
+            .unwrap();
+        },
+        isal!("isa-l xor_gen + ec_encode_data_update", |s: &mut Vec<
+            Vec<u8>,
+        >| {
             let (d, p) = s.split_at_mut(k);
             let outs = &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>();
             stripeguard_isal_ref::rmw_with_tables(
@@ -299,25 +347,27 @@ fn measure_shape(
                 &mut delta,
                 outs,
             );
-        });
-        with_reference(r, "isa-l xor_gen + ec_encode_data_update", theirs)
-    };
-    out.push(r);
+        }),
+    ));
 
     // reconstruct m lost data chunks (the stripe's data is overwritten with the same bytes)
-    let ours = rate(pool, data_bytes, &mut |s| {
-        code.reconstruct(
-            &mut s.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
-            &lost,
-        )
-        .unwrap();
-    });
-    let r = row("reconstruct", pool, placement, ours, lost.len());
     #[cfg(feature = "isal")]
-    let r = {
-        let reference = stripeguard_isal_ref::Reference::cauchy(k, m);
-        let (tables, sources) = reference.decode_tables(&lost);
-        let theirs = rate(pool, data_bytes, &mut |s| {
+    let (tables, sources) = reference.decode_tables(&lost);
+    out.push(measured(
+        pool,
+        placement,
+        o,
+        "reconstruct",
+        lost.len(),
+        data_bytes,
+        &mut |s| {
+            code.reconstruct(
+                &mut s.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+                &lost,
+            )
+            .unwrap();
+        },
+        isal!("isa-l decode (ec_encode_data)", |s: &mut Vec<Vec<u8>>| {
             let (targets, rest) = s.split_at_mut(lost.len());
             let ins: Vec<&[u8]> = sources.iter().map(|&i| &rest[i - lost.len()][..]).collect();
             stripeguard_isal_ref::encode_with_tables(
@@ -325,48 +375,68 @@ fn measure_shape(
                 &ins,
                 &mut targets.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
             );
-        });
-        with_reference(r, "isa-l decode (ec_encode_data)", theirs)
-    };
-    out.push(r);
+        }),
+    ));
 
     // locate one silently corrupted data chunk (then undo the damage)
     if m >= 2 {
-        let ours = rate(pool, data_bytes, &mut |s| {
-            s[0][7] ^= 0x5a;
-            let views: Vec<&[u8]> = s.iter().map(|x| &x[..]).collect();
-            let found = code.locate(&views, &[]).unwrap();
-            assert_eq!(found, stripeguard_codes::Located::Bad(vec![0]));
-            s[0][7] ^= 0x5a;
-        });
-        out.push(row("locate", pool, placement, ours, m));
+        out.push(measured(
+            pool,
+            placement,
+            o,
+            "locate",
+            m,
+            data_bytes,
+            &mut |s| {
+                s[0][7] ^= 0x5a;
+                let views: Vec<&[u8]> = s.iter().map(|x| &x[..]).collect();
+                let found = code.locate(&views, &[]).unwrap();
+                assert_eq!(found, stripeguard_codes::Located::Bad(vec![0]));
+                s[0][7] ^= 0x5a;
+            },
+            None,
+        ));
     }
 
     // CRC-32C of the data chunks: our wrapper against crc-fast called directly
-    let ours = rate(pool, data_bytes, &mut |s| {
-        for c in &s[..k] {
-            black_box(stripeguard_checksum::crc32c(c));
-        }
-    });
-    let theirs = rate(pool, data_bytes, &mut |s| {
-        for c in &s[..k] {
-            black_box(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, c));
-        }
-    });
-    out.push(with_reference(
-        row("crc32c", pool, placement, ours, 0),
-        "crc-fast",
-        theirs,
+    out.push(measured(
+        pool,
+        placement,
+        o,
+        "crc32c",
+        0,
+        data_bytes,
+        &mut |s| {
+            for c in &s[..k] {
+                black_box(stripeguard_checksum::crc32c(c));
+            }
+        },
+        Some((
+            "crc-fast",
+            Box::new(|s: &mut Vec<Vec<u8>>| {
+                for c in &s[..k] {
+                    black_box(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, c));
+                }
+            }),
+        )),
     ));
 
     // memcpy of the data chunks: the ceiling
     let mut dst = vec![0u8; chunk];
-    let ours = rate(pool, data_bytes, &mut |s| {
-        for c in &s[..k] {
-            dst.copy_from_slice(c);
-            black_box(&dst);
-        }
-    });
-    out.push(row("memcpy", pool, placement, ours, 0));
+    out.push(measured(
+        pool,
+        placement,
+        o,
+        "memcpy",
+        0,
+        data_bytes,
+        &mut |s| {
+            for c in &s[..k] {
+                dst.copy_from_slice(c);
+                black_box(&dst);
+            }
+        },
+        None,
+    ));
     out
 }

@@ -185,6 +185,8 @@ pub struct DyadicProgram {
     pub(crate) ops: Vec<Op>,
     pub(crate) tables: Vec<MulTables>,
     pub(crate) scratch: usize,
+    /// Bytes of each scratch region and of every region per step (0: no scratch).
+    pub(crate) tile: usize,
     inputs: usize,
     outputs: usize,
     products: usize,
@@ -240,6 +242,7 @@ impl DyadicProgram {
             ops: b.ops,
             tables: b.tables,
             scratch: b.max_tmp,
+            tile: TILE,
             inputs: cols.len(),
             outputs: rows.len(),
             products: b.products,
@@ -257,6 +260,7 @@ impl DyadicProgram {
             ops: c.ops,
             tables: c.tables,
             scratch: 0,
+            tile: 0,
             inputs: cols.len(),
             outputs: rows.len(),
             products: c.products,
@@ -315,6 +319,7 @@ impl DyadicProgram {
             ops: c.ops,
             tables: c.tables,
             scratch: r,
+            tile: TILE,
             inputs: cols.len() + r,
             outputs: inv.rows(),
             products,
@@ -345,14 +350,14 @@ impl DyadicProgram {
 
     /// Scratch bytes a run needs.
     pub fn scratch_bytes(&self) -> usize {
-        self.scratch * TILE
+        self.scratch * self.tile
     }
 
     /// Bytes of every region a run takes at a time: one scratch tile, or for a program without
     /// scratch regions as many as [`Reg::Zero`] holds.
     pub(crate) fn step(&self) -> usize {
         if self.scratch > 0 {
-            TILE
+            self.tile
         } else {
             ZERO_BYTES
         }

@@ -13,7 +13,7 @@
 
 use super::Mode;
 use crate::dyadic::{
-    cross_shapes, quarter_paths, Cross, DyadicProgram, Op, Reg, DENSE_REGIONS, TILE, ZERO_BYTES,
+    cross_shapes, quarter_paths, Cross, DyadicProgram, Op, Reg, DENSE_REGIONS, ZERO_BYTES,
 };
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
@@ -370,7 +370,7 @@ pub(crate) unsafe fn dyadic<V: Vector>(
             match r {
                 Reg::In(i) => ins.get_unchecked(i as usize).add(tile) as *mut u8,
                 Reg::Out(o) => outs.get_unchecked(o as usize).add(tile),
-                Reg::Tmp(t) => scratch.add(t as usize * TILE),
+                Reg::Tmp(t) => scratch.add(t as usize * step),
                 Reg::Zero => ZEROS.as_ptr() as *mut u8,
             }
         };

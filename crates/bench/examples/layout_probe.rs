@@ -1,0 +1,84 @@
+//! Ours against ISA-L encoding one shape with the chunks laid out in different ways in memory:
+//! one allocation per chunk (what `bench codec` uses), and chunks in one page-aligned region at
+//! several strides and misalignments (4 KiB strides map every chunk's column to the same L1 set;
+//! misaligned chunks split most 64-byte loads over two cache lines). Best of interleaved runs.
+//! Usage: `cargo run --release -p stripeguard-bench --features isal --example layout_probe --
+//! [K M LEN] [--same]` (default 64 10 4096; `--same`: every data chunk reads one of two
+//! buffers, so the data stays in L1 and only the instructions are timed).
+use std::time::Instant;
+use stripeguard_codes::{ErasureCode, ReedSolomon};
+
+/// Best seconds per call of `f`.
+fn best(mut f: impl FnMut()) -> f64 {
+    let mut b = f64::MAX;
+    for _ in 0..9 {
+        let n = 100;
+        let t = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        b = b.min(t.elapsed().as_secs_f64() / n as f64);
+    }
+    b
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let same = args.iter().any(|a| a == "--same");
+    let nums: Vec<usize> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(|a| a.parse().expect("K M LEN are numbers"))
+        .collect();
+    let get = |i: usize, d: usize| nums.get(i).copied().unwrap_or(d);
+    let (k, m, len) = (get(0, 64), get(1, 10), get(2, 4096));
+    let code = ReedSolomon::new(k, m).expect("a valid shape");
+    let isal = stripeguard_isal_ref::Reference::cauchy(k, m);
+    let chunks: Vec<Vec<u8>> = (0..k)
+        .map(|i| (0..len).map(|b| (i * 7 + b * 13) as u8).collect())
+        .collect();
+    // (name, stride between chunk starts (0: one allocation each), offset of the first chunk
+    // from a page boundary)
+    let layouts = [
+        ("malloc", 0, 0),
+        ("4096", 4096, 0),
+        ("4096+64", 4160, 0),
+        ("4096+128", 4224, 0),
+        ("4096+16", 4112, 16),
+        ("4160 +16", 4160, 16),
+        ("4176 +16", 4176, 16),
+        ("4096 +16", 4096, 16),
+    ];
+    for (name, stride, offset) in layouts {
+        let st = if stride == 0 { len } else { stride.max(len) };
+        let mut region = vec![0u8; k * st + 2 * 4096];
+        let start = (4096 - region.as_ptr() as usize % 4096) % 4096 + offset;
+        for (i, c) in chunks.iter().enumerate() {
+            region[start + i * st..start + i * st + len].copy_from_slice(c);
+        }
+        let at = |i: usize| start + i * st;
+        let data: Vec<&[u8]> = if same {
+            (0..k)
+                .map(|i| &region[at(i % 2)..at(i % 2) + len])
+                .collect()
+        } else if stride == 0 {
+            chunks.iter().map(|c| &c[..]).collect()
+        } else {
+            (0..k).map(|i| &region[at(i)..at(i) + len]).collect()
+        };
+        let mut parity = vec![vec![0u8; len]; m];
+        let mut out: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+        let (mut ours, mut theirs) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            ours = ours.min(best(|| code.encode(&data, &mut out).unwrap()));
+            theirs = theirs.min(best(|| isal.encode(&data, &mut out)));
+        }
+        let gb = |t: f64| (k * len) as f64 / t / 1e9;
+        println!(
+            "{k}+{m} len {len} {name:>9}: ours {:6.2} GB/s  isa-l {:6.2} GB/s  ratio {:.2}",
+            gb(ours),
+            gb(theirs),
+            theirs / ours
+        );
+    }
+}
