@@ -3,8 +3,9 @@
 //! several strides and misalignments (4 KiB strides map every chunk's column to the same L1 set;
 //! misaligned chunks split most 64-byte loads over two cache lines). Best of interleaved runs.
 //! Usage: `cargo run --release -p stripeguard-bench --features isal --example layout_probe --
-//! [K M LEN] [--same]` (default 64 10 4096; `--same`: every data chunk reads one of two
-//! buffers, so the data stays in L1 and only the instructions are timed).
+//! [K M LEN] [--same] [--xor]` (default 64 10 4096; `--same`: every data chunk reads one of two
+//! buffers, so the data stays in L1 and only the instructions are timed; `--xor`: time the XOR
+//! of the data chunks instead, the ceiling the loads alone set).
 use std::time::Instant;
 use stripeguard_codes::{ErasureCode, ReedSolomon};
 
@@ -25,6 +26,7 @@ fn best(mut f: impl FnMut()) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let same = args.iter().any(|a| a == "--same");
+    let xor = args.iter().any(|a| a == "--xor");
     let nums: Vec<usize> = args
         .iter()
         .filter(|a| !a.starts_with("--"))
@@ -68,6 +70,15 @@ fn main() {
         };
         let mut parity = vec![vec![0u8; len]; m];
         let mut out: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+        if xor {
+            let kernel = *stripeguard_gf::Kernel::selected().expect("a kernel");
+            let t = best(|| kernel.xor(&data, out[0], false));
+            println!(
+                "{name:>9}: xor of {k} inputs {:6.2} GB/s",
+                (k * len) as f64 / t / 1e9
+            );
+            continue;
+        }
         let (mut ours, mut theirs) = (f64::MAX, f64::MAX);
         for _ in 0..3 {
             ours = ours.min(best(|| code.encode(&data, &mut out).unwrap()));

@@ -592,27 +592,34 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
     outs: &[GroupDests; 2],
     len: usize,
 ) {
+    const { assert!(R2 <= 4, "a second group has at most 4 rows") };
     let coefs = 27 * (usize::from(R1 > 0) + usize::from(R2 > 0));
     let mut off = 0;
     while off < len {
         // Named row sets touched only through constant indices, so they live in registers.
         let (mut a1, mut b1, mut c1) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
-        let (mut a2, mut b2, mut c2) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
+        // The second group (at most 4 rows) keeps one accumulator a row.
+        let mut r2 = [V::zero(); 4];
         let mut ci = 0;
         for x in blocks {
-            let (zs, zh) = block_operands::<V>(x, off);
+            let (zs, zh) = block_operands::<V>(load_block::<V>(x, off));
             quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
             quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
             quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
-            quarter_add::<V>(&mut a2, &zs, t, ci + 27, R2.min(4));
-            quarter_add::<V>(&mut b2, &zs, t, ci + 36, R2.saturating_sub(4));
-            quarter_add::<V>(&mut c2, &zh, t, ci + 45, R2.min(4));
+            rows_add::<V>(&mut r2, &zs, &zh, t, ci + 27, R2);
             ci += coefs;
         }
         group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, off);
-        group_rows::<V>(&a2, &b2, &c2, &outs[1], R2, off);
+        let zero = [V::zero(); 4];
+        group_rows::<V>(&r2, &zero, &zero, &outs[1], R2, off);
         off += V::BYTES;
     }
+}
+
+/// The 8 input vectors of a block at `off`.
+#[inline(always)]
+unsafe fn load_block<V: Vector>(x: &[*const u8; 8], off: usize) -> [V; 8] {
+    core::array::from_fn(|c| V::load(x[c].add(off)))
 }
 
 /// A block's operands of the two lower Karatsuba levels, `z[2 (P1 == A+B) + (P0 == A+B)]` of
@@ -620,11 +627,7 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
 /// d2 + d3, d1 + d3, d2 + d3, d3)`: 8 XORs (three-way where they can be), not the 10 of forming
 /// `x_lo + x_hi` first.
 #[inline(always)]
-unsafe fn block_operands<V: Vector>(
-    x: &[*const u8; 8],
-    off: usize,
-) -> ([V::Prep; 4], [V::Prep; 4]) {
-    let v: [V; 8] = core::array::from_fn(|c| V::load(x[c].add(off)));
+unsafe fn block_operands<V: Vector>(v: [V; 8]) -> ([V::Prep; 4], [V::Prep; 4]) {
     let x3 = V::xor(v[3], v[7]);
     let s2 = V::xor(V::xor(v[2], v[6]), x3);
     let s1 = V::xor(V::xor(v[1], v[5]), x3);
@@ -662,6 +665,44 @@ unsafe fn group_rows<V: Vector>(
             y = V::xor(y, V::load(held.add(off)));
         }
         V::store(o.add(off), y);
+    }
+}
+
+/// Add one block's products to the first `n <= 4` rows of a group, each row one accumulator:
+/// the A quarter's paths (operands `zs`, coefficients from `c`) and the A + B quarter's (`zh`,
+/// from `c + 18`), four three-way sums a row like [`quarter_add`] into two quarters, with half
+/// the registers.
+#[inline(always)]
+unsafe fn rows_add<V: Vector>(
+    acc: &mut [V; 4],
+    zs: &[V::Prep; 4],
+    zh: &[V::Prep; 4],
+    t: &MulTables,
+    c: usize,
+    n: usize,
+) {
+    if n == 0 {
+        return;
+    }
+    let mask = quarter_paths(n);
+    let zero = V::zero();
+    let paths = |z: &[V::Prep; 4], c: usize| -> [V; 9] {
+        core::array::from_fn(|path| {
+            if mask & (1 << path) != 0 {
+                let zi = 2 * usize::from(path / 3 == 2) + usize::from(path % 3 == 2);
+                V::mul(z[zi], t, c + path)
+            } else {
+                zero
+            }
+        })
+    };
+    let (p, q) = (paths(zs, c), paths(zh, c + 18));
+    for (v, a) in acc.iter_mut().enumerate().take(n) {
+        let (h1, h0) = (v >> 1, v & 1);
+        let mut x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
+        x = V::xor(V::xor(x, p[6 + h0]), p[8]);
+        x = V::xor(V::xor(x, q[3 * h1 + h0]), q[3 * h1 + 2]);
+        *a = V::xor(V::xor(x, q[6 + h0]), q[8]);
     }
 }
 
