@@ -303,3 +303,35 @@ proptest! {
         }
     }
 }
+
+/// Codes that take turns rebuilding the same erasure set on one thread each get their own plan
+/// (a thread remembers the plan it used last): RS, RAID-6 and XOR of one width, and a code built
+/// where a dropped one may have lived.
+#[test]
+fn codes_taking_turns_on_one_erasure_set_rebuild_their_own_chunks() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let data: Vec<Vec<u8>> = (0..4)
+        .map(|_| (0..256).map(|_| rng.random()).collect())
+        .collect();
+    let rs: Box<dyn ErasureCode> = Box::new(ReedSolomon::new(4, 2).unwrap());
+    let raid6: Box<dyn ErasureCode> = Box::new(Raid6::new(4).unwrap());
+    for round in 0..3 {
+        for code in [&rs, &raid6] {
+            let good = stripe(&**code, &data);
+            let mut s = good.clone();
+            s[1].fill(0);
+            s[4].fill(0);
+            code.reconstruct(&mut views_mut(&mut s), &[1, 4]).unwrap();
+            assert_eq!(s, good, "round {round}");
+        }
+        // Dropped and rebuilt with another shape, perhaps at the same address.
+        let other = ReedSolomon::new(3 + round, 2).unwrap();
+        let data: Vec<Vec<u8>> = data.iter().cycle().take(3 + round).cloned().collect();
+        let good = stripe(&other, &data);
+        let mut s = good.clone();
+        s[1].fill(0);
+        s[4].fill(0);
+        other.reconstruct(&mut views_mut(&mut s), &[1, 4]).unwrap();
+        assert_eq!(s, good, "round {round}");
+    }
+}
