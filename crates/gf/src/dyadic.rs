@@ -49,7 +49,10 @@
 //! but about two scratch passes per product and ran no faster than dense.
 //!
 //! A cross op can also add a region per row before storing; [`DyadicProgram::solve`] uses that
-//! to rebuild lost data chunks from parity: `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`.
+//! to rebuild lost data chunks from parity: `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`. When the
+//! rows `S` fit one pass (64 + 10: rows 64..72 and 72..74), the pass applies the small inverse
+//! to them in registers and stores `d_L` (`CrossPass::finish`); otherwise the sums go through
+//! scratch regions to a dense product.
 
 use crate::field;
 use crate::matrix::Matrix;
@@ -121,6 +124,10 @@ pub(crate) struct CrossPass {
     /// What each group's rows are added to (the destination itself when the program
     /// accumulates).
     pub held: Vec<[Option<Reg>; 8]>,
+    /// Instead of storing the rows: `outs = table * rows` (rows in slot order, group 1's
+    /// `shape[0]` then group 2's `shape[1]`, plus their addends), in registers. The solve's
+    /// small inverse, when its rows fit one pass.
+    pub finish: Option<(usize, Vec<Reg>)>,
 }
 
 /// Calls `$m!` with every pass shape the kernels are compiled for, as `rows1 rows2` pairs (rows
@@ -296,7 +303,43 @@ impl DyadicProgram {
             .map(|i| Some(Reg::In((cols.len() + i) as u16)))
             .collect();
         let mut c = CrossParts::new(h, rows, cols, &dst, &held)?;
-        // Then the small dense product, in output groups the kernels hold in registers.
+        if let [Op::Cross(x)] = &mut c.ops[..] {
+            if let [pass] = &mut x.passes[..] {
+                // One pass holds every row: the inverse is applied to them in registers.
+                let width = (pass.shape[0] + pass.shape[1]) as usize;
+                let mut m = Matrix::zero(inv.rows(), width);
+                let slots = pass
+                    .outs
+                    .iter()
+                    .zip(pass.shape)
+                    .flat_map(|(g, n)| &g[..n as usize]);
+                for (j, d) in slots.enumerate() {
+                    if let Some(Reg::Tmp(i)) = *d {
+                        for o in 0..inv.rows() {
+                            m[(o, j)] = inv[(o, i as usize)];
+                        }
+                    }
+                }
+                for g in &mut pass.outs {
+                    *g = [None; 8];
+                }
+                c.tables.push(MulTables::new(&m));
+                let outs = (0..inv.rows()).map(|o| Reg::Out(o as u16)).collect();
+                pass.finish = Some((c.tables.len() - 1, outs));
+                return Some(DyadicProgram {
+                    ops: c.ops,
+                    tables: c.tables,
+                    scratch: 0,
+                    tile: 0,
+                    inputs: cols.len() + r,
+                    outputs: inv.rows(),
+                    products: c.products + inv.rows() * width,
+                    cost: c.cost + 2 * inv.rows() * width,
+                });
+            }
+        }
+        // Else the small dense product after it, in output groups the kernels hold in
+        // registers.
         let mut products = c.products;
         let mut cost = c.cost;
         let mut row0 = 0;
@@ -658,6 +701,7 @@ impl CrossParts {
                 table: tables.len() - 1,
                 outs,
                 held,
+                finish: None,
             });
         }
         debug_assert!(passes.iter().all(|p| CROSS_SHAPES.contains(&p.shape)));

@@ -562,16 +562,28 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
         let mut outs = [[(core::ptr::null_mut::<u8>(), core::ptr::null::<u8>()); 8]; 2];
         for ((d, g), h) in outs.iter_mut().zip(&pass.outs).zip(&pass.held) {
             for ((d, r), h) in d.iter_mut().zip(g).zip(h) {
-                if let Some(r) = *r {
-                    *d = (at(r), h.map_or(core::ptr::null(), |h| at(h) as *const u8));
-                }
+                *d = (
+                    r.map_or(core::ptr::null_mut(), at),
+                    h.map_or(core::ptr::null(), |h| at(h) as *const u8),
+                );
             }
         }
         let t = p.tables.get_unchecked(pass.table);
+        let mut fo = [core::ptr::null_mut::<u8>(); DENSE_REGIONS];
+        let finish = pass.finish.as_ref().map(|(table, regs)| {
+            for (d, &r) in fo.iter_mut().zip(regs) {
+                *d = at(r);
+            }
+            (p.tables.get_unchecked(*table), &fo[..regs.len()])
+        });
         macro_rules! dispatch {
             ($($a:literal $b:literal),*) => {
                 match pass.shape {
-                    $([$a, $b] => cross_pass::<V, $a, $b>(t, all, &outs, len),)*
+                    $([$a, $b] => if finish.is_some() {
+                        cross_pass::<V, $a, $b, true>(t, all, &outs, len, finish)
+                    } else {
+                        cross_pass::<V, $a, $b, false>(t, all, &outs, len, None)
+                    },)*
                     s => unreachable!("cross pass shape {s:?} is not compiled"),
                 }
             };
@@ -586,11 +598,12 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
 /// for quarter A + B), every quarter's products are added to its rows, and at the end each
 /// group row is its A or B quarter row plus its A + B quarter row.
 #[inline(always)]
-unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
+unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: bool>(
     t: &MulTables,
     blocks: &[[*const u8; 8]],
     outs: &[GroupDests; 2],
     len: usize,
+    finish: Option<(&MulTables, &[*mut u8])>,
 ) {
     const { assert!(R2 <= 4, "a second group has at most 4 rows") };
     let coefs = 27 * (usize::from(R1 > 0) + usize::from(R2 > 0));
@@ -609,9 +622,13 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize>(
             rows_add::<V>(&mut r2, &zs, &zh, t, ci + 27, R2);
             ci += coefs;
         }
-        group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, off);
-        let zero = [V::zero(); 4];
-        group_rows::<V>(&r2, &zero, &zero, &outs[1], R2, off);
+        if let (true, Some((ft, fo))) = (FINISH, finish) {
+            finish_rows::<V, R1, R2>(&a1, &b1, &c1, &r2, outs, ft, fo, off);
+        } else {
+            group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, off);
+            let zero = [V::zero(); 4];
+            group_rows::<V>(&r2, &zero, &zero, &outs[1], R2, off);
+        }
         off += V::BYTES;
     }
 }
@@ -639,6 +656,51 @@ unsafe fn block_operands<V: Vector>(v: [V; 8]) -> ([V::Prep; 4], [V::Prep; 4]) {
         [V::prep(s0), V::prep(s1), V::prep(s2), V::prep(x3)],
         [V::prep(h0), V::prep(h1), V::prep(h2), V::prep(v[7])],
     )
+}
+
+/// A pass's rows (group 1's `R1`, then group 2's `R2`, each plus its addend) times the finish
+/// matrix `t` (outputs x rows, input-major), stored to `outs`: the solve's inverse applied in
+/// registers instead of through scratch.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
+    a: &[V; 4],
+    b: &[V; 4],
+    c: &[V; 4],
+    r2: &[V; 4],
+    groups: &[GroupDests; 2],
+    t: &MulTables,
+    outs: &[*mut u8],
+    off: usize,
+) {
+    let mut ys = [V::zero(); 12];
+    for u in 0..R1 {
+        ys[u] = V::xor(if u < 4 { a[u] } else { b[u - 4] }, c[u % 4]);
+    }
+    ys[R1..R1 + R2].copy_from_slice(&r2[..R2]);
+    for j in 0..R1 + R2 {
+        let held = if j < R1 {
+            groups[0][j].1
+        } else {
+            groups[1][j - R1].1
+        };
+        if !held.is_null() {
+            ys[j] = V::xor(ys[j], V::load(held.add(off)));
+        }
+    }
+    let zero = V::prep(V::zero());
+    let mut yp = [zero; 12];
+    for j in 0..R1 + R2 {
+        yp[j] = V::prep(ys[j]);
+    }
+    let n = outs.len();
+    for (o, &dst) in outs.iter().enumerate() {
+        let mut acc = V::zero();
+        for (j, &y) in yp.iter().enumerate().take(R1 + R2) {
+            acc = V::xor(acc, V::mul(y, t, j * n + o));
+        }
+        V::store(dst.add(off), acc);
+    }
 }
 
 /// A group's rows: `(destination, addend or null)`, null destinations not wanted.
