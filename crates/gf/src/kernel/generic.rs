@@ -730,6 +730,25 @@ unsafe fn group_rows<V: Vector>(
     }
 }
 
+/// A quarter's 9 path products (zero where `mask` leaves a path out): path `3 P1 + P0`
+/// multiplies `z[2 (P1 == A+B) + (P0 == A+B)]` by coefficient `c + path`.
+#[inline(always)]
+unsafe fn quarter_products<V: Vector>(
+    z: &[V::Prep; 4],
+    t: &MulTables,
+    c: usize,
+    mask: u16,
+) -> [V; 9] {
+    core::array::from_fn(|path| {
+        if mask & (1 << path) != 0 {
+            let zi = 2 * usize::from(path / 3 == 2) + usize::from(path % 3 == 2);
+            V::mul(z[zi], t, c + path)
+        } else {
+            V::zero()
+        }
+    })
+}
+
 /// Add one block's products to the first `n <= 4` rows of a group, each row one accumulator:
 /// the A quarter's paths (operands `zs`, coefficients from `c`) and the A + B quarter's (`zh`,
 /// from `c + 18`), four three-way sums a row like [`quarter_add`] into two quarters, with half
@@ -747,18 +766,10 @@ unsafe fn rows_add<V: Vector>(
         return;
     }
     let mask = quarter_paths(n);
-    let zero = V::zero();
-    let paths = |z: &[V::Prep; 4], c: usize| -> [V; 9] {
-        core::array::from_fn(|path| {
-            if mask & (1 << path) != 0 {
-                let zi = 2 * usize::from(path / 3 == 2) + usize::from(path % 3 == 2);
-                V::mul(z[zi], t, c + path)
-            } else {
-                zero
-            }
-        })
-    };
-    let (p, q) = (paths(zs, c), paths(zh, c + 18));
+    let (p, q) = (
+        quarter_products::<V>(zs, t, c, mask),
+        quarter_products::<V>(zh, t, c + 18, mask),
+    );
     for (v, a) in acc.iter_mut().enumerate().take(n) {
         let (h1, h0) = (v >> 1, v & 1);
         let mut x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
@@ -785,16 +796,7 @@ unsafe fn quarter_add<V: Vector>(
     if n == 0 {
         return;
     }
-    let mask = quarter_paths(n);
-    let zero = V::zero();
-    let p: [V; 9] = core::array::from_fn(|path| {
-        if mask & (1 << path) != 0 {
-            let zi = 2 * usize::from(path / 3 == 2) + usize::from(path % 3 == 2);
-            V::mul(z[zi], t, c + path)
-        } else {
-            zero
-        }
-    });
+    let p = quarter_products::<V>(z, t, c, quarter_paths(n));
     for (v, a) in acc.iter_mut().enumerate().take(n) {
         let (h1, h0) = (v >> 1, v & 1);
         let x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
