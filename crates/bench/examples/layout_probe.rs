@@ -1,27 +1,14 @@
 //! Ours against ISA-L encoding one shape with the chunks laid out in different ways in memory:
 //! one allocation per chunk (what `bench codec` uses), and chunks in one page-aligned region at
 //! several strides and misalignments (4 KiB strides map every chunk's column to the same L1 set;
-//! misaligned chunks split most 64-byte loads over two cache lines). Best of interleaved runs.
+//! misaligned chunks split most 64-byte loads over two cache lines), the two timed in turns.
 //! Usage: `cargo run --release -p stripeguard-bench --features isal --example layout_probe --
 //! [K M LEN] [--same] [--xor]` (default 64 10 4096; `--same`: every data chunk reads one of two
 //! buffers, so the data stays in L1 and only the instructions are timed; `--xor`: time the XOR
 //! of the data chunks instead, the ceiling the loads alone set).
-use std::time::Instant;
+use std::time::Duration;
+use stripeguard_bench::timing::best_rates_in_turns;
 use stripeguard_codes::{ErasureCode, ReedSolomon};
-
-/// Best seconds per call of `f`.
-fn best(mut f: impl FnMut()) -> f64 {
-    let mut b = f64::MAX;
-    for _ in 0..9 {
-        let n = 100;
-        let t = Instant::now();
-        for _ in 0..n {
-            f();
-        }
-        b = b.min(t.elapsed().as_secs_f64() / n as f64);
-    }
-    b
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -68,28 +55,37 @@ fn main() {
         } else {
             (0..k).map(|i| &region[at(i)..at(i) + len]).collect()
         };
-        let mut parity = vec![vec![0u8; len]; m];
-        let mut out: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+        // Each side its own parity buffers, so the two can take turns.
+        let mut ours_p = vec![vec![0u8; len]; m];
+        let mut theirs_p = vec![vec![0u8; len]; m];
+        let mut ours_out: Vec<&mut [u8]> = ours_p.iter_mut().map(|p| &mut p[..]).collect();
+        let mut theirs_out: Vec<&mut [u8]> = theirs_p.iter_mut().map(|p| &mut p[..]).collect();
+        let (bytes, reps, min_time) = (k * len, 5, Duration::from_millis(40));
         if xor {
             let kernel = *stripeguard_gf::Kernel::selected().expect("a kernel");
-            let t = best(|| kernel.xor(&data, out[0], false));
-            println!(
-                "{name:>9}: xor of {k} inputs {:6.2} GB/s",
-                (k * len) as f64 / t / 1e9
-            );
+            let rate = best_rates_in_turns(
+                bytes,
+                reps,
+                min_time,
+                &mut [&mut || kernel.xor(&data, ours_out[0], false)],
+            )[0];
+            println!("{name:>9}: xor of {k} inputs {:6.2} GB/s", rate / 1e9);
             continue;
         }
-        let (mut ours, mut theirs) = (f64::MAX, f64::MAX);
-        for _ in 0..3 {
-            ours = ours.min(best(|| code.encode(&data, &mut out).unwrap()));
-            theirs = theirs.min(best(|| isal.encode(&data, &mut out)));
-        }
-        let gb = |t: f64| (k * len) as f64 / t / 1e9;
+        let rates = best_rates_in_turns(
+            bytes,
+            reps,
+            min_time,
+            &mut [
+                &mut || code.encode(&data, &mut ours_out).unwrap(),
+                &mut || isal.encode(&data, &mut theirs_out),
+            ],
+        );
         println!(
             "{k}+{m} len {len} {name:>9}: ours {:6.2} GB/s  isa-l {:6.2} GB/s  ratio {:.2}",
-            gb(ours),
-            gb(theirs),
-            theirs / ours
+            rates[0] / 1e9,
+            rates[1] / 1e9,
+            rates[0] / rates[1]
         );
     }
 }

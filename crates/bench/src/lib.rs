@@ -5,6 +5,6 @@
 pub mod array;
 pub mod codec;
 pub mod sim;
-mod timing;
+pub mod timing;
 
 pub use codec::{run as run_codec, CodecOptions, CodecReport, Measurement};

@@ -432,11 +432,11 @@ impl Systematic {
 
     /// Lost data chunks only, rebuilt from the surviving data and as many parity chunks as were
     /// lost (the `sources` a plan reads): `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`, the product
-    /// with the surviving data in the cross layout when the parity is declared dyadic, then a
-    /// `|L| x |L|` dense product. Used when that costs at most 87% of the dense rebuild (1.5 k |L|;
-    /// 64 + 10 losing 10 data chunks: 0.78). Measured against the dense rebuild (which pairs its
-    /// inputs): the same speed on the benchmark's malloc'd buffers (~1.5x ISA-L), 5-10% faster
-    /// on 64-byte-aligned ones.
+    /// with the surviving data in the cross layout when the parity is declared dyadic, then the
+    /// `|L| x |L|` inverse (in registers when the parity rows fit one pass, as for 64 + 10). Used
+    /// when that costs at most 87% of the dense rebuild (1.5 k |L|). 64 + 10 losing 10 data
+    /// chunks: 1.72-1.92x ISA-L (docs/PERFORMANCE.md); before the in-register inverse it ran
+    /// the same speed as the dense rebuild on malloc'd buffers, 5-10% faster on aligned ones.
     fn solve_data(&self, missing: &[usize], sources: &[usize]) -> Option<DyadicProgram> {
         let (h, prow, pcol) = &**self.dyadic.as_ref()?;
         if !self.kernel.runs_dyadic() || missing.iter().any(|&i| i >= self.k) {

@@ -44,8 +44,9 @@
 //! `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`: four products, two three-way XORs).
 //! So a group keeps 12 rows in registers over all blocks, no sum touches memory, and every
 //! input is loaded once per column. A group of `r < 8` rows computes only the paths its rows
-//! reach (`quarter_paths`). 64 + 10 takes 8 x (27 + 12) = 312 products instead of 640, in one
-//! pass holding rows 0..8 and 8..10 (12 + 4 registers). The recursive layout needed 324 products
+//! reach (`quarter_paths`); a group of at most 4 rows keeps one accumulator a row. 64 + 10
+//! takes 8 x (27 + 12) = 312 products instead of 640, in one pass holding rows 0..8 and 8..10
+//! (12 + 2 registers). The recursive layout needed 324 products
 //! but about two scratch passes per product and ran no faster than dense.
 //!
 //! A cross op can also add a region per row before storing; [`DyadicProgram::solve`] uses that
@@ -94,8 +95,8 @@ pub(crate) enum Op {
     Sum(Vec<(Reg, Reg, Reg)>),
     /// `dst = 0`.
     Zero(Vec<Reg>),
-    /// Every 8 x 8 block of the product at once, accumulated in the Karatsuba domain (see
-    /// "The cross layout" above).
+    /// Every 8 x 8 block of the product at once, each product added straight into the rows it
+    /// reaches (see "Cross" at the top of this file).
     Cross(Box<Cross>),
 }
 
@@ -303,47 +304,17 @@ impl DyadicProgram {
             .map(|i| Some(Reg::In((cols.len() + i) as u16)))
             .collect();
         let mut c = CrossParts::new(h, rows, cols, &dst, &held)?;
-        if let [Op::Cross(x)] = &mut c.ops[..] {
-            if let [pass] = &mut x.passes[..] {
-                // One pass holds every row: the inverse is applied to them in registers.
-                let width = (pass.shape[0] + pass.shape[1]) as usize;
-                let mut m = Matrix::zero(inv.rows(), width);
-                let slots = pass
-                    .outs
-                    .iter()
-                    .zip(pass.shape)
-                    .flat_map(|(g, n)| &g[..n as usize]);
-                for (j, d) in slots.enumerate() {
-                    if let Some(Reg::Tmp(i)) = *d {
-                        for o in 0..inv.rows() {
-                            m[(o, j)] = inv[(o, i as usize)];
-                        }
-                    }
-                }
-                for g in &mut pass.outs {
-                    *g = [None; 8];
-                }
-                c.tables.push(MulTables::new(&m));
-                let outs = (0..inv.rows()).map(|o| Reg::Out(o as u16)).collect();
-                pass.finish = Some((c.tables.len() - 1, outs));
-                return Some(DyadicProgram {
-                    ops: c.ops,
-                    tables: c.tables,
-                    scratch: 0,
-                    tile: 0,
-                    inputs: cols.len() + r,
-                    outputs: inv.rows(),
-                    products: c.products + inv.rows() * width,
-                    cost: c.cost + 2 * inv.rows() * width,
-                });
-            }
+        let (mut products, mut cost) = (c.products, c.cost);
+        let fused = c.finish_in_registers(inv);
+        if let Some(width) = fused {
+            products += inv.rows() * width;
+            cost += 2 * inv.rows() * width;
         }
+        let fused = fused.is_some();
         // Else the small dense product after it, in output groups the kernels hold in
         // registers.
-        let mut products = c.products;
-        let mut cost = c.cost;
         let mut row0 = 0;
-        while row0 < inv.rows() {
+        while !fused && row0 < inv.rows() {
             let g = DENSE_MAX.min(inv.rows() - row0);
             let m = Matrix::from_rows(
                 g,
@@ -364,17 +335,19 @@ impl DyadicProgram {
             });
             row0 += g;
         }
+        let scratch = if fused { 0 } else { r };
         Some(DyadicProgram {
             ops: c.ops,
             tables: c.tables,
-            scratch: r,
-            tile: SOLVE_TILE,
+            scratch,
+            tile: if fused { 0 } else { SOLVE_TILE },
             inputs: cols.len() + r,
             outputs: inv.rows(),
             products,
             cost,
         })
     }
+
     /// Inputs the program reads.
     pub fn inputs(&self) -> usize {
         self.inputs
@@ -595,6 +568,39 @@ struct CrossParts {
 }
 
 impl CrossParts {
+    /// When the op is one pass writing every row to scratch region `i` (row `i` of `inv`'s
+    /// columns), make that pass store `inv * rows` to `Out(0..)` instead, in registers
+    /// ([`CrossPass::finish`]). Returns the rows it multiplies, if it did.
+    fn finish_in_registers(&mut self, inv: &Matrix) -> Option<usize> {
+        let [Op::Cross(x)] = &mut self.ops[..] else {
+            return None;
+        };
+        let [pass] = &mut x.passes[..] else {
+            return None;
+        };
+        let width = (pass.shape[0] + pass.shape[1]) as usize;
+        let mut m = Matrix::zero(inv.rows(), width);
+        let slots = pass
+            .outs
+            .iter()
+            .zip(pass.shape)
+            .flat_map(|(g, n)| &g[..n as usize]);
+        for (j, d) in slots.enumerate() {
+            if let Some(Reg::Tmp(i)) = *d {
+                for o in 0..inv.rows() {
+                    m[(o, j)] = inv[(o, i as usize)];
+                }
+            }
+        }
+        for g in &mut pass.outs {
+            *g = [None; 8];
+        }
+        self.tables.push(MulTables::new(&m));
+        let outs = (0..inv.rows()).map(|o| Reg::Out(o as u16)).collect();
+        pass.finish = Some((self.tables.len() - 1, outs));
+        Some(width)
+    }
+
     fn new(
         h: &[u8],
         rows: &[usize],
@@ -611,17 +617,16 @@ impl CrossParts {
         // Column blocks, in position order; absent positions read zeros.
         let zero = Reg::Zero;
         let mut block_of = vec![None; n / 8];
-        let mut blocks: Vec<(usize, [Reg; 8], [bool; 8])> = Vec::new();
+        let mut blocks: Vec<(usize, [Reg; 8])> = Vec::new();
         let mut sorted: Vec<(usize, usize)> = cols.iter().copied().zip(0..).collect();
         sorted.sort_unstable();
         for (c, j) in sorted {
             let b = *block_of[c / 8].get_or_insert_with(|| {
-                blocks.push((c / 8, [zero; 8], [false; 8]));
+                blocks.push((c / 8, [zero; 8]));
                 blocks.len() - 1
             });
-            assert!(!blocks[b].2[c % 8], "column position repeated");
+            assert!(blocks[b].1[c % 8] == zero, "column position repeated");
             blocks[b].1[c % 8] = Reg::In(j as u16);
-            blocks[b].2[c % 8] = true;
         }
         // Row groups: destination and addend per row `u` of each 8-row group.
         #[allow(clippy::type_complexity)]
@@ -640,7 +645,7 @@ impl CrossParts {
         let mut ops = Vec::new();
         let mut tables = Vec::new();
         // Passes: a full row group alone, or with a group of at most 4 rows (the registers hold
-        // 12 + 8 accumulators and the 8 operands of a block). A group computes a prefix of its
+        // 12 + 4 accumulators and the 8 operands of a block). A group computes a prefix of its
         // rows (any other set: all 8).
         let rows: Vec<usize> = groups
             .iter()

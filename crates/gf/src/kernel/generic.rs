@@ -673,25 +673,14 @@ unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
     outs: &[*mut u8],
     off: usize,
 ) {
-    let mut ys = [V::zero(); 12];
-    for u in 0..R1 {
-        ys[u] = V::xor(if u < 4 { a[u] } else { b[u - 4] }, c[u % 4]);
-    }
-    ys[R1..R1 + R2].copy_from_slice(&r2[..R2]);
-    for j in 0..R1 + R2 {
-        let held = if j < R1 {
-            groups[0][j].1
+    let zero = [V::zero(); 4];
+    let mut yp = [V::prep(V::zero()); 12];
+    for (j, y) in yp.iter_mut().enumerate().take(R1 + R2) {
+        *y = V::prep(if j < R1 {
+            group_row::<V>(a, b, c, groups[0][j].1, j, off)
         } else {
-            groups[1][j - R1].1
-        };
-        if !held.is_null() {
-            ys[j] = V::xor(ys[j], V::load(held.add(off)));
-        }
-    }
-    let zero = V::prep(V::zero());
-    let mut yp = [zero; 12];
-    for j in 0..R1 + R2 {
-        yp[j] = V::prep(ys[j]);
+            group_row::<V>(r2, &zero, &zero, groups[1][j - R1].1, j - R1, off)
+        });
     }
     let n = outs.len();
     for (o, &dst) in outs.iter().enumerate() {
@@ -706,8 +695,7 @@ unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
 /// A group's rows: `(destination, addend or null)`, null destinations not wanted.
 type GroupDests = [(*mut u8, *const u8); 8];
 
-/// Store a group's `n` rows: row `u` is quarter row `a[u]` (`b[u - 4]` from 4 on) plus the
-/// A + B quarter's `c[u % 4]`, plus the row's addend.
+/// Store a group's `n` rows ([`group_row`]).
 #[inline(always)]
 unsafe fn group_rows<V: Vector>(
     a: &[V; 4],
@@ -718,15 +706,28 @@ unsafe fn group_rows<V: Vector>(
     off: usize,
 ) {
     for (u, &(o, held)) in outs.iter().enumerate().take(n) {
-        if o.is_null() {
-            continue;
+        if !o.is_null() {
+            V::store(o.add(off), group_row::<V>(a, b, c, held, u, off));
         }
-        let q = if u < 4 { a[u] } else { b[u - 4] };
-        let mut y = V::xor(q, c[u % 4]);
-        if !held.is_null() {
-            y = V::xor(y, V::load(held.add(off)));
-        }
-        V::store(o.add(off), y);
+    }
+}
+
+/// Row `u` of a group: quarter row `a[u]` (`b[u - 4]` from 4 on) plus the A + B quarter's
+/// `c[u % 4]`, plus the addend `held` when there is one.
+#[inline(always)]
+unsafe fn group_row<V: Vector>(
+    a: &[V; 4],
+    b: &[V; 4],
+    c: &[V; 4],
+    held: *const u8,
+    u: usize,
+    off: usize,
+) -> V {
+    let y = V::xor(if u < 4 { a[u] } else { b[u - 4] }, c[u % 4]);
+    if held.is_null() {
+        y
+    } else {
+        V::xor(y, V::load(held.add(off)))
     }
 }
 
@@ -771,20 +772,14 @@ unsafe fn rows_add<V: Vector>(
         quarter_products::<V>(zh, t, c + 18, mask),
     );
     for (v, a) in acc.iter_mut().enumerate().take(n) {
-        let (h1, h0) = (v >> 1, v & 1);
-        let mut x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
-        x = V::xor(V::xor(x, p[6 + h0]), p[8]);
-        x = V::xor(V::xor(x, q[3 * h1 + h0]), q[3 * h1 + 2]);
-        *a = V::xor(V::xor(x, q[6 + h0]), q[8]);
+        *a = add_row_paths::<V>(add_row_paths::<V>(*a, &p, v), &q, v);
     }
 }
 
 /// Add one block's products to a quarter's `n` rows (nothing when `n` is 0; `n` is a constant
-/// where this is inlined). Path `3 P1 + P0`
-/// multiplies `z[2 (P1 == A+B) + (P0 == A+B)]` by coefficient `c + path`; row `v = 2 v1 + v0`
-/// takes the four paths with `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`. Adding
-/// the products to the rows block by block (two three-way sums a row) instead of keeping the
-/// 9 path sums for one inverse step at the end needs 4 accumulators, not 9, and no more sums.
+/// where this is inlined). Adding the products to the rows block by block (two three-way sums
+/// a row, [`add_row_paths`]) instead of keeping the 9 path sums for one inverse step at the
+/// end needs 4 accumulators, not 9, and no more sums.
 #[inline(always)]
 unsafe fn quarter_add<V: Vector>(
     acc: &mut [V; 4],
@@ -798,8 +793,16 @@ unsafe fn quarter_add<V: Vector>(
     }
     let p = quarter_products::<V>(z, t, c, quarter_paths(n));
     for (v, a) in acc.iter_mut().enumerate().take(n) {
-        let (h1, h0) = (v >> 1, v & 1);
-        let x = V::xor(V::xor(*a, p[3 * h1 + h0]), p[3 * h1 + 2]);
-        *a = V::xor(V::xor(x, p[6 + h0]), p[8]);
+        *a = add_row_paths::<V>(*a, &p, v);
     }
+}
+
+/// `a` plus the four of a quarter's path products `p` that reach its row `v = 2 v1 + v0`:
+/// paths `(P1, P0)` with `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`, two
+/// three-way sums.
+#[inline(always)]
+unsafe fn add_row_paths<V: Vector>(a: V, p: &[V; 9], v: usize) -> V {
+    let (h1, h0) = (v >> 1, v & 1);
+    let x = V::xor(V::xor(a, p[3 * h1 + h0]), p[3 * h1 + 2]);
+    V::xor(V::xor(x, p[6 + h0]), p[8])
 }
