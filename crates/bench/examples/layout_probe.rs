@@ -14,14 +14,21 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let same = args.iter().any(|a| a == "--same");
     let xor = args.iter().any(|a| a == "--xor");
+    let fail = |msg: String| -> ! {
+        eprintln!("layout_probe: {msg} (usage: layout_probe [K M LEN] [--same] [--xor])");
+        std::process::exit(2)
+    };
     let nums: Vec<usize> = args
         .iter()
         .filter(|a| !a.starts_with("--"))
-        .map(|a| a.parse().expect("K M LEN are numbers"))
+        .map(|a| {
+            a.parse()
+                .unwrap_or_else(|_| fail(format!("`{a}` is not a number")))
+        })
         .collect();
     let get = |i: usize, d: usize| nums.get(i).copied().unwrap_or(d);
     let (k, m, len) = (get(0, 64), get(1, 10), get(2, 4096));
-    let code = ReedSolomon::new(k, m).expect("a valid shape");
+    let code = ReedSolomon::new(k, m).unwrap_or_else(|e| fail(format!("{k}+{m}: {e}")));
     let isal = stripeguard_isal_ref::Reference::cauchy(k, m);
     let chunks: Vec<Vec<u8>> = (0..k)
         .map(|i| (0..len).map(|b| (i * 7 + b * 13) as u8).collect())
