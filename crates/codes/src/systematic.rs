@@ -106,8 +106,10 @@ type DyadicForm = (Vec<u8>, Vec<usize>, Vec<usize>);
 /// per column vector, [`DyadicProgram::cost`]) is at most 73% of the dense product's (a product
 /// and half a three-way sum per coefficient: 1.5 k m) and it spans two or more 8-column blocks.
 /// Measured with the `layouts` example of the gf crate (same buffers, 4 KiB / 64 KiB chunks,
-/// against the dense kernel that pairs inputs): cross layouts 64+10 (0.66 of dense) 1.05-1.15x /
-/// 1.08x, 32+8 and 24+8 (0.61) 1.04-1.13x / 1.04-1.06x, 16+16 1.08-1.10x, 48+16 1.02-1.11x;
+/// against the dense kernel that pairs inputs): cross layouts 64+10 (0.59 of dense) 1.54x at
+/// 4 KiB, 32+8 (0.55) 1.28x, 100+20 (0.69) 1.13x (after whole quarters kept their middle
+/// Karatsuba level unfolded; before: 64+10 1.05-1.15x / 1.08x, 32+8 and 24+8 1.04-1.13x /
+/// 1.04-1.06x, 16+16 1.08-1.10x, 48+16 1.02-1.11x);
 /// recursive 64+64 (0.52) 1.5x / 1.9x, 32+32 (0.63) 1.1x / 1.05x. 8+8 (one block, 0.61) gained at
 /// 4 KiB and lost at 64 KiB; 16+4 and 32+4 (0.88) lost at 64 KiB (before the dense kernel paired
 /// its inputs, so by more now).

@@ -40,14 +40,19 @@
 //! into rows 4..8) and A + B (`x_hi` into both). Per block the kernel forms the 4 operands of
 //! the two lower levels for each branch (`z[2 (P1 == A+B) + (P0 == A+B)]`: `d0+d1+d2+d3`,
 //! `d1+d3`, `d2+d3`, `d3`), multiplies each of a quarter's 9 paths once, and adds every product
-//! straight into the quarter rows it reaches (row `v = 2 v1 + v0` takes paths `(P1, P0)` with
-//! `P1` in `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`: four products, two three-way XORs).
-//! So a group keeps 12 rows in registers over all blocks, no sum touches memory, and every
-//! input is loaded once per column. A group of `r < 8` rows computes only the paths its rows
-//! reach (`quarter_paths`); a group of at most 4 rows keeps one accumulator a row. 64 + 10
-//! takes 8 x (27 + 12) = 312 products instead of 640, in one pass holding rows 0..8 and 8..10
-//! (12 + 2 registers). The recursive layout needed 324 products
-//! but about two scratch passes per product and ran no faster than dense.
+//! to accumulators in registers (row `v = 2 v1 + v0` takes paths `(P1, P0)` with `P1` in
+//! `{v1's half, A+B}` and `P0` in `{v0's half, A+B}`). A whole quarter keeps its middle level
+//! unfolded: `q[P1][v0]` = paths `(P1, v0)` + `(P1, A+B)`, one three-way XOR a block each (6,
+//! where adding four products to each of 4 rows took 8), and row `v` = `q[v1][v0] + q[A+B][v0]`
+//! once per column. So a group keeps 18 accumulators over all blocks, no sum touches memory,
+//! and every input is loaded once per column. A group of `r < 8` rows computes only the paths
+//! its rows reach (`quarter_paths`) and keeps one accumulator a row in a partial quarter; a
+//! second group of 2 rows keeps `w[P0]` = paths `(A, P0)` + `(A+B, P0)` (3 accumulators, 6 sums
+//! a block). 64 + 10 takes 8 x (27 + 12) = 312 products instead of 640 and 32 sums a block, in
+//! one pass holding rows 0..8 and 8..10 (18 + 3 accumulators, 4 operands at a time: quarter
+//! A + B's operands are formed first and then turned into A's and B's in their registers).
+//! The recursive layout needed 324 products but about two scratch passes per product and ran
+//! no faster than dense.
 //!
 //! A cross op can also add a region per row before storing; [`DyadicProgram::solve`] uses that
 //! to rebuild lost data chunks from parity: `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`. When the
@@ -693,8 +698,15 @@ impl CrossParts {
                 let (qa, qb) = (r.min(4), r.saturating_sub(4));
                 let paths = |n: usize| quarter_paths(n).count_ones() as usize;
                 products += nb * (paths(qa) + paths(qb) + paths(qa));
-                // Two three-way sums per row of each quarter.
-                sums += nb * 2 * (qa + qb + qa);
+                // Three-way sums a block (`quarter_add`, `second_add` in the kernels): a whole
+                // quarter 6, else two per row; a second group of two rows 6, else four per row.
+                let quarter = |n: usize| if n == 4 { 6 } else { 2 * n };
+                sums += nb
+                    * match (slot, r) {
+                        (0, _) => quarter(qa) + quarter(qb) + quarter(qa),
+                        (_, 2) => 6,
+                        _ => 4 * r,
+                    };
                 outs.push(groups[g].1);
             }
             // The block's operands of both branches: 8 sums (`block_operands` in the kernels).

@@ -595,8 +595,8 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
 /// One pass of a cross op: row groups of `R1` and `R2` rows (0 = none) over `len` bytes. For
 /// each column vector and each block, the block's 8 inputs are reduced to the operands of the
 /// two lower Karatsuba levels for both upper halves (`x_lo + x_hi` for quarters A and B, `x_hi`
-/// for quarter A + B), every quarter's products are added to its rows, and at the end each
-/// group row is its A or B quarter row plus its A + B quarter row.
+/// for quarter A + B), every quarter's products are added to its accumulators ([`quarter_add`]),
+/// and at the end each group row is its A or B quarter row plus its A + B quarter row.
 #[inline(always)]
 unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: bool>(
     t: &MulTables,
@@ -609,77 +609,77 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
     let coefs = 27 * (usize::from(R1 > 0) + usize::from(R2 > 0));
     let mut off = 0;
     while off < len {
-        // Named row sets touched only through constant indices, so they live in registers.
-        let (mut a1, mut b1, mut c1) = ([V::zero(); 4], [V::zero(); 4], [V::zero(); 4]);
-        // The second group (at most 4 rows) keeps one accumulator a row.
+        // Named accumulator sets touched only through constant indices, so they live in
+        // registers.
+        let (mut a1, mut b1, mut c1) = ([V::zero(); 6], [V::zero(); 6], [V::zero(); 6]);
         let mut r2 = [V::zero(); 4];
         let mut ci = 0;
         for x in blocks {
-            let (zs, zh) = block_operands::<V>(load_block::<V>(x, off));
+            // Quarter A + B first, so its operands' registers then take those of A and B:
+            // 4 operands live at a time next to 22 accumulators.
+            let h = high_operands::<V>(x, off);
+            let zh = h.map(|v| V::prep(v));
+            quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
+            second_add::<V>(&mut r2, &zh, t, ci + 27 + 18, R2);
+            let zs = low_operands::<V>(h, x, off).map(|v| V::prep(v));
             quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
             quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
-            quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
-            rows_add::<V>(&mut r2, &zs, &zh, t, ci + 27, R2);
+            second_add::<V>(&mut r2, &zs, t, ci + 27, R2);
             ci += coefs;
         }
+        let row1 = |u: usize| group_row::<V>(&a1, &b1, &c1, R1, u);
+        let row2 = |u: usize| second_group_row::<V>(&r2, R2, u);
         if let (true, Some((ft, fo))) = (FINISH, finish) {
-            finish_rows::<V, R1, R2>(&a1, &b1, &c1, &r2, outs, ft, fo, off);
+            finish_rows::<V, R1, R2>(row1, row2, outs, ft, fo, off);
         } else {
-            group_rows::<V>(&a1, &b1, &c1, &outs[0], R1, off);
-            let zero = [V::zero(); 4];
-            group_rows::<V>(&r2, &zero, &zero, &outs[1], R2, off);
+            store_rows::<V>(&outs[0], R1, off, row1);
+            store_rows::<V>(&outs[1], R2, off, row2);
         }
         off += V::BYTES;
     }
 }
 
-/// The 8 input vectors of a block at `off`.
+/// A block's operands of the two lower Karatsuba levels for quarter A + B: `z` of `d = x_hi`,
+/// with `z = (d0 + d1 + d2 + d3, d1 + d3, d2 + d3, d3)` (3 XORs).
 #[inline(always)]
-unsafe fn load_block<V: Vector>(x: &[*const u8; 8], off: usize) -> [V; 8] {
-    core::array::from_fn(|c| V::load(x[c].add(off)))
+unsafe fn high_operands<V: Vector>(x: &[*const u8; 8], off: usize) -> [V; 4] {
+    let [v4, v5, v6, v7] = core::array::from_fn(|c| V::load(x[4 + c].add(off)));
+    let h1 = V::xor(v5, v7);
+    [V::xor(V::xor(v4, v6), h1), h1, V::xor(v6, v7), v7]
 }
 
-/// A block's operands of the two lower Karatsuba levels, `z[2 (P1 == A+B) + (P0 == A+B)]` of
-/// `d = x_lo + x_hi` (quarters A and B) and of `d = x_hi` (quarter A + B), with `z = (d0 + d1 +
-/// d2 + d3, d1 + d3, d2 + d3, d3)`: 8 XORs (three-way where they can be), not the 10 of forming
-/// `x_lo + x_hi` first.
+/// And for quarters A and B: `z` of `x_lo + x_hi`, which is `z(x_lo) + h` for `h` =
+/// [`high_operands`] (5 XORs, three-way where they can be; 8 with the high ones, not the 10 of
+/// forming `x_lo + x_hi` first). Formed after quarter A + B is done, over `h`'s registers.
 #[inline(always)]
-unsafe fn block_operands<V: Vector>(v: [V; 8]) -> ([V::Prep; 4], [V::Prep; 4]) {
-    let x3 = V::xor(v[3], v[7]);
-    let s2 = V::xor(V::xor(v[2], v[6]), x3);
-    let s1 = V::xor(V::xor(v[1], v[5]), x3);
-    let s0 = V::xor(V::xor(v[0], v[4]), V::xor(V::xor(s1, v[2]), v[6]));
-    let h1 = V::xor(v[5], v[7]);
-    let h2 = V::xor(v[6], v[7]);
-    let h0 = V::xor(V::xor(v[4], v[6]), h1);
-    (
-        [V::prep(s0), V::prep(s1), V::prep(s2), V::prep(x3)],
-        [V::prep(h0), V::prep(h1), V::prep(h2), V::prep(v[7])],
-    )
+unsafe fn low_operands<V: Vector>(h: [V; 4], x: &[*const u8; 8], off: usize) -> [V; 4] {
+    let [v0, v1, v2, v3] = core::array::from_fn(|c| V::load(x[c].add(off)));
+    [
+        V::xor(V::xor(h[0], V::xor(v0, v1)), V::xor(v2, v3)),
+        V::xor(V::xor(h[1], v1), v3),
+        V::xor(V::xor(h[2], v2), v3),
+        V::xor(h[3], v3),
+    ]
 }
 
 /// A pass's rows (group 1's `R1`, then group 2's `R2`, each plus its addend) times the finish
 /// matrix `t` (outputs x rows, input-major), stored to `outs`: the solve's inverse applied in
 /// registers instead of through scratch.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
-    a: &[V; 4],
-    b: &[V; 4],
-    c: &[V; 4],
-    r2: &[V; 4],
+    row1: impl Fn(usize) -> V,
+    row2: impl Fn(usize) -> V,
     groups: &[GroupDests; 2],
     t: &MulTables,
     outs: &[*mut u8],
     off: usize,
 ) {
-    let zero = [V::zero(); 4];
     let mut yp = [V::prep(V::zero()); 12];
     for (j, y) in yp.iter_mut().enumerate().take(R1 + R2) {
         *y = V::prep(if j < R1 {
-            group_row::<V>(a, b, c, groups[0][j].1, j, off)
+            plus_held::<V>(row1(j), groups[0][j].1, off)
         } else {
-            group_row::<V>(r2, &zero, &zero, groups[1][j - R1].1, j - R1, off)
+            plus_held::<V>(row2(j - R1), groups[1][j - R1].1, off)
         });
     }
     let n = outs.len();
@@ -695,40 +695,37 @@ unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
 /// A group's rows: `(destination, addend or null)`, null destinations not wanted.
 type GroupDests = [(*mut u8, *const u8); 8];
 
-/// Store a group's `n` rows ([`group_row`]).
+/// Store a group's `n` rows `row(u)`, each plus its addend when it has one.
 #[inline(always)]
-unsafe fn group_rows<V: Vector>(
-    a: &[V; 4],
-    b: &[V; 4],
-    c: &[V; 4],
-    outs: &GroupDests,
-    n: usize,
-    off: usize,
-) {
+unsafe fn store_rows<V: Vector>(outs: &GroupDests, n: usize, off: usize, row: impl Fn(usize) -> V) {
     for (u, &(o, held)) in outs.iter().enumerate().take(n) {
         if !o.is_null() {
-            V::store(o.add(off), group_row::<V>(a, b, c, held, u, off));
+            V::store(o.add(off), plus_held::<V>(row(u), held, off));
         }
     }
 }
 
-/// Row `u` of a group: quarter row `a[u]` (`b[u - 4]` from 4 on) plus the A + B quarter's
-/// `c[u % 4]`, plus the addend `held` when there is one.
+/// `y` plus the vector at `held + off` (nothing when `held` is null).
 #[inline(always)]
-unsafe fn group_row<V: Vector>(
-    a: &[V; 4],
-    b: &[V; 4],
-    c: &[V; 4],
-    held: *const u8,
-    u: usize,
-    off: usize,
-) -> V {
-    let y = V::xor(if u < 4 { a[u] } else { b[u - 4] }, c[u % 4]);
+unsafe fn plus_held<V: Vector>(y: V, held: *const u8, off: usize) -> V {
     if held.is_null() {
         y
     } else {
         V::xor(y, V::load(held.add(off)))
     }
+}
+
+/// Row `u` of a first group of `rows` rows: quarter row `u` of A (`u - 4` of B from 4 on) plus
+/// the A + B quarter's row `u % 4`.
+#[inline(always)]
+unsafe fn group_row<V: Vector>(a: &[V; 6], b: &[V; 6], c: &[V; 6], rows: usize, u: usize) -> V {
+    let (na, nb) = (rows.min(4), rows.saturating_sub(4));
+    let half = if u < 4 {
+        quarter_row::<V>(a, na, u)
+    } else {
+        quarter_row::<V>(b, nb, u - 4)
+    };
+    V::xor(half, quarter_row::<V>(c, na, u % 4))
 }
 
 /// A quarter's 9 path products (zero where `mask` leaves a path out): path `3 P1 + P0`
@@ -750,38 +747,14 @@ unsafe fn quarter_products<V: Vector>(
     })
 }
 
-/// Add one block's products to the first `n <= 4` rows of a group, each row one accumulator:
-/// the A quarter's paths (operands `zs`, coefficients from `c`) and the A + B quarter's (`zh`,
-/// from `c + 18`), four three-way sums a row like [`quarter_add`] into two quarters, with half
-/// the registers.
+/// Add one quarter's products for one block to the first `n <= 4` rows of a second group:
+/// those of quarter A (operands `zs`, coefficients from `c`), then those of quarter A + B (`zh`,
+/// from `c + 18`). Two rows (64 + 10's rows 8 and 9, the common case) keep the lowest
+/// Karatsuba level unfolded, `w[P0]` = paths `(A, P0)` and `(A+B, P0)` of both quarters, row
+/// `v0` = `w[v0] + w[2]`: 6 three-way sums a block instead of 8. Otherwise one accumulator a
+/// row, four sums each.
 #[inline(always)]
-unsafe fn rows_add<V: Vector>(
-    acc: &mut [V; 4],
-    zs: &[V::Prep; 4],
-    zh: &[V::Prep; 4],
-    t: &MulTables,
-    c: usize,
-    n: usize,
-) {
-    if n == 0 {
-        return;
-    }
-    let mask = quarter_paths(n);
-    let (p, q) = (
-        quarter_products::<V>(zs, t, c, mask),
-        quarter_products::<V>(zh, t, c + 18, mask),
-    );
-    for (v, a) in acc.iter_mut().enumerate().take(n) {
-        *a = add_row_paths::<V>(add_row_paths::<V>(*a, &p, v), &q, v);
-    }
-}
-
-/// Add one block's products to a quarter's `n` rows (nothing when `n` is 0; `n` is a constant
-/// where this is inlined). Adding the products to the rows block by block (two three-way sums
-/// a row, [`add_row_paths`]) instead of keeping the 9 path sums for one inverse step at the
-/// end needs 4 accumulators, not 9, and no more sums.
-#[inline(always)]
-unsafe fn quarter_add<V: Vector>(
+unsafe fn second_add<V: Vector>(
     acc: &mut [V; 4],
     z: &[V::Prep; 4],
     t: &MulTables,
@@ -792,8 +765,64 @@ unsafe fn quarter_add<V: Vector>(
         return;
     }
     let p = quarter_products::<V>(z, t, c, quarter_paths(n));
-    for (v, a) in acc.iter_mut().enumerate().take(n) {
-        *a = add_row_paths::<V>(*a, &p, v);
+    if n == 2 {
+        for (p0, w) in acc.iter_mut().enumerate().take(3) {
+            *w = V::xor(V::xor(*w, p[p0]), p[6 + p0]);
+        }
+    } else {
+        for (v, a) in acc.iter_mut().enumerate().take(n) {
+            *a = add_row_paths::<V>(*a, &p, v);
+        }
+    }
+}
+
+/// Row `u` of a second group of `n` rows (see [`second_add`]).
+#[inline(always)]
+unsafe fn second_group_row<V: Vector>(acc: &[V; 4], n: usize, u: usize) -> V {
+    if n == 2 {
+        V::xor(acc[u], acc[2])
+    } else {
+        acc[u]
+    }
+}
+
+/// Add one block's products to a quarter's accumulators for its first `n` rows (nothing when
+/// `n` is 0; `n` is a constant where this is inlined). A whole quarter keeps the middle
+/// Karatsuba level unfolded: `q[2 P1 + v0]` = paths `(P1, v0)` and `(P1, A+B)`, one three-way
+/// sum a block for both, 6 accumulators and 6 sums instead of 4 and 8; row `v = 2 v1 + v0` is
+/// `q[2 v1 + v0] + q[4 + v0]` ([`quarter_row`]). Fewer rows gain nothing that way and keep one
+/// accumulator a row (two three-way sums a block, [`add_row_paths`]).
+#[inline(always)]
+unsafe fn quarter_add<V: Vector>(
+    acc: &mut [V; 6],
+    z: &[V::Prep; 4],
+    t: &MulTables,
+    c: usize,
+    n: usize,
+) {
+    if n == 0 {
+        return;
+    }
+    let p = quarter_products::<V>(z, t, c, quarter_paths(n));
+    if n == 4 {
+        for (i, q) in acc.iter_mut().enumerate() {
+            let (p1, v0) = (i / 2, i % 2);
+            *q = V::xor(V::xor(*q, p[3 * p1 + v0]), p[3 * p1 + 2]);
+        }
+    } else {
+        for (v, a) in acc.iter_mut().enumerate().take(n) {
+            *a = add_row_paths::<V>(*a, &p, v);
+        }
+    }
+}
+
+/// Row `v` of a quarter of `n` rows (see [`quarter_add`]).
+#[inline(always)]
+unsafe fn quarter_row<V: Vector>(acc: &[V; 6], n: usize, v: usize) -> V {
+    if n == 4 {
+        V::xor(acc[2 * (v >> 1) + (v & 1)], acc[4 + (v & 1)])
+    } else {
+        acc[v]
     }
 }
 
