@@ -88,11 +88,12 @@ pub struct CodecArgs {
     /// Where the data lives during the measurement.
     #[arg(long, value_enum, default_value = "both")]
     placement: Placement,
-    /// Repetitions per measurement; the best is kept.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds per measurement, ours and the reference in turns; the best ~2 ms batch of calls
+    /// is kept.
+    #[arg(long, default_value_t = 6)]
     reps: usize,
-    /// Milliseconds per repetition.
-    #[arg(long, default_value_t = 60)]
+    /// Milliseconds per round and side.
+    #[arg(long, default_value_t = 30)]
     ms: u64,
     /// Size of the streaming pool.
     #[arg(long, value_parser = parse_size, default_value = "256M")]

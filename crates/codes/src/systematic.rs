@@ -474,8 +474,9 @@ impl Systematic {
             // to 64 was a fifth of a 64+10 rebuild's per-call cost.
             // The inputs are written by index into a filled list: a push per source kept the
             // inline list's length in memory, a store-to-load chain through 64 pushes.
-            let mut inputs: SmallVec<[&[u8]; 64]> =
-                SmallVec::from_elem(&[][..], plan.sources.len());
+            let mut inputs: SmallVec<[&[u8]; 64]> = SmallVec::new();
+            // Filled in place (`from_elem` returned the 1 KiB list by value: a copy per call).
+            inputs.resize(plan.sources.len(), &[]);
             let mut outputs: SmallVec<[&mut [u8]; 64]> = SmallVec::new();
             let mut next = 0;
             for (i, c) in chunks.iter_mut().enumerate() {
