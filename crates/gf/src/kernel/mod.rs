@@ -150,6 +150,9 @@ impl fmt::Debug for Kernel {
 thread_local! {
     /// Scratch regions of dyadic programs, grown to the largest program run on this thread.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Zero-padded copies of the last `len % 64` bytes of every region of a dyadic program,
+    /// kept so that an odd length does not cost a heap allocation a call.
+    static PAD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Name of the environment variable that forces a kernel.
@@ -270,7 +273,9 @@ impl Kernel {
             if body < len {
                 // The last `len % 64` bytes: the same program over zero-padded copies.
                 let tail = len - body;
-                let mut pad = vec![0u8; 64 * (inputs.len() + outputs.len())];
+                let mut pad = PAD.with_borrow_mut(std::mem::take);
+                pad.clear();
+                pad.resize(64 * (inputs.len() + outputs.len()), 0);
                 let (pin, pout) = pad.split_at_mut(64 * inputs.len());
                 for (i, x) in inputs.iter().enumerate() {
                     pin[64 * i..64 * i + tail].copy_from_slice(&x[body..]);
@@ -288,6 +293,7 @@ impl Kernel {
                 for (r, o) in outputs.iter_mut().enumerate() {
                     o[body..].copy_from_slice(&pout[64 * r..64 * r + tail]);
                 }
+                PAD.set(pad);
             }
         });
         true
