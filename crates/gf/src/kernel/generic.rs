@@ -621,7 +621,7 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
         let mut ci = 0;
         for x in blocks {
             // Quarter A + B first, so its operands' registers then take those of A and B:
-            // 4 operands live at a time next to 22 accumulators.
+            // 4 operands live at a time next to the accumulators (21 for 64 + 10).
             let h = high_operands::<V>(x, off);
             let zh = h.map(|v| V::prep(v));
             quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
@@ -752,12 +752,12 @@ unsafe fn quarter_products<V: Vector>(
     })
 }
 
-/// Add one quarter's products for one block to the first `n <= 4` rows of a second group:
-/// those of quarter A (operands `zs`, coefficients from `c`), then those of quarter A + B (`zh`,
-/// from `c + 18`). Two rows (64 + 10's rows 8 and 9, the common case) keep the lowest
-/// Karatsuba level unfolded, `w[P0]` = paths `(A, P0)` and `(A+B, P0)` of both quarters, row
-/// `v0` = `w[v0] + w[2]`: 6 three-way sums a block instead of 8. Otherwise one accumulator a
-/// row, four sums each.
+/// Add one quarter's products for one block to the first `n <= 4` rows of a second group,
+/// called once for quarter A (operands of `x_lo + x_hi`, the group's coefficients from `c`) and
+/// once for quarter A + B (operands of `x_hi`, from `c + 18`). Two rows (64 + 10's rows 8 and
+/// 9, the common case) keep the lowest Karatsuba level unfolded, `w[P0]` = paths `(A, P0)` and
+/// `(A+B, P0)` of both quarters, row `v0` = `w[v0] + w[2]`: 3 three-way sums a quarter instead
+/// of 4. Otherwise one accumulator a row, two sums a row and quarter.
 #[inline(always)]
 unsafe fn second_add<V: Vector>(
     acc: &mut [V; 4],
