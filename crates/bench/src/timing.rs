@@ -1,24 +1,36 @@
 use std::time::{Duration, Instant};
 
 /// Best throughput of `f` over `reps` runs of at least `min_time` each, in bytes per second,
-/// where one call of `f` processes `bytes_per_call` bytes.
+/// where one call of `f` processes `bytes_per_call` bytes. Each run's rate is its average: for
+/// work with state (the array engine), whose periodic costs a short batch could leave out.
 pub fn best_rate(
     bytes_per_call: usize,
     reps: usize,
     min_time: Duration,
     mut f: impl FnMut(),
 ) -> f64 {
-    best_rates_in_turns(bytes_per_call, reps, min_time, &mut [&mut f])[0]
+    let mut best = 0f64;
+    f(); // warm caches, fault in pages, build lazy tables
+    for _ in 0..reps {
+        let start = Instant::now();
+        let mut calls = 0u64;
+        while start.elapsed() < min_time {
+            f();
+            calls += 1;
+        }
+        best = best.max(calls as f64 * bytes_per_call as f64 / start.elapsed().as_secs_f64());
+    }
+    best
 }
 
 /// Shortest stretch timed on its own: long enough that the clock's resolution and a call's
 /// set-up vanish in it, short enough that a round holds dozens of them.
 const BATCH: Duration = Duration::from_millis(2);
 
-/// Best throughput of each of `fs`, measured in turns: every round runs each function for at
-/// least `min_time`, `reps` rounds. Taking turns puts a competitor's runs in the same stretches
-/// of time as ours, so a noisy neighbour on a shared machine slows both rather than whichever
-/// happened to run during the noise. Within a round the calls are timed in batches of about
+/// Best throughput of each of `fs`, stateless kernels (each call the same work), measured in
+/// turns: every round runs each function for at least `min_time`, `reps` rounds. Taking turns
+/// puts a competitor's runs in the same stretches of time as ours, so a noisy neighbour on a
+/// shared machine slows both rather than whichever happened to run during the noise. Within a round the calls are timed in batches of about
 /// [`BATCH`] and the best batch over all rounds is kept: a neighbour's burst of a few
 /// milliseconds spoils the batches it falls in, not the whole round (a 60 ms round's average
 /// had 64+10 encode swing 1.6-2.2x between runs).
