@@ -448,17 +448,8 @@ impl Systematic {
         let (data, parity) = sources.split_at(self.k - lost);
         let rows: Vec<usize> = parity.iter().map(|&i| prow[i - self.k]).collect();
         let cols: Vec<usize> = data.iter().map(|&j| pcol[j]).collect();
-        let c = Matrix::from_rows(
-            lost,
-            lost,
-            parity
-                .iter()
-                .flat_map(|&i| missing.iter().map(move |&j| (i - self.k, j)))
-                .map(|(r, j)| self.parity[(r, j)])
-                .collect(),
-        );
-        let inv = c.inverse().ok()?;
-        let p = DyadicProgram::solve(h, &rows, &cols, &inv)?;
+        let lost_at: Vec<usize> = missing.iter().map(|&j| pcol[j]).collect();
+        let p = DyadicProgram::solve_lost(h, &rows, &cols, &lost_at)?;
         (200 * p.cost() <= 87 * 3 * self.k * lost).then_some(p)
     }
 

@@ -104,11 +104,25 @@ fn rs_reconstruction_equals_isal_decode() {
                     &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
                 );
             }
-            for round in 0..5 {
+            for round in 0..7 {
                 let count = rng.random_range(1..=m);
-                // The last round loses the first data chunks, as the benchmark does (for 64 + 64
-                // every data chunk, rebuilt by the dyadic program of the inverse).
-                let mut erased: Vec<usize> = if round == 4 {
+                // Round 4 loses the first data chunks, as the benchmark does (for 64 + 64 every
+                // data chunk, rebuilt by the dyadic program of the inverse); rounds 5 and 6 a
+                // whole 8-aligned block of data and up to 4 more (the solve through the block).
+                let mut erased: Vec<usize> = if round >= 5 && m >= 9 && k >= 16 {
+                    let b = rng.random_range(0..k / 8);
+                    let others: Vec<usize> = (0..k).filter(|&j| j / 8 != b).collect();
+                    let more = rng.random_range(1..=(m - 8).min(4));
+                    (8 * b..8 * b + 8)
+                        .chain(
+                            rand::seq::index::sample(&mut rng, others.len(), more)
+                                .into_iter()
+                                .map(|i| others[i]),
+                        )
+                        .collect()
+                } else if round >= 5 {
+                    continue;
+                } else if round == 4 {
                     (0..m.min(k)).collect()
                 } else if round == 3 {
                     // Data chunks only (wide Cauchy codes solve these through the parity).

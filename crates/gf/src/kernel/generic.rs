@@ -584,10 +584,10 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
         macro_rules! dispatch {
             ($($a:literal $b:literal),*) => {
                 match pass.shape {
-                    $([$a, $b] => if finish.is_some() {
-                        cross_pass::<V, $a, $b, true>(t, all, &outs, len, finish)
-                    } else {
-                        cross_pass::<V, $a, $b, false>(t, all, &outs, len, None)
+                    $([$a, $b] => match (finish.is_some(), pass.by_block) {
+                        (true, true) => cross_pass::<V, $a, $b, BY_BLOCK>(t, all, &outs, len, finish),
+                        (true, false) => cross_pass::<V, $a, $b, DENSE>(t, all, &outs, len, finish),
+                        _ => cross_pass::<V, $a, $b, STORE>(t, all, &outs, len, None),
                     },)*
                     s => unreachable!("cross pass shape {s:?} is not compiled"),
                 }
@@ -603,7 +603,7 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
 /// for quarter A + B), every quarter's products are added to its accumulators ([`quarter_add`]),
 /// and at the end each group row is its A or B quarter row plus its A + B quarter row.
 #[inline(always)]
-unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: bool>(
+unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: u8>(
     t: &MulTables,
     blocks: &[[*const u8; 8]],
     outs: &[GroupDests; 2],
@@ -634,7 +634,9 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
         }
         let row1 = |u: usize| group_row::<V>(&a1, &b1, &c1, R1, u);
         let row2 = |u: usize| second_group_row::<V>(&r2, R2, u);
-        if let (true, Some((ft, fo))) = (FINISH, finish) {
+        if let (BY_BLOCK, true, Some((ft, fo))) = (FINISH, R1 == 8 && R2 > 0, finish) {
+            finish_by_block::<V, R2>(row1, row2, outs, ft, fo, off);
+        } else if let (DENSE, Some((ft, fo))) = (FINISH, finish) {
             finish_rows::<V, R1, R2>(row1, row2, outs, ft, fo, off);
         } else {
             store_rows::<V>(&outs[0], R1, off, row1);
@@ -665,6 +667,63 @@ unsafe fn low_operands<V: Vector>(h: [V; 4], x: &[*const u8; 8], off: usize) -> 
         V::xor(V::xor(h[2], v2), v3),
         V::xor(h[3], v3),
     ]
+}
+
+/// What a cross pass does with its rows: store them, multiply them by a small dense inverse
+/// ([`finish_rows`]), or solve through a lost block ([`finish_by_block`]).
+const STORE: u8 = 0;
+const DENSE: u8 = 1;
+const BY_BLOCK: u8 = 2;
+
+/// The solve through a lost block (`CrossParts::finish_by_block` in `dyadic.rs` has the math):
+/// `u = A11^-1 y1` by Karatsuba, `d2 = Q (y2, u)`, `d1 = u + M d2`, with the 27 coefficients,
+/// `Q` and `M` in `t` in that order; `outs` are the block's 8 outputs, then the other `R2`.
+#[inline(always)]
+unsafe fn finish_by_block<V: Vector, const R2: usize>(
+    row1: impl Fn(usize) -> V,
+    row2: impl Fn(usize) -> V,
+    groups: &[GroupDests; 2],
+    t: &MulTables,
+    outs: &[*mut u8],
+    off: usize,
+) {
+    // Plain loops, no closures: a closure handed to `array::from_fn` here was compiled on its
+    // own, without the kernel's target features, and every XOR became a call.
+    let mut y1 = [V::zero(); 8];
+    for (j, y) in y1.iter_mut().enumerate() {
+        *y = plus_held::<V>(row1(j), groups[0][j].1, off);
+    }
+    let u = k8::<V>(t, 0, y1);
+    let mut up = [V::prep(V::zero()); 8];
+    for (p, &v) in up.iter_mut().zip(&u) {
+        *p = V::prep(v);
+    }
+    let mut y2 = [V::prep(V::zero()); 4];
+    for (j, y) in y2.iter_mut().enumerate().take(R2) {
+        *y = V::prep(plus_held::<V>(row2(j), groups[1][j].1, off));
+    }
+    let q = 27;
+    let mut d2 = [V::prep(V::zero()); 4];
+    for (j, d) in d2.iter_mut().enumerate().take(R2) {
+        let row = q + j * (R2 + 8);
+        let mut acc = V::zero();
+        for (i, &y) in y2.iter().enumerate().take(R2) {
+            acc = V::xor(acc, V::mul(y, t, row + i));
+        }
+        for (c, &v) in up.iter().enumerate() {
+            acc = V::xor(acc, V::mul(v, t, row + R2 + c));
+        }
+        V::store(outs[8 + j].add(off), acc);
+        *d = V::prep(acc);
+    }
+    let m = q + R2 * (R2 + 8);
+    for (c, &v) in u.iter().enumerate() {
+        let mut acc = v;
+        for (j, &d) in d2.iter().enumerate().take(R2) {
+            acc = V::xor(acc, V::mul(d, t, m + c * R2 + j));
+        }
+        V::store(outs[c].add(off), acc);
+    }
 }
 
 /// A pass's rows (group 1's `R1`, then group 2's `R2`, each plus its addend) times the finish
