@@ -635,9 +635,11 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
         let row1 = |u: usize| group_row::<V>(&a1, &b1, &c1, R1, u);
         let row2 = |u: usize| second_group_row::<V>(&r2, R2, u);
         if let (BY_BLOCK, true, Some((ft, fo))) = (FINISH, R1 == 8 && R2 > 0, finish) {
-            finish_by_block::<V, R2>(row1, row2, outs, ft, fo, off);
+            let y = pass_rows::<V, R1, R2>(row1, row2, outs, off);
+            finish_by_block::<V, R2>(&y, ft, fo, off);
         } else if let (DENSE, Some((ft, fo))) = (FINISH, finish) {
-            finish_rows::<V, R1, R2>(row1, row2, outs, ft, fo, off);
+            let y = pass_rows::<V, R1, R2>(row1, row2, outs, off);
+            finish_rows::<V, R1, R2>(&y, ft, fo, off);
         } else {
             store_rows::<V>(&outs[0], R1, off, row1);
             store_rows::<V>(&outs[1], R2, off, row2);
@@ -680,9 +682,7 @@ const BY_BLOCK: u8 = 2;
 /// `Q` and `M` in `t` in that order; `outs` are the block's 8 outputs, then the other `R2`.
 #[inline(always)]
 unsafe fn finish_by_block<V: Vector, const R2: usize>(
-    row1: impl Fn(usize) -> V,
-    row2: impl Fn(usize) -> V,
-    groups: &[GroupDests; 2],
+    rows: &[V; 12],
     t: &MulTables,
     outs: &[*mut u8],
     off: usize,
@@ -690,17 +690,15 @@ unsafe fn finish_by_block<V: Vector, const R2: usize>(
     // Plain loops, no closures: a closure handed to `array::from_fn` here was compiled on its
     // own, without the kernel's target features, and every XOR became a call.
     let mut y1 = [V::zero(); 8];
-    for (j, y) in y1.iter_mut().enumerate() {
-        *y = plus_held::<V>(row1(j), groups[0][j].1, off);
-    }
+    y1.copy_from_slice(&rows[..8]);
     let u = k8::<V>(t, 0, y1);
     let mut up = [V::prep(V::zero()); 8];
     for (p, &v) in up.iter_mut().zip(&u) {
         *p = V::prep(v);
     }
     let mut y2 = [V::prep(V::zero()); 4];
-    for (j, y) in y2.iter_mut().enumerate().take(R2) {
-        *y = V::prep(plus_held::<V>(row2(j), groups[1][j].1, off));
+    for (y, &r) in y2.iter_mut().zip(&rows[8..]).take(R2) {
+        *y = V::prep(r);
     }
     let q = 27;
     let mut d2 = [V::prep(V::zero()); 4];
@@ -726,25 +724,37 @@ unsafe fn finish_by_block<V: Vector, const R2: usize>(
     }
 }
 
-/// A pass's rows (group 1's `R1`, then group 2's `R2`, each plus its addend) times the finish
-/// matrix `t` (outputs x rows, input-major), stored to `outs`: the solve's inverse applied in
-/// registers instead of through scratch.
+/// A pass's rows: group 1's `R1`, then group 2's `R2`, each plus its addend.
 #[inline(always)]
-unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
+unsafe fn pass_rows<V: Vector, const R1: usize, const R2: usize>(
     row1: impl Fn(usize) -> V,
     row2: impl Fn(usize) -> V,
     groups: &[GroupDests; 2],
+    off: usize,
+) -> [V; 12] {
+    let mut y = [V::zero(); 12];
+    for (j, y) in y.iter_mut().enumerate().take(R1 + R2) {
+        *y = if j < R1 {
+            plus_held::<V>(row1(j), groups[0][j].1, off)
+        } else {
+            plus_held::<V>(row2(j - R1), groups[1][j - R1].1, off)
+        };
+    }
+    y
+}
+
+/// A pass's rows ([`pass_rows`]) times the finish matrix `t` (outputs x rows, input-major),
+/// stored to `outs`: the solve's inverse applied in registers instead of through scratch.
+#[inline(always)]
+unsafe fn finish_rows<V: Vector, const R1: usize, const R2: usize>(
+    rows: &[V; 12],
     t: &MulTables,
     outs: &[*mut u8],
     off: usize,
 ) {
     let mut yp = [V::prep(V::zero()); 12];
-    for (j, y) in yp.iter_mut().enumerate().take(R1 + R2) {
-        *y = V::prep(if j < R1 {
-            plus_held::<V>(row1(j), groups[0][j].1, off)
-        } else {
-            plus_held::<V>(row2(j - R1), groups[1][j - R1].1, off)
-        });
+    for (p, &y) in yp.iter_mut().zip(rows).take(R1 + R2) {
+        *p = V::prep(y);
     }
     let n = outs.len();
     for (o, &dst) in outs.iter().enumerate() {
