@@ -130,15 +130,22 @@ pub(crate) struct CrossPass {
     /// What each group's rows are added to (the destination itself when the program
     /// accumulates).
     pub held: Vec<[Option<Reg>; 8]>,
-    /// Instead of storing the rows: `outs = table * rows` (rows in slot order, group 1's
-    /// `shape[0]` then group 2's `shape[1]`, plus their addends), in registers. The solve's
-    /// small inverse, when its rows fit one pass.
-    pub finish: Option<(usize, Vec<Reg>)>,
-    /// The finish is instead the block solve of [`CrossParts::finish_by_block`]: the table
-    /// holds the 27 Karatsuba coefficients of `A11^-1`, then `Q` (`r2 x (r2 + 8)`, row-major),
-    /// then `M` (`8 x r2`, row-major); the outputs are the lost block's 8 chunks in position
-    /// order, then the other `r2`.
-    pub by_block: bool,
+    /// Instead of storing the rows, the solve's small inverse applied to them in registers
+    /// (when its rows fit one pass): how, the table, and the outputs.
+    pub finish: Option<(Finish, usize, Vec<Reg>)>,
+}
+
+/// How a pass applies the solve's inverse to its rows (rows in slot order: group 1's
+/// `shape[0]` then group 2's `shape[1]`, plus their addends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// `outs = table * rows` ([`CrossParts::finish_in_registers`]).
+    Dense,
+    /// The block solve of [`CrossParts::finish_by_block`]: the table holds the 27 Karatsuba
+    /// coefficients of `A11^-1`, then `Q` (`r2 x (r2 + 8)`, row-major), then `M` (`8 x r2`,
+    /// row-major); the outputs are the lost block's 8 chunks in position order, then the
+    /// other `r2`.
+    ByBlock,
 }
 
 /// Calls `$m!` with every pass shape the kernels are compiled for, as `rows1 rows2` pairs (rows
@@ -343,20 +350,14 @@ impl DyadicProgram {
             .collect();
         let mut c = CrossParts::new(h, rows, cols, &dst, &held)?;
         let (mut products, mut cost) = (c.products, c.cost);
-        let by_block = lost.and_then(|l| c.finish_by_block(h, rows, l));
-        let fused = match by_block {
-            Some((p, k)) => {
-                products += p;
-                cost += k;
-                Some(0)
-            }
-            None => c.finish_in_registers(inv),
-        };
-        if let (None, Some(width)) = (by_block, fused) {
-            products += inv.rows() * width;
-            cost += 2 * inv.rows() * width;
+        let finished = lost
+            .and_then(|l| c.finish_by_block(h, rows, l))
+            .or_else(|| c.finish_in_registers(inv));
+        if let Some((p, k)) = finished {
+            products += p;
+            cost += k;
         }
-        let fused = fused.is_some();
+        let fused = finished.is_some();
         // Else the small dense product after it, in output groups the kernels hold in
         // registers.
         let mut row0 = 0;
@@ -617,13 +618,8 @@ impl CrossParts {
     /// When the op is one pass writing every row to scratch region `i` (row `i` of `inv`'s
     /// columns), make that pass store `inv * rows` to `Out(0..)` instead, in registers
     /// ([`CrossPass::finish`]). Returns the rows it multiplies, if it did.
-    fn finish_in_registers(&mut self, inv: &Matrix) -> Option<usize> {
-        let [Op::Cross(x)] = &mut self.ops[..] else {
-            return None;
-        };
-        let [pass] = &mut x.passes[..] else {
-            return None;
-        };
+    fn finish_in_registers(&mut self, inv: &Matrix) -> Option<(usize, usize)> {
+        let pass = only_pass(&mut self.ops)?;
         let width = (pass.shape[0] + pass.shape[1]) as usize;
         let mut m = Matrix::zero(inv.rows(), width);
         let slots = pass
@@ -638,13 +634,10 @@ impl CrossParts {
                 }
             }
         }
-        for g in &mut pass.outs {
-            *g = [None; 8];
-        }
-        self.tables.push(MulTables::new(&m));
         let outs = (0..inv.rows()).map(|o| Reg::Out(o as u16)).collect();
-        pass.finish = Some((self.tables.len() - 1, outs));
-        Some(width)
+        finish_with(pass, &mut self.tables, Finish::Dense, &m, outs);
+        // A product and a sum per coefficient.
+        Some((inv.rows() * width, 2 * inv.rows() * width))
     }
 
     /// The solve's finish through a lost block: when the op is one pass of a full row group `G`
@@ -665,12 +658,7 @@ impl CrossParts {
         rows: &[usize],
         lost: &[usize],
     ) -> Option<(usize, usize)> {
-        let [Op::Cross(x)] = &mut self.ops[..] else {
-            return None;
-        };
-        let [pass] = &mut x.passes[..] else {
-            return None;
-        };
+        let pass = only_pass(&mut self.ops)?;
         let r2 = pass.shape[1] as usize;
         if pass.shape[0] != 8 || r2 == 0 || lost.len() != 8 + r2 {
             return None;
@@ -733,13 +721,8 @@ impl CrossParts {
             .chain(&l2)
             .map(|&p| in_lost(p).map(|o| Reg::Out(o as u16)))
             .collect::<Option<Vec<Reg>>>()?;
-        for g in &mut pass.outs {
-            *g = [None; 8];
-        }
-        self.tables
-            .push(MulTables::new(&Matrix::from_rows(1, coefs.len(), coefs)));
-        pass.finish = Some((self.tables.len() - 1, outs));
-        pass.by_block = true;
+        let table = Matrix::from_rows(1, coefs.len(), coefs);
+        finish_with(pass, &mut self.tables, Finish::ByBlock, &table, outs);
         let products = 27 + r2 * (r2 + 8) + 8 * r2;
         // Karatsuba's sums (57) and a sum per product of the two dense steps.
         Some((products, products + 57 + r2 * (r2 + 8) + 8 * r2))
@@ -858,7 +841,6 @@ impl CrossParts {
                 outs,
                 held,
                 finish: None,
-                by_block: false,
             });
         }
         debug_assert!(passes.iter().all(|p| CROSS_SHAPES.contains(&p.shape)));
@@ -874,6 +856,32 @@ impl CrossParts {
             cost: products + sums,
         })
     }
+}
+
+/// The one pass of a program that is a single cross op of a single pass.
+fn only_pass(ops: &mut [Op]) -> Option<&mut CrossPass> {
+    let [Op::Cross(x)] = ops else {
+        return None;
+    };
+    let [pass] = &mut x.passes[..] else {
+        return None;
+    };
+    Some(pass)
+}
+
+/// Make `pass` apply `table` to its rows (`how`) and write `outs` instead of storing the rows.
+fn finish_with(
+    pass: &mut CrossPass,
+    tables: &mut Vec<MulTables>,
+    how: Finish,
+    table: &Matrix,
+    outs: Vec<Reg>,
+) {
+    for g in &mut pass.outs {
+        *g = [None; 8];
+    }
+    tables.push(MulTables::new(table));
+    pass.finish = Some((how, tables.len() - 1, outs));
 }
 
 /// `h(s) = 1 / s` over GF(2^8) (and 0 at 0): the dyadic function of ISA-L's Cauchy matrix.

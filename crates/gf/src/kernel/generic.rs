@@ -13,7 +13,7 @@
 
 use super::Mode;
 use crate::dyadic::{
-    cross_shapes, quarter_paths, Cross, DyadicProgram, Op, Reg, DENSE_REGIONS, ZERO_BYTES,
+    cross_shapes, quarter_paths, Cross, DyadicProgram, Finish, Op, Reg, DENSE_REGIONS, ZERO_BYTES,
 };
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
@@ -575,7 +575,8 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
         }
         let t = p.tables.get_unchecked(pass.table);
         let mut fo = [core::ptr::null_mut::<u8>(); DENSE_REGIONS];
-        let finish = pass.finish.as_ref().map(|(table, regs)| {
+        let how = pass.finish.as_ref().map(|f| f.0);
+        let finish = pass.finish.as_ref().map(|(_, table, regs)| {
             for (d, &r) in fo.iter_mut().zip(regs) {
                 *d = at(r);
             }
@@ -584,10 +585,10 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
         macro_rules! dispatch {
             ($($a:literal $b:literal),*) => {
                 match pass.shape {
-                    $([$a, $b] => match (finish.is_some(), pass.by_block) {
-                        (true, true) => cross_pass::<V, $a, $b, BY_BLOCK>(t, all, &outs, len, finish),
-                        (true, false) => cross_pass::<V, $a, $b, DENSE>(t, all, &outs, len, finish),
-                        _ => cross_pass::<V, $a, $b, STORE>(t, all, &outs, len, None),
+                    $([$a, $b] => match how {
+                        Some(Finish::ByBlock) => cross_pass::<V, $a, $b, BY_BLOCK>(t, all, &outs, len, finish),
+                        Some(Finish::Dense) => cross_pass::<V, $a, $b, DENSE>(t, all, &outs, len, finish),
+                        None => cross_pass::<V, $a, $b, STORE>(t, all, &outs, len, None),
                     },)*
                     s => unreachable!("cross pass shape {s:?} is not compiled"),
                 }
