@@ -435,10 +435,11 @@ impl Systematic {
     /// Lost data chunks only, rebuilt from the surviving data and as many parity chunks as were
     /// lost (the `sources` a plan reads): `d_L = C_{S,L}^-1 (p_S + C_{S,K} d_K)`, the product
     /// with the surviving data in the cross layout when the parity is declared dyadic, then the
-    /// `|L| x |L|` inverse (in registers when the parity rows fit one pass, as for 64 + 10). Used
-    /// when that costs at most 87% of the dense rebuild (1.5 k |L|). 64 + 10 losing 10 data
-    /// chunks: 1.72-1.92x ISA-L (docs/PERFORMANCE.md); before the in-register inverse it ran
-    /// the same speed as the dense rebuild on malloc'd buffers, 5-10% faster on aligned ones.
+    /// `|L| x |L|` inverse (in registers when the parity rows fit one pass, as for 64 + 10, and
+    /// through a whole lost 8-block's dyadic inverse when there is one: `solve_lost`). Used
+    /// when that costs at most 87% of the dense rebuild (1.5 k |L|). 64 + 10 losing its first
+    /// 10 data chunks: 2.02-2.13x ISA-L, scattered losses ~1.85-1.9x (docs/PERFORMANCE.md);
+    /// before the in-register inverse it ran the same speed as the dense rebuild.
     fn solve_data(&self, missing: &[usize], sources: &[usize]) -> Option<DyadicProgram> {
         let (h, prow, pcol) = &**self.dyadic.as_ref()?;
         if !self.kernel.runs_dyadic() || missing.iter().any(|&i| i >= self.k) {
@@ -461,12 +462,10 @@ impl Systematic {
             return Ok(());
         }
         let run = |plan: &DecodePlan, chunks: &mut [&mut [u8]]| {
-            // Room for the wide codes' 64 sources on the stack: growing a heap list from 16
-            // to 64 was a fifth of a 64+10 rebuild's per-call cost.
-            // The inputs are written by index into a filled list: a push per source kept the
-            // inline list's length in memory, a store-to-load chain through 64 pushes.
+            // Room for the wide codes' 64 sources on the stack (growing a heap list from 16
+            // was a fifth of a 64+10 rebuild's per-call cost), filled in place and written by
+            // index: a push per source kept the inline length in memory, a store-to-load chain.
             let mut inputs: SmallVec<[&[u8]; 64]> = SmallVec::new();
-            // Filled in place (`from_elem` returned the 1 KiB list by value: a copy per call).
             inputs.resize(plan.sources.len(), &[]);
             let mut outputs: SmallVec<[&mut [u8]; 64]> = SmallVec::new();
             let mut next = 0;
