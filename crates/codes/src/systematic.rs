@@ -110,9 +110,10 @@ type DyadicForm = (Vec<u8>, Vec<usize>, Vec<usize>);
 /// 4 KiB, 32+8 (0.55) 1.28x, 100+20 (0.69) 1.13x (after whole quarters kept their middle
 /// Karatsuba level unfolded; before: 64+10 1.05-1.15x / 1.08x, 32+8 and 24+8 1.04-1.13x /
 /// 1.04-1.06x, 16+16 1.08-1.10x, 48+16 1.02-1.11x);
-/// recursive 64+64 (0.52) 1.5x / 1.9x, 32+32 (0.63) 1.1x / 1.05x. 8+8 (one block, 0.61) gained at
-/// 4 KiB and lost at 64 KiB; 16+4 and 32+4 (0.88) lost at 64 KiB (before the dense kernel paired
-/// its inputs, so by more now).
+/// recursive 64+64 (two levels at a time, 0.29) 2.65-2.96x / 2.7x, 32+32 (0.39) 1.8-1.9x /
+/// 1.4-1.8x (through scratch passes before: 1.5x / 1.9x and 1.1x / 1.05x). 8+8 (one block,
+/// 0.61) gained at 4 KiB and lost at 64 KiB; 16+4 and 32+4 (0.88) lost at 64 KiB (before the
+/// dense kernel paired its inputs, so by more now).
 fn worth_it(p: &DyadicProgram) -> bool {
     p.inputs() >= 16 && 200 * p.cost() <= 73 * 3 * p.inputs() * p.outputs()
 }

@@ -143,6 +143,25 @@ fn random_functions_positions_and_lengths() {
     }
 }
 
+/// Full blocks of 32 and 64 positions inside random functions of 64 and 128 (the two-level
+/// step with 8 x 8 and 16 x 16 register blocks), both halves each way, both modes, a length
+/// longer than one step.
+#[test]
+fn full_blocks_of_random_functions() {
+    let mut rng = StdRng::seed_from_u64(6);
+    for kernel in simd_kernels() {
+        for n in [64usize, 128] {
+            let h: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+            let (lo, hi): (Vec<usize>, Vec<usize>) = ((0..n / 2).collect(), (n / 2..n).collect());
+            for (rows, cols) in [(&hi, &lo), (&lo, &hi)] {
+                for (len, add) in [(4096, false), (192, true), ((16 << 10) + 64 + 3, false)] {
+                    check(&kernel, &mut rng, &h, rows, cols, len, add);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn scalar_has_no_runner() {
     let k = Kernel::new(KernelKind::Scalar).unwrap();

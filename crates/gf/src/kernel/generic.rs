@@ -412,6 +412,19 @@ pub(crate) unsafe fn dyadic<V: Vector>(
                         kblock_region::<V, 8>(t, ri, ro, &at, w, *add);
                     }
                 }
+                Op::TwoLevels {
+                    table,
+                    ins: ri,
+                    outs: ro,
+                    add,
+                } => {
+                    let t = p.tables.get_unchecked(*table);
+                    if ri.len() == 64 {
+                        two_levels_region::<V, 16>(t, ri, ro, &at, w, *add);
+                    } else {
+                        two_levels_region::<V, 8>(t, ri, ro, &at, w, *add);
+                    }
+                }
                 Op::Sum(triples) => {
                     for &(a, b, d) in triples {
                         let (a, b, d) = (at(a), at(b), at(d));
@@ -477,6 +490,74 @@ unsafe fn kblock_region<V: Vector, const B: usize>(
         for (i, v) in y.into_iter().enumerate() {
             if !outs[i].is_null() {
                 V::store(outs[i].add(off), v);
+            }
+        }
+        off += V::BYTES;
+    }
+}
+
+/// `B x B` Karatsuba block (`B` = 8 or 16) on `x`, coefficients from `c` in `t`.
+#[inline(always)]
+unsafe fn kblock<V: Vector, const B: usize>(t: &MulTables, c: usize, x: &[V; B]) -> [V; B] {
+    let mut y = [V::zero(); B];
+    if B == 16 {
+        let mut x16 = [V::zero(); 16];
+        x16.copy_from_slice(x);
+        y.copy_from_slice(&k16::<V>(t, c, x16));
+    } else {
+        let mut x8 = [V::zero(); 8];
+        x8.copy_from_slice(x);
+        y.copy_from_slice(&k8::<V>(t, c, x8));
+    }
+    y
+}
+
+/// An [`Op::TwoLevels`] over `len` bytes: `4 B` inputs and outputs, nine `B x B` blocks a
+/// column vector (see `Builder::two_levels` in `dyadic.rs`).
+#[inline(always)]
+unsafe fn two_levels_region<V: Vector, const B: usize>(
+    t: &MulTables,
+    ri: &[Reg],
+    ro: &[Reg],
+    at: &impl Fn(Reg) -> *mut u8,
+    len: usize,
+    add: bool,
+) {
+    let coefs = if B == 16 { 81 } else { 27 };
+    let mut ins = [core::ptr::null::<u8>(); 64];
+    let mut outs = [core::ptr::null_mut::<u8>(); 64];
+    for i in 0..4 * B {
+        ins[i] = at(ri[i]);
+        outs[i] = at(ro[i]);
+    }
+    // The operands by the levels that take A + B: z[2 (P1 == A+B) + (P0 == A+B)]; the products
+    // on an A + B path in the order of `TWO_LEVEL_PATHS`.
+    let mut z = [[V::zero(); B]; 4];
+    let mut shared = [[V::zero(); B]; 5];
+    let mut off = 0;
+    while off < len {
+        for i in 0..B {
+            let x = |v: usize| V::load(ins[v * B + i].add(off));
+            let (x0, x1, x2, x3) = (x(0), x(1), x(2), x(3));
+            let x13 = V::xor(x1, x3);
+            z[0][i] = V::xor(V::xor(x0, x2), x13);
+            z[1][i] = x13;
+            z[2][i] = V::xor(x2, x3);
+            z[3][i] = x3;
+        }
+        for (b, zi) in [3, 1, 1, 2, 2].into_iter().enumerate() {
+            shared[b] = kblock::<V, B>(t, b * coefs, &z[zi]);
+        }
+        for v in 0..4 {
+            let y = kblock::<V, B>(t, (5 + v) * coefs, &z[0]);
+            let (a, b, c) = (&shared[1 + (v >> 1)], &shared[3 + (v & 1)], &shared[0]);
+            for i in 0..B {
+                let o = outs[v * B + i].add(off);
+                let mut r = V::xor(y[i], V::xor(V::xor(a[i], b[i]), c[i]));
+                if add {
+                    r = V::xor(r, V::load(o));
+                }
+                V::store(o, r);
             }
         }
         off += V::BYTES;
