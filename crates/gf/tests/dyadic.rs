@@ -92,7 +92,7 @@ fn cauchy_blocks_of_wide_codes() {
         for (k, m) in [(64, 64), (64, 10), (32, 32), (48, 16), (16, 4), (100, 20)] {
             let rows: Vec<usize> = (k..k + m).collect();
             let cols: Vec<usize> = (0..k).collect();
-            for len in [64, 2048 + 64 + 5, 4096] {
+            for len in [1, 64, 2048 + 64 + 5, 4096] {
                 check(&kernel, &mut rng, &h, &rows, &cols, len, false);
             }
             check(&kernel, &mut rng, &h, &rows, &cols, 130, true);
