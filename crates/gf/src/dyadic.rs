@@ -538,11 +538,9 @@ impl Builder {
         if (n == 8 && wanted == n || n == 16 && wanted > 8) && present == n {
             let mut c = Vec::with_capacity(81);
             karatsuba_coefficients(h, &mut c);
-            self.products += c.len();
-            self.tables
-                .push(MulTables::new(&Matrix::from_rows(1, c.len(), c)));
+            let table = self.karatsuba_table(c);
             self.ops.push(Op::Block {
-                table: self.tables.len() - 1,
+                table,
                 ins: x.iter().map(|r| r.expect("present")).collect(),
                 outs: y.to_vec(),
                 add,
@@ -644,15 +642,21 @@ impl Builder {
         for (p1, p0) in TWO_LEVEL_PATHS {
             karatsuba_coefficients(&f[p1][p0], &mut c);
         }
-        self.products += c.len();
-        self.tables
-            .push(MulTables::new(&Matrix::from_rows(1, c.len(), c)));
+        let table = self.karatsuba_table(c);
         self.ops.push(Op::TwoLevels {
-            table: self.tables.len() - 1,
+            table,
             ins: x.iter().map(|r| r.expect("present")).collect(),
             outs: y.iter().map(|r| r.expect("wanted")).collect(),
             add,
         });
+    }
+
+    /// Adds a table of Karatsuba coefficients, one product each, and returns its index.
+    fn karatsuba_table(&mut self, c: Vec<u8>) -> usize {
+        self.products += c.len();
+        self.tables
+            .push(MulTables::new(&Matrix::from_rows(1, c.len(), c)));
+        self.tables.len() - 1
     }
 
     /// A dense leaf over the present inputs and wanted outputs.
