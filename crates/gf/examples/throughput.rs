@@ -1,5 +1,7 @@
 //! Instruction throughput of the GFNI kernel's building blocks on this CPU: an affine product,
-//! a two- and a three-way XOR, and mixes of them, each as independent ZMM instructions in a loop.
+//! a two- and a three-way XOR, and mixes of them, each as independent ZMM instructions in a loop;
+//! then the load side (vector loads, broadcast products beside loads) and shuffles beside
+//! products.
 //! These figures are the cost model behind `DyadicProgram::cost` (count instructions, not
 //! products). Usage: `cargo run --release -p stripeguard-gf --example throughput`.
 
@@ -32,6 +34,38 @@ mod x86 {
                 }
             })
         };
+    }
+
+    /// One aligned static buffer: 8 identity matrices, then data (on the stack, loads ran at
+    /// half speed, likely checked against the loop's own stack stores).
+    #[repr(align(64))]
+    struct Lines([u64; 64]);
+    static LINES: Lines = {
+        let mut l = [0u64; 64];
+        let mut i = 0;
+        while i < 8 {
+            l[i] = 0x0102040810204080;
+            i += 1;
+        }
+        Lines(l)
+    };
+
+    /// [`timed!`] with `{d}` = [`LINES`]: matrices at `[{d}]..[{d} + 56]`, data lines from
+    /// `[{d} + 64]`. The pointer is moved into the closure: captured by reference it was
+    /// reloaded every iteration and halved the loads' rate.
+    macro_rules! with_memory {
+        ($($body:tt)*) => {{
+            let d = LINES.0.as_ptr();
+            ns(move || unsafe {
+                for _ in 0..ITERS {
+                    asm!($($body)*, d = in(reg) d,
+                        out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                        out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                        out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                        out("zmm16") _, out("zmm17") _, out("zmm18") _, options(nostack));
+                }
+            })
+        }};
     }
 
     #[target_feature(enable = "avx512f,gfni")]
@@ -132,26 +166,18 @@ mod x86 {
             ),
             18.0,
         );
-        let table = [0x0102040810204080u64; 8];
-        let tp = table.as_ptr();
         per(
             "12 affine products, matrix broadcast from memory",
-            ns(|| unsafe {
-                for _ in 0..ITERS {
-                    asm!(
-                        ".rept 2",
-                        "vgf2p8affineqb zmm0, zmm16, qword ptr [{t}]{{1to8}}, 0",
-                        "vgf2p8affineqb zmm1, zmm16, qword ptr [{t} + 8]{{1to8}}, 0",
-                        "vgf2p8affineqb zmm2, zmm16, qword ptr [{t} + 16]{{1to8}}, 0",
-                        "vgf2p8affineqb zmm3, zmm16, qword ptr [{t} + 24]{{1to8}}, 0",
-                        "vgf2p8affineqb zmm4, zmm16, qword ptr [{t} + 32]{{1to8}}, 0",
-                        "vgf2p8affineqb zmm5, zmm16, qword ptr [{t} + 40]{{1to8}}, 0",
-                        ".endr",
-                        t = in(reg) tp,
-                        out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                        out("zmm4") _, out("zmm5") _, out("zmm16") _, options(nostack));
-                }
-            }),
+            with_memory!(
+                ".rept 2",
+                "vgf2p8affineqb zmm0, zmm16, qword ptr [{d}]{{1to8}}, 0",
+                "vgf2p8affineqb zmm1, zmm16, qword ptr [{d} + 8]{{1to8}}, 0",
+                "vgf2p8affineqb zmm2, zmm16, qword ptr [{d} + 16]{{1to8}}, 0",
+                "vgf2p8affineqb zmm3, zmm16, qword ptr [{d} + 24]{{1to8}}, 0",
+                "vgf2p8affineqb zmm4, zmm16, qword ptr [{d} + 32]{{1to8}}, 0",
+                "vgf2p8affineqb zmm5, zmm16, qword ptr [{d} + 40]{{1to8}}, 0",
+                ".endr"
+            ),
             12.0,
         );
         per(
@@ -203,33 +229,6 @@ mod x86 {
     /// loads a block are bound by loads before products).
     #[target_feature(enable = "avx512f,gfni")]
     unsafe fn loads_and_shuffles(per: &mut impl FnMut(&str, f64, f64)) {
-        // One aligned static buffer (on the stack, loads ran at half speed, likely checked
-        // against the loop's own stack stores): 8 identity matrices, then data.
-        #[repr(align(64))]
-        struct Lines([u64; 64]);
-        static LINES: Lines = {
-            let mut l = [0u64; 64];
-            let mut i = 0;
-            while i < 8 {
-                l[i] = 0x0102040810204080;
-                i += 1;
-            }
-            Lines(l)
-        };
-        let dp = LINES.0.as_ptr();
-        macro_rules! with_memory {
-            ($($body:tt)*) => {
-                ns(move || unsafe {
-                    for _ in 0..ITERS {
-                        asm!($($body)*, d = in(reg) dp,
-                            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                            out("zmm16") _, out("zmm17") _, out("zmm18") _, options(nostack));
-                    }
-                })
-            };
-        }
         per(
             "12 vector loads (64 bytes, aligned)",
             with_memory!(
