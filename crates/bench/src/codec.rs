@@ -7,6 +7,13 @@
 //! - **stream**: a pool of stripes much larger than the last-level cache, walked in turn, which is
 //!   what a disk array sees (every kernel is then bound by memory bandwidth).
 //!
+//! Runs: with `runs` above one the whole table is measured that many times in turn and each row
+//! reports the median of its runs (the ratio: the median of the runs' ratios, each ours against
+//! the reference in the same run) and the ratio's range. A row's own rounds last a fraction of a
+//! second, and the slow spells of a shared machine can last seconds (one run here printed 0.66x
+//! for 4+1 4 KiB rebuild, whose other runs gave 0.8-1.1x): runs spread over minutes see them
+//! once, not in every sample.
+//!
 //! Units: `gbps` is data bytes per second / 1e9 (for update and rmw: the bytes of the one chunk
 //! changed); `galops` (Mann et al.) is GF multiply-adds per second / 1e9, i.e. data bytes x rows
 //! produced.
@@ -37,6 +44,8 @@ pub struct CodecOptions {
     pub reps: usize,
     /// Minimum time per repetition.
     pub min_time: Duration,
+    /// Whole-table runs, combined by median (see the top of this file).
+    pub runs: usize,
 }
 
 impl Default for CodecOptions {
@@ -51,6 +60,7 @@ impl Default for CodecOptions {
             // taking turns often gives both sides the fast stretches between them.
             reps: 6,
             min_time: Duration::from_millis(30),
+            runs: 1,
         }
     }
 }
@@ -76,8 +86,12 @@ pub struct Measurement {
     pub reference_gbps: Option<f64>,
     /// What the reference is ("isa-l ec_encode_data", "crc-fast", ...).
     pub reference: Option<&'static str>,
-    /// gbps / reference_gbps.
+    /// gbps / reference_gbps (over several runs: the median of the runs' ratios).
     pub ratio: Option<f64>,
+    /// The lowest and highest ratio of the runs.
+    pub ratio_range: Option<(f64, f64)>,
+    /// Runs combined in this row (`gbps` and `reference_gbps` are their medians).
+    pub runs: usize,
 }
 
 /// The whole run.
@@ -87,6 +101,8 @@ pub struct CodecReport {
     pub kernel: String,
     /// Whether ISA-L was measured.
     pub isal: bool,
+    /// Whole-table runs behind every row.
+    pub runs: usize,
     /// Rows.
     pub results: Vec<Measurement>,
 }
@@ -142,7 +158,6 @@ pub fn run(opts: &CodecOptions, mut progress: impl FnMut(&str)) -> CodecReport {
     let kernel = Kernel::selected()
         .copied()
         .unwrap_or_else(|_| Kernel::best());
-    let mut results = Vec::new();
     let mut rng = StdRng::seed_from_u64(1);
     // Bring the core up to speed first: the first rows (4+1 at 4 KiB) ran right after start-up
     // and now and then printed 0.65x for ours against a reference that is the same code
@@ -154,6 +169,34 @@ pub fn run(opts: &CodecOptions, mut progress: impl FnMut(&str)) -> CodecReport {
         warm.iter_mut().for_each(|b| *b = b.wrapping_add(1));
         black_box(&mut warm);
     }
+    let runs = opts.runs.max(1);
+    let mut passes = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let mut say = |what: &str| {
+            if runs > 1 {
+                progress(&format!("run {run}/{runs}: {what}"));
+            } else {
+                progress(what);
+            }
+        };
+        passes.push(run_once(opts, kernel, &mut rng, &mut say));
+    }
+    CodecReport {
+        kernel: kernel.kind().name().to_string(),
+        isal: cfg!(feature = "isal"),
+        runs,
+        results: combine(&passes),
+    }
+}
+
+/// One run of the whole table.
+fn run_once(
+    opts: &CodecOptions,
+    kernel: Kernel,
+    rng: &mut StdRng,
+    progress: &mut impl FnMut(&str),
+) -> Vec<Measurement> {
+    let mut results = Vec::new();
     let placements: Vec<&'static str> = [(opts.cache, "cache"), (opts.stream, "stream")]
         .into_iter()
         .filter(|p| p.0)
@@ -169,15 +212,52 @@ pub fn run(opts: &CodecOptions, mut progress: impl FnMut(&str)) -> CodecReport {
                 } else {
                     (opts.pool_bytes / ((k + m) * chunk)).max(2)
                 };
-                let mut pool = Pool::new(&code, chunk, count, &mut rng);
+                let mut pool = Pool::new(&code, chunk, count, rng);
                 results.extend(measure_shape(&code, &mut pool, placement, opts));
             }
         }
     }
-    CodecReport {
-        kernel: kernel.kind().name().to_string(),
-        isal: cfg!(feature = "isal"),
-        results,
+    results
+}
+
+/// Rows of several runs of the same table (same rows, same order) as one: medians, and the
+/// ratio's range.
+fn combine(passes: &[Vec<Measurement>]) -> Vec<Measurement> {
+    let Some(first) = passes.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let rows: Vec<&Measurement> = passes.iter().map(|p| &p[i]).collect();
+            let all = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Option<Vec<f64>> {
+                rows.iter().map(|r| f(r)).collect()
+            };
+            let ratios = all(&|r| r.ratio);
+            Measurement {
+                gbps: median(&rows.iter().map(|r| r.gbps).collect::<Vec<_>>()),
+                galops: median(&rows.iter().map(|r| r.galops).collect::<Vec<_>>()),
+                reference_gbps: all(&|r| r.reference_gbps).map(|v| median(&v)),
+                ratio: ratios.as_deref().map(median),
+                ratio_range: ratios.as_deref().map(|v| {
+                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    (lo, hi)
+                }),
+                runs: rows.len(),
+                ..rows[0].clone()
+            }
+        })
+        .collect()
+}
+
+/// The median of `v` (the mean of the middle two for an even count; 0 for none).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
 
@@ -199,6 +279,8 @@ fn row(
         reference_gbps: None,
         reference: None,
         ratio: None,
+        ratio_range: None,
+        runs: 1,
     }
 }
 
@@ -207,6 +289,7 @@ fn with_reference(mut r: Measurement, name: &'static str, reference_rate: f64) -
     r.reference_gbps = Some(g);
     r.reference = Some(name);
     r.ratio = Some(r.gbps / g);
+    r.ratio_range = r.ratio.map(|x| (x, x));
     r
 }
 
@@ -446,4 +529,63 @@ fn measure_shape(
         None,
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(gbps: f64, reference: Option<f64>) -> Measurement {
+        let r = Measurement {
+            op: "encode",
+            k: 4,
+            m: 1,
+            chunk_bytes: 4096,
+            placement: "cache",
+            gbps,
+            galops: gbps,
+            reference_gbps: None,
+            reference: None,
+            ratio: None,
+            ratio_range: None,
+            runs: 1,
+        };
+        match reference {
+            Some(g) => with_reference(r, "ref", g * 1e9),
+            None => r,
+        }
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    /// The combined ratio is the median of the runs' own ratios (each ours against the
+    /// reference of the same run), not a ratio of medians taken from different runs.
+    #[test]
+    fn runs_combine_by_median_ratio_and_range() {
+        let passes = vec![
+            vec![m(10.0, Some(5.0)), m(1.0, None)],
+            vec![m(4.0, Some(4.0)), m(3.0, None)],
+            vec![m(9.0, Some(3.0)), m(2.0, None)],
+        ];
+        let rows = combine(&passes);
+        assert_eq!(rows.len(), 2);
+        let r = &rows[0];
+        assert_eq!(r.runs, 3);
+        assert_eq!(r.gbps, 9.0);
+        assert_eq!(r.reference_gbps, Some(4.0));
+        // Ratios 2, 1, 3: median 2 (medians of the rates would give 9 / 4 = 2.25).
+        assert_eq!(r.ratio, Some(2.0));
+        assert_eq!(r.ratio_range, Some((1.0, 3.0)));
+        assert_eq!(r.reference, Some("ref"));
+        let plain = &rows[1];
+        assert_eq!(
+            (plain.gbps, plain.ratio, plain.ratio_range),
+            (2.0, None, None)
+        );
+    }
 }

@@ -98,6 +98,10 @@ pub struct CodecArgs {
     /// Size of the streaming pool.
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     pool: usize,
+    /// Measure the whole table this many times in turn and print each row's median and the
+    /// ratio's range: a shared machine's slow spells can outlast a row's rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -170,6 +174,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         pool_bytes: a.pool,
         reps: a.reps.max(1),
         min_time: Duration::from_millis(a.ms.max(1)),
+        runs: a.runs as usize,
     };
     let tty = std::io::stderr().is_terminal();
     let report = run_codec(&opts, |what| {
@@ -185,24 +190,50 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "kernel: {} (single core){}",
+        "kernel: {} (single core){}{}",
         kernel.kind(),
         if report.isal {
             ", reference: ISA-L 2.32"
         } else {
             ""
+        },
+        if report.runs > 1 {
+            format!(
+                ", median of {} runs (ratio: median of the runs' ratios)",
+                report.runs
+            )
+        } else {
+            String::new()
         }
     );
     if !report.isal {
         println!("note: built without the `isal` feature, so no ISA-L ratios (cargo run --release --features isal -- bench codec)");
     }
+    // The ratio's range over the runs, when there are several.
+    let range = |r: &stripeguard_bench::Measurement| match r.ratio_range {
+        Some((lo, hi)) if report.runs > 1 => format!(" {:>11}", format!("{lo:.2}-{hi:.2}")),
+        _ if report.runs > 1 => format!(" {:>11}", "-"),
+        _ => String::new(),
+    };
     println!(
-        "{:<12} {:>7} {:>6} {:>7} {:>9} {:>8} {:>10} {:>7}  reference",
-        "op", "k+m", "chunk", "where", "GB/s", "GalOPS", "ref GB/s", "ratio"
+        "{:<12} {:>7} {:>6} {:>7} {:>9} {:>8} {:>10} {:>7}{}  reference",
+        "op",
+        "k+m",
+        "chunk",
+        "where",
+        "GB/s",
+        "GalOPS",
+        "ref GB/s",
+        "ratio",
+        if report.runs > 1 {
+            format!(" {:>11}", "range")
+        } else {
+            String::new()
+        }
     );
     for r in &report.results {
         println!(
-            "{:<12} {:>7} {:>6} {:>7} {:>9.2} {:>8.2} {:>10} {:>7}  {}",
+            "{:<12} {:>7} {:>6} {:>7} {:>9.2} {:>8.2} {:>10} {:>7}{}  {}",
             r.op,
             format!("{}+{}", r.k, r.m),
             format_size(r.chunk_bytes),
@@ -211,6 +242,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
             r.galops,
             r.reference_gbps.map_or("-".into(), |g| format!("{g:.2}")),
             r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+            range(r),
             r.reference.unwrap_or(""),
         );
     }

@@ -282,6 +282,14 @@ fn unsupported_kernel_is_a_clear_error() {
 }
 
 #[test]
+fn bench_codec_rejects_zero_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sg(&["bench", "codec", "--runs", "0"], dir.path());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--runs"), "{}", text(&o));
+}
+
+#[test]
 fn bench_codec_runs_and_prints_json() {
     let dir = tempfile::tempdir().unwrap();
     let o = sg(
@@ -298,12 +306,29 @@ fn bench_codec_runs_and_prints_json() {
             "1",
             "--ms",
             "2",
+            "--runs",
+            "2",
             "--json",
         ],
         dir.path(),
     );
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["runs"], 2);
+    // Rows with a reference (crc32c always has one) carry the median ratio inside its range.
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["runs"], 2, "{r}");
+        if let Some(ratio) = r["ratio"].as_f64() {
+            let (lo, hi) = (
+                r["ratio_range"][0].as_f64().unwrap(),
+                r["ratio_range"][1].as_f64().unwrap(),
+            );
+            assert!(lo <= ratio && ratio <= hi, "{r}");
+        } else {
+            assert!(r["ratio_range"].is_null(), "{r}");
+        }
+    }
+    assert!(v["results"][5]["ratio"].as_f64().is_some(), "crc32c has a reference");
     let ops: Vec<&str> = v["results"]
         .as_array()
         .unwrap()
