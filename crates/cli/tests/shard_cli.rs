@@ -328,7 +328,10 @@ fn bench_codec_runs_and_prints_json() {
             assert!(r["ratio_range"].is_null(), "{r}");
         }
     }
-    assert!(v["results"][5]["ratio"].as_f64().is_some(), "crc32c has a reference");
+    assert!(
+        v["results"][5]["ratio"].as_f64().is_some(),
+        "crc32c has a reference"
+    );
     let ops: Vec<&str> = v["results"]
         .as_array()
         .unwrap()
