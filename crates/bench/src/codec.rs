@@ -229,6 +229,11 @@ fn combine(passes: &[Vec<Measurement>]) -> Vec<Measurement> {
     (0..first.len())
         .map(|i| {
             let rows: Vec<&Measurement> = passes.iter().map(|p| &p[i]).collect();
+            let id = |r: &Measurement| (r.op, r.k, r.m, r.chunk_bytes, r.placement);
+            assert!(
+                rows.iter().all(|r| id(r) == id(rows[0])),
+                "runs of the table differ in their rows"
+            );
             let all = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Option<Vec<f64>> {
                 rows.iter().map(|r| f(r)).collect()
             };
