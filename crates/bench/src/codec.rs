@@ -88,10 +88,9 @@ pub struct Measurement {
     pub reference: Option<&'static str>,
     /// gbps / reference_gbps (over several runs: the median of the runs' ratios).
     pub ratio: Option<f64>,
-    /// The lowest and highest ratio of the runs.
+    /// The lowest and highest ratio of the runs ([`CodecReport::runs`]; `gbps` and
+    /// `reference_gbps` are their medians).
     pub ratio_range: Option<(f64, f64)>,
-    /// Runs combined in this row (`gbps` and `reference_gbps` are their medians).
-    pub runs: usize,
 }
 
 /// The whole run.
@@ -234,21 +233,23 @@ fn combine(passes: &[Vec<Measurement>]) -> Vec<Measurement> {
                 rows.iter().all(|r| id(r) == id(rows[0])),
                 "runs of the table differ in their rows"
             );
+            // Every run's value of a field (`None` when a run has none: rows without a
+            // reference).
             let all = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Option<Vec<f64>> {
                 rows.iter().map(|r| f(r)).collect()
             };
+            let med = |f: &dyn Fn(&Measurement) -> Option<f64>| all(f).map(|v| median(&v));
             let ratios = all(&|r| r.ratio);
             Measurement {
-                gbps: median(&rows.iter().map(|r| r.gbps).collect::<Vec<_>>()),
-                galops: median(&rows.iter().map(|r| r.galops).collect::<Vec<_>>()),
-                reference_gbps: all(&|r| r.reference_gbps).map(|v| median(&v)),
+                gbps: med(&|r| Some(r.gbps)).unwrap_or_default(),
+                galops: med(&|r| Some(r.galops)).unwrap_or_default(),
+                reference_gbps: med(&|r| r.reference_gbps),
                 ratio: ratios.as_deref().map(median),
                 ratio_range: ratios.as_deref().map(|v| {
                     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
                     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     (lo, hi)
                 }),
-                runs: rows.len(),
                 ..rows[0].clone()
             }
         })
@@ -285,7 +286,6 @@ fn row(
         reference: None,
         ratio: None,
         ratio_range: None,
-        runs: 1,
     }
 }
 
@@ -553,7 +553,6 @@ mod tests {
             reference: None,
             ratio: None,
             ratio_range: None,
-            runs: 1,
         };
         match reference {
             Some(g) => with_reference(r, "ref", g * 1e9),
@@ -580,7 +579,6 @@ mod tests {
         let rows = combine(&passes);
         assert_eq!(rows.len(), 2);
         let r = &rows[0];
-        assert_eq!(r.runs, 3);
         assert_eq!(r.gbps, 9.0);
         assert_eq!(r.reference_gbps, Some(4.0));
         // Ratios 2, 1, 3: median 2 (medians of the rates would give 9 / 4 = 2.25).

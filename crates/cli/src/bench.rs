@@ -189,6 +189,15 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    // With several runs: the header says so and a column gives each ratio's range.
+    let several = report.runs > 1;
+    let range_column = |text: String| {
+        if several {
+            format!(" {text:>11}")
+        } else {
+            String::new()
+        }
+    };
     println!(
         "kernel: {} (single core){}{}",
         kernel.kind(),
@@ -197,7 +206,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         } else {
             ""
         },
-        if report.runs > 1 {
+        if several {
             format!(
                 ", median of {} runs (ratio: median of the runs' ratios)",
                 report.runs
@@ -209,12 +218,6 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
     if !report.isal {
         println!("note: built without the `isal` feature, so no ISA-L ratios (cargo run --release --features isal -- bench codec)");
     }
-    // The ratio's range over the runs, when there are several.
-    let range = |r: &stripeguard_bench::Measurement| match r.ratio_range {
-        Some((lo, hi)) if report.runs > 1 => format!(" {:>11}", format!("{lo:.2}-{hi:.2}")),
-        _ if report.runs > 1 => format!(" {:>11}", "-"),
-        _ => String::new(),
-    };
     println!(
         "{:<12} {:>7} {:>6} {:>7} {:>9} {:>8} {:>10} {:>7}{}  reference",
         "op",
@@ -225,11 +228,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         "GalOPS",
         "ref GB/s",
         "ratio",
-        if report.runs > 1 {
-            format!(" {:>11}", "range")
-        } else {
-            String::new()
-        }
+        range_column("range".into())
     );
     for r in &report.results {
         println!(
@@ -242,7 +241,10 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
             r.galops,
             r.reference_gbps.map_or("-".into(), |g| format!("{g:.2}")),
             r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
-            range(r),
+            range_column(
+                r.ratio_range
+                    .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
+            ),
             r.reference.unwrap_or(""),
         );
     }
