@@ -236,6 +236,109 @@ fn solve_is_inverse_times_held_plus_product() {
     }
 }
 
+/// `solve_lost` when the lost positions hold a whole 8-aligned block and `r2` <= 4 more, and the
+/// rows a whole 8-row group and a prefix of `r2` rows of another (the solve folded into the
+/// walk: `CrossParts::finish_by_block`): `d_L = C_{S,L}^-1 (held + C_{S,K} x)` against the
+/// definition, and the product count that shows that solve was taken (one more block walked and
+/// `r2 (r2 + 8)` products, not the dense finish's `(8 + r2)^2`).
+#[test]
+fn solve_lost_through_a_whole_lost_block() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let cauchy = cauchy_function();
+    for kernel in simd_kernels() {
+        let mut taken = 0;
+        for case in 0..24 {
+            let r2 = 1 + case % 4;
+            let (h, rows, lost, cols): (Vec<u8>, Vec<usize>, Vec<usize>, Vec<usize>) = if case < 4 {
+                // 64 + (8 + r2) losing its first 8 + r2 data chunks, as the benchmark does.
+                let lost: Vec<usize> = (0..8 + r2).collect();
+                (
+                    cauchy.clone(),
+                    (64..72 + r2).collect(),
+                    lost,
+                    (8 + r2..64).collect(),
+                )
+            } else {
+                let n = [64usize, 128][case % 2];
+                let h: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+                let blocks = rand::seq::index::sample(&mut rng, n / 8, 3).into_vec();
+                let (g, g2, b) = (blocks[0], blocks[1], blocks[2]);
+                let rows: Vec<usize> = (8 * g..8 * g + 8).chain(8 * g2..8 * g2 + r2).collect();
+                let others: Vec<usize> = (0..n).filter(|&p| p / 8 != b).collect();
+                let mut pick = rand::seq::index::sample(&mut rng, others.len(), others.len() / 2)
+                    .into_iter()
+                    .map(|i| others[i]);
+                let lost: Vec<usize> = (8 * b..8 * b + 8).chain(pick.by_ref().take(r2)).collect();
+                (h, rows, lost, pick.collect())
+            };
+            let hr = &h;
+            let c = |r: &[usize], c: &[usize]| {
+                Matrix::from_rows(
+                    r.len(),
+                    c.len(),
+                    r.iter()
+                        .flat_map(|&i| c.iter().map(move |&j| hr[i ^ j]))
+                        .collect(),
+                )
+            };
+            let Ok(inv) = c(&rows, &lost).inverse() else {
+                continue;
+            };
+            let p = DyadicProgram::solve_lost(&h, &rows, &cols, &lost).expect("a cross layout");
+            let g = rows[0] / 8;
+            let b = lost[0] / 8;
+            let block_inv = (0..8usize)
+                .flat_map(|i| (0..8).map(move |j| (i, j)))
+                .map(|(i, j)| h[(8 * g + i) ^ (8 * b + j)]);
+            if Matrix::from_rows(8, 8, block_inv.collect())
+                .inverse()
+                .is_ok()
+            {
+                let mut column_blocks: Vec<usize> = cols.iter().map(|&j| j / 8).collect();
+                column_blocks.dedup();
+                column_blocks.sort_unstable();
+                column_blocks.dedup();
+                let per_block = 27 + [0, 8, 12, 16, 18][r2];
+                let want = (column_blocks.len() + 1) * per_block + r2 * (r2 + 8);
+                assert_eq!(
+                    p.products(),
+                    want,
+                    "case {case}: the solve through the block"
+                );
+                taken += 1;
+            }
+            let len = [64, 4096, 4160 + 7][rng.random_range(0..3)];
+            let x: Vec<Vec<u8>> = (0..cols.len() + rows.len())
+                .map(|_| (0..len).map(|_| rng.random()).collect())
+                .collect();
+            let mut mid: Vec<Vec<u8>> = x[cols.len()..].to_vec();
+            expected(&h, &rows, &cols, &x[..cols.len()], &mut mid, true);
+            let want: Vec<Vec<u8>> = (0..lost.len())
+                .map(|o| {
+                    (0..len)
+                        .map(|b| {
+                            (0..rows.len()).fold(0, |a, i| a ^ field::mul(inv[(o, i)], mid[i][b]))
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut got = vec![vec![0x5au8; len]; lost.len()];
+            let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
+            let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
+            assert!(kernel.dyadic(&p, &xs, &mut ys));
+            assert!(
+                got == want,
+                "{:?} case {case}: r2 {r2}, len {len}",
+                kernel.kind()
+            );
+        }
+        assert!(
+            taken >= 8,
+            "the solve through the block was taken {taken} times"
+        );
+    }
+}
+
 /// Regions that start at every misalignment (shared by all inputs, or not), so the aligned body,
 /// the padded head and the padded tail all run.
 #[test]

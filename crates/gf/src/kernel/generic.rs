@@ -13,7 +13,8 @@
 
 use super::Mode;
 use crate::dyadic::{
-    cross_shapes, quarter_paths, Cross, DyadicProgram, Finish, Op, Reg, DENSE_REGIONS, ZERO_BYTES,
+    cross_shapes, quarter_paths, Cross, DyadicProgram, Finish, Op, Reg, DENSE_REGIONS,
+    MAX_CROSS_BLOCKS, ZERO_BYTES,
 };
 use crate::tables::MulTables;
 use core::mem::MaybeUninit;
@@ -624,15 +625,12 @@ unsafe fn k8<V: Vector>(t: &MulTables, c: usize, x: [V; 8]) -> [V; 8] {
     })
 }
 
-/// Most column blocks of a cross layout (k <= 255).
-const MAX_BLOCKS: usize = 32;
-
 /// Run an [`Op::Cross`] over `len` bytes of the tile.
 #[inline(always)]
 unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *mut u8, len: usize) {
     // Filled only as far as used: zeroing 32 blocks' pointers per tile cost more than a small
     // product itself.
-    let mut all = [MaybeUninit::<[*const u8; 8]>::uninit(); MAX_BLOCKS];
+    let mut all = [MaybeUninit::<[*const u8; 8]>::uninit(); MAX_CROSS_BLOCKS];
     for (d, regs) in all.iter_mut().zip(&c.blocks) {
         // A plain loop: `[Reg; 8]::map` was an out-of-line call, a tenth of a small call.
         let mut ptrs = [core::ptr::null::<u8>(); 8];
@@ -683,7 +681,9 @@ unsafe fn cross<V: Vector>(p: &DyadicProgram, c: &Cross, at: &impl Fn(Reg) -> *m
 /// each column vector and each block, the block's 8 inputs are reduced to the operands of the
 /// two lower Karatsuba levels for both upper halves (`x_lo + x_hi` for quarters A and B, `x_hi`
 /// for quarter A + B), every quarter's products are added to its accumulators ([`quarter_add`]),
-/// and at the end each group row is its A or B quarter row plus its A + B quarter row.
+/// and at the end each group row is its A or B quarter row plus its A + B quarter row. Odd
+/// column vectors walk the blocks backwards (see "Cross" in `dyadic.rs`: the lines the last
+/// blocks left in L1 are met first).
 #[inline(always)]
 unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: u8>(
     t: &MulTables,
@@ -700,19 +700,30 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
         // registers.
         let (mut a1, mut b1, mut c1) = ([V::zero(); 6], [V::zero(); 6], [V::zero(); 6]);
         let mut r2 = [V::zero(); 4];
-        let mut ci = 0;
-        for x in blocks {
-            // Quarter A + B first, so its operands' registers then take those of A and B:
-            // 4 operands live at a time next to the accumulators (21 for 64 + 10).
-            let h = high_operands::<V>(x, off);
-            let zh = h.map(|v| V::prep(v));
-            quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
-            second_add::<V>(&mut r2, &zh, t, ci + 27 + 18, R2);
-            let zs = low_operands::<V>(h, x, off).map(|v| V::prep(v));
-            quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
-            quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
-            second_add::<V>(&mut r2, &zs, t, ci + 27, R2);
-            ci += coefs;
+        // A macro, not a closure: closures are compiled without the kernel's target features.
+        macro_rules! block {
+            ($x:expr, $ci:expr) => {{
+                let (x, ci): (&[*const u8; 8], usize) = ($x, $ci);
+                // Quarter A + B first, so its operands' registers then take those of A and B:
+                // 4 operands live at a time next to the accumulators (21 for 64 + 10).
+                let h = high_operands::<V>(x, off);
+                let zh = h.map(|v| V::prep(v));
+                quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
+                second_add::<V>(&mut r2, &zh, t, ci + 27 + 18, R2);
+                let zs = low_operands::<V>(h, x, off).map(|v| V::prep(v));
+                quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
+                quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
+                second_add::<V>(&mut r2, &zs, t, ci + 27, R2);
+            }};
+        }
+        if (off / V::BYTES) % 2 == 0 {
+            for (i, x) in blocks.iter().enumerate() {
+                block!(x, i * coefs);
+            }
+        } else {
+            for (i, x) in blocks.iter().enumerate().rev() {
+                block!(x, i * coefs);
+            }
         }
         let row1 = |u: usize| group_row::<V>(&a1, &b1, &c1, R1, u);
         let row2 = |u: usize| second_group_row::<V>(&r2, R2, u);
@@ -760,8 +771,9 @@ const DENSE: u8 = 1;
 const BY_BLOCK: u8 = 2;
 
 /// The solve through a lost block (`CrossParts::finish_by_block` in `dyadic.rs` has the math):
-/// `u = A11^-1 y1` by Karatsuba, `d2 = Q (y2, u)`, `d1 = u + M d2`, with the 27 coefficients,
-/// `Q` and `M` in `t` in that order; `outs` are the block's 8 outputs, then the other `R2`.
+/// the walk has made `u` (rows 0..8) and `z` (the other `R2`), and this stores
+/// `d2 = Sc^-1 z` and `d1 = u + M d2`, with `Sc^-1` (`R2 x R2`) and `M` (`8 x R2`) in `t`,
+/// row-major; `outs` are the block's 8 outputs, then the other `R2`.
 #[inline(always)]
 unsafe fn finish_by_block<V: Vector, const R2: usize>(
     rows: &[V; 12],
@@ -771,34 +783,22 @@ unsafe fn finish_by_block<V: Vector, const R2: usize>(
 ) {
     // Plain loops, no closures: a closure handed to `array::from_fn` here was compiled on its
     // own, without the kernel's target features, and every XOR became a call.
-    let mut y1 = [V::zero(); 8];
-    y1.copy_from_slice(&rows[..8]);
-    let u = k8::<V>(t, 0, y1);
-    let mut up = [V::prep(V::zero()); 8];
-    for (p, &v) in up.iter_mut().zip(&u) {
-        *p = V::prep(v);
-    }
-    let mut y2 = [V::prep(V::zero()); 4];
-    for (y, &r) in y2.iter_mut().zip(&rows[8..]).take(R2) {
+    let mut z = [V::prep(V::zero()); 4];
+    for (y, &r) in z.iter_mut().zip(&rows[8..]).take(R2) {
         *y = V::prep(r);
     }
-    let q = 27;
     let mut d2 = [V::prep(V::zero()); 4];
     for (j, d) in d2.iter_mut().enumerate().take(R2) {
-        let row = q + j * (R2 + 8);
         let mut acc = V::zero();
-        for (i, &y) in y2.iter().enumerate().take(R2) {
-            acc = V::xor(acc, V::mul(y, t, row + i));
-        }
-        for (c, &v) in up.iter().enumerate() {
-            acc = V::xor(acc, V::mul(v, t, row + R2 + c));
+        for (i, &y) in z.iter().enumerate().take(R2) {
+            acc = V::xor(acc, V::mul(y, t, j * R2 + i));
         }
         V::store(outs[8 + j].add(off), acc);
         *d = V::prep(acc);
     }
-    let m = q + R2 * (R2 + 8);
-    for (c, &v) in u.iter().enumerate() {
-        let mut acc = v;
+    let m = R2 * R2;
+    for (c, &u) in rows[..8].iter().enumerate() {
+        let mut acc = u;
         for (j, &d) in d2.iter().enumerate().take(R2) {
             acc = V::xor(acc, V::mul(d, t, m + c * R2 + j));
         }
