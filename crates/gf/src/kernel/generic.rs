@@ -716,14 +716,18 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
                 second_add::<V>(&mut r2, &zs, t, ci + 27, R2);
             }};
         }
-        if (off / V::BYTES) % 2 == 0 {
-            for (i, x) in blocks.iter().enumerate() {
-                block!(x, i * coefs);
-            }
+        // One loop for both directions (two loops were allocated registers differently, and
+        // the backward one spilled): the block index steps by +1 or -1 (wrapping).
+        let back = (off / V::BYTES) % 2 == 1;
+        let step = if back { usize::MAX } else { 1 };
+        let mut i = if back {
+            blocks.len().wrapping_sub(1)
         } else {
-            for (i, x) in blocks.iter().enumerate().rev() {
-                block!(x, i * coefs);
-            }
+            0
+        };
+        for _ in 0..blocks.len() {
+            block!(blocks.get_unchecked(i), i * coefs);
+            i = i.wrapping_add(step);
         }
         let row1 = |u: usize| group_row::<V>(&a1, &b1, &c1, R1, u);
         let row2 = |u: usize| second_group_row::<V>(&r2, R2, u);
