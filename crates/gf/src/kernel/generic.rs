@@ -700,23 +700,7 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
         // registers.
         let (mut a1, mut b1, mut c1) = ([V::zero(); 6], [V::zero(); 6], [V::zero(); 6]);
         let mut r2 = [V::zero(); 4];
-        // A macro, not a closure: closures are compiled without the kernel's target features.
-        macro_rules! block {
-            ($x:expr, $ci:expr) => {{
-                let (x, ci): (&[*const u8; 8], usize) = ($x, $ci);
-                // Quarter A + B first, so its operands' registers then take those of A and B:
-                // 4 operands live at a time next to the accumulators (21 for 64 + 10).
-                let h = high_operands::<V>(x, off);
-                let zh = h.map(|v| V::prep(v));
-                quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
-                second_add::<V>(&mut r2, &zh, t, ci + 27 + 18, R2);
-                let zs = low_operands::<V>(h, x, off).map(|v| V::prep(v));
-                quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
-                quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
-                second_add::<V>(&mut r2, &zs, t, ci + 27, R2);
-            }};
-        }
-        // One loop for both directions (two loops were allocated registers differently, and
+        // One loop for both directions (a loop each was allocated registers differently, and
         // the backward one spilled): the block index steps by +1 or -1 (wrapping).
         let back = (off / V::BYTES) % 2 == 1;
         let step = if back { usize::MAX } else { 1 };
@@ -726,7 +710,17 @@ unsafe fn cross_pass<V: Vector, const R1: usize, const R2: usize, const FINISH: 
             0
         };
         for _ in 0..blocks.len() {
-            block!(blocks.get_unchecked(i), i * coefs);
+            let (x, ci) = (blocks.get_unchecked(i), i * coefs);
+            // Quarter A + B first, so its operands' registers then take those of A and B:
+            // 4 operands live at a time next to the accumulators (21 for 64 + 10).
+            let h = high_operands::<V>(x, off);
+            let zh = h.map(|v| V::prep(v));
+            quarter_add::<V>(&mut c1, &zh, t, ci + 18, R1.min(4));
+            second_add::<V>(&mut r2, &zh, t, ci + 27 + 18, R2);
+            let zs = low_operands::<V>(h, x, off).map(|v| V::prep(v));
+            quarter_add::<V>(&mut a1, &zs, t, ci, R1.min(4));
+            quarter_add::<V>(&mut b1, &zs, t, ci + 9, R1.saturating_sub(4));
+            second_add::<V>(&mut r2, &zs, t, ci + 27, R2);
             i = i.wrapping_add(step);
         }
         let row1 = |u: usize| group_row::<V>(&a1, &b1, &c1, R1, u);
