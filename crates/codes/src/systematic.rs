@@ -439,8 +439,9 @@ impl Systematic {
     /// `|L| x |L|` inverse (in registers when the parity rows fit one pass, as for 64 + 10, and
     /// through a whole lost 8-block's dyadic inverse when there is one: `solve_lost`). Used
     /// when that costs at most 87% of the dense rebuild (1.5 k |L|). 64 + 10 losing its first
-    /// 10 data chunks: 2.02-2.13x ISA-L, scattered losses ~1.85-1.9x (docs/PERFORMANCE.md);
-    /// before the in-register inverse it ran the same speed as the dense rebuild.
+    /// 10 data chunks (a whole block and two more): 2.17x ISA-L at 4 KiB; ten scattered losses
+    /// ~12% slower than that (docs/PERFORMANCE.md); before the in-register inverse it ran the
+    /// same speed as the dense rebuild.
     fn solve_data(&self, missing: &[usize], sources: &[usize]) -> Option<DyadicProgram> {
         let (h, prow, pcol) = &**self.dyadic.as_ref()?;
         if !self.kernel.runs_dyadic() || missing.iter().any(|&i| i >= self.k) {
