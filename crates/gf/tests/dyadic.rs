@@ -173,6 +173,39 @@ fn scalar_has_no_runner() {
     assert_eq!(y, [0]);
 }
 
+/// Run solve program `p` on random inputs (one region of `len` bytes per column, then one per
+/// row, the held addends) and return its outputs beside `inv * (held + D x)` by the definition.
+#[allow(clippy::too_many_arguments)]
+fn run_solve(
+    kernel: &Kernel,
+    rng: &mut StdRng,
+    p: &DyadicProgram,
+    h: &[u8],
+    rows: &[usize],
+    cols: &[usize],
+    inv: &Matrix,
+    len: usize,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let x: Vec<Vec<u8>> = (0..cols.len() + rows.len())
+        .map(|_| (0..len).map(|_| rng.random()).collect())
+        .collect();
+    // held + D x, then inv times that.
+    let mut mid: Vec<Vec<u8>> = x[cols.len()..].to_vec();
+    expected(h, rows, cols, &x[..cols.len()], &mut mid, true);
+    let want: Vec<Vec<u8>> = (0..inv.rows())
+        .map(|o| {
+            (0..len)
+                .map(|b| (0..rows.len()).fold(0, |a, i| a ^ field::mul(inv[(o, i)], mid[i][b])))
+                .collect()
+        })
+        .collect();
+    let mut got = vec![vec![0x5au8; len]; inv.rows()];
+    let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
+    let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
+    assert!(kernel.dyadic(p, &xs, &mut ys));
+    (got, want)
+}
+
 /// `solve`: `out = inv * (held + D x)` against the definition, for random functions, position
 /// sets, small matrices and lengths, and for the rebuild of the first 10 data chunks of 64 + 10.
 #[test]
@@ -206,25 +239,7 @@ fn solve_is_inverse_times_held_plus_product() {
                 continue;
             };
             let len = [64, 130, 4096, 4160 + 7][rng.random_range(0..4)];
-            let x: Vec<Vec<u8>> = (0..cols.len() + rows.len())
-                .map(|_| (0..len).map(|_| rng.random()).collect())
-                .collect();
-            // held + D x, then inv times that.
-            let mut mid: Vec<Vec<u8>> = x[cols.len()..].to_vec();
-            expected(&h, &rows, &cols, &x[..cols.len()], &mut mid, true);
-            let want: Vec<Vec<u8>> = (0..outs)
-                .map(|o| {
-                    (0..len)
-                        .map(|b| {
-                            (0..rows.len()).fold(0, |a, i| a ^ field::mul(inv[(o, i)], mid[i][b]))
-                        })
-                        .collect()
-                })
-                .collect();
-            let mut got = vec![vec![0x5au8; len]; outs];
-            let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
-            let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
-            assert!(kernel.dyadic(&p, &xs, &mut ys));
+            let (got, want) = run_solve(&kernel, &mut rng, &p, &h, &rows, &cols, &inv, len);
             assert!(
                 got == want,
                 "{:?} case {case}: {} rows, {} cols, {outs} outs, len {len}",
@@ -308,24 +323,7 @@ fn solve_lost_through_a_whole_lost_block() {
                 taken += 1;
             }
             let len = [64, 4096, 4160 + 7][rng.random_range(0..3)];
-            let x: Vec<Vec<u8>> = (0..cols.len() + rows.len())
-                .map(|_| (0..len).map(|_| rng.random()).collect())
-                .collect();
-            let mut mid: Vec<Vec<u8>> = x[cols.len()..].to_vec();
-            expected(&h, &rows, &cols, &x[..cols.len()], &mut mid, true);
-            let want: Vec<Vec<u8>> = (0..lost.len())
-                .map(|o| {
-                    (0..len)
-                        .map(|b| {
-                            (0..rows.len()).fold(0, |a, i| a ^ field::mul(inv[(o, i)], mid[i][b]))
-                        })
-                        .collect()
-                })
-                .collect();
-            let mut got = vec![vec![0x5au8; len]; lost.len()];
-            let xs: Vec<&[u8]> = x.iter().map(|v| &v[..]).collect();
-            let mut ys: Vec<&mut [u8]> = got.iter_mut().map(|v| &mut v[..]).collect();
-            assert!(kernel.dyadic(&p, &xs, &mut ys));
+            let (got, want) = run_solve(&kernel, &mut rng, &p, &h, &rows, &cols, &inv, len);
             assert!(
                 got == want,
                 "{:?} case {case}: r2 {r2}, len {len}",
