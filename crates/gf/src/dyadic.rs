@@ -70,7 +70,7 @@
 //! The walk alternates direction from one column vector to the next (first block to last, then
 //! back): a column's misaligned loads share their second cache line with the next column's
 //! first, and walking back reaches the blocks touched last first, while they are still in L1
-//! (64 + 10 at 4 KiB, malloc'd chunks: +3%).
+//! (64 + 10 at 4 KiB on malloc'd chunks: +7-8%, docs/PERFORMANCE.md).
 
 use crate::field;
 use crate::matrix::Matrix;
@@ -818,6 +818,12 @@ impl CrossParts {
                 .collect(),
         );
         let scinv = sc.inverse().ok()?;
+        let outs = bpos
+            .iter()
+            .chain(&l2)
+            .map(|&p| in_lost(p).map(|o| Reg::Out(o as u16)))
+            .collect::<Option<Vec<Reg>>>()?;
+        // Nothing fails from here on, so the pass is changed only when the solve applies.
         // The walk's coefficients: every column block's, then the parity block's.
         let d = |s: usize| &h[8 * s..8 * s + 8];
         let e = dyadic_product(d(g2 ^ b), &ginv);
@@ -840,11 +846,6 @@ impl CrossParts {
         let (block_products, block_sums) = block_work(pass.shape);
         let mut table = scinv.as_bytes().to_vec();
         table.extend_from_slice(m.as_bytes());
-        let outs = bpos
-            .iter()
-            .chain(&l2)
-            .map(|&p| in_lost(p).map(|o| Reg::Out(o as u16)))
-            .collect::<Option<Vec<Reg>>>()?;
         let table = Matrix::from_rows(1, table.len(), table);
         finish_with(pass, &mut self.tables, Finish::ByBlock, &table, outs);
         // The parity block, and a product and a sum per coefficient of the dense steps.
