@@ -4,8 +4,8 @@
 //! (`--contig`: inputs in one region, each 64 bytes after the last; `--stride BYTES`: chunk
 //! starts that far apart; `--huge`: that region on huge pages)   (default len 4096)
 use std::time::Instant;
-use stripeguard_gf::dyadic::{cauchy_function, DyadicProgram};
-use stripeguard_gf::{Kernel, Matrix, Mode, MulTables};
+use stripeguard_gf::dyadic::{cauchy_function, dyadic_block, DyadicProgram};
+use stripeguard_gf::{Kernel, Mode, MulTables};
 
 fn best_ns(mut f: impl FnMut()) -> f64 {
     let mut best = f64::MAX;
@@ -77,14 +77,7 @@ fn main() {
             x.iter().map(|v| &v[..]).collect()
         };
         let mut y = vec![vec![0u8; len]; m];
-        let dense = MulTables::new(&Matrix::from_rows(
-            m,
-            k,
-            rows.iter()
-                .flat_map(|&r| cols.iter().map(move |&c| (r, c)))
-                .map(|(r, c)| h[r ^ c])
-                .collect(),
-        ));
+        let dense = MulTables::new(&dyadic_block(&h, &rows, &cols));
         let gb = |ns: f64| (k * len) as f64 / ns;
         let d = best_ns(|| {
             let mut ys: Vec<&mut [u8]> = y.iter_mut().map(|v| &mut v[..]).collect();

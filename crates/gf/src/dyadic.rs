@@ -364,14 +364,7 @@ impl DyadicProgram {
     /// instead of 7 blocks and the dense inverse's 100.
     /// `None` as for `solve`, or when `C_{S,L}` is singular.
     pub fn solve_lost(h: &[u8], rows: &[usize], cols: &[usize], lost: &[usize]) -> Option<Self> {
-        let c = Matrix::from_rows(
-            rows.len(),
-            lost.len(),
-            rows.iter()
-                .flat_map(|&r| lost.iter().map(move |&l| h[r ^ l]))
-                .collect(),
-        );
-        let inv = c.inverse().ok()?;
+        let inv = dyadic_block(h, rows, lost).inverse().ok()?;
         Self::solve_with(h, rows, cols, &inv, Some(lost))
     }
 
@@ -479,6 +472,18 @@ impl DyadicProgram {
             ZERO_BYTES
         }
     }
+}
+
+/// The block of the dyadic matrix of `h` with rows `rows` and columns `cols`:
+/// `m[i][j] = h[rows[i] ^ cols[j]]`.
+pub fn dyadic_block(h: &[u8], rows: &[usize], cols: &[usize]) -> Matrix {
+    Matrix::from_rows(
+        rows.len(),
+        cols.len(),
+        rows.iter()
+            .flat_map(|&r| cols.iter().map(move |&c| h[r ^ c]))
+            .collect(),
+    )
 }
 
 /// If `m` (r x c) is the top-left block of a dyadic matrix (`m[a][b]` a function of `a ^ b`),
@@ -790,15 +795,7 @@ impl CrossParts {
             .map(|&l| l / 8)
             .find(|&b| (0..8).all(|c| in_lost(8 * b + c).is_some()))?;
         let l2: Vec<usize> = lost.iter().copied().filter(|&l| l / 8 != b).collect();
-        let at = |r: &[usize], c: &[usize]| {
-            Matrix::from_rows(
-                r.len(),
-                c.len(),
-                r.iter()
-                    .flat_map(|&i| c.iter().map(move |&j| h[i ^ j]))
-                    .collect(),
-            )
-        };
+        let at = |r: &[usize], c: &[usize]| dyadic_block(h, r, c);
         let (gpos, bpos): (Vec<usize>, Vec<usize>) = (
             (0..8).map(|i| 8 * g + i).collect(),
             (0..8).map(|c| 8 * b + c).collect(),

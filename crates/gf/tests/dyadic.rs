@@ -3,7 +3,7 @@
 //! functions, position sets, lengths and both modes.
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use stripeguard_gf::dyadic::{cauchy_function, DyadicProgram};
+use stripeguard_gf::dyadic::{cauchy_function, dyadic_block, DyadicProgram};
 use stripeguard_gf::{field, Kernel, KernelKind, Matrix};
 
 fn expected(h: &[u8], rows: &[usize], cols: &[usize], x: &[Vec<u8>], y: &mut [Vec<u8>], add: bool) {
@@ -286,31 +286,13 @@ fn solve_lost_through_a_whole_lost_block() {
                 let lost: Vec<usize> = (8 * b..8 * b + 8).chain(pick.by_ref().take(r2)).collect();
                 (h, rows, lost, pick.collect())
             };
-            let hr = &h;
-            let c = |r: &[usize], c: &[usize]| {
-                Matrix::from_rows(
-                    r.len(),
-                    c.len(),
-                    r.iter()
-                        .flat_map(|&i| c.iter().map(move |&j| hr[i ^ j]))
-                        .collect(),
-                )
-            };
-            let Ok(inv) = c(&rows, &lost).inverse() else {
+            let Ok(inv) = dyadic_block(&h, &rows, &lost).inverse() else {
                 continue;
             };
             let p = DyadicProgram::solve_lost(&h, &rows, &cols, &lost).expect("a cross layout");
-            let g = rows[0] / 8;
-            let b = lost[0] / 8;
-            let block_inv = (0..8usize)
-                .flat_map(|i| (0..8).map(move |j| (i, j)))
-                .map(|(i, j)| h[(8 * g + i) ^ (8 * b + j)]);
-            if Matrix::from_rows(8, 8, block_inv.collect())
-                .inverse()
-                .is_ok()
-            {
+            // The lost block `A11 = C[G, B]`: the block solve applies when it is invertible.
+            if dyadic_block(&h, &rows[..8], &lost[..8]).inverse().is_ok() {
                 let mut column_blocks: Vec<usize> = cols.iter().map(|&j| j / 8).collect();
-                column_blocks.dedup();
                 column_blocks.sort_unstable();
                 column_blocks.dedup();
                 let per_block = 27 + [0, 8, 12, 16, 18][r2];
