@@ -59,7 +59,7 @@ fn array(opts: &ArrayBenchOptions, scheme: Scheme) -> Array {
     let stripe = k as u64 * opts.chunk_bytes as u64;
     let stripes = opts.capacity_bytes.div_ceil(stripe).max(1);
     let unit = opts.chunk_bytes as u64 + if scheme.has_appendix() { 512 } else { 0 };
-    let size = stripeguard_integrity::DATA_OFFSET_BYTES + stripes * unit;
+    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
     let members: Vec<DiskRef> = (0..k + m)
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();

@@ -1,6 +1,7 @@
 //! `stripeguard create | status | write | read | inject | demo | campaign`: the array commands.
 //! Parsing and printing only; the engine decides everything.
 
+use crate::exit;
 use crate::progress::{count_bar, updater};
 use crate::units::{format_size, parse_shape, parse_size};
 use anyhow::{bail, Context, Result};
@@ -12,9 +13,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, FailedDisk, FaultKind, FileDisk};
 use stripeguard_engine::{
-    run_campaign, run_demo, Array, ArrayConfig, AssembleOptions, CampaignConfig, Counters,
+    campaign_cases, run_campaign, run_demo, Array, ArrayConfig, AssembleOptions, Counters,
 };
-use stripeguard_integrity::{CodeId, Scheme, Superblock, SUPERBLOCK_BYTES};
+use stripeguard_integrity::{CodeId, Scheme, Superblock, SuperblockError, SUPERBLOCK_BYTES};
 
 fn parse_scheme(s: &str) -> Result<Scheme, String> {
     s.parse()
@@ -47,6 +48,11 @@ pub struct CreateArgs {
     /// Sector size (the appendix is one sector): 512 or 4096.
     #[arg(long, default_value = "512", value_parser = parse_size)]
     sector: usize,
+    /// Parity appendices a first-read is cross-checked against: `one` (P only: the paper's
+    /// cost, one extra read) or `all` (every parity: m extra reads; also catches a data unit and
+    /// P that both lost a write while Q holds the newer version).
+    #[arg(long, default_value = "one")]
+    cross_check: stripeguard_integrity::CrossCheck,
     /// Overwrite members that already hold a stripeguard array.
     #[arg(long)]
     force: bool,
@@ -158,7 +164,7 @@ pub struct CampaignArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Shapes (k+m), comma-separated.
-    #[arg(long, default_value = "4+1,6+2,10+4")]
+    #[arg(long, default_value = "1+1,1+2,4+1,6+2,10+4")]
     shapes: String,
     /// Schemes, comma-separated, or `all`.
     #[arg(long, default_value = "all")]
@@ -203,8 +209,14 @@ fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
     for h in array.health() {
         if let Some(why) = &h.failed {
             eprintln!(
-                "stripeguard: warning: member {} ({}) is out of the array: {why}; running degraded",
-                h.index, h.name
+                "stripeguard: WARNING: member {} ({}) is out of the array: {why}; running DEGRADED{}",
+                h.index,
+                h.name,
+                if writable {
+                    " — the other members' superblocks now record it as gone, so it will not be taken back as current; replace it"
+                } else {
+                    ""
+                }
             );
         }
     }
@@ -250,7 +262,14 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
                 FileDisk::open(p, false).with_context(|| format!("cannot open {}", p.display()))?;
             let mut sb = vec![0u8; SUPERBLOCK_BYTES];
             use stripeguard_disk::Disk;
-            if d.read_at(0, &mut sb).is_ok() && Superblock::decode(&sb).is_ok() && !a.force {
+            // Any stripeguard superblock, even one this build cannot read (another format
+            // version, a damaged copy), means the member holds an array.
+            let holds_array = d.read_at(0, &mut sb).is_ok()
+                && !matches!(
+                    Superblock::decode(&sb),
+                    Err(SuperblockError::BadMagic | SuperblockError::Truncated(_))
+                );
+            if holds_array && !a.force {
                 bail!(
                     "{} already holds a stripeguard array; pass --force to overwrite it",
                     p.display()
@@ -276,6 +295,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
         sector_bytes: a.sector as u32,
         stripes: None,
         first_read_map_bytes: 1 << 20,
+        cross_check: a.cross_check,
     };
     let members = open_members(&a.members, false)?;
     let bar = count_bar("initialising stripes");
@@ -314,7 +334,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
             format_size(cap as usize)
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 fn counters_json(c: &Counters) -> serde_json::Value {
@@ -376,6 +396,8 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                    "chunk_bytes": sb.chunk_bytes, "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes,
                    "capacity_bytes": array.capacity_bytes(),
                    "state": format!("{:?}", sb.state).to_lowercase(), "members": health,
+                   "cross_check": sb.cross_check, "event_count": sb.generation,
+                   "member_table": array.member_table(),
                    "checked": a.check, "counters": counters_json(&c), "events": array.events(),
                    "unrecoverable": unrecoverable})
         );
@@ -393,9 +415,13 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             array.capacity_bytes()
         );
         println!(
-            "  state: {:?}{}",
-            sb.state,
-            if degraded > 0 { ", DEGRADED" } else { "" }
+            "  cross-check: {}, event count {}",
+            sb.cross_check.name(),
+            sb.generation
+        );
+        println!(
+            "  state: {}",
+            state_line(&sb, degraded, a.check.then_some(&c), unrecoverable.len())
         );
         for h in &health {
             let st = match &h.failed {
@@ -410,9 +436,10 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         }
         if a.check {
             println!(
-                "  check: {} stripes, {} damaged unit(s) located, {} unrecoverable stripe(s)",
+                "  check: {} stripes, {} damaged unit(s) located, {} stripe(s) with parity disagreeing with data, {} unrecoverable stripe(s)",
                 sb.stripes,
                 c.located,
+                c.mismatches,
                 unrecoverable.len()
             );
             for (k, v) in &c.by_kind {
@@ -424,13 +451,41 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             }
         }
     }
-    Ok(if !unrecoverable.is_empty() {
-        ExitCode::from(3)
-    } else if c.located > 0 || degraded > 0 {
-        ExitCode::from(1)
+    Ok(ExitCode::from(if !unrecoverable.is_empty() {
+        exit::UNRECOVERABLE
+    } else if c.located > 0 || c.mismatches > 0 || degraded > 0 {
+        exit::FOUND
     } else {
-        ExitCode::SUCCESS
-    })
+        exit::OK
+    }))
+}
+
+/// The array's state in words: what the superblock says, and what a check found.
+fn state_line(
+    sb: &Superblock,
+    degraded: usize,
+    check: Option<&Counters>,
+    unrecoverable: usize,
+) -> String {
+    let mut words = vec![format!("{:?}", sb.state).to_lowercase()];
+    if degraded > 0 {
+        words.push(format!("DEGRADED ({degraded} member(s) out)"));
+    }
+    if let Some(c) = check {
+        if unrecoverable > 0 {
+            words.push(format!("UNRECOVERABLE ({unrecoverable} stripe(s))"));
+        }
+        if c.located > 0 {
+            words.push(format!("DAMAGED ({} unit(s) found wrong)", c.located));
+        }
+        if c.mismatches > 0 {
+            words.push(format!(
+                "INCONSISTENT ({} stripe(s) whose parity disagrees with the data)",
+                c.mismatches
+            ));
+        }
+    }
+    words.join(", ")
 }
 
 fn report(array: &Array, what: &str, bytes: usize, json_out: bool) {
@@ -503,7 +558,7 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     report(&array, "wrote", done, a.json);
     array.close()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 pub fn read(a: ReadArgs) -> Result<ExitCode> {
@@ -544,7 +599,7 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     report(&array, "read", len, a.json);
     array.close()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 pub fn inject(a: InjectArgs) -> Result<ExitCode> {
@@ -621,7 +676,7 @@ pub fn inject(a: InjectArgs) -> Result<ExitCode> {
     } else {
         println!("{}: {what}", a.member.display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 pub fn demo(a: DemoArgs) -> Result<ExitCode> {
@@ -644,7 +699,7 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(crate::exit::OK));
     }
     println!(
         "stripeguard demo: RAID-6 ({} data + {} parity member files, 4K chunks); each fault injected into 4 stripes,\nthen the whole array is read back and scrubbed.\n",
@@ -680,7 +735,7 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode> {
     println!(
         "\n`none` is bare RAID: it repairs what the disk reports (read errors, a failed member) and returns\nwrong bytes for every silent fault. Misdirected reads leave the disk intact: they are located and\nanswered by re-reading (counted as repaired). A misdirected write damages its target (stale) and\nits victim(s), so it locates more units than were injected."
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
@@ -699,48 +754,31 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?
     };
-    let mut cases = Vec::new();
-    for &(k, m) in &shapes {
-        for failed in if m > 1 { vec![0, m - 1] } else { vec![0] } {
-            for kind in FaultKind::ALL {
-                for &scheme in &schemes {
-                    cases.push((k, m, failed, kind, scheme));
-                }
-            }
-        }
-    }
+    let cases = campaign_cases(&shapes, &schemes);
     let bar = count_bar("campaign cases");
     bar.set_length(cases.len() as u64);
     let mut rows = Vec::new();
     let mut bad = 0;
-    for (i, &(k, m, failed, kind, scheme)) in cases.iter().enumerate() {
-        let rep = run_campaign(&CampaignConfig {
-            data_chunks: k,
-            parity_chunks: m,
-            code: CodeId::for_parity(m),
-            scheme,
-            chunk_bytes: 4096,
-            stripes: a.stripes,
-            ops: a.ops,
-            seed: a.seed.wrapping_add(i as u64),
-            kinds: vec![kind],
-            failed_members: failed,
-            fault_rate: 0.2,
-        })?;
-        let ok = scheme == Scheme::None
-            || (rep.wrong_bytes == 0
-                && rep.unrecoverable == 0
-                && rep.damaged_after_scrub == 0
-                && rep.false_accusations == 0);
+    for (i, case) in cases.iter().enumerate() {
+        let rep = run_campaign(&case.config(a.ops, a.stripes, a.seed.wrapping_add(i as u64)))?;
+        let ok = case.passed(&rep);
         bad += (!ok) as usize;
-        rows.push((k, m, failed, kind, scheme, rep, ok));
+        rows.push((
+            case.data_chunks,
+            case.parity_chunks,
+            case.failed_members,
+            case.fault_name(),
+            case.scheme,
+            rep,
+            ok,
+        ));
         bar.inc(1);
     }
     bar.finish_and_clear();
     if a.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(k, m, f, kind, s, rep, ok)| json!({"shape": format!("{k}+{m}"), "failed_members": f, "fault": kind.name(), "scheme": s.name(), "ok": ok, "report": rep}))
+            .map(|(k, m, f, kind, s, rep, ok)| json!({"shape": format!("{k}+{m}"), "failed_members": f, "fault": kind, "scheme": s.name(), "ok": ok, "report": rep}))
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -763,7 +801,7 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
                 "{:<6} {:>6} {:<28} {:<11} {:>6} {:>8} {:>8} {:>8} {:>8} {:>11} {:>6}",
                 format!("{k}+{m}"),
                 f,
-                kind.name(),
+                kind,
                 s.name(),
                 rep.ops,
                 rep.injected.values().sum::<u64>(),
@@ -798,9 +836,9 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
         );
     }
     Ok(if bad > 0 {
-        ExitCode::from(1)
+        ExitCode::from(exit::FOUND)
     } else {
-        ExitCode::SUCCESS
+        ExitCode::from(crate::exit::OK)
     })
 }
 

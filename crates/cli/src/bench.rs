@@ -135,7 +135,7 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(crate::exit::OK));
     }
     println!(
         "array {}+{}, chunk {}, memory members, one thread; ratio = scheme / none, same run",
@@ -157,7 +157,7 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
             r.ratio_to_none
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 fn codec(a: CodecArgs) -> Result<ExitCode> {
@@ -187,7 +187,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(crate::exit::OK));
     }
     // With several runs: the header says so and a column gives each ratio's range.
     let several = report.runs > 1;
@@ -248,7 +248,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
             r.reference.unwrap_or(""),
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 fn sim(a: SimBenchArgs) -> Result<ExitCode> {
@@ -290,7 +290,7 @@ fn sim(a: SimBenchArgs) -> Result<ExitCode> {
                 &serde_json::json!({"profile": profile.name, "peak_rss_bytes": rss, "runs": rows})
             )?
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(crate::exit::OK));
     }
     println!(
         "simulator: RAID-6 {}+2, chunk {}, profile {}, {} requests, one core; first-read map bound {} per scheme",
@@ -313,5 +313,5 @@ fn sim(a: SimBenchArgs) -> Result<ExitCode> {
             rss >> 20
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }

@@ -12,9 +12,25 @@ mod units;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// The exit status of every command (README, "Exit status").
+pub(crate) mod exit {
+    /// Done; nothing found.
+    pub const OK: u8 = 0;
+    /// Done, but something was found: damage repaired, a member out of the array, a stripe
+    /// inconsistent, a shard damaged.
+    pub const FOUND: u8 = 1;
+    /// Bad arguments or input, or an error that is not about the data (a missing file, an
+    /// array that cannot be assembled).
+    pub const USAGE: u8 = 2;
+    /// Data that cannot be returned: an unrecoverable stripe or too many failed members.
+    pub const UNRECOVERABLE: u8 = 3;
+}
+
+const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
+
 /// Detect, locate and repair silent data corruption.
 #[derive(Parser)]
-#[command(name = "stripeguard", version, about, long_about = None)]
+#[command(name = "stripeguard", version, about, long_about = None, after_help = EXIT_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -54,6 +70,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A closed stdout (`stripeguard ... | head`) ends the command as it ends `cat`: killed by
+    // SIGPIPE, no message. Rust ignores SIGPIPE by default, which turns every later print into a
+    // panic. (A long-running server that must outlive its clients ignores it again.)
+    // SAFETY: setting a signal's disposition to the default before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => array::demo(a),
@@ -72,7 +95,18 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("stripeguard: error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(exit_code_of(&e))
         }
+    }
+}
+
+/// The exit status of a failed command: 3 when data could not be returned, else 2.
+fn exit_code_of(e: &anyhow::Error) -> u8 {
+    use stripeguard_engine::EngineError;
+    match e.downcast_ref::<EngineError>() {
+        Some(EngineError::Unrecoverable { .. } | EngineError::TooManyFailed { .. }) => {
+            exit::UNRECOVERABLE
+        }
+        _ => exit::USAGE,
     }
 }

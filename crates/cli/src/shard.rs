@@ -101,7 +101,7 @@ pub fn run(cmd: ShardCommand) -> Result<ExitCode> {
                     a.m / 2
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(crate::exit::OK))
         }
         ShardCommand::Decode(a) => {
             let bar = bytes_bar("decode");
@@ -115,7 +115,7 @@ pub fn run(cmd: ShardCommand) -> Result<ExitCode> {
                 print_report(&report);
                 println!("wrote {} ({} bytes)", out.display(), report.file_bytes);
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(crate::exit::OK))
         }
         ShardCommand::Verify(a) => {
             let bar = bytes_bar("verify");
@@ -127,9 +127,9 @@ pub fn run(cmd: ShardCommand) -> Result<ExitCode> {
                 print_report(&report);
             }
             Ok(match report.status {
-                Status::Healthy => ExitCode::SUCCESS,
-                Status::Repairable => ExitCode::from(1),
-                Status::Unrecoverable => ExitCode::from(3),
+                Status::Healthy => ExitCode::from(crate::exit::OK),
+                Status::Repairable => ExitCode::from(crate::exit::FOUND),
+                Status::Unrecoverable => ExitCode::from(crate::exit::UNRECOVERABLE),
             })
         }
     }

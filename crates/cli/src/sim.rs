@@ -76,6 +76,10 @@ pub struct WorkloadArgs {
     /// Memory bound of each scheme's first-read map.
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     map_memory: usize,
+    /// Cross-check first-reads against P only (`one`, the paper's Table II) or every parity
+    /// (`all`, as `create --cross-check all`): counts its extra reads.
+    #[arg(long, default_value = "one")]
+    cross_check: stripeguard_integrity::CrossCheck,
 }
 
 impl WorkloadArgs {
@@ -171,7 +175,8 @@ impl WorkloadArgs {
     pub fn simulate(&self, schemes: &[Scheme]) -> Result<(SimReport, String)> {
         let g = self.geometry()?;
         let cap = g.capacity_bytes();
-        let mut sim = Simulator::new(g, schemes, self.map_memory as u64);
+        let mut sim =
+            Simulator::new(g, schemes, self.map_memory as u64).with_cross_check(self.cross_check);
         let bar = count_bar("replaying");
         let label;
         if let Some(path) = &self.trace {
@@ -306,7 +311,7 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
                 p.avg_write_bytes / 1024.0
             );
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(crate::exit::OK));
     }
     if let Some(fig) = &a.figure {
         let out = a
@@ -315,13 +320,13 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
             .context("--figure needs --out FILE.svg or FILE.png")?;
         return crate::figures::draw(fig, &a.w, &a.chunks, &out).map(|_| {
             println!("wrote {}", out.display());
-            ExitCode::SUCCESS
+            ExitCode::from(crate::exit::OK)
         });
     }
     let schemes = parse_schemes(&a.schemes)?;
     let (report, label) = a.w.simulate(&schemes)?;
     print_report(&report, &label, a.json, a.csv);
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
@@ -458,7 +463,7 @@ pub fn choose(a: ChooseArgs) -> Result<ExitCode> {
                 "recommended": ranked.first().map(|x| x.0.name()).unwrap_or(rule.scheme.name()),
             }))?
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(crate::exit::OK));
     }
     println!("rule (Li & Lee Eq. 7-9): {}", rule.reason);
     if let (Some(best), Some(second)) = (ranked.first(), ranked.get(1)) {
@@ -486,5 +491,5 @@ pub fn choose(a: ChooseArgs) -> Result<ExitCode> {
     } else {
         println!("recommended: {}", rule.scheme.name());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::exit::OK))
 }

@@ -74,7 +74,7 @@ fn kroth_yang(n: usize, level: &str, scheme: &str) -> (bool, u64, String) {
             "of=m1.img",
             &format!("bs={unit}"),
             "oflag=seek_bytes",
-            "seek=8192",
+            "seek=131072", // the data offset of a member under 256 MiB (FORMAT.md §2)
             "count=750",
             "conv=notrunc",
             "status=none",
@@ -223,7 +223,9 @@ fn assembly_errors_are_clear_and_one_missing_member_runs_degraded() {
         d,
     );
     ok(&out);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("running degraded"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .to_lowercase()
+        .contains("running degraded"));
     assert_eq!(std::fs::read(d.join("back")).unwrap(), data);
     std::fs::remove_file(d.join("m3.img")).unwrap();
     assert!(err(with(&["read"], &ms, &["--length", "10"])).contains("survives at most 1"));
@@ -250,4 +252,207 @@ fn demo_runs_on_defaults_and_none_shows_wrong_bytes() {
             assert!(r["located"].as_u64().unwrap() >= 1, "{r}");
         }
     }
+}
+
+/// The data offset of a member, read from its superblock as FORMAT.md §2.1 gives it (byte 48).
+fn data_offset(member: &Path) -> u64 {
+    let b = std::fs::read(member).unwrap();
+    u64::from_le_bytes(b[48..56].try_into().unwrap())
+}
+
+/// Overwrite `bytes` at `offset` of a member file, as `dd conv=notrunc` does.
+fn poke(member: &Path, offset: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(member)
+        .unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// `stripeguard create MEMBERS --size SIZE --chunk 4K EXTRA...`, which must succeed.
+fn create(d: &Path, ms: &[String], size: &str, extra: &[&str]) {
+    let mut rest = vec!["--size", size, "--chunk", "4K"];
+    rest.extend_from_slice(extra);
+    ok(&sg(&with(&["create"], ms, &rest), d));
+}
+
+fn read_back(d: &Path, ms: &[String], rest: &[&str]) -> (Option<i32>, Vec<u8>, String) {
+    let out = sg(&with(&["read"], ms, rest), d);
+    (
+        out.status.code(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn k1_refuses_pure_and_hybrid2_and_hybrid1_catches_a_flipped_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(2);
+    for scheme in ["pure", "hybrid2"] {
+        let out = sg(
+            &with(
+                &["create"],
+                &ms,
+                &["--size", "1M", "--scheme", scheme, "--chunk", "4K"],
+            ),
+            d,
+        );
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("buddy"));
+        assert!(
+            !d.join("m0.img").exists(),
+            "a refused create left its files"
+        );
+    }
+    create(d, &ms, "1M", &["--scheme", "hybrid1"]);
+    let data = random_file(&d.join("A"), 4096, 3);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    // Stripe 0's data chunk is on member (n - 1 + m) mod n = 0 (FORMAT.md §2.2).
+    let m0 = d.join("m0.img");
+    let at = data_offset(&m0) + 100;
+    let old = std::fs::read(&m0).unwrap()[at as usize];
+    poke(&m0, at, &[old ^ 0x55]);
+    let (code, back, err) = read_back(d, &ms, &["--length", "4096"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(back, data, "{err}");
+    assert!(err.contains("checksum"), "{err}");
+}
+
+/// Issue 16's repro 2: restore the data unit and P of stripe 0 from older copies of their
+/// members after a 4 KiB write. Returns (exit code, bytes read, the new bytes, stderr).
+fn two_lost_writes(d: &Path, scheme: &str, cross: &str) -> (Option<i32>, Vec<u8>, Vec<u8>, String) {
+    let ms = members(6);
+    for m in &ms {
+        let _ = std::fs::remove_file(d.join(m));
+    }
+    create(
+        d,
+        &ms,
+        "1M",
+        &["--level", "6", "--scheme", scheme, "--cross-check", cross],
+    );
+    random_file(&d.join("A64K"), 65536, 1);
+    let b = random_file(&d.join("B4K"), 4096, 2);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A64K"]), d));
+    // Stripe 0: P on member 5, Q on member 0, data chunk 0 on member 1 (FORMAT.md §2.2).
+    let old1 = std::fs::read(d.join("m1.img")).unwrap();
+    let old5 = std::fs::read(d.join("m5.img")).unwrap();
+    ok(&sg(&with(&["write"], &ms, &["-i", "B4K"]), d));
+    let off = data_offset(&d.join("m1.img")) as usize;
+    let unit = 4096 + 512;
+    poke(&d.join("m1.img"), off as u64, &old1[off..off + unit]);
+    poke(&d.join("m5.img"), off as u64, &old5[off..off + unit]);
+    let (code, back, err) = read_back(d, &ms, &["--length", "4096"]);
+    (code, back, b, err)
+}
+
+#[test]
+fn two_lost_writes_with_q_give_the_new_bytes_or_an_error_with_cross_check_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for scheme in ["hybrid1", "hybrid-seq"] {
+        let (code, back, new, err) = two_lost_writes(d, scheme, "all");
+        assert_eq!(code, Some(0), "{scheme}: {err}");
+        assert_eq!(back, new, "{scheme}: {err}");
+        assert!(err.contains("stale"), "{scheme}: {err}");
+    }
+    for scheme in ["pure", "hybrid2"] {
+        let (code, back, _, err) = two_lost_writes(d, scheme, "all");
+        assert_eq!(code, Some(3), "{scheme}: {err}");
+        assert!(back.is_empty(), "{scheme} wrote bytes of a refused stripe");
+        assert!(err.contains("tie"), "{scheme}: {err}");
+    }
+    // The paper's cost, cross-check P only, cannot see it (what `--cross-check all` is for);
+    // and `none`, the negative control, returns the old bytes whatever the setting.
+    for (scheme, cross) in [("hybrid1", "one"), ("none", "all")] {
+        let (code, back, new, err) = two_lost_writes(d, scheme, cross);
+        assert_eq!(code, Some(0), "{scheme}: {err}");
+        assert_ne!(back, new, "{scheme} {cross}: expected the old bytes");
+    }
+}
+
+#[test]
+fn a_stale_member_is_not_readmitted_and_split_brain_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(4);
+    create(d, &ms, "200K", &["--scheme", "hybrid1"]);
+    random_file(&d.join("A"), 49152, 1);
+    let b = random_file(&d.join("B"), 49152, 2);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    std::fs::rename(d.join("m2.img"), d.join("m2.x")).unwrap();
+    let out = sg(&with(&["write"], &ms, &["-i", "B"]), d);
+    ok(&out);
+    let warn = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warn.contains("WARNING") && warn.contains("m2.img"),
+        "{warn}"
+    );
+    std::fs::rename(d.join("m2.x"), d.join("m2.img")).unwrap();
+    let out = sg(&with(&["status"], &ms, &[]), d);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stale"));
+    let (code, back, err) = read_back(d, &ms, &["--offset", "8192", "--length", "4096"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(back, b[8192..12288], "{err}");
+    std::fs::rename(d.join("m3.img"), d.join("m3.dead")).unwrap();
+    let (code, back, err) = read_back(d, &ms, &["--offset", "8192", "--length", "4096"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(back.is_empty());
+    assert!(err.contains("stale"), "{err}");
+
+    // Split brain: two halves of a RAID-6 written apart.
+    let ms = ["s0.img", "s1.img", "s2.img", "s3.img"].map(String::from);
+    create(d, &ms, "200K", &["--level", "6"]);
+    std::fs::create_dir(d.join("away")).unwrap();
+    let hide = |names: &[&str], back: bool| {
+        for n in names {
+            let (from, to) = (d.join(n), d.join("away").join(n));
+            if back {
+                std::fs::rename(to, from).unwrap();
+            } else {
+                std::fs::rename(from, to).unwrap();
+            }
+        }
+    };
+    hide(&["s2.img", "s3.img"], false);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    hide(&["s2.img", "s3.img"], true);
+    hide(&["s0.img", "s1.img"], false);
+    ok(&sg(&with(&["write"], &ms, &["-i", "B"]), d));
+    hide(&["s0.img", "s1.img"], true);
+    let (code, back, err) = read_back(d, &ms, &["--length", "4096"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(back.is_empty());
+    assert!(err.contains("split brain"), "{err}");
+    for n in &ms {
+        assert!(err.contains(n.as_str()), "{err}");
+    }
+}
+
+#[test]
+fn none_status_check_reports_a_parity_that_disagrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(3);
+    create(d, &ms, "200K", &["--scheme", "none"]);
+    random_file(&d.join("A"), 8192, 4);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    let clean = sg(&with(&["status"], &ms, &["--check"]), d);
+    assert_eq!(clean.status.code(), Some(0), "{clean:?}");
+    // Stripe 0's parity is on member n - 1 = 2 (FORMAT.md §2.2).
+    let m2 = d.join("m2.img");
+    let at = data_offset(&m2) + 10;
+    let old = std::fs::read(&m2).unwrap()[at as usize];
+    poke(&m2, at, &[old ^ 0xff]);
+    let out = sg(&with(&["status"], &ms, &["--check", "--json"]), d);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["counters"]["mismatches"], 1, "{v}");
+    let out = sg(&with(&["status"], &ms, &["--check"]), d);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("INCONSISTENT"));
 }

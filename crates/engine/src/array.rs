@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use stripeguard_codes::ErasureCode;
 use stripeguard_disk::{DiskError, DiskRef, UnitMap};
 use stripeguard_integrity::{
-    Appendix, ArrayState, CodeId, Identity, MirrorKind, Role, Scheme, Superblock,
-    DATA_OFFSET_BYTES, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
+    Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
+    MirrorKind, Role, Scheme, Superblock, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
+    SUPERBLOCK_COPY_OFFSETS,
 };
 use stripeguard_plan::{Geometry, Planner};
 
@@ -35,6 +36,8 @@ pub struct ArrayConfig {
     pub stripes: Option<u64>,
     /// Bound on the first-read map's memory.
     pub first_read_map_bytes: u64,
+    /// Parity appendices a first-read cross-checks against.
+    pub cross_check: CrossCheck,
 }
 
 impl ArrayConfig {
@@ -50,6 +53,7 @@ impl ArrayConfig {
             sector_bytes: 512,
             stripes: Some(stripes),
             first_read_map_bytes: 1 << 20,
+            cross_check: CrossCheck::One,
         }
     }
 
@@ -60,7 +64,10 @@ impl ArrayConfig {
         } else {
             0
         };
-        DATA_OFFSET_BYTES + self.stripes.unwrap_or(0) * (self.chunk_bytes as u64 + appendix)
+        MetadataLayout::member_bytes_for(
+            self.stripes.unwrap_or(0),
+            self.chunk_bytes as u64 + appendix,
+        )
     }
 }
 
@@ -100,6 +107,14 @@ pub(crate) struct SeqState {
     pub(crate) high_water: u64,
 }
 
+/// What the superblocks say beyond the geometry: the member table and the sequence mark last
+/// written. Lock order: `seq` before `meta`; health and events are leaves.
+pub(crate) struct Meta {
+    pub(crate) table: Vec<MemberSlot>,
+    pub(crate) high_water: u64,
+    pub(crate) state: ArrayState,
+}
+
 /// An assembled array.
 pub struct Array {
     pub(crate) sb: Superblock,
@@ -111,6 +126,7 @@ pub struct Array {
     pub(crate) planner: Mutex<Planner>,
     pub(crate) locks: Box<[Mutex<()>]>,
     pub(crate) seq: Mutex<SeqState>,
+    pub(crate) meta: Mutex<Meta>,
     pub(crate) events: Mutex<EventLog>,
     pub(crate) writable: bool,
     pub(crate) generation: std::sync::atomic::AtomicU64,
@@ -152,7 +168,9 @@ impl Array {
         };
         let unit = cfg.chunk_bytes as u64 + appendix;
         let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
-        let fits = smallest.saturating_sub(DATA_OFFSET_BYTES) / unit.max(1);
+        let layout = MetadataLayout::for_member(smallest);
+        let data_offset = layout.data_offset();
+        let fits = smallest.saturating_sub(data_offset) / unit.max(1);
         let stripes = cfg.stripes.unwrap_or(fits);
         if stripes == 0 || stripes > fits {
             let small = members
@@ -161,7 +179,7 @@ impl Array {
                 .map(|d| d.name().to_string())
                 .unwrap_or_default();
             return Err(EngineError::Config(format!(
-                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {DATA_OFFSET_BYTES}-byte superblock area",
+                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area",
                 stripes.max(1)
             )));
         }
@@ -177,7 +195,7 @@ impl Array {
             sector_shift: cfg.sector_bytes.trailing_zeros() as u8,
             state: ArrayState::Clean,
             chunk_bytes: cfg.chunk_bytes,
-            data_offset_bytes: DATA_OFFSET_BYTES,
+            data_offset_bytes: data_offset,
             stripes,
             sequence_high_water: SEQUENCE_RESERVATION,
             generation: 1,
@@ -185,17 +203,35 @@ impl Array {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            cross_check: cfg.cross_check,
+            layout,
+            member_table: vec![
+                MemberSlot {
+                    state: MemberState::Active,
+                    last_event: 1,
+                };
+                n
+            ],
         };
-        sb.validate()
-            .map_err(|e| EngineError::Config(e.to_string()))?;
+        sb.validate().map_err(|e| {
+            EngineError::Config(match e {
+                stripeguard_integrity::SuperblockError::Geometry(why) => why.to_string(),
+                other => other.to_string(),
+            })
+        })?;
         let array = Array::from_parts(sb, members, true, cfg.first_read_map_bytes)?;
+        if !fresh {
+            array.zero_metadata_regions()?;
+        }
         array.initialise(fresh, progress)?;
         array.write_superblocks(ArrayState::Dirty)?;
         Ok(array)
     }
 
     /// Assemble the array whose members are `members`, in member-index order. Up to `m` members
-    /// may be unusable (unreadable, no superblock): the array then runs degraded.
+    /// may be unusable (unreadable, no superblock) or stale (behind the others' event count: they
+    /// missed writes): the array then runs degraded without them. Members assembled and written
+    /// apart (split brain) are refused. FORMAT.md §2.1 gives the rules.
     pub fn assemble(members: Vec<DiskRef>, opts: &AssembleOptions) -> Result<Array, EngineError> {
         if members.is_empty() {
             return Err(EngineError::Assemble("no members given".into()));
@@ -221,51 +257,97 @@ impl Array {
                 ))
             })?;
         let n = reference.members as usize;
+        let mut seen = vec![None::<usize>; n];
+        let mut fixes = vec![0u8; n];
+        for (pos, (d, f)) in members.iter().zip(&found).enumerate() {
+            let Ok((sb, fixed)) = f else { continue };
+            if sb.array_uuid != reference.array_uuid {
+                return Err(EngineError::Assemble(format!(
+                    "{} belongs to another array (uuid {}, the others' is {})",
+                    d.name(),
+                    hex(&sb.array_uuid),
+                    hex(&reference.array_uuid)
+                )));
+            }
+            if !same_geometry(sb, &reference) {
+                return Err(EngineError::Assemble(format!(
+                    "{}: its superblock disagrees with the others about the geometry",
+                    d.name()
+                )));
+            }
+            let idx = sb.member_index as usize;
+            if let Some(other) = seen[idx] {
+                return Err(EngineError::Assemble(format!(
+                    "{} and {} both claim member index {idx}",
+                    members[other].name(),
+                    d.name()
+                )));
+            }
+            seen[idx] = Some(pos);
+            if idx != pos {
+                return Err(EngineError::Assemble(format!(
+                    "{} is member {idx} but was given in position {pos}; list members in index order",
+                    d.name()
+                )));
+            }
+            fixes[pos] = *fixed;
+        }
         if members.len() != n {
             return Err(EngineError::Assemble(format!(
                 "the array has {n} members but {} were given",
                 members.len()
             )));
         }
-        let mut seen = vec![None::<usize>; n];
-        let mut unusable = Vec::new();
-        let mut fixes = vec![0u8; n];
-        for (pos, (d, f)) in members.iter().zip(&found).enumerate() {
+
+        // Which members are current (FORMAT.md §2.1): the newest superblock's member table and
+        // every member's own event count decide.
+        let mut unusable: Vec<(usize, String)> = Vec::new();
+        let mut stale: Vec<usize> = Vec::new();
+        let mut split: Vec<usize> = Vec::new();
+        for (pos, f) in found.iter().enumerate() {
             match f {
                 Err(why) => unusable.push((pos, why.clone())),
-                Ok((sb, fixed)) => {
-                    if sb.array_uuid != reference.array_uuid {
-                        return Err(EngineError::Assemble(format!(
-                            "{} belongs to another array (uuid {}, expected {})",
-                            d.name(),
-                            hex(&sb.array_uuid),
-                            hex(&reference.array_uuid)
-                        )));
+                Ok((sb, _)) => {
+                    let slot = reference.member_table[pos];
+                    if slot.state == MemberState::Active {
+                        continue;
                     }
-                    if !same_geometry(sb, &reference) {
-                        return Err(EngineError::Assemble(format!(
-                            "{}: its superblock disagrees with the others about the geometry",
-                            d.name()
-                        )));
+                    if sb.generation <= slot.last_event {
+                        stale.push(pos);
+                        unusable.push((
+                            pos,
+                            format!(
+                                "stale: {} since event {} while the array went on to event {} (its superblock is at {}); it missed writes and needs a rebuild (replace it)",
+                                slot.state.name(),
+                                slot.last_event,
+                                reference.generation,
+                                sb.generation
+                            ),
+                        ));
+                    } else {
+                        split.push(pos);
                     }
-                    let idx = sb.member_index as usize;
-                    if let Some(other) = seen[idx] {
-                        return Err(EngineError::Assemble(format!(
-                            "{} and {} both claim member index {idx}",
-                            members[other].name(),
-                            d.name()
-                        )));
-                    }
-                    seen[idx] = Some(pos);
-                    if idx != pos {
-                        return Err(EngineError::Assemble(format!(
-                            "{} is member {idx} but was given in position {pos}; list members in index order",
-                            d.name()
-                        )));
-                    }
-                    fixes[pos] = *fixed;
                 }
             }
+        }
+        if !split.is_empty() {
+            let side = |list: Vec<usize>| -> String {
+                list.iter()
+                    .map(|&p| {
+                        let g = found[p].as_ref().map(|(sb, _)| sb.generation).unwrap_or(0);
+                        format!("{} (event {g})", members[p].name())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let current: Vec<usize> = (0..n)
+                .filter(|p| found[*p].is_ok() && !split.contains(p) && !stale.contains(p))
+                .collect();
+            return Err(EngineError::Assemble(format!(
+                "split brain: members {} and members {} were assembled and written apart (each side recorded the other as gone); refusing to guess which side holds the data — assemble one side alone and replace the other's members",
+                side(current),
+                side(split)
+            )));
         }
         let m = reference.parity_chunks as usize;
         if unusable.len() > m {
@@ -290,9 +372,15 @@ impl Array {
         let array = Array::from_parts(sb, members, opts.writable, opts.first_read_map_bytes)?;
         {
             let mut health = array.health.lock().expect("lock");
+            let mut meta = array.meta.lock().expect("lock");
             for (pos, why) in &unusable {
                 array.failed[*pos].store(true, Ordering::Relaxed);
                 health[*pos].failed = Some(why.clone());
+                let slot = &mut meta.table[*pos];
+                if slot.state == MemberState::Active {
+                    // Current at the newest event count; it leaves now.
+                    slot.state = MemberState::Missing;
+                }
             }
             for (h, f) in health.iter_mut().zip(fixes) {
                 h.superblock_copies_fixed = f;
@@ -333,11 +421,18 @@ impl Array {
         Ok(Array {
             failed: members.iter().map(|_| AtomicBool::new(false)).collect(),
             health: Mutex::new(health),
-            planner: Mutex::new(Planner::new(geometry, sb.scheme, map_bytes)),
+            planner: Mutex::new(
+                Planner::new(geometry, sb.scheme, map_bytes).with_cross_check(sb.cross_check),
+            ),
             locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
             seq: Mutex::new(SeqState {
                 next: sb.sequence_high_water,
                 high_water: sb.sequence_high_water,
+            }),
+            meta: Mutex::new(Meta {
+                table: sb.member_table.clone(),
+                high_water: sb.sequence_high_water,
+                state: sb.state,
             }),
             events: Mutex::new(EventLog::default()),
             code,
@@ -442,20 +537,45 @@ impl Array {
         self.failed[member].load(Ordering::Relaxed)
     }
 
-    /// Take a member out of the array after an I/O error that is not a bad sector.
+    /// Take a member out of the array after an I/O error that is not a bad sector. When the
+    /// array is writable, the other members' superblocks record it as failed before this
+    /// returns, so a member that missed writes is never taken for current (FORMAT.md §2.1).
     pub(crate) fn fail_member(&self, member: usize, why: &DiskError) -> Result<(), EngineError> {
-        if !self.failed[member].swap(true, Ordering::Relaxed) {
-            self.health.lock().expect("lock")[member].failed = Some(why.to_string());
-            self.events.lock().expect("lock").record(Event {
-                stripe: 0,
-                member,
-                position: 0,
-                role: "member",
-                kind: "member-failed",
-                evidence: why.to_string(),
-                action: crate::EventAction::RebuiltDegraded,
-            });
+        if self.failed[member].load(Ordering::Relaxed) {
+            return self.check_survivable();
         }
+        let mut meta = self.meta.lock().expect("lock");
+        if self.mark_failed(member, why, &mut meta) && self.writable {
+            self.write_superblocks_locked(&mut meta)?;
+        }
+        drop(meta);
+        self.check_survivable()
+    }
+
+    /// Set `member`'s failed flag, health, event and table entry; false if it was failed already.
+    fn mark_failed(&self, member: usize, why: &DiskError, meta: &mut Meta) -> bool {
+        if self.failed[member].swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let slot = &mut meta.table[member];
+        if slot.state == MemberState::Active {
+            slot.state = MemberState::Failed;
+            slot.last_event = self.generation.load(Ordering::Relaxed);
+        }
+        self.health.lock().expect("lock")[member].failed = Some(why.to_string());
+        self.events.lock().expect("lock").record(Event {
+            stripe: 0,
+            member,
+            position: 0,
+            role: "member",
+            kind: "member-failed",
+            evidence: why.to_string(),
+            action: crate::EventAction::RebuiltDegraded,
+        });
+        true
+    }
+
+    fn check_survivable(&self) -> Result<(), EngineError> {
         let failed = self
             .failed
             .iter()
@@ -470,13 +590,21 @@ impl Array {
         Ok(())
     }
 
+    /// The member table as this process knows it.
+    pub fn member_table(&self) -> Vec<MemberSlot> {
+        self.meta.lock().expect("lock").table.clone()
+    }
+
     /// The next hybrid-seq sequence number, reserving a new block in the superblocks first when
     /// the current one is used up (so a number is never reused, even after a crash).
     pub(crate) fn next_sequence(&self) -> Result<u64, EngineError> {
         let mut s = self.seq.lock().expect("lock");
         if s.next >= s.high_water {
             let hw = s.high_water + SEQUENCE_RESERVATION;
-            self.write_superblocks_with(ArrayState::Dirty, hw)?;
+            let mut meta = self.meta.lock().expect("lock");
+            meta.high_water = hw;
+            meta.state = ArrayState::Dirty;
+            self.write_superblocks_locked(&mut meta)?;
             s.high_water = hw;
         }
         s.next += 1;
@@ -484,34 +612,62 @@ impl Array {
     }
 
     fn write_superblocks(&self, state: ArrayState) -> Result<(), EngineError> {
-        let hw = self.seq.lock().expect("lock").high_water;
-        self.write_superblocks_with(state, hw)
+        let mut meta = self.meta.lock().expect("lock");
+        meta.state = state;
+        self.write_superblocks_locked(&mut meta)
     }
 
-    fn write_superblocks_with(
-        &self,
-        state: ArrayState,
-        high_water: u64,
-    ) -> Result<(), EngineError> {
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        for (i, d) in self.members.iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
+    /// Write every current member's superblock copies with a new event count. A member whose
+    /// write fails leaves the array, and the others are written again with a table that says so.
+    fn write_superblocks_locked(&self, meta: &mut Meta) -> Result<(), EngineError> {
+        loop {
+            let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+            for (i, slot) in meta.table.iter_mut().enumerate() {
+                if slot.state == MemberState::Active && !self.is_failed(i) {
+                    slot.last_event = generation;
+                }
             }
-            let mut sb = self.sb.clone();
-            sb.member_index = i as u16;
-            sb.state = state;
-            sb.sequence_high_water = high_water;
-            sb.generation = generation;
-            let bytes = sb.encode();
-            for off in SUPERBLOCK_COPY_OFFSETS {
-                if let Err(e) = d.write_at(off, &bytes) {
-                    self.fail_member(i, &e)?;
+            let mut lost = None;
+            for (i, d) in self.members.iter().enumerate() {
+                if self.is_failed(i) {
+                    continue;
+                }
+                let mut sb = self.sb.clone();
+                sb.member_index = i as u16;
+                sb.state = meta.state;
+                sb.sequence_high_water = meta.high_water;
+                sb.generation = generation;
+                sb.member_table = meta.table.clone();
+                let bytes = sb.encode();
+                let written = SUPERBLOCK_COPY_OFFSETS
+                    .iter()
+                    .try_for_each(|&off| d.write_at(off, &bytes))
+                    .and_then(|()| d.flush());
+                if let Err(e) = written {
+                    lost = Some((i, e));
                     break;
                 }
             }
-            if let Err(e) = d.flush() {
-                self.fail_member(i, &e)?;
+            match lost {
+                None => return Ok(()),
+                Some((i, e)) => {
+                    self.mark_failed(i, &e, meta);
+                    self.check_survivable()?;
+                }
+            }
+        }
+    }
+
+    /// Zero the reserved regions of the metadata area (owner record to the data offset) of
+    /// members that held something before `create`.
+    fn zero_metadata_regions(&self) -> Result<(), EngineError> {
+        let zeros = vec![0u8; 64 << 10];
+        for d in &self.members {
+            let mut at = OWNER_RECORD_OFFSET;
+            while at < self.sb.data_offset_bytes {
+                let len = (self.sb.data_offset_bytes - at).min(zeros.len() as u64) as usize;
+                d.write_at(at, &zeros[..len])?;
+                at += len as u64;
             }
         }
         Ok(())
@@ -639,6 +795,7 @@ fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), S
 fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
     (a.members, a.data_chunks, a.parity_chunks, a.code, a.scheme)
         == (b.members, b.data_chunks, b.parity_chunks, b.code, b.scheme)
+        && (a.cross_check, a.layout) == (b.cross_check, b.layout)
         && (
             a.sector_shift,
             a.chunk_bytes,

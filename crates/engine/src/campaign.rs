@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, MemDisk};
-use stripeguard_integrity::{CodeId, Scheme};
+use stripeguard_integrity::{CodeId, CrossCheck, MirrorKind, Scheme};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -39,6 +39,124 @@ pub struct CampaignConfig {
     pub failed_members: usize,
     /// Probability of arming a fault before each operation.
     pub fault_rate: f64,
+    /// The array's cross-check setting.
+    pub cross_check: CrossCheck,
+    /// Two lost writes in one stripe: every armed lost write of a data unit also loses the next
+    /// write of its stripe's P (m >= 2, so Q still holds the newer entry). Outside the paper's
+    /// one-fault-per-stripe model; caught on the read path with cross-check `all`.
+    pub lost_write_pairs: bool,
+}
+
+/// The fault pattern of a campaign case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// One fault of the kind at a time per stripe (the paper's model).
+    Single,
+    /// A data unit and P of one stripe both lose a write (cross-check `all`, RAID-6 and up).
+    LostWriteWithP,
+}
+
+/// One case of the default campaign.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CampaignCase {
+    /// `k`.
+    pub data_chunks: usize,
+    /// `m`.
+    pub parity_chunks: usize,
+    /// Members failed from the start.
+    pub failed_members: usize,
+    /// The fault kind.
+    pub kind: FaultKind,
+    /// The scheme.
+    pub scheme: Scheme,
+    /// The pattern.
+    pub pattern: Pattern,
+}
+
+/// Every case for `shapes` × `schemes` that `create` accepts: each fault kind, healthy and with
+/// `m - 1` members failed, plus the two-lost-writes-with-Q pattern on shapes with `m >= 2`.
+pub fn campaign_cases(shapes: &[(usize, usize)], schemes: &[Scheme]) -> Vec<CampaignCase> {
+    let mut cases = Vec::new();
+    for &(k, m) in shapes {
+        let accepted = |s: Scheme| !(k == 1 && s.mirror() == Some(MirrorKind::Checksum));
+        let failures = if m > 1 { vec![0, m - 1] } else { vec![0] };
+        for failed in failures {
+            for kind in FaultKind::ALL {
+                for &scheme in schemes.iter().filter(|s| accepted(**s)) {
+                    cases.push(CampaignCase {
+                        data_chunks: k,
+                        parity_chunks: m,
+                        failed_members: failed,
+                        kind,
+                        scheme,
+                        pattern: Pattern::Single,
+                    });
+                }
+            }
+        }
+        if m >= 2 {
+            for &scheme in schemes.iter().filter(|s| accepted(**s)) {
+                cases.push(CampaignCase {
+                    data_chunks: k,
+                    parity_chunks: m,
+                    failed_members: 0,
+                    kind: FaultKind::LostWrite,
+                    scheme,
+                    pattern: Pattern::LostWriteWithP,
+                });
+            }
+        }
+    }
+    cases
+}
+
+impl CampaignCase {
+    /// The run of this case.
+    pub fn config(&self, ops: u64, stripes: u64, seed: u64) -> CampaignConfig {
+        let pairs = self.pattern == Pattern::LostWriteWithP;
+        CampaignConfig {
+            data_chunks: self.data_chunks,
+            parity_chunks: self.parity_chunks,
+            code: CodeId::for_parity(self.parity_chunks),
+            scheme: self.scheme,
+            chunk_bytes: 4096,
+            stripes,
+            ops,
+            seed,
+            kinds: vec![self.kind],
+            failed_members: self.failed_members,
+            fault_rate: 0.2,
+            cross_check: if pairs {
+                CrossCheck::All
+            } else {
+                CrossCheck::One
+            },
+            lost_write_pairs: pairs,
+        }
+    }
+
+    /// The fault column of a report: the kind, or the pattern's name.
+    pub fn fault_name(&self) -> &'static str {
+        match self.pattern {
+            Pattern::Single => self.kind.name(),
+            Pattern::LostWriteWithP => "lost-write-with-p",
+        }
+    }
+
+    /// What must hold. `none` is the negative control and passes whatever it returns. Every
+    /// other scheme returns no wrong byte and accuses no healthy unit; within the paper's model
+    /// it also repairs everything. Two lost writes with checksum copies can tie (two copies
+    /// each way): refusing the stripe is then right, returning either version is not.
+    pub fn passed(&self, rep: &CampaignReport) -> bool {
+        if self.scheme == Scheme::None {
+            return true;
+        }
+        let sound = rep.wrong_bytes == 0 && rep.false_accusations == 0;
+        let may_refuse = self.pattern == Pattern::LostWriteWithP
+            && self.scheme.mirror() == Some(MirrorKind::Checksum);
+        sound && (may_refuse || (rep.unrecoverable == 0 && rep.damaged_after_scrub == 0))
+    }
 }
 
 /// What happened.
@@ -80,13 +198,16 @@ struct Rig {
 fn build(cfg: &CampaignConfig) -> Result<Rig, EngineError> {
     let n = cfg.data_chunks + cfg.parity_chunks;
     let appendix = if cfg.scheme.has_appendix() { 512 } else { 0 };
-    let size = stripeguard_integrity::DATA_OFFSET_BYTES
-        + cfg.stripes * (cfg.chunk_bytes as u64 + appendix);
+    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(
+        cfg.stripes,
+        cfg.chunk_bytes as u64 + appendix,
+    );
     let mems: Vec<DiskRef> = (0..n)
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();
     let acfg = ArrayConfig {
         code: cfg.code,
+        cross_check: cfg.cross_check,
         ..ArrayConfig::new(
             cfg.data_chunks,
             cfg.parity_chunks,
@@ -205,7 +326,14 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
                         touched.insert((d, u));
                     }
                 }
-                rig.faulty[member].arm(unit, fault)?;
+                rig.faulty[member].arm(unit, fault.clone())?;
+                if cfg.lost_write_pairs && fault == Fault::LostWrite && g.m >= 2 {
+                    // The unit is `member`'s unit of stripe `unit`; lose P's next write there too
+                    // (when the unit is P itself, lose Q's: still two of the stripe's writes).
+                    let pos = g.position_of(unit, member);
+                    let partner = if pos == g.k { g.k + 1 } else { g.k };
+                    rig.faulty[g.member_of(unit, partner)].arm(unit, Fault::LostWrite)?;
+                }
             }
         }
         let write = rng.random_bool(0.5);
@@ -215,7 +343,14 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
             rng.fill(&mut data[..]);
             match a.write(off as u64, &data) {
                 Ok(()) => model[off..off + len].copy_from_slice(&data),
-                Err(EngineError::Unrecoverable { .. }) => rep.unrecoverable += 1,
+                Err(EngineError::Unrecoverable { stripe, .. }) => {
+                    // Pieces are written in stripe order and a refused stripe writes nothing:
+                    // the stripes before it hold the new bytes.
+                    let landed = (stripe * g.stripe_data_bytes()).saturating_sub(off as u64);
+                    let landed = (landed as usize).min(len);
+                    model[off..off + landed].copy_from_slice(&data[..landed]);
+                    rep.unrecoverable += 1;
+                }
                 Err(e) => return Err(e),
             }
             rep.writes += 1;

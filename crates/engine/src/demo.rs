@@ -61,7 +61,7 @@ fn one_case(dir: &Path, scheme: Scheme, kind: FaultKind) -> Result<DemoRow, Engi
         .map_err(|e| EngineError::Config(format!("{}: {e}", case.display())))?;
     let n = DEMO_DATA + DEMO_PARITY;
     let unit = CHUNK as u64 + if scheme.has_appendix() { 512 } else { 0 };
-    let size = stripeguard_integrity::DATA_OFFSET_BYTES + STRIPES * unit;
+    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(STRIPES, unit);
     let paths: Vec<_> = (0..n)
         .map(|i| case.join(format!("member{i}.img")))
         .collect();

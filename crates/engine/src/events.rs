@@ -20,6 +20,9 @@ pub enum EventAction {
     FoundReadOnly,
     /// The stripe could not be repaired; the request failed.
     Unrecoverable,
+    /// Bare RAID (`none`): the stripe's parity disagrees with its data. Nothing says which unit
+    /// is wrong, so nothing was changed (Linux md's `mismatch_cnt`).
+    Mismatch,
 }
 
 /// One finding in one unit.
@@ -52,6 +55,9 @@ pub struct Counters {
     pub repaired: u64,
     /// Stripes found unrecoverable.
     pub unrecoverable: u64,
+    /// Stripes whose parity disagrees with their data where nothing can locate the wrong unit
+    /// (scheme `none`).
+    pub mismatches: u64,
     /// Located units by finding kind.
     pub by_kind: BTreeMap<String, u64>,
     /// Located units by member index.
@@ -72,6 +78,7 @@ impl EventLog {
         let c = &mut self.counters;
         match e.action {
             EventAction::Unrecoverable => {}
+            EventAction::Mismatch => c.mismatches += 1,
             _ => {
                 c.located += 1;
                 if !matches!(e.action, EventAction::Reread | EventAction::FoundReadOnly) {

@@ -64,7 +64,7 @@ impl Array {
                 .lock()
                 .expect("lock");
             let plan = self.plan_one(Op::Read, off, len);
-            let units = self.gather(&plan)?;
+            let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let c = self.geometry.chunk_bytes;
             let mut o = at;
             for i in plan.first..=plan.last {
@@ -91,9 +91,28 @@ impl Array {
                 .lock()
                 .expect("lock");
             let plan = self.plan_one(Op::Write, off, len);
-            let units = self.gather(&plan)?;
-            self.apply_write(&plan, units, &data[at..at + len as usize])
+            let units = self.unverified_on_error(stripe, self.gather(&plan))?;
+            let done = self.apply_write(&plan, units, &data[at..at + len as usize]);
+            self.unverified_on_error(stripe, done)
         })
+    }
+
+    /// The planner marks the chunks a plan reads as read (subsequent-read state) when it plans;
+    /// a piece that then fails verified nothing, so every data chunk of its stripe goes back to
+    /// first-read state and the next access cross-checks it again.
+    fn unverified_on_error<T>(
+        &self,
+        stripe: u64,
+        r: Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        if r.is_err() {
+            let mut planner = self.planner.lock().expect("lock");
+            for i in 0..self.geometry.k {
+                let id = self.geometry.data_chunk_id(stripe, i);
+                planner.map_mut().mark_written(id);
+            }
+        }
+        r
     }
 
     /// Read the plan's units and check them; on any failed check or erasure, repair the stripe

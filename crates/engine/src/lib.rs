@@ -22,7 +22,9 @@ mod io;
 mod repair;
 
 pub use array::{Array, ArrayConfig, AssembleOptions, MemberHealth};
-pub use campaign::{run_campaign, CampaignConfig, CampaignReport};
+pub use campaign::{
+    campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
+};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
 pub use events::{Counters, Event, EventAction};

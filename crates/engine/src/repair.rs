@@ -193,6 +193,24 @@ impl Array {
                     findings.push((pos, "read-error", "read failed".into(), false));
                 }
             }
+            if findings.is_empty() && suspects.is_empty() {
+                // Bare RAID cannot say which unit is wrong, but it can say the stripe is not a
+                // codeword (md's `check`).
+                let chunks: Vec<&[u8]> = units.iter().flatten().map(|u| &u[..c]).collect();
+                if !matches!(
+                    self.code.locate(&chunks, &[]),
+                    Ok(Located::Consistent | Located::Unchecked)
+                ) {
+                    let mut ev = self.events.lock().expect("lock");
+                    ev.counters.detected += 1;
+                    ev.record(stripe_event(
+                        stripe,
+                        "parity-mismatch",
+                        "the parity disagrees with the data; bare RAID cannot say which unit is wrong, so nothing was changed".into(),
+                        EventAction::Mismatch,
+                    ));
+                }
+            }
         }
         // Reconstructing around a member already known to have failed is degraded mode, not a
         // detection.
@@ -203,18 +221,28 @@ impl Array {
             self.events.lock().expect("lock").counters.detected += 1;
         }
         let mut bad: Vec<usize> = findings.iter().filter(|f| !f.3).map(|f| f.0).collect();
+        let self_bad: Vec<usize> = diag
+            .findings
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f.kind,
+                    FindingKind::ReadError
+                        | FindingKind::Checksum { .. }
+                        | FindingKind::Identity { .. }
+                )
+            })
+            .map(|f| f.position)
+            .collect();
         let fail = |reason: String| {
             let mut ev = self.events.lock().expect("lock");
             ev.counters.unrecoverable += 1;
-            ev.record(Event {
+            ev.record(stripe_event(
                 stripe,
-                member: 0,
-                position: 0,
-                role: "stripe",
-                kind: "unrecoverable",
-                evidence: reason.clone(),
-                action: EventAction::Unrecoverable,
-            });
+                "unrecoverable",
+                reason.clone(),
+                EventAction::Unrecoverable,
+            ));
             EngineError::Unrecoverable { stripe, reason }
         };
         if bad.len() > m {
@@ -259,8 +287,12 @@ impl Array {
                 Err(e) => return Err(fail(e.to_string())),
             }
         }
+        // A tie among the checksum copies is never broken by the parity equations: two lost
+        // writes (P and Q both, or a data unit and P) make the code name the one unit that
+        // holds the newer bytes. Only a chunk that failed its own self checks (and is rebuilt
+        // from parity anyway) may have undecided copies.
         for &i in &diag.ambiguous {
-            if !bad.contains(&i) {
+            if !self_bad.contains(&i) {
                 return Err(fail(format!(
                     "the checksum copies of data chunk {i} disagree and nothing can break the tie"
                 )));
@@ -359,6 +391,19 @@ impl Array {
             });
         }
         Ok(Image { units: full, truth })
+    }
+}
+
+/// An event about a whole stripe rather than one of its units.
+fn stripe_event(stripe: u64, kind: &'static str, evidence: String, action: EventAction) -> Event {
+    Event {
+        stripe,
+        member: 0,
+        position: 0,
+        role: "stripe",
+        kind,
+        evidence,
+        action,
     }
 }
 

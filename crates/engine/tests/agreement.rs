@@ -15,7 +15,10 @@ fn engine_io_counts_equal_the_planners() {
         let unit = chunk as u64 + if scheme.has_appendix() { 512 } else { 0 };
         let counting: Vec<Arc<CountingDisk>> = (0..k + m)
             .map(|i| {
-                let mem = Arc::new(MemDisk::new(format!("m{i}"), 8192 + stripes * unit)) as DiskRef;
+                let mem = Arc::new(MemDisk::new(
+                    format!("m{i}"),
+                    stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit),
+                )) as DiskRef;
                 Arc::new(CountingDisk::new(mem))
             })
             .collect();

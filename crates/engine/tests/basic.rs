@@ -14,7 +14,7 @@ struct Rig {
 fn rig(scheme: Scheme, k: usize, m: usize, stripes: u64) -> Rig {
     let chunk = 4096u32;
     let unit = chunk as u64 + if scheme.has_appendix() { 512 } else { 0 };
-    let size = 8192 + stripes * unit;
+    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
     let mems: Vec<DiskRef> = (0..k + m)
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();

@@ -15,7 +15,7 @@ fn threads_writing_overlapping_and_disjoint_ranges() {
         Scheme::Pure,
     ] {
         let stripes = 16u64;
-        let size = 8192 + stripes * (4096 + 512);
+        let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, 4096 + 512);
         let members: Vec<DiskRef> = (0..6)
             .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)) as DiskRef)
             .collect();
@@ -102,9 +102,11 @@ fn members_driven_in_parallel_round_trip_and_repair() {
         // Rot one data unit behind the engine's back; every scheme but none repairs it.
         let g = *array.geometry();
         let member = g.member_of(3, 0);
-        mems[member]
-            .0
-            .with_bytes_mut(|b| b[8192 + 3 * array.unit_bytes() as usize + 10] ^= 0xff);
+        mems[member].0.with_bytes_mut(|b| {
+            b[array.superblock().data_offset_bytes as usize
+                + 3 * array.unit_bytes() as usize
+                + 10] ^= 0xff
+        });
         let mut back = vec![0u8; cap];
         array.read(0, &mut back).unwrap();
         if scheme == Scheme::None {

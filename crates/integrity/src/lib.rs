@@ -26,6 +26,7 @@ pub use diagnose::{diagnose, Diagnosis, Finding, FindingKind, UnitView};
 pub use firstread::{FirstReadMap, ReadState};
 pub use scheme::{MirrorKind, Scheme};
 pub use superblock::{
-    ArrayState, CodeId, Superblock, SuperblockError, DATA_OFFSET_BYTES, SUPERBLOCK_BYTES,
-    SUPERBLOCK_COPY_OFFSETS,
+    ArrayState, CodeId, CrossCheck, MemberSlot, MemberState, MetadataLayout, Superblock,
+    SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, LARGE_MEMBER_BYTES, MAX_MEMBERS,
+    OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
 };

@@ -1,18 +1,161 @@
-//! The member superblock, byte for byte as in `FORMAT.md` §2.1.
+//! The member superblock and the metadata area, byte for byte as in `FORMAT.md` §2 and §2.1
+//! (format version 2).
 
 use crate::le::{u16_at, u32_at, u64_at};
 use crate::Scheme;
 use stripeguard_checksum::crc32c;
 
 /// Bytes in one superblock copy.
-pub const SUPERBLOCK_BYTES: usize = 512;
+pub const SUPERBLOCK_BYTES: usize = 4096;
 /// Where the two copies live on every member.
 pub const SUPERBLOCK_COPY_OFFSETS: [u64; 2] = [0, 4096];
-/// Where the data area starts on every member.
-pub const DATA_OFFSET_BYTES: u64 = 8192;
+/// The owner record's region (reserved: zeros in this build).
+pub const OWNER_RECORD_OFFSET: u64 = 8192;
+/// The checkpoint region (reserved: zeros in this build).
+pub const CHECKPOINT_OFFSET: u64 = 12288;
+/// Where the intent record starts; the regions before it are fixed.
+pub const INTENT_RECORD_OFFSET: u64 = 16384;
+/// Members smaller than this get the small metadata area.
+pub const LARGE_MEMBER_BYTES: u64 = 256 << 20;
+/// Largest member count (the member table's bound).
+pub const MAX_MEMBERS: u16 = 255;
 const MAGIC: [u8; 8] = *b"SGARRAY\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const CRC_AT: usize = SUPERBLOCK_BYTES - 4;
+const TABLE_AT: usize = 256;
+const ENTRY_BYTES: usize = 12;
+
+/// The sizes of the metadata area's variable regions (FORMAT.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetadataLayout {
+    /// Write-intent record bytes (`I`).
+    pub intent_bytes: u64,
+    /// Event log bytes (`L`).
+    pub log_bytes: u64,
+}
+
+impl MetadataLayout {
+    /// The layout `create` picks for members of at least `smallest_member_bytes`.
+    pub fn for_member(smallest_member_bytes: u64) -> MetadataLayout {
+        if smallest_member_bytes >= LARGE_MEMBER_BYTES {
+            MetadataLayout {
+                intent_bytes: 256 << 10,
+                log_bytes: 752 << 10,
+            }
+        } else {
+            MetadataLayout {
+                intent_bytes: 16 << 10,
+                log_bytes: 96 << 10,
+            }
+        }
+    }
+    /// Where the event log starts.
+    pub fn log_offset(&self) -> u64 {
+        INTENT_RECORD_OFFSET + self.intent_bytes
+    }
+    /// Where the data area starts (the end of the metadata area).
+    pub fn data_offset(&self) -> u64 {
+        self.log_offset() + self.log_bytes
+    }
+
+    /// The smallest member that holds `stripes` units of `unit_bytes` with the layout `create`
+    /// picks for a member of that size (saturating).
+    pub fn member_bytes_for(stripes: u64, unit_bytes: u64) -> u64 {
+        let data = stripes.saturating_mul(unit_bytes);
+        let small = MetadataLayout::for_member(0)
+            .data_offset()
+            .saturating_add(data);
+        MetadataLayout::for_member(small)
+            .data_offset()
+            .saturating_add(data)
+    }
+}
+
+/// How many parity appendices a first-read cross-checks against (FORMAT.md §2.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CrossCheck {
+    /// P only: the paper's cost (σ = 1 extra read).
+    #[default]
+    One,
+    /// Every parity (σ = m extra reads): catches a data unit and P that both lost a write.
+    All,
+}
+
+impl CrossCheck {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CrossCheck::One => "one",
+            CrossCheck::All => "all",
+        }
+    }
+}
+
+impl std::str::FromStr for CrossCheck {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "one" => Ok(CrossCheck::One),
+            "all" => Ok(CrossCheck::All),
+            _ => Err(format!("unknown cross-check `{s}` (choose one or all)")),
+        }
+    }
+}
+
+/// What a superblock's writer knew about one member (the member table, FORMAT.md §2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemberState {
+    /// In the array, receiving every write.
+    Active,
+    /// Taken out by an I/O error.
+    Failed,
+    /// Absent or unreadable when the array was assembled for writing.
+    Missing,
+    /// Its event count was behind the others' when assembled: it missed writes.
+    Stale,
+}
+
+impl MemberState {
+    fn id(self) -> u8 {
+        match self {
+            MemberState::Active => 1,
+            MemberState::Failed => 2,
+            MemberState::Missing => 3,
+            MemberState::Stale => 4,
+        }
+    }
+    fn from_id(id: u8) -> Option<MemberState> {
+        [
+            MemberState::Active,
+            MemberState::Failed,
+            MemberState::Missing,
+            MemberState::Stale,
+        ]
+        .into_iter()
+        .find(|s| s.id() == id)
+    }
+    /// Lower-case name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Active => "active",
+            MemberState::Failed => "failed",
+            MemberState::Missing => "missing",
+            MemberState::Stale => "stale",
+        }
+    }
+}
+
+/// One member table entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MemberSlot {
+    /// The member's state.
+    pub state: MemberState,
+    /// Active: the superblock's event count; otherwise the last event count at which the member
+    /// was known current.
+    pub last_event: u64,
+}
 /// Largest chunk accepted.
 pub const MAX_CHUNK_BYTES: u32 = 16 << 20;
 
@@ -102,6 +245,12 @@ pub struct Superblock {
     pub generation: u64,
     /// Unix seconds at create.
     pub created_unix_seconds: u64,
+    /// How many parity appendices a first-read cross-checks against.
+    pub cross_check: CrossCheck,
+    /// The variable regions of the metadata area.
+    pub layout: MetadataLayout,
+    /// What this superblock's writer knew about every member.
+    pub member_table: Vec<MemberSlot>,
 }
 
 /// Why bytes are not a valid superblock.
@@ -113,9 +262,12 @@ pub enum SuperblockError {
     /// Not a stripeguard member.
     #[error("no stripeguard superblock (magic not found)")]
     BadMagic,
-    /// Written by a newer stripeguard.
-    #[error("superblock format version {0} is not supported (this build reads version 1)")]
+    /// Written by another stripeguard format.
+    #[error("{}", version_message(*.0))]
     Version(u32),
+    /// Uses a feature this build does not know.
+    #[error("the array uses incompatible features {0:#x} that this build does not know")]
+    Features(u64),
     /// Damaged.
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
     Checksum {
@@ -127,6 +279,16 @@ pub enum SuperblockError {
     /// Fields that cannot describe an array.
     #[error("superblock describes an impossible geometry: {0}")]
     Geometry(&'static str),
+}
+
+fn version_message(v: u32) -> String {
+    if v == 1 {
+        "superblock format version 1 (an array made before the version 2 metadata area) is not supported: recreate the array with this build".into()
+    } else {
+        format!(
+            "superblock format version {v} is not supported (this build reads version {VERSION})"
+        )
+    }
 }
 
 impl Superblock {
@@ -159,8 +321,16 @@ impl Superblock {
         if self.data_chunks as u32 + self.parity_chunks as u32 != self.members as u32 {
             return Err(g("members != data chunks + parity chunks"));
         }
-        if self.members > 255 {
+        if self.members > MAX_MEMBERS {
             return Err(g("more than 255 members"));
+        }
+        if self.member_table.len() != self.members as usize {
+            return Err(g("member table length differs from the member count"));
+        }
+        if self.data_chunks == 1 && self.scheme.mirror() == Some(crate::MirrorKind::Checksum) {
+            return Err(g(
+                "pure and hybrid2 need at least 2 data chunks: with one, a chunk's buddy is the chunk itself, written in the same I/O, so a lost write or flipped bit could not be caught (use hybrid1 or hybrid-seq)",
+            ));
         }
         if self.member_index >= self.members {
             return Err(g("member index out of range"));
@@ -190,11 +360,22 @@ impl Superblock {
                 "the parity appendix cannot hold one entry per data chunk in one sector; use 4096-byte sectors or fewer data chunks",
             ));
         }
-        if self.data_offset_bytes < DATA_OFFSET_BYTES
-            || !self.data_offset_bytes.is_multiple_of(sector as u64)
+        if self.layout.intent_bytes == 0
+            || self.layout.log_bytes == 0
+            || !self.layout.intent_bytes.is_multiple_of(4096)
+            || !self.layout.log_bytes.is_multiple_of(4096)
+            || self.layout.log_bytes > 1 << 40
+            || self.layout.intent_bytes > 1 << 40
         {
             return Err(g(
-                "data offset overlaps the superblocks or is not sector-aligned",
+                "metadata regions must be non-empty multiples of 4096 bytes",
+            ));
+        }
+        if self.data_offset_bytes < self.layout.data_offset()
+            || !self.data_offset_bytes.is_multiple_of(4096)
+        {
+            return Err(g(
+                "data offset overlaps the metadata area or is not 4096-byte aligned",
             ));
         }
         if self.stripes == 0 {
@@ -231,6 +412,20 @@ impl Superblock {
         b[64..72].copy_from_slice(&self.sequence_high_water.to_le_bytes());
         b[72..80].copy_from_slice(&self.generation.to_le_bytes());
         b[80..88].copy_from_slice(&self.created_unix_seconds.to_le_bytes());
+        b[88] = match self.cross_check {
+            CrossCheck::One => 0,
+            CrossCheck::All => 1,
+        };
+        // 96..112: feature bits, none defined.
+        b[112..120].copy_from_slice(&INTENT_RECORD_OFFSET.to_le_bytes());
+        b[120..128].copy_from_slice(&self.layout.intent_bytes.to_le_bytes());
+        b[128..136].copy_from_slice(&self.layout.log_offset().to_le_bytes());
+        b[136..144].copy_from_slice(&self.layout.log_bytes.to_le_bytes());
+        for (i, slot) in self.member_table.iter().enumerate() {
+            let at = TABLE_AT + i * ENTRY_BYTES;
+            b[at] = slot.state.id();
+            b[at + 4..at + 12].copy_from_slice(&slot.last_event.to_le_bytes());
+        }
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -273,7 +468,37 @@ impl Superblock {
             sequence_high_water: u64_at(b, 64),
             generation: u64_at(b, 72),
             created_unix_seconds: u64_at(b, 80),
+            cross_check: match b[88] {
+                0 => CrossCheck::One,
+                1 => CrossCheck::All,
+                _ => return Err(SuperblockError::Geometry("unknown cross-check mode")),
+            },
+            layout: MetadataLayout {
+                intent_bytes: u64_at(b, 120),
+                log_bytes: u64_at(b, 136),
+            },
+            member_table: Vec::new(),
         };
+        let incompatible = u64_at(b, 96);
+        if incompatible != 0 {
+            return Err(SuperblockError::Features(incompatible));
+        }
+        if u64_at(b, 112) != INTENT_RECORD_OFFSET || u64_at(b, 128) != sb.layout.log_offset() {
+            return Err(SuperblockError::Geometry(
+                "metadata regions are not where the layout puts them",
+            ));
+        }
+        let n = (sb.members as usize).min(MAX_MEMBERS as usize);
+        let mut sb = sb;
+        for i in 0..n {
+            let at = TABLE_AT + i * ENTRY_BYTES;
+            let state = MemberState::from_id(b[at])
+                .ok_or(SuperblockError::Geometry("unknown member state"))?;
+            sb.member_table.push(MemberSlot {
+                state,
+                last_event: u64_at(b, at + 4),
+            });
+        }
         sb.validate()?;
         Ok(sb)
     }
@@ -296,11 +521,23 @@ mod tests {
             sector_shift: 9,
             state: ArrayState::Dirty,
             chunk_bytes: 4096,
-            data_offset_bytes: DATA_OFFSET_BYTES,
+            data_offset_bytes: MetadataLayout::for_member(1 << 20).data_offset(),
             stripes: 1000,
             sequence_high_water: 1 << 20,
             generation: 7,
             created_unix_seconds: 1_700_000_000,
+            cross_check: CrossCheck::All,
+            layout: MetadataLayout::for_member(1 << 20),
+            member_table: (0..8)
+                .map(|i| MemberSlot {
+                    state: if i == 5 {
+                        MemberState::Stale
+                    } else {
+                        MemberState::Active
+                    },
+                    last_event: if i == 5 { 3 } else { 7 },
+                })
+                .collect(),
         }
     }
 
@@ -318,6 +555,43 @@ mod tests {
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(Superblock::decode(&c).is_err(), "bit {bit}");
         }
+    }
+
+    #[test]
+    fn version_1_is_refused_by_name() {
+        let mut b = sample().encode();
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let e = Superblock::decode(&b).unwrap_err();
+        assert_eq!(e, SuperblockError::Version(1));
+        assert!(e.to_string().contains("version 1"), "{e}");
+        assert!(e.to_string().contains("recreate"), "{e}");
+    }
+
+    #[test]
+    fn checksum_mirroring_with_one_data_chunk_is_refused() {
+        for scheme in [Scheme::Pure, Scheme::Hybrid2] {
+            let mut sb = sample();
+            sb.members = 2;
+            sb.data_chunks = 1;
+            sb.parity_chunks = 1;
+            sb.member_index = 0;
+            sb.code = CodeId::Xor;
+            sb.scheme = scheme;
+            sb.member_table.truncate(2);
+            let e = sb.validate().unwrap_err().to_string();
+            assert!(e.contains("buddy"), "{e}");
+            sb.scheme = Scheme::Hybrid1;
+            assert!(sb.validate().is_ok());
+        }
+    }
+
+    #[test]
+    fn incompatible_features_are_refused() {
+        let mut b = sample().encode();
+        b[96] = 1;
+        let crc = crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(1)));
     }
 
     #[test]

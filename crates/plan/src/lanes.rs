@@ -25,7 +25,7 @@
 use crate::planner::rules;
 use crate::{Geometry, Op};
 use serde::Serialize;
-use stripeguard_integrity::Scheme;
+use stripeguard_integrity::{CrossCheck, Scheme};
 
 /// Most members the counting planner handles (position sets are `u64` masks).
 pub const MAX_MEMBERS: usize = 64;
@@ -62,6 +62,7 @@ pub struct Tally {
 #[derive(Clone, Debug)]
 pub struct LanePlanner {
     g: Geometry,
+    cross: CrossCheck,
     schemes: Vec<Scheme>,
     /// Every lane's bit.
     all: u8,
@@ -90,6 +91,7 @@ impl LanePlanner {
         };
         Some(LanePlanner {
             g,
+            cross: CrossCheck::One,
             all: lane_mask(&|_| true),
             buddy_writers: lane_mask(&rules::writes_buddy),
             schemes: schemes.to_vec(),
@@ -97,6 +99,12 @@ impl LanePlanner {
             prev_reads: [0; MAX_LANES],
             prev_writes: [0; MAX_LANES],
         })
+    }
+
+    /// Cross-check against every parity (see [`crate::Planner::with_cross_check`]).
+    pub fn with_cross_check(mut self, cross: CrossCheck) -> Self {
+        self.cross = cross;
+        self
     }
 
     /// The schemes, in lane order.
@@ -144,7 +152,9 @@ impl LanePlanner {
 
         // Position masks (q order: parity first, then data).
         let parity_all = mask(0, m);
-        let parity0 = 1u64;
+        // The parity units a cross-check reads: P, or every parity.
+        let n_cross = rules::cross_reads(self.cross, m);
+        let parity0 = mask(0, n_cross);
         let data = |i: usize| 1u64 << (m + i);
         let touched = mask(m + first, m + last + 1);
         let data_all = mask(m, n);
@@ -161,7 +171,7 @@ impl LanePlanner {
                     let sigma = read >> l & 1 == 0;
                     let check = rules::read_cross_check(scheme, full, sigma);
                     let t = &mut self.tallies[l];
-                    t.disk_reads += (tau + check as usize) as u64;
+                    t.disk_reads += (tau + check as usize * n_cross) as u64;
                     t.read_pieces += 1;
                     t.first_read_pieces += sigma as u64;
                     let reads = touched | if check { parity0 } else { 0 };
@@ -223,7 +233,7 @@ impl LanePlanner {
                             0
                         };
                         let writes = touched | parity_all | buddy_w;
-                        if rules::prefers_rmw(scheme, k, m, tau, sigma) {
+                        if rules::prefers_rmw(scheme, (k, m, n_cross), tau, sigma) {
                             t.rmw += 1;
                             let buddy_r = if scheme == Scheme::Hybrid2 {
                                 data(buddy)

@@ -2,7 +2,7 @@
 
 use crate::Geometry;
 use serde::Serialize;
-use stripeguard_integrity::{FirstReadMap, ReadState, Scheme};
+use stripeguard_integrity::{CrossCheck, FirstReadMap, ReadState, Scheme};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -139,7 +139,16 @@ impl PiecePlan {
 /// The decisions of Table II, in one place: the per-unit planner below and the counting
 /// planner of [`crate::lanes`] both take them from here, so they cannot drift apart.
 pub(crate) mod rules {
-    use stripeguard_integrity::Scheme;
+    use stripeguard_integrity::{CrossCheck, Scheme};
+
+    /// Parity units a cross-check reads: P alone, or every parity.
+    #[inline]
+    pub fn cross_reads(cross: CrossCheck, m: usize) -> usize {
+        match cross {
+            CrossCheck::One => 1,
+            CrossCheck::All => m,
+        }
+    }
 
     /// Whether a read piece adds a cross-check read of parity.
     #[inline]
@@ -156,11 +165,17 @@ pub(crate) mod rules {
     /// (Table II) added to Eq. 1's costs, the smaller total wins, ties to RMW. `sigma`: an
     /// untouched chunk is in first-read state.
     #[inline]
-    pub fn prefers_rmw(scheme: Scheme, k: usize, m: usize, tau: usize, sigma: bool) -> bool {
-        let s = sigma as usize;
+    /// `cross`: parity units one cross-check reads (1 in the paper).
+    pub fn prefers_rmw(
+        scheme: Scheme,
+        (k, m, cross): (usize, usize, usize),
+        tau: usize,
+        sigma: bool,
+    ) -> bool {
+        let s = sigma as usize * cross;
         let (rmw_extra, rcw_extra) = match scheme {
             Scheme::None => (0, 0),
-            Scheme::Pure => (1, 2),
+            Scheme::Pure => (1, 1 + cross),
             Scheme::Hybrid1 => (0, tau + s),
             Scheme::Hybrid2 => (2, 1 + s),
             Scheme::HybridSeq => (0, s),
@@ -207,6 +222,7 @@ pub(crate) mod rules {
 pub struct Planner {
     geometry: Geometry,
     scheme: Scheme,
+    cross: CrossCheck,
     map: FirstReadMap,
     piece: PiecePlan,
 }
@@ -218,9 +234,22 @@ impl Planner {
         Planner {
             geometry,
             scheme,
+            cross: CrossCheck::One,
             map: FirstReadMap::with_memory_bytes(map_bytes),
             piece: PiecePlan::default(),
         }
+    }
+
+    /// Cross-check first-reads against every parity's appendix (`All`: m extra reads where the
+    /// paper's Table II counts one) instead of P's alone.
+    pub fn with_cross_check(mut self, cross: CrossCheck) -> Self {
+        self.set_cross_check(cross);
+        self
+    }
+
+    /// See [`Planner::with_cross_check`].
+    pub fn set_cross_check(&mut self, cross: CrossCheck) {
+        self.cross = cross;
     }
 
     /// The geometry.
@@ -246,6 +275,7 @@ impl Planner {
         let mut ctx = Ctx {
             g: self.geometry,
             scheme: self.scheme,
+            cross: self.cross,
             map: &mut self.map,
         };
         ctx.plan(op, offset, len, &mut piece, each);
@@ -265,6 +295,7 @@ impl Planner {
         let mut ctx = Ctx {
             g: self.geometry,
             scheme: self.scheme,
+            cross: self.cross,
             map: state,
         };
         ctx.plan(op, offset, len, &mut piece, each);
@@ -276,6 +307,7 @@ impl Planner {
 struct Ctx<'a, S: ReadState> {
     g: Geometry,
     scheme: Scheme,
+    cross: CrossCheck,
     map: &'a mut S,
 }
 
@@ -337,7 +369,9 @@ impl<S: ReadState> Ctx<'_, S> {
                 }
                 p.sigma = sigma;
                 if rules::read_cross_check(scheme, full, sigma) {
-                    p.reads.push(io(k, Purpose::CrossCheck));
+                    for j in 0..rules::cross_reads(self.cross, m) {
+                        p.reads.push(io(k + j, Purpose::CrossCheck));
+                    }
                 }
                 for i in p.first..=p.last {
                     self.map.mark_read(g.data_chunk_id(stripe, i));
@@ -368,7 +402,8 @@ impl<S: ReadState> Ctx<'_, S> {
                     sigma |= self.first_read(stripe, i);
                 }
                 let buddy = rules::buddy(k, p.last);
-                if rules::prefers_rmw(scheme, k, m, tau, sigma) {
+                let shape = (k, m, rules::cross_reads(self.cross, m));
+                if rules::prefers_rmw(scheme, shape, tau, sigma) {
                     p.mode = Some(Mode::Rmw);
                     p.sigma = false;
                     for i in p.first..=p.last {
@@ -393,7 +428,9 @@ impl<S: ReadState> Ctx<'_, S> {
                         }
                     }
                     if cross {
-                        p.reads.push(io(k, Purpose::CrossCheck));
+                        for j in 0..rules::cross_reads(self.cross, m) {
+                            p.reads.push(io(k + j, Purpose::CrossCheck));
+                        }
                     }
                     self.merge_reads(stripe, p, cross);
                     for i in (0..k).filter(|&i| i < p.first || i > p.last) {
@@ -445,10 +482,12 @@ impl<S: ReadState> Ctx<'_, S> {
             need_check |= rules::merge_needs_check(self.scheme, || self.first_read(stripe, i));
         }
         if need_check && !have_cross && self.scheme != Scheme::None {
-            p.reads.push(UnitIo {
-                pos: self.g.k,
-                purpose: Purpose::MergeCheck,
-            });
+            for j in 0..rules::cross_reads(self.cross, self.g.m) {
+                p.reads.push(UnitIo {
+                    pos: self.g.k + j,
+                    purpose: Purpose::MergeCheck,
+                });
+            }
         }
     }
 }

@@ -232,6 +232,15 @@ impl Simulator {
         }
     }
 
+    /// Count first-reads cross-checked against every parity (`create --cross-check all`).
+    pub fn with_cross_check(mut self, cross: stripeguard_integrity::CrossCheck) -> Self {
+        self.fast = self.fast.map(|f| f.with_cross_check(cross));
+        for lane in &mut self.lanes {
+            lane.planner.set_cross_check(cross);
+        }
+        self
+    }
+
     /// The geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
@@ -423,9 +432,14 @@ mod tests {
                 stripes,
             };
             let reqs = random_requests(g, 6000, k as u64 * 31 + m as u64);
-            let mut fast = Simulator::new(g, &Scheme::ALL, 1 << 20);
+            let cross = if k % 2 == 0 {
+                stripeguard_integrity::CrossCheck::All
+            } else {
+                stripeguard_integrity::CrossCheck::One
+            };
+            let mut fast = Simulator::new(g, &Scheme::ALL, 1 << 20).with_cross_check(cross);
             assert!(fast.fast.is_some());
-            let mut reference = Simulator::new(g, &Scheme::ALL, 1 << 20);
+            let mut reference = Simulator::new(g, &Scheme::ALL, 1 << 20).with_cross_check(cross);
             reference.fast = None;
             for r in &reqs {
                 fast.replay(*r);

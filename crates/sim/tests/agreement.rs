@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use stripeguard_disk::{CountingDisk, DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::Scheme;
+use stripeguard_integrity::{CrossCheck, MetadataLayout, Scheme};
 use stripeguard_plan::Op;
 use stripeguard_sim::{
     Fit, Profile, Request, Simulator, SynthConfig, Synthetic, TraceOptions, TraceReader,
 };
 
 fn engine_counts(
+    cross: CrossCheck,
     scheme: Scheme,
     k: usize,
     m: usize,
@@ -23,11 +24,14 @@ fn engine_counts(
         .map(|i| {
             Arc::new(CountingDisk::new(Arc::new(MemDisk::new(
                 format!("m{i}"),
-                8192 + stripes * unit,
+                MetadataLayout::member_bytes_for(stripes, unit),
             )) as DiskRef))
         })
         .collect();
-    let cfg = ArrayConfig::new(k, m, scheme, chunk, stripes);
+    let cfg = ArrayConfig {
+        cross_check: cross,
+        ..ArrayConfig::new(k, m, scheme, chunk, stripes)
+    };
     let array = Array::create(
         counting.iter().map(|c| c.clone() as DiskRef).collect(),
         &cfg,
@@ -60,24 +64,39 @@ fn engine_counts(
 }
 
 fn check(name: &str, reqs: Vec<Request>, k: usize, m: usize, chunk: u32, stripes: u64) {
+    for cross in [CrossCheck::One, CrossCheck::All] {
+        check_with(cross, name, &reqs, k, m, chunk, stripes);
+    }
+}
+
+fn check_with(
+    cross: CrossCheck,
+    name: &str,
+    reqs: &[Request],
+    k: usize,
+    m: usize,
+    chunk: u32,
+    stripes: u64,
+) {
     let g = stripeguard_plan::Geometry {
         k,
         m,
         chunk_bytes: chunk as u64,
         stripes,
     };
-    let mut sim = Simulator::new(g, &Scheme::ALL, 1 << 20);
-    for r in &reqs {
+    let mut sim = Simulator::new(g, &Scheme::ALL, 1 << 20).with_cross_check(cross);
+    for r in reqs {
         sim.replay(*r);
     }
     let report = sim.report();
     for c in &report.schemes {
         let scheme = c.scheme.unwrap();
-        let (reads, writes) = engine_counts(scheme, k, m, chunk, stripes, &reqs);
+        let (reads, writes) = engine_counts(cross, scheme, k, m, chunk, stripes, reqs);
         assert_eq!(
             (reads, writes),
             (c.io.disk_reads + c.io.merge_reads, c.io.disk_writes),
-            "{name} {scheme}: engine (reads, writes) vs simulator"
+            "{name} {scheme} cross-check {}: engine (reads, writes) vs simulator",
+            cross.name()
         );
     }
 }

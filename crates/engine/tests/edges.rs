@@ -1,0 +1,264 @@
+//! The edges of the fault model where the engine once returned wrong bytes with success
+//! (issue 16), each with its negative control:
+//! 1. k = 1: pure and hybrid2 have no buddy, so `create` refuses them; hybrid1 / hybrid-seq
+//!    still catch a flipped bit.
+//! 2. Two lost writes in one RAID-6 stripe (a data unit and P keep their old bytes, Q has the
+//!    new entry): cross-check `all` catches it on the read path; `one` (the paper's cost) does not.
+//! 3. A member that missed writes (stale event count) is never taken for current; two halves
+//!    assembled apart (split brain) are refused; a member failed at run time is recorded.
+//! 4. `none`'s full check reports a stripe whose parity disagrees with its data.
+
+use std::sync::Arc;
+use stripeguard_disk::{DiskRef, FailedDisk, Fault, FaultyDisk, MemDisk};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError};
+use stripeguard_integrity::{CrossCheck, MemberState, MetadataLayout, Scheme};
+
+const CHUNK: u32 = 4096;
+const STRIPES: u64 = 8;
+
+fn mems(scheme: Scheme, n: usize) -> Vec<Arc<MemDisk>> {
+    let unit = CHUNK as u64 + if scheme.has_appendix() { 512 } else { 0 };
+    let size = MetadataLayout::member_bytes_for(STRIPES, unit);
+    (0..n)
+        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
+        .collect()
+}
+
+fn refs(m: &[Arc<MemDisk>]) -> Vec<DiskRef> {
+    m.iter().map(|d| d.clone() as DiskRef).collect()
+}
+
+fn create(m: &[Arc<MemDisk>], cfg: &ArrayConfig) -> Result<(), EngineError> {
+    Array::create(refs(m), cfg, true, &mut |_, _| {})?.close()
+}
+
+fn assemble(d: Vec<DiskRef>) -> Result<Array, EngineError> {
+    Array::assemble(d, &AssembleOptions::default())
+}
+
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).rotate_left(3))
+        .collect()
+}
+
+#[test]
+fn k1_refuses_checksum_mirroring_and_versions_catch_a_flip() {
+    for scheme in [Scheme::Pure, Scheme::Hybrid2] {
+        for m in [1, 2] {
+            let d = mems(scheme, 1 + m);
+            let e = create(&d, &ArrayConfig::new(1, m, scheme, CHUNK, STRIPES)).unwrap_err();
+            assert!(e.to_string().contains("buddy"), "{scheme} 1+{m}: {e}");
+        }
+    }
+    // The refused schemes' sibling: one flipped bit in the only data chunk of a 1+1 array.
+    for scheme in [Scheme::None, Scheme::Hybrid1, Scheme::HybridSeq] {
+        let d = mems(scheme, 2);
+        create(&d, &ArrayConfig::new(1, 1, scheme, CHUNK, STRIPES)).unwrap();
+        let a = assemble(refs(&d)).unwrap();
+        let data = bytes(CHUNK as usize, 1);
+        a.write(0, &data).unwrap();
+        let (g, off) = (*a.geometry(), a.superblock().data_offset_bytes as usize);
+        a.close().unwrap();
+        d[g.member_of(0, 0)].with_bytes_mut(|b| b[off + 100] ^= 0x55);
+        let a = assemble(refs(&d)).unwrap();
+        let mut back = vec![0u8; CHUNK as usize];
+        a.read(0, &mut back).unwrap();
+        if scheme == Scheme::None {
+            assert_ne!(back, data, "the negative control returned the right bytes");
+        } else {
+            assert_eq!(back, data, "{scheme}");
+            assert_eq!(a.counters().located, 1, "{scheme}");
+        }
+    }
+}
+
+/// Write A over the stripe, then B into data chunk 0, with data chunk 0's and P's units of
+/// stripe 0 rolled back to their A contents (two lost writes). Returns what a read of chunk 0
+/// gives on a fresh assembly.
+fn two_lost_writes(scheme: Scheme, cross: CrossCheck) -> Result<Vec<u8>, EngineError> {
+    let d = mems(scheme, 6);
+    let cfg = ArrayConfig {
+        cross_check: cross,
+        ..ArrayConfig::new(4, 2, scheme, CHUNK, STRIPES)
+    };
+    create(&d, &cfg).unwrap();
+    let a = assemble(refs(&d)).unwrap();
+    a.write(0, &bytes(4 * CHUNK as usize, 7)).unwrap();
+    let (g, off, unit) = (
+        *a.geometry(),
+        a.superblock().data_offset_bytes as usize,
+        a.unit_bytes() as usize,
+    );
+    a.close().unwrap();
+    let victims = [g.member_of(0, 0), g.member_of(0, 4)];
+    let old: Vec<Vec<u8>> = victims
+        .iter()
+        .map(|&v| d[v].snapshot()[off..off + unit].to_vec())
+        .collect();
+    let a = assemble(refs(&d)).unwrap();
+    a.write(0, &bytes(CHUNK as usize, 99)).unwrap();
+    a.close().unwrap();
+    for (&v, o) in victims.iter().zip(&old) {
+        d[v].with_bytes_mut(|b| b[off..off + unit].copy_from_slice(o));
+    }
+    let a = assemble(refs(&d)).unwrap();
+    let mut back = vec![0u8; CHUNK as usize];
+    a.read(0, &mut back).map(|()| back)
+}
+
+#[test]
+fn two_lost_writes_in_one_raid6_stripe_are_never_returned_with_cross_check_all() {
+    let old = bytes(CHUNK as usize, 7);
+    let new = bytes(CHUNK as usize, 99);
+    for scheme in Scheme::ALL {
+        let all = two_lost_writes(scheme, CrossCheck::All);
+        match scheme {
+            // Nothing to check: the negative control.
+            Scheme::None => assert_eq!(all.unwrap(), old),
+            // Q's newer version / sequence wins.
+            Scheme::Hybrid1 | Scheme::HybridSeq => assert_eq!(all.unwrap(), new, "{scheme}"),
+            // Two copies say A, two say B: a tie is an error, never either version.
+            Scheme::Pure | Scheme::Hybrid2 => {
+                let e = all.unwrap_err();
+                assert!(
+                    matches!(e, EngineError::Unrecoverable { .. }),
+                    "{scheme}: {e}"
+                );
+            }
+        }
+        // The paper's cost (cross-check P only) does not see it: why `all` exists.
+        if scheme != Scheme::None {
+            assert_eq!(
+                two_lost_writes(scheme, CrossCheck::One).unwrap(),
+                old,
+                "{scheme}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_member_that_missed_writes_is_never_current() {
+    for scheme in [
+        Scheme::None,
+        Scheme::Hybrid1,
+        Scheme::HybridSeq,
+        Scheme::Hybrid2,
+    ] {
+        let d = mems(scheme, 4);
+        create(&d, &ArrayConfig::new(3, 1, scheme, CHUNK, STRIPES)).unwrap();
+        let a = assemble(refs(&d)).unwrap();
+        let old = bytes(3 * CHUNK as usize * 2, 1);
+        a.write(0, &old).unwrap();
+        a.close().unwrap();
+        // Member 2 is missing while B is written.
+        let mut without = refs(&d);
+        without[2] = Arc::new(FailedDisk::new("m2", "absent"));
+        let a = assemble(without).unwrap();
+        let new = bytes(old.len(), 2);
+        a.write(0, &new).unwrap();
+        assert_eq!(a.member_table()[2].state, MemberState::Missing);
+        a.close().unwrap();
+        // It comes back: stale, the array runs degraded and returns B.
+        let a = assemble(refs(&d)).unwrap();
+        let h = a.health();
+        assert!(
+            h[2].failed.as_deref().unwrap_or("").contains("stale"),
+            "{h:?}"
+        );
+        let mut back = vec![0u8; new.len()];
+        a.read(0, &mut back).unwrap();
+        assert_eq!(back, new, "{scheme}");
+        a.close().unwrap();
+        // One more member lost: too few current members, a clear error (never A's bytes).
+        let mut lost = refs(&d);
+        lost[3] = Arc::new(FailedDisk::new("m3", "absent"));
+        let e = assemble(lost).err().expect("refused");
+        assert!(e.to_string().contains("stale"), "{e}");
+    }
+}
+
+#[test]
+fn halves_assembled_apart_are_refused_together() {
+    let scheme = Scheme::HybridSeq;
+    let d = mems(scheme, 4);
+    create(&d, &ArrayConfig::new(2, 2, scheme, CHUNK, STRIPES)).unwrap();
+    let half = |keep: [usize; 2], seed: u8| {
+        let members: Vec<DiskRef> = (0..4)
+            .map(|i| {
+                if keep.contains(&i) {
+                    d[i].clone() as DiskRef
+                } else {
+                    Arc::new(FailedDisk::new(format!("m{i}"), "absent")) as DiskRef
+                }
+            })
+            .collect();
+        let a = assemble(members).unwrap();
+        a.write(0, &bytes(2 * CHUNK as usize, seed)).unwrap();
+        a.close().unwrap();
+    };
+    half([0, 1], 1);
+    half([2, 3], 2);
+    let e = assemble(refs(&d)).err().expect("refused").to_string();
+    assert!(e.contains("split brain"), "{e}");
+    for name in ["m0", "m1", "m2", "m3"] {
+        assert!(e.contains(name), "{e}");
+    }
+}
+
+#[test]
+fn a_member_failed_at_run_time_is_recorded_before_writes_go_on() {
+    let scheme = Scheme::Hybrid1;
+    let d = mems(scheme, 4);
+    create(&d, &ArrayConfig::new(3, 1, scheme, CHUNK, STRIPES)).unwrap();
+    let probe = assemble(refs(&d)).unwrap();
+    let map = probe.unit_map();
+    probe.close().unwrap();
+    let faulty: Vec<Arc<FaultyDisk>> = d
+        .iter()
+        .map(|m| Arc::new(FaultyDisk::new(m.clone() as DiskRef, map).unwrap()))
+        .collect();
+    let a = assemble(faulty.iter().map(|f| f.clone() as DiskRef).collect()).unwrap();
+    faulty[1].arm(0, Fault::MemberFailure).unwrap();
+    let new = bytes(3 * CHUNK as usize, 5);
+    a.write(0, &new).unwrap();
+    assert_eq!(a.member_table()[1].state, MemberState::Failed);
+    a.close().unwrap();
+    // The member "heals" (the same bytes, reachable again): it missed the write, so it is stale.
+    let a = assemble(refs(&d)).unwrap();
+    assert!(a.health()[1].failed.is_some(), "{:?}", a.health());
+    let mut back = vec![0u8; new.len()];
+    a.read(0, &mut back).unwrap();
+    assert_eq!(back, new);
+}
+
+#[test]
+fn none_check_reports_parity_that_disagrees_with_data() {
+    let d = mems(Scheme::None, 3);
+    create(&d, &ArrayConfig::new(2, 1, Scheme::None, CHUNK, STRIPES)).unwrap();
+    let a = assemble(refs(&d)).unwrap();
+    a.write(0, &bytes(2 * CHUNK as usize * STRIPES as usize, 3))
+        .unwrap();
+    let (g, off) = (*a.geometry(), a.superblock().data_offset_bytes as usize);
+    a.close().unwrap();
+    // Before any damage: nothing reported.
+    let ro = AssembleOptions {
+        writable: false,
+        ..Default::default()
+    };
+    let a = Array::assemble(refs(&d), &ro).unwrap();
+    for s in 0..STRIPES {
+        a.scrub_stripe(s).unwrap();
+    }
+    assert_eq!(a.counters().mismatches, 0);
+    drop(a);
+    let unit = CHUNK as usize;
+    d[g.member_of(5, 2)].with_bytes_mut(|b| b[off + 5 * unit + 17] ^= 1);
+    let a = Array::assemble(refs(&d), &ro).unwrap();
+    for s in 0..STRIPES {
+        a.scrub_stripe(s).unwrap();
+    }
+    assert_eq!(a.counters().mismatches, 1);
+    assert_eq!(a.events()[0].stripe, 5);
+}
