@@ -3,19 +3,19 @@
 
 use crate::exit;
 use crate::progress::{count_bar, updater};
-use crate::units::{format_size, parse_shape, parse_size};
+use crate::units::{format_size, parse_bytes, parse_shape, parse_size_f64};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use stripeguard_disk::{DiskRef, FailedDisk, FaultKind, FileDisk};
+use stripeguard_disk::{Disk, FaultKind, FileDisk};
 use stripeguard_engine::{
-    campaign_cases, run_campaign, run_demo, Array, ArrayConfig, AssembleOptions, Counters,
+    assemble_paths, campaign_cases, check_all, default_parity, run_campaign, run_demo, Array,
+    Counters, CreateOnPaths,
 };
-use stripeguard_integrity::{CodeId, Scheme, Superblock, SuperblockError, SUPERBLOCK_BYTES};
+use stripeguard_integrity::{Scheme, Superblock};
 
 fn parse_scheme(s: &str) -> Result<Scheme, String> {
     s.parse()
@@ -27,8 +27,8 @@ pub struct CreateArgs {
     #[arg(required = true, num_args = 2..)]
     members: Vec<PathBuf>,
     /// Size of each member file to create (e.g. 64M).
-    #[arg(long, value_parser = parse_size)]
-    size: Option<usize>,
+    #[arg(long, value_parser = parse_bytes)]
+    size: Option<u64>,
     /// RAID level: 5 (one parity) or 6 (two). Default: 6 with 6 or more members, else 5.
     #[arg(long, conflicts_with = "parity")]
     level: Option<u8>,
@@ -39,15 +39,15 @@ pub struct CreateArgs {
     /// from --avg-write: hybrid1 for small writes, hybrid2 for large ones).
     #[arg(long, default_value = "hybrid-seq")]
     scheme: String,
-    /// The workload's average write size, for --scheme auto.
-    #[arg(long, value_parser = parse_size)]
-    avg_write: Option<usize>,
+    /// The workload's average write size, for --scheme auto (decimals allowed: 7.04K).
+    #[arg(long, value_parser = parse_size_f64)]
+    avg_write: Option<f64>,
     /// Chunk size.
-    #[arg(long, default_value = "64K", value_parser = parse_size)]
-    chunk: usize,
+    #[arg(long, default_value = "64K", value_parser = parse_bytes)]
+    chunk: u64,
     /// Sector size (the appendix is one sector): 512 or 4096.
-    #[arg(long, default_value = "512", value_parser = parse_size)]
-    sector: usize,
+    #[arg(long, default_value = "512", value_parser = parse_bytes)]
+    sector: u64,
     /// Parity appendices a first-read is cross-checked against: `one` (P only: the paper's
     /// cost, one extra read) or `all` (every parity: m extra reads; also catches a data unit and
     /// P that both lost a write while Q holds the newer version).
@@ -88,8 +88,8 @@ pub struct WriteArgs {
     #[command(flatten)]
     array: MembersArgs,
     /// Array byte offset to write at.
-    #[arg(long, default_value = "0", value_parser = parse_size)]
-    offset: usize,
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    offset: u64,
     /// File to write (default: standard input).
     #[arg(long, short = 'i')]
     input: Option<PathBuf>,
@@ -103,14 +103,18 @@ pub struct ReadArgs {
     #[command(flatten)]
     array: MembersArgs,
     /// Array byte offset to read from.
-    #[arg(long, default_value = "0", value_parser = parse_size)]
-    offset: usize,
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    offset: u64,
     /// Bytes to read (default: to the end of the array).
-    #[arg(long, value_parser = parse_size)]
-    length: Option<usize>,
-    /// Output file (default: standard output).
+    #[arg(long, value_parser = parse_bytes)]
+    length: Option<u64>,
+    /// Output file (default: standard output). Written to a temporary file beside it and
+    /// renamed when every byte was read, so a failed read leaves no partial file.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// On failure, keep the bytes read before the bad stripe in --output.
+    #[arg(long, requires = "output")]
+    keep_partial: bool,
     /// Print the report as JSON (on stderr).
     #[arg(long)]
     json: bool,
@@ -137,9 +141,9 @@ pub struct InjectArgs {
     /// overwrite: units to overwrite from --chunk on.
     #[arg(long, default_value_t = 1)]
     count: u64,
-    /// Seed for the random bytes and bit positions.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed for the random bytes and bit positions (default: a fresh one, printed).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -147,7 +151,8 @@ pub struct InjectArgs {
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// Keep the member files in this directory instead of a temporary one (removed per case).
+    /// Keep every case's member files in this directory (one subdirectory per case) instead of
+    /// a temporary directory that is removed.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Print JSON.
@@ -177,35 +182,8 @@ pub struct CampaignArgs {
     json: bool,
 }
 
-fn open_members(paths: &[PathBuf], direct: bool) -> Result<Vec<DiskRef>> {
-    paths
-        .iter()
-        .map(|p| {
-            FileDisk::open(p, direct)
-                .map(|d| Arc::new(d) as DiskRef)
-                .with_context(|| format!("cannot open member {}", p.display()))
-        })
-        .collect()
-}
-
-/// Open members, tolerating up to m that are missing (the engine decides how many).
-fn open_members_lenient(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
-    paths
-        .iter()
-        .map(|p| match FileDisk::open(p, direct) {
-            Ok(d) => Arc::new(d) as DiskRef,
-            Err(e) => Arc::new(FailedDisk::new(p.display().to_string(), e.to_string())) as DiskRef,
-        })
-        .collect()
-}
-
 fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
-    let members = open_members_lenient(&a.members, a.direct);
-    let opts = AssembleOptions {
-        writable,
-        ..AssembleOptions::default()
-    };
-    let array = Array::assemble(members, &opts)?;
+    let array = assemble_paths(&a.members, a.direct, writable)?;
     for h in array.health() {
         if let Some(why) = &h.failed {
             eprintln!(
@@ -225,27 +203,18 @@ fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
 
 pub fn create(a: CreateArgs) -> Result<ExitCode> {
     let n = a.members.len();
-    let m = match (a.level, a.parity) {
+    let parity = match (a.level, a.parity) {
         (Some(5), _) => 1,
         (Some(6), _) => 2,
         (Some(l), _) => bail!("--level {l} is not supported (use 5 or 6, or --parity M)"),
         (None, Some(m)) => m,
-        (None, None) => {
-            if n >= 6 {
-                2
-            } else {
-                1
-            }
-        }
+        (None, None) => default_parity(n),
     };
-    if m == 0 || m >= n {
-        bail!("{n} members cannot hold {m} parity chunk(s) and at least one data chunk");
-    }
     let scheme: Scheme = if a.scheme == "auto" {
         let avg = a.avg_write.context(
             "--scheme auto needs --avg-write SIZE (or run `stripeguard choose --trace FILE`)",
         )?;
-        let rule = stripeguard_sim::choose_by_rule(n, m, a.chunk as u64, avg as f64);
+        let rule = stripeguard_sim::choose_by_rule(n, parity, a.chunk, avg);
         if !a.json {
             println!("scheme auto: {}", rule.reason);
         }
@@ -253,63 +222,21 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
     } else {
         parse_scheme(&a.scheme).map_err(anyhow::Error::msg)?
     };
-    let mut fresh = true;
-    let mut created = Vec::new();
-    for p in &a.members {
-        if p.exists() {
-            fresh = false;
-            let d =
-                FileDisk::open(p, false).with_context(|| format!("cannot open {}", p.display()))?;
-            let mut sb = vec![0u8; SUPERBLOCK_BYTES];
-            use stripeguard_disk::Disk;
-            // Any stripeguard superblock, even one this build cannot read (another format
-            // version, a damaged copy), means the member holds an array.
-            let holds_array = d.read_at(0, &mut sb).is_ok()
-                && !matches!(
-                    Superblock::decode(&sb),
-                    Err(SuperblockError::BadMagic | SuperblockError::Truncated(_))
-                );
-            if holds_array && !a.force {
-                bail!(
-                    "{} already holds a stripeguard array; pass --force to overwrite it",
-                    p.display()
-                );
-            }
-        } else {
-            let size = a.size.with_context(|| {
-                format!("{} does not exist; give --size to create it", p.display())
-            })?;
-            created.push(p.clone());
-            FileDisk::create(p, size as u64, false)
-                .with_context(|| format!("cannot create {}", p.display()))?;
-        }
-    }
-    // New sparse files need only their appendices written; existing ones are fully initialised.
-    let fresh = fresh || created.len() == n;
-    let cfg = ArrayConfig {
-        data_chunks: n - m,
-        parity_chunks: m,
-        code: CodeId::for_parity(m),
+    let req = CreateOnPaths {
+        paths: a.members.clone(),
+        size_bytes: a.size,
+        parity,
         scheme,
-        chunk_bytes: u32::try_from(a.chunk).context("chunk too large")?,
-        sector_bytes: a.sector as u32,
-        stripes: None,
-        first_read_map_bytes: 1 << 20,
+        chunk_bytes: a.chunk,
+        sector_bytes: a.sector,
         cross_check: a.cross_check,
+        force: a.force,
     };
-    let members = open_members(&a.members, false)?;
     let bar = count_bar("initialising stripes");
-    let result = Array::create(members, &cfg, fresh, &mut updater(&bar));
+    let result = req.run(&mut updater(&bar));
     bar.finish_and_clear();
-    let array = match result {
-        Ok(a) => a,
-        Err(e) => {
-            for p in &created {
-                let _ = std::fs::remove_file(p);
-            }
-            return Err(e.into());
-        }
-    };
+    let array = result?;
+    let m = parity;
     let sb = array.superblock().clone();
     let cap = array.capacity_bytes();
     array.close()?;
@@ -376,14 +303,9 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let mut unrecoverable = Vec::new();
     if a.check {
         let bar = count_bar("checking stripes");
-        bar.set_length(sb.stripes);
-        for s in 0..sb.stripes {
-            if let Err(e) = array.scrub_stripe(s) {
-                unrecoverable.push(e.to_string());
-            }
-            bar.inc(1);
-        }
+        let summary = check_all(&array, &mut updater(&bar));
         bar.finish_and_clear();
+        unrecoverable = summary?.unrecoverable;
     }
     let c = array.counters();
     let health = array.health();
@@ -488,7 +410,7 @@ fn state_line(
     words.join(", ")
 }
 
-fn report(array: &Array, what: &str, bytes: usize, json_out: bool) {
+fn report(array: &Array, what: &str, bytes: u64, json_out: bool) {
     let c = array.counters();
     if json_out {
         eprintln!(
@@ -516,17 +438,8 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
         None => (Box::new(std::io::stdin().lock()), None),
     };
     let array = assemble(&a.array, true)?;
-    let cap = array.capacity_bytes() as usize;
-    let past_end = |len: usize| {
-        anyhow::anyhow!(
-            "writing {len} bytes at offset {} runs past the array's capacity of {cap} bytes",
-            a.offset
-        )
-    };
     if let Some(len) = known_len {
-        if a.offset as u64 + len > cap as u64 {
-            return Err(past_end(len as usize));
-        }
+        array.check_range(a.offset, len)?;
     }
     let step = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
     let mut buf = vec![0u8; step];
@@ -534,7 +447,7 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
     if let Some(len) = known_len {
         bar.set_length(len);
     }
-    let mut done = 0usize;
+    let mut done = 0u64;
     loop {
         // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
         let mut got = 0;
@@ -548,12 +461,11 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
         if got == 0 {
             break;
         }
-        if a.offset + done + got > cap {
-            return Err(past_end(done + got));
-        }
-        array.write((a.offset + done) as u64, &buf[..got])?;
-        done += got;
-        bar.set_position(done as u64);
+        let at = a.offset.saturating_add(done);
+        array.check_range(at, got as u64)?;
+        array.write(at, &buf[..got])?;
+        done += got as u64;
+        bar.set_position(done);
     }
     bar.finish_and_clear();
     report(&array, "wrote", done, a.json);
@@ -563,102 +475,97 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
 
 pub fn read(a: ReadArgs) -> Result<ExitCode> {
     let array = assemble(&a.array, true)?;
-    let cap = array.capacity_bytes() as usize;
-    if a.offset > cap {
-        bail!(
-            "offset {} is beyond the array's capacity of {cap} bytes",
-            a.offset
-        );
-    }
-    let len = a.length.unwrap_or(cap - a.offset);
-    if a.offset + len > cap {
-        bail!(
-            "reading {len} bytes at offset {} runs past the array's capacity of {cap} bytes",
-            a.offset
-        );
-    }
-    let mut out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    let cap = array.capacity_bytes();
+    let len = a.length.unwrap_or(cap.saturating_sub(a.offset));
+    array.check_range(a.offset, len)?;
+    // To a temporary file beside the output, renamed when every byte is in: a failed read never
+    // leaves a file that looks complete.
+    let (mut out, temp): (Box<dyn Write>, Option<tempfile::NamedTempFile>) = match &a.output {
+        Some(p) => {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let t = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+            let f = t.reopen().context("reopening the temporary output")?;
+            (Box::new(std::io::BufWriter::new(f)), Some(t))
+        }
+        None => (
+            Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            None,
+        ),
     };
     let step = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
     let mut buf = vec![0u8; step];
     let bar = crate::progress::bytes_bar("reading");
-    bar.set_length(len as u64);
-    let mut done = 0;
+    bar.set_length(len);
+    let mut done = 0u64;
+    let mut failure = None;
     while done < len {
-        let n = step.min(len - done);
-        array.read((a.offset + done) as u64, &mut buf[..n])?;
+        let n = (step as u64).min(len - done) as usize;
+        if let Err(e) = array.read(a.offset + done, &mut buf[..n]) {
+            // With --keep-partial, the stripes before the refused one are still worth having.
+            if let (true, stripeguard_engine::EngineError::Unrecoverable { stripe, .. }) =
+                (a.keep_partial, &e)
+            {
+                let good = (stripe * array.geometry().stripe_data_bytes())
+                    .saturating_sub(a.offset + done)
+                    .min(n as u64) as usize;
+                if good > 0 && array.read(a.offset + done, &mut buf[..good]).is_ok() {
+                    out.write_all(&buf[..good]).context("writing output")?;
+                    done += good as u64;
+                }
+            }
+            failure = Some(e);
+            break;
+        }
         out.write_all(&buf[..n]).context("writing output")?;
-        done += n;
+        done += n as u64;
         bar.inc(n as u64);
     }
     out.flush().context("writing output")?;
+    drop(out);
     bar.finish_and_clear();
+    if let (Some(t), Some(p)) = (temp, &a.output) {
+        if failure.is_none() || a.keep_partial {
+            t.persist(p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+        }
+    }
+    if let Some(e) = failure {
+        report(&array, "read", done, a.json);
+        array.close()?;
+        if a.keep_partial {
+            eprintln!(
+                "stripeguard: kept the {done} bytes read before the failure in {}",
+                a.output.as_deref().unwrap_or(Path::new("-")).display()
+            );
+        }
+        return Err(e.into());
+    }
     report(&array, "read", len, a.json);
     array.close()?;
     Ok(ExitCode::from(crate::exit::OK))
 }
 
 pub fn inject(a: InjectArgs) -> Result<ExitCode> {
-    use rand::{Rng, SeedableRng};
-    use stripeguard_disk::Disk;
-    let d = FileDisk::open(&a.member, false)
-        .with_context(|| format!("cannot open {}", a.member.display()))?;
-    let mut b = vec![0u8; SUPERBLOCK_BYTES];
-    d.read_at(0, &mut b)?;
-    let sb = Superblock::decode(&b)
-        .with_context(|| format!("{} is not a stripeguard member", a.member.display()))?;
-    let unit = sb.unit_bytes();
-    let sector = sb.sector_bytes() as u64;
-    let at = |u: u64| sb.data_offset_bytes + u * unit;
-    if a.chunk >= sb.stripes {
-        bail!(
-            "--chunk {} is beyond the member's {} units",
-            a.chunk,
-            sb.stripes
-        );
-    }
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
-    let what: String;
-    match a.fault.as_str() {
-        "bit-rot" => {
-            let byte = rng.random_range(0..unit);
-            let mask: u8 = 1 << rng.random_range(0..8);
-            let mut x = [0u8];
-            d.read_at(at(a.chunk) + byte, &mut x)?;
-            x[0] ^= mask;
-            d.write_at(at(a.chunk) + byte, &x)?;
-            what = format!("flipped bit {mask:#04x} of byte {byte} in unit {}", a.chunk);
-        }
-        "torn-write" => {
-            // The unit's first sectors get new bytes; the tail (with the appendix) stays old.
-            let keep = a.sectors.unwrap_or(1).min(unit / sector - 1);
-            let mut fresh = vec![0u8; (keep * sector) as usize];
-            rng.fill(&mut fresh[..]);
-            d.write_at(at(a.chunk), &fresh)?;
-            what = format!("tore unit {}: its first {keep} sector(s) replaced, the rest stale", a.chunk);
-        }
-        "misdirected-write" | "misdirected-write-unaligned" => {
-            let victim = a.victim.unwrap_or(a.chunk + 1);
-            let shift = if a.fault == "misdirected-write" { 0 } else { a.sectors.unwrap_or(1) };
-            if victim >= sb.stripes || (shift > 0 && victim + 1 >= sb.stripes) {
-                bail!("victim unit {victim} (and its neighbour when unaligned) must be on the member");
-            }
-            let mut bytes = vec![0u8; unit as usize];
-            d.read_at(at(a.chunk), &mut bytes)?;
-            d.write_at(at(victim) + shift * sector, &bytes)?;
-            what = format!("wrote unit {}'s bytes over unit {victim} shifted by {shift} sector(s)", a.chunk);
-        }
-        "overwrite" => {
-            let count = a.count.min(sb.stripes - a.chunk);
-            let mut bytes = vec![0u8; (count * unit) as usize];
-            rng.fill(&mut bytes[..]);
-            d.write_at(at(a.chunk), &bytes)?;
-            what = format!("overwrote units {}..{} with random bytes", a.chunk, a.chunk + count);
-        }
+    use rand::SeedableRng;
+    use stripeguard_disk::{damage_at_rest, AtRest};
+    let fault = match a.fault.as_str() {
+        "bit-rot" => AtRest::BitRot,
+        "torn-write" => AtRest::TornWrite {
+            sectors: a.sectors.unwrap_or(1),
+        },
+        "misdirected-write" => AtRest::MisdirectedWrite {
+            victim: a.victim.unwrap_or(a.chunk.saturating_add(1)),
+            shift_sectors: 0,
+        },
+        "misdirected-write-unaligned" => AtRest::MisdirectedWrite {
+            victim: a.victim.unwrap_or(a.chunk.saturating_add(1)),
+            shift_sectors: a.sectors.unwrap_or(1),
+        },
+        "overwrite" => AtRest::Overwrite { count: a.count },
         other => match FaultKind::from_name(other) {
             Some(k) => bail!(
                 "{} happens during I/O and cannot be put into a stopped member; `stripeguard demo` and `stripeguard campaign` inject it",
@@ -666,15 +573,23 @@ pub fn inject(a: InjectArgs) -> Result<ExitCode> {
             ),
             None => bail!("unknown fault `{other}` (bit-rot, torn-write, misdirected-write, misdirected-write-unaligned, overwrite)"),
         },
-    }
+    };
+    let d = FileDisk::open(&a.member, false)
+        .with_context(|| format!("cannot open {}", a.member.display()))?;
+    let map = stripeguard_engine::member_unit_map(&d)
+        .with_context(|| format!("{} is not a stripeguard member", a.member.display()))?;
+    // A fresh seed unless one is given: injecting twice must not flip the same bit back.
+    let seed = a.seed.unwrap_or_else(rand::random);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let what = damage_at_rest(&d, &map, a.chunk, fault, &mut rng)?;
     d.flush()?;
     if a.json {
         println!(
             "{}",
-            json!({"member": a.member, "fault": a.fault, "done": what})
+            json!({"member": a.member, "fault": a.fault, "seed": seed, "done": what})
         );
     } else {
-        println!("{}: {what}", a.member.display());
+        println!("{}: {what} (seed {seed})", a.member.display());
     }
     Ok(ExitCode::from(crate::exit::OK))
 }
@@ -692,7 +607,7 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode> {
         }
     };
     let bar = count_bar("demo cases");
-    let rows = run_demo(dir, &mut |done, total| {
+    let rows = run_demo(dir, a.dir.is_some(), &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     })?;

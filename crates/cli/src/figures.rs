@@ -48,6 +48,11 @@ pub fn draw(kind: &str, w: &WorkloadArgs, chunks: &[usize], out: &Path) -> Resul
         "profiles" => (1300, 340 * chunks.len().max(1) as u32 + 60),
         other => bail!("unknown figure `{other}` (tau or profiles)"),
     };
+    // Fail here with one line naming the file, not inside the backend with its debug value.
+    if ext == "svg" || ext == "png" {
+        std::fs::File::create(out)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+    }
     match ext.as_str() {
         "svg" => {
             let root = SVGBackend::new(out, size).into_drawing_area();

@@ -1,7 +1,7 @@
 //! `stripeguard sim` and `stripeguard choose`: parse, call the simulator, print.
 
 use crate::progress::count_bar;
-use crate::units::{format_size, parse_size};
+use crate::units::{format_size, parse_size, parse_size_f64};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -46,12 +46,12 @@ pub struct WorkloadArgs {
     /// A custom synthetic workload: share of reads (0..1); with --avg-read and --avg-write.
     #[arg(long, requires_all = ["avg_read", "avg_write"])]
     read_ratio: Option<f64>,
-    /// Custom workload: mean read size.
-    #[arg(long, value_parser = parse_size)]
-    avg_read: Option<usize>,
-    /// Mean write size (custom workload; for `choose` also the rule's input).
-    #[arg(long, value_parser = parse_size)]
-    avg_write: Option<usize>,
+    /// Custom workload: mean read size (decimals allowed: 7.04K).
+    #[arg(long, value_parser = parse_size_f64)]
+    avg_read: Option<f64>,
+    /// Mean write size (custom workload; for `choose` also the rule's input; decimals allowed).
+    #[arg(long, value_parser = parse_size_f64)]
+    avg_write: Option<f64>,
     /// Synthetic requests to generate.
     #[arg(long, default_value_t = 1_000_000)]
     requests: u64,
@@ -147,8 +147,8 @@ impl WorkloadArgs {
             return Ok(Some(Profile {
                 name: "custom",
                 read_ratio: r,
-                avg_read_bytes: self.avg_read.unwrap_or(4096) as f64,
-                avg_write_bytes: self.avg_write.unwrap_or(4096) as f64,
+                avg_read_bytes: self.avg_read.unwrap_or(4096.0),
+                avg_write_bytes: self.avg_write.unwrap_or(4096.0),
             }));
         }
         Ok(None)
@@ -431,7 +431,7 @@ pub fn choose(a: ChooseArgs) -> Result<ExitCode> {
     };
     // The rule's input: the declared average write size, or the workload's measured one.
     let avg_write = match (a.w.avg_write, &report) {
-        (Some(s), _) => s as f64,
+        (Some(s), _) => s,
         (None, Some(r)) => {
             let c = r.get(Scheme::None).expect("none simulated");
             if c.user_writes == 0 {

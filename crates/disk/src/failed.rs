@@ -21,7 +21,8 @@ impl FailedDisk {
 
     fn err(&self) -> DiskError {
         DiskError::Failed {
-            name: format!("{} ({})", self.name, self.why),
+            name: self.name.clone(),
+            why: self.why.clone(),
         }
     }
 }

@@ -376,6 +376,7 @@ impl FaultyDisk {
     fn failed(&self) -> DiskError {
         DiskError::Failed {
             name: self.inner.name().to_string(),
+            why: "disk failed (injected)".into(),
         }
     }
 }

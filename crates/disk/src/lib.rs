@@ -12,6 +12,7 @@
 //! All take `&self` and are safe to share between threads: the engine issues I/O to different
 //! members, and to different stripes of one member, concurrently.
 
+mod at_rest;
 mod counting;
 mod crash;
 mod failed;
@@ -19,6 +20,7 @@ mod faulty;
 mod file;
 mod mem;
 
+pub use at_rest::{apply as damage_at_rest, AtRest, AtRestError};
 pub use counting::{CountingDisk, IoCounts};
 pub use crash::CrashDisk;
 pub use failed::FailedDisk;
@@ -68,11 +70,40 @@ pub enum DiskError {
         offset: u64,
     },
     /// The whole disk is gone.
-    #[error("{name}: disk failed")]
+    #[error("{name}: {why}")]
     Failed {
         /// The disk.
         name: String,
+        /// Why (e.g. "cannot open: No such file or directory").
+        why: String,
     },
+}
+
+impl DiskError {
+    /// What went wrong, without the disk's name (for messages that name the disk already).
+    pub fn reason(&self) -> String {
+        match self {
+            DiskError::Io {
+                op: "open", source, ..
+            } => format!("cannot open: {source}"),
+            DiskError::Io {
+                op,
+                offset,
+                len,
+                source,
+                ..
+            } => format!("{op} of {len} bytes at {offset}: {source}"),
+            DiskError::OutOfRange {
+                op,
+                offset,
+                len,
+                size,
+                ..
+            } => format!("{op} of {len} bytes at {offset} is beyond the end ({size} bytes)"),
+            DiskError::Medium { offset, .. } => format!("unreadable sector at byte {offset}"),
+            DiskError::Failed { why, .. } => why.clone(),
+        }
+    }
 }
 
 /// A member disk: a fixed-size array of bytes with positional reads and writes.

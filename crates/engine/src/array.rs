@@ -240,10 +240,18 @@ impl Array {
         for d in &members {
             found.push(read_superblock(d.as_ref()));
         }
+        // The array is the one most of the given members belong to (so a single foreign member
+        // is the one named), and its newest superblock speaks for it.
+        let votes = |uuid: &[u8; 16]| {
+            found
+                .iter()
+                .filter(|f| matches!(f, Ok((sb, _)) if &sb.array_uuid == uuid))
+                .count()
+        };
         let reference = found
             .iter()
             .filter_map(|f| f.as_ref().ok())
-            .max_by_key(|(sb, _)| sb.generation)
+            .max_by_key(|(sb, _)| (votes(&sb.array_uuid), sb.generation))
             .map(|(sb, _)| sb.clone())
             .ok_or_else(|| {
                 let why: Vec<String> = members
@@ -263,7 +271,7 @@ impl Array {
             let Ok((sb, fixed)) = f else { continue };
             if sb.array_uuid != reference.array_uuid {
                 return Err(EngineError::Assemble(format!(
-                    "{} belongs to another array (uuid {}, the others' is {})",
+                    "{} belongs to another array (uuid {}; the other members' is {})",
                     d.name(),
                     hex(&sb.array_uuid),
                     hex(&reference.array_uuid)
@@ -562,7 +570,7 @@ impl Array {
             slot.state = MemberState::Failed;
             slot.last_event = self.generation.load(Ordering::Relaxed);
         }
-        self.health.lock().expect("lock")[member].failed = Some(why.to_string());
+        self.health.lock().expect("lock")[member].failed = Some(why.reason());
         self.events.lock().expect("lock").record(Event {
             stripe: 0,
             member,
@@ -755,6 +763,14 @@ impl Array {
     }
 }
 
+/// Where the units of a (stopped) member are, from its own superblock: for putting faults into
+/// it at rest.
+pub fn member_unit_map(d: &dyn stripeguard_disk::Disk) -> Result<UnitMap, EngineError> {
+    read_superblock(d)
+        .map(|(sb, _)| unit_map(&sb))
+        .map_err(EngineError::Assemble)
+}
+
 /// Unit layout of a member with superblock `sb`.
 pub(crate) fn unit_map(sb: &Superblock) -> UnitMap {
     UnitMap {
@@ -772,7 +788,7 @@ fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), S
     for off in SUPERBLOCK_COPY_OFFSETS {
         let mut b = vec![0u8; SUPERBLOCK_BYTES];
         match d.read_at(off, &mut b) {
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.reason()),
             Ok(()) => match Superblock::decode(&b) {
                 Ok(sb) => copies.push(sb),
                 Err(e) => errors.push(e.to_string()),

@@ -42,20 +42,26 @@ const TARGETS: [u64; 4] = [1, 6, 11, 16];
 /// Run the demo with member files under `dir`; `progress(done, total)` after each case.
 pub fn run_demo(
     dir: &Path,
+    keep: bool,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<DemoRow>, EngineError> {
     let mut rows = Vec::new();
     let total = Scheme::ALL.len() * FaultKind::ALL.len();
     for scheme in Scheme::ALL {
         for kind in FaultKind::ALL {
-            rows.push(one_case(dir, scheme, kind)?);
+            rows.push(one_case(dir, keep, scheme, kind)?);
             progress(rows.len(), total);
         }
     }
     Ok(rows)
 }
 
-fn one_case(dir: &Path, scheme: Scheme, kind: FaultKind) -> Result<DemoRow, EngineError> {
+fn one_case(
+    dir: &Path,
+    keep: bool,
+    scheme: Scheme,
+    kind: FaultKind,
+) -> Result<DemoRow, EngineError> {
     let case = dir.join(format!("{}-{}", scheme.name(), kind.name()));
     std::fs::create_dir_all(&case)
         .map_err(|e| EngineError::Config(format!("{}: {e}", case.display())))?;
@@ -156,8 +162,10 @@ fn one_case(dir: &Path, scheme: Scheme, kind: FaultKind) -> Result<DemoRow, Engi
         .filter(|e| e.action == EventAction::Reread)
         .count() as u64;
     let injected = faulty.iter().map(|f| f.log().len() as u64).sum();
-    drop(array);
-    let _ = std::fs::remove_dir_all(&case);
+    array.close()?;
+    if !keep {
+        let _ = std::fs::remove_dir_all(&case);
+    }
     Ok(DemoRow {
         scheme,
         fault: kind.name(),

@@ -8,7 +8,7 @@ pub enum EngineError {
     #[error(transparent)]
     Disk(#[from] DiskError),
     /// Bad parameters for create.
-    #[error("invalid array: {0}")]
+    #[error("{0}")]
     Config(String),
     /// A member's superblock is unusable.
     #[error("{member}: {source}")]

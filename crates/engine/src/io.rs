@@ -15,7 +15,8 @@ struct Units {
 }
 
 impl Array {
-    fn check_range(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+    /// An error unless `len` bytes at `offset` lie within the array (no overflow on any input).
+    pub fn check_range(&self, offset: u64, len: u64) -> Result<(), EngineError> {
         let capacity = self.capacity_bytes();
         match offset.checked_add(len) {
             Some(end) if end <= capacity => Ok(()),

@@ -13,6 +13,7 @@
 //! by a stripe lock (a fixed table of mutexes indexed by stripe); the planner's state sits behind
 //! its own short-lived lock.
 
+mod admin;
 mod array;
 mod campaign;
 mod demo;
@@ -21,7 +22,10 @@ mod events;
 mod io;
 mod repair;
 
-pub use array::{Array, ArrayConfig, AssembleOptions, MemberHealth};
+pub use admin::{
+    assemble_paths, check_all, default_parity, open_member_paths, CheckSummary, CreateOnPaths,
+};
+pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHealth};
 pub use campaign::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
 };

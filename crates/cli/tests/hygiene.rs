@@ -1,0 +1,194 @@
+//! Bad input and misleading output, as a new user met them (issue 17 §1): each case failed on
+//! the code before its fix.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn sg(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run stripeguard")
+}
+
+fn err_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn create(d: &Path, names: &[&str], extra: &[&str]) {
+    let mut args = vec!["create"];
+    args.extend(names);
+    args.extend(["--size", "300K", "--chunk", "4K"]);
+    args.extend(extra);
+    ok(&sg(&args, d));
+}
+
+fn cmd<'a>(verb: &'a str, names: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![verb];
+    args.extend(names);
+    args.extend(extra);
+    args
+}
+
+#[test]
+fn numbers_are_checked_with_the_users_own_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = sg(
+        &[
+            "create",
+            "a",
+            "b",
+            "c",
+            "--size",
+            "1M",
+            "--sector",
+            "4294967808",
+        ],
+        d,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err_of(&out).contains("4294967808"), "{}", err_of(&out));
+    assert!(!d.join("a").exists());
+    let ms = ["m0", "m1", "m2"];
+    create(d, &ms, &[]);
+    let out = sg(&cmd("read", &ms, &["--length", "18446744073709551615"]), d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "streamed bytes before failing");
+    assert!(
+        err_of(&out).contains("18446744073709551615"),
+        "{}",
+        err_of(&out)
+    );
+    let out = sg(
+        &cmd(
+            "read",
+            &ms,
+            &["--offset", "18446744073709551615", "--length", "2"],
+        ),
+        d,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", err_of(&out));
+    // Decimal sizes, as the paper's Table III writes them.
+    ok(&sg(&["choose", "--avg-write", "7.04K"], d));
+    let out = sg(&["create", "x", "y", "--size", "0.3K"], d);
+    assert!(err_of(&out).contains("whole number"), "{}", err_of(&out));
+}
+
+#[test]
+fn assembly_names_the_foreign_and_the_missing_member_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3", "m4", "m5"];
+    let os = ["o0", "o1", "o2", "o3", "o4", "o5"];
+    create(d, &ms, &[]);
+    create(d, &os, &[]);
+    // Five of one array and one of another: the foreign one is named.
+    let out = sg(&["status", "m0", "m1", "o2", "m3", "m4"], d);
+    assert_eq!(out.status.code(), Some(2));
+    let e = err_of(&out);
+    assert!(e.contains("o2 belongs to another array"), "{e}");
+    // A missing member: its path once.
+    std::fs::remove_file(d.join("m5")).unwrap();
+    let out = sg(&cmd("status", &ms, &[]), d);
+    let all = format!("{}{}", err_of(&out), String::from_utf8_lossy(&out.stdout));
+    let line = all.lines().find(|l| l.contains("m5")).unwrap_or_default();
+    assert_eq!(line.matches("m5").count(), 1, "{all}");
+}
+
+#[test]
+fn status_says_what_the_check_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2"];
+    create(d, &ms, &["--scheme", "hybrid1"]);
+    let out = sg(
+        &cmd("inject", &["m1"], &["--fault", "bit-rot", "--chunk", "3"]),
+        d,
+    );
+    let first = ok(&out);
+    let second = ok(&sg(
+        &cmd("inject", &["m1"], &["--fault", "bit-rot", "--chunk", "3"]),
+        d,
+    ));
+    // A fresh seed each time: the second flip does not undo the first.
+    let seed = |s: &str| s.rsplit("seed ").next().unwrap().to_string();
+    assert_ne!(seed(&first), seed(&second), "{first} {second}");
+    let out = sg(&cmd("status", &ms, &["--check"]), d);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let state = text.lines().find(|l| l.contains("state:")).unwrap();
+    assert!(state.contains("DAMAGED"), "{text}");
+}
+
+#[test]
+fn a_failed_read_leaves_no_output_file_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2"];
+    create(d, &ms, &["--scheme", "hybrid1"]);
+    std::fs::write(d.join("in"), vec![9u8; 100_000]).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "in"]), d));
+    // Two units of stripe 2 overwritten: beyond RAID-5's one.
+    for m in ["m0", "m1"] {
+        ok(&sg(
+            &cmd("inject", &[m], &["--fault", "overwrite", "--chunk", "2"]),
+            d,
+        ));
+    }
+    let out = sg(&cmd("read", &ms, &["--length", "100000", "-o", "back"]), d);
+    assert_eq!(out.status.code(), Some(3), "{}", err_of(&out));
+    assert!(!d.join("back").exists(), "a failed read left a file");
+    let leftovers: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left behind");
+    let out = sg(
+        &cmd(
+            "read",
+            &ms,
+            &["--length", "100000", "-o", "back", "--keep-partial"],
+        ),
+        d,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let kept = std::fs::read(d.join("back")).unwrap();
+    assert_eq!(
+        kept.len(),
+        2 * 2 * 4096,
+        "the two stripes before the bad one"
+    );
+    assert!(kept.iter().all(|&b| b == 9));
+}
+
+#[test]
+fn demo_dir_keeps_the_members_and_figures_fail_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&["demo", "--dir", "kept"], d));
+    let cases = std::fs::read_dir(d.join("kept")).unwrap().count();
+    assert!(cases >= 45, "{cases} case directories kept");
+    assert!(d.join("kept/hybrid1-bit-rot/member0.img").exists());
+    let out = sg(
+        &["sim", "--figure", "tau", "--out", "/nonexistent/x.png"],
+        d,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let e = err_of(&out);
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("/nonexistent/x.png") && !e.contains("Os {"),
+        "{e}"
+    );
+    let help = ok(&sg(&["--help"], d));
+    assert!(!help.contains("transfer"), "{help}");
+    assert!(help.contains("Exit status"), "{help}");
+}

@@ -1,0 +1,110 @@
+//! Every command that prints ends quietly when its standard output is closed, as `cat` does
+//! (killed by SIGPIPE, or exit 141): never a panic, never exit 101.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+}
+
+/// Run with a stdout pipe whose read end is closed before the command writes.
+fn into_closed_pipe(args: &[&str], dir: &Path) {
+    let mut child = bin()
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run stripeguard");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+    let quiet = out.status.signal() == Some(libc_sigpipe())
+        || out.status.code() == Some(141)
+        || out.status.success();
+    assert!(quiet, "{args:?} ended with {:?}: {err}", out.status);
+}
+
+fn libc_sigpipe() -> i32 {
+    13
+}
+
+#[test]
+fn every_printing_command_survives_a_closed_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3"];
+    let mut create = vec!["create"];
+    create.extend(ms);
+    create.extend(["--size", "300K", "--chunk", "4K"]);
+    assert!(bin()
+        .args(&create)
+        .current_dir(d)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    std::fs::write(d.join("f"), vec![7u8; 100_000]).unwrap();
+    let enc = bin()
+        .args([
+            "shard", "encode", "f", "--data", "4", "--parity", "2", "--out", "sh",
+        ])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(enc.status.success(), "{enc:?}");
+    let mut status = vec!["status"];
+    status.extend(ms);
+    let mut read = vec!["read"];
+    read.extend(ms);
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["demo"],
+        vec!["demo", "--json"],
+        vec![
+            "campaign",
+            "--ops",
+            "20",
+            "--shapes",
+            "2+1",
+            "--stripes",
+            "8",
+        ],
+        vec![
+            "sim",
+            "--profile",
+            "TPC-C",
+            "--requests",
+            "2000",
+            "--capacity",
+            "1G",
+        ],
+        vec!["sim", "--list-profiles"],
+        vec!["choose", "--avg-write", "7.04K"],
+        status.clone(),
+        [status.as_slice(), &["--check", "--json"]].concat(),
+        read,
+        vec!["shard", "verify", "sh"],
+        vec!["bench", "sim", "--requests", "20000", "--capacity", "1G"],
+        vec![
+            "bench",
+            "codec",
+            "--shapes",
+            "4+1",
+            "--chunks",
+            "4K",
+            "--placement",
+            "cache",
+            "--reps",
+            "1",
+            "--json",
+        ],
+        vec!["--help"],
+    ];
+    for args in &runs {
+        into_closed_pipe(args, d);
+    }
+}
