@@ -1,26 +1,11 @@
 //! The array commands end to end, as a user runs them: create, write, damage members with `dd`
 //! and `stripeguard inject`, read back, status --check. Includes the Kroth & Yang experiment.
 
+mod common;
+
+use common::{ok, sg};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn sg(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run stripeguard")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use std::process::Command;
 
 fn members(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("m{i}.img")).collect()

@@ -1,25 +1,10 @@
 //! Bad input and misleading output, as a new user met them (issue 17 §1): each case failed on
 //! the code before its fix.
 
+mod common;
+
+use common::{err_of, ok, sg};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn sg(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run stripeguard")
-}
-
-fn err_of(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn create(d: &Path, names: &[&str], extra: &[&str]) {
     let mut args = vec!["create"];
