@@ -576,6 +576,8 @@ pub fn inject(a: InjectArgs) -> Result<ExitCode> {
     };
     let d = FileDisk::open(&a.member, false)
         .with_context(|| format!("cannot open {}", a.member.display()))?;
+    // Only into a stopped array: damage under a running engine would race its writes.
+    d.try_lock(true)?;
     let map = stripeguard_engine::member_unit_map(&d)
         .with_context(|| format!("{} is not a stripeguard member", a.member.display()))?;
     // A fresh seed unless one is given: injecting twice must not flip the same bit back.

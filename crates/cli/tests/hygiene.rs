@@ -5,6 +5,7 @@ mod common;
 
 use common::{err_of, ok, sg};
 use std::path::Path;
+use std::process::Command;
 
 fn create(d: &Path, names: &[&str], extra: &[&str]) {
     let mut args = vec!["create"];
@@ -176,4 +177,51 @@ fn demo_dir_keeps_the_members_and_figures_fail_in_one_line() {
     let help = ok(&sg(&["--help"], d));
     assert!(!help.contains("transfer"), "{help}");
     assert!(help.contains("Exit status"), "{help}");
+}
+
+#[test]
+fn a_second_writer_is_refused_naming_the_first() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2"];
+    create(d, &ms, &[]);
+    // The first writer holds the array while its standard input stays open.
+    let mut first = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(cmd("write", &ms, &[]))
+        .current_dir(d)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = first.id().to_string();
+    let mut refused = None;
+    for _ in 0..100 {
+        let out = sg(&cmd("write", &ms, &["-i", "/dev/null"]), d);
+        if !out.status.success() {
+            refused = Some(out);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = refused.expect("the second writer was never refused");
+    assert_eq!(out.status.code(), Some(2));
+    let e = err_of(&out);
+    assert!(e.contains("in use by process") && e.contains(&pid), "{e}");
+    assert!(e.contains("stripeguard write"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    // Readers repair what they find, so they are writers too; injecting needs a stopped array.
+    assert_eq!(
+        sg(&cmd("read", &ms, &["--length", "1"]), d).status.code(),
+        Some(2)
+    );
+    let inj = sg(&cmd("inject", &["m1"], &["--fault", "bit-rot"]), d);
+    assert!(err_of(&inj).contains("in use"), "{}", err_of(&inj));
+    first.stdin.take().unwrap().write_all(&[1u8; 5000]).unwrap();
+    let done = first.wait_with_output().unwrap();
+    assert!(done.status.success(), "{done:?}");
+    // Released at exit: the next writer gets the array.
+    ok(&sg(&cmd("write", &ms, &["-i", "/dev/null"]), d));
 }

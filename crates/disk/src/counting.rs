@@ -87,6 +87,9 @@ impl Disk for CountingDisk {
     fn prefers_parallel(&self) -> bool {
         self.inner.prefers_parallel()
     }
+    fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
+        self.inner.try_lock(exclusive)
+    }
     fn flush(&self) -> Result<(), DiskError> {
         self.flushes.fetch_add(1, Relaxed);
         self.inner.flush()

@@ -480,6 +480,9 @@ impl Disk for FaultyDisk {
     fn prefers_parallel(&self) -> bool {
         self.inner.prefers_parallel()
     }
+    fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
+        self.inner.try_lock(exclusive)
+    }
     fn flush(&self) -> Result<(), DiskError> {
         if self.state.lock().expect("lock").failed {
             return Err(self.failed());

@@ -69,6 +69,14 @@ pub enum DiskError {
         /// Byte offset of the bad sector.
         offset: u64,
     },
+    /// Another process holds the member (an advisory lock on it).
+    #[error("{name} is in use by {}", holder_words(*.holder))]
+    Locked {
+        /// The disk.
+        name: String,
+        /// The process that holds it, where it can be known.
+        holder: Option<u32>,
+    },
     /// The whole disk is gone.
     #[error("{name}: {why}")]
     Failed {
@@ -77,6 +85,29 @@ pub enum DiskError {
         /// Why (e.g. "cannot open: No such file or directory").
         why: String,
     },
+}
+
+/// "process 1234 (stripeguard write m0 m1 m2)", or "another process".
+pub fn holder_words(holder: Option<u32>) -> String {
+    match holder {
+        Some(pid) => {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .split('\0')
+                        .filter(|s| !s.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            if cmd.is_empty() {
+                format!("process {pid}")
+            } else {
+                format!("process {pid} ({cmd})")
+            }
+        }
+        None => "another process".into(),
+    }
 }
 
 impl DiskError {
@@ -101,6 +132,7 @@ impl DiskError {
                 ..
             } => format!("{op} of {len} bytes at {offset} is beyond the end ({size} bytes)"),
             DiskError::Medium { offset, .. } => format!("unreadable sector at byte {offset}"),
+            DiskError::Locked { holder, .. } => format!("in use by {}", holder_words(*holder)),
             DiskError::Failed { why, .. } => why.clone(),
         }
     }
@@ -122,6 +154,14 @@ pub trait Disk: Send + Sync {
     /// (files and devices: yes; memory: no, a thread hand-off costs more than the copy).
     fn prefers_parallel(&self) -> bool {
         false
+    }
+    /// Take an advisory lock on the member for as long as this handle lives: exclusive for a
+    /// process that may write, shared for one that only looks. Fails with
+    /// [`DiskError::Locked`] naming the holder when another process has it in a conflicting
+    /// mode. Disks that live in this process (memory, test doubles) have nothing to lock.
+    fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
+        let _ = exclusive;
+        Ok(())
     }
 }
 

@@ -150,6 +150,7 @@ impl Array {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Array, EngineError> {
         let n = cfg.data_chunks + cfg.parity_chunks;
+        lock_members(&members, true)?;
         if members.len() != n {
             return Err(EngineError::Config(format!(
                 "{} members given for k + m = {n}",
@@ -236,6 +237,7 @@ impl Array {
         if members.is_empty() {
             return Err(EngineError::Assemble("no members given".into()));
         }
+        lock_members(&members, opts.writable)?;
         let mut found: Vec<Result<(Superblock, u8), String>> = Vec::new();
         for d in &members {
             found.push(read_superblock(d.as_ref()));
@@ -769,6 +771,18 @@ pub fn member_unit_map(d: &dyn stripeguard_disk::Disk) -> Result<UnitMap, Engine
     read_superblock(d)
         .map(|(sb, _)| unit_map(&sb))
         .map_err(EngineError::Assemble)
+}
+
+/// Lock every member (exclusively for a process that may write, shared for one that only
+/// looks) before reading its superblock, so two writers never share an array. A member that
+/// cannot be locked for another reason (unreadable, absent) is left to the superblock read.
+fn lock_members(members: &[DiskRef], exclusive: bool) -> Result<(), EngineError> {
+    for d in members {
+        if let Err(e @ DiskError::Locked { .. }) = d.try_lock(exclusive) {
+            return Err(e.into());
+        }
+    }
+    Ok(())
 }
 
 /// Unit layout of a member with superblock `sb`.
