@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_disk::{Disk, FaultKind, FileDisk};
 use stripeguard_engine::{
-    assemble_paths, campaign_cases, check_all, default_parity, run_campaign, run_demo, Array,
-    Counters, CreateOnPaths,
+    assemble_paths, campaign_cases, default_parity, run_campaign, run_demo, scrub, Array, Counters,
+    CreateOnPaths, ScrubOptions, ScrubRecord,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -78,6 +78,24 @@ pub struct StatusArgs {
     /// Also read and check every stripe (read-only: reports damage, repairs nothing).
     #[arg(long)]
     check: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// Check only: repair nothing, write nothing (the same walk as `status --check`).
+    #[arg(long)]
+    check_only: bool,
+    /// Limit the rate of member reads, in MB/s (decimals allowed).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Start from the first stripe even when an interrupted scrub could be resumed.
+    #[arg(long)]
+    restart: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -303,10 +321,11 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let mut unrecoverable = Vec::new();
     if a.check {
         let bar = count_bar("checking stripes");
-        let summary = check_all(&array, &mut updater(&bar));
+        let summary = scrub(&array, &ScrubOptions::default(), &mut updater(&bar));
         bar.finish_and_clear();
         unrecoverable = summary?.unrecoverable;
     }
+    let last_scrub = array.last_scrub();
     let c = array.counters();
     let health = array.health();
     let degraded = health.iter().filter(|h| h.failed.is_some()).count();
@@ -319,7 +338,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                    "capacity_bytes": array.capacity_bytes(),
                    "state": format!("{:?}", sb.state).to_lowercase(), "members": health,
                    "cross_check": sb.cross_check, "event_count": sb.generation,
-                   "member_table": array.member_table(),
+                   "member_table": array.member_table(), "last_scrub": last_scrub,
                    "checked": a.check, "counters": counters_json(&c), "events": array.events(),
                    "unrecoverable": unrecoverable})
         );
@@ -341,6 +360,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             sb.cross_check.name(),
             sb.generation
         );
+        println!("  scan: {}", scan_line(last_scrub.as_ref()));
         println!(
             "  state: {}",
             state_line(&sb, degraded, a.check.then_some(&c), unrecoverable.len())
@@ -382,6 +402,49 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     }))
 }
 
+/// The last scrub, like `zpool status`' scan line.
+fn scan_line(r: Option<&ScrubRecord>) -> String {
+    let Some(r) = r else {
+        return "no scrub has run".into();
+    };
+    let when = |t: u64| format!("{} (Unix seconds {t})", ago(t));
+    if r.finished {
+        format!(
+            "scrub finished {}: {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s){}",
+            when(r.updated_unix),
+            r.found,
+            r.repaired,
+            r.unrecoverable,
+            if r.mismatches > 0 {
+                format!(", {} stripe(s) with parity disagreeing", r.mismatches)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        format!(
+            "scrub interrupted at stripe {} of {} ({}); `stripeguard scrub` resumes it",
+            r.next_stripe,
+            r.stripes,
+            when(r.updated_unix)
+        )
+    }
+}
+
+fn ago(t: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(t);
+    let s = now.saturating_sub(t);
+    match s {
+        0..=119 => format!("{s} s ago"),
+        120..=7199 => format!("{} min ago", s / 60),
+        7200..=172_799 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86400),
+    }
+}
+
 /// The array's state in words: what the superblock says, and what a check found.
 fn state_line(
     sb: &Superblock,
@@ -408,6 +471,70 @@ fn state_line(
         }
     }
     words.join(", ")
+}
+
+pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
+    if let Some(r) = a.rate {
+        if !(r > 0.0 && r.is_finite()) {
+            bail!("--rate {r} must be a positive number of MB/s");
+        }
+    }
+    let array = assemble(&a.array, !a.check_only)?;
+    let opts = ScrubOptions {
+        restart: a.restart,
+        rate_bytes_per_second: a.rate.map(|r| (r * 1e6) as u64),
+    };
+    let bar = count_bar(if a.check_only {
+        "checking stripes"
+    } else {
+        "scrubbing"
+    });
+    let started = std::time::Instant::now();
+    let result = scrub(&array, &opts, &mut updater(&bar));
+    bar.finish_and_clear();
+    let summary = result?;
+    let c = array.counters();
+    if a.json {
+        println!(
+            "{}",
+            json!({"check_only": a.check_only, "resumed_at": summary.resumed_at, "stripes": summary.stripes,
+                   "record": summary.record, "counters": counters_json(&c), "events": array.events(),
+                   "unrecoverable": summary.unrecoverable})
+        );
+    } else {
+        if summary.resumed_at > 0 {
+            println!(
+                "resumed an interrupted scrub at stripe {}",
+                summary.resumed_at
+            );
+        }
+        println!(
+            "{} {} stripes in {:.1} s: {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s){}",
+            if a.check_only { "checked" } else { "scrubbed" },
+            summary.stripes - summary.resumed_at,
+            started.elapsed().as_secs_f64(),
+            c.located,
+            if a.check_only { 0 } else { c.repaired },
+            summary.unrecoverable.len(),
+            if c.mismatches > 0 {
+                format!(", {} stripe(s) whose parity disagrees with the data", c.mismatches)
+            } else {
+                String::new()
+            }
+        );
+        print_events(&array, true);
+        for u in &summary.unrecoverable {
+            println!("  {u}");
+        }
+    }
+    array.close()?;
+    Ok(ExitCode::from(if !summary.unrecoverable.is_empty() {
+        exit::UNRECOVERABLE
+    } else if c.located > 0 || c.mismatches > 0 {
+        exit::FOUND
+    } else {
+        exit::OK
+    }))
 }
 
 fn report(array: &Array, what: &str, bytes: u64, json_out: bool) {

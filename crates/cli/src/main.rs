@@ -47,6 +47,11 @@ enum Command {
     ///
     /// Exit status: 0 healthy, 1 damage found (repairable) or degraded, 3 unrecoverable, 2 error.
     Status(array::StatusArgs),
+    /// Read and check every stripe with every unit voting, repair what can be repaired, and keep
+    /// the position so an interrupted scrub resumes (`--check-only`: repair nothing).
+    ///
+    /// Exit status: 0 clean, 1 something found (and repaired unless --check-only), 3 unrecoverable.
+    Scrub(array::ScrubArgs),
     /// Write a file (or standard input) into the array at an offset.
     Write(array::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => array::demo(a),
         Command::Create(a) => array::create(a),
         Command::Status(a) => array::status(a),
+        Command::Scrub(a) => array::scrub_cmd(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),
         Command::Inject(a) => array::inject(a),

@@ -197,16 +197,19 @@ fn a_second_writer_is_refused_naming_the_first() {
         .spawn()
         .unwrap();
     let pid = first.id().to_string();
-    let mut refused = None;
-    for _ in 0..100 {
-        let out = sg(&cmd("write", &ms, &["-i", "/dev/null"]), d);
-        if !out.status.success() {
-            refused = Some(out);
-            break;
-        }
+    // Wait until the first holds its locks (a second writer started earlier would take the
+    // array first and the first would be the one refused).
+    let locked = (0..400).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = refused.expect("the second writer was never refused");
+        std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split_whitespace().nth(4) == Some(pid.as_str()))
+            .count()
+            >= ms.len()
+    });
+    assert!(locked, "the first writer never took its locks");
+    let out = sg(&cmd("write", &ms, &["-i", "/dev/null"]), d);
     assert_eq!(out.status.code(), Some(2));
     let e = err_of(&out);
     assert!(e.contains("in use by process") && e.contains(&pid), "{e}");
@@ -224,4 +227,52 @@ fn a_second_writer_is_refused_naming_the_first() {
     assert!(done.status.success(), "{done:?}");
     // Released at exit: the next writer gets the array.
     ok(&sg(&cmd("write", &ms, &["-i", "/dev/null"]), d));
+}
+
+#[test]
+fn an_interrupted_scrub_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3"];
+    let mut args = vec!["create"];
+    args.extend(ms);
+    args.extend(["--size", "8M", "--chunk", "4K"]);
+    ok(&sg(&args, d));
+    // A slow scrub (2 MB/s over ~33 MB of units), killed (-9) after it wrote a checkpoint.
+    let mut slow = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(cmd("scrub", &ms, &["--rate", "2"]))
+        .current_dir(d)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the first checkpoint record (FORMAT.md §2.1a: two slots at byte 12288).
+    let written = (0..400).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let b = std::fs::read(d.join("m0")).unwrap();
+        b[12288..12296] == *b"SGCHKPT\0" || b[14336..14344] == *b"SGCHKPT\0"
+    });
+    assert!(written, "no checkpoint within 20 s");
+    slow.kill().unwrap();
+    slow.wait().unwrap();
+    let interrupted = ok(&sg(&cmd("status", &ms, &[]), d));
+    let scan = interrupted.lines().find(|l| l.contains("scan:")).unwrap();
+    assert!(scan.contains("interrupted at stripe"), "{interrupted}");
+    let at: u64 = scan
+        .split("stripe ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(at > 0, "{scan}");
+    let resumed = ok(&sg(&cmd("scrub", &ms, &[]), d));
+    assert!(
+        resumed.contains(&format!("resumed an interrupted scrub at stripe {at}")),
+        "{resumed}"
+    );
+    let after = ok(&sg(&cmd("status", &ms, &[]), d));
+    assert!(after.contains("scrub finished"), "{after}");
+    // --restart starts over.
+    let again = ok(&sg(&cmd("scrub", &ms, &["--restart"]), d));
+    assert!(!again.contains("resumed"), "{again}");
 }

@@ -6,7 +6,8 @@
 //!   `create` fails; a member that already holds any stripeguard array is refused without `force`.
 //! - [`open_member_paths`] / [`assemble_paths`]: a member that cannot be opened becomes a failed
 //!   member (the engine decides whether the array survives it).
-//! - [`check_all`]: the full check of every stripe (`status --check`).
+//!
+//! The full check of every stripe is [`crate::scrub`] on a read-only assembly.
 
 use crate::{Array, ArrayConfig, AssembleOptions, EngineError};
 use std::path::{Path, PathBuf};
@@ -180,37 +181,4 @@ pub fn assemble_paths(
         ..AssembleOptions::default()
     };
     Array::assemble(open_member_paths(paths, direct), &opts)
-}
-
-/// The result of [`check_all`].
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct CheckSummary {
-    /// Stripes checked.
-    pub stripes: u64,
-    /// Stripes that could not be repaired, with why.
-    pub unrecoverable: Vec<String>,
-}
-
-/// Read and check every stripe, every unit voting (`status --check`; on a read-only assembly it
-/// repairs nothing). `progress(done, total)` is called as stripes are checked.
-pub fn check_all(
-    array: &Array,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<CheckSummary, EngineError> {
-    let stripes = array.geometry().stripes;
-    let mut out = CheckSummary {
-        stripes,
-        ..CheckSummary::default()
-    };
-    for s in 0..stripes {
-        match array.scrub_stripe(s) {
-            Ok(_) => {}
-            Err(e @ EngineError::Unrecoverable { .. }) => out.unrecoverable.push(e.to_string()),
-            Err(e) => return Err(e),
-        }
-        if s % 64 == 63 || s + 1 == stripes {
-            progress(s + 1, stripes);
-        }
-    }
-    Ok(out)
 }

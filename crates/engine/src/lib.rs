@@ -21,10 +21,9 @@ mod error;
 mod events;
 mod io;
 mod repair;
+mod scrub;
 
-pub use admin::{
-    assemble_paths, check_all, default_parity, open_member_paths, CheckSummary, CreateOnPaths,
-};
+pub use admin::{assemble_paths, default_parity, open_member_paths, CreateOnPaths};
 pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHealth};
 pub use campaign::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
@@ -32,3 +31,4 @@ pub use campaign::{
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
 pub use events::{Counters, Event, EventAction};
+pub use scrub::{scrub, ScrubOptions, ScrubRecord, ScrubSummary};

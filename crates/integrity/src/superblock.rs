@@ -51,11 +51,12 @@ impl MetadataLayout {
     }
     /// Where the event log starts.
     pub fn log_offset(&self) -> u64 {
-        INTENT_RECORD_OFFSET + self.intent_bytes
+        // Saturating: a decoded record may hold any value until `validate` bounds it.
+        INTENT_RECORD_OFFSET.saturating_add(self.intent_bytes)
     }
     /// Where the data area starts (the end of the metadata area).
     pub fn data_offset(&self) -> u64 {
-        self.log_offset() + self.log_bytes
+        self.log_offset().saturating_add(self.log_bytes)
     }
 
     /// The smallest member that holds `stripes` units of `unit_bytes` with the layout `create`
