@@ -17,11 +17,18 @@ pub struct IoCounts {
     pub write_bytes: u64,
     /// Flushes.
     pub flushes: u64,
+    /// Reads below the data offset (superblocks, intent record, checkpoints): not in `reads`.
+    pub metadata_reads: u64,
+    /// Writes below the data offset: not in `writes`.
+    pub metadata_writes: u64,
 }
 
 /// Counts every call that reaches the inner disk (one call = one disk I/O).
 pub struct CountingDisk {
     inner: DiskRef,
+    data_offset: u64,
+    metadata_reads: AtomicU64,
+    metadata_writes: AtomicU64,
     reads: AtomicU64,
     writes: AtomicU64,
     read_bytes: AtomicU64,
@@ -34,12 +41,21 @@ impl CountingDisk {
     pub fn new(inner: DiskRef) -> Self {
         CountingDisk {
             inner,
+            data_offset: 0,
+            metadata_reads: AtomicU64::new(0),
+            metadata_writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
             write_bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
         }
+    }
+
+    /// Count I/O that starts below `offset` (the metadata area) apart from the data I/O.
+    pub fn with_data_offset(mut self, offset: u64) -> Self {
+        self.data_offset = offset;
+        self
     }
 
     /// The counts so far.
@@ -50,6 +66,8 @@ impl CountingDisk {
             read_bytes: self.read_bytes.load(Relaxed),
             write_bytes: self.write_bytes.load(Relaxed),
             flushes: self.flushes.load(Relaxed),
+            metadata_reads: self.metadata_reads.load(Relaxed),
+            metadata_writes: self.metadata_writes.load(Relaxed),
         }
     }
 
@@ -61,6 +79,8 @@ impl CountingDisk {
             &self.read_bytes,
             &self.write_bytes,
             &self.flushes,
+            &self.metadata_reads,
+            &self.metadata_writes,
         ] {
             c.store(0, Relaxed);
         }
@@ -75,11 +95,19 @@ impl Disk for CountingDisk {
         self.inner.size_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        if offset < self.data_offset {
+            self.metadata_reads.fetch_add(1, Relaxed);
+            return self.inner.read_at(offset, buf);
+        }
         self.reads.fetch_add(1, Relaxed);
         self.read_bytes.fetch_add(buf.len() as u64, Relaxed);
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        if offset < self.data_offset {
+            self.metadata_writes.fetch_add(1, Relaxed);
+            return self.inner.write_at(offset, buf);
+        }
         self.writes.fetch_add(1, Relaxed);
         self.write_bytes.fetch_add(buf.len() as u64, Relaxed);
         self.inner.write_at(offset, buf)

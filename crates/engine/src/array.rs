@@ -127,6 +127,7 @@ pub struct Array {
     pub(crate) locks: Box<[Mutex<()>]>,
     pub(crate) seq: Mutex<SeqState>,
     pub(crate) meta: Mutex<Meta>,
+    pub(crate) intent: Mutex<crate::intent::Intent>,
     pub(crate) events: Mutex<EventLog>,
     pub(crate) writable: bool,
     pub(crate) generation: std::sync::atomic::AtomicU64,
@@ -397,7 +398,13 @@ impl Array {
             }
         }
         if opts.writable {
+            let unclean = array.sb.state == ArrayState::Dirty;
             array.write_superblocks(ArrayState::Dirty)?;
+            if unclean {
+                // The last writer did not close: settle what it may have left half-written
+                // before anything else reads or writes.
+                array.resync()?;
+            }
         }
         Ok(array)
     }
@@ -439,6 +446,11 @@ impl Array {
                 next: sb.sequence_high_water,
                 high_water: sb.sequence_high_water,
             }),
+            intent: Mutex::new(crate::intent::Intent::new(
+                &sb.layout,
+                sb.stripes,
+                geometry.stripe_data_bytes(),
+            )),
             meta: Mutex::new(Meta {
                 table: sb.member_table.clone(),
                 high_water: sb.sequence_high_water,
@@ -480,6 +492,10 @@ impl Array {
     pub fn unit_map(&self) -> UnitMap {
         unit_map(&self.sb)
     }
+    /// Whether the superblocks said the array was not closed cleanly when it was assembled.
+    pub fn was_unclean(&self) -> bool {
+        self.sb.state == ArrayState::Dirty
+    }
     /// Members' state.
     pub fn health(&self) -> Vec<MemberHealth> {
         self.health.lock().expect("lock").clone()
@@ -508,8 +524,8 @@ impl Array {
         Ok(())
     }
 
-    /// Make every completed write durable.
-    pub fn flush(&self) -> Result<(), EngineError> {
+    /// Flush every current member (a failed flush takes the member out).
+    pub(crate) fn flush_members(&self) -> Result<(), EngineError> {
         for (i, d) in self.members.iter().enumerate() {
             if self.is_failed(i) {
                 continue;

@@ -20,6 +20,9 @@ pub enum EventAction {
     FoundReadOnly,
     /// The stripe could not be repaired; the request failed.
     Unrecoverable,
+    /// A stripe an unclean shutdown may have left half-written was made consistent (resync);
+    /// never counted as corruption.
+    Resynced,
     /// Bare RAID (`none`): the stripe's parity disagrees with its data. Nothing says which unit
     /// is wrong, so nothing was changed (Linux md's `mismatch_cnt`).
     Mismatch,
@@ -58,6 +61,8 @@ pub struct Counters {
     /// Stripes whose parity disagrees with their data where nothing can locate the wrong unit
     /// (scheme `none`).
     pub mismatches: u64,
+    /// Stripes resynced after an unclean shutdown.
+    pub resynced: u64,
     /// Located units by finding kind.
     pub by_kind: BTreeMap<String, u64>,
     /// Located units by member index.
@@ -78,7 +83,11 @@ impl EventLog {
         let c = &mut self.counters;
         match e.action {
             EventAction::Unrecoverable => {}
-            EventAction::Mismatch => c.mismatches += 1,
+            EventAction::Mismatch | EventAction::Resynced => {
+                if e.action == EventAction::Mismatch {
+                    c.mismatches += 1;
+                }
+            }
             _ => {
                 c.located += 1;
                 if !matches!(e.action, EventAction::Reread | EventAction::FoundReadOnly) {

@@ -91,6 +91,7 @@ impl Array {
             let _guard = self.locks[stripe as usize % self.locks.len()]
                 .lock()
                 .expect("lock");
+            let _claim = self.intent_begin(stripe)?;
             let plan = self.plan_one(Op::Write, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let done = self.apply_write(&plan, units, &data[at..at + len as usize]);

@@ -16,9 +16,11 @@
 mod admin;
 mod array;
 mod campaign;
+mod crash_campaign;
 mod demo;
 mod error;
 mod events;
+mod intent;
 mod io;
 mod repair;
 mod scrub;
@@ -28,6 +30,7 @@ pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHeal
 pub use campaign::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
 };
+pub use crash_campaign::{run_crash_campaign, CrashConfig, CrashReport};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
 pub use events::{Counters, Event, EventAction};

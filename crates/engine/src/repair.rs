@@ -160,6 +160,18 @@ impl Array {
         stripe: u64,
         suspects: &[(usize, &'static str, String)],
     ) -> Result<Image, EngineError> {
+        self.repair_stripe_as(stripe, suspects, false)
+    }
+
+    /// [`Array::repair_stripe`]; with `resync`, what it finds is what a crash left (resync
+    /// events, no detection or unrecoverable counted: the caller settles a stripe it cannot
+    /// decide).
+    pub(crate) fn repair_stripe_as(
+        &self,
+        stripe: u64,
+        suspects: &[(usize, &'static str, String)],
+        resync: bool,
+    ) -> Result<Image, EngineError> {
         let g = self.geometry;
         let (k, m, n) = (g.k, g.m, g.n());
         let c = g.chunk_bytes as usize;
@@ -217,7 +229,9 @@ impl Array {
         let news = |pos: usize, kind: &str| {
             !(kind == "read-error" && self.is_failed(g.member_of(stripe, pos)))
         };
-        if suspects.iter().any(|s| news(s.0, s.1)) || findings.iter().any(|f| news(f.0, f.1)) {
+        if !resync
+            && (suspects.iter().any(|s| news(s.0, s.1)) || findings.iter().any(|f| news(f.0, f.1)))
+        {
             self.events.lock().expect("lock").counters.detected += 1;
         }
         let mut bad: Vec<usize> = findings.iter().filter(|f| !f.3).map(|f| f.0).collect();
@@ -235,6 +249,9 @@ impl Array {
             .map(|f| f.position)
             .collect();
         let fail = |reason: String| {
+            if resync {
+                return EngineError::Unrecoverable { stripe, reason };
+            }
             let mut ev = self.events.lock().expect("lock");
             ev.counters.unrecoverable += 1;
             ev.record(stripe_event(
@@ -371,7 +388,17 @@ impl Array {
                 // A failed member is reported once, when it fails, not in every stripe.
                 continue;
             }
-            let action = if !self.writable {
+            let (kind, evidence) = if resync {
+                (
+                    "resync",
+                    format!("{kind}: {evidence} (left by the interrupted write)"),
+                )
+            } else {
+                (kind, evidence)
+            };
+            let action = if resync {
+                EventAction::Resynced
+            } else if !self.writable {
                 EventAction::FoundReadOnly
             } else if self.is_failed(member) {
                 EventAction::RebuiltDegraded

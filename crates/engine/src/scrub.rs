@@ -163,6 +163,9 @@ pub struct ScrubSummary {
     pub record: ScrubRecord,
     /// Why each unrecoverable stripe could not be repaired.
     pub unrecoverable: Vec<String>,
+    /// Check only, array not closed cleanly: stripes of dirty regions left for the resync
+    /// (a half-finished write is not corruption).
+    pub awaiting_resync: u64,
 }
 
 /// Scrub `array`: every stripe from where the last interrupted scrub stopped (or from 0), every
@@ -212,7 +215,16 @@ pub fn scrub(
         }
         Ok(())
     };
+    let skip: std::collections::BTreeSet<u64> = if writable {
+        Default::default()
+    } else {
+        array.awaiting_resync().into_iter().collect()
+    };
+    summary.awaiting_resync = skip.len() as u64;
     for s in start..stripes {
+        if skip.contains(&s) {
+            continue;
+        }
         match array.scrub_stripe(s) {
             Ok(_) => {}
             Err(e @ EngineError::Unrecoverable { .. }) => {

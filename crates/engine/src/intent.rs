@@ -1,0 +1,398 @@
+//! The write-intent record and resync (FORMAT.md §2.1b): no RAID write hole after a crash.
+//!
+//! Invariant: a stripe whose writes may not all be durable lies in a region whose bit is set in
+//! the durable record on every current member. A write sets (and persists) its region's bit
+//! before its first unit write; a flush clears the bits of regions with nothing in flight whose
+//! last write completed before the flush began; a clean close clears everything. After an
+//! unclean shutdown the first writable assembly resyncs every stripe of every set region.
+
+use crate::events::{Event, EventAction};
+use crate::{Array, EngineError};
+use std::collections::HashMap;
+use stripeguard_checksum::crc32c;
+use stripeguard_codes::Located;
+use stripeguard_integrity::{MetadataLayout, MirrorKind, Scheme, INTENT_RECORD_OFFSET};
+
+const MAGIC: [u8; 8] = *b"SGINTENT";
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 64;
+/// Array data per bit by default (FORMAT.md §2.1b).
+pub const DEFAULT_REGION_BYTES: u64 = 4 << 20;
+
+/// In-memory state of the record.
+pub(crate) struct Intent {
+    pub(crate) stripes_per_bit: u64,
+    bits: u64,
+    copy_bytes: usize,
+    sequence: u64,
+    /// The durable bitmap.
+    set: Vec<u8>,
+    inflight: HashMap<u64, u32>,
+    last_done_epoch: HashMap<u64, u64>,
+    epoch: u64,
+}
+
+/// A decoded copy.
+struct Record {
+    sequence: u64,
+    stripes_per_bit: u64,
+    bits: u64,
+    bitmap: Vec<u8>,
+}
+
+fn is_set(map: &[u8], r: u64) -> bool {
+    map.get((r / 8) as usize)
+        .is_some_and(|b| b >> (r % 8) & 1 == 1)
+}
+
+impl Intent {
+    pub(crate) fn new(layout: &MetadataLayout, stripes: u64, stripe_data_bytes: u64) -> Intent {
+        let copy_bytes = (layout.intent_bytes / 2) as usize;
+        let max_bits = ((copy_bytes - HEADER_BYTES - 4) * 8) as u64;
+        let per_bit = stripes
+            .div_ceil(max_bits)
+            .max(DEFAULT_REGION_BYTES.div_ceil(stripe_data_bytes.max(1)))
+            .max(1);
+        let bits = stripes.div_ceil(per_bit);
+        Intent {
+            stripes_per_bit: per_bit,
+            bits,
+            copy_bytes,
+            sequence: 0,
+            set: vec![0; bits.div_ceil(8) as usize],
+            inflight: HashMap::new(),
+            last_done_epoch: HashMap::new(),
+            epoch: 0,
+        }
+    }
+
+    fn encode(&self, event_count: u64) -> Vec<u8> {
+        let mut b = vec![0u8; self.copy_bytes];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(self.copy_bytes as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
+        b[24..32].copy_from_slice(&self.stripes_per_bit.to_le_bytes());
+        b[32..40].copy_from_slice(&self.bits.to_le_bytes());
+        b[40..48].copy_from_slice(&event_count.to_le_bytes());
+        b[HEADER_BYTES..HEADER_BYTES + self.set.len()].copy_from_slice(&self.set);
+        let at = self.copy_bytes - 4;
+        let crc = crc32c(&b[..at]);
+        b[at..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+}
+
+/// Parse one copy: `Ok(None)` when it is all zeros (never written), `Err` when damaged.
+fn decode(b: &[u8]) -> Result<Option<Record>, ()> {
+    if b.iter().all(|&x| x == 0) {
+        return Ok(None);
+    }
+    let n = b.len();
+    if n < HEADER_BYTES + 4
+        || b[0..8] != MAGIC
+        || b[8..12] != VERSION.to_le_bytes()
+        || b[12..16] != (n as u32).to_le_bytes()
+        || b[n - 4..] != crc32c(&b[..n - 4]).to_le_bytes()
+    {
+        return Err(());
+    }
+    let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    let (per_bit, bits) = (u(24), u(32));
+    if per_bit == 0 || bits.div_ceil(8) > (n - HEADER_BYTES - 4) as u64 {
+        return Err(());
+    }
+    Ok(Some(Record {
+        sequence: u(16),
+        stripes_per_bit: per_bit,
+        bits,
+        bitmap: b[HEADER_BYTES..HEADER_BYTES + bits.div_ceil(8) as usize].to_vec(),
+    }))
+}
+
+/// Which stripes a resync must visit.
+enum Dirty {
+    Nothing,
+    Regions {
+        per_bit: u64,
+        bitmap: Vec<u8>,
+        bits: u64,
+    },
+    Everything,
+}
+
+/// Ends a write's claim on its region when dropped.
+pub(crate) struct InFlight<'a> {
+    array: &'a Array,
+    region: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut i = self.array.intent.lock().expect("lock");
+        if let Some(c) = i.inflight.get_mut(&self.region) {
+            *c -= 1;
+        }
+        let e = i.epoch;
+        i.last_done_epoch.insert(self.region, e);
+    }
+}
+
+impl Array {
+    /// Claim `stripe`'s region for a write: its bit is durable on every member before this
+    /// returns.
+    pub(crate) fn intent_begin(&self, stripe: u64) -> Result<InFlight<'_>, EngineError> {
+        let mut i = self.intent.lock().expect("lock");
+        let r = stripe / i.stripes_per_bit;
+        if !is_set(&i.set, r) {
+            i.set[(r / 8) as usize] |= 1 << (r % 8);
+            self.persist_intent(&mut i)?;
+        }
+        *i.inflight.entry(r).or_default() += 1;
+        Ok(InFlight {
+            array: self,
+            region: r,
+        })
+    }
+
+    /// Make every completed write durable, then clear the bits of regions that are settled.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        let epoch = {
+            let mut i = self.intent.lock().expect("lock");
+            i.epoch += 1;
+            i.epoch
+        };
+        self.flush_members()?;
+        if !self.writable {
+            return Ok(());
+        }
+        let mut i = self.intent.lock().expect("lock");
+        let mut cleared = false;
+        for r in 0..i.bits {
+            let busy = i.inflight.get(&r).copied().unwrap_or(0) > 0
+                || i.last_done_epoch.get(&r).is_some_and(|&e| e >= epoch);
+            if is_set(&i.set, r) && !busy {
+                i.set[(r / 8) as usize] &= !(1 << (r % 8));
+                i.last_done_epoch.remove(&r);
+                cleared = true;
+            }
+        }
+        if cleared {
+            self.persist_intent(&mut i)?;
+        }
+        Ok(())
+    }
+
+    /// Write the record to every current member (the copy the newest is not in) and flush.
+    fn persist_intent(&self, i: &mut Intent) -> Result<(), EngineError> {
+        i.sequence += 1;
+        let bytes = i.encode(self.generation.load(std::sync::atomic::Ordering::Relaxed));
+        let at = INTENT_RECORD_OFFSET + (i.sequence % 2) * i.copy_bytes as u64;
+        for (m, d) in self.members.iter().enumerate() {
+            if self.is_failed(m) {
+                continue;
+            }
+            if let Err(e) = d.write_at(at, &bytes).and_then(|()| d.flush()) {
+                self.fail_member(m, &e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest record on any current member.
+    fn read_intent(&self) -> Dirty {
+        let copy = (self.sb.layout.intent_bytes / 2) as usize;
+        let (mut best, mut damaged): (Option<Record>, bool) = (None, false);
+        for (m, d) in self.members.iter().enumerate() {
+            if self.is_failed(m) {
+                continue;
+            }
+            let mut b = vec![0u8; 2 * copy];
+            if d.read_at(INTENT_RECORD_OFFSET, &mut b).is_err() {
+                damaged = true;
+                continue;
+            }
+            for c in b.chunks(copy) {
+                match decode(c) {
+                    Ok(Some(r)) => {
+                        if best.as_ref().is_none_or(|x| r.sequence > x.sequence) {
+                            best = Some(r);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(()) => damaged = true,
+                }
+            }
+        }
+        match best {
+            Some(r) => Dirty::Regions {
+                per_bit: r.stripes_per_bit,
+                bitmap: r.bitmap,
+                bits: r.bits,
+            },
+            None if damaged => Dirty::Everything,
+            None => Dirty::Nothing,
+        }
+    }
+
+    /// The stripes a resync would visit: those of the dirty regions when the array was not
+    /// closed cleanly, else none.
+    pub fn awaiting_resync(&self) -> Vec<u64> {
+        if !self.was_unclean() {
+            return vec![];
+        }
+        self.dirty_stripes()
+    }
+
+    fn dirty_stripes(&self) -> Vec<u64> {
+        let stripes = self.geometry.stripes;
+        match self.read_intent() {
+            Dirty::Nothing => vec![],
+            Dirty::Everything => (0..stripes).collect(),
+            Dirty::Regions {
+                per_bit,
+                bitmap,
+                bits,
+            } => (0..bits)
+                .filter(|&r| is_set(&bitmap, r))
+                .flat_map(|r| r * per_bit..((r + 1) * per_bit).min(stripes))
+                .collect(),
+        }
+    }
+
+    /// After an unclean shutdown: make every stripe of every dirty region consistent, then
+    /// clear the record. Returns the number of stripes resynced.
+    pub(crate) fn resync(&self) -> Result<u64, EngineError> {
+        let list = self.dirty_stripes();
+        for &s in &list {
+            self.resync_stripe(s)?;
+        }
+        {
+            let mut i = self.intent.lock().expect("lock");
+            i.set.fill(0);
+            self.flush_members()?;
+            self.persist_intent(&mut i)?;
+        }
+        self.events.lock().expect("lock").counters.resynced += list.len() as u64;
+        Ok(list.len() as u64)
+    }
+
+    /// Make one stripe consistent after a crash (FORMAT.md §2.1b).
+    fn resync_stripe(&self, stripe: u64) -> Result<(), EngineError> {
+        let _guard = self.locks[stripe as usize % self.locks.len()]
+            .lock()
+            .expect("lock");
+        if self.sb.scheme == Scheme::None {
+            return self.recompute_parity(stripe, "resync: parity recomputed from the data");
+        }
+        match self.repair_stripe_as(stripe, &[], true) {
+            Ok(_) => Ok(()),
+            Err(EngineError::Unrecoverable { .. }) => self.settle(stripe),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Re-encode the parity of `stripe` from its data units as they are and write it.
+    fn recompute_parity(&self, stripe: u64, evidence: &str) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let all: Vec<usize> = (0..g.n()).collect();
+        let units = self.read_units(stripe, &all)?;
+        if units[..g.k].iter().any(|u| u.is_none()) {
+            // A data unit is unreadable: the parity is all that knows it; leave it.
+            return Ok(());
+        }
+        let c = g.chunk_bytes as usize;
+        let chunks: Vec<&[u8]> = units[..g.k]
+            .iter()
+            .map(|u| &u.as_ref().expect("read")[..c])
+            .collect();
+        if units.iter().all(|u| u.is_some()) {
+            let every: Vec<&[u8]> = units
+                .iter()
+                .map(|u| &u.as_ref().expect("read")[..c])
+                .collect();
+            if matches!(self.code.locate(&every, &[]), Ok(Located::Consistent)) {
+                return Ok(());
+            }
+        }
+        let mut parity: Vec<Vec<u8>> = (0..g.m).map(|_| vec![0u8; c]).collect();
+        let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+        self.code.encode(&chunks, &mut views)?;
+        let writes: Vec<(usize, u64, &[u8])> = parity
+            .iter()
+            .enumerate()
+            .map(|(j, p)| (g.k + j, 0, &p[..]))
+            .collect();
+        self.write_units(stripe, &writes)?;
+        self.record_resync(stripe, "resync", evidence.to_string());
+        Ok(())
+    }
+
+    /// A stripe the votes cannot decide: keep every data unit as it is on disk, give each the
+    /// truth of its own bytes, recompute the parity, seal and write everything.
+    fn settle(&self, stripe: u64) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let (k, c) = (g.k, g.chunk_bytes as usize);
+        let all: Vec<usize> = (0..g.n()).collect();
+        let units = self.read_units(stripe, &all)?;
+        if units[..k].iter().any(|u| u.is_none()) {
+            return Err(EngineError::Unrecoverable {
+                stripe,
+                reason: "resync cannot settle a stripe with an unreadable data unit".into(),
+            });
+        }
+        let mut units: Vec<Vec<u8>> = units
+            .into_iter()
+            .map(|u| u.unwrap_or_else(|| self.unit_buf()))
+            .collect();
+        let tags: Vec<u64> = match self.sb.scheme.mirror() {
+            Some(MirrorKind::Checksum) => {
+                units[..k].iter().map(|u| crc32c(&u[..c]) as u64).collect()
+            }
+            _ => {
+                let seq = self.next_sequence()?;
+                vec![seq; k]
+            }
+        };
+        let (data, parity) = units.split_at_mut(k);
+        let chunks: Vec<&[u8]> = data.iter().map(|u| &u[..c]).collect();
+        let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+        self.code.encode(&chunks, &mut views)?;
+        for (pos, u) in units.iter_mut().enumerate() {
+            let (chunk, sector) = u.split_at_mut(c);
+            self.seal(stripe, pos, &tags, chunk, sector);
+        }
+        let writes: Vec<(usize, u64, &[u8])> = units
+            .iter()
+            .enumerate()
+            .map(|(p, u)| (p, 0, &u[..]))
+            .collect();
+        self.write_units(stripe, &writes)?;
+        for i in 0..k {
+            let id = g.data_chunk_id(stripe, i);
+            self.planner
+                .lock()
+                .expect("lock")
+                .map_mut()
+                .mark_written(id);
+        }
+        self.record_resync(
+            stripe,
+            "resync-settled",
+            "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed".into(),
+        );
+        Ok(())
+    }
+
+    pub(crate) fn record_resync(&self, stripe: u64, kind: &'static str, evidence: String) {
+        self.events.lock().expect("lock").record(Event {
+            stripe,
+            member: 0,
+            position: 0,
+            role: "stripe",
+            kind,
+            evidence,
+            action: EventAction::Resynced,
+        });
+    }
+}
