@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_disk::{Disk, FaultKind, FileDisk};
 use stripeguard_engine::{
-    assemble_paths, campaign_cases, default_parity, run_campaign, run_demo, scrub, Array, Counters,
-    CreateOnPaths, ScrubOptions, ScrubRecord,
+    assemble_paths, campaign_cases, default_parity, run_campaign, run_demo, scrub, Array,
+    Checkpoint, Counters, CreateOnPaths, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -96,6 +96,25 @@ pub struct ScrubArgs {
     /// Start from the first stripe even when an interrupted scrub could be resumed.
     #[arg(long)]
     restart: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReplaceArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// The member to rebuild (its index: its position in the member list).
+    #[arg(long)]
+    member: usize,
+    /// The new file or block device (a file that does not exist is created at the member size).
+    #[arg(long)]
+    with: PathBuf,
+    /// Retire a healthy member, overwrite a device holding an array, or abandon an interrupted
+    /// replace onto another device.
+    #[arg(long)]
+    force: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -416,7 +435,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
 }
 
 /// The last scrub, like `zpool status`' scan line.
-fn scan_line(r: Option<&ScrubRecord>) -> String {
+fn scan_line(r: Option<&Checkpoint>) -> String {
     let Some(r) = r else {
         return "no scrub has run".into();
     };
@@ -484,6 +503,72 @@ fn state_line(
         }
     }
     words.join(", ")
+}
+
+pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
+    if a.array.members.iter().any(|m| m == &a.with) && !a.force {
+        bail!(
+            "{} is already a member of the array; give a new device",
+            a.with.display()
+        );
+    }
+    let mut array = assemble(&a.array, true)?;
+    let size = array.superblock().member_bytes();
+    let created = !a.with.exists();
+    let target = if created {
+        FileDisk::create(&a.with, size, a.array.direct)
+    } else {
+        FileDisk::open(&a.with, a.array.direct)
+    }
+    .with_context(|| format!("cannot open {}", a.with.display()))?;
+    let bar = count_bar("rebuilding");
+    let started = std::time::Instant::now();
+    let result = array.replace(
+        a.member,
+        std::sync::Arc::new(target),
+        a.force,
+        &mut updater(&bar),
+    );
+    bar.finish_and_clear();
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            if created && array.checkpoint().and_then(|c| c.rebuild_member).is_none() {
+                let _ = std::fs::remove_file(&a.with);
+            }
+            let _ = array.close();
+            return Err(e.into());
+        }
+    };
+    if a.json {
+        println!(
+            "{}",
+            json!({"summary": summary, "counters": counters_json(&array.counters()), "events": array.events()})
+        );
+    } else {
+        if summary.resumed_at > 0 {
+            println!(
+                "resumed an interrupted replace at stripe {}",
+                summary.resumed_at
+            );
+        }
+        println!(
+            "rebuilt member {} onto {}: {} stripes in {:.1} s; {} silently wrong survivor unit(s) found and repaired on the way",
+            summary.member,
+            a.with.display(),
+            summary.stripes_rebuilt,
+            started.elapsed().as_secs_f64(),
+            summary.survivors_repaired
+        );
+        print_events(&array, true);
+        println!(
+            "from now on give {} in place of the old member {}",
+            a.with.display(),
+            a.member
+        );
+    }
+    array.close()?;
+    Ok(ExitCode::from(exit::OK))
 }
 
 pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {

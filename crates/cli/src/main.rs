@@ -52,6 +52,9 @@ enum Command {
     ///
     /// Exit status: 0 clean, 1 something found (and repaired unless --check-only), 3 unrecoverable.
     Scrub(array::ScrubArgs),
+    /// Rebuild a failed, missing, stale or retired member onto a new file or device, checking the
+    /// survivors as they are read; resumable.
+    Replace(array::ReplaceArgs),
     /// Write a file (or standard input) into the array at an offset.
     Write(array::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Create(a) => array::create(a),
         Command::Status(a) => array::status(a),
         Command::Scrub(a) => array::scrub_cmd(a),
+        Command::Replace(a) => array::replace(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),
         Command::Inject(a) => array::inject(a),

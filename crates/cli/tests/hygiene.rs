@@ -276,3 +276,43 @@ fn an_interrupted_scrub_resumes_where_it_stopped() {
     let again = ok(&sg(&cmd("scrub", &ms, &["--restart"]), d));
     assert!(!again.contains("resumed"), "{again}");
 }
+
+#[test]
+fn replace_rebuilds_a_stale_member_and_refuses_what_it_should() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3"];
+    create(d, &ms, &["--scheme", "hybrid1"]);
+    std::fs::write(d.join("a"), vec![1u8; 200_000]).unwrap();
+    std::fs::write(d.join("b"), vec![2u8; 200_000]).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "a"]), d));
+    std::fs::rename(d.join("m2"), d.join("m2.away")).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "b"]), d));
+    std::fs::rename(d.join("m2.away"), d.join("m2")).unwrap();
+    // Healthy members stay unless forced; a device too small is refused; nothing changes.
+    let out = sg(&cmd("replace", &ms, &["--member", "1", "--with", "n1"]), d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err_of(&out).contains("healthy"), "{}", err_of(&out));
+    std::fs::write(d.join("tiny"), vec![0u8; 4096]).unwrap();
+    let out = sg(
+        &cmd("replace", &ms, &["--member", "2", "--with", "tiny"]),
+        d,
+    );
+    assert!(err_of(&out).contains("too small"), "{}", err_of(&out));
+    // The stale member is rebuilt onto a new file; the array is whole again.
+    let out = ok(&sg(
+        &cmd("replace", &ms, &["--member", "2", "--with", "n2"]),
+        d,
+    ));
+    assert!(out.contains("rebuilt member 2"), "{out}");
+    let now = ["m0", "m1", "n2", "m3"];
+    let st = sg(&cmd("status", &now, &["--check"]), d);
+    assert_eq!(
+        st.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&st.stdout)
+    );
+    let back = sg(&cmd("read", &now, &["--length", "200000"]), d);
+    assert!(back.stdout.iter().all(|&x| x == 2));
+}

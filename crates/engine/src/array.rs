@@ -645,7 +645,7 @@ impl Array {
 
     /// Write every current member's superblock copies with a new event count. A member whose
     /// write fails leaves the array, and the others are written again with a table that says so.
-    fn write_superblocks_locked(&self, meta: &mut Meta) -> Result<(), EngineError> {
+    pub(crate) fn write_superblocks_locked(&self, meta: &mut Meta) -> Result<(), EngineError> {
         loop {
             let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
             for (i, slot) in meta.table.iter_mut().enumerate() {

@@ -22,6 +22,7 @@ mod error;
 mod events;
 mod intent;
 mod io;
+mod rebuild;
 mod repair;
 mod scrub;
 
@@ -34,4 +35,5 @@ pub use crash_campaign::{run_crash_campaign, CrashConfig, CrashReport};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
 pub use events::{Counters, Event, EventAction};
-pub use scrub::{scrub, ScrubOptions, ScrubRecord, ScrubSummary};
+pub use rebuild::ReplaceSummary;
+pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};

@@ -10,17 +10,19 @@ use stripeguard_integrity::CHECKPOINT_OFFSET;
 
 const MAGIC: [u8; 8] = *b"SGCHKPT\0";
 const VERSION: u32 = 1;
-const SLOT_BYTES: usize = 2048;
+pub(crate) const SLOT_BYTES: usize = 2048;
 const CRC_AT: usize = SLOT_BYTES - 4;
 /// Stripes between checkpoint writes (and at most this much work is redone after a crash).
-const CHECKPOINT_EVERY: u64 = 256;
+pub(crate) const CHECKPOINT_EVERY: u64 = 256;
 
-/// Where a scrub stands (one slot of the checkpoint record).
+/// Where a scrub and a rebuild stand (one slot of the checkpoint record, FORMAT.md §2.1a).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ScrubRecord {
+pub struct Checkpoint {
     /// Incremented on every write.
     pub sequence: u64,
-    /// Finished (else running or interrupted).
+    /// A scrub ran (or is running).
+    pub scrub_ran: bool,
+    /// The scrub finished (else running or interrupted).
     pub finished: bool,
     /// First stripe not yet scrubbed.
     pub next_stripe: u64,
@@ -38,16 +40,31 @@ pub struct ScrubRecord {
     pub unrecoverable: u64,
     /// `none`: stripes whose parity disagrees.
     pub mismatches: u64,
+    /// The member a replace is rebuilding.
+    pub rebuild_member: Option<u16>,
+    /// The rebuild finished.
+    pub rebuild_finished: bool,
+    /// First stripe not yet rebuilt.
+    pub rebuild_next: u64,
+    /// Unix seconds the rebuild started.
+    pub rebuild_started_unix: u64,
+    /// Random id shared with the rebuild's target device.
+    #[serde(skip)]
+    pub rebuild_target: [u8; 16],
 }
 
-impl ScrubRecord {
-    fn encode(&self) -> [u8; SLOT_BYTES] {
+impl Checkpoint {
+    pub(crate) fn encode(&self) -> [u8; SLOT_BYTES] {
         let mut b = [0u8; SLOT_BYTES];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b[24] = if self.finished { 2 } else { 1 };
+        b[24] = match (self.scrub_ran, self.finished) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
         let fields = [
             self.next_stripe,
             self.stripes,
@@ -61,13 +78,22 @@ impl ScrubRecord {
         for (i, v) in fields.iter().enumerate() {
             b[32 + 8 * i..40 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
+        b[96..98].copy_from_slice(&self.rebuild_member.unwrap_or(u16::MAX).to_le_bytes());
+        b[98] = match (self.rebuild_member, self.rebuild_finished) {
+            (None, _) => 0,
+            (Some(_), false) => 1,
+            (Some(_), true) => 2,
+        };
+        b[104..112].copy_from_slice(&self.rebuild_next.to_le_bytes());
+        b[112..120].copy_from_slice(&self.rebuild_started_unix.to_le_bytes());
+        b[120..136].copy_from_slice(&self.rebuild_target);
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     /// Parse one slot; `None` when it is empty or damaged. Never panics.
-    fn decode(b: &[u8]) -> Option<ScrubRecord> {
+    pub(crate) fn decode(b: &[u8]) -> Option<Checkpoint> {
         if b.len() < SLOT_BYTES
             || b[0..8] != MAGIC
             || b[8..12] != VERSION.to_le_bytes()
@@ -77,13 +103,22 @@ impl ScrubRecord {
             return None;
         }
         let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let finished = match b[24] {
-            1 => false,
-            2 => true,
+        let (scrub_ran, finished) = match b[24] {
+            0 => (false, false),
+            1 => (true, false),
+            2 => (true, true),
             _ => return None,
         };
-        Some(ScrubRecord {
+        let member = u16::from_le_bytes([b[96], b[97]]);
+        let (rebuild_member, rebuild_finished) = match b[98] {
+            0 => (None, false),
+            1 => (Some(member), false),
+            2 => (Some(member), true),
+            _ => return None,
+        };
+        Some(Checkpoint {
             sequence: u(16),
+            scrub_ran,
             finished,
             next_stripe: u(32),
             stripes: u(40),
@@ -93,11 +128,16 @@ impl ScrubRecord {
             repaired: u(72),
             unrecoverable: u(80),
             mismatches: u(88),
+            rebuild_member,
+            rebuild_finished,
+            rebuild_next: u(104),
+            rebuild_started_unix: u(112),
+            rebuild_target: b[120..136].try_into().expect("16 bytes"),
         })
     }
 }
 
-fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -105,9 +145,9 @@ fn now_unix() -> u64 {
 }
 
 impl Array {
-    /// The newest valid scrub record on any member, if a scrub ever ran.
-    pub fn last_scrub(&self) -> Option<ScrubRecord> {
-        let mut best: Option<ScrubRecord> = None;
+    /// The newest valid checkpoint record on any current member, if one was ever written.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        let mut best: Option<Checkpoint> = None;
         for (i, d) in self.members.iter().enumerate() {
             if self.is_failed(i) {
                 continue;
@@ -117,7 +157,7 @@ impl Array {
                 continue;
             }
             for slot in b.chunks(SLOT_BYTES) {
-                if let Some(r) = ScrubRecord::decode(slot) {
+                if let Some(r) = Checkpoint::decode(slot) {
                     if best.as_ref().is_none_or(|x| r.sequence > x.sequence) {
                         best = Some(r);
                     }
@@ -127,8 +167,13 @@ impl Array {
         best
     }
 
-    /// Write `r` to every member, into the slot the previous record is not in.
-    fn write_scrub_record(&self, r: &ScrubRecord) -> Result<(), EngineError> {
+    /// The last scrub's record, if a scrub ever ran.
+    pub fn last_scrub(&self) -> Option<Checkpoint> {
+        self.checkpoint().filter(|c| c.scrub_ran)
+    }
+
+    /// Write `r` to every current member, into the slot the previous record is not in.
+    pub(crate) fn write_checkpoint(&self, r: &Checkpoint) -> Result<(), EngineError> {
         let bytes = r.encode();
         let slot = (r.sequence % 2) * SLOT_BYTES as u64;
         for (i, d) in self.members.iter().enumerate() {
@@ -160,7 +205,7 @@ pub struct ScrubSummary {
     /// Stripes in the array.
     pub stripes: u64,
     /// The record as written at the end (a check-only walk writes none).
-    pub record: ScrubRecord,
+    pub record: Checkpoint,
     /// Why each unrecoverable stripe could not be repaired.
     pub unrecoverable: Vec<String>,
     /// Check only, array not closed cleanly: stripes of dirty regions left for the resync
@@ -178,17 +223,35 @@ pub fn scrub(
 ) -> Result<ScrubSummary, EngineError> {
     let stripes = array.geometry().stripes;
     let writable = array.writable;
-    let prev = array.last_scrub();
+    let prev = array.checkpoint();
     let resume = match &prev {
-        Some(r) if writable && !opts.restart && !r.finished && r.next_stripe < stripes => {
+        Some(r)
+            if writable
+                && r.scrub_ran
+                && !opts.restart
+                && !r.finished
+                && r.next_stripe < stripes =>
+        {
             Some(r.clone())
         }
         _ => None,
     };
-    let mut rec = resume.clone().unwrap_or(ScrubRecord {
+    let mut rec = resume.clone().unwrap_or(Checkpoint {
+        scrub_ran: true,
         stripes,
         started_unix: now_unix(),
-        ..ScrubRecord::default()
+        // The rebuild part stays as it was.
+        ..prev
+            .clone()
+            .map(|p| Checkpoint {
+                rebuild_member: p.rebuild_member,
+                rebuild_finished: p.rebuild_finished,
+                rebuild_next: p.rebuild_next,
+                rebuild_started_unix: p.rebuild_started_unix,
+                rebuild_target: p.rebuild_target,
+                ..Checkpoint::default()
+            })
+            .unwrap_or_default()
     });
     rec.sequence = prev.map(|r| r.sequence).unwrap_or(0);
     let start = rec.next_stripe;
@@ -202,7 +265,7 @@ pub fn scrub(
     let began = Instant::now();
     // Totals = what the resumed record carried + what this run's counters added.
     let carried = rec.clone();
-    let save = |rec: &mut ScrubRecord, finished: bool| -> Result<(), EngineError> {
+    let save = |rec: &mut Checkpoint, finished: bool| -> Result<(), EngineError> {
         let c = array.counters();
         rec.found = carried.found + (c.located - base.located);
         rec.repaired = carried.repaired + (c.repaired - base.repaired);
@@ -211,7 +274,7 @@ pub fn scrub(
         rec.updated_unix = now_unix();
         rec.sequence += 1;
         if writable {
-            array.write_scrub_record(rec)?;
+            array.write_checkpoint(rec)?;
         }
         Ok(())
     };

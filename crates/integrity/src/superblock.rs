@@ -116,6 +116,8 @@ pub enum MemberState {
     Missing,
     /// Its event count was behind the others' when assembled: it missed writes.
     Stale,
+    /// A `replace` is writing it; not current until it finishes.
+    Rebuilding,
 }
 
 impl MemberState {
@@ -125,6 +127,7 @@ impl MemberState {
             MemberState::Failed => 2,
             MemberState::Missing => 3,
             MemberState::Stale => 4,
+            MemberState::Rebuilding => 5,
         }
     }
     fn from_id(id: u8) -> Option<MemberState> {
@@ -133,6 +136,7 @@ impl MemberState {
             MemberState::Failed,
             MemberState::Missing,
             MemberState::Stale,
+            MemberState::Rebuilding,
         ]
         .into_iter()
         .find(|s| s.id() == id)
@@ -144,6 +148,7 @@ impl MemberState {
             MemberState::Failed => "failed",
             MemberState::Missing => "missing",
             MemberState::Stale => "stale",
+            MemberState::Rebuilding => "rebuilding",
         }
     }
 }
