@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_disk::{Disk, FaultKind, FileDisk};
 use stripeguard_engine::{
-    assemble_paths, campaign_cases, default_parity, run_campaign, run_demo, scrub, Array,
-    Checkpoint, Counters, CreateOnPaths, ScrubOptions,
+    assemble_paths, campaign_cases, default_parity, open_member_paths, read_log_of, run_campaign,
+    run_demo, scrub, Array, Checkpoint, Counters, CreateOnPaths, LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -116,6 +116,27 @@ pub struct ReplaceArgs {
     #[arg(long)]
     force: bool,
     /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct EventsArgs {
+    /// The array's member files or block devices (read without taking the array: works while
+    /// another process holds it).
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+    /// Only events newer than this: Unix seconds, or an age such as 90s, 10m, 2h, 3d.
+    #[arg(long)]
+    since: Option<String>,
+    /// Keep watching and print new events as they are logged (every second).
+    #[arg(long)]
+    follow: bool,
+    /// Run this shell command for each new event, with SG_EVENT_{NUMBER,TIME_MS,KIND,ACTION,
+    /// STRIPE,MEMBER,POSITION,ROLE,EVIDENCE} in its environment (as ZFS's event daemon does).
+    #[arg(long)]
+    exec: Option<String>,
+    /// Print JSON (one object per line with --follow).
     #[arg(long)]
     json: bool,
 }
@@ -353,6 +374,17 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let last_scrub = array.last_scrub();
     let c = array.counters();
     let health = array.health();
+    // Per member and fault class, over the whole durable log (zpool status' error columns).
+    let log = array.event_log();
+    let mut by_member: Vec<std::collections::BTreeMap<String, u64>> =
+        vec![Default::default(); health.len()];
+    for e in &log.entries {
+        if e.role == "data" || e.role == "parity" {
+            if let Some(m) = by_member.get_mut(e.member as usize) {
+                *m.entry(e.kind.clone()).or_default() += 1;
+            }
+        }
+    }
     let degraded = health.iter().filter(|h| h.failed.is_some()).count();
     if a.json {
         println!(
@@ -364,7 +396,8 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                    "state": format!("{:?}", sb.state).to_lowercase(), "members": health,
                    "cross_check": sb.cross_check, "event_count": sb.generation,
                    "member_table": array.member_table(), "last_scrub": last_scrub,
-                   "awaiting_resync_stripes": awaiting,
+                   "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
+                   "log_entries": log.entries.len(), "log_dropped": log.dropped,
                    "checked": a.check, "counters": counters_json(&c), "events": array.events(),
                    "unrecoverable": unrecoverable})
         );
@@ -397,6 +430,34 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             "  state: {}",
             state_line(&sb, degraded, a.check.then_some(&c), unrecoverable.len())
         );
+        const CLASSES: [&str; 7] = [
+            "read-error",
+            "checksum",
+            "identity",
+            "stale",
+            "outvoted",
+            "parity",
+            "resync",
+        ];
+        println!(
+            "  {:<10} {:<40} {:<8} {}",
+            "member",
+            "",
+            "state",
+            CLASSES.map(|c| format!("{c:>10}")).join("")
+        );
+        for h in &health {
+            let counts: String = CLASSES
+                .map(|c| format!("{:>10}", by_member[h.index].get(c).copied().unwrap_or(0)))
+                .join("");
+            let state = if h.failed.is_some() { "OUT" } else { "ONLINE" };
+            println!("  member {:>3} {:<40} {state:<8} {counts}", h.index, h.name);
+        }
+        println!(
+            "  (counts from the event log: {} entries, {} older ones overwritten; `stripeguard events` lists them)",
+            log.entries.len(),
+            log.dropped
+        );
         for h in &health {
             let st = match &h.failed {
                 None if h.superblock_copies_fixed > 0 => format!(
@@ -406,7 +467,9 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 None => "ok".to_string(),
                 Some(w) => format!("FAILED: {w}"),
             };
-            println!("  member {:>3}  {:<40} {st}", h.index, h.name);
+            if h.failed.is_some() || h.superblock_copies_fixed > 0 {
+                println!("  member {:>3}  {:<40} {st}", h.index, h.name);
+            }
         }
         if a.check {
             println!(
@@ -568,6 +631,98 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
         );
     }
     array.close()?;
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// `--since`: Unix seconds, or an age (`90s`, `10m`, `2h`, `3d`), as Unix milliseconds.
+fn since_ms(s: &str) -> Result<u64> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--since {s:?}: give Unix seconds or an age like 10m"))?;
+    let secs = match unit {
+        "" => return Ok(n.saturating_mul(1000)),
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86400),
+        _ => bail!("--since {s:?}: unknown unit {unit:?} (s, m, h or d)"),
+    };
+    Ok(now.saturating_sub(secs.saturating_mul(1000)))
+}
+
+pub fn events(a: EventsArgs) -> Result<ExitCode> {
+    let since = a.since.as_deref().map(since_ms).transpose()?.unwrap_or(0);
+    let members = open_member_paths(&a.members, false);
+    let mut seen: Option<u64> = None;
+    loop {
+        let log = read_log_of(&members)?;
+        let fresh: Vec<&LoggedEvent> = log
+            .entries
+            .iter()
+            .filter(|e| e.time_unix_ms >= since && seen.is_none_or(|n| e.number > n))
+            .collect();
+        if seen.is_none() && !a.json && !a.follow {
+            println!(
+                "{} event(s) in the log (ring of {}; {} older ones overwritten)",
+                log.entries.len(),
+                log.capacity,
+                log.dropped
+            );
+        }
+        for e in &fresh {
+            if a.json {
+                println!("{}", serde_json::to_string(e)?);
+            } else {
+                println!(
+                    "#{:<6} {} stripe {} member {} ({} {}): {} — {} [{:?}]",
+                    e.number,
+                    ago(e.time_unix_ms / 1000),
+                    e.stripe,
+                    e.member,
+                    e.role,
+                    e.position,
+                    e.kind,
+                    e.evidence,
+                    e.action
+                );
+            }
+            if let Some(cmd) = &a.exec {
+                let status = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(cmd)
+                    .env("SG_EVENT_NUMBER", e.number.to_string())
+                    .env("SG_EVENT_TIME_MS", e.time_unix_ms.to_string())
+                    .env("SG_EVENT_KIND", &e.kind)
+                    .env("SG_EVENT_ACTION", format!("{:?}", e.action))
+                    .env("SG_EVENT_STRIPE", e.stripe.to_string())
+                    .env("SG_EVENT_MEMBER", e.member.to_string())
+                    .env("SG_EVENT_POSITION", e.position.to_string())
+                    .env("SG_EVENT_ROLE", &e.role)
+                    .env("SG_EVENT_EVIDENCE", &e.evidence)
+                    .status()
+                    .with_context(|| format!("running --exec {cmd:?}"))?;
+                if !status.success() {
+                    eprintln!(
+                        "stripeguard: warning: --exec for event #{} exited with {status}",
+                        e.number
+                    );
+                }
+            }
+        }
+        if let Some(last) = log.entries.last() {
+            seen = Some(seen.map_or(last.number, |s| s.max(last.number)));
+        }
+        if !a.follow {
+            break;
+        }
+        std::io::stdout().flush().ok();
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
     Ok(ExitCode::from(exit::OK))
 }
 

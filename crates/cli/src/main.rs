@@ -55,6 +55,9 @@ enum Command {
     /// Rebuild a failed, missing, stale or retired member onto a new file or device, checking the
     /// survivors as they are read; resumable.
     Replace(array::ReplaceArgs),
+    /// Print the durable event log (what was found and done, with its evidence); --follow
+    /// watches it and --exec runs a command per new event.
+    Events(array::EventsArgs),
     /// Write a file (or standard input) into the array at an offset.
     Write(array::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Create(a) => array::create(a),
         Command::Status(a) => array::status(a),
         Command::Scrub(a) => array::scrub_cmd(a),
+        Command::Events(a) => array::events(a),
         Command::Replace(a) => array::replace(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),

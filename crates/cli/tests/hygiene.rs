@@ -316,3 +316,43 @@ fn replace_rebuilds_a_stale_member_and_refuses_what_it_should() {
     let back = sg(&cmd("read", &now, &["--length", "200000"]), d);
     assert!(back.stdout.iter().all(|&x| x == 2));
 }
+
+#[test]
+fn events_survive_the_process_and_drive_an_exec_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3"];
+    create(d, &ms, &[]);
+    std::fs::write(d.join("a"), vec![5u8; 200_000]).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "a"]), d));
+    assert!(ok(&sg(&cmd("events", &ms, &[]), d)).contains("0 event(s)"));
+    ok(&sg(
+        &cmd("inject", &["m1"], &["--fault", "bit-rot", "--chunk", "4"]),
+        d,
+    ));
+    assert_eq!(sg(&cmd("scrub", &ms, &[]), d).status.code(), Some(1));
+    // A later process reads what the scrub found, with its evidence, from the members.
+    let out = ok(&sg(&cmd("events", &ms, &["--json"]), d));
+    let ev: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(ev["kind"], "checksum", "{out}");
+    assert_eq!(ev["stripe"], 4);
+    assert_eq!(ev["member"], 1);
+    assert_eq!(ev["action"], "repaired");
+    let hook = ok(&sg(
+        &cmd(
+            "events",
+            &ms,
+            &[
+                "--since",
+                "1h",
+                "--exec",
+                "echo hook:$SG_EVENT_KIND:$SG_EVENT_MEMBER",
+            ],
+        ),
+        d,
+    ));
+    assert!(hook.contains("hook:checksum:1"), "{hook}");
+    let status = ok(&sg(&cmd("status", &ms, &[]), d));
+    let row = status.lines().find(|l| l.contains("member   1")).unwrap();
+    assert!(row.split_whitespace().any(|w| w == "1"), "{status}");
+}

@@ -397,6 +397,9 @@ impl Array {
                 h.superblock_copies_fixed = f;
             }
         }
+        let logged = array.event_log();
+        array.events.lock().expect("lock").next_number =
+            logged.entries.last().map(|e| e.number + 1).unwrap_or(0);
         if opts.writable {
             let unclean = array.sb.state == ArrayState::Dirty;
             array.write_superblocks(ArrayState::Dirty)?;
@@ -809,6 +812,11 @@ pub(crate) fn unit_map(sb: &Superblock) -> UnitMap {
         sector_bytes: sb.sector_bytes() as u64,
         units: sb.stripes,
     }
+}
+
+/// The best valid superblock of a member.
+pub(crate) fn read_superblock_of(d: &dyn stripeguard_disk::Disk) -> Result<Superblock, String> {
+    read_superblock(d).map(|(sb, _)| sb)
 }
 
 /// The best valid superblock copy of a member, and how many copies were damaged or stale.

@@ -76,6 +76,10 @@ pub const EVENT_LOG_ENTRIES: usize = 4096;
 pub(crate) struct EventLog {
     pub(crate) counters: Counters,
     pub(crate) recent: VecDeque<Event>,
+    /// Recorded but not yet in the durable log: (entry number, Unix ms, event).
+    pub(crate) unsaved: Vec<(u64, u64, Event)>,
+    /// The next durable entry number.
+    pub(crate) next_number: u64,
 }
 
 impl EventLog {
@@ -96,6 +100,14 @@ impl EventLog {
                 *c.by_kind.entry(e.kind.to_string()).or_default() += 1;
                 *c.by_member.entry(e.member).or_default() += 1;
             }
+        }
+        if self.unsaved.len() < EVENT_LOG_ENTRIES {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            self.unsaved.push((self.next_number, ms, e.clone()));
+            self.next_number += 1;
         }
         if self.recent.len() == EVENT_LOG_ENTRIES {
             self.recent.pop_front();

@@ -162,6 +162,7 @@ impl Array {
             i.epoch += 1;
             i.epoch
         };
+        self.save_events()?;
         self.flush_members()?;
         if !self.writable {
             return Ok(());
