@@ -6,7 +6,7 @@
 //! last write completed before the flush began; a clean close clears everything. After an
 //! unclean shutdown the first writable assembly resyncs every stripe of every set region.
 
-use crate::events::{Event, EventAction};
+use crate::events::EventAction;
 use crate::{Array, EngineError};
 use std::collections::HashMap;
 use stripeguard_checksum::crc32c;
@@ -386,14 +386,14 @@ impl Array {
     }
 
     pub(crate) fn record_resync(&self, stripe: u64, kind: &'static str, evidence: String) {
-        self.events.lock().expect("lock").record(Event {
-            stripe,
-            member: 0,
-            position: 0,
-            role: "stripe",
-            kind,
-            evidence,
-            action: EventAction::Resynced,
-        });
+        self.events
+            .lock()
+            .expect("lock")
+            .record(crate::repair::stripe_event(
+                stripe,
+                kind,
+                evidence,
+                EventAction::Resynced,
+            ));
     }
 }

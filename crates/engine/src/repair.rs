@@ -422,7 +422,12 @@ impl Array {
 }
 
 /// An event about a whole stripe rather than one of its units.
-fn stripe_event(stripe: u64, kind: &'static str, evidence: String, action: EventAction) -> Event {
+pub(crate) fn stripe_event(
+    stripe: u64,
+    kind: &'static str,
+    evidence: String,
+    action: EventAction,
+) -> Event {
     Event {
         stripe,
         member: 0,
