@@ -144,3 +144,116 @@ pub fn run(opts: &ArrayBenchOptions, mut progress: impl FnMut(&str)) -> Vec<Arra
     }
     out
 }
+
+/// One row of the write-intent benchmark.
+#[derive(Clone, Debug, Serialize)]
+pub struct IntentMeasurement {
+    /// Workload name.
+    pub workload: &'static str,
+    /// User writes issued (with a flush every `flush_every`).
+    pub user_writes: u64,
+    /// A flush after this many writes (what a filesystem's commits look like).
+    pub flush_every: u64,
+    /// Intent-record writes to members per 1,000 user writes.
+    pub record_writes_per_1000: f64,
+    /// Member flushes per 1,000 user writes (record and data together).
+    pub flushes_per_1000: f64,
+    /// Member flushes per 1,000 user writes without the record.
+    pub flushes_per_1000_without: f64,
+    /// Wall seconds with the record.
+    pub seconds_with: f64,
+    /// Wall seconds without it, same run.
+    pub seconds_without: f64,
+    /// with / without - 1.
+    pub overhead: f64,
+}
+
+/// What the write-intent record costs on a disk with real latency (`io` per I/O, `flush` per
+/// flush): 1 MiB sequential and 4 KiB random writes, hybrid-seq, with and without the record,
+/// alternating, best of `reps`.
+pub fn intent_overhead(
+    opts: &ArrayBenchOptions,
+    io: Duration,
+    flush: Duration,
+    writes: u64,
+) -> Vec<IntentMeasurement> {
+    use stripeguard_disk::{CountingDisk, LatencyDisk};
+    let k = opts.data_chunks;
+    let m = opts.parity_chunks;
+    let stripe = k as u64 * opts.chunk_bytes as u64;
+    let stripes = opts.capacity_bytes.div_ceil(stripe).max(1);
+    let unit = opts.chunk_bytes as u64 + 512;
+    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
+    let data_offset = stripeguard_integrity::MetadataLayout::for_member(size).data_offset();
+    let flush_every = 64;
+    let mut out = Vec::new();
+    for (name, req, sequential) in [
+        ("seq-write-1M", 1usize << 20, true),
+        ("rand-write-4K", 4096, false),
+    ] {
+        // (seconds, record writes, flushes) per variant; best of reps.
+        let mut best = [(f64::MAX, 0u64, 0u64); 2];
+        for _ in 0..opts.reps.max(1) {
+            for (v, with) in [true, false].into_iter().enumerate() {
+                let counting: Vec<Arc<CountingDisk>> = (0..k + m)
+                    .map(|i| {
+                        Arc::new(
+                            CountingDisk::new(
+                                Arc::new(MemDisk::new(format!("m{i}"), size)) as DiskRef
+                            )
+                            .with_data_offset(data_offset),
+                        )
+                    })
+                    .collect();
+                let members: Vec<DiskRef> = counting
+                    .iter()
+                    .map(|c| Arc::new(LatencyDisk::new(c.clone() as DiskRef, io, flush)) as DiskRef)
+                    .collect();
+                let cfg = ArrayConfig::new(k, m, Scheme::HybridSeq, opts.chunk_bytes, stripes);
+                let a = Array::create(members, &cfg, true, &mut |_, _| {}).expect("array");
+                if !with {
+                    a.disable_write_intent_for_benchmark();
+                }
+                a.flush().expect("flush");
+                counting.iter().for_each(|c| c.reset());
+                let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+                let buf = vec![0x5au8; req];
+                let slots = a.capacity_bytes() / req as u64;
+                let t = std::time::Instant::now();
+                for w in 0..writes {
+                    let slot = if sequential {
+                        w % slots
+                    } else {
+                        rng.random_range(0..slots)
+                    };
+                    a.write(slot * req as u64, &buf).expect("write");
+                    if (w + 1) % flush_every == 0 {
+                        a.flush().expect("flush");
+                    }
+                }
+                a.flush().expect("flush");
+                let secs = t.elapsed().as_secs_f64();
+                let c = counting.iter().fold((0, 0), |(r, f), c| {
+                    let x = c.counts();
+                    (r + x.metadata_writes, f + x.flushes)
+                });
+                if secs < best[v].0 {
+                    best[v] = (secs, c.0, c.1);
+                }
+            }
+        }
+        let per = |x: u64| x as f64 * 1000.0 / writes as f64;
+        out.push(IntentMeasurement {
+            workload: name,
+            user_writes: writes,
+            flush_every,
+            record_writes_per_1000: per(best[0].1),
+            flushes_per_1000: per(best[0].2),
+            flushes_per_1000_without: per(best[1].2),
+            seconds_with: best[0].0,
+            seconds_without: best[1].0,
+            overhead: best[0].0 / best[1].0 - 1.0,
+        });
+    }
+    out
+}

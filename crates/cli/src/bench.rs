@@ -62,6 +62,13 @@ pub struct ArrayArgs {
     /// Milliseconds per repetition.
     #[arg(long, default_value_t = 300)]
     ms: u64,
+    /// Measure the write-intent record instead: members that take this long per I/O (ms,
+    /// decimals allowed) and ten times as long per flush, with and without the record.
+    #[arg(long)]
+    intent_latency_ms: Option<f64>,
+    /// User writes per workload for --intent-latency-ms.
+    #[arg(long, default_value_t = 512)]
+    intent_writes: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -124,6 +131,52 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
         reps: a.reps.max(1),
         min_time: Duration::from_millis(a.ms.max(1)),
     };
+    if let Some(ms) = a.intent_latency_ms {
+        if !(ms >= 0.0 && ms.is_finite()) {
+            anyhow::bail!("--intent-latency-ms {ms} must be a non-negative number");
+        }
+        let io = Duration::from_secs_f64(ms / 1000.0);
+        let rows =
+            stripeguard_bench::array::intent_overhead(&opts, io, io * 10, a.intent_writes.max(1));
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+            return Ok(ExitCode::from(crate::exit::OK));
+        }
+        println!(
+            "write-intent record, hybrid-seq {}+{}, chunk {}, members with {ms} ms per I/O and {} ms per flush; a flush every {} writes; best of {}",
+            a.shape.0,
+            a.shape.1,
+            format_size(a.chunk),
+            ms * 10.0,
+            rows.first().map(|r| r.flush_every).unwrap_or(0),
+            opts.reps
+        );
+        println!(
+            "{:<14} {:>7} {:>16} {:>16} {:>16} {:>9} {:>9} {:>9}",
+            "workload",
+            "writes",
+            "record wr/1000",
+            "flushes/1000",
+            "w/o record",
+            "s with",
+            "s w/o",
+            "overhead"
+        );
+        for r in &rows {
+            println!(
+                "{:<14} {:>7} {:>16.1} {:>16.1} {:>16.1} {:>9.2} {:>9.2} {:>8.1}%",
+                r.workload,
+                r.user_writes,
+                r.record_writes_per_1000,
+                r.flushes_per_1000,
+                r.flushes_per_1000_without,
+                r.seconds_with,
+                r.seconds_without,
+                r.overhead * 100.0
+            );
+        }
+        return Ok(ExitCode::from(crate::exit::OK));
+    }
     let tty = std::io::stderr().is_terminal();
     let rows = stripeguard_bench::array::run(&opts, |what| {
         if tty {

@@ -34,6 +34,19 @@ impl CrashDisk {
         }
     }
 
+    /// A disk whose durable (and live) content is `image`.
+    pub fn from_image(name: impl Into<String>, image: Vec<u8>, sector_bytes: usize) -> Self {
+        CrashDisk {
+            name: name.into(),
+            sector_bytes,
+            state: Mutex::new(State {
+                live: image.clone(),
+                durable: image,
+                pending: Vec::new(),
+            }),
+        }
+    }
+
     /// Writes not yet flushed.
     pub fn pending_writes(&self) -> usize {
         self.state.lock().expect("lock").pending.len()

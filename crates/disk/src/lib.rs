@@ -18,6 +18,7 @@ mod crash;
 mod failed;
 mod faulty;
 mod file;
+mod latency;
 mod mem;
 
 pub use at_rest::{apply as damage_at_rest, AtRest, AtRestError};
@@ -26,6 +27,7 @@ pub use crash::CrashDisk;
 pub use failed::FailedDisk;
 pub use faulty::{Fault, FaultKind, FaultyDisk, Injected, UnitMap};
 pub use file::FileDisk;
+pub use latency::LatencyDisk;
 pub use mem::MemDisk;
 
 use std::sync::Arc;

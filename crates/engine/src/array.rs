@@ -400,6 +400,7 @@ impl Array {
         let logged = array.event_log();
         array.events.lock().expect("lock").next_number =
             logged.entries.last().map(|e| e.number + 1).unwrap_or(0);
+        array.load_intent_sequence();
         if opts.writable {
             let unclean = array.sb.state == ArrayState::Dirty;
             array.write_superblocks(ArrayState::Dirty)?;
@@ -521,7 +522,7 @@ impl Array {
     /// Flush every member and mark the array clean.
     pub fn close(self) -> Result<(), EngineError> {
         if self.writable {
-            self.flush()?;
+            self.flush_and_clear(true)?;
             self.write_superblocks(ArrayState::Clean)?;
         }
         Ok(())

@@ -71,36 +71,64 @@ pub struct CrashReport {
 
 const CHUNK: u32 = 4096;
 
+fn array_members_snapshot(a: &Array) -> Vec<DiskRef> {
+    a.members.clone()
+}
+
 /// Run `cfg.crashes` crashes.
 pub fn run_crash_campaign(cfg: &CrashConfig) -> Result<CrashReport, EngineError> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
     let mut rep = CrashReport::default();
-    for _ in 0..cfg.crashes {
-        one_crash(cfg, &mut rng, &mut rep)?;
+    // Crashes come in chains of four on one array: each process after the first starts from
+    // what the last one left (its records, sequence numbers and event log), as on a real disk.
+    let mut carried: Option<Carried> = None;
+    for c in 0..cfg.crashes {
+        if c % 4 == 0 {
+            carried = None;
+        }
+        carried = Some(one_crash(cfg, &mut rng, &mut rep, carried)?);
     }
     Ok(rep)
 }
+
+/// Member images and chunk versions a crash round leaves for the next.
+type Carried = (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>);
 
 fn one_crash(
     cfg: &CrashConfig,
     rng: &mut rand::rngs::StdRng,
     rep: &mut CrashReport,
-) -> Result<(), EngineError> {
+    carried: Option<Carried>,
+) -> Result<Carried, EngineError> {
     let (k, m) = (cfg.data_chunks, cfg.parity_chunks);
     let unit = CHUNK as u64 + if cfg.scheme.has_appendix() { 512 } else { 0 };
     let size = MetadataLayout::member_bytes_for(cfg.stripes, unit);
-    let disks: Vec<Arc<CrashDisk>> = (0..k + m)
-        .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), size, 512)))
-        .collect();
-    let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
-    let acfg = ArrayConfig::new(k, m, cfg.scheme, CHUNK, cfg.stripes);
-    Array::create(refs.clone(), &acfg, true, &mut |_, _| {})?.close()?;
-    let array = Array::assemble(refs, &AssembleOptions::default())?;
-    let cap = array.capacity_bytes() as usize;
     let c = CHUNK as usize;
     let sd = k * c;
-    // Per data chunk: every version it held since the last flush (the first is the durable one).
-    let mut versions: Vec<Vec<Vec<u8>>> = vec![vec![vec![0u8; c]]; cap / c];
+    let (disks, mut versions) = match carried {
+        Some((images, versions)) => (
+            images
+                .into_iter()
+                .enumerate()
+                .map(|(i, b)| Arc::new(CrashDisk::from_image(format!("c{i}"), b, 512)))
+                .collect::<Vec<_>>(),
+            versions,
+        ),
+        None => {
+            let disks: Vec<Arc<CrashDisk>> = (0..k + m)
+                .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), size, 512)))
+                .collect();
+            let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
+            let acfg = ArrayConfig::new(k, m, cfg.scheme, CHUNK, cfg.stripes);
+            Array::create(refs, &acfg, true, &mut |_, _| {})?.close()?;
+            let chunks = (cfg.stripes as usize * sd) / c;
+            // Per data chunk: every version it held since the last flush (the first durable).
+            (disks, vec![vec![vec![0u8; c]]; chunks])
+        }
+    };
+    let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
+    let array = Array::assemble(refs, &AssembleOptions::default())?;
+    let cap = array.capacity_bytes() as usize;
     let ops = rng.random_range(1..=cfg.ops);
     for _ in 0..ops {
         if rng.random_bool(0.15) {
@@ -201,6 +229,21 @@ fn one_crash(
     rep.found_after_resync += (after.located - before.located)
         + (after.mismatches - before.mismatches)
         + (after.unrecoverable - before.unrecoverable);
+    // What the next round starts from: this array as it now is, every chunk at one version.
+    let mut next_versions = Vec::with_capacity(versions.len());
+    for ch in 0..versions.len() {
+        let mut b = vec![0u8; c];
+        array.read((ch * c) as u64, &mut b)?;
+        next_versions.push(vec![b]);
+    }
+    let members: Vec<DiskRef> = array_members_snapshot(&array);
     array.close()?;
-    Ok(())
+    let images = members
+        .iter()
+        .map(|d| {
+            let mut b = vec![0u8; d.size_bytes() as usize];
+            d.read_at(0, &mut b).map(|()| b)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((images, next_versions))
 }

@@ -17,7 +17,7 @@ const MAGIC: [u8; 8] = *b"SGINTENT";
 const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 64;
 /// Array data per bit by default (FORMAT.md §2.1b).
-pub const DEFAULT_REGION_BYTES: u64 = 4 << 20;
+pub const DEFAULT_REGION_BYTES: u64 = 64 << 20;
 
 /// In-memory state of the record.
 pub(crate) struct Intent {
@@ -30,6 +30,8 @@ pub(crate) struct Intent {
     inflight: HashMap<u64, u32>,
     last_done_epoch: HashMap<u64, u64>,
     epoch: u64,
+    /// Benchmarks only: measure the array without the record (then nothing is resynced).
+    disabled: bool,
 }
 
 /// A decoded copy.
@@ -63,6 +65,7 @@ impl Intent {
             inflight: HashMap::new(),
             last_done_epoch: HashMap::new(),
             epoch: 0,
+            disabled: false,
         }
     }
 
@@ -144,7 +147,7 @@ impl Array {
     pub(crate) fn intent_begin(&self, stripe: u64) -> Result<InFlight<'_>, EngineError> {
         let mut i = self.intent.lock().expect("lock");
         let r = stripe / i.stripes_per_bit;
-        if !is_set(&i.set, r) {
+        if !is_set(&i.set, r) && !i.disabled {
             i.set[(r / 8) as usize] |= 1 << (r % 8);
             self.persist_intent(&mut i)?;
         }
@@ -155,8 +158,28 @@ impl Array {
         })
     }
 
-    /// Make every completed write durable, then clear the bits of regions that are settled.
+    /// Benchmarks only: run without the write-intent record (a crash then leaves stripes that
+    /// no resync will visit). Measures what the record costs.
+    #[doc(hidden)]
+    pub fn disable_write_intent_for_benchmark(&self) {
+        self.intent.lock().expect("lock").disabled = true;
+    }
+
+    /// Array data one bit of the write-intent record covers, in stripes.
+    pub fn intent_region_stripes(&self) -> u64 {
+        self.intent.lock().expect("lock").stripes_per_bit
+    }
+
+    /// Make every completed write durable, then clear the bits of regions that are settled and
+    /// idle: nothing in flight and no write completed since the flush before this one (clearing
+    /// a bit that the next write sets again costs two record writes for nothing; md also clears
+    /// lazily).
     pub fn flush(&self) -> Result<(), EngineError> {
+        self.flush_and_clear(false)
+    }
+
+    /// [`Array::flush`]; with `all` (closing: nothing can be in flight), clear every bit.
+    pub(crate) fn flush_and_clear(&self, all: bool) -> Result<(), EngineError> {
         let epoch = {
             let mut i = self.intent.lock().expect("lock");
             i.epoch += 1;
@@ -170,8 +193,9 @@ impl Array {
         let mut i = self.intent.lock().expect("lock");
         let mut cleared = false;
         for r in 0..i.bits {
+            let recent = if all { epoch } else { epoch.saturating_sub(1) };
             let busy = i.inflight.get(&r).copied().unwrap_or(0) > 0
-                || i.last_done_epoch.get(&r).is_some_and(|&e| e >= epoch);
+                || i.last_done_epoch.get(&r).is_some_and(|&e| e >= recent);
             if is_set(&i.set, r) && !busy {
                 i.set[(r / 8) as usize] &= !(1 << (r % 8));
                 i.last_done_epoch.remove(&r);
@@ -189,19 +213,50 @@ impl Array {
         i.sequence += 1;
         let bytes = i.encode(self.generation.load(std::sync::atomic::Ordering::Relaxed));
         let at = INTENT_RECORD_OFFSET + (i.sequence % 2) * i.copy_bytes as u64;
-        for (m, d) in self.members.iter().enumerate() {
-            if self.is_failed(m) {
-                continue;
-            }
-            if let Err(e) = d.write_at(at, &bytes).and_then(|()| d.flush()) {
+        // Every member at once: a record update waits for one write and one flush, not n of
+        // each in turn (measured: 8 members at 1 ms a flush, 8.8 ms -> ~1.1 ms an update).
+        let results: Vec<(usize, Result<(), stripeguard_disk::DiskError>)> =
+            std::thread::scope(|sc| {
+                let handles: Vec<_> = self
+                    .members
+                    .iter()
+                    .enumerate()
+                    .filter(|(m, _)| !self.is_failed(*m))
+                    .map(|(m, d)| {
+                        let bytes = &bytes;
+                        (
+                            m,
+                            sc.spawn(move || d.write_at(at, bytes).and_then(|()| d.flush())),
+                        )
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|(m, h)| (m, h.join().expect("an I/O thread panicked")))
+                    .collect()
+            });
+        for (m, r) in results {
+            if let Err(e) = r {
                 self.fail_member(m, &e)?;
             }
         }
         Ok(())
     }
 
+    /// Continue the record's sequence from the newest copy on the members, so this process's
+    /// updates win over every earlier process's (a fresh count from 0 would lose to them).
+    pub(crate) fn load_intent_sequence(&self) {
+        let (_, newest) = self.read_intent_with_sequence();
+        let mut i = self.intent.lock().expect("lock");
+        i.sequence = i.sequence.max(newest);
+    }
+
     /// The newest record on any current member.
     fn read_intent(&self) -> Dirty {
+        self.read_intent_with_sequence().0
+    }
+
+    fn read_intent_with_sequence(&self) -> (Dirty, u64) {
         let copy = (self.sb.layout.intent_bytes / 2) as usize;
         let (mut best, mut damaged): (Option<Record>, bool) = (None, false);
         for (m, d) in self.members.iter().enumerate() {
@@ -225,7 +280,8 @@ impl Array {
                 }
             }
         }
-        match best {
+        let newest = best.as_ref().map(|r| r.sequence).unwrap_or(0);
+        let dirty = match best {
             Some(r) => Dirty::Regions {
                 per_bit: r.stripes_per_bit,
                 bitmap: r.bitmap,
@@ -233,7 +289,8 @@ impl Array {
             },
             None if damaged => Dirty::Everything,
             None => Dirty::Nothing,
-        }
+        };
+        (dirty, newest)
     }
 
     /// The stripes a resync would visit: those of the dirty regions when the array was not
