@@ -10,10 +10,11 @@ use serde_json::json;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use stripeguard_disk::{Disk, FaultKind, FileDisk};
+use stripeguard_disk::{Disk, DiskError, FaultKind, FileDisk};
 use stripeguard_engine::{
-    assemble_paths, campaign_cases, default_parity, open_member_paths, read_log_of, run_campaign,
-    run_demo, scrub, Array, Checkpoint, Counters, CreateOnPaths, LoggedEvent, ScrubOptions,
+    ask_holder, assemble_paths, campaign_cases, default_parity, open_member_paths, peek_uuid,
+    read_log_of, run_campaign, run_demo, scrub, with_control_socket, Array, Checkpoint, Counters,
+    CreateOnPaths, EngineError, LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -361,7 +362,21 @@ fn print_events(array: &Array, to_stdout: bool) {
 }
 
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
-    let array = assemble(&a.array, false)?;
+    let array = match assemble_paths(&a.array.members, a.array.direct, false) {
+        Ok(array) => array,
+        Err(EngineError::Disk(DiskError::Locked { name, holder })) => {
+            return live_status(&a, &name, holder);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for h in array.health() {
+        if let Some(why) = &h.failed {
+            eprintln!(
+                "stripeguard: WARNING: member {} ({}) is out of the array: {why}",
+                h.index, h.name
+            );
+        }
+    }
     let sb = array.superblock().clone();
     let mut unrecoverable = Vec::new();
     let awaiting = array.awaiting_resync().len();
@@ -495,6 +510,53 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     } else {
         exit::OK
     }))
+}
+
+/// `status` of an array another process holds: what that process says over its control
+/// socket (the array itself is not taken from it).
+fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCode> {
+    let who = stripeguard_disk::holder_words(holder);
+    let uuid = peek_uuid(&a.array.members).with_context(|| {
+        format!("{name} is in use by {who}, and no member has a readable superblock")
+    })?;
+    let live = ask_holder(&uuid).map_err(|why| {
+        anyhow::anyhow!("{name} is in use by {who}, which does not answer status ({why}); try again when it finishes")
+    })?;
+    if a.check {
+        eprintln!(
+            "stripeguard: the array is in use by {who}: --check needs it; showing the live status"
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({"in_use_by": live.pid, "command": live.command, "live": live})
+        );
+    } else {
+        println!(
+            "array {} in use by process {} ({})",
+            hex(&uuid),
+            live.pid,
+            live.command
+        );
+        println!(
+            "  live: {} failed check(s), {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s), {} stripe(s) resynced",
+            live.detected, live.located, live.repaired, live.unrecoverable, live.resynced
+        );
+        for (m, why) in &live.out {
+            println!("  member {m} out of the array: {why}");
+        }
+        for e in &live.recent_events {
+            println!("  {e}");
+        }
+    }
+    Ok(ExitCode::from(
+        if live.out.is_empty() && live.located == 0 {
+            exit::OK
+        } else {
+            exit::FOUND
+        },
+    ))
 }
 
 /// The last scrub, like `zpool status`' scan line.
@@ -743,7 +805,7 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
         "scrubbing"
     });
     let started = std::time::Instant::now();
-    let result = scrub(&array, &opts, &mut updater(&bar));
+    let result = with_control_socket(&array, || scrub(&array, &opts, &mut updater(&bar)));
     bar.finish_and_clear();
     let summary = result?;
     let c = array.counters();
@@ -828,25 +890,29 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
         bar.set_length(len);
     }
     let mut done = 0u64;
-    loop {
-        // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
-        let mut got = 0;
-        while got < step {
-            let n = input.read(&mut buf[got..]).context("reading the input")?;
-            if n == 0 {
+    // While it writes, `status` from another process asks this one over the control socket.
+    with_control_socket(&array, || -> Result<()> {
+        loop {
+            // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
+            let mut got = 0;
+            while got < step {
+                let n = input.read(&mut buf[got..]).context("reading the input")?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            if got == 0 {
                 break;
             }
-            got += n;
+            let at = a.offset.saturating_add(done);
+            array.check_range(at, got as u64)?;
+            array.write(at, &buf[..got])?;
+            done += got as u64;
+            bar.set_position(done);
         }
-        if got == 0 {
-            break;
-        }
-        let at = a.offset.saturating_add(done);
-        array.check_range(at, got as u64)?;
-        array.write(at, &buf[..got])?;
-        done += got as u64;
-        bar.set_position(done);
-    }
+        Ok(())
+    })?;
     bar.finish_and_clear();
     report(&array, "wrote", done, a.json);
     array.close()?;

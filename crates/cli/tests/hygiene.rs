@@ -215,6 +215,10 @@ fn a_second_writer_is_refused_naming_the_first() {
     assert!(e.contains("in use by process") && e.contains(&pid), "{e}");
     assert!(e.contains("stripeguard write"), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+    // status does not take the array from its holder: the holder answers it, live.
+    let live = ok(&sg(&cmd("status", &ms, &[]), d));
+    assert!(live.contains(&format!("in use by process {pid}")), "{live}");
+    assert!(live.contains("live:"), "{live}");
     // Readers repair what they find, so they are writers too; injecting needs a stopped array.
     assert_eq!(
         sg(&cmd("read", &ms, &["--length", "1"]), d).status.code(),

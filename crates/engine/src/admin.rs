@@ -182,3 +182,141 @@ pub fn assemble_paths(
     };
     Array::assemble(open_member_paths(paths, direct), &opts)
 }
+
+/// Where the process holding array `uuid` answers `status` and `events` (FORMAT.md §3): under
+/// `/run/stripeguard` when it can be made (root), else the temporary directory.
+pub fn control_socket_path(uuid: &[u8; 16]) -> PathBuf {
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let run = Path::new("/run/stripeguard");
+    let dir = if std::fs::create_dir_all(run).is_ok() {
+        run.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!("stripeguard-{hex}.sock"))
+}
+
+/// The live state a holder reports over its control socket.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LiveStatus {
+    /// The holder's process id.
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+    /// Counters so far.
+    pub detected: u64,
+    /// Units found wrong.
+    pub located: u64,
+    /// Units repaired.
+    pub repaired: u64,
+    /// Stripes refused.
+    pub unrecoverable: u64,
+    /// Stripes resynced.
+    pub resynced: u64,
+    /// Members out of the array, with why.
+    pub out: Vec<(usize, String)>,
+    /// The most recent events, as text.
+    pub recent_events: Vec<String>,
+}
+
+/// Run `body` while answering `status` requests on the array's control socket from another
+/// thread (the CLI's writing commands and, later, the server). The socket is removed after.
+pub fn with_control_socket<R>(array: &Array, body: impl FnOnce() -> R) -> R {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let path = control_socket_path(&array.superblock().array_uuid);
+    let _ = std::fs::remove_file(&path);
+    let Ok(listener) = UnixListener::bind(&path) else {
+        return body();
+    };
+    if listener.set_nonblocking(true).is_err() {
+        return body();
+    }
+    let stop = AtomicBool::new(false);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let _ = conn.set_nonblocking(false);
+                        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                        let mut line = String::new();
+                        let mut reader = BufReader::new(std::io::Read::take(&conn, 64));
+                        let _ = reader.read_line(&mut line);
+                        let reply = match line.trim() {
+                            "status" => {
+                                let c = array.counters();
+                                let live = LiveStatus {
+                                    pid: std::process::id(),
+                                    command: command.clone(),
+                                    detected: c.detected,
+                                    located: c.located,
+                                    repaired: c.repaired,
+                                    unrecoverable: c.unrecoverable,
+                                    resynced: c.resynced,
+                                    out: array
+                                        .health()
+                                        .into_iter()
+                                        .filter_map(|h| h.failed.map(|w| (h.index, w)))
+                                        .collect(),
+                                    recent_events: array
+                                        .events()
+                                        .iter()
+                                        .rev()
+                                        .take(20)
+                                        .map(|e| {
+                                            format!(
+                                                "stripe {} member {} ({} {}): {} — {}",
+                                                e.stripe, e.member, e.role, e.position, e.kind, e.evidence
+                                            )
+                                        })
+                                        .collect(),
+                                };
+                                serde_json::to_string(&live).unwrap_or_default()
+                            }
+                            other => format!(
+                                "{{\"error\":\"unknown request {:?} (this holder answers: status)\"}}",
+                                other.chars().take(32).collect::<String>()
+                            ),
+                        };
+                        let mut w = &conn;
+                        let _ = w.write_all(reply.as_bytes());
+                        let _ = w.write_all(b"\n");
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                }
+            }
+        });
+        let r = body();
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    let _ = std::fs::remove_file(&path);
+    out
+}
+
+/// Ask the process holding array `uuid` for its live status.
+pub fn ask_holder(uuid: &[u8; 16]) -> Result<LiveStatus, String> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = control_socket_path(uuid);
+    let mut conn = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    conn.write_all(b"status\n").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(std::io::Read::take(conn, 1 << 20))
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    serde_json::from_str(&line).map_err(|e| format!("the holder's answer is not status: {e}"))
+}
+
+/// The uuid of the array a member belongs to, read without taking the array.
+pub fn peek_uuid(paths: &[PathBuf]) -> Option<[u8; 16]> {
+    open_member_paths(paths, false)
+        .iter()
+        .find_map(|d| crate::array::read_superblock_of(d.as_ref()).ok())
+        .map(|sb| sb.array_uuid)
+}

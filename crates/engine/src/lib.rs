@@ -27,7 +27,10 @@ mod rebuild;
 mod repair;
 mod scrub;
 
-pub use admin::{assemble_paths, default_parity, open_member_paths, CreateOnPaths};
+pub use admin::{
+    ask_holder, assemble_paths, control_socket_path, default_parity, open_member_paths, peek_uuid,
+    with_control_socket, CreateOnPaths, LiveStatus,
+};
 pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHealth};
 pub use campaign::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
