@@ -2,7 +2,6 @@
 //! bars from simulation), as SVG or PNG with plotters. Text uses DejaVu Sans
 //! (`fonts-dejavu-core`), registered at run time.
 
-use crate::sim::WorkloadArgs;
 use anyhow::{bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -11,6 +10,7 @@ use stripeguard_integrity::Scheme;
 use stripeguard_plan::Op;
 use stripeguard_sim::analysis::tau_curve;
 use stripeguard_sim::PROFILES;
+use stripeguard_sim::{Run, Source};
 
 const FONT_PATHS: [&str; 2] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -36,7 +36,7 @@ const SCHEMES: [(Scheme, RGBColor); 4] = [
 ];
 
 /// Draw figure `kind` to `out`.
-pub fn draw(kind: &str, w: &WorkloadArgs, chunks: &[usize], out: &Path) -> Result<()> {
+pub fn draw(kind: &str, w: &Run, chunks: &[usize], out: &Path) -> Result<()> {
     register_font()?;
     let ext = out
         .extension()
@@ -74,7 +74,7 @@ pub fn draw(kind: &str, w: &WorkloadArgs, chunks: &[usize], out: &Path) -> Resul
 
 fn render<DB: DrawingBackend>(
     kind: &str,
-    w: &WorkloadArgs,
+    w: &Run,
     chunks: &[usize],
     root: &DrawingArea<DB, Shift>,
 ) -> Result<()>
@@ -92,8 +92,8 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing: {e:?}")
 }
 
-fn tau<DB: DrawingBackend>(w: &WorkloadArgs, root: &DrawingArea<DB, Shift>) -> Result<()> {
-    let g = w.geometry()?;
+fn tau<DB: DrawingBackend>(w: &Run, root: &DrawingArea<DB, Shift>) -> Result<()> {
+    let g = w.shape.geometry()?;
     let (n, m, k) = (g.n(), g.m, g.k);
     let level = if m == 1 {
         "RAID-5".to_string()
@@ -188,16 +188,20 @@ fn tau<DB: DrawingBackend>(w: &WorkloadArgs, root: &DrawingArea<DB, Shift>) -> R
 }
 
 fn profiles<DB: DrawingBackend>(
-    w: &WorkloadArgs,
+    w: &Run,
     chunks: &[usize],
     root: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
-    let g0 = w.geometry()?;
+    let g0 = w.shape.geometry()?;
+    let requests = match &w.source {
+        Source::Profile { requests, .. } => *requests,
+        Source::Trace { .. } => 1_000_000,
+    };
     let root = root
         .titled(
             &format!(
                 "Increased disk I/Os per workload profile, RAID {}+{} (n = {}), synthetic Table III workloads ({} requests each; Li & Lee Fig. 8 layout)",
-                g0.k, g0.m, g0.n(), w.requests_count()
+                g0.k, g0.m, g0.n(), requests
             ),
             ("sans-serif", 16),
         )
@@ -207,8 +211,17 @@ fn profiles<DB: DrawingBackend>(
         let mut values: Vec<Vec<f64>> = Vec::new();
         for p in PROFILES {
             let mut wp = w.clone();
-            wp.set_profile(p.name, chunk);
-            let (r, _) = wp.simulate(&Scheme::ALL)?;
+            wp.shape.chunk_bytes = chunk as u64;
+            wp.schemes = Scheme::ALL.to_vec();
+            wp.source = Source::Profile {
+                profile: p,
+                requests,
+                seed: match &w.source {
+                    Source::Profile { seed, .. } => *seed,
+                    Source::Trace { .. } => 1,
+                },
+            };
+            let (r, _) = stripeguard_sim::run(&wp, &mut |_, _| {})?;
             values.push(
                 SCHEMES
                     .iter()

@@ -5,15 +5,12 @@ use crate::units::{format_size, parse_size, parse_size_f64};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use stripeguard_integrity::Scheme;
-use stripeguard_plan::Geometry;
 use stripeguard_sim::{
-    choose_by_rule, Fit, Profile, SimReport, Simulator, SynthConfig, Synthetic, TraceFormat,
-    TraceOptions, TraceReader, PROFILES,
+    choose_by_rule, ArrayShape, FitMode, Profile, Run, RunInfo, SimReport, Source, TraceFormat,
+    TraceOptions, PROFILES,
 };
 
 /// Where requests come from and what array they run on (shared by `sim` and `choose`).
@@ -83,47 +80,12 @@ pub struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
-    /// Synthetic requests per workload.
-    pub fn requests_count(&self) -> u64 {
-        self.requests
-    }
-
-    /// Switch to Table III profile `name` with chunk size `chunk` (the profiles figure).
-    pub fn set_profile(&mut self, name: &str, chunk: usize) {
-        self.trace = None;
-        self.read_ratio = None;
-        self.profile = Some(name.to_string());
-        self.chunk = chunk;
-    }
-
     fn parity(&self) -> Result<usize> {
         Ok(match (self.parity, self.level) {
             (Some(m), _) => m,
             (None, 5) => 1,
             (None, 6) => 2,
             (None, l) => bail!("--level {l} is not supported (5 or 6, or --parity M)"),
-        })
-    }
-
-    pub fn geometry(&self) -> Result<Geometry> {
-        let m = self.parity()?;
-        if m == 0 || m >= self.disks {
-            bail!(
-                "{} disks cannot hold {m} parity chunks and data",
-                self.disks
-            );
-        }
-        let k = self.disks - m;
-        if self.chunk == 0 || !self.chunk.is_multiple_of(512) {
-            bail!("--chunk must be a multiple of 512 bytes");
-        }
-        let stripe = (k * self.chunk) as u64;
-        let stripes = (self.capacity as u64 / stripe).max(1);
-        Ok(Geometry {
-            k,
-            m,
-            chunk_bytes: self.chunk as u64,
-            stripes,
         })
     }
 
@@ -154,104 +116,79 @@ impl WorkloadArgs {
         Ok(None)
     }
 
-    fn open_trace(&self, path: &PathBuf) -> Result<TraceReader<BufReader<File>>> {
-        let f =
-            File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
-        let format = match self.format.as_str() {
-            "auto" => None,
-            other => Some(other.parse::<TraceFormat>().map_err(anyhow::Error::msg)?),
+    /// The library's description of this run (the arguments, parsed; nothing decided here).
+    /// `figure`: no workload is needed (the figures pick theirs).
+    pub fn to_run(&self, schemes: &[Scheme], figure: bool) -> Result<Run> {
+        let shape = ArrayShape {
+            disks: self.disks,
+            parity: self.parity()?,
+            chunk_bytes: self.chunk as u64,
+            capacity_bytes: self.capacity as u64,
         };
-        let opts = TraceOptions {
-            device: self.device.clone(),
-            blkparse_queue: self.queue_events,
-            skip_bad: self.skip_bad,
-            limit: self.limit,
-        };
-        TraceReader::new(BufReader::new(f), format, opts)
-            .with_context(|| path.display().to_string())
-    }
-
-    /// Replay the workload through every scheme in `schemes`.
-    pub fn simulate(&self, schemes: &[Scheme]) -> Result<(SimReport, String)> {
-        let g = self.geometry()?;
-        let cap = g.capacity_bytes();
-        let mut sim =
-            Simulator::new(g, schemes, self.map_memory as u64).with_cross_check(self.cross_check);
-        let bar = count_bar("replaying");
-        let label;
-        if let Some(path) = &self.trace {
+        let source = if let Some(path) = &self.trace {
+            let format = match self.format.as_str() {
+                "auto" => None,
+                other => Some(other.parse::<TraceFormat>().map_err(anyhow::Error::msg)?),
+            };
             let fit = match self.fit.as_str() {
-                "wrap" => Fit::Wrap,
-                "scale" => {
-                    let mut extent = 0u64;
-                    for r in self.open_trace(path)? {
-                        let r = r.with_context(|| path.display().to_string())?;
-                        extent = extent.max(r.offset.saturating_add(r.len));
-                    }
-                    Fit::Scale { extent }
-                }
+                "wrap" => FitMode::Wrap,
+                "scale" => FitMode::Scale,
                 other => bail!("--fit {other}: use wrap or scale"),
             };
-            let mut reader = self.open_trace(path)?;
-            let format = reader.format();
-            if let Some(l) = self.limit {
-                bar.set_length(l);
-            }
-            for r in reader.by_ref() {
-                let r = r.with_context(|| path.display().to_string())?;
-                sim.replay(fit.apply(r, cap));
-                bar.inc(1);
-            }
-            label = format!(
-                "trace {} ({}{}{})",
-                path.display(),
-                format.name(),
-                if reader.skipped_bad > 0 {
-                    format!(", {} malformed lines skipped", reader.skipped_bad)
-                } else {
-                    String::new()
+            Source::Trace {
+                path: path.clone(),
+                format,
+                opts: TraceOptions {
+                    device: self.device.clone(),
+                    blkparse_queue: self.queue_events,
+                    skip_bad: self.skip_bad,
+                    limit: self.limit,
                 },
-                self.device
-                    .as_ref()
-                    .map(|d| format!(", device {d}"))
-                    .unwrap_or_default()
-            );
-        } else if let Some(p) = self.synthetic_profile()? {
-            bar.set_length(self.requests);
-            let gen = Synthetic::new(SynthConfig {
-                profile: p,
-                requests: self.requests,
-                capacity_bytes: cap,
-                seed: self.seed,
-            });
-            let mut gen = gen;
-            let mut batch = Vec::with_capacity(4096);
-            let mut done = 0u64;
-            loop {
-                batch.clear();
-                batch.extend(gen.by_ref().take(4096));
-                if batch.is_empty() {
-                    break;
-                }
-                sim.replay_batch(&batch);
-                done += batch.len() as u64;
-                bar.set_position(done);
+                fit,
             }
-            label = format!(
-                "profile {} (reads {:.1} %, avg read {}, avg write {}; {} requests, seed {})",
-                p.name,
-                p.read_ratio * 100.0,
-                format_size(p.avg_read_bytes as usize / 512 * 512),
-                format_size(p.avg_write_bytes as usize / 512 * 512),
-                self.requests,
-                self.seed
-            );
+        } else if let Some(profile) = self.synthetic_profile()? {
+            Source::Profile {
+                profile,
+                requests: self.requests,
+                seed: self.seed,
+            }
+        } else if figure {
+            // The figures choose their own workloads; this one is only a placeholder.
+            Source::Profile {
+                profile: PROFILES[0],
+                requests: self.requests,
+                seed: self.seed,
+            }
         } else {
             bail!("give --trace FILE, --profile NAME, or --read-ratio with --avg-read and --avg-write");
-        }
-        bar.finish_and_clear();
-        Ok((sim.report(), label))
+        };
+        Ok(Run {
+            shape,
+            schemes: schemes.to_vec(),
+            map_bytes: self.map_memory as u64,
+            cross_check: self.cross_check,
+            source,
+        })
     }
+
+    /// Replay the workload through every scheme in `schemes`, with a progress bar.
+    pub fn simulate(&self, schemes: &[Scheme]) -> Result<(SimReport, RunInfo)> {
+        let run = self.to_run(schemes, false)?;
+        simulate(&run)
+    }
+}
+
+/// [`stripeguard_sim::run`] with a progress bar.
+pub fn simulate(run: &Run) -> Result<(SimReport, RunInfo)> {
+    let bar = count_bar("replaying");
+    let out = stripeguard_sim::run(run, &mut |done, total| {
+        if let Some(t) = total {
+            bar.set_length(t);
+        }
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    Ok(out?)
 }
 
 fn parse_schemes(s: &str) -> Result<Vec<Scheme>> {
@@ -318,18 +255,20 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
             .out
             .clone()
             .context("--figure needs --out FILE.svg or FILE.png")?;
-        return crate::figures::draw(fig, &a.w, &a.chunks, &out).map(|_| {
+        let run = a.w.to_run(&Scheme::ALL, true)?;
+        return crate::figures::draw(fig, &run, &a.chunks, &out).map(|_| {
             println!("wrote {}", out.display());
             ExitCode::from(crate::exit::OK)
         });
     }
     let schemes = parse_schemes(&a.schemes)?;
-    let (report, label) = a.w.simulate(&schemes)?;
-    print_report(&report, &label, a.json, a.csv);
+    let (report, info) = a.w.simulate(&schemes)?;
+    print_report(&report, &info, a.json, a.csv);
     Ok(ExitCode::from(crate::exit::OK))
 }
 
-fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
+fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
+    let label = &info.label;
     if json_out {
         let rows: Vec<_> = report
             .schemes
@@ -344,7 +283,7 @@ fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({"workload": label, "k": report.k, "m": report.m,
-            "chunk_bytes": report.chunk_bytes, "requests": report.requests, "schemes": rows}))
+            "chunk_bytes": report.chunk_bytes, "requests": report.requests, "fit": info, "schemes": rows}))
             .expect("json")
         );
         return;
@@ -376,6 +315,12 @@ fn print_report(report: &SimReport, label: &str, json_out: bool, csv: bool) {
         "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O)",
         report.k, report.m, format_size(report.chunk_bytes as usize), report.requests
     );
+    if info.wrapped > 0 || info.clipped > 0 {
+        println!(
+            "fit: wrapped: {} requests (offset beyond the capacity), clipped: {} (cut at its end); --capacity or --fit scale changes this",
+            info.wrapped, info.clipped
+        );
+    }
     println!(
         "{:<11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8}",
         "scheme",
@@ -421,11 +366,17 @@ pub struct ChooseArgs {
 }
 
 pub fn choose(a: ChooseArgs) -> Result<ExitCode> {
-    let g = a.w.geometry()?;
+    let g = ArrayShape {
+        disks: a.w.disks,
+        parity: a.w.parity()?,
+        chunk_bytes: a.w.chunk as u64,
+        capacity_bytes: a.w.capacity as u64,
+    }
+    .geometry()?;
     let simulate = a.w.trace.is_some() || a.w.profile.is_some() || a.w.read_ratio.is_some();
     let (report, label) = if simulate {
-        let (r, l) = a.w.simulate(&Scheme::ALL)?;
-        (Some(r), l)
+        let (r, info) = a.w.simulate(&Scheme::ALL)?;
+        (Some(r), info.label)
     } else {
         (None, String::new())
     };

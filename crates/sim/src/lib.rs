@@ -11,10 +11,12 @@
 pub mod analysis;
 pub mod choose;
 pub mod replay;
+pub mod run;
 pub mod synth;
 pub mod trace;
 
 pub use choose::{choose_by_rule, switch_point, RuleChoice};
 pub use replay::{Fit, SchemeCounts, SimReport, Simulator};
+pub use run::{run, ArrayShape, FitMode, Run, RunError, RunInfo, Source};
 pub use synth::{Profile, SynthConfig, Synthetic, PROFILES};
 pub use trace::{Request, TraceError, TraceFormat, TraceOptions, TraceReader};

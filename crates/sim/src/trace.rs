@@ -91,7 +91,11 @@ impl TraceFormat {
         }
         if t.contains(',') {
             let f: Vec<&str> = t.split(',').map(str::trim).collect();
-            if f.len() >= 7
+            if is_msr_header(t) {
+                return Some(TraceFormat::Msr);
+            }
+            // Some MSR files drop the trailing ResponseTime: 6 fields.
+            if f.len() >= 6
                 && (f[3].eq_ignore_ascii_case("read") || f[3].eq_ignore_ascii_case("write"))
             {
                 return Some(TraceFormat::Msr);
@@ -101,11 +105,26 @@ impl TraceFormat {
             }
             return None;
         }
-        if ws.len() == 5 && ws.iter().all(|w| w.parse::<u64>().is_ok()) {
+        // DiskSim: the arrival time may be fractional (milliseconds in DiskSim's own traces).
+        if ws.len() == 5
+            && ws[0]
+                .parse::<f64>()
+                .is_ok_and(|t| t.is_finite() && t >= 0.0)
+            && ws[1..].iter().all(|w| w.parse::<u64>().is_ok())
+        {
             return Some(TraceFormat::Disksim);
         }
         None
     }
+}
+
+/// `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime` (any case, any spacing).
+fn is_msr_header(line: &str) -> bool {
+    let f: Vec<String> = line
+        .split(',')
+        .map(|x| x.trim().to_ascii_lowercase())
+        .collect();
+    f.len() >= 6 && f[0] == "timestamp" && f[3] == "type" && f[4] == "offset"
 }
 
 /// A malformed trace.
@@ -148,6 +167,8 @@ pub struct TraceReader<R: BufRead> {
     format: TraceFormat,
     opts: TraceOptions,
     line: String,
+    /// The raw bytes of the line being read (a line that is not UTF-8 is a malformed line).
+    raw: Vec<u8>,
     line_no: u64,
     /// Malformed lines skipped (with `skip_bad`).
     pub skipped_bad: u64,
@@ -165,13 +186,18 @@ impl<R: BufRead> TraceReader<R> {
         opts: TraceOptions,
     ) -> Result<Self, TraceError> {
         let mut first = String::new();
+        let mut raw = Vec::new();
         let mut line_no = 0;
         loop {
-            first.clear();
-            if input.read_line(&mut first)? == 0 {
+            raw.clear();
+            if input.read_until(b'\n', &mut raw)? == 0 {
+                first.clear();
                 break;
             }
             line_no += 1;
+            // Detection looks at text; a first line that is not UTF-8 is read lossily here and
+            // reported with its line number when parsed.
+            first = String::from_utf8_lossy(&raw).into_owned();
             if !first.trim().is_empty() {
                 break;
             }
@@ -187,6 +213,7 @@ impl<R: BufRead> TraceReader<R> {
             format,
             opts,
             line: String::new(),
+            raw,
             line_no: line_no.max(1) - 1,
             skipped_bad: 0,
             ignored: 0,
@@ -198,6 +225,11 @@ impl<R: BufRead> TraceReader<R> {
     /// The format being read.
     pub fn format(&self) -> TraceFormat {
         self.format
+    }
+
+    /// Lines read so far.
+    pub fn lines_read(&self) -> u64 {
+        self.line_no
     }
 
     fn bad(&self, message: impl Into<String>) -> TraceError {
@@ -227,6 +259,9 @@ impl<R: BufRead> TraceReader<R> {
         };
         match self.format {
             TraceFormat::Msr => {
+                if is_msr_header(t) {
+                    return Ok(None);
+                }
                 let f: Vec<&str> = t.split(',').collect();
                 if f.len() < 6 {
                     return Err(self.bad(
@@ -372,19 +407,38 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             if self.opts.limit.is_some_and(|l| self.yielded >= l) {
                 return None;
             }
-            match self.pending_first.take() {
-                Some(first) => self.line = first,
+            let utf8 = match self.pending_first.take() {
+                Some(first) => {
+                    self.line = first;
+                    std::str::from_utf8(&self.raw).is_ok()
+                }
                 None => {
-                    self.line.clear();
-                    match self.input.read_line(&mut self.line) {
+                    self.raw.clear();
+                    match self.input.read_until(b'\n', &mut self.raw) {
                         Ok(0) => return None,
                         Ok(_) => {}
                         Err(e) => return Some(Err(e.into())),
                     }
+                    match std::str::from_utf8(&self.raw) {
+                        Ok(t) => {
+                            self.line.clear();
+                            self.line.push_str(t);
+                            true
+                        }
+                        Err(_) => {
+                            self.line = String::from_utf8_lossy(&self.raw).into_owned();
+                            false
+                        }
+                    }
                 }
-            }
+            };
             self.line_no += 1;
-            match self.parse() {
+            let parsed = if utf8 {
+                self.parse()
+            } else {
+                Err(self.bad("the line is not UTF-8 text"))
+            };
+            match parsed {
                 Ok(Some(r)) if r.len > 0 => {
                     self.yielded += 1;
                     return Some(Ok(r));
