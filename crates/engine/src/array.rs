@@ -599,7 +599,7 @@ impl Array {
             position: 0,
             role: "member",
             kind: "member-failed",
-            evidence: why.to_string(),
+            evidence: why.reason(),
             action: crate::EventAction::RebuiltDegraded,
         });
         true
