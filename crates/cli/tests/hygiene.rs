@@ -360,3 +360,23 @@ fn events_survive_the_process_and_drive_an_exec_hook() {
     let row = status.lines().find(|l| l.contains("member   1")).unwrap();
     assert!(row.split_whitespace().any(|w| w == "1"), "{status}");
 }
+
+#[test]
+fn a_version_1_member_is_refused_by_name_and_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A version-1 superblock (FORMAT.md before version 2: 512 bytes at 0 and 4096).
+    let mut b = vec![0u8; 1 << 20];
+    b[0..8].copy_from_slice(b"SGARRAY\0");
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[12..16].copy_from_slice(&512u32.to_le_bytes());
+    for m in ["v0", "v1", "v2"] {
+        std::fs::write(d.join(m), &b).unwrap();
+    }
+    let out = sg(&["status", "v0", "v1", "v2"], d);
+    assert_eq!(out.status.code(), Some(2));
+    let e = err_of(&out);
+    assert!(e.contains("version 1") && e.contains("recreate"), "{e}");
+    let out = sg(&["create", "v0", "v1", "v2"], d);
+    assert!(err_of(&out).contains("--force"), "{}", err_of(&out));
+}
