@@ -4,15 +4,7 @@ use libfuzzer_sys::fuzz_target;
 use stripeguard_sim::{TraceFormat, TraceOptions, TraceReader};
 
 fuzz_target!(|data: &[u8]| {
-    for format in [
-        None,
-        Some(TraceFormat::Msr),
-        Some(TraceFormat::Spc),
-        Some(TraceFormat::Disksim),
-        Some(TraceFormat::Blkparse),
-        Some(TraceFormat::FioV2),
-        Some(TraceFormat::FioV3),
-    ] {
+    for format in std::iter::once(None).chain(TraceFormat::ALL.map(Some)) {
         let opts = TraceOptions { skip_bad: data.first() == Some(&0), ..TraceOptions::default() };
         if let Ok(r) = TraceReader::new(std::io::Cursor::new(data), format, opts) {
             for req in r.take(256).flatten() {

@@ -64,6 +64,16 @@ impl FromStr for TraceFormat {
 }
 
 impl TraceFormat {
+    /// Every format.
+    pub const ALL: [TraceFormat; 6] = [
+        TraceFormat::Msr,
+        TraceFormat::Spc,
+        TraceFormat::Disksim,
+        TraceFormat::Blkparse,
+        TraceFormat::FioV2,
+        TraceFormat::FioV3,
+    ];
+
     /// Name.
     pub fn name(self) -> &'static str {
         match self {

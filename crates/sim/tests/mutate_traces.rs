@@ -34,16 +34,6 @@ fn seeds() -> Vec<String> {
     v
 }
 
-const FORMATS: [Option<TraceFormat>; 7] = [
-    None,
-    Some(TraceFormat::Msr),
-    Some(TraceFormat::Spc),
-    Some(TraceFormat::Disksim),
-    Some(TraceFormat::Blkparse),
-    Some(TraceFormat::FioV2),
-    Some(TraceFormat::FioV3),
-];
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
@@ -78,7 +68,8 @@ proptest! {
             let c = c.index(bytes.len() + 1);
             bytes.truncate(c);
         }
-        for format in FORMATS {
+        let formats = std::iter::once(None).chain(TraceFormat::ALL.map(Some));
+        for format in formats {
             let opts = TraceOptions { skip_bad, ..TraceOptions::default() };
             if let Ok(reader) = TraceReader::new(std::io::Cursor::new(bytes.clone()), format, opts) {
                 for r in reader.take(64).flatten() {
