@@ -380,3 +380,57 @@ fn a_version_1_member_is_refused_by_name_and_not_overwritten() {
     let out = sg(&["create", "v0", "v1", "v2"], d);
     assert!(err_of(&out).contains("--force"), "{}", err_of(&out));
 }
+
+#[test]
+fn without_local_locks_the_owner_record_refuses_a_second_process() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2"];
+    create(d, &ms, &[]);
+    // As on a filesystem whose locks do not cross hosts: only the owner record guards.
+    let mut first = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(cmd("write", &ms, &[]))
+        .current_dir(d)
+        .env("STRIPEGUARD_NO_LOCAL_LOCKS", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = first.id().to_string();
+    // Wait for its owner record (FORMAT.md §2.0: slots at 8192 and 10240, pid at +28).
+    let held = (0..400).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let b = std::fs::read(d.join("m0")).unwrap();
+        [8192usize, 10240].iter().any(|&s| {
+            b[s..s + 8] == *b"SGOWNER\0"
+                && b[s + 24] == 1
+                && u32::from_le_bytes(b[s + 28..s + 32].try_into().unwrap()).to_string() == pid
+        })
+    });
+    assert!(held, "the first writer never wrote its owner record");
+    let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(cmd("write", &ms, &["-i", "/dev/null"]))
+        .current_dir(d)
+        .env("STRIPEGUARD_NO_LOCAL_LOCKS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = err_of(&out);
+    assert!(
+        e.contains(&format!("in use by process {pid}")) && e.contains("owner record"),
+        "{e}"
+    );
+    first.stdin.take().unwrap().write_all(&[3u8; 1000]).unwrap();
+    assert!(first.wait().unwrap().success());
+    // Closed cleanly: free for the next.
+    let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(cmd("write", &ms, &["-i", "/dev/null"]))
+        .current_dir(d)
+        .env("STRIPEGUARD_NO_LOCAL_LOCKS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", err_of(&out));
+}

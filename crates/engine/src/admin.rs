@@ -237,6 +237,7 @@ pub fn with_control_socket<R>(array: &Array, body: impl FnOnce() -> R) -> R {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let out = std::thread::scope(|s| {
         s.spawn(|| {
+            let mut last_beat = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
@@ -286,6 +287,12 @@ pub fn with_control_socket<R>(array: &Array, body: impl FnOnce() -> R) -> R {
                         let _ = w.write_all(b"\n");
                     }
                     Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                }
+                if let Some(every) = array.heartbeat_interval() {
+                    if last_beat.elapsed() >= every {
+                        let _ = array.heartbeat();
+                        last_beat = std::time::Instant::now();
+                    }
                 }
             }
         });

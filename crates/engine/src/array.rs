@@ -78,6 +78,8 @@ pub struct AssembleOptions {
     pub first_read_map_bytes: u64,
     /// Mark the array dirty and allow writes (repairs are written back only when writable).
     pub writable: bool,
+    /// Heartbeat interval written into the owner record (FORMAT.md §2.0).
+    pub heartbeat: std::time::Duration,
 }
 
 impl Default for AssembleOptions {
@@ -85,6 +87,7 @@ impl Default for AssembleOptions {
         AssembleOptions {
             first_read_map_bytes: 64 << 20,
             writable: true,
+            heartbeat: std::time::Duration::from_millis(crate::owner::HEARTBEAT_MS as u64),
         }
     }
 }
@@ -128,6 +131,7 @@ pub struct Array {
     pub(crate) seq: Mutex<SeqState>,
     pub(crate) meta: Mutex<Meta>,
     pub(crate) intent: Mutex<crate::intent::Intent>,
+    pub(crate) ownership: Mutex<Option<crate::owner::Owner>>,
     pub(crate) events: Mutex<EventLog>,
     pub(crate) writable: bool,
     pub(crate) generation: std::sync::atomic::AtomicU64,
@@ -402,6 +406,7 @@ impl Array {
             logged.entries.last().map(|e| e.number + 1).unwrap_or(0);
         array.load_intent_sequence();
         if opts.writable {
+            array.take_ownership(opts.heartbeat)?;
             let unclean = array.sb.state == ArrayState::Dirty;
             array.write_superblocks(ArrayState::Dirty)?;
             if unclean {
@@ -450,6 +455,7 @@ impl Array {
                 next: sb.sequence_high_water,
                 high_water: sb.sequence_high_water,
             }),
+            ownership: Mutex::new(None),
             intent: Mutex::new(crate::intent::Intent::new(
                 &sb.layout,
                 sb.stripes,
@@ -524,6 +530,7 @@ impl Array {
         if self.writable {
             self.flush_and_clear(true)?;
             self.write_superblocks(ArrayState::Clean)?;
+            self.release_ownership()?;
         }
         Ok(())
     }
@@ -797,12 +804,22 @@ pub fn member_unit_map(d: &dyn stripeguard_disk::Disk) -> Result<UnitMap, Engine
 /// looks) before reading its superblock, so two writers never share an array. A member that
 /// cannot be locked for another reason (unreadable, absent) is left to the superblock read.
 fn lock_members(members: &[DiskRef], exclusive: bool) -> Result<(), EngineError> {
+    // Where flock does not cross hosts (NFS and the like) the owner record is the only guard.
+    if std::env::var_os("STRIPEGUARD_NO_LOCAL_LOCKS").is_some_and(|v| v == "1") {
+        return Ok(());
+    }
     for d in members {
         if let Err(e @ DiskError::Locked { .. }) = d.try_lock(exclusive) {
             return Err(e.into());
         }
     }
     Ok(())
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        self.forget_ownership();
+    }
 }
 
 /// Unit layout of a member with superblock `sb`.

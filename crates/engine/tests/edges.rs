@@ -298,3 +298,76 @@ fn a_damaged_intent_record_resyncs_every_stripe_and_a_clean_one_nothing() {
     a.read(0, &mut back).unwrap();
     assert_eq!(back, bytes(3 * CHUNK as usize, 1));
 }
+
+#[test]
+fn the_owner_record_guards_members_no_lock_can() {
+    let scheme = Scheme::Hybrid1;
+    let d = mems(scheme, 3);
+    create(&d, &ArrayConfig::new(2, 1, scheme, CHUNK, STRIPES)).unwrap();
+    // Memory members have no flock: only the owner record stands between two assemblies.
+    let first = assemble(refs(&d)).unwrap();
+    let e = assemble(refs(&d))
+        .err()
+        .expect("a second writer")
+        .to_string();
+    assert!(
+        e.contains("in use by process") && e.contains("owner record"),
+        "{e}"
+    );
+    // Read-only assembly does not need ownership.
+    let ro = AssembleOptions {
+        writable: false,
+        ..Default::default()
+    };
+    assert!(Array::assemble(refs(&d), &ro).is_ok());
+    // The first dropped without close (a crash): the next takes over.
+    drop(first);
+    let second = assemble(refs(&d)).unwrap();
+    let o = second.owner().unwrap();
+    assert!(o.held && o.pid == std::process::id());
+    second.close().unwrap();
+    // After a clean close the record says free.
+    let probe = Array::assemble(refs(&d), &ro).unwrap();
+    assert!(!probe.owner().unwrap().held);
+    drop(probe);
+    // A holder on another host with a fresh heartbeat is respected; a silent one is taken over
+    // after waiting two intervals without its heartbeat moving.
+    let a = Array::assemble(
+        refs(&d),
+        &AssembleOptions {
+            heartbeat: std::time::Duration::from_millis(40),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drop(a); // left held, by "this" process
+    let hold_elsewhere = |heartbeat_ms: u64| {
+        // Rewrite the slots as another host's, re-sealed (FORMAT.md §2.0).
+        for m in &d {
+            m.with_bytes_mut(|b| {
+                for slot in [8192usize, 8192 + 2048] {
+                    let s = &mut b[slot..slot + 2048];
+                    if s[0..8] != *b"SGOWNER\0" {
+                        continue;
+                    }
+                    s[88..152].fill(0);
+                    s[88..97].copy_from_slice(b"elsewhere");
+                    s[72..80].copy_from_slice(&heartbeat_ms.to_le_bytes());
+                    let crc = stripeguard_checksum::crc32c(&s[..2044]);
+                    s[2044..].copy_from_slice(&crc.to_le_bytes());
+                }
+            });
+        }
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    hold_elsewhere(now);
+    let e = assemble(refs(&d)).err().expect("refused").to_string();
+    assert!(e.contains("elsewhere") && e.contains("heartbeat"), "{e}");
+    hold_elsewhere(now - 60_000);
+    let taken = assemble(refs(&d)).unwrap();
+    assert_ne!(taken.owner().unwrap().host, "elsewhere");
+    taken.close().unwrap();
+}

@@ -1,0 +1,301 @@
+//! The owner record (FORMAT.md §2.0): who holds the array for writing, for members `flock`
+//! cannot protect (remote exports, filesystems whose locks do not cross hosts). Checked after
+//! the local locks at every writable assembly; written as held then, refreshed by heartbeats
+//! while the holder serves its control socket, and written as free at a clean close.
+
+use crate::{Array, EngineError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stripeguard_checksum::crc32c;
+use stripeguard_integrity::OWNER_RECORD_OFFSET;
+
+const MAGIC: [u8; 8] = *b"SGOWNER\0";
+const VERSION: u32 = 1;
+const SLOT_BYTES: usize = 2048;
+const CRC_AT: usize = SLOT_BYTES - 4;
+/// Milliseconds between heartbeats of a holder.
+pub const HEARTBEAT_MS: u32 = 5000;
+
+/// One slot of the owner record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Owner {
+    /// Incremented on every write.
+    pub sequence: u64,
+    /// Held (else free).
+    pub held: bool,
+    /// Holder's process id.
+    pub pid: u32,
+    /// Holder host's boot id.
+    #[serde(skip)]
+    pub boot_id: [u8; 16],
+    /// Random per assembly.
+    #[serde(skip)]
+    pub holder_id: [u8; 16],
+    /// Unix ms.
+    pub acquired_ms: u64,
+    /// Unix ms.
+    pub heartbeat_ms: u64,
+    /// Heartbeat interval.
+    pub interval_ms: u32,
+    /// Host name.
+    pub host: String,
+    /// Command line.
+    pub command: String,
+}
+
+fn put(dst: &mut [u8], s: &str) {
+    let mut end = s.len().min(dst.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    dst[..end].copy_from_slice(&s.as_bytes()[..end]);
+}
+
+fn get(b: &[u8]) -> String {
+    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+impl Owner {
+    fn encode(&self) -> [u8; SLOT_BYTES] {
+        let mut b = [0u8; SLOT_BYTES];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
+        b[24] = self.held as u8;
+        b[28..32].copy_from_slice(&self.pid.to_le_bytes());
+        b[32..48].copy_from_slice(&self.boot_id);
+        b[48..64].copy_from_slice(&self.holder_id);
+        b[64..72].copy_from_slice(&self.acquired_ms.to_le_bytes());
+        b[72..80].copy_from_slice(&self.heartbeat_ms.to_le_bytes());
+        b[80..84].copy_from_slice(&self.interval_ms.to_le_bytes());
+        put(&mut b[88..152], &self.host);
+        put(&mut b[152..408], &self.command);
+        let crc = crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Owner> {
+        if b.len() < SLOT_BYTES
+            || b[0..8] != MAGIC
+            || b[8..12] != VERSION.to_le_bytes()
+            || b[12..16] != (SLOT_BYTES as u32).to_le_bytes()
+            || b[CRC_AT..SLOT_BYTES] != crc32c(&b[..CRC_AT]).to_le_bytes()
+            || b[24] > 1
+        {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+        Some(Owner {
+            sequence: u64_at(16),
+            held: b[24] == 1,
+            pid: u32_at(28),
+            boot_id: b[32..48].try_into().expect("16"),
+            holder_id: b[48..64].try_into().expect("16"),
+            acquired_ms: u64_at(64),
+            heartbeat_ms: u64_at(72),
+            interval_ms: u32_at(80),
+            host: get(&b[88..152]),
+            command: get(&b[152..408]),
+        })
+    }
+}
+
+/// Holder ids of the arrays this process has assembled and not yet dropped: a record naming this
+/// process is live only if its id is here (an array dropped without `close` is a crash).
+static LIVE: std::sync::Mutex<Vec<[u8; 16]>> = std::sync::Mutex::new(Vec::new());
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn boot_id() -> [u8; 16] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: Vec<u8> = text.bytes().filter(|c| c.is_ascii_hexdigit()).collect();
+    let mut id = [0u8; 16];
+    for (i, pair) in hex.chunks(2).take(16).enumerate() {
+        id[i] = u8::from_str_radix(std::str::from_utf8(pair).unwrap_or("0"), 16).unwrap_or(0);
+    }
+    id
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+impl Array {
+    /// The newest valid owner record on any current member.
+    pub fn owner(&self) -> Option<Owner> {
+        let mut best: Option<Owner> = None;
+        for (i, d) in self.members.iter().enumerate() {
+            if self.is_failed(i) {
+                continue;
+            }
+            let mut b = vec![0u8; 2 * SLOT_BYTES];
+            if d.read_at(OWNER_RECORD_OFFSET, &mut b).is_err() {
+                continue;
+            }
+            for slot in b.chunks(SLOT_BYTES) {
+                if let Some(o) = Owner::decode(slot) {
+                    if best.as_ref().is_none_or(|x| o.sequence > x.sequence) {
+                        best = Some(o);
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    fn write_owner(&self, o: &Owner) -> Result<(), EngineError> {
+        let bytes = o.encode();
+        let at = OWNER_RECORD_OFFSET + (o.sequence % 2) * SLOT_BYTES as u64;
+        for (i, d) in self.members.iter().enumerate() {
+            if self.is_failed(i) {
+                continue;
+            }
+            if let Err(e) = d.write_at(at, &bytes).and_then(|()| d.flush()) {
+                self.fail_member(i, &e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.0).
+    pub(crate) fn take_ownership(&self, interval: Duration) -> Result<(), EngineError> {
+        let me_host = host_name();
+        let me_boot = boot_id();
+        let in_use = |o: &Owner, why: String| {
+            EngineError::Assemble(format!(
+                "the array is in use by process {} on {} ({}), {why}",
+                o.pid, o.host, o.command
+            ))
+        };
+        if let Some(o) = self.owner().filter(|o| o.held) {
+            let here = o.host == me_host && o.boot_id == me_boot;
+            if here {
+                let alive = if o.pid == std::process::id() {
+                    LIVE.lock().expect("lock").contains(&o.holder_id)
+                } else {
+                    std::path::Path::new(&format!("/proc/{}", o.pid)).exists()
+                };
+                if alive {
+                    return Err(in_use(&o, "by its owner record".into()));
+                }
+                // The holder died without closing: taking over is safe on this host.
+            } else {
+                let age = now_ms().saturating_sub(o.heartbeat_ms);
+                let interval_ms = o.interval_ms.max(1) as u64;
+                if age < 3 * interval_ms {
+                    return Err(in_use(
+                        &o,
+                        format!(
+                            "its last heartbeat {} ms ago; if that host is down, try again in {} s",
+                            age,
+                            (3 * interval_ms - age).div_ceil(1000)
+                        ),
+                    ));
+                }
+                // Its heartbeat looks stale by this clock: wait and look again (a live holder
+                // with another clock still moves the sequence).
+                std::thread::sleep(Duration::from_millis(2 * interval_ms));
+                if let Some(again) = self.owner() {
+                    if again.sequence != o.sequence && again.held {
+                        return Err(in_use(&again, "its heartbeat still moves".into()));
+                    }
+                }
+            }
+        }
+        let now = now_ms();
+        let o = Owner {
+            sequence: self.owner().map(|o| o.sequence).unwrap_or(0) + 1,
+            held: true,
+            pid: std::process::id(),
+            boot_id: me_boot,
+            holder_id: rand::random(),
+            acquired_ms: now,
+            heartbeat_ms: now,
+            interval_ms: interval.as_millis().clamp(1, u32::MAX as u128) as u32,
+            host: me_host,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        };
+        self.write_owner(&o)?;
+        LIVE.lock().expect("lock").push(o.holder_id);
+        *self.ownership.lock().expect("lock") = Some(o);
+        Ok(())
+    }
+
+    /// Forget this array's holder id (it was dropped: closed or crashed).
+    pub(crate) fn forget_ownership(&self) {
+        if let Some(o) = self.ownership.lock().expect("lock").as_ref() {
+            LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
+        }
+    }
+
+    /// Refresh the heartbeat (the control-socket thread calls it every interval).
+    pub(crate) fn heartbeat(&self) -> Result<(), EngineError> {
+        let mut mine = self.ownership.lock().expect("lock");
+        if let Some(o) = mine.as_mut() {
+            o.sequence += 1;
+            o.heartbeat_ms = now_ms();
+            self.write_owner(o)?;
+        }
+        Ok(())
+    }
+
+    /// Mark the array free (a clean close).
+    pub(crate) fn release_ownership(&self) -> Result<(), EngineError> {
+        let mut mine = self.ownership.lock().expect("lock");
+        if let Some(mut o) = mine.take() {
+            LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
+            o.sequence += 1;
+            o.held = false;
+            o.heartbeat_ms = now_ms();
+            self.write_owner(&o)?;
+        }
+        Ok(())
+    }
+
+    /// The heartbeat interval of this holder, if it holds the array.
+    pub(crate) fn heartbeat_interval(&self) -> Option<Duration> {
+        self.ownership
+            .lock()
+            .expect("lock")
+            .as_ref()
+            .map(|o| Duration::from_millis(o.interval_ms as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_flips_are_rejected() {
+        let o = Owner {
+            sequence: 7,
+            held: true,
+            pid: 4242,
+            boot_id: [1; 16],
+            holder_id: [2; 16],
+            acquired_ms: 10,
+            heartbeat_ms: 20,
+            interval_ms: 5000,
+            host: "node-é".into(),
+            command: "stripeguard write m0 m1".into(),
+        };
+        let b = o.encode();
+        assert_eq!(Owner::decode(&b), Some(o));
+        for bit in (0..SLOT_BYTES * 8).step_by(7) {
+            let mut c = b;
+            c[bit / 8] ^= 1 << (bit % 8);
+            assert!(Owner::decode(&c).is_none(), "bit {bit}");
+        }
+    }
+}
