@@ -241,6 +241,9 @@ pub struct CampaignArgs {
     /// check against what was flushed; --ops is then the crashes per case.
     #[arg(long)]
     crash: bool,
+    /// With --crash: one member out of the array from the start (the degraded write hole).
+    #[arg(long, requires = "crash")]
+    degraded: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -1122,11 +1125,14 @@ fn crash_campaign(
                 crashes: a.ops,
                 ops: 80,
                 seed: a.seed.wrapping_add((i * 100 + j) as u64),
+                failed_members: a.degraded as usize,
+                journal: true,
             })?;
             let ok = rep.flushed_bytes_lost == 0
                 && rep.wrong_bytes == 0
                 && rep.unreadable_chunks == 0
-                && rep.found_after_resync == 0;
+                && rep.refused_writes == 0
+                && (a.degraded || rep.found_after_resync == 0);
             rows.push((k, m, scheme, rep, ok));
             bar.inc(1);
         }

@@ -132,6 +132,9 @@ pub struct Array {
     pub(crate) meta: Mutex<Meta>,
     pub(crate) intent: Mutex<crate::intent::Intent>,
     pub(crate) ownership: Mutex<Option<crate::owner::Owner>>,
+    pub(crate) journal: Mutex<crate::journal::Journal>,
+    /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
+    pub(crate) stand_in: Mutex<Option<(u64, usize, Vec<u8>)>>,
     pub(crate) events: Mutex<EventLog>,
     pub(crate) writable: bool,
     pub(crate) generation: std::sync::atomic::AtomicU64,
@@ -176,7 +179,9 @@ impl Array {
         let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
         let layout = MetadataLayout::for_member(smallest);
         let data_offset = layout.data_offset();
-        let fits = smallest.saturating_sub(data_offset) / unit.max(1);
+        let journal =
+            layout.journal_slots() as u64 * (stripeguard_integrity::JOURNAL_HEADER_BYTES + unit);
+        let fits = smallest.saturating_sub(data_offset).saturating_sub(journal) / unit.max(1);
         let stripes = cfg.stripes.unwrap_or(fits);
         if stripes == 0 || stripes > fits {
             let small = members
@@ -211,6 +216,7 @@ impl Array {
                 .unwrap_or(0),
             cross_check: cfg.cross_check,
             layout,
+            journal_slots: layout.journal_slots(),
             member_table: vec![
                 MemberSlot {
                     state: MemberState::Active,
@@ -456,6 +462,8 @@ impl Array {
                 high_water: sb.sequence_high_water,
             }),
             ownership: Mutex::new(None),
+            journal: Mutex::new(crate::journal::Journal::new(sb.journal_slots as usize)),
+            stand_in: Mutex::new(None),
             intent: Mutex::new(crate::intent::Intent::new(
                 &sb.layout,
                 sb.stripes,
@@ -867,7 +875,7 @@ fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), S
 fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
     (a.members, a.data_chunks, a.parity_chunks, a.code, a.scheme)
         == (b.members, b.data_chunks, b.parity_chunks, b.code, b.scheme)
-        && (a.cross_check, a.layout) == (b.cross_check, b.layout)
+        && (a.cross_check, a.layout, a.journal_slots) == (b.cross_check, b.layout, b.journal_slots)
         && (
             a.sector_shift,
             a.chunk_bytes,

@@ -37,6 +37,12 @@ pub struct CrashConfig {
     pub ops: u64,
     /// Seed.
     pub seed: u64,
+    /// Members out of the array from the start (degraded; at most `m - 1`... or `m` for a
+    /// campaign that only checks flushed bytes).
+    pub failed_members: usize,
+    /// Degraded writes save the missing chunk first (the journal). `false` only for the
+    /// negative control.
+    pub journal: bool,
 }
 
 /// Totals.
@@ -61,6 +67,8 @@ pub struct CrashReport {
     pub found_after_resync: u64,
     /// Reads refused after the resync (must be 0: a crash is not data loss).
     pub unreadable_chunks: u64,
+    /// Writes refused because an earlier crash left their stripe unreadable (must be 0).
+    pub refused_writes: u64,
     /// `none`: chunks written since the last flush are not checked (a torn write there is a
     /// mix of old and new sectors that nothing can see).
     pub unchecked_chunks: u64,
@@ -126,8 +134,26 @@ fn one_crash(
             (disks, vec![vec![vec![0u8; c]]; chunks])
         }
     };
+    let out = |refs: Vec<DiskRef>| -> Vec<DiskRef> {
+        refs.into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                if i < cfg.failed_members {
+                    Arc::new(stripeguard_disk::FailedDisk::new(
+                        format!("c{i}"),
+                        "out (degraded campaign)",
+                    )) as DiskRef
+                } else {
+                    d
+                }
+            })
+            .collect()
+    };
     let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
-    let array = Array::assemble(refs, &AssembleOptions::default())?;
+    let array = Array::assemble(out(refs), &AssembleOptions::default())?;
+    if !cfg.journal {
+        array.disable_degraded_journal_for_campaign();
+    }
     let cap = array.capacity_bytes() as usize;
     let ops = rng.random_range(1..=cfg.ops);
     for _ in 0..ops {
@@ -152,8 +178,21 @@ fn one_crash(
         };
         let mut data = vec![0u8; len];
         rng.fill(&mut data[..]);
-        array.write(off as u64, &data)?;
+        // A stripe an earlier crash left undecidable refuses writes; the stripes before it
+        // were written.
+        let end = match array.write(off as u64, &data) {
+            Ok(()) => off + len,
+            Err(EngineError::Unrecoverable { stripe, .. }) => {
+                rep.refused_writes += 1;
+                ((stripe as usize) * sd).max(off)
+            }
+            Err(e) => return Err(e),
+        };
         rep.writes += 1;
+        if end <= off {
+            continue;
+        }
+        let len = end - off;
         for ch in off / c..=(off + len - 1) / c {
             let mut v = versions[ch].last().expect("a version").clone();
             let (lo, hi) = (off.max(ch * c), (off + len).min((ch + 1) * c));
@@ -177,7 +216,7 @@ fn one_crash(
         writable: false,
         ..AssembleOptions::default()
     };
-    let raw = Array::assemble(mems(&images), &ro)?;
+    let raw = Array::assemble(out(mems(&images)), &ro)?;
     for s in 0..cfg.stripes {
         let _ = raw.scrub_stripe(s);
     }
@@ -186,7 +225,7 @@ fn one_crash(
     drop(raw);
 
     // Reassemble: the resync runs first.
-    let array = Array::assemble(mems(&images), &AssembleOptions::default())?;
+    let array = Array::assemble(out(mems(&images)), &AssembleOptions::default())?;
     let resynced = array.counters().resynced;
     rep.stripes_resynced += resynced;
     let settled: BTreeSet<u64> = array
@@ -231,16 +270,26 @@ fn one_crash(
         + (after.unrecoverable - before.unrecoverable);
     // What the next round starts from: this array as it now is, every chunk at one version.
     let mut next_versions = Vec::with_capacity(versions.len());
-    for ch in 0..versions.len() {
+    for (ch, v) in versions.iter().enumerate() {
         let mut b = vec![0u8; c];
-        array.read((ch * c) as u64, &mut b)?;
-        next_versions.push(vec![b]);
+        match array.read((ch * c) as u64, &mut b) {
+            Ok(()) => next_versions.push(vec![b]),
+            // Counted above; the next round expects what was last written.
+            Err(EngineError::Unrecoverable { .. }) => {
+                next_versions.push(vec![v.last().expect("a version").clone()])
+            }
+            Err(e) => return Err(e),
+        }
     }
     let members: Vec<DiskRef> = array_members_snapshot(&array);
     array.close()?;
     let images = members
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(i, d)| {
+            if i < cfg.failed_members {
+                return Ok(images[i].clone()); // out of the array: as it was
+            }
             let mut b = vec![0u8; d.size_bytes() as usize];
             d.read_at(0, &mut b).map(|()| b)
         })

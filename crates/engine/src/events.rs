@@ -23,6 +23,8 @@ pub enum EventAction {
     /// A stripe an unclean shutdown may have left half-written was made consistent (resync);
     /// never counted as corruption.
     Resynced,
+    /// Something an operator should know that is not a finding (counts nothing).
+    Notice,
     /// Bare RAID (`none`): the stripe's parity disagrees with its data. Nothing says which unit
     /// is wrong, so nothing was changed (Linux md's `mismatch_cnt`).
     Mismatch,
@@ -87,7 +89,7 @@ impl EventLog {
         let c = &mut self.counters;
         match e.action {
             EventAction::Unrecoverable => {}
-            EventAction::Mismatch | EventAction::Resynced => {
+            EventAction::Mismatch | EventAction::Resynced | EventAction::Notice => {
                 if e.action == EventAction::Mismatch {
                     c.mismatches += 1;
                 }

@@ -16,7 +16,7 @@ const VERSION: u8 = 1;
 pub const ENTRY_BYTES: usize = 256;
 const CRC_AT: usize = ENTRY_BYTES - 4;
 
-const ACTIONS: [EventAction; 8] = [
+const ACTIONS: [EventAction; 9] = [
     EventAction::Repaired,
     EventAction::AppendixRewritten,
     EventAction::Reread,
@@ -25,6 +25,7 @@ const ACTIONS: [EventAction; 8] = [
     EventAction::Unrecoverable,
     EventAction::Resynced,
     EventAction::Mismatch,
+    EventAction::Notice,
 ];
 const ROLES: [&str; 4] = ["data", "parity", "stripe", "member"];
 

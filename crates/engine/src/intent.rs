@@ -190,6 +190,7 @@ impl Array {
         if !self.writable {
             return Ok(());
         }
+        self.free_journal_slots()?;
         let mut i = self.intent.lock().expect("lock");
         let mut cleared = false;
         for r in 0..i.bits {
@@ -321,6 +322,9 @@ impl Array {
     /// After an unclean shutdown: make every stripe of every dirty region consistent, then
     /// clear the record. Returns the number of stripes resynced.
     pub(crate) fn resync(&self) -> Result<u64, EngineError> {
+        // First the stripes whose missing chunk a degraded write saved: their parity may no
+        // longer match it, so it is rebuilt from the saved copy, not from the parity.
+        self.replay_journal()?;
         let list = self.dirty_stripes();
         for &s in &list {
             self.resync_stripe(s)?;
@@ -345,7 +349,15 @@ impl Array {
         }
         match self.repair_stripe_as(stripe, &[], true) {
             Ok(_) => Ok(()),
-            Err(EngineError::Unrecoverable { .. }) => self.settle(stripe),
+            Err(EngineError::Unrecoverable { .. }) => match self.settle(stripe) {
+                // Degraded and undecidable: the stripe stays unreadable (reads say so); the
+                // rest of the array must still come up.
+                Err(EngineError::Unrecoverable { reason, .. }) => {
+                    self.record_resync(stripe, "resync-unrecoverable", reason);
+                    Ok(())
+                }
+                other => other,
+            },
             Err(e) => Err(e),
         }
     }
@@ -389,10 +401,32 @@ impl Array {
     /// A stripe the votes cannot decide: keep every data unit as it is on disk, give each the
     /// truth of its own bytes, recompute the parity, seal and write everything.
     fn settle(&self, stripe: u64) -> Result<(), EngineError> {
+        self.settle_with(
+            stripe,
+            None,
+            "resync-settled",
+            "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed",
+        )
+    }
+
+    /// [`Array::settle`], with data position `known.0`'s unit taken from `known.1` instead of
+    /// the disk (a missing member's chunk saved in the journal before a degraded write).
+    pub(crate) fn settle_with(
+        &self,
+        stripe: u64,
+        known: Option<(usize, &[u8])>,
+        kind: &'static str,
+        evidence: &str,
+    ) -> Result<(), EngineError> {
         let g = self.geometry;
         let (k, c) = (g.k, g.chunk_bytes as usize);
         let all: Vec<usize> = (0..g.n()).collect();
-        let units = self.read_units(stripe, &all)?;
+        let mut units = self.read_units(stripe, &all)?;
+        if let Some((pos, bytes)) = known {
+            let mut u = self.unit_buf();
+            u.copy_from_slice(bytes);
+            units[pos] = Some(u);
+        }
         if units[..k].iter().any(|u| u.is_none()) {
             return Err(EngineError::Unrecoverable {
                 stripe,
@@ -407,18 +441,21 @@ impl Array {
             Some(MirrorKind::Checksum) => {
                 units[..k].iter().map(|u| crc32c(&u[..c]) as u64).collect()
             }
-            _ => {
+            Some(MirrorKind::Version) => {
                 let seq = self.next_sequence()?;
                 vec![seq; k]
             }
+            None => vec![0; k],
         };
         let (data, parity) = units.split_at_mut(k);
         let chunks: Vec<&[u8]> = data.iter().map(|u| &u[..c]).collect();
         let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
         self.code.encode(&chunks, &mut views)?;
-        for (pos, u) in units.iter_mut().enumerate() {
-            let (chunk, sector) = u.split_at_mut(c);
-            self.seal(stripe, pos, &tags, chunk, sector);
+        if self.sb.scheme.has_appendix() {
+            for (pos, u) in units.iter_mut().enumerate() {
+                let (chunk, sector) = u.split_at_mut(c);
+                self.seal(stripe, pos, &tags, chunk, sector);
+            }
         }
         let writes: Vec<(usize, u64, &[u8])> = units
             .iter()
@@ -434,11 +471,7 @@ impl Array {
                 .map_mut()
                 .mark_written(id);
         }
-        self.record_resync(
-            stripe,
-            "resync-settled",
-            "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed".into(),
-        );
+        self.record_resync(stripe, kind, evidence.to_string());
         Ok(())
     }
 

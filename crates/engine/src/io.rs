@@ -92,6 +92,12 @@ impl Array {
                 .lock()
                 .expect("lock");
             let _claim = self.intent_begin(stripe)?;
+            // Degraded: save the missing member's chunk before the parity changes.
+            let base = stripe * self.geometry.stripe_data_bytes();
+            let _saved = self.unverified_on_error(
+                stripe,
+                self.save_missing(stripe, off - base, off - base + len),
+            )?;
             let plan = self.plan_one(Op::Write, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let done = self.apply_write(&plan, units, &data[at..at + len as usize]);

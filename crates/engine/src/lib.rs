@@ -23,6 +23,7 @@ mod events;
 mod evlog;
 mod intent;
 mod io;
+mod journal;
 mod owner;
 mod rebuild;
 mod repair;

@@ -22,7 +22,15 @@ impl Array {
     ) -> Result<Option<Vec<u8>>, EngineError> {
         let member = self.geometry.member_of(stripe, pos);
         if self.is_failed(member) {
-            return Ok(None);
+            let stand_in = self.stand_in.lock().expect("lock");
+            return Ok(match stand_in.as_ref() {
+                Some((s, p, unit)) if *s == stripe && *p == pos => {
+                    let mut buf = self.unit_buf();
+                    buf.copy_from_slice(unit);
+                    Some(buf)
+                }
+                _ => None,
+            });
         }
         let mut buf = self.unit_buf();
         match self.members[member].read_at(self.unit_offset(stripe), &mut buf) {

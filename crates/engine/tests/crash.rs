@@ -19,6 +19,8 @@ fn crash_campaign_short() {
                 crashes: 12,
                 ops: 60,
                 seed: (k * 10 + scheme.id() as usize) as u64,
+                failed_members: 0,
+                journal: true,
             })
             .unwrap();
             let label = format!("{k}+{m} {scheme}: {rep:?}");
@@ -33,5 +35,52 @@ fn crash_campaign_short() {
     assert!(
         control > 0,
         "without resync nothing was inconsistent: the test proves nothing"
+    );
+}
+
+/// Degraded arrays: a member out from the start, so every write that changes the parity of a
+/// stripe whose missing chunk it does not overwrite puts that chunk at risk. With the journal no
+/// flushed byte is lost; without it (the negative control) the write hole loses some.
+#[test]
+fn crash_campaign_degraded_closes_the_write_hole() {
+    let mut lost_without = 0;
+    for (k, m) in [(3, 1), (4, 2)] {
+        for scheme in [
+            Scheme::None,
+            Scheme::Hybrid1,
+            Scheme::HybridSeq,
+            Scheme::Hybrid2,
+        ] {
+            for journal in [true, false] {
+                let rep = run_crash_campaign(&CrashConfig {
+                    data_chunks: k,
+                    parity_chunks: m,
+                    scheme,
+                    stripes: 16,
+                    crashes: 12,
+                    ops: 40,
+                    seed: (k * 10 + scheme.id() as usize) as u64,
+                    failed_members: 1,
+                    journal,
+                })
+                .unwrap();
+                let label = format!("{k}+{m} {scheme} journal={journal}: {rep:?}");
+                if journal {
+                    assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
+                    assert_eq!(rep.wrong_bytes, 0, "{label}");
+                    assert_eq!(rep.unreadable_chunks, 0, "{label}");
+                    assert_eq!(rep.refused_writes, 0, "{label}");
+                } else {
+                    lost_without += rep.flushed_bytes_lost
+                        + rep.wrong_bytes
+                        + rep.unreadable_chunks
+                        + rep.refused_writes;
+                }
+            }
+        }
+    }
+    assert!(
+        lost_without > 0,
+        "without the journal nothing was lost: the test proves nothing"
     );
 }

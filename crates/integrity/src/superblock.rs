@@ -17,6 +17,11 @@ pub const CHECKPOINT_OFFSET: u64 = 12288;
 pub const INTENT_RECORD_OFFSET: u64 = 16384;
 /// Members smaller than this get the small metadata area.
 pub const LARGE_MEMBER_BYTES: u64 = 256 << 20;
+/// Journal slots after the data area of a member of 256 MiB or more (FORMAT.md §2.1e); smaller
+/// members get four.
+pub const JOURNAL_SLOTS: u32 = 8;
+/// Bytes of a journal slot's header, before the unit it holds.
+pub const JOURNAL_HEADER_BYTES: u64 = 4096;
 /// Largest member count (the member table's bound).
 pub const MAX_MEMBERS: u16 = 255;
 const MAGIC: [u8; 8] = *b"SGARRAY\0";
@@ -49,6 +54,15 @@ impl MetadataLayout {
             }
         }
     }
+    /// Degraded-write journal slots `create` gives members with this layout.
+    pub fn journal_slots(&self) -> u32 {
+        if self.log_bytes >= 752 << 10 {
+            JOURNAL_SLOTS
+        } else {
+            4
+        }
+    }
+
     /// Where the event log starts.
     pub fn log_offset(&self) -> u64 {
         // Saturating: a decoded record may hold any value until `validate` bounds it.
@@ -62,13 +76,14 @@ impl MetadataLayout {
     /// The smallest member that holds `stripes` units of `unit_bytes` with the layout `create`
     /// picks for a member of that size (saturating).
     pub fn member_bytes_for(stripes: u64, unit_bytes: u64) -> u64 {
-        let data = stripes.saturating_mul(unit_bytes);
-        let small = MetadataLayout::for_member(0)
-            .data_offset()
-            .saturating_add(data);
-        MetadataLayout::for_member(small)
-            .data_offset()
-            .saturating_add(data)
+        let with = |l: MetadataLayout| {
+            l.data_offset()
+                .saturating_add(stripes.saturating_mul(unit_bytes))
+                .saturating_add(l.journal_slots() as u64 * (JOURNAL_HEADER_BYTES + unit_bytes))
+        };
+        with(MetadataLayout::for_member(with(
+            MetadataLayout::for_member(0),
+        )))
     }
 }
 
@@ -255,6 +270,8 @@ pub struct Superblock {
     pub cross_check: CrossCheck,
     /// The variable regions of the metadata area.
     pub layout: MetadataLayout,
+    /// Degraded-write journal slots after the data area.
+    pub journal_slots: u32,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
 }
@@ -315,7 +332,17 @@ impl Superblock {
 
     /// The member size this superblock needs.
     pub fn member_bytes(&self) -> u64 {
+        self.journal_offset() + self.journal_slots as u64 * self.journal_slot_bytes()
+    }
+
+    /// Where the degraded-write journal starts (right after the last unit).
+    pub fn journal_offset(&self) -> u64 {
         self.data_offset_bytes + self.stripes * self.unit_bytes()
+    }
+
+    /// Bytes of one journal slot: a header and one unit.
+    pub fn journal_slot_bytes(&self) -> u64 {
+        JOURNAL_HEADER_BYTES + self.unit_bytes()
     }
 
     /// Check the geometry fields; used by both `create` and the decoder.
@@ -387,9 +414,17 @@ impl Superblock {
         if self.stripes == 0 {
             return Err(g("no stripes"));
         }
+        if self.journal_slots > 64 {
+            return Err(g("more than 64 journal slots"));
+        }
         self.stripes
             .checked_mul(self.unit_bytes())
             .and_then(|b| b.checked_add(self.data_offset_bytes))
+            .and_then(|b| {
+                (self.journal_slots as u64)
+                    .checked_mul(JOURNAL_HEADER_BYTES + self.unit_bytes())
+                    .and_then(|j| j.checked_add(b))
+            })
             .ok_or(g("member size overflows 64 bits"))?;
         Ok(())
     }
@@ -427,6 +462,7 @@ impl Superblock {
         b[120..128].copy_from_slice(&self.layout.intent_bytes.to_le_bytes());
         b[128..136].copy_from_slice(&self.layout.log_offset().to_le_bytes());
         b[136..144].copy_from_slice(&self.layout.log_bytes.to_le_bytes());
+        b[144..148].copy_from_slice(&self.journal_slots.to_le_bytes());
         for (i, slot) in self.member_table.iter().enumerate() {
             let at = TABLE_AT + i * ENTRY_BYTES;
             b[at] = slot.state.id();
@@ -484,6 +520,7 @@ impl Superblock {
                 log_bytes: u64_at(b, 136),
             },
             member_table: Vec::new(),
+            journal_slots: u32_at(b, 144),
         };
         let incompatible = u64_at(b, 96);
         if incompatible != 0 {
@@ -534,6 +571,7 @@ mod tests {
             created_unix_seconds: 1_700_000_000,
             cross_check: CrossCheck::All,
             layout: MetadataLayout::for_member(1 << 20),
+            journal_slots: JOURNAL_SLOTS,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {

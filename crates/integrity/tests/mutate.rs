@@ -31,6 +31,7 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
         created_unix_seconds: 1_800_000_000,
         cross_check: CrossCheck::All,
         layout,
+        journal_slots: stripeguard_integrity::JOURNAL_SLOTS,
         member_table: (0..members)
             .map(|i| MemberSlot {
                 state: if i % 3 == 1 {
