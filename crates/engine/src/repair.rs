@@ -237,8 +237,9 @@ impl Array {
         let news = |pos: usize, kind: &str| {
             !(kind == "read-error" && self.is_failed(g.member_of(stripe, pos)))
         };
-        if !resync
-            && (suspects.iter().any(|s| news(s.0, s.1)) || findings.iter().any(|f| news(f.0, f.1)))
+        let corruption = |kind: &str| !resync || kind == "identity";
+        if suspects.iter().any(|s| news(s.0, s.1) && corruption(s.1))
+            || findings.iter().any(|f| news(f.0, f.1) && corruption(f.1))
         {
             self.events.lock().expect("lock").counters.detected += 1;
         }
@@ -396,7 +397,11 @@ impl Array {
                 // A failed member is reported once, when it fails, not in every stripe.
                 continue;
             }
-            let (kind, evidence) = if resync {
+            // A crash leaves units torn (checksum), behind (stale, outvoted) or missing; it never
+            // leaves a unit that names another place. An identity finding in a resync is silent
+            // corruption that happened to meet the crash, and is reported as such.
+            let crash_like = resync && kind != "identity";
+            let (kind, evidence) = if crash_like {
                 (
                     "resync",
                     format!("{kind}: {evidence} (left by the interrupted write)"),
@@ -404,7 +409,7 @@ impl Array {
             } else {
                 (kind, evidence)
             };
-            let action = if resync {
+            let action = if crash_like {
                 EventAction::Resynced
             } else if !self.writable {
                 EventAction::FoundReadOnly

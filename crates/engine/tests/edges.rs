@@ -8,6 +8,7 @@
 //!    assembled apart (split brain) are refused; a member failed at run time is recorded.
 //! 4. `none`'s full check reports a stripe whose parity disagrees with its data.
 
+use rand::SeedableRng;
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, FailedDisk, Fault, FaultyDisk, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError};
@@ -370,4 +371,44 @@ fn the_owner_record_guards_members_no_lock_can() {
     let taken = assemble(refs(&d)).unwrap();
     assert_ne!(taken.owner().unwrap().host, "elsewhere");
     taken.close().unwrap();
+}
+
+#[test]
+fn a_misdirected_write_inside_a_dirty_stripe_is_reported_as_corruption_not_crash() {
+    use stripeguard_disk::{damage_at_rest, AtRest};
+    let scheme = Scheme::HybridSeq;
+    let d = mems(scheme, 6);
+    create(&d, &ArrayConfig::new(4, 2, scheme, CHUNK, STRIPES)).unwrap();
+    let a = assemble(refs(&d)).unwrap();
+    let data = bytes(4 * CHUNK as usize * STRIPES as usize, 9);
+    a.write(0, &data).unwrap();
+    let map = a.unit_map();
+    drop(a); // unclean: the whole array is one dirty region
+             // On top of the crash, member 1's unit 2 lands on its unit 5 (an aligned misdirected write).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    damage_at_rest(
+        d[1].as_ref(),
+        &map,
+        2,
+        AtRest::MisdirectedWrite {
+            victim: 5,
+            shift_sectors: 0,
+        },
+        &mut rng,
+    )
+    .unwrap();
+    let a = assemble(refs(&d)).unwrap();
+    let c = a.counters();
+    assert_eq!(
+        c.located, 1,
+        "the misdirected unit is corruption, not crash: {c:?}"
+    );
+    let e = a.events();
+    assert!(
+        e.iter().any(|e| e.kind == "identity" && e.stripe == 5),
+        "{e:?}"
+    );
+    let mut back = vec![0u8; data.len()];
+    a.read(0, &mut back).unwrap();
+    assert_eq!(back, data);
 }
