@@ -186,6 +186,8 @@ pub struct TraceReader<R: BufRead> {
     pub ignored: u64,
     yielded: u64,
     pending_first: Option<String>,
+    /// The input has a line that is not blank.
+    has_text: bool,
 }
 
 impl<R: BufRead> TraceReader<R> {
@@ -198,6 +200,7 @@ impl<R: BufRead> TraceReader<R> {
         let mut first = String::new();
         let mut raw = Vec::new();
         let mut line_no = 0;
+        let mut has_text = false;
         loop {
             raw.clear();
             if input.read_until(b'\n', &mut raw)? == 0 {
@@ -209,12 +212,14 @@ impl<R: BufRead> TraceReader<R> {
             // reported with its line number when parsed.
             first = String::from_utf8_lossy(&raw).into_owned();
             if !first.trim().is_empty() {
+                has_text = true;
                 break;
             }
         }
         let format = match format {
             Some(f) => f,
-            None if first.trim().is_empty() => TraceFormat::Disksim,
+            // Nothing to tell the format from, and nothing to read either.
+            None if !has_text => TraceFormat::Disksim,
             None => TraceFormat::detect(&first)
                 .ok_or_else(|| TraceError::Unknown(first.trim().chars().take(120).collect()))?,
         };
@@ -224,12 +229,25 @@ impl<R: BufRead> TraceReader<R> {
             opts,
             line: String::new(),
             raw,
-            line_no: line_no.max(1) - 1,
+            // The first non-blank line is read again by `next`; the blank ones before it are not
+            // requests.
+            line_no: if has_text { line_no - 1 } else { line_no },
             skipped_bad: 0,
-            ignored: 0,
+            ignored: if has_text { line_no - 1 } else { line_no },
             yielded: 0,
-            pending_first: Some(first),
+            pending_first: has_text.then_some(first),
+            has_text,
         })
+    }
+
+    /// Whether the input has a line that is not blank (false for an empty file).
+    pub fn has_text(&self) -> bool {
+        self.has_text
+    }
+
+    /// Requests yielded so far.
+    pub fn yielded(&self) -> u64 {
+        self.yielded
     }
 
     /// The format being read.
