@@ -1,6 +1,8 @@
 //! Streaming trace readers. Each yields [`Request`]s one line at a time (constant memory, any
 //! file size); a malformed line is an error naming its line number, or, with `skip_bad`, is
-//! skipped and counted.
+//! skipped and counted. A line that is not UTF-8, or a request whose size or end does not fit in
+//! 64 bits, is a malformed line. Every request yielded has `len > 0` and an end (`offset + len`)
+//! that fits in a `u64`.
 //!
 //! | format | line | units |
 //! |---|---|---|
@@ -356,7 +358,9 @@ impl<R: BufRead> TraceReader<R> {
                     offset: lba
                         .checked_mul(512)
                         .ok_or_else(|| self.bad("lba overflows"))?,
-                    len: sectors.saturating_mul(512),
+                    len: sectors
+                        .checked_mul(512)
+                        .ok_or_else(|| self.bad("size passes 2^64 bytes"))?,
                 }))
             }
             TraceFormat::Blkparse => {
@@ -383,7 +387,9 @@ impl<R: BufRead> TraceReader<R> {
                     offset: sector
                         .checked_mul(512)
                         .ok_or_else(|| self.bad("sector overflows"))?,
-                    len: n.saturating_mul(512),
+                    len: n
+                        .checked_mul(512)
+                        .ok_or_else(|| self.bad("size passes 2^64 bytes"))?,
                 }))
             }
             TraceFormat::FioV2 | TraceFormat::FioV3 => {
@@ -462,7 +468,12 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             };
             self.line_no += 1;
             let parsed = if utf8 {
-                self.parse()
+                self.parse().and_then(|r| match r {
+                    Some(r) if r.offset.checked_add(r.len).is_none() => {
+                        Err(self.bad("offset + size passes 2^64 bytes"))
+                    }
+                    r => Ok(r),
+                })
             } else {
                 Err(self.bad("the line is not UTF-8 text"))
             };
@@ -573,6 +584,31 @@ mod tests {
         assert!(
             TraceReader::new("hello world\n".as_bytes(), None, TraceOptions::default()).is_err()
         );
+    }
+
+    #[test]
+    fn a_request_past_the_end_of_u64_is_a_malformed_line() {
+        let cases = [
+            // 2^55 sectors: the length in bytes does not fit in 64 bits.
+            (None, "1 0 8 36028797018963968 0\n"),
+            (
+                Some(TraceFormat::Blkparse),
+                "  8,0 3 1 0.0 1 D W 8 + 36028797018963968 [dd]\n",
+            ),
+            // Offset + size past 2^64.
+            (None, "1,h,0,Read,18446744073709551000,4096,1\n"),
+            (
+                None,
+                "fio version 2 iolog\n/dev/x write 18446744073709551615 1\n",
+            ),
+        ];
+        for (format, text) in cases {
+            let r = TraceReader::new(text.as_bytes(), format, TraceOptions::default()).unwrap();
+            let got: Vec<_> = r.collect();
+            assert_eq!(got.len(), 1, "{text}");
+            let e = got[0].as_ref().expect_err(text).to_string();
+            assert!(e.starts_with("line ") && e.contains("2^64"), "{e}");
+        }
     }
 
     #[test]
