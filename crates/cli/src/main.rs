@@ -24,9 +24,12 @@ pub(crate) mod exit {
     pub const USAGE: u8 = 2;
     /// Data that cannot be returned: an unrecoverable stripe or too many failed members.
     pub const UNRECOVERABLE: u8 = 3;
+    /// Nothing to work on: a workload that yields no request (a file that is not a trace of its
+    /// format, an empty one, a device or limit that selects nothing).
+    pub const NOTHING: u8 = 4;
 }
 
-const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
+const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
 
 /// Detect, locate and repair silent data corruption.
 #[derive(Parser)]
@@ -114,13 +117,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// The exit status of a failed command: 3 when data could not be returned, else 2.
+/// The exit status of a failed command: 3 when data could not be returned, 4 when the workload
+/// had no request, else 2.
 fn exit_code_of(e: &anyhow::Error) -> u8 {
     use stripeguard_engine::EngineError;
-    match e.downcast_ref::<EngineError>() {
-        Some(EngineError::Unrecoverable { .. } | EngineError::TooManyFailed { .. }) => {
-            exit::UNRECOVERABLE
-        }
-        _ => exit::USAGE,
+    use stripeguard_sim::RunError;
+    if let Some(EngineError::Unrecoverable { .. } | EngineError::TooManyFailed { .. }) =
+        e.downcast_ref::<EngineError>()
+    {
+        return exit::UNRECOVERABLE;
     }
+    if let Some(RunError::Empty(_)) = e.downcast_ref::<RunError>() {
+        return exit::NOTHING;
+    }
+    exit::USAGE
 }

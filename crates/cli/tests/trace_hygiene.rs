@@ -50,16 +50,83 @@ fn what_is_not_a_trace_is_an_error_not_a_table_of_zeros() {
         ("msr.csv", vec!["--device", "99"]),
         ("msr.csv", vec!["--limit", "0"]),
     ];
+    // Exit 4 (nothing to replay), distinct from 2 (bad arguments): a script can tell them apart.
     for (file, extra) in cases {
         let out = sim(d, file, &extra);
-        assert_eq!(out.status.code(), Some(2), "{file} {extra:?}: {out:?}");
+        assert_eq!(out.status.code(), Some(4), "{file} {extra:?}: {out:?}");
         let e = err_of(&out);
         assert!(e.contains("no request"), "{file} {extra:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
         assert!(out.stdout.is_empty(), "{file} {extra:?} printed a table");
     }
     let out = sg(&["sim", "--profile", "TPC-C", "--requests", "0"], d);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(4));
     assert!(err_of(&out).contains("0 requests"), "{}", err_of(&out));
+    let out = sg(&["choose", "--trace", "empty"], d);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+}
+
+#[test]
+fn the_no_request_error_says_why_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("prose.txt"),
+        "It was a bright cold day in April,\nand the clocks were striking thirteen.\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("empty"), "").unwrap();
+    std::fs::write(d.join("msr.csv"), MSR).unwrap();
+    for (file, extra, want) in [
+        (
+            "prose.txt",
+            vec!["--format", "blkparse"],
+            "prose.txt: 0 of 2 lines parsed as blkparse requests; is it really a blkparse trace?",
+        ),
+        ("empty", vec![], "empty is empty"),
+        ("empty", vec!["--format", "msr"], "empty is empty"),
+        (
+            "msr.csv",
+            vec!["--device", "99"],
+            "msr.csv: 0 of 2 lines parsed as msr requests of device 99",
+        ),
+        (
+            "msr.csv",
+            vec!["--limit", "0"],
+            "--limit 0 replays nothing of msr.csv",
+        ),
+    ] {
+        let out = sim(d, file, &extra);
+        let e = err_of(&out);
+        assert_eq!(
+            e.trim_end(),
+            format!("stripeguard: error: no request to replay: {want}"),
+            "{file} {extra:?}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_trace_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("bad.trace"), "1 4 8 16 0\n2 4 oops 16 1\n").unwrap();
+    std::fs::write(d.join("prose.txt"), "hello there\n").unwrap();
+    let mut bytes = MSR.as_bytes().to_vec();
+    bytes.extend_from_slice(b"1281,rsrch,0,Read,\xff\xfe,4096,1\n");
+    std::fs::write(d.join("bin.csv"), bytes).unwrap();
+    for (file, cause) in [
+        ("bad.trace", "lba \"oops\" is not a number"),
+        ("prose.txt", "cannot tell the trace format"),
+        ("bin.csv", "not UTF-8"),
+        ("missing.trace", "No such file"),
+    ] {
+        let out = sim(d, file, &[]);
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        let e = err_of(&out);
+        assert_eq!(e.matches(cause).count(), 1, "{file}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{file}: {e}");
+    }
 }
 
 #[test]

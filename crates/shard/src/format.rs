@@ -94,7 +94,12 @@ impl Header {
             && block_bytes % 64 == 0
             && block_bytes <= MAX_BLOCK_BYTES
             && stripes >= 1
-            && Some(stripes) == stripes_for(file_bytes, k as u64 * block_bytes as u64);
+            && Some(stripes) == stripes_for(file_bytes, k as u64 * block_bytes as u64)
+            // The shard file's length (`file_len`) fits in a u64.
+            && stripes
+                .checked_mul(block_bytes as u64 + 4)
+                .and_then(|records| records.checked_add(HEADER_BYTES as u64))
+                .is_some();
         if !valid {
             return None;
         }
@@ -167,6 +172,30 @@ mod tests {
         h.file_name = "é".repeat(40);
         let back = Header::decode(&h.encode()).unwrap();
         assert_eq!(back.file_name, "é".repeat(28));
+    }
+
+    #[test]
+    fn a_header_whose_shard_file_would_pass_2_64_bytes_is_rejected() {
+        // Consistent fields (stripes = ceil(file / (k * block))), but 2^58 records of 68 bytes.
+        let h = Header {
+            k: 1,
+            m: 1,
+            index: 0,
+            block_bytes: 64,
+            file_bytes: u64::MAX,
+            stripes: u64::MAX.div_ceil(64),
+            ..sample()
+        };
+        assert_eq!(Header::decode(&h.encode()), None);
+        // The largest that fits is accepted, and its length is exact.
+        let stripes = (u64::MAX - HEADER_BYTES as u64) / 68;
+        let h = Header {
+            file_bytes: stripes * 64,
+            stripes,
+            ..h
+        };
+        let back = Header::decode(&h.encode()).unwrap();
+        assert_eq!(back.file_len(), HEADER_BYTES as u64 + stripes * 68);
     }
 
     proptest! {

@@ -131,21 +131,23 @@ pub enum RunError {
     /// The array shape does not work.
     #[error("{0}")]
     Shape(String),
+    // The causes below are part of the message and deliberately not `#[source]`s: a caller that
+    // prints the chain (`anyhow`'s `{:#}`) would print them twice.
     /// The trace could not be opened.
-    #[error("cannot open trace {path}: {source}")]
+    #[error("cannot open trace {path}: {error}")]
     Open {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The trace is malformed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Trace {
         /// The file.
         path: String,
         /// Where and why.
-        source: TraceError,
+        error: TraceError,
     },
     /// Nothing to replay.
     #[error("no request to replay: {0}")]
@@ -158,12 +160,47 @@ fn open(
     opts: &TraceOptions,
 ) -> Result<TraceReader<BufReader<File>>, RunError> {
     let name = path.display().to_string();
-    let f = File::open(path).map_err(|source| RunError::Open {
+    let f = File::open(path).map_err(|error| RunError::Open {
         path: name.clone(),
-        source,
+        error,
     })?;
     TraceReader::new(BufReader::new(f), format, opts.clone())
-        .map_err(|source| RunError::Trace { path: name, source })
+        .map_err(|error| RunError::Trace { path: name, error })
+}
+
+fn lines(n: u64) -> String {
+    format!("{n} line{}", if n == 1 { "" } else { "s" })
+}
+
+/// Why a trace that was read to its end (or to `--limit`) gave no request.
+fn why_empty<R: std::io::BufRead>(
+    name: &str,
+    reader: &TraceReader<R>,
+    opts: &TraceOptions,
+    forced: bool,
+) -> String {
+    let read = reader.lines_read();
+    if opts.limit == Some(0) {
+        return format!("--limit 0 replays nothing of {name}");
+    }
+    if read == 0 {
+        return format!("{name} is empty");
+    }
+    if !reader.has_text() {
+        return format!("{name} has only blank lines ({})", lines(read));
+    }
+    let used = reader.format().name();
+    let mut why = format!("{name}: 0 of {} parsed as {used} requests", lines(read));
+    if let Some(d) = &opts.device {
+        why += &format!(" of device {d}");
+    }
+    if reader.skipped_bad > 0 {
+        why += &format!("; {} malformed and skipped", lines(reader.skipped_bad));
+    }
+    if forced && opts.device.is_none() {
+        why += &format!("; is it really a {used} trace?");
+    }
+    why
 }
 
 /// Replay `run`; `progress(done, total)` as requests go (total when known).
@@ -183,9 +220,9 @@ pub fn run(
             fit,
         } => {
             let name = path.display().to_string();
-            let bad = |source| RunError::Trace {
+            let bad = |error| RunError::Trace {
                 path: name.clone(),
-                source,
+                error,
             };
             let fit = match fit {
                 FitMode::Wrap => Fit::Wrap,
@@ -218,22 +255,12 @@ pub fn run(
             info.skipped_bad = reader.skipped_bad;
             info.ignored_lines = reader.ignored;
             if info.requests == 0 {
-                let mut why = format!(
-                    "{name}: {} line(s) read as {}, none of them a request",
-                    reader.lines_read(),
-                    used.name()
-                );
-                if let Some(d) = &opts.device {
-                    why += &format!(" of device {d}");
-                }
-                if opts.limit == Some(0) {
-                    why += " (--limit 0)";
-                } else if reader.skipped_bad > 0 {
-                    why += &format!("; {} malformed line(s) skipped", reader.skipped_bad);
-                } else if reader.lines_read() > 0 && format.is_some() {
-                    why += "; is it really that format?";
-                }
-                return Err(RunError::Empty(why));
+                return Err(RunError::Empty(why_empty(
+                    &name,
+                    &reader,
+                    opts,
+                    format.is_some(),
+                )));
             }
             info.label = format!(
                 "trace {name} ({}{}{})",
@@ -285,4 +312,109 @@ pub fn run(
     }
     progress(info.requests, Some(info.requests));
     Ok((sim.report(), info))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stripeguard_integrity::Scheme;
+
+    fn trace_run(
+        text: &[u8],
+        format: Option<TraceFormat>,
+        opts: TraceOptions,
+    ) -> (tempfile::TempDir, Run) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace");
+        std::fs::write(&path, text).unwrap();
+        let run = Run {
+            shape: ArrayShape {
+                disks: 6,
+                parity: 2,
+                chunk_bytes: 4096,
+                capacity_bytes: 1 << 20,
+            },
+            schemes: vec![Scheme::None],
+            map_bytes: 1 << 20,
+            cross_check: CrossCheck::default(),
+            source: Source::Trace {
+                path,
+                format,
+                opts,
+                fit: FitMode::Wrap,
+            },
+        };
+        (dir, run)
+    }
+
+    /// The error as the CLI prints it: its message, then every source's (`anyhow`'s `{:#}`).
+    fn printed(e: &RunError) -> String {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(x) = src {
+            s += &format!(": {x}");
+            src = x.source();
+        }
+        s
+    }
+
+    #[test]
+    fn a_malformed_line_is_reported_once_with_its_file_and_number() {
+        let (_d, r) = trace_run(b"1 0 8 8 0\n2 0 x 8 1\n", None, TraceOptions::default());
+        let e = printed(&run(&r, &mut |_, _| {}).unwrap_err());
+        assert!(e.contains("t.trace: line 2:"), "{e}");
+        assert_eq!(e.matches("is not a number").count(), 1, "{e}");
+        let (_d, r) = trace_run(b"hello world\n", None, TraceOptions::default());
+        let e = printed(&run(&r, &mut |_, _| {}).unwrap_err());
+        assert_eq!(e.matches("cannot tell the trace format").count(), 1, "{e}");
+    }
+
+    #[test]
+    fn an_empty_file_is_an_error_that_says_so() {
+        for format in [None, Some(TraceFormat::Msr)] {
+            let (_d, r) = trace_run(b"", format, TraceOptions::default());
+            let e = run(&r, &mut |_, _| {}).unwrap_err();
+            assert!(matches!(e, RunError::Empty(_)), "{e}");
+            let e = e.to_string();
+            assert!(e.contains("t.trace is empty"), "{e}");
+            assert!(!e.contains("really that format"), "{e}");
+        }
+        let (_d, r) = trace_run(b"\n\n  \n", None, TraceOptions::default());
+        let e = run(&r, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("t.trace has only blank lines (3 lines)"), "{e}");
+    }
+
+    #[test]
+    fn text_that_is_not_a_trace_yields_no_request_and_an_error() {
+        let prose = b"It was a bright cold day in April,\nand the clocks were striking thirteen.\n";
+        let (_d, r) = trace_run(prose, Some(TraceFormat::Blkparse), TraceOptions::default());
+        let e = run(&r, &mut |_, _| {}).unwrap_err();
+        assert!(matches!(e, RunError::Empty(_)), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("0 of 2 lines") && e.contains("blkparse"), "{e}");
+        let opts = TraceOptions {
+            device: Some("9".into()),
+            ..TraceOptions::default()
+        };
+        let (_d, r) = trace_run(b"1 0 8 8 0\n", None, opts);
+        let e = run(&r, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("device 9"), "{e}");
+    }
+
+    #[test]
+    fn wrapped_and_clipped_requests_are_counted() {
+        // 1 MiB capacity (4 data chunks of 4K: 64 stripes): one request beyond it, one across its end.
+        let text = b"1 0 8 8 0\n2 0 4194304 8 0\n3 0 2044 16 1\n";
+        let (_d, r) = trace_run(text, None, TraceOptions::default());
+        let (_, info) = run(&r, &mut |_, _| {}).unwrap();
+        assert_eq!((info.requests, info.wrapped, info.clipped), (3, 1, 1));
+    }
+
+    #[test]
+    fn a_capacity_smaller_than_one_stripe_is_refused() {
+        let (_d, mut r) = trace_run(b"1 0 8 8 0\n", None, TraceOptions::default());
+        r.shape.capacity_bytes = 16384 - 512;
+        let e = run(&r, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("smaller than one stripe"), "{e}");
+    }
 }

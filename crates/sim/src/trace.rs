@@ -1,6 +1,8 @@
 //! Streaming trace readers. Each yields [`Request`]s one line at a time (constant memory, any
 //! file size); a malformed line is an error naming its line number, or, with `skip_bad`, is
-//! skipped and counted.
+//! skipped and counted. A line that is not UTF-8, or a request whose size or end does not fit in
+//! 64 bits, is a malformed line. Every request yielded has `len > 0` and an end (`offset + len`)
+//! that fits in a `u64`.
 //!
 //! | format | line | units |
 //! |---|---|---|
@@ -186,6 +188,8 @@ pub struct TraceReader<R: BufRead> {
     pub ignored: u64,
     yielded: u64,
     pending_first: Option<String>,
+    /// The input has a line that is not blank.
+    has_text: bool,
 }
 
 impl<R: BufRead> TraceReader<R> {
@@ -198,6 +202,7 @@ impl<R: BufRead> TraceReader<R> {
         let mut first = String::new();
         let mut raw = Vec::new();
         let mut line_no = 0;
+        let mut has_text = false;
         loop {
             raw.clear();
             if input.read_until(b'\n', &mut raw)? == 0 {
@@ -209,12 +214,14 @@ impl<R: BufRead> TraceReader<R> {
             // reported with its line number when parsed.
             first = String::from_utf8_lossy(&raw).into_owned();
             if !first.trim().is_empty() {
+                has_text = true;
                 break;
             }
         }
         let format = match format {
             Some(f) => f,
-            None if first.trim().is_empty() => TraceFormat::Disksim,
+            // Nothing to tell the format from, and nothing to read either.
+            None if !has_text => TraceFormat::Disksim,
             None => TraceFormat::detect(&first)
                 .ok_or_else(|| TraceError::Unknown(first.trim().chars().take(120).collect()))?,
         };
@@ -224,12 +231,25 @@ impl<R: BufRead> TraceReader<R> {
             opts,
             line: String::new(),
             raw,
-            line_no: line_no.max(1) - 1,
+            // The first non-blank line is read again by `next`; the blank ones before it are not
+            // requests.
+            line_no: if has_text { line_no - 1 } else { line_no },
             skipped_bad: 0,
-            ignored: 0,
+            ignored: if has_text { line_no - 1 } else { line_no },
             yielded: 0,
-            pending_first: Some(first),
+            pending_first: has_text.then_some(first),
+            has_text,
         })
+    }
+
+    /// Whether the input has a line that is not blank (false for an empty file).
+    pub fn has_text(&self) -> bool {
+        self.has_text
+    }
+
+    /// Requests yielded so far.
+    pub fn yielded(&self) -> u64 {
+        self.yielded
     }
 
     /// The format being read.
@@ -338,7 +358,9 @@ impl<R: BufRead> TraceReader<R> {
                     offset: lba
                         .checked_mul(512)
                         .ok_or_else(|| self.bad("lba overflows"))?,
-                    len: sectors.saturating_mul(512),
+                    len: sectors
+                        .checked_mul(512)
+                        .ok_or_else(|| self.bad("size passes 2^64 bytes"))?,
                 }))
             }
             TraceFormat::Blkparse => {
@@ -365,7 +387,9 @@ impl<R: BufRead> TraceReader<R> {
                     offset: sector
                         .checked_mul(512)
                         .ok_or_else(|| self.bad("sector overflows"))?,
-                    len: n.saturating_mul(512),
+                    len: n
+                        .checked_mul(512)
+                        .ok_or_else(|| self.bad("size passes 2^64 bytes"))?,
                 }))
             }
             TraceFormat::FioV2 | TraceFormat::FioV3 => {
@@ -444,7 +468,12 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             };
             self.line_no += 1;
             let parsed = if utf8 {
-                self.parse()
+                self.parse().and_then(|r| match r {
+                    Some(r) if r.offset.checked_add(r.len).is_none() => {
+                        Err(self.bad("offset + size passes 2^64 bytes"))
+                    }
+                    r => Ok(r),
+                })
             } else {
                 Err(self.bad("the line is not UTF-8 text"))
             };
@@ -555,6 +584,31 @@ mod tests {
         assert!(
             TraceReader::new("hello world\n".as_bytes(), None, TraceOptions::default()).is_err()
         );
+    }
+
+    #[test]
+    fn a_request_past_the_end_of_u64_is_a_malformed_line() {
+        let cases = [
+            // 2^55 sectors: the length in bytes does not fit in 64 bits.
+            (None, "1 0 8 36028797018963968 0\n"),
+            (
+                Some(TraceFormat::Blkparse),
+                "  8,0 3 1 0.0 1 D W 8 + 36028797018963968 [dd]\n",
+            ),
+            // Offset + size past 2^64.
+            (None, "1,h,0,Read,18446744073709551000,4096,1\n"),
+            (
+                None,
+                "fio version 2 iolog\n/dev/x write 18446744073709551615 1\n",
+            ),
+        ];
+        for (format, text) in cases {
+            let r = TraceReader::new(text.as_bytes(), format, TraceOptions::default()).unwrap();
+            let got: Vec<_> = r.collect();
+            assert_eq!(got.len(), 1, "{text}");
+            let e = got[0].as_ref().expect_err(text).to_string();
+            assert!(e.starts_with("line ") && e.contains("2^64"), "{e}");
+        }
     }
 
     #[test]
