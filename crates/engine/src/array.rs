@@ -808,6 +808,59 @@ pub fn member_unit_map(d: &dyn stripeguard_disk::Disk) -> Result<UnitMap, Engine
         .map_err(EngineError::Assemble)
 }
 
+impl Array {
+    /// The newest valid record of a two-slot region (FORMAT.md §2.0, §2.1a: two `slot_bytes`
+    /// slots at `offset`, written alternately) on any current member.
+    pub(crate) fn newest_slot<T>(
+        &self,
+        offset: u64,
+        slot_bytes: usize,
+        decode: impl Fn(&[u8]) -> Option<T>,
+        sequence: impl Fn(&T) -> u64,
+    ) -> Option<T> {
+        let mut best: Option<T> = None;
+        for (i, d) in self.members.iter().enumerate() {
+            if self.is_failed(i) {
+                continue;
+            }
+            let mut b = vec![0u8; 2 * slot_bytes];
+            if d.read_at(offset, &mut b).is_err() {
+                continue;
+            }
+            for r in b.chunks(slot_bytes).filter_map(&decode) {
+                if best.as_ref().is_none_or(|x| sequence(&r) > sequence(x)) {
+                    best = Some(r);
+                }
+            }
+        }
+        best
+    }
+
+    /// Write record `bytes` of `sequence` into the slot of the two at `offset` that the
+    /// previous record is not in, on every current member (flushing each when `flush`).
+    pub(crate) fn write_slot(
+        &self,
+        offset: u64,
+        sequence: u64,
+        bytes: &[u8],
+        flush: bool,
+    ) -> Result<(), EngineError> {
+        let at = offset + (sequence % 2) * bytes.len() as u64;
+        for (i, d) in self.members.iter().enumerate() {
+            if self.is_failed(i) {
+                continue;
+            }
+            let written = d
+                .write_at(at, bytes)
+                .and_then(|()| if flush { d.flush() } else { Ok(()) });
+            if let Err(e) = written {
+                self.fail_member(i, &e)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Lock every member (exclusively for a process that may write, shared for one that only
 /// looks) before reading its superblock, so two writers never share an array. A member that
 /// cannot be locked for another reason (unreadable, absent) is left to the superblock read.

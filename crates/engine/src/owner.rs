@@ -133,38 +133,13 @@ fn host_name() -> String {
 impl Array {
     /// The newest valid owner record on any current member.
     pub fn owner(&self) -> Option<Owner> {
-        let mut best: Option<Owner> = None;
-        for (i, d) in self.members.iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
-            }
-            let mut b = vec![0u8; 2 * SLOT_BYTES];
-            if d.read_at(OWNER_RECORD_OFFSET, &mut b).is_err() {
-                continue;
-            }
-            for slot in b.chunks(SLOT_BYTES) {
-                if let Some(o) = Owner::decode(slot) {
-                    if best.as_ref().is_none_or(|x| o.sequence > x.sequence) {
-                        best = Some(o);
-                    }
-                }
-            }
-        }
-        best
+        self.newest_slot(OWNER_RECORD_OFFSET, SLOT_BYTES, Owner::decode, |o| {
+            o.sequence
+        })
     }
 
     fn write_owner(&self, o: &Owner) -> Result<(), EngineError> {
-        let bytes = o.encode();
-        let at = OWNER_RECORD_OFFSET + (o.sequence % 2) * SLOT_BYTES as u64;
-        for (i, d) in self.members.iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
-            }
-            if let Err(e) = d.write_at(at, &bytes).and_then(|()| d.flush()) {
-                self.fail_member(i, &e)?;
-            }
-        }
-        Ok(())
+        self.write_slot(OWNER_RECORD_OFFSET, o.sequence, &o.encode(), true)
     }
 
     /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.0).

@@ -147,24 +147,9 @@ pub(crate) fn now_unix() -> u64 {
 impl Array {
     /// The newest valid checkpoint record on any current member, if one was ever written.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
-        let mut best: Option<Checkpoint> = None;
-        for (i, d) in self.members.iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
-            }
-            let mut b = vec![0u8; 2 * SLOT_BYTES];
-            if d.read_at(CHECKPOINT_OFFSET, &mut b).is_err() {
-                continue;
-            }
-            for slot in b.chunks(SLOT_BYTES) {
-                if let Some(r) = Checkpoint::decode(slot) {
-                    if best.as_ref().is_none_or(|x| r.sequence > x.sequence) {
-                        best = Some(r);
-                    }
-                }
-            }
-        }
-        best
+        self.newest_slot(CHECKPOINT_OFFSET, SLOT_BYTES, Checkpoint::decode, |c| {
+            c.sequence
+        })
     }
 
     /// The last scrub's record, if a scrub ever ran.
@@ -174,16 +159,7 @@ impl Array {
 
     /// Write `r` to every current member, into the slot the previous record is not in.
     pub(crate) fn write_checkpoint(&self, r: &Checkpoint) -> Result<(), EngineError> {
-        let bytes = r.encode();
-        let slot = (r.sequence % 2) * SLOT_BYTES as u64;
-        for (i, d) in self.members.iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
-            }
-            if let Err(e) = d.write_at(CHECKPOINT_OFFSET + slot, &bytes) {
-                self.fail_member(i, &e)?;
-            }
-        }
+        self.write_slot(CHECKPOINT_OFFSET, r.sequence, &r.encode(), false)?;
         self.flush()
     }
 }
