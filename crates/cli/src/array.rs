@@ -66,10 +66,10 @@ pub struct CreateArgs {
 pub struct MembersArgs {
     /// The array's member files or block devices, in member order.
     #[arg(required = true)]
-    members: Vec<PathBuf>,
+    pub(crate) members: Vec<PathBuf>,
     /// Open members with O_DIRECT (reads reach the device, not the page cache).
     #[arg(long)]
-    direct: bool,
+    pub(crate) direct: bool,
 }
 
 #[derive(Args)]
@@ -249,7 +249,7 @@ pub struct CampaignArgs {
     json: bool,
 }
 
-fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
+pub(crate) fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
     let array = assemble_paths(&a.members, a.direct, writable)?;
     for h in array.health() {
         if let Some(why) = &h.failed {
@@ -546,6 +546,14 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
             "  live: {} failed check(s), {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s), {} stripe(s) resynced",
             live.detected, live.located, live.repaired, live.unrecoverable, live.resynced
         );
+        if !live.front_end.is_empty() {
+            let parts: Vec<String> = live
+                .front_end
+                .iter()
+                .map(|(k, v)| format!("{} {v}", k.replace('_', " ")))
+                .collect();
+            println!("  serving: {}", parts.join(", "));
+        }
         for (m, why) in &live.out {
             println!("  member {m} out of the array: {why}");
         }

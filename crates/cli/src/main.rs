@@ -5,6 +5,7 @@ mod array;
 mod bench;
 mod figures;
 mod progress;
+mod serve;
 mod shard;
 mod sim;
 mod units;
@@ -61,6 +62,12 @@ enum Command {
     /// Print the durable event log (what was found and done, with its evidence); --follow
     /// watches it and --exec runs a command per new event.
     Events(array::EventsArgs),
+    /// Serve the array as a block device over NBD (a unix socket or loopback by default);
+    /// SIGTERM or Ctrl-C stops it cleanly.
+    ///
+    /// Example: `stripeguard serve m0 m1 m2 m3 --socket /tmp/sg.sock` then
+    /// `nbdfuse /mnt/sg/ 'nbd+unix:///?socket=/tmp/sg.sock'` and `losetup` on /mnt/sg/nbd.
+    Serve(serve::ServeArgs),
     /// Write a file (or standard input) into the array at an offset.
     Write(array::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
@@ -99,6 +106,7 @@ fn main() -> ExitCode {
         Command::Scrub(a) => array::scrub_cmd(a),
         Command::Events(a) => array::events(a),
         Command::Replace(a) => array::replace(a),
+        Command::Serve(a) => serve::serve(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),
         Command::Inject(a) => array::inject(a),

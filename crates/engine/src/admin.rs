@@ -217,11 +217,23 @@ pub struct LiveStatus {
     pub out: Vec<(usize, String)>,
     /// The most recent events, as text.
     pub recent_events: Vec<String>,
+    /// Counters of the holder's front end (a server's connections, requests, bytes), by name.
+    #[serde(default)]
+    pub front_end: Vec<(String, u64)>,
 }
 
 /// Run `body` while answering `status` requests on the array's control socket from another
 /// thread (the CLI's writing commands and, later, the server). The socket is removed after.
 pub fn with_control_socket<R>(array: &Array, body: impl FnOnce() -> R) -> R {
+    with_control_socket_and(array, &Vec::new, body)
+}
+
+/// [`with_control_socket`], with `front_end` giving the holder's own counters (the NBD server's).
+pub fn with_control_socket_and<R>(
+    array: &Array,
+    front_end: &(dyn Fn() -> Vec<(String, u64)> + Sync),
+    body: impl FnOnce() -> R,
+) -> R {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixListener;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -274,6 +286,7 @@ pub fn with_control_socket<R>(array: &Array, body: impl FnOnce() -> R) -> R {
                                             )
                                         })
                                         .collect(),
+                                    front_end: front_end(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }

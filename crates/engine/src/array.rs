@@ -510,6 +510,11 @@ impl Array {
     pub fn unit_map(&self) -> UnitMap {
         unit_map(&self.sb)
     }
+    /// Whether it was assembled for writing.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// Whether the superblocks said the array was not closed cleanly when it was assembled.
     pub fn was_unclean(&self) -> bool {
         self.sb.state == ArrayState::Dirty

@@ -31,7 +31,7 @@ mod scrub;
 
 pub use admin::{
     ask_holder, assemble_paths, control_socket_path, default_parity, open_member_paths, peek_uuid,
-    with_control_socket, CreateOnPaths, LiveStatus,
+    with_control_socket, with_control_socket_and, CreateOnPaths, LiveStatus,
 };
 pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHealth};
 pub use campaign::{

@@ -1,0 +1,166 @@
+//! `stripeguard serve`: parse, assemble, hand the array to the NBD server, print.
+
+use crate::array::{assemble, MembersArgs};
+use crate::exit;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use stripeguard_engine::with_control_socket_and;
+use stripeguard_nbd::{ArrayExport, Listener, Server, ServerConfig};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub array: MembersArgs,
+    /// Listen on this unix socket (the file is created, and removed when the server stops).
+    #[arg(long, conflicts_with = "listen")]
+    pub socket: Option<PathBuf>,
+    /// Listen on this TCP address (default 127.0.0.1:10809, NBD's port, when --socket is not
+    /// given). NBD has no authentication: an address other than loopback needs --allow-remote.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Allow --listen on an address other than loopback (anyone who can reach it can read and
+    /// write the array).
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// The export's name (clients asking for the default export "" get it too).
+    #[arg(long, default_value = "stripeguard")]
+    pub export: String,
+    /// Serve read-only (the array is assembled without writing anything to it).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Connections served at once; more are refused.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_connections: u32,
+    /// Worker threads executing requests (shared by all connections).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
+    /// Print a JSON summary of the session when the server stops.
+    #[arg(long)]
+    pub json: bool,
+    /// No line per connection or failed request on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let listener = bind(&a)?;
+    let array = Arc::new(assemble(&a.array, !a.read_only)?);
+    let export = Arc::new(ArrayExport::new(Arc::clone(&array)));
+    let server = Server::new(
+        export,
+        ServerConfig {
+            export_name: a.export.clone(),
+            read_only: a.read_only,
+            max_connections: a.max_connections as usize,
+            workers: a.threads as usize,
+            log: !a.quiet,
+            ..ServerConfig::default()
+        },
+    );
+    // SIGTERM and SIGINT stop the server gracefully: in-flight requests finish, the array is
+    // flushed and marked clean. A second signal while stopping kills as the default would.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
+            .context("installing a signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing a signal handler")?;
+    }
+    // A client that disappears must not kill the server with SIGPIPE (main resets it to the
+    // default for the printing commands).
+    // SAFETY: changing a signal's disposition; no handler function is involved.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let info = server.export_info();
+    let where_ = match &listener {
+        Listener::Tcp(l) => format!(
+            "nbd://{}/{}",
+            l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            info.name
+        ),
+        Listener::Unix(_, p) => format!("nbd+unix:///{}?socket={}", info.name, p.display()),
+    };
+    if !a.quiet {
+        eprintln!(
+            "stripeguard serve: {} ({} bytes{}) at {where_}; SIGTERM or Ctrl-C stops it cleanly",
+            info.description,
+            info.size_bytes,
+            if a.read_only { ", read-only" } else { "" }
+        );
+    }
+    let stats = server.stats();
+    let counters = || {
+        stats
+            .snapshot()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    };
+    let served = with_control_socket_and(&array, &counters, || server.run(listener, &stop));
+    served.context("serving")?;
+    drop(server);
+    let array = Arc::try_unwrap(array)
+        .map_err(|_| anyhow::anyhow!("the array is still in use after the server stopped"))?;
+    let c = array.counters();
+    let snapshot = stats.snapshot();
+    array.close().context("closing the array")?;
+    if a.json {
+        let mut m = serde_json::Map::new();
+        for (k, v) in &snapshot {
+            m.insert((*k).to_string(), (*v).into());
+        }
+        m.insert("repaired".into(), c.repaired.into());
+        m.insert("located".into(), c.located.into());
+        m.insert("unrecoverable".into(), c.unrecoverable.into());
+        println!("{}", serde_json::Value::Object(m));
+    } else if !a.quiet {
+        eprintln!(
+            "stripeguard serve: stopped; array flushed and closed clean ({} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s))",
+            c.located, c.repaired, c.unrecoverable
+        );
+    }
+    Ok(ExitCode::from(if c.located > 0 || c.unrecoverable > 0 {
+        exit::FOUND
+    } else {
+        exit::OK
+    }))
+}
+
+fn bind(a: &ServeArgs) -> Result<Listener> {
+    if let Some(path) = &a.socket {
+        if path.exists() {
+            // A socket left by a server that was killed can be replaced; anything else is not ours.
+            use std::os::unix::fs::FileTypeExt;
+            let meta = std::fs::symlink_metadata(path)?;
+            if !meta.file_type().is_socket() {
+                bail!("{} exists and is not a socket", path.display());
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!("{} is in use by a running server", path.display());
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing the stale socket {}", path.display()))?;
+        }
+        let l = UnixListener::bind(path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        return Ok(Listener::Unix(l, path.clone()));
+    }
+    let addr = a
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 10809)));
+    if !addr.ip().is_loopback() {
+        if !a.allow_remote {
+            bail!("--listen {addr} is not a loopback address; NBD has no authentication, so anyone who can reach it could read and write the array. Add --allow-remote to do it anyway (or serve on --socket and tunnel through ssh)");
+        }
+        eprintln!("stripeguard serve: WARNING: listening on {addr} without authentication or encryption: anyone who can reach it can read and write the array");
+    }
+    let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    Ok(Listener::Tcp(l))
+}

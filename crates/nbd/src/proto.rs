@@ -1,0 +1,390 @@
+//! The NBD wire format (the NBD project's `doc/proto.md`; FORMAT.md §4 lists what this server
+//! sends and accepts): the fixed-newstyle handshake and the transmission-phase request and simple
+//! reply headers. Everything here is big-endian ("network byte order").
+//!
+//! Handshake, as this server runs it:
+//!
+//! ```text
+//! S: "NBDMAGIC" "IHAVEOPT" u16 handshake flags (FIXED_NEWSTYLE | NO_ZEROES)
+//! C: u32 client flags
+//! repeat:
+//!   C: "IHAVEOPT" u32 option u32 length [data]
+//!   S: u64 0x3e889045565a9 u32 option u32 reply-type u32 length [data]   (one or more)
+//! until GO is answered with ACK (or EXPORT_NAME is answered with the export's size and flags),
+//! or the client sends ABORT.
+//! ```
+//!
+//! Transmission: a 28-byte request header (magic, flags, type, cookie, offset, length) and, for
+//! WRITE, `length` bytes of payload; a 16-byte simple reply (magic, error, cookie) and, for a
+//! successful READ, `length` bytes of data.
+
+use std::io::{self, Read, Write};
+
+pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
+pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054; // "IHAVEOPT"
+pub const REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
+pub const REQUEST_MAGIC: u32 = 0x2560_9513;
+pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+
+// Handshake flags (server) and client flags.
+pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
+pub const FLAG_NO_ZEROES: u16 = 1 << 1;
+pub const CLIENT_FIXED_NEWSTYLE: u32 = 1 << 0;
+pub const CLIENT_NO_ZEROES: u32 = 1 << 1;
+
+// Options.
+pub const OPT_EXPORT_NAME: u32 = 1;
+pub const OPT_ABORT: u32 = 2;
+pub const OPT_LIST: u32 = 3;
+pub const OPT_STARTTLS: u32 = 5;
+pub const OPT_INFO: u32 = 6;
+pub const OPT_GO: u32 = 7;
+
+// Option replies.
+pub const REP_ACK: u32 = 1;
+pub const REP_SERVER: u32 = 2;
+pub const REP_INFO: u32 = 3;
+pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
+pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
+pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+pub const REP_ERR_SHUTDOWN: u32 = (1 << 31) + 7;
+
+// Information types.
+pub const INFO_EXPORT: u16 = 0;
+pub const INFO_NAME: u16 = 1;
+pub const INFO_DESCRIPTION: u16 = 2;
+pub const INFO_BLOCK_SIZE: u16 = 3;
+
+// Transmission flags.
+pub const TFLAG_HAS_FLAGS: u16 = 1 << 0;
+pub const TFLAG_READ_ONLY: u16 = 1 << 1;
+pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
+pub const TFLAG_SEND_FUA: u16 = 1 << 3;
+pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+
+// Commands and their flags.
+pub const CMD_READ: u16 = 0;
+pub const CMD_WRITE: u16 = 1;
+pub const CMD_DISC: u16 = 2;
+pub const CMD_FLUSH: u16 = 3;
+pub const CMD_TRIM: u16 = 4;
+pub const CMD_WRITE_ZEROES: u16 = 6;
+pub const CMD_FLAG_FUA: u16 = 1 << 0;
+pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+
+// Errors in simple replies.
+pub const EPERM: u32 = 1;
+pub const EIO: u32 = 5;
+pub const EINVAL: u32 = 22;
+pub const ENOSPC: u32 = 28;
+pub const EOVERFLOW: u32 = 75;
+pub const ESHUTDOWN: u32 = 108;
+
+/// The largest option payload this server reads (an export name is at most 4,096 bytes; the
+/// rest of a GO is a short list of information requests).
+pub const MAX_OPTION_BYTES: u32 = 8192;
+/// The largest READ or WRITE payload (the protocol's 2^25 that no client may be refused).
+pub const MAX_PAYLOAD_BYTES: u32 = 32 << 20;
+/// The longest export name the protocol allows.
+pub const MAX_NAME_BYTES: usize = 4096;
+
+/// A transmission-phase request header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub flags: u16,
+    pub kind: u16,
+    pub cookie: u64,
+    pub offset: u64,
+    pub length: u32,
+}
+
+impl Request {
+    pub const BYTES: usize = 28;
+
+    /// Parse a header; `None` when the magic is wrong (the stream cannot be trusted after that).
+    pub fn parse(b: &[u8; Self::BYTES]) -> Option<Request> {
+        if be32(&b[0..4]) != REQUEST_MAGIC {
+            return None;
+        }
+        Some(Request {
+            flags: be16(&b[4..6]),
+            kind: be16(&b[6..8]),
+            cookie: be64(&b[8..16]),
+            offset: be64(&b[16..24]),
+            length: be32(&b[24..28]),
+        })
+    }
+
+    pub fn encode(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
+        b[6..8].copy_from_slice(&self.kind.to_be_bytes());
+        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
+        b[24..28].copy_from_slice(&self.length.to_be_bytes());
+        b
+    }
+}
+
+/// A simple reply header (16 bytes); a successful READ's data follows it.
+pub fn simple_reply(error: u32, cookie: u64) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    b[4..8].copy_from_slice(&error.to_be_bytes());
+    b[8..16].copy_from_slice(&cookie.to_be_bytes());
+    b
+}
+
+pub fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+pub fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+pub fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+/// What the server tells a client about its one export.
+#[derive(Clone, Debug)]
+pub struct ExportInfo {
+    pub name: String,
+    pub description: String,
+    pub size_bytes: u64,
+    /// Transmission flags (`TFLAG_*`).
+    pub flags: u16,
+    pub min_block: u32,
+    pub preferred_block: u32,
+    pub max_payload: u32,
+}
+
+/// How a handshake ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handshake {
+    /// Transmission begins.
+    Go,
+    /// The client aborted (or asked only for information and left).
+    Aborted,
+}
+
+/// Why a handshake was cut off (a hard disconnect; the reason is logged, never sent).
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("the client sent {0:#x} where the option magic belongs")]
+    BadMagic(u64),
+    #[error("the client set unknown client flags {0:#x}")]
+    ClientFlags(u32),
+    #[error("an option of {0} bytes (at most {MAX_OPTION_BYTES} are accepted)")]
+    OptionTooLong(u32),
+    #[error("the client asked for export {0:?}, which this server does not have")]
+    UnknownExport(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// Run the fixed-newstyle handshake on `s` for `export`. `shutting_down` is asked before each
+/// option: once it says yes, options other than ABORT get `NBD_REP_ERR_SHUTDOWN`.
+pub fn handshake<S: Read + Write>(
+    s: &mut S,
+    export: &ExportInfo,
+    shutting_down: &dyn Fn() -> bool,
+) -> Result<Handshake, HandshakeError> {
+    let mut hello = Vec::with_capacity(18);
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.write_all(&hello)?;
+    s.flush()?;
+    let mut b4 = [0u8; 4];
+    s.read_exact(&mut b4)?;
+    let client = u32::from_be_bytes(b4);
+    if client & !(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES) != 0 {
+        return Err(HandshakeError::ClientFlags(client));
+    }
+    let no_zeroes = client & CLIENT_NO_ZEROES != 0;
+    loop {
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h)?;
+        let magic = be64(&h[0..8]);
+        if magic != IHAVEOPT {
+            return Err(HandshakeError::BadMagic(magic));
+        }
+        let option = be32(&h[8..12]);
+        let len = be32(&h[12..16]);
+        if len > MAX_OPTION_BYTES {
+            return Err(HandshakeError::OptionTooLong(len));
+        }
+        let mut data = vec![0u8; len as usize];
+        s.read_exact(&mut data)?;
+        if option != OPT_ABORT && shutting_down() {
+            if option == OPT_EXPORT_NAME {
+                return Err(HandshakeError::ShuttingDown);
+            }
+            option_reply(s, option, REP_ERR_SHUTDOWN, b"the server is shutting down")?;
+            continue;
+        }
+        match option {
+            OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).into_owned();
+                if !name_matches(&name, export) {
+                    return Err(HandshakeError::UnknownExport(name));
+                }
+                let mut r = Vec::with_capacity(10 + 124);
+                r.extend_from_slice(&export.size_bytes.to_be_bytes());
+                r.extend_from_slice(&export.flags.to_be_bytes());
+                if !no_zeroes {
+                    r.extend_from_slice(&[0u8; 124]);
+                }
+                s.write_all(&r)?;
+                s.flush()?;
+                return Ok(Handshake::Go);
+            }
+            OPT_ABORT => {
+                // The client may already have gone; a failed ACK changes nothing.
+                let _ = option_reply(s, option, REP_ACK, &[]);
+                return Ok(Handshake::Aborted);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    option_reply(s, option, REP_ERR_INVALID, b"LIST takes no data")?;
+                    continue;
+                }
+                let mut r = Vec::with_capacity(4 + export.name.len());
+                r.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
+                r.extend_from_slice(export.name.as_bytes());
+                option_reply(s, option, REP_SERVER, &r)?;
+                option_reply(s, option, REP_ACK, &[])?;
+            }
+            OPT_INFO | OPT_GO => {
+                let Some((name, _requests)) = parse_info_request(&data) else {
+                    option_reply(s, option, REP_ERR_INVALID, b"malformed INFO/GO request")?;
+                    continue;
+                };
+                if !name_matches(&name, export) {
+                    let msg = format!(
+                        "no export named {name:?} (this server has {:?})",
+                        export.name
+                    );
+                    option_reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes())?;
+                    continue;
+                }
+                // Every information type is sent whether asked for or not (the protocol allows
+                // it; a client ignores what it does not understand).
+                let mut e = Vec::with_capacity(12);
+                e.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+                e.extend_from_slice(&export.size_bytes.to_be_bytes());
+                e.extend_from_slice(&export.flags.to_be_bytes());
+                option_reply(s, option, REP_INFO, &e)?;
+                let mut n = INFO_NAME.to_be_bytes().to_vec();
+                n.extend_from_slice(export.name.as_bytes());
+                option_reply(s, option, REP_INFO, &n)?;
+                let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+                d.extend_from_slice(export.description.as_bytes());
+                option_reply(s, option, REP_INFO, &d)?;
+                let mut bs = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+                bs.extend_from_slice(&export.min_block.to_be_bytes());
+                bs.extend_from_slice(&export.preferred_block.to_be_bytes());
+                bs.extend_from_slice(&export.max_payload.to_be_bytes());
+                option_reply(s, option, REP_INFO, &bs)?;
+                option_reply(s, option, REP_ACK, &[])?;
+                if option == OPT_GO {
+                    return Ok(Handshake::Go);
+                }
+            }
+            OPT_STARTTLS => {
+                option_reply(s, option, REP_ERR_POLICY, b"TLS is not offered: serve on a unix socket or loopback, or tunnel through ssh")?;
+            }
+            _ => {
+                let msg = format!("option {option} is not supported by this server");
+                option_reply(s, option, REP_ERR_UNSUP, msg.as_bytes())?;
+            }
+        }
+    }
+}
+
+/// The default export ("") and the export's own name both select it.
+fn name_matches(name: &str, export: &ExportInfo) -> bool {
+    name.is_empty() || name == export.name
+}
+
+/// `u32 name length, name, u16 n, n × u16` — `None` when the lengths do not add up.
+pub fn parse_info_request(data: &[u8]) -> Option<(String, Vec<u16>)> {
+    if data.len() < 6 {
+        return None;
+    }
+    let name_len = be32(&data[0..4]) as usize;
+    if name_len > MAX_NAME_BYTES || name_len > data.len() - 6 {
+        return None;
+    }
+    let name = std::str::from_utf8(&data[4..4 + name_len])
+        .ok()?
+        .to_string();
+    let rest = &data[4 + name_len..];
+    let n = be16(&rest[0..2]) as usize;
+    if rest.len() != 2 + 2 * n {
+        return None;
+    }
+    let requests = rest[2..].chunks_exact(2).map(be16).collect();
+    Some((name, requests))
+}
+
+fn option_reply<S: Write>(s: &mut S, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
+    let mut r = Vec::with_capacity(20 + data.len());
+    r.extend_from_slice(&REPLY_MAGIC.to_be_bytes());
+    r.extend_from_slice(&option.to_be_bytes());
+    r.extend_from_slice(&kind.to_be_bytes());
+    r.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    r.extend_from_slice(data);
+    s.write_all(&r)?;
+    s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips_and_a_wrong_magic_is_refused() {
+        let r = Request {
+            flags: CMD_FLAG_FUA,
+            kind: CMD_WRITE,
+            cookie: 0x0102_0304_0506_0708,
+            offset: 1 << 40,
+            length: 4096,
+        };
+        let b = r.encode();
+        assert_eq!(Request::parse(&b), Some(r));
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert_eq!(Request::parse(&bad), None);
+    }
+
+    #[test]
+    fn info_requests_with_inconsistent_lengths_are_refused() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&3u32.to_be_bytes());
+        d.extend_from_slice(b"abc");
+        d.extend_from_slice(&1u16.to_be_bytes());
+        d.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        assert_eq!(
+            parse_info_request(&d),
+            Some(("abc".to_string(), vec![INFO_BLOCK_SIZE]))
+        );
+        // A name longer than the option, a count that overruns, and a short option.
+        let mut long = d.clone();
+        long[3] = 200;
+        assert_eq!(parse_info_request(&long), None);
+        let mut count = d.clone();
+        count[8] = 9;
+        assert_eq!(parse_info_request(&count), None);
+        assert_eq!(parse_info_request(&d[..5]), None);
+    }
+}

@@ -1,0 +1,708 @@
+//! The server: an accept loop, a thread per connection that reads requests, and one fixed pool
+//! of workers shared by every connection that executes them and sends each reply as soon as it
+//! is done (out of order, matched by cookie).
+//!
+//! Why threads and not an async runtime: every request ends in the engine, whose reads and
+//! writes are blocking calls on files; an async server would hand each one to a blocking pool
+//! anyway. Requests in flight are bounded per connection (count and bytes) so a client that
+//! pipelines without reading its replies cannot grow the server's memory.
+//!
+//! Shutdown (SIGTERM / SIGINT set the `stop` flag): stop accepting, shut the read side of every
+//! connection, let the requests already read finish and be answered, then return; the caller
+//! flushes and closes the array.
+
+use crate::proto::{self, ExportInfo, Handshake, Request};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// What the server serves: one block device. The engine's array implements it
+/// ([`crate::ArrayExport`]); tests use a memory image.
+pub trait Export: Send + Sync + 'static {
+    fn size_bytes(&self) -> u64;
+    fn writable(&self) -> bool;
+    /// Smallest addressable unit and the size at which requests are efficient (powers of two).
+    fn block_sizes(&self) -> (u32, u32);
+    fn description(&self) -> String;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError>;
+    /// Make every completed write durable.
+    fn flush(&self) -> Result<(), ExportError>;
+    /// Make `len` bytes at `offset` read back as zeros.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError>;
+}
+
+/// A failed request: the NBD error to answer and a message for the server's log.
+#[derive(Debug)]
+pub struct ExportError {
+    pub errno: u32,
+    pub message: String,
+}
+
+/// Counters a running server keeps (shown by `status` over the control socket).
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub connections_now: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub zeroes: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub errors: AtomicU64,
+    pub protocol_violations: AtomicU64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("connections_now", g(&self.connections_now)),
+            ("connections_total", g(&self.connections_total)),
+            ("connections_refused", g(&self.connections_refused)),
+            ("reads", g(&self.reads)),
+            ("writes", g(&self.writes)),
+            ("flushes", g(&self.flushes)),
+            ("zeroes", g(&self.zeroes)),
+            ("bytes_read", g(&self.bytes_read)),
+            ("bytes_written", g(&self.bytes_written)),
+            ("errors", g(&self.errors)),
+            ("protocol_violations", g(&self.protocol_violations)),
+        ]
+    }
+}
+
+/// Settings of one server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub export_name: String,
+    pub read_only: bool,
+    pub max_connections: usize,
+    /// Worker threads shared by all connections.
+    pub workers: usize,
+    /// Requests in flight per connection, and their payload bytes.
+    pub max_inflight: usize,
+    pub max_inflight_bytes: u64,
+    /// Print a line per connection and per failed request to stderr.
+    pub log: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            export_name: String::new(),
+            read_only: false,
+            max_connections: 16,
+            workers: 8,
+            max_inflight: 128,
+            max_inflight_bytes: 128 << 20,
+            log: true,
+        }
+    }
+}
+
+/// A connected client.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(how),
+            Stream::Unix(s) => s.shutdown(how),
+        };
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+    fn peer(&self) -> String {
+        match self {
+            Stream::Tcp(s) => s
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "tcp peer".into()),
+            Stream::Unix(_) => "unix socket peer".into(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(b),
+            Stream::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(b),
+            Stream::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// Where the server listens.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// The socket file is removed when the server stops.
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+            Listener::Unix(l, _) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.set_nonblocking(on),
+            Listener::Unix(l, _) => l.set_nonblocking(on),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of worker threads fed by one queue.
+struct Pool {
+    tx: Option<mpsc::Sender<Job>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pool {
+    fn new(n: usize) -> Pool {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = (0..n.max(1))
+            .map(|i| {
+                let rx = Arc::clone(&rx);
+                std::thread::Builder::new()
+                    .name(format!("nbd-worker-{i}"))
+                    .spawn(move || loop {
+                        let job = rx.lock().expect("lock").recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    })
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        Pool {
+            tx: Some(tx),
+            threads,
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        self.tx
+            .as_ref()
+            .expect("pool open")
+            .send(job)
+            .expect("workers alive");
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.tx.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Requests of one connection in flight: a count and their payload bytes, bounded.
+struct InFlight {
+    state: Mutex<(usize, u64)>,
+    changed: Condvar,
+}
+
+impl InFlight {
+    fn acquire(&self, bytes: u64, max_count: usize, max_bytes: u64) {
+        let mut s = self.state.lock().expect("lock");
+        // One request larger than the byte bound still runs, alone.
+        while s.0 > 0 && (s.0 >= max_count || s.1 + bytes > max_bytes) {
+            s = self.changed.wait(s).expect("lock");
+        }
+        s.0 += 1;
+        s.1 += bytes;
+    }
+    fn release(&self, bytes: u64) {
+        let mut s = self.state.lock().expect("lock");
+        s.0 -= 1;
+        s.1 -= bytes;
+        self.changed.notify_all();
+    }
+    fn wait_idle(&self) {
+        let mut s = self.state.lock().expect("lock");
+        while s.0 > 0 {
+            s = self.changed.wait(s).expect("lock");
+        }
+    }
+}
+
+/// A server for one export.
+pub struct Server {
+    export: Arc<dyn Export>,
+    config: ServerConfig,
+    stats: Arc<Stats>,
+}
+
+impl Server {
+    pub fn new(export: Arc<dyn Export>, config: ServerConfig) -> Server {
+        Server {
+            export,
+            config,
+            stats: Arc::new(Stats::default()),
+        }
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// What GO tells a client.
+    pub fn export_info(&self) -> ExportInfo {
+        let e = &self.export;
+        let read_only = self.config.read_only || !e.writable();
+        let mut flags = proto::TFLAG_HAS_FLAGS | proto::TFLAG_SEND_FLUSH | proto::TFLAG_SEND_FUA;
+        // A FLUSH on any connection makes every completed write durable (it flushes every
+        // member), which is what multi-conn asks.
+        flags |= proto::TFLAG_CAN_MULTI_CONN;
+        if read_only {
+            flags |= proto::TFLAG_READ_ONLY;
+        } else {
+            flags |= proto::TFLAG_SEND_TRIM | proto::TFLAG_SEND_WRITE_ZEROES;
+        }
+        let (min_block, preferred_block) = e.block_sizes();
+        ExportInfo {
+            name: self.config.export_name.clone(),
+            description: e.description(),
+            size_bytes: e.size_bytes(),
+            flags,
+            min_block,
+            preferred_block,
+            max_payload: proto::MAX_PAYLOAD_BYTES,
+        }
+    }
+
+    /// Serve until `stop` is set; then finish what was read, answer it, and return.
+    pub fn run(&self, listener: Listener, stop: &AtomicBool) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        let pool = Arc::new(Pool::new(self.config.workers));
+        let info = Arc::new(self.export_info());
+        let open: Arc<Mutex<HashMap<u64, Stream>>> = Arc::default();
+        let mut handles = Vec::new();
+        let mut next_id = 0u64;
+        let stop_now = Arc::new(AtomicBool::new(false));
+        while !stop.load(Ordering::Relaxed) {
+            let stream = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    handles.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.log(format_args!("accept failed: {e}"));
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            };
+            // Sockets accepted from a non-blocking listener may inherit the mode on some
+            // platforms; the connection threads want blocking reads.
+            if let Stream::Tcp(s) = &stream {
+                let _ = s.set_nonblocking(false);
+            }
+            if let Stream::Unix(s) = &stream {
+                let _ = s.set_nonblocking(false);
+            }
+            let now = self.stats.connections_now.load(Ordering::Relaxed);
+            if now as usize >= self.config.max_connections {
+                self.stats
+                    .connections_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                self.log(format_args!(
+                    "refused {}: already {now} connections (--max-connections {})",
+                    stream.peer(),
+                    self.config.max_connections
+                ));
+                stream.shutdown(Shutdown::Both);
+                continue;
+            }
+            let id = next_id;
+            next_id += 1;
+            if let Ok(c) = stream.try_clone() {
+                open.lock().expect("lock").insert(id, c);
+            }
+            self.stats.connections_now.fetch_add(1, Ordering::Relaxed);
+            self.stats.connections_total.fetch_add(1, Ordering::Relaxed);
+            let ctx = Conn {
+                export: Arc::clone(&self.export),
+                info: Arc::clone(&info),
+                pool: Arc::clone(&pool),
+                stats: Arc::clone(&self.stats),
+                config: self.config.clone(),
+                stopping: Arc::clone(&stop_now),
+            };
+            let open = Arc::clone(&open);
+            let h = std::thread::Builder::new()
+                .name(format!("nbd-conn-{id}"))
+                .spawn(move || {
+                    let peer = stream.peer();
+                    let r = ctx.run(stream);
+                    if ctx.config.log {
+                        match r {
+                            Ok(()) => eprintln!("stripeguard serve: {peer} disconnected"),
+                            Err(why) => eprintln!("stripeguard serve: {peer} dropped: {why}"),
+                        }
+                    }
+                    open.lock().expect("lock").remove(&id);
+                    ctx.stats.connections_now.fetch_sub(1, Ordering::Relaxed);
+                })?;
+            handles.push(h);
+        }
+        // Stop reading from every client; requests already read are finished and answered.
+        stop_now.store(true, Ordering::Relaxed);
+        for s in open.lock().expect("lock").values() {
+            s.shutdown(Shutdown::Read);
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+        drop(listener);
+        Ok(())
+    }
+
+    fn log(&self, args: std::fmt::Arguments) {
+        if self.config.log {
+            eprintln!("stripeguard serve: {args}");
+        }
+    }
+}
+
+/// One connection's share of the server.
+struct Conn {
+    export: Arc<dyn Export>,
+    info: Arc<ExportInfo>,
+    pool: Arc<Pool>,
+    stats: Arc<Stats>,
+    config: ServerConfig,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Conn {
+    fn run(&self, mut stream: Stream) -> Result<(), String> {
+        // A client that connects and says nothing does not hold a slot for ever.
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let stopping = Arc::clone(&self.stopping);
+        match proto::handshake(&mut stream, &self.info, &move || {
+            stopping.load(Ordering::Relaxed)
+        }) {
+            Ok(Handshake::Go) => {}
+            Ok(Handshake::Aborted) => return Ok(()),
+            Err(e) => {
+                self.stats
+                    .protocol_violations
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(format!("handshake: {e}"));
+            }
+        }
+        let _ = stream.set_read_timeout(None);
+        if self.config.log {
+            eprintln!(
+                "stripeguard serve: {} connected to export {:?} ({} bytes{})",
+                stream.peer(),
+                self.info.name,
+                self.info.size_bytes,
+                if self.info.flags & proto::TFLAG_READ_ONLY != 0 {
+                    ", read-only"
+                } else {
+                    ""
+                }
+            );
+        }
+        let writer = Arc::new(Mutex::new(
+            stream.try_clone().map_err(|e| format!("socket: {e}"))?,
+        ));
+        let inflight = Arc::new(InFlight {
+            state: Mutex::new((0, 0)),
+            changed: Condvar::new(),
+        });
+        let result = self.requests(&mut stream, &writer, &inflight);
+        // Answer everything already read before the connection goes.
+        inflight.wait_idle();
+        stream.shutdown(Shutdown::Both);
+        result
+    }
+
+    fn requests(
+        &self,
+        stream: &mut Stream,
+        writer: &Arc<Mutex<Stream>>,
+        inflight: &Arc<InFlight>,
+    ) -> Result<(), String> {
+        loop {
+            let mut h = [0u8; Request::BYTES];
+            match read_full(stream, &mut h) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()), // the client closed (or the server is stopping)
+                Err(e) => return Err(format!("reading a request: {e}")),
+            }
+            let Some(req) = Request::parse(&h) else {
+                self.violation();
+                return Err("a request with a wrong magic number (hard disconnect)".into());
+            };
+            if req.kind == proto::CMD_DISC {
+                return Ok(());
+            }
+            let mut payload = Vec::new();
+            if req.kind == proto::CMD_WRITE {
+                if req.length > proto::MAX_PAYLOAD_BYTES {
+                    self.violation();
+                    return Err(format!(
+                        "a WRITE of {} bytes (the maximum payload is {}; hard disconnect)",
+                        req.length,
+                        proto::MAX_PAYLOAD_BYTES
+                    ));
+                }
+                payload = vec![0u8; req.length as usize];
+                match read_full(stream, &mut payload) {
+                    Ok(true) => {}
+                    Ok(false) => return Err("the client closed in the middle of a WRITE".into()),
+                    Err(e) => return Err(format!("reading a WRITE payload: {e}")),
+                }
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                self.reply(
+                    writer,
+                    proto::simple_reply(proto::ESHUTDOWN, req.cookie).to_vec(),
+                );
+                continue;
+            }
+            let bytes = if req.kind == proto::CMD_READ || req.kind == proto::CMD_WRITE {
+                u64::from(req.length)
+            } else {
+                0
+            };
+            inflight.acquire(
+                bytes,
+                self.config.max_inflight,
+                self.config.max_inflight_bytes,
+            );
+            let export = Arc::clone(&self.export);
+            let stats = Arc::clone(&self.stats);
+            let writer = Arc::clone(writer);
+            let inflight = Arc::clone(inflight);
+            let info = Arc::clone(&self.info);
+            let log = self.config.log;
+            self.pool.submit(Box::new(move || {
+                let reply = execute(&*export, &info, &stats, req, &payload, log);
+                drop(payload);
+                let mut w = writer.lock().expect("lock");
+                // A client that went away cannot be answered; its connection thread notices.
+                let _ = w.write_all(&reply);
+                drop(w);
+                inflight.release(bytes);
+            }));
+        }
+    }
+
+    fn reply(&self, writer: &Arc<Mutex<Stream>>, bytes: Vec<u8>) {
+        let _ = writer.lock().expect("lock").write_all(&bytes);
+    }
+
+    fn violation(&self) {
+        self.stats
+            .protocol_violations
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Fill `buf`; `Ok(false)` on a clean end of stream before the first byte.
+fn read_full(s: &mut Stream, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Execute one request and return the whole reply (header, and data for a successful READ).
+fn execute(
+    export: &dyn Export,
+    info: &ExportInfo,
+    stats: &Stats,
+    req: Request,
+    payload: &[u8],
+    log: bool,
+) -> Vec<u8> {
+    let fail = |errno: u32| proto::simple_reply(errno, req.cookie).to_vec();
+    let size = info.size_bytes;
+    let read_only = info.flags & proto::TFLAG_READ_ONLY != 0;
+    let end = req.offset.checked_add(u64::from(req.length));
+    let in_range = end.is_some_and(|e| e <= size);
+    // Flags the protocol allows on each command (FUA on all of them, NO_HOLE on WRITE_ZEROES).
+    let allowed = match req.kind {
+        proto::CMD_WRITE_ZEROES => proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE,
+        _ => proto::CMD_FLAG_FUA,
+    };
+    if req.flags & !allowed != 0 {
+        stats.errors.fetch_add(1, Ordering::Relaxed);
+        return fail(proto::EINVAL);
+    }
+    let fua = req.flags & proto::CMD_FLAG_FUA != 0;
+    let outcome: Result<Vec<u8>, ExportError> = match req.kind {
+        proto::CMD_READ => {
+            if req.length > proto::MAX_PAYLOAD_BYTES {
+                Err(errno(
+                    proto::EOVERFLOW,
+                    "READ longer than the maximum payload",
+                ))
+            } else if !in_range {
+                Err(errno(proto::EINVAL, "READ beyond the end of the export"))
+            } else {
+                let mut r = vec![0u8; 16 + req.length as usize];
+                export.read(req.offset, &mut r[16..]).map(|()| {
+                    stats.reads.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .bytes_read
+                        .fetch_add(u64::from(req.length), Ordering::Relaxed);
+                    r[..16].copy_from_slice(&proto::simple_reply(0, req.cookie));
+                    r
+                })
+            }
+        }
+        proto::CMD_WRITE => {
+            if read_only {
+                Err(errno(proto::EPERM, "WRITE to a read-only export"))
+            } else if !in_range {
+                Err(errno(proto::ENOSPC, "WRITE beyond the end of the export"))
+            } else {
+                export
+                    .write(req.offset, payload)
+                    .and_then(|()| if fua { export.flush() } else { Ok(()) })
+                    .map(|()| {
+                        stats.writes.fetch_add(1, Ordering::Relaxed);
+                        stats
+                            .bytes_written
+                            .fetch_add(u64::from(req.length), Ordering::Relaxed);
+                        Vec::new()
+                    })
+            }
+        }
+        proto::CMD_FLUSH => export.flush().map(|()| {
+            stats.flushes.fetch_add(1, Ordering::Relaxed);
+            Vec::new()
+        }),
+        proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
+            if read_only {
+                Err(errno(
+                    proto::EPERM,
+                    "TRIM/WRITE_ZEROES on a read-only export",
+                ))
+            } else if !in_range {
+                let e = if req.kind == proto::CMD_TRIM {
+                    proto::EINVAL
+                } else {
+                    proto::ENOSPC
+                };
+                Err(errno(e, "TRIM/WRITE_ZEROES beyond the end of the export"))
+            } else {
+                export
+                    .write_zeroes(req.offset, u64::from(req.length))
+                    .and_then(|()| if fua { export.flush() } else { Ok(()) })
+                    .map(|()| {
+                        stats.zeroes.fetch_add(1, Ordering::Relaxed);
+                        Vec::new()
+                    })
+            }
+        }
+        _ => Err(errno(proto::EINVAL, "unknown command")),
+    };
+    match outcome {
+        Ok(r) if r.is_empty() => proto::simple_reply(0, req.cookie).to_vec(),
+        Ok(r) => r,
+        Err(e) => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            if log {
+                eprintln!(
+                    "stripeguard serve: {} of {} bytes at {} failed, answered errno {}: {}",
+                    command_name(req.kind),
+                    req.length,
+                    req.offset,
+                    e.errno,
+                    e.message
+                );
+            }
+            fail(e.errno)
+        }
+    }
+}
+
+fn errno(errno: u32, message: &str) -> ExportError {
+    ExportError {
+        errno,
+        message: message.to_string(),
+    }
+}
+
+fn command_name(kind: u16) -> String {
+    match kind {
+        proto::CMD_READ => "READ".into(),
+        proto::CMD_WRITE => "WRITE".into(),
+        proto::CMD_FLUSH => "FLUSH".into(),
+        proto::CMD_TRIM => "TRIM".into(),
+        proto::CMD_WRITE_ZEROES => "WRITE_ZEROES".into(),
+        k => format!("command {k}"),
+    }
+}
