@@ -257,7 +257,7 @@ fn fio_damage_round(scheme: &str) -> (bool, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     create(dir.path(), scheme, "8M");
     let s = serve(dir.path(), &[]);
-    run(&mut fio_job(&s.uri, false).current_dir(dir.path()));
+    run(fio_job(&s.uri, false).current_dir(dir.path()));
     let (status, _, err) = s.stop();
     assert!(status.success(), "{err}");
     damage(dir.path());
