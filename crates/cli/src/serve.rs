@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use stripeguard_engine::with_control_socket_and;
-use stripeguard_nbd::{ArrayExport, Listener, Server, ServerConfig};
+use stripeguard_engine::ArrayExport;
+use stripeguard_nbd::{Listener, Server, ServerConfig};
 
 #[derive(Args)]
 pub struct ServeArgs {

@@ -1,111 +1,14 @@
 //! `stripeguard serve`: the array as a block device over the Network Block Device protocol.
 //!
 //! [`proto`] is the wire format (FORMAT.md §4), [`server`] the accept loop, connections and
-//! worker pool, and [`ArrayExport`] binds the engine's array to the server: every READ goes
-//! through the engine's checks (a silently wrong chunk is repaired and the client gets the
-//! right bytes; an unrecoverable stripe is `EIO` for that request only), FLUSH and FUA are the
-//! engine's flush (every completed write durable, on every member), and TRIM and WRITE_ZEROES
-//! write zeros through the engine, so parity, appendices and versions stay consistent and the
-//! range reads back as zeros.
+//! worker pool over any [`Export`], and [`client`] an NBD client that is a [`Disk`], so a member
+//! of an array can be an export of another host's server. This crate sits below the engine: the
+//! engine opens NBD members through [`client`] and binds its array to [`Export`]
+//! (`stripeguard_engine::ArrayExport`).
+//!
+//! [`Disk`]: stripeguard_disk::Disk
 
 pub mod proto;
 pub mod server;
 
 pub use server::{Export, ExportError, Listener, Server, ServerConfig, Stats, Stream};
-
-use std::sync::Arc;
-use stripeguard_engine::{Array, EngineError};
-
-/// The engine's array as an NBD export.
-pub struct ArrayExport {
-    array: Arc<Array>,
-    zeros: Vec<u8>,
-}
-
-impl ArrayExport {
-    pub fn new(array: Arc<Array>) -> ArrayExport {
-        // Zeroing goes in whole stripes where it can (no read-modify-write), a few MiB a step.
-        let stripe = array.geometry().stripe_data_bytes() as usize;
-        let step = stripe * (4usize << 20).div_ceil(stripe);
-        ArrayExport {
-            array,
-            zeros: vec![0u8; step],
-        }
-    }
-
-    pub fn array(&self) -> &Arc<Array> {
-        &self.array
-    }
-}
-
-fn nbd_error(e: EngineError) -> ExportError {
-    let errno = match &e {
-        EngineError::OutOfRange { .. } => proto::EINVAL,
-        EngineError::Config(_) => proto::EPERM,
-        _ => proto::EIO,
-    };
-    ExportError {
-        errno,
-        message: e.to_string(),
-    }
-}
-
-impl Export for ArrayExport {
-    fn size_bytes(&self) -> u64 {
-        self.array.capacity_bytes()
-    }
-
-    fn writable(&self) -> bool {
-        self.array.is_writable()
-    }
-
-    fn block_sizes(&self) -> (u32, u32) {
-        // The engine takes any byte range, but clients are asked for whole sectors; a request of
-        // a whole chunk (a power of two) avoids reading the rest of the chunk first.
-        let chunk = self.array.geometry().chunk_bytes as u32;
-        let preferred = if chunk.is_power_of_two() {
-            chunk.clamp(4096, proto::MAX_PAYLOAD_BYTES)
-        } else {
-            4096
-        };
-        (512, preferred)
-    }
-
-    fn description(&self) -> String {
-        let g = self.array.geometry();
-        format!(
-            "stripeguard array, {}+{} members, {} KiB chunks, scheme {}",
-            g.k,
-            g.m,
-            g.chunk_bytes / 1024,
-            self.array.scheme().name()
-        )
-    }
-
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.array.read(offset, buf).map_err(nbd_error)
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
-        self.array.write(offset, data).map_err(nbd_error)
-    }
-
-    fn flush(&self) -> Result<(), ExportError> {
-        self.array.flush().map_err(nbd_error)
-    }
-
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError> {
-        let mut pos = offset;
-        let end = offset + len;
-        while pos < end {
-            // Up to the next multiple of the step, so later steps are stripe-aligned.
-            let step = self.zeros.len() as u64;
-            let n = (step - pos % step).min(end - pos);
-            self.array
-                .write(pos, &self.zeros[..n as usize])
-                .map_err(nbd_error)?;
-            pos += n;
-        }
-        Ok(())
-    }
-}
