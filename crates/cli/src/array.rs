@@ -642,7 +642,10 @@ fn state_line(
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
-    if a.array.members.iter().any(|m| m == &a.with) && !a.force {
+    // The slot's own path again is the device coming back (a re-add, which the engine checks);
+    // another member's path is a mistake.
+    let own_slot = a.array.members.get(a.member) == Some(&a.with);
+    if !own_slot && a.array.members.iter().any(|m| m == &a.with) && !a.force {
         bail!(
             "{} is already a member of the array; give a new device",
             a.with.display()
@@ -650,21 +653,25 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
     }
     let mut array = assemble(&a.array, true)?;
     let size = array.superblock().member_bytes();
-    let created = !a.with.exists();
-    let target = if created {
-        FileDisk::create(&a.with, size, a.array.direct)
+    let created = !stripeguard_engine::member_exists(&a.with);
+    // The slot's own device is already open (and locked) by the array: the same handle.
+    let held = if own_slot {
+        array.member_disk(a.member).filter(|d| d.size_bytes() > 0)
     } else {
-        FileDisk::open(&a.with, a.array.direct)
+        None
+    };
+    let target = if let Some(d) = held {
+        Ok(d)
+    } else if created {
+        FileDisk::create(&a.with, size, a.array.direct)
+            .map(|d| std::sync::Arc::new(d) as stripeguard_disk::DiskRef)
+    } else {
+        stripeguard_engine::open_member(&a.with, a.array.direct)
     }
     .with_context(|| format!("cannot open {}", a.with.display()))?;
     let bar = count_bar("rebuilding");
     let started = std::time::Instant::now();
-    let result = array.replace(
-        a.member,
-        std::sync::Arc::new(target),
-        a.force,
-        &mut updater(&bar),
-    );
+    let result = array.replace(a.member, target, a.force, &mut updater(&bar));
     bar.finish_and_clear();
     let summary = match result {
         Ok(s) => s,
@@ -686,6 +693,15 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
             println!(
                 "resumed an interrupted replace at stripe {}",
                 summary.resumed_at
+            );
+        }
+        if summary.readded {
+            println!(
+                "member {} ({}) is the device that left, back: re-added through the write-intent record ({} of {} stripes were written while it was out)",
+                summary.member,
+                a.with.display(),
+                summary.stripes_to_rebuild,
+                array.geometry().stripes
             );
         }
         println!(

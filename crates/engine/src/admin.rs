@@ -12,7 +12,7 @@
 use crate::{Array, ArrayConfig, AssembleOptions, EngineError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use stripeguard_disk::{Disk, DiskRef, FailedDisk, FileDisk};
+use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, FileDisk};
 use stripeguard_integrity::{
     CodeId, CrossCheck, Scheme, Superblock, SuperblockError, MAX_MEMBERS, SUPERBLOCK_BYTES,
 };
@@ -103,7 +103,7 @@ impl CreateOnPaths {
             let members = self
                 .paths
                 .iter()
-                .map(|p| FileDisk::open(p, false).map(|d| Arc::new(d) as DiskRef))
+                .map(|p| open_member(p, false))
                 .collect::<Result<Vec<_>, _>>()?;
             Array::create(members, &cfg, fresh, progress)
         });
@@ -119,11 +119,11 @@ impl CreateOnPaths {
     /// appendices need writing).
     fn create_files<'a>(&'a self, created: &mut Vec<&'a Path>) -> Result<bool, EngineError> {
         for p in &self.paths {
-            if !p.exists() {
+            if !member_exists(p) {
                 continue;
             }
-            let d = FileDisk::open(p, false)?;
-            if holds_array(&d) && !self.force {
+            let d = open_member(p, false)?;
+            if holds_array(d.as_ref()) && !self.force {
                 return Err(EngineError::Config(format!(
                     "{} already holds a stripeguard array; pass --force to overwrite it",
                     p.display()
@@ -131,7 +131,7 @@ impl CreateOnPaths {
             }
         }
         for p in &self.paths {
-            if p.exists() {
+            if member_exists(p) {
                 continue;
             }
             let size = self.size_bytes.ok_or_else(|| {
@@ -158,13 +158,30 @@ fn holds_array(d: &dyn Disk) -> bool {
         )
 }
 
-/// Open members by path; one that cannot be opened is a failed member whose reason says why
+/// Whether a member is there: a file or device that exists, or an NBD export (which is asked
+/// when it is opened).
+pub fn member_exists(p: &Path) -> bool {
+    p.to_str().is_some_and(stripeguard_nbd::is_uri) || p.exists()
+}
+
+/// Open one member: an NBD URI (`nbd://host:port/export`, `nbd+unix:///export?socket=PATH`)
+/// through the NBD client, anything else as a file or block device.
+pub fn open_member(p: &Path, direct: bool) -> Result<DiskRef, DiskError> {
+    match p.to_str() {
+        Some(uri) if stripeguard_nbd::is_uri(uri) => {
+            Ok(Arc::new(stripeguard_nbd::NbdDisk::open(uri)?) as DiskRef)
+        }
+        _ => Ok(Arc::new(FileDisk::open(p, direct)?) as DiskRef),
+    }
+}
+
+/// Open members by path or URI; one that cannot be opened is a failed member whose reason says why
 /// (the engine decides whether the array survives it).
 pub fn open_member_paths(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
     paths
         .iter()
-        .map(|p| match FileDisk::open(p, direct) {
-            Ok(d) => Arc::new(d) as DiskRef,
+        .map(|p| match open_member(p, direct) {
+            Ok(d) => d,
             Err(e) => Arc::new(FailedDisk::new(p.display().to_string(), e.reason())) as DiskRef,
         })
         .collect()

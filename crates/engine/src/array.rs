@@ -220,6 +220,7 @@ impl Array {
             member_table: vec![
                 MemberSlot {
                     state: MemberState::Active,
+                    device: 0,
                     last_event: 1,
                 };
                 n
@@ -510,6 +511,12 @@ impl Array {
     pub fn unit_map(&self) -> UnitMap {
         unit_map(&self.sb)
     }
+    /// The handle of member `i` as assembled (a stale or failed member's too, when it could be
+    /// opened).
+    pub fn member_disk(&self, i: usize) -> Option<DiskRef> {
+        self.members.get(i).cloned()
+    }
+
     /// Whether it was assembled for writing.
     pub fn is_writable(&self) -> bool {
         self.writable

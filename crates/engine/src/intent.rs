@@ -191,6 +191,12 @@ impl Array {
             return Ok(());
         }
         self.free_journal_slots()?;
+        // While a member is out, no bit is cleared: the set bits are then the regions written
+        // since it left, which is what a re-add of that member rebuilds (md's write-intent
+        // bitmap keeps its bits for a missing member the same way).
+        if (0..self.members.len()).any(|m| self.is_failed(m)) {
+            return Ok(());
+        }
         let mut i = self.intent.lock().expect("lock");
         let mut cleared = false;
         for r in 0..i.bits {
@@ -246,10 +252,38 @@ impl Array {
 
     /// Continue the record's sequence from the newest copy on the members, so this process's
     /// updates win over every earlier process's (a fresh count from 0 would lose to them).
+    ///
+    /// Its bits are taken over too: bits still set at a clean assembly are regions written while
+    /// a member was out, kept for that member's re-add (a record too damaged to read counts as
+    /// every region when a member is out).
     pub(crate) fn load_intent_sequence(&self) {
-        let (_, newest) = self.read_intent_with_sequence();
+        let (dirty, newest) = self.read_intent_with_sequence();
+        let degraded = (0..self.members.len()).any(|m| self.is_failed(m));
         let mut i = self.intent.lock().expect("lock");
         i.sequence = i.sequence.max(newest);
+        match dirty {
+            Dirty::Regions {
+                per_bit,
+                bitmap,
+                bits,
+            } if per_bit == i.stripes_per_bit && bits == i.bits && bitmap.len() >= i.set.len() => {
+                let n = i.set.len();
+                i.set.copy_from_slice(&bitmap[..n]);
+            }
+            Dirty::Everything if degraded => i.set.fill(0xff),
+            _ => {}
+        }
+    }
+
+    /// The stripes of the regions whose bits are set now (in this process's record, which holds
+    /// every bit of the record on the members and the ones set since).
+    pub(crate) fn intent_stripes(&self) -> Vec<u64> {
+        let stripes = self.geometry.stripes;
+        let i = self.intent.lock().expect("lock");
+        (0..i.bits)
+            .filter(|&r| is_set(&i.set, r))
+            .flat_map(|r| r * i.stripes_per_bit..((r + 1) * i.stripes_per_bit).min(stripes))
+            .collect()
     }
 
     /// The newest record on any current member.
@@ -331,7 +365,10 @@ impl Array {
         }
         {
             let mut i = self.intent.lock().expect("lock");
-            i.set.fill(0);
+            // With a member out the bits stay: they are what its re-add must rebuild.
+            if !(0..self.members.len()).any(|m| self.is_failed(m)) {
+                i.set.fill(0);
+            }
             self.flush_members()?;
             self.persist_intent(&mut i)?;
         }

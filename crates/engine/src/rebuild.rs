@@ -23,6 +23,11 @@ pub struct ReplaceSummary {
     pub stripes_rebuilt: u64,
     /// Silently wrong survivor units found (and repaired) on the way.
     pub survivors_repaired: u64,
+    /// The target was the device that left this slot, back: only the stripes of the regions
+    /// the write-intent record marks were rebuilt (a re-add, not a full rebuild).
+    pub readded: bool,
+    /// Stripes the rebuild had to visit (all of them, or the marked regions' for a re-add).
+    pub stripes_to_rebuild: u64,
 }
 
 /// The target's own checkpoint (its rebuild id), if it has one.
@@ -35,6 +40,33 @@ fn target_checkpoint(target: &DiskRef) -> Option<Checkpoint> {
 }
 
 impl Array {
+    /// Whether `target` is the device that left slot `member`, back with what it held then: its
+    /// own superblock is of this array and this slot, shows the slot's current device number,
+    /// and is no newer than the event at which the slot was last current. Everything written
+    /// to the array since lies in regions whose write-intent bits are still set (no bit is
+    /// cleared while a member is out), so those stripes are all a re-add rebuilds.
+    fn is_returning(&self, member: usize, target: &DiskRef) -> bool {
+        let Ok(own) = crate::array::read_superblock_of(target.as_ref()) else {
+            return false;
+        };
+        let meta = self.meta.lock().expect("lock");
+        let slot = meta.table[member];
+        own.array_uuid == self.sb.array_uuid
+            && own.member_index as usize == member
+            && own
+                .member_table
+                .get(member)
+                .is_some_and(|s| s.device == slot.device)
+            && own.generation <= slot.last_event
+            && matches!(
+                slot.state,
+                MemberState::Failed
+                    | MemberState::Missing
+                    | MemberState::Stale
+                    | MemberState::Rebuilding
+            )
+    }
+
     /// Rebuild member `member` onto `target`. A healthy member is replaced only with `force`.
     /// `progress(done, total)` as stripes are rebuilt.
     pub fn replace(
@@ -83,7 +115,11 @@ impl Array {
                 target.name()
             ));
         }
-        if !same && !force {
+        // The device that left, back: a re-add through the write-intent record. (Not while
+        // a full rebuild of this slot onto another device is under way.)
+        let readd =
+            self.is_failed(member) && (same || !running) && self.is_returning(member, &target);
+        if !same && !force && !readd {
             let mut sb = vec![0u8; SUPERBLOCK_BYTES];
             if target.read_at(0, &mut sb).is_ok() && sb[..8] == *b"SGARRAY\0" {
                 return cfg(format!(
@@ -120,8 +156,17 @@ impl Array {
                 },
             )?;
         }
+        let todo: Vec<u64> = if readd {
+            self.intent_stripes()
+        } else {
+            (0..stripes).collect()
+        };
         {
             let mut meta = self.meta.lock().expect("lock");
+            if meta.table[member].state != MemberState::Rebuilding && !readd {
+                // Another device takes the slot: the one that held it can never be re-added.
+                meta.table[member].device = meta.table[member].device.wrapping_add(1);
+            }
             meta.table[member].state = MemberState::Rebuilding;
             self.write_superblocks_locked(&mut meta)?;
         }
@@ -139,7 +184,9 @@ impl Array {
         save(self, &mut ck)?;
 
         let located_before = self.counters().located;
-        for s in start..stripes {
+        let total = todo.len() as u64;
+        let mut visited = 0u64;
+        for &s in todo.iter().filter(|&&s| s >= start) {
             let pos = self.geometry.position_of(s, member);
             let image = {
                 let _guard = self.locks[s as usize % self.locks.len()]
@@ -158,14 +205,16 @@ impl Array {
             target.write_at(self.unit_offset(s), &image.units[pos])?;
             self.recycle(image.units);
             ck.rebuild_next = s + 1;
-            if (s + 1) % CHECKPOINT_EVERY == 0 && s + 1 < stripes {
+            visited += 1;
+            if visited.is_multiple_of(CHECKPOINT_EVERY) && s + 1 < stripes {
                 target.flush()?;
                 save(self, &mut ck)?;
             }
-            if s % 64 == 63 || s + 1 == stripes {
-                progress(s + 1, stripes);
+            if visited.is_multiple_of(64) {
+                progress(visited, total);
             }
         }
+        progress(total, total);
         target.flush()?;
 
         // The new member is current from here on.
@@ -181,8 +230,10 @@ impl Array {
         Ok(ReplaceSummary {
             member,
             resumed_at: start,
-            stripes_rebuilt: stripes - start,
+            stripes_rebuilt: visited,
             survivors_repaired: self.counters().located - located_before,
+            readded: readd,
+            stripes_to_rebuild: total,
         })
     }
 }

@@ -173,6 +173,10 @@ impl MemberState {
 pub struct MemberSlot {
     /// The member's state.
     pub state: MemberState,
+    /// Which device holds the slot: 0 at create, one more each time `replace` rebuilds the slot
+    /// onto another device. A device whose own superblock shows the current number is the one
+    /// that left, not an older one (FORMAT.md §2.1).
+    pub device: u16,
     /// Active: the superblock's event count; otherwise the last event count at which the member
     /// was known current.
     pub last_event: u64,
@@ -466,6 +470,7 @@ impl Superblock {
         for (i, slot) in self.member_table.iter().enumerate() {
             let at = TABLE_AT + i * ENTRY_BYTES;
             b[at] = slot.state.id();
+            b[at + 2..at + 4].copy_from_slice(&slot.device.to_le_bytes());
             b[at + 4..at + 12].copy_from_slice(&slot.last_event.to_le_bytes());
         }
         let crc = crc32c(&b[..CRC_AT]);
@@ -539,6 +544,7 @@ impl Superblock {
                 .ok_or(SuperblockError::Geometry("unknown member state"))?;
             sb.member_table.push(MemberSlot {
                 state,
+                device: u16::from_le_bytes([b[at + 2], b[at + 3]]),
                 last_event: u64_at(b, at + 4),
             });
         }
@@ -579,6 +585,7 @@ mod tests {
                     } else {
                         MemberState::Active
                     },
+                    device: i as u16,
                     last_event: if i == 5 { 3 } else { 7 },
                 })
                 .collect(),

@@ -39,6 +39,7 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
                 } else {
                     MemberState::Active
                 },
+                device: i * 3,
                 last_event: 9 - (i % 3 == 1) as u64,
             })
             .collect(),

@@ -8,7 +8,9 @@
 //!
 //! [`Disk`]: stripeguard_disk::Disk
 
+pub mod client;
 pub mod proto;
 pub mod server;
 
+pub use client::{is_uri, NbdDisk};
 pub use server::{Export, ExportError, Listener, Server, ServerConfig, Stats, Stream};

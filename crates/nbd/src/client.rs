@@ -1,0 +1,630 @@
+//! An NBD client that is a [`Disk`]: an array member served by another host (qemu-nbd, nbdkit,
+//! `stripeguard serve`, nbd-server), named by its URI — `nbd://host[:port]/export` or
+//! `nbd+unix:///export?socket=PATH`.
+//!
+//! One connection per member carries many requests at once: callers (the engine issues a
+//! plan's units from several threads) send under a writer lock and wait for their own reply,
+//! which a reader thread hands over by cookie. A dropped connection is reopened with backoff
+//! and the requests it carried are sent again (reads and writes of whole ranges are
+//! idempotent); a request that cannot complete within the member's timeout (default 10 s,
+//! `?timeout=SECONDS` in the URI or `STRIPEGUARD_NBD_TIMEOUT`) fails with
+//! [`DiskError::Failed`], which the engine takes as the member failing — the array goes on
+//! degraded instead of hanging. An error the server answers (EIO and the like) is returned at
+//! once as a medium error of that range: the engine repairs it from the other members.
+//!
+//! Remote members cannot be locked with `flock`; [`Disk::try_lock`] succeeds and the owner
+//! record (FORMAT.md §2.0) keeps a second host from assembling the same members.
+
+use crate::proto::{self, Request};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stripeguard_disk::{Disk, DiskError};
+
+/// Whether a member name is an NBD URI rather than a path.
+pub fn is_uri(name: &str) -> bool {
+    name.starts_with("nbd://") || name.starts_with("nbd+unix://")
+}
+
+/// Where an export is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub address: Address,
+    pub export: String,
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+/// Parse `nbd://host[:port][/export][?timeout=S]` or `nbd+unix:///export?socket=PATH`.
+pub fn parse_uri(uri: &str) -> Result<Target, String> {
+    let bad = |why: &str| {
+        format!(
+            "{uri}: {why} (expected nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH)"
+        )
+    };
+    let (rest, unix) = if let Some(r) = uri.strip_prefix("nbd://") {
+        (r, false)
+    } else if let Some(r) = uri.strip_prefix("nbd+unix://") {
+        (r, true)
+    } else {
+        return Err(bad("not an NBD URI"));
+    };
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, export) = match path.split_once('/') {
+        Some((a, e)) => (a, e.to_string()),
+        None => (path, String::new()),
+    };
+    let mut socket = None;
+    let mut timeout = std::env::var("STRIPEGUARD_NBD_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(10.0);
+    for kv in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+        match kv.split_once('=') {
+            Some(("socket", v)) => socket = Some(PathBuf::from(v)),
+            Some(("timeout", v)) => {
+                timeout = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|t| *t > 0.0 && *t < 86_400.0)
+                    .ok_or_else(|| bad("timeout must be a number of seconds"))?
+            }
+            _ => return Err(bad(&format!("unknown parameter {kv:?}"))),
+        }
+    }
+    let address = if unix {
+        if !authority.is_empty() {
+            return Err(bad("nbd+unix takes no host"));
+        }
+        Address::Unix(socket.ok_or_else(|| bad("nbd+unix needs ?socket=PATH"))?)
+    } else {
+        if authority.is_empty() {
+            return Err(bad("no host"));
+        }
+        if socket.is_some() {
+            return Err(bad("socket= belongs to nbd+unix URIs"));
+        }
+        let hostport = if authority.starts_with('[') {
+            if authority.contains("]:") {
+                authority.to_string()
+            } else {
+                format!("{authority}:10809")
+            }
+        } else if authority.contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:10809")
+        };
+        Address::Tcp(hostport)
+    };
+    Ok(Target {
+        address,
+        export,
+        timeout: Duration::from_secs_f64(timeout),
+    })
+}
+
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn try_clone(&self) -> io::Result<Conn> {
+        Ok(match self {
+            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Conn::Tcp(s) => s.shutdown(Shutdown::Both),
+            Conn::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.set_read_timeout(t),
+            Conn::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(b),
+            Conn::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(b),
+            Conn::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a reply brings back to the caller waiting for it.
+type Outcome = Result<Vec<u8>, Failure>;
+
+#[derive(Debug)]
+enum Failure {
+    /// The server answered with this NBD error.
+    Nbd(u32),
+    /// The connection went away before the reply.
+    Lost(String),
+}
+
+struct Waiter {
+    read_len: usize,
+    tx: mpsc::SyncSender<Outcome>,
+}
+
+/// One open connection: a writer and the callers waiting for replies.
+struct Session {
+    writer: Mutex<Conn>,
+    waiting: Mutex<HashMap<u64, Waiter>>,
+    dead: AtomicBool,
+    control: Conn,
+    flags: u16,
+}
+
+impl Session {
+    fn kill(&self, why: &str) {
+        if !self.dead.swap(true, Ordering::SeqCst) {
+            self.control.shutdown();
+        }
+        for (_, w) in self.waiting.lock().expect("lock").drain() {
+            let _ = w.tx.try_send(Err(Failure::Lost(why.to_string())));
+        }
+    }
+}
+
+/// An NBD export used as a member.
+pub struct NbdDisk {
+    uri: String,
+    target: Target,
+    size: u64,
+    session: Mutex<Option<Arc<Session>>>,
+    cookie: AtomicU64,
+}
+
+impl std::fmt::Debug for NbdDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NbdDisk").field("uri", &self.uri).finish()
+    }
+}
+
+/// The largest payload one request carries (longer I/O is split).
+const MAX_REQUEST: usize = 4 << 20;
+
+impl NbdDisk {
+    /// Connect to `uri` (within its timeout) and learn the export's size.
+    pub fn open(uri: &str) -> Result<NbdDisk, DiskError> {
+        let target = parse_uri(uri).map_err(|why| DiskError::Failed {
+            name: uri.to_string(),
+            why,
+        })?;
+        let mut disk = NbdDisk {
+            uri: uri.to_string(),
+            target,
+            size: 0,
+            session: Mutex::new(None),
+            cookie: AtomicU64::new(1),
+        };
+        let deadline = Instant::now() + disk.target.timeout;
+        let (session, size) = disk.connect_until(deadline)?;
+        *disk.session.lock().expect("lock") = Some(session);
+        disk.size = size;
+        Ok(disk)
+    }
+
+    fn failed(&self, why: impl Into<String>) -> DiskError {
+        DiskError::Failed {
+            name: self.uri.clone(),
+            why: why.into(),
+        }
+    }
+
+    /// Connect, retrying with backoff until `deadline`.
+    fn connect_until(&self, deadline: Instant) -> Result<(Arc<Session>, u64), DiskError> {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match self.connect_once(deadline) {
+                Ok(x) => return Ok(x),
+                Err(ConnectError::Refused(why)) => return Err(self.failed(why)),
+                Err(ConnectError::Transient(why)) => {
+                    let now = Instant::now();
+                    if now + backoff >= deadline {
+                        return Err(self.failed(format!(
+                            "server unreachable for {:.1} s: {why}",
+                            self.target.timeout.as_secs_f64()
+                        )));
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    fn connect_once(&self, deadline: Instant) -> Result<(Arc<Session>, u64), ConnectError> {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(10));
+        let mut conn = match &self.target.address {
+            Address::Tcp(hp) => {
+                let addr = hp
+                    .to_socket_addrs()
+                    .map_err(|e| ConnectError::Transient(format!("resolving {hp}: {e}")))?
+                    .next()
+                    .ok_or_else(|| ConnectError::Refused(format!("{hp} resolves to nothing")))?;
+                let s = TcpStream::connect_timeout(&addr, left)
+                    .map_err(|e| ConnectError::Transient(format!("connecting to {hp}: {e}")))?;
+                let _ = s.set_nodelay(true);
+                Conn::Tcp(s)
+            }
+            Address::Unix(p) => Conn::Unix(UnixStream::connect(p).map_err(|e| {
+                ConnectError::Transient(format!("connecting to {}: {e}", p.display()))
+            })?),
+        };
+        conn.set_read_timeout(Some(left))
+            .map_err(|e| ConnectError::Transient(e.to_string()))?;
+        let (size, flags) = client_handshake(&mut conn, &self.target.export)?;
+        conn.set_read_timeout(None)
+            .map_err(|e| ConnectError::Transient(e.to_string()))?;
+        let t = |e: io::Error| ConnectError::Transient(e.to_string());
+        let session = Arc::new(Session {
+            writer: Mutex::new(conn.try_clone().map_err(t)?),
+            waiting: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+            control: conn.try_clone().map_err(t)?,
+            flags,
+        });
+        let s2 = Arc::clone(&session);
+        std::thread::Builder::new()
+            .name("nbd-client-reader".into())
+            .spawn(move || reader(conn, s2))
+            .map_err(t)?;
+        Ok((session, size))
+    }
+
+    /// The live session, reconnecting if the last one died.
+    fn session(&self, deadline: Instant) -> Result<Arc<Session>, DiskError> {
+        let mut s = self.session.lock().expect("lock");
+        if let Some(cur) = s.as_ref() {
+            if !cur.dead.load(Ordering::SeqCst) {
+                return Ok(Arc::clone(cur));
+            }
+        }
+        let (fresh, size) = self.connect_until(deadline)?;
+        if size != self.size {
+            return Err(self.failed(format!(
+                "the export came back with {size} bytes instead of {}",
+                self.size
+            )));
+        }
+        *s = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    /// One request, resent over fresh connections until it is answered or the timeout passes.
+    fn request(
+        &self,
+        op: &'static str,
+        kind: u16,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, DiskError> {
+        let deadline = Instant::now() + self.target.timeout;
+        loop {
+            let session = self.session(deadline)?;
+            let cookie = self.cookie.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = mpsc::sync_channel(1);
+            let read_len = if kind == proto::CMD_READ {
+                length as usize
+            } else {
+                0
+            };
+            session
+                .waiting
+                .lock()
+                .expect("lock")
+                .insert(cookie, Waiter { read_len, tx });
+            let header = Request {
+                flags,
+                kind,
+                cookie,
+                offset,
+                length,
+            }
+            .encode();
+            let sent = {
+                let mut w = session.writer.lock().expect("lock");
+                w.write_all(&header).and_then(|()| w.write_all(payload))
+            };
+            if let Err(e) = sent {
+                session.kill(&format!("sending: {e}"));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(data)) => return Ok(data),
+                Ok(Err(Failure::Nbd(_))) if kind == proto::CMD_READ => {
+                    // A range the server cannot read: the engine rebuilds it from the others.
+                    return Err(DiskError::Medium {
+                        name: self.uri.clone(),
+                        offset,
+                    });
+                }
+                Ok(Err(Failure::Nbd(errno))) => {
+                    return Err(DiskError::Io {
+                        name: self.uri.clone(),
+                        op,
+                        offset,
+                        len: length as usize,
+                        source: io::Error::other(format!("the NBD server answered error {errno}")),
+                    });
+                }
+                Ok(Err(Failure::Lost(_))) if Instant::now() < deadline => continue,
+                Ok(Err(Failure::Lost(why))) => return Err(self.failed(why)),
+                Err(_) => {
+                    // No answer in time: this connection is not to be trusted any more.
+                    session.kill("timed out");
+                    return Err(self.failed(format!(
+                        "no answer to a {op} within {:.1} s",
+                        self.target.timeout.as_secs_f64()
+                    )));
+                }
+            }
+        }
+    }
+
+    fn check(&self, op: &'static str, offset: u64, len: usize) -> Result<(), DiskError> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(DiskError::OutOfRange {
+                name: self.uri.clone(),
+                op,
+                offset,
+                len,
+                size: self.size,
+            }),
+        }
+    }
+}
+
+enum ConnectError {
+    /// Worth retrying (the server is not there yet).
+    Transient(String),
+    /// It answered, and the answer will not change (no such export, not fixed newstyle).
+    Refused(String),
+}
+
+/// The reader thread: hand each reply to its caller.
+fn reader(mut conn: Conn, session: Arc<Session>) {
+    let why = loop {
+        let mut h = [0u8; 16];
+        if let Err(e) = conn.read_exact(&mut h) {
+            break format!("connection lost: {e}");
+        }
+        if proto::be32(&h[0..4]) != proto::SIMPLE_REPLY_MAGIC {
+            break "the server sent a reply with a wrong magic number".to_string();
+        }
+        let error = proto::be32(&h[4..8]);
+        let cookie = proto::be64(&h[8..16]);
+        let Some(w) = session.waiting.lock().expect("lock").remove(&cookie) else {
+            break format!("the server answered cookie {cookie}, which was not asked");
+        };
+        let outcome = if error != 0 {
+            Err(Failure::Nbd(error))
+        } else {
+            let mut data = vec![0u8; w.read_len];
+            if let Err(e) = conn.read_exact(&mut data) {
+                let _ = w.tx.try_send(Err(Failure::Lost(e.to_string())));
+                break format!("connection lost in a reply: {e}");
+            }
+            Ok(data)
+        };
+        let _ = w.tx.try_send(outcome);
+    };
+    session.kill(&why);
+}
+
+/// The client side of the fixed-newstyle handshake: GO with the export's name.
+fn client_handshake(c: &mut Conn, export: &str) -> Result<(u64, u16), ConnectError> {
+    let io = |e: io::Error| ConnectError::Transient(format!("handshake: {e}"));
+    let mut hello = [0u8; 18];
+    c.read_exact(&mut hello).map_err(io)?;
+    if proto::be64(&hello[0..8]) != proto::NBDMAGIC || proto::be64(&hello[8..16]) != proto::IHAVEOPT
+    {
+        return Err(ConnectError::Refused(
+            "not a newstyle NBD server (old-style servers are not supported)".into(),
+        ));
+    }
+    let server = proto::be16(&hello[16..18]);
+    if server & proto::FLAG_FIXED_NEWSTYLE == 0 {
+        return Err(ConnectError::Refused(
+            "the server does not speak fixed newstyle".into(),
+        ));
+    }
+    let mut flags = proto::CLIENT_FIXED_NEWSTYLE;
+    if server & proto::FLAG_NO_ZEROES != 0 {
+        flags |= proto::CLIENT_NO_ZEROES;
+    }
+    let mut m = flags.to_be_bytes().to_vec();
+    let mut d = (export.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(export.as_bytes());
+    d.extend_from_slice(&0u16.to_be_bytes());
+    m.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
+    m.extend_from_slice(&proto::OPT_GO.to_be_bytes());
+    m.extend_from_slice(&(d.len() as u32).to_be_bytes());
+    m.extend_from_slice(&d);
+    c.write_all(&m).map_err(io)?;
+    let mut info = None;
+    loop {
+        let mut h = [0u8; 20];
+        c.read_exact(&mut h).map_err(io)?;
+        if proto::be64(&h[0..8]) != proto::REPLY_MAGIC {
+            return Err(ConnectError::Refused(
+                "an option reply with a wrong magic number".into(),
+            ));
+        }
+        let kind = proto::be32(&h[12..16]);
+        let len = proto::be32(&h[16..20]);
+        if len > proto::MAX_OPTION_BYTES {
+            return Err(ConnectError::Refused(format!(
+                "an option reply of {len} bytes"
+            )));
+        }
+        let mut data = vec![0u8; len as usize];
+        c.read_exact(&mut data).map_err(io)?;
+        match kind {
+            proto::REP_INFO
+                if data.len() >= 12 && proto::be16(&data[0..2]) == proto::INFO_EXPORT =>
+            {
+                info = Some((proto::be64(&data[2..10]), proto::be16(&data[10..12])));
+            }
+            proto::REP_INFO => {}
+            proto::REP_ACK => {
+                return info.ok_or_else(|| {
+                    ConnectError::Refused("GO succeeded without the export's size".into())
+                });
+            }
+            k if k & (1 << 31) != 0 => {
+                let msg = String::from_utf8_lossy(&data).into_owned();
+                let why = format!("the server refused export {export:?}: {msg} (reply {k:#x})");
+                // "Shutting down" is worth another try; a missing export is not.
+                return Err(if k == proto::REP_ERR_SHUTDOWN {
+                    ConnectError::Transient(why)
+                } else {
+                    ConnectError::Refused(why)
+                });
+            }
+            k => {
+                return Err(ConnectError::Refused(format!(
+                    "an unexpected option reply {k}"
+                )))
+            }
+        }
+    }
+}
+
+impl Disk for NbdDisk {
+    fn name(&self) -> &str {
+        &self.uri
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        self.check("read", offset, buf.len())?;
+        let mut done = 0;
+        while done < buf.len() {
+            let n = (buf.len() - done).min(MAX_REQUEST);
+            let at = offset + done as u64;
+            let data = self.request("read", proto::CMD_READ, 0, at, n as u32, &[])?;
+            buf[done..done + n].copy_from_slice(&data);
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        self.check("write", offset, buf.len())?;
+        for (i, part) in buf.chunks(MAX_REQUEST).enumerate() {
+            let at = offset + (i * MAX_REQUEST) as u64;
+            self.request("write", proto::CMD_WRITE, 0, at, part.len() as u32, part)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), DiskError> {
+        let flags = self
+            .session
+            .lock()
+            .expect("lock")
+            .as_ref()
+            .map(|s| s.flags)
+            .unwrap_or(0);
+        if flags & proto::TFLAG_SEND_FLUSH == 0 && flags & proto::TFLAG_HAS_FLAGS != 0 {
+            // The server says it has nothing to flush (it writes through).
+            return Ok(());
+        }
+        self.request("flush", proto::CMD_FLUSH, 0, 0, 0, &[])
+            .map(|_| ())
+    }
+
+    fn prefers_parallel(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for NbdDisk {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.lock().expect("lock").take() {
+            let disc = Request {
+                flags: 0,
+                kind: proto::CMD_DISC,
+                cookie: 0,
+                offset: 0,
+                length: 0,
+            }
+            .encode();
+            let _ = s.writer.lock().expect("lock").write_all(&disc);
+            s.kill("closed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_parse_and_bad_ones_say_why() {
+        let t = parse_uri("nbd://10.0.0.2:10810/m3?timeout=2.5").unwrap();
+        assert_eq!(t.address, Address::Tcp("10.0.0.2:10810".into()));
+        assert_eq!(t.export, "m3");
+        assert_eq!(t.timeout, Duration::from_millis(2500));
+        let t = parse_uri("nbd://host").unwrap();
+        assert_eq!(t.address, Address::Tcp("host:10809".into()));
+        assert_eq!(t.export, "");
+        let t = parse_uri("nbd+unix:///e?socket=/run/x.sock").unwrap();
+        assert_eq!(t.address, Address::Unix("/run/x.sock".into()));
+        for bad in [
+            "nbd+unix:///e",
+            "nbd://",
+            "nbd://h/e?socket=/x",
+            "nbd://h/e?timeout=-1",
+            "nbd://h/e?color=red",
+            "http://h/e",
+        ] {
+            assert!(parse_uri(bad).is_err(), "{bad}");
+        }
+    }
+}
