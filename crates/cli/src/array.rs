@@ -372,6 +372,17 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
+    // Members no flock reaches (NBD exports): the owner record says who holds the array, and a
+    // holder on this host answers over its control socket.
+    if let Some(o) = array
+        .owner()
+        .filter(|o| o.held && o.pid != std::process::id())
+    {
+        if ask_holder(&array.superblock().array_uuid).is_ok() {
+            drop(array);
+            return live_status(&a, "the array", Some(o.pid));
+        }
+    }
     for h in array.health() {
         if let Some(why) = &h.failed {
             eprintln!(
