@@ -239,7 +239,7 @@ impl XorArray {
 
     /// Bytes per row of chunks `len` bytes long.
     fn row_len(&self, len: usize) -> Result<usize, CodeError> {
-        if len % self.rows != 0 {
+        if !len.is_multiple_of(self.rows) {
             return Err(CodeError::ChunkRows {
                 len,
                 rows: self.rows,
@@ -361,7 +361,10 @@ impl XorArray {
         )?;
         for c in changes {
             for u in &self.updates[c.index] {
-                let (d0, p0) = (u.data_row as usize * row_len, u.parity_row as usize * row_len);
+                let (d0, p0) = (
+                    u.data_row as usize * row_len,
+                    u.parity_row as usize * row_len,
+                );
                 let span = u.rows as usize * row_len;
                 self.kernel.xor(
                     &[&c.old[d0..d0 + span], &c.new[d0..d0 + span]],
@@ -385,7 +388,10 @@ impl XorArray {
             std::iter::once(data).chain(parity.iter().map(|p| &**p)),
         )?;
         for u in &self.updates[index] {
-            let (d0, p0) = (u.data_row as usize * row_len, u.parity_row as usize * row_len);
+            let (d0, p0) = (
+                u.data_row as usize * row_len,
+                u.parity_row as usize * row_len,
+            );
             let span = u.rows as usize * row_len;
             self.kernel.xor(
                 &[&data[d0..d0 + span]],
@@ -627,7 +633,7 @@ fn build_decode(
 
 /// Whether `n` is prime.
 pub(crate) fn is_prime(n: usize) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d))
 }
 
 /// The smallest prime `p >= 3` with `p - 1 >= k` data columns.

@@ -9,7 +9,7 @@
 //! | [`Rdp`] | row parity + diagonal parity over `p - 1` rows per chunk, XOR only | RDP (Corbett et al., FAST 2004), shortened for any `k` |
 //! | [`TierCode`] | RDP inside each block-level stripe (corrected Eq. 3) | Tier-code (Li et al.), `papers/004_…` |
 //!
-//! `metrics` counts, by enumerating the layouts, what RDP, Tier-code and RAID-6 P+Q cost per
+//! [`metrics`] counts, by enumerating the layouts, what RDP, Tier-code and RAID-6 P+Q cost per
 //! write and per degraded read, and the XORs of their encode and decode.
 //!
 //! Every code can rebuild any `<= m` erased chunks and **locate** silently wrong chunks from the
@@ -20,7 +20,7 @@
 mod array;
 mod error;
 mod grs;
-// pub mod metrics;
+pub mod metrics;
 mod raid6;
 mod rdp;
 mod rs;
@@ -31,9 +31,9 @@ mod xor;
 pub use error::CodeError;
 pub use raid6::Raid6;
 pub use rdp::Rdp;
-pub use tier::{TierCode, TierLabeling};
 pub use rs::ReedSolomon;
 pub use systematic::DECODE_CACHE_ENTRIES;
+pub use tier::{TierCode, TierLabeling};
 pub use xor::Xor;
 
 use stripeguard_gf::KernelKind;

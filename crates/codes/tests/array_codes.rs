@@ -73,8 +73,7 @@ fn every_one_or_two_lost_chunks_come_back_for_every_prime_and_shortening() {
         for p in PRIMES {
             for k in 1..p {
                 let rdp = Rdp::with_prime(k, p, kernel).unwrap();
-                let tier =
-                    TierCode::with_labeling(k, p, TierLabeling::Corrected, kernel).unwrap();
+                let tier = TierCode::with_labeling(k, p, TierLabeling::Corrected, kernel).unwrap();
                 for code in [&rdp as &dyn ErasureCode, &tier] {
                     let bad = failing_erasures(code, p - 1, &mut rng);
                     assert!(
@@ -93,7 +92,17 @@ fn every_one_or_two_lost_chunks_come_back_for_every_prime_and_shortening() {
 fn default_geometry_picks_the_smallest_prime_and_round_trips() {
     let mut rng = StdRng::seed_from_u64(5);
     let kernel = Kernel::best();
-    for (k, p) in [(1, 3), (2, 3), (3, 5), (4, 5), (5, 7), (6, 7), (7, 11), (12, 13), (13, 17)] {
+    for (k, p) in [
+        (1, 3),
+        (2, 3),
+        (3, 5),
+        (4, 5),
+        (5, 7),
+        (6, 7),
+        (7, 11),
+        (12, 13),
+        (13, 17),
+    ] {
         let rdp = Rdp::with_kernel(k, kernel).unwrap();
         let tier = TierCode::with_kernel(k, kernel).unwrap();
         assert_eq!((rdp.prime(), rdp.rows()), (p, p - 1));
@@ -217,7 +226,12 @@ fn update_and_accumulate_agree_with_re_encoding() {
                     for (j, d) in data.iter().enumerate() {
                         code.accumulate(j, d, &mut views_mut(&mut acc)).unwrap();
                     }
-                    assert_eq!(acc[..], expect[k..], "accumulate {} p={p} k={k}", code.name());
+                    assert_eq!(
+                        acc[..],
+                        expect[k..],
+                        "accumulate {} p={p} k={k}",
+                        code.name()
+                    );
                 }
             }
         }
@@ -250,7 +264,10 @@ fn one_bad_chunk_is_located_and_two_are_not_guessed() {
                     code.locate(&views(&s), &[other]),
                     Err(CodeError::CannotLocate { .. })
                 ));
-                assert_eq!(code.locate(&views(&clean), &[other]), Ok(Located::Consistent));
+                assert_eq!(
+                    code.locate(&views(&clean), &[other]),
+                    Ok(Located::Consistent)
+                );
                 assert_eq!(
                     code.locate(&views(&s), &[other, (bad + 2) % (k + 2)]),
                     Ok(Located::Unchecked)
@@ -289,7 +306,10 @@ fn bad_arguments_are_refused() {
     assert!(Rdp::with_prime(3, 9, k0).is_err(), "9 is not prime");
     assert!(Rdp::with_prime(0, 5, k0).is_err());
     assert!(stripeguard_codes::by_name("rdp", 4, 1).is_err());
-    assert_eq!(stripeguard_codes::by_name("tier", 4, 2).unwrap().name(), "tier");
+    assert_eq!(
+        stripeguard_codes::by_name("tier", 4, 2).unwrap().name(),
+        "tier"
+    );
 }
 
 /// Eq. 1 and Eq. 2, evaluated literally, place every block where the rotation formulas say.
