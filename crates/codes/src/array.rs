@@ -633,7 +633,10 @@ fn build_decode(
 
 /// Whether `n` is prime.
 pub(crate) fn is_prime(n: usize) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d))
+    n >= 2
+        && (2..)
+            .take_while(|d| d * d <= n)
+            .all(|d| !n.is_multiple_of(d))
 }
 
 /// The smallest prime `p >= 3` with `p - 1 >= k` data columns.
