@@ -24,7 +24,7 @@ use serde::Serialize;
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::time::Duration;
-use stripeguard_codes::{ChunkUpdate, ErasureCode, ReedSolomon};
+use stripeguard_codes::{ChunkUpdate, ErasureCode, Raid6, Rdp, ReedSolomon, TierCode};
 use stripeguard_gf::Kernel;
 
 /// What to measure.
@@ -46,6 +46,8 @@ pub struct CodecOptions {
     pub min_time: Duration,
     /// Whole-table runs, combined by median (see the top of this file).
     pub runs: usize,
+    /// Member counts at which RDP and Tier-code are measured against RAID-6 P+Q.
+    pub xor_members: Vec<usize>,
 }
 
 impl Default for CodecOptions {
@@ -61,6 +63,7 @@ impl Default for CodecOptions {
             reps: 6,
             min_time: Duration::from_millis(30),
             runs: 1,
+            xor_members: vec![6, 8, 14],
         }
     }
 }
@@ -216,7 +219,74 @@ fn run_once(
             }
         }
     }
+    for &members in &opts.xor_members {
+        for &chunk in &opts.chunk_sizes {
+            for &placement in &placements {
+                progress(&format!(
+                    "rdp / tier / raid6, {members} members, chunk={chunk} {placement}"
+                ));
+                results.extend(measure_xor_codes(
+                    kernel, members, chunk, placement, opts, rng,
+                ));
+            }
+        }
+    }
     results
+}
+
+/// RDP and Tier-code against our RAID-6 P+Q on `members` members, in turns in the same run:
+/// encode, and the rebuild of two lost data chunks (0 and 1). The array codes need chunks of a
+/// whole number of rows (`p - 1`), so the chunk is rounded down to a multiple of `64 (p - 1)`
+/// bytes (4 KiB: 4096 at 6 members, 3840 at 8, 3072 at 14) and RAID-6 runs on the same length.
+fn measure_xor_codes(
+    kernel: Kernel,
+    members: usize,
+    chunk: usize,
+    placement: &'static str,
+    o: &CodecOptions,
+    rng: &mut StdRng,
+) -> Vec<Measurement> {
+    let k = members - 2;
+    let raid6 = Raid6::with_kernel(k, kernel).expect("benchmark member counts are valid");
+    let rdp = Rdp::with_kernel(k, kernel).expect("benchmark member counts are valid");
+    let tier = TierCode::with_kernel(k, kernel).expect("benchmark member counts are valid");
+    let unit = 64 * rdp.rows();
+    let chunk = (chunk / unit).max(1) * unit;
+    let count = if placement == "cache" {
+        1
+    } else {
+        (o.pool_bytes / ((k + 2) * chunk)).max(2)
+    };
+    let mut reference = Pool::new(&raid6, chunk, count, rng);
+    let mut out = Vec::new();
+    let codes: [(&'static str, &'static str, &dyn ErasureCode); 2] = [
+        ("rdp encode", "rdp rebuild2", &rdp),
+        ("tier encode", "tier rebuild2", &tier),
+    ];
+    for (encode_op, rebuild_op, code) in codes {
+        let mut pool = Pool::new(code, chunk, count, rng);
+        for (op, rebuild) in [(encode_op, false), (rebuild_op, true)] {
+            let call = |c: &dyn ErasureCode, s: &mut Vec<Vec<u8>>| {
+                if rebuild {
+                    c.reconstruct(
+                        &mut s.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
+                        &[0, 1],
+                    )
+                    .expect("two lost chunks are rebuilt");
+                } else {
+                    encode_stripe(c, s);
+                }
+            };
+            let mut ours = || call(code, pool.take());
+            let mut theirs = || call(&raid6, reference.take());
+            let rates =
+                best_rates_in_turns(k * chunk, o.reps, o.min_time, &mut [&mut ours, &mut theirs]);
+            let mut r = row(op, &pool, placement, rates[0], 0);
+            r.galops = 0.0;
+            out.push(with_reference(r, "raid6 P+Q (ours)", rates[1]));
+        }
+    }
+    out
 }
 
 /// Rows of several runs of the same table (same rows, same order) as one: medians, and the

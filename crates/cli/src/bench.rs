@@ -109,6 +109,10 @@ pub struct CodecArgs {
     /// ratio's range: a shared machine's slow spells can outlast a row's rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
+    /// Member counts at which RDP and Tier-code encode and two-chunk rebuild are measured
+    /// against our RAID-6 P+Q in the same run (empty: none).
+    #[arg(long, value_delimiter = ',', default_value = "6,8,14", value_parser = clap::value_parser!(u16).range(4..=255))]
+    xor_members: Vec<u16>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -228,6 +232,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         reps: a.reps.max(1),
         min_time: Duration::from_millis(a.ms.max(1)),
         runs: a.runs as usize,
+        xor_members: a.xor_members.iter().map(|&m| m as usize).collect(),
     };
     let tty = std::io::stderr().is_terminal();
     let report = run_codec(&opts, |what| {
@@ -272,7 +277,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
         println!("note: built without the `isal` feature, so no ISA-L ratios (cargo run --release --features isal -- bench codec)");
     }
     println!(
-        "{:<12} {:>7} {:>6} {:>7} {:>9} {:>8} {:>10} {:>7}{}  reference",
+        "{:<14} {:>7} {:>6} {:>7} {:>9} {:>8} {:>10} {:>7}{}  reference",
         "op",
         "k+m",
         "chunk",
@@ -285,7 +290,7 @@ fn codec(a: CodecArgs) -> Result<ExitCode> {
     );
     for r in &report.results {
         println!(
-            "{:<12} {:>7} {:>6} {:>7} {:>9.2} {:>8.2} {:>10} {:>7}{}  {}",
+            "{:<14} {:>7} {:>6} {:>7} {:>9.2} {:>8.2} {:>10} {:>7}{}  {}",
             r.op,
             format!("{}+{}", r.k, r.m),
             format_size(r.chunk_bytes),

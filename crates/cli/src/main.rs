@@ -3,6 +3,7 @@
 
 mod array;
 mod bench;
+mod codes;
 mod figures;
 mod progress;
 mod serve;
@@ -85,6 +86,10 @@ enum Command {
     /// Measure the erasure-coding kernels and codes (with ratios to references in the same run).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Compare the RAID-6 codes (RS P+Q, RDP, Tier-code): I/O per request and XORs, counted by
+    /// enumerating their layouts.
+    #[command(subcommand)]
+    Codes(codes::CodesCommand),
     /// Protect a file with any-strength Reed-Solomon shards (encode, decode, verify).
     #[command(subcommand)]
     Shard(shard::ShardCommand),
@@ -114,6 +119,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim::sim(a),
         Command::Choose(a) => sim::choose(a),
         Command::Bench(b) => bench::run(b),
+        Command::Codes(c) => codes::run(c),
         Command::Shard(s) => shard::run(s),
     };
     match result {

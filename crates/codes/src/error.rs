@@ -55,6 +55,20 @@ pub enum CodeError {
         /// Why (bound exceeded, ambiguous syndromes, ...).
         reason: String,
     },
+    /// An array code cuts every chunk into rows: the length must be a multiple of their number.
+    #[error("chunks of {len} bytes cannot be cut into {rows} equal rows")]
+    ChunkRows {
+        /// Chunk length.
+        len: usize,
+        /// Rows per chunk.
+        rows: usize,
+    },
+    /// The code's equations do not determine the erased chunks (a code that is not MDS).
+    #[error("chunks {erased:?} cannot be rebuilt: the parity equations do not determine them")]
+    NotRecoverable {
+        /// The erased chunks.
+        erased: Vec<usize>,
+    },
     /// The requested kernel is not usable.
     #[error(transparent)]
     Kernel(#[from] KernelError),

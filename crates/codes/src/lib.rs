@@ -6,23 +6,34 @@
 //! | [`Xor`] | `p = d_0 ^ .. ^ d_{k-1}` (RAID-5, m = 1) | every RAID-5 |
 //! | [`Raid6`] | `P = sum d_i`, `Q = sum 2^i d_i` | Linux md RAID-6 (`lib/raid6`), byte for byte |
 //! | [`ReedSolomon`] | Cauchy matrix `1 / ((k + r) ^ j)` | ISA-L `gf_gen_cauchy1_matrix` + `ec_encode_data`, byte for byte |
+//! | [`Rdp`] | row parity + diagonal parity over `p - 1` rows per chunk, XOR only | RDP (Corbett et al., FAST 2004), shortened for any `k` |
+//! | [`TierCode`] | RDP inside each block-level stripe (corrected Eq. 3) | Tier-code (Li et al.), `papers/004_…` |
+//!
+//! [`metrics`] counts, by enumerating the layouts, what RDP, Tier-code and RAID-6 P+Q cost per
+//! write and per degraded read, and the XORs of their encode and decode.
 //!
 //! Every code can rebuild any `<= m` erased chunks and **locate** silently wrong chunks from the
 //! parity alone: with `f` known erasures, `t` unknown errors can be found whenever
 //! `2t + f <= m` (Mann, Anderson & Rychlik, section 3.5). Beyond that bound a code says
 //! [`CodeError::CannotLocate`]; it never guesses.
 
+mod array;
 mod error;
 mod grs;
+pub mod metrics;
 mod raid6;
+mod rdp;
 mod rs;
 mod systematic;
+pub mod tier;
 mod xor;
 
 pub use error::CodeError;
 pub use raid6::Raid6;
+pub use rdp::Rdp;
 pub use rs::ReedSolomon;
 pub use systematic::DECODE_CACHE_ENTRIES;
+pub use tier::{TierCode, TierLabeling};
 pub use xor::Xor;
 
 use stripeguard_gf::KernelKind;
@@ -109,7 +120,7 @@ pub trait ErasureCode: Send + Sync {
     }
 }
 
-/// Build a code by name: `xor` (m must be 1), `raid6` (m must be 2) or `rs`.
+/// Build a code by name: `xor` (m must be 1), `raid6`, `rdp` or `tier` (m must be 2) or `rs`.
 pub fn by_name(name: &str, k: usize, m: usize) -> Result<Box<dyn ErasureCode>, CodeError> {
     match name {
         "xor" | "raid5" => {
@@ -132,11 +143,25 @@ pub fn by_name(name: &str, k: usize, m: usize) -> Result<Box<dyn ErasureCode>, C
             }
             Ok(Box::new(Raid6::new(k)?))
         }
+        "rdp" | "tier" => {
+            if m != 2 {
+                return Err(CodeError::Geometry {
+                    k,
+                    m,
+                    reason: "rdp and tier have exactly two parity chunks",
+                });
+            }
+            if name == "rdp" {
+                Ok(Box::new(Rdp::new(k)?))
+            } else {
+                Ok(Box::new(TierCode::new(k)?))
+            }
+        }
         "rs" => Ok(Box::new(ReedSolomon::new(k, m)?)),
         _ => Err(CodeError::Geometry {
             k,
             m,
-            reason: "unknown code (choose xor, raid6 or rs)",
+            reason: "unknown code (choose xor, raid6, rdp, tier or rs)",
         }),
     }
 }

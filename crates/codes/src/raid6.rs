@@ -15,7 +15,7 @@ use stripeguard_gf::{field, Kernel, Matrix};
 
 /// Linux-compatible RAID-6 P + Q.
 pub struct Raid6 {
-    inner: Systematic,
+    pub(crate) inner: Systematic,
 }
 
 impl Raid6 {
