@@ -115,6 +115,9 @@ impl Disk for CountingDisk {
     fn prefers_parallel(&self) -> bool {
         self.inner.prefers_parallel()
     }
+    fn mem_align(&self) -> usize {
+        self.inner.mem_align()
+    }
     fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
         self.inner.try_lock(exclusive)
     }

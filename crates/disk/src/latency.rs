@@ -37,6 +37,13 @@ impl Disk for LatencyDisk {
         std::thread::sleep(self.flush);
         self.inner.flush()
     }
+    /// Its I/O waits: units of one request should wait together, as on a real device.
+    fn prefers_parallel(&self) -> bool {
+        true
+    }
+    fn mem_align(&self) -> usize {
+        self.inner.mem_align()
+    }
     fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
         self.inner.try_lock(exclusive)
     }

@@ -13,6 +13,7 @@
 //! members, and to different stripes of one member, concurrently.
 
 mod at_rest;
+mod buf;
 mod counting;
 mod crash;
 mod failed;
@@ -22,6 +23,7 @@ mod latency;
 mod mem;
 
 pub use at_rest::{apply as damage_at_rest, AtRest, AtRestError};
+pub use buf::AlignedBuf;
 pub use counting::{CountingDisk, IoCounts};
 pub use crash::CrashDisk;
 pub use failed::FailedDisk;
@@ -156,6 +158,11 @@ pub trait Disk: Send + Sync {
     /// (files and devices: yes; memory: no, a thread hand-off costs more than the copy).
     fn prefers_parallel(&self) -> bool {
         false
+    }
+    /// The alignment direct I/O needs of buffer addresses (bytes; 1 = none). The engine
+    /// allocates its unit buffers to the largest of its members'.
+    fn mem_align(&self) -> usize {
+        1
     }
     /// Take an advisory lock on the member for as long as this handle lives: exclusive for a
     /// process that may write, shared for one that only looks. Fails with

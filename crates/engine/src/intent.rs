@@ -11,6 +11,7 @@ use crate::{Array, EngineError};
 use std::collections::HashMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_codes::Located;
+use stripeguard_disk::AlignedBuf;
 use stripeguard_integrity::{MetadataLayout, MirrorKind, Scheme, INTENT_RECORD_OFFSET};
 
 const MAGIC: [u8; 8] = *b"SGINTENT";
@@ -470,7 +471,7 @@ impl Array {
                 reason: "resync cannot settle a stripe with an unreadable data unit".into(),
             });
         }
-        let mut units: Vec<Vec<u8>> = units
+        let mut units: Vec<AlignedBuf> = units
             .into_iter()
             .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();

@@ -3,12 +3,13 @@
 use crate::repair::Image;
 use crate::{Array, EngineError};
 use stripeguard_codes::ChunkUpdate;
+use stripeguard_disk::AlignedBuf;
 use stripeguard_integrity::{diagnose, Diagnosis, MirrorKind, Scheme, UnitView};
 use stripeguard_plan::{Mode, Op, PiecePlan, Purpose};
 
 /// The units one piece has in hand: read from disk, or taken from a repaired image.
 struct Units {
-    units: Vec<Option<Vec<u8>>>,
+    units: Vec<Option<AlignedBuf>>,
     erased: Vec<bool>,
     truth: Vec<Option<u64>>,
     data_crc: Vec<Option<u32>>,
@@ -130,7 +131,7 @@ impl Array {
         let n = g.n();
         let c = g.chunk_bytes as usize;
         let scheme = self.sb.scheme;
-        let mut units: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let mut erased = vec![false; n];
         let mut wanted: Vec<usize> = Vec::with_capacity(plan.reads.len());
         for io in &plan.reads {
@@ -230,7 +231,7 @@ impl Array {
 
         // New data units (chunk + room for the appendix), each sealed right after it is built,
         // while it is still in cache.
-        let mut new: Vec<Vec<u8>> = Vec::with_capacity(last + 1 - first);
+        let mut new: Vec<AlignedBuf> = Vec::with_capacity(last + 1 - first);
         let mut first_crc: Option<stripeguard_checksum::Crc32c> = None;
         let mut at = 0usize;
         for i in first..=last {
@@ -267,7 +268,7 @@ impl Array {
         }
 
         // Parity.
-        let mut parity: Vec<Vec<u8>> = Vec::with_capacity(m);
+        let mut parity: Vec<AlignedBuf> = Vec::with_capacity(m);
         match mode {
             Mode::Rmw => {
                 for j in 0..m {
@@ -302,7 +303,7 @@ impl Array {
         }
 
         // Parity metadata, the buddy's copy, then the writes.
-        let mut buddy: Option<(usize, u64, Vec<u8>)> = None;
+        let mut buddy: Option<(usize, u64, AlignedBuf)> = None;
         if mirror.is_some() {
             for (j, p) in parity.iter_mut().enumerate() {
                 let (chunk, sector) = p.split_at_mut(c);
@@ -311,7 +312,7 @@ impl Array {
             for w in &plan.writes {
                 match w.purpose {
                     Purpose::BuddyAppendix => {
-                        let mut sector = vec![0u8; unit - c];
+                        let mut sector = AlignedBuf::zeroed(unit - c, self.mem_align);
                         self.seal(plan.stripe, w.pos, &tags, &[], &mut sector);
                         buddy = Some((w.pos, c as u64, sector));
                     }

@@ -12,6 +12,7 @@
 
 use crate::{Array, EngineError};
 use stripeguard_checksum::crc32c;
+use stripeguard_disk::AlignedBuf;
 use stripeguard_integrity::JOURNAL_HEADER_BYTES;
 
 const MAGIC: [u8; 8] = *b"SGJRNL\0\0";
@@ -251,7 +252,8 @@ impl Array {
             }
             // With the saved copy standing in for the missing unit, the stripe is diagnosed as
             // if no member were out: the votes roll the interrupted write forward or back.
-            *self.stand_in.lock().expect("lock") = Some((*stripe, *pos, unit.clone()));
+            *self.stand_in.lock().expect("lock") =
+                Some((*stripe, *pos, AlignedBuf::from_slice(unit, self.mem_align)));
             let decided = self.repair_stripe_as(*stripe, &[], true);
             *self.stand_in.lock().expect("lock") = None;
             match decided {

@@ -4,12 +4,12 @@
 use crate::events::{Event, EventAction};
 use crate::{Array, EngineError};
 use stripeguard_codes::Located;
-use stripeguard_disk::DiskError;
+use stripeguard_disk::{AlignedBuf, DiskError};
 use stripeguard_integrity::{diagnose, Appendix, FindingKind, MirrorKind, Scheme, UnitView};
 
 /// A stripe as it should be: every unit's bytes, and the truth about every data chunk.
 pub(crate) struct Image {
-    pub(crate) units: Vec<Vec<u8>>,
+    pub(crate) units: Vec<AlignedBuf>,
     pub(crate) truth: Vec<Option<u64>>,
 }
 
@@ -19,7 +19,7 @@ impl Array {
         &self,
         stripe: u64,
         pos: usize,
-    ) -> Result<Option<Vec<u8>>, EngineError> {
+    ) -> Result<Option<AlignedBuf>, EngineError> {
         let member = self.geometry.member_of(stripe, pos);
         if self.is_failed(member) {
             let stand_in = self.stand_in.lock().expect("lock");
@@ -53,23 +53,21 @@ impl Array {
         &self,
         stripe: u64,
         positions: &[usize],
-    ) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
-        if !self.parallel_io || positions.len() < 2 {
-            return positions
+    ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
+        match &self.io_pool {
+            Some(pool) if positions.len() >= 2 => pool.install(|| {
+                use rayon::prelude::*;
+                positions
+                    .par_iter()
+                    .with_max_len(1)
+                    .map(|&p| self.read_unit(stripe, p))
+                    .collect()
+            }),
+            _ => positions
                 .iter()
                 .map(|&p| self.read_unit(stripe, p))
-                .collect();
+                .collect(),
         }
-        std::thread::scope(|s| {
-            let handles: Vec<_> = positions
-                .iter()
-                .map(|&p| s.spawn(move || self.read_unit(stripe, p)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("an I/O thread panicked"))
-                .collect()
-        })
     }
 
     /// Write several units (position, byte within the unit, bytes) of `stripe`, concurrently
@@ -79,21 +77,18 @@ impl Array {
         stripe: u64,
         writes: &[(usize, u64, &[u8])],
     ) -> Result<(), EngineError> {
-        if !self.parallel_io || writes.len() < 2 {
-            for &(p, at, b) in writes {
-                self.write_unit(stripe, p, at, b)?;
-            }
-            return Ok(());
-        }
-        std::thread::scope(|s| {
-            let handles: Vec<_> = writes
+        match &self.io_pool {
+            Some(pool) if writes.len() >= 2 => pool.install(|| {
+                use rayon::prelude::*;
+                writes
+                    .par_iter()
+                    .with_max_len(1)
+                    .try_for_each(|&(p, at, b)| self.write_unit(stripe, p, at, b))
+            }),
+            _ => writes
                 .iter()
-                .map(|&(p, at, b)| s.spawn(move || self.write_unit(stripe, p, at, b)))
-                .collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().expect("an I/O thread panicked"))
-        })
+                .try_for_each(|&(p, at, b)| self.write_unit(stripe, p, at, b)),
+        }
     }
 
     /// Write `bytes` at `byte_in_unit` of unit `pos` of `stripe`, unless its member has failed.
@@ -280,7 +275,7 @@ impl Array {
         }
 
         // Fill erased slots so the code can work in place.
-        let mut full: Vec<Vec<u8>> = units
+        let mut full: Vec<AlignedBuf> = units
             .into_iter()
             .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();
