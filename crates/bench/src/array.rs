@@ -257,3 +257,84 @@ pub fn intent_overhead(
     }
     out
 }
+
+/// What one request costs on members with `io` latency per I/O: the units of a request go to
+/// their members at once (one I/O thread per member), so a full-stripe write of n units takes
+/// about one latency, not n.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConcurrencyMeasurement {
+    /// Request kind.
+    pub workload: &'static str,
+    /// Member I/Os one request issues (data area).
+    pub member_ios_per_request: f64,
+    /// The latency of one member I/O.
+    pub latency_ms: f64,
+    /// Measured wall time per request.
+    pub ms_per_request: f64,
+    /// Member I/Os × latency: what issuing them one after another would take.
+    pub serial_ms: f64,
+}
+
+/// Full-stripe writes and 4 KiB reads of hybrid-seq on members with `io` latency.
+pub fn concurrency(
+    opts: &ArrayBenchOptions,
+    io: Duration,
+    requests: u64,
+) -> Vec<ConcurrencyMeasurement> {
+    use stripeguard_disk::{CountingDisk, LatencyDisk};
+    let (k, m) = (opts.data_chunks, opts.parity_chunks);
+    let stripe = k as u64 * opts.chunk_bytes as u64;
+    let stripes = requests.max(1) + 1;
+    let unit = opts.chunk_bytes as u64 + 512;
+    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
+    let data_offset = stripeguard_integrity::MetadataLayout::for_member(size).data_offset();
+    let counting: Vec<Arc<CountingDisk>> = (0..k + m)
+        .map(|i| {
+            Arc::new(
+                CountingDisk::new(Arc::new(MemDisk::new(format!("m{i}"), size)) as DiskRef)
+                    .with_data_offset(data_offset),
+            )
+        })
+        .collect();
+    let members: Vec<DiskRef> = counting
+        .iter()
+        .map(|c| Arc::new(LatencyDisk::new(c.clone() as DiskRef, io, io)) as DiskRef)
+        .collect();
+    let cfg = ArrayConfig::new(k, m, Scheme::HybridSeq, opts.chunk_bytes, stripes);
+    let a = Array::create(members, &cfg, true, &mut |_, _| {}).expect("array");
+    // The region bits are set once, up front, so the requests measured carry no record write.
+    a.write(0, &vec![1u8; (stripe * stripes) as usize])
+        .expect("write");
+    let ms = io.as_secs_f64() * 1000.0;
+    let mut out = Vec::new();
+    for (name, write) in [("full-stripe write", true), ("4K read", false)] {
+        counting.iter().for_each(|c| c.reset());
+        let data = vec![0x3cu8; stripe as usize];
+        let mut small = vec![0u8; 4096];
+        let t = std::time::Instant::now();
+        for r in 0..requests {
+            if write {
+                a.write(r * stripe, &data).expect("write");
+            } else {
+                a.read(r * stripe + 8192, &mut small).expect("read");
+            }
+        }
+        let per = t.elapsed().as_secs_f64() * 1000.0 / requests as f64;
+        let ios: u64 = counting
+            .iter()
+            .map(|c| {
+                let x = c.counts();
+                x.reads + x.writes
+            })
+            .sum();
+        let per_req = ios as f64 / requests as f64;
+        out.push(ConcurrencyMeasurement {
+            workload: name,
+            member_ios_per_request: per_req,
+            latency_ms: ms,
+            ms_per_request: per,
+            serial_ms: per_req * ms,
+        });
+    }
+    out
+}

@@ -4,6 +4,7 @@
 
 pub mod array;
 pub mod codec;
+pub mod io;
 pub mod sim;
 pub mod timing;
 

@@ -15,6 +15,10 @@ pub enum BenchCommand {
     /// The array engine on memory members: 1 MiB sequential and 4 KiB random reads and writes
     /// per scheme, with the ratio to bare RAID (`none`) measured in the same run.
     Array(ArrayArgs),
+    /// The engine on member files against the floor of its own I/O: amplification (member I/Os
+    /// and bytes per request, beside the ideal) and efficiency (fio replaying exactly the
+    /// engine's member I/O on the same files, same run), buffered and O_DIRECT.
+    Io(IoArgs),
     /// The simulator: requests per second per scheme and for all schemes together, on a seeded
     /// synthetic workload (memory bounded by the first-read maps, not the trace length).
     Sim(SimBenchArgs),
@@ -62,6 +66,10 @@ pub struct ArrayArgs {
     /// Milliseconds per repetition.
     #[arg(long, default_value_t = 300)]
     ms: u64,
+    /// Measure request latency on members that take this long per I/O (ms): the units of one
+    /// request go to their members at once, so a full-stripe write takes about one latency.
+    #[arg(long, conflicts_with = "intent_latency_ms")]
+    latency_ms: Option<f64>,
     /// Measure the write-intent record instead: members that take this long per I/O (ms,
     /// decimals allowed) and ten times as long per flush, with and without the record.
     #[arg(long)]
@@ -123,7 +131,120 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Codec(a) => codec(a),
         BenchCommand::Array(a) => array(a),
         BenchCommand::Sim(a) => sim(a),
+        BenchCommand::Io(a) => io(a),
     }
+}
+
+#[derive(Args)]
+pub struct IoArgs {
+    /// Directory for the member files (on the disk to measure; not tmpfs for --direct).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: std::path::PathBuf,
+    /// Data + parity members.
+    #[arg(long, value_parser = parse_shape, default_value = "6+2")]
+    shape: (usize, usize),
+    /// Chunk size.
+    #[arg(long, value_parser = parse_size, default_value = "64K")]
+    chunk: usize,
+    /// Data area of each member file.
+    #[arg(long, value_parser = parse_size, default_value = "96M")]
+    member_size: usize,
+    /// Bytes each sequential workload moves.
+    #[arg(long, value_parser = parse_size, default_value = "512M")]
+    sequential: usize,
+    /// Requests of each random workload.
+    #[arg(long, default_value_t = 20000)]
+    requests: u64,
+    /// Buffered only (no O_DIRECT rows).
+    #[arg(long)]
+    no_direct: bool,
+    /// The fio binary that replays the member I/O (the floor).
+    #[arg(long, default_value = "fio")]
+    fio: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn io(a: IoArgs) -> Result<ExitCode> {
+    if std::process::Command::new(&a.fio)
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        anyhow::bail!(
+            "{} is not installed: bench io measures the floor with fio (scripts/install-deps installs it)",
+            a.fio
+        );
+    }
+    if !a.dir.is_dir() {
+        anyhow::bail!("--dir {} is not a directory", a.dir.display());
+    }
+    let opts = stripeguard_bench::io::IoBenchOptions {
+        dir: a.dir.clone(),
+        data_chunks: a.shape.0,
+        parity_chunks: a.shape.1,
+        chunk_bytes: u32::try_from(a.chunk)?,
+        member_data_bytes: a.member_size as u64,
+        sequential_bytes: a.sequential as u64,
+        random_requests: a.requests.max(32),
+        direct: !a.no_direct,
+        fio: a.fio.clone(),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let rows = stripeguard_bench::io::run(&opts, |what| {
+        if tty {
+            eprint!("\r\x1b[2Kmeasuring {what}");
+        }
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::from(crate::exit::OK));
+    }
+    println!(
+        "engine on member files in {}, {}+{}, chunk {}; floor = fio replaying the engine's member I/O (one job per member), same run",
+        a.dir.display(),
+        a.shape.0,
+        a.shape.1,
+        format_size(a.chunk)
+    );
+    println!(
+        "{:<11} {:<8} {:<14} {:>3} {:>9} {:>10} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}",
+        "scheme",
+        "mode",
+        "workload",
+        "qd",
+        "IOs/req",
+        "bytes/req",
+        "ideal IO",
+        "ideal B",
+        "MB/s",
+        "engine s",
+        "floor s",
+        "eff"
+    );
+    for r in &rows {
+        println!(
+            "{:<11} {:<8} {:<14} {:>3} {:>9.2} {:>10.0} {:>9.2} {:>10.0} {:>9.1} {:>8.3} {:>8.3} {:>5.2}x",
+            r.scheme,
+            if r.direct { "direct" } else { "buffered" },
+            r.workload,
+            r.queue_depth,
+            r.member_ios_per_request,
+            r.member_bytes_per_request,
+            r.ideal_ios_per_request,
+            r.ideal_bytes_per_request,
+            r.mb_per_s,
+            r.engine_seconds,
+            r.floor_seconds,
+            r.efficiency
+        );
+    }
+    Ok(ExitCode::from(crate::exit::OK))
 }
 
 fn array(a: ArrayArgs) -> Result<ExitCode> {
@@ -135,6 +256,34 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
         reps: a.reps.max(1),
         min_time: Duration::from_millis(a.ms.max(1)),
     };
+    if let Some(ms) = a.latency_ms {
+        if !(ms > 0.0 && ms.is_finite()) {
+            anyhow::bail!("--latency-ms {ms} must be a positive number");
+        }
+        let rows =
+            stripeguard_bench::array::concurrency(&opts, Duration::from_secs_f64(ms / 1000.0), 50);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+            return Ok(ExitCode::from(crate::exit::OK));
+        }
+        println!(
+            "hybrid-seq {}+{}, chunk {}, members with {ms} ms per I/O: one I/O thread per member",
+            a.shape.0,
+            a.shape.1,
+            format_size(a.chunk)
+        );
+        println!(
+            "{:<18} {:>12} {:>14} {:>20}",
+            "request", "member I/Os", "ms measured", "ms if one by one"
+        );
+        for r in &rows {
+            println!(
+                "{:<18} {:>12.1} {:>14.2} {:>20.1}",
+                r.workload, r.member_ios_per_request, r.ms_per_request, r.serial_ms
+            );
+        }
+        return Ok(ExitCode::from(crate::exit::OK));
+    }
     if let Some(ms) = a.intent_latency_ms {
         if !(ms >= 0.0 && ms.is_finite()) {
             anyhow::bail!("--intent-latency-ms {ms} must be a non-negative number");
