@@ -28,15 +28,18 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
+# A subnet of its own, so two runs at once (or a stale one) do not meet.
+net="10.$((100 + $$ % 100)).$(( ($$ / 100) % 250 ))"
 
 ip link add "$tag-br" type bridge
-ip addr add 10.77.0.1/24 dev "$tag-br"
+ip addr add $net.1/24 dev "$tag-br"
 ip link set "$tag-br" up
 host() { # name last-octet
   ip netns add "$tag-$1"
   ip link add "$tag-v$1" type veth peer name eth0 netns "$tag-$1"
   ip link set "$tag-v$1" master "$tag-br" up
-  ip -n "$tag-$1" addr add "10.77.0.$2/24" dev eth0
+  ip -n "$tag-$1" addr add "$net.$2/24" dev eth0
   ip -n "$tag-$1" link set eth0 up
   ip -n "$tag-$1" link set lo up
 }
@@ -50,11 +53,11 @@ if ! tc qdisc add dev "$tag-v0" root netem delay 2ms 2>/dev/null; then
 fi
 
 export_member() { # index file
-  ip netns exec "$tag-$1" qemu-nbd -t --shared=8 -f raw -b "10.77.0.$((10 + $1))" -p 10809 "$2" &
+  ip netns exec "$tag-$1" qemu-nbd -t --shared=8 -f raw -b "$net.$((10 + $1))" -p 10809 "$2" &
   pids+=($!)
   eval "qpid$1=$!"
   for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/10.77.0.$((10 + $1))/10809) 2>/dev/null && return 0
+    (exec 3<>/dev/tcp/$net.$((10 + $1))/10809) 2>/dev/null && return 0
     sleep 0.05
   done
   echo "qemu-nbd for member $1 did not come up"; exit 1
@@ -63,7 +66,7 @@ uris=()
 for i in 0 1 2 3 4 5; do
   truncate -s 40M "$dir/e$i"
   export_member $i "$dir/e$i"
-  uris+=("nbd://10.77.0.$((10 + i)):10809/")
+  uris+=("nbd://$net.$((10 + i)):10809/")
 done
 export STRIPEGUARD_NBD_TIMEOUT=3
 

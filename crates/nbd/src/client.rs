@@ -3,8 +3,10 @@
 //! `nbd+unix:///export?socket=PATH`.
 //!
 //! One connection per member carries many requests at once: callers (the engine issues a
-//! plan's units from several threads) send under a writer lock and wait for their own reply,
-//! which a reader thread hands over by cookie. A dropped connection is reopened with backoff
+//! plan's units from several threads) send under a writer lock and wait for their own reply by
+//! cookie; whichever waiting caller finds nobody reading the socket reads replies itself and
+//! hands the others theirs (no reader thread: at queue depth 1 a reply reaches its caller
+//! without a thread hand-off, which on a busy machine cost milliseconds). A dropped connection is reopened with backoff
 //! and the requests it carried are sent again (reads and writes of whole ranges are
 //! idempotent); a request that cannot complete within the member's timeout (default 10 s,
 //! `?timeout=SECONDS` in the URI or `STRIPEGUARD_NBD_TIMEOUT`) fails with
@@ -21,9 +23,8 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use stripeguard_disk::{Disk, DiskError};
 
@@ -176,28 +177,119 @@ enum Failure {
     Lost(String),
 }
 
-struct Waiter {
-    read_len: usize,
-    tx: mpsc::SyncSender<Outcome>,
+/// Requests in flight on one connection.
+#[derive(Default)]
+struct Flight {
+    /// Cookie -> bytes its reply carries (READ) for requests not answered yet.
+    pending: HashMap<u64, usize>,
+    /// Replies read by another caller, waiting for theirs to pick up.
+    answered: HashMap<u64, Outcome>,
+    /// Some caller is reading the socket (there is no reader thread: the caller whose request
+    /// is outstanding reads replies itself, so at queue depth 1 a reply reaches its caller
+    /// without a thread hand-off).
+    reading: bool,
+    dead: Option<String>,
 }
 
-/// One open connection: a writer and the callers waiting for replies.
+/// One open connection.
 struct Session {
     writer: Mutex<Conn>,
-    waiting: Mutex<HashMap<u64, Waiter>>,
-    dead: AtomicBool,
+    reader: Mutex<Conn>,
+    flight: Mutex<Flight>,
+    turn: Condvar,
     control: Conn,
     flags: u16,
 }
 
 impl Session {
+    fn is_dead(&self) -> bool {
+        self.flight.lock().expect("lock").dead.is_some()
+    }
+
     fn kill(&self, why: &str) {
-        if !self.dead.swap(true, Ordering::SeqCst) {
+        let mut f = self.flight.lock().expect("lock");
+        if f.dead.is_none() {
+            f.dead = Some(why.to_string());
             self.control.shutdown();
         }
-        for (_, w) in self.waiting.lock().expect("lock").drain() {
-            let _ = w.tx.try_send(Err(Failure::Lost(why.to_string())));
+        self.turn.notify_all();
+    }
+
+    /// Wait for `cookie`'s reply until `deadline`, reading the socket when nobody else is.
+    fn wait(&self, cookie: u64, deadline: Instant) -> Option<Outcome> {
+        let mut f = self.flight.lock().expect("lock");
+        loop {
+            if let Some(o) = f.answered.remove(&cookie) {
+                return Some(o);
+            }
+            if let Some(why) = f.dead.clone() {
+                f.pending.remove(&cookie);
+                return Some(Err(Failure::Lost(why)));
+            }
+            if !f.reading {
+                f.reading = true;
+                drop(f);
+                let got = self.read_one(deadline);
+                f = self.flight.lock().expect("lock");
+                f.reading = false;
+                match got {
+                    Ok((c, o)) => {
+                        f.pending.remove(&c);
+                        f.answered.insert(c, o);
+                    }
+                    Err(why) => {
+                        if f.dead.is_none() {
+                            f.dead = Some(why);
+                            self.control.shutdown();
+                        }
+                    }
+                }
+                self.turn.notify_all();
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                f.pending.remove(&cookie);
+                return None;
+            }
+            f = self.turn.wait_timeout(f, left).expect("lock").0;
         }
+    }
+
+    /// Read one reply: (cookie, outcome), or why the connection cannot go on.
+    fn read_one(&self, deadline: Instant) -> Result<(u64, Outcome), String> {
+        let mut conn = self.reader.lock().expect("lock");
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let _ = conn.set_read_timeout(Some(left));
+        let mut h = [0u8; 16];
+        conn.read_exact(&mut h)
+            .map_err(|e| format!("connection lost: {e}"))?;
+        if proto::be32(&h[0..4]) != proto::SIMPLE_REPLY_MAGIC {
+            return Err("the server sent a reply with a wrong magic number".into());
+        }
+        let error = proto::be32(&h[4..8]);
+        let cookie = proto::be64(&h[8..16]);
+        let Some(read_len) = self
+            .flight
+            .lock()
+            .expect("lock")
+            .pending
+            .get(&cookie)
+            .copied()
+        else {
+            return Err(format!(
+                "the server answered cookie {cookie}, which was not asked"
+            ));
+        };
+        if error != 0 {
+            return Ok((cookie, Err(Failure::Nbd(error))));
+        }
+        let mut data = vec![0u8; read_len];
+        conn.read_exact(&mut data)
+            .map_err(|e| format!("connection lost in a reply: {e}"))?;
+        Ok((cookie, Ok(data)))
     }
 }
 
@@ -297,16 +389,12 @@ impl NbdDisk {
         let t = |e: io::Error| ConnectError::Transient(e.to_string());
         let session = Arc::new(Session {
             writer: Mutex::new(conn.try_clone().map_err(t)?),
-            waiting: Mutex::new(HashMap::new()),
-            dead: AtomicBool::new(false),
             control: conn.try_clone().map_err(t)?,
+            reader: Mutex::new(conn),
+            flight: Mutex::new(Flight::default()),
+            turn: Condvar::new(),
             flags,
         });
-        let s2 = Arc::clone(&session);
-        std::thread::Builder::new()
-            .name("nbd-client-reader".into())
-            .spawn(move || reader(conn, s2))
-            .map_err(t)?;
         Ok((session, size))
     }
 
@@ -314,7 +402,7 @@ impl NbdDisk {
     fn session(&self, deadline: Instant) -> Result<Arc<Session>, DiskError> {
         let mut s = self.session.lock().expect("lock");
         if let Some(cur) = s.as_ref() {
-            if !cur.dead.load(Ordering::SeqCst) {
+            if !cur.is_dead() {
                 return Ok(Arc::clone(cur));
             }
         }
@@ -343,17 +431,17 @@ impl NbdDisk {
         loop {
             let session = self.session(deadline)?;
             let cookie = self.cookie.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = mpsc::sync_channel(1);
             let read_len = if kind == proto::CMD_READ {
                 length as usize
             } else {
                 0
             };
             session
-                .waiting
+                .flight
                 .lock()
                 .expect("lock")
-                .insert(cookie, Waiter { read_len, tx });
+                .pending
+                .insert(cookie, read_len);
             let header = Request {
                 flags,
                 kind,
@@ -364,22 +452,29 @@ impl NbdDisk {
             .encode();
             let sent = {
                 let mut w = session.writer.lock().expect("lock");
-                w.write_all(&header).and_then(|()| w.write_all(payload))
+                if payload.is_empty() {
+                    w.write_all(&header)
+                } else {
+                    // One write: header and payload in one segment where it fits.
+                    let mut m = Vec::with_capacity(header.len() + payload.len());
+                    m.extend_from_slice(&header);
+                    m.extend_from_slice(payload);
+                    w.write_all(&m)
+                }
             };
             if let Err(e) = sent {
                 session.kill(&format!("sending: {e}"));
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(Ok(data)) => return Ok(data),
-                Ok(Err(Failure::Nbd(_))) if kind == proto::CMD_READ => {
+            match session.wait(cookie, deadline) {
+                Some(Ok(data)) => return Ok(data),
+                Some(Err(Failure::Nbd(_))) if kind == proto::CMD_READ => {
                     // A range the server cannot read: the engine rebuilds it from the others.
                     return Err(DiskError::Medium {
                         name: self.uri.clone(),
                         offset,
                     });
                 }
-                Ok(Err(Failure::Nbd(errno))) => {
+                Some(Err(Failure::Nbd(errno))) => {
                     return Err(DiskError::Io {
                         name: self.uri.clone(),
                         op,
@@ -388,9 +483,9 @@ impl NbdDisk {
                         source: io::Error::other(format!("the NBD server answered error {errno}")),
                     });
                 }
-                Ok(Err(Failure::Lost(_))) if Instant::now() < deadline => continue,
-                Ok(Err(Failure::Lost(why))) => return Err(self.failed(why)),
-                Err(_) => {
+                Some(Err(Failure::Lost(_))) if Instant::now() < deadline => continue,
+                Some(Err(Failure::Lost(why))) => return Err(self.failed(why)),
+                None => {
                     // No answer in time: this connection is not to be trusted any more.
                     session.kill("timed out");
                     return Err(self.failed(format!(
@@ -421,36 +516,6 @@ enum ConnectError {
     Transient(String),
     /// It answered, and the answer will not change (no such export, not fixed newstyle).
     Refused(String),
-}
-
-/// The reader thread: hand each reply to its caller.
-fn reader(mut conn: Conn, session: Arc<Session>) {
-    let why = loop {
-        let mut h = [0u8; 16];
-        if let Err(e) = conn.read_exact(&mut h) {
-            break format!("connection lost: {e}");
-        }
-        if proto::be32(&h[0..4]) != proto::SIMPLE_REPLY_MAGIC {
-            break "the server sent a reply with a wrong magic number".to_string();
-        }
-        let error = proto::be32(&h[4..8]);
-        let cookie = proto::be64(&h[8..16]);
-        let Some(w) = session.waiting.lock().expect("lock").remove(&cookie) else {
-            break format!("the server answered cookie {cookie}, which was not asked");
-        };
-        let outcome = if error != 0 {
-            Err(Failure::Nbd(error))
-        } else {
-            let mut data = vec![0u8; w.read_len];
-            if let Err(e) = conn.read_exact(&mut data) {
-                let _ = w.tx.try_send(Err(Failure::Lost(e.to_string())));
-                break format!("connection lost in a reply: {e}");
-            }
-            Ok(data)
-        };
-        let _ = w.tx.try_send(outcome);
-    };
-    session.kill(&why);
 }
 
 /// The client side of the fixed-newstyle handshake: GO with the export's name.
