@@ -852,7 +852,7 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
             "{}",
             json!({"check_only": a.check_only, "resumed_at": summary.resumed_at, "stripes": summary.stripes,
                    "record": summary.record, "counters": counters_json(&c), "events": array.events(),
-                   "unrecoverable": summary.unrecoverable})
+                   "unrecoverable": summary.unrecoverable, "metadata": summary.metadata})
         );
     } else {
         if summary.resumed_at > 0 {

@@ -96,7 +96,7 @@ fn get_str(b: &[u8]) -> String {
 }
 
 /// Parse one entry; `None` when empty or damaged. Never panics.
-fn decode(b: &[u8]) -> Option<LoggedEvent> {
+pub(crate) fn decode(b: &[u8]) -> Option<LoggedEvent> {
     if b.len() < ENTRY_BYTES
         || b[0..4] != MAGIC
         || b[4] != VERSION

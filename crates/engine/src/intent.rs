@@ -36,7 +36,7 @@ pub(crate) struct Intent {
 }
 
 /// A decoded copy.
-struct Record {
+pub(crate) struct Record {
     sequence: u64,
     stripes_per_bit: u64,
     bits: u64,
@@ -88,7 +88,7 @@ impl Intent {
 }
 
 /// Parse one copy: `Ok(None)` when it is all zeros (never written), `Err` when damaged.
-fn decode(b: &[u8]) -> Result<Option<Record>, ()> {
+pub(crate) fn decode(b: &[u8]) -> Result<Option<Record>, ()> {
     if b.iter().all(|&x| x == 0) {
         return Ok(None);
     }
@@ -217,7 +217,7 @@ impl Array {
     }
 
     /// Write the record to every current member (the copy the newest is not in) and flush.
-    fn persist_intent(&self, i: &mut Intent) -> Result<(), EngineError> {
+    pub(crate) fn persist_intent(&self, i: &mut Intent) -> Result<(), EngineError> {
         i.sequence += 1;
         let bytes = i.encode(self.generation.load(std::sync::atomic::Ordering::Relaxed));
         let at = INTENT_RECORD_OFFSET + (i.sequence % 2) * i.copy_bytes as u64;

@@ -56,7 +56,7 @@ fn get(b: &[u8]) -> String {
 }
 
 impl Owner {
-    fn encode(&self) -> [u8; SLOT_BYTES] {
+    pub(crate) fn encode(&self) -> [u8; SLOT_BYTES] {
         let mut b = [0u8; SLOT_BYTES];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -76,7 +76,7 @@ impl Owner {
         b
     }
 
-    fn decode(b: &[u8]) -> Option<Owner> {
+    pub(crate) fn decode(b: &[u8]) -> Option<Owner> {
         if b.len() < SLOT_BYTES
             || b[0..8] != MAGIC
             || b[8..12] != VERSION.to_le_bytes()

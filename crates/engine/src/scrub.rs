@@ -187,6 +187,8 @@ pub struct ScrubSummary {
     /// Check only, array not closed cleanly: stripes of dirty regions left for the resync
     /// (a half-finished write is not corruption).
     pub awaiting_resync: u64,
+    /// Damaged copies in the members' metadata areas (owner, checkpoint, intent, log).
+    pub metadata: Vec<crate::MetadataFinding>,
 }
 
 /// Scrub `array`: every stripe from where the last interrupted scrub stopped (or from 0), every
@@ -260,6 +262,9 @@ pub fn scrub(
         array.awaiting_resync().into_iter().collect()
     };
     summary.awaiting_resync = skip.len() as u64;
+    // The metadata area first: a damaged checkpoint copy is rewritten before this scrub's own
+    // checkpoints go into its slots.
+    summary.metadata = array.scrub_metadata(writable)?;
     for s in start..stripes {
         if skip.contains(&s) {
             continue;

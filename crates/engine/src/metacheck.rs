@@ -1,0 +1,191 @@
+//! Scrub of the metadata area (FORMAT.md §2.0–§2.1c): every member's two owner-record slots,
+//! two checkpoint slots, two write-intent copies and every event-log entry are checked — a
+//! region that is neither empty (all zero) nor valid (magic, version, CRC) is damaged. The
+//! superblocks are checked and rewritten at every assembly already.
+//!
+//! Repair (a writable scrub): the two-slot records are written again into both slots on every
+//! member from the array's current record (the owner record this process holds, the newest
+//! checkpoint, the intent record in memory), so a damaged slot never waits for its turn to be
+//! overwritten; a damaged log entry is copied from a member whose copy of the same slot is
+//! valid, else cleared (the event is lost; the finding says so).
+
+use crate::events::{Event, EventAction};
+use crate::{Array, EngineError};
+use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, OWNER_RECORD_OFFSET};
+
+const SLOT_BYTES: usize = 2048;
+
+/// One damaged copy.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MetadataFinding {
+    /// Member index.
+    pub member: usize,
+    /// `owner`, `checkpoint`, `intent` or `log`.
+    pub region: &'static str,
+    /// Slot, copy or entry number within the region.
+    pub copy: u64,
+    /// Rewritten from a good copy (else only reported).
+    pub repaired: bool,
+}
+
+impl Array {
+    /// Check every current member's metadata copies; with `repair` (and a writable array),
+    /// rewrite the damaged ones. Findings are events of kind `metadata`.
+    pub fn scrub_metadata(&self, repair: bool) -> Result<Vec<MetadataFinding>, EngineError> {
+        let repair = repair && self.writable;
+        let mut found = Vec::new();
+        let intent_copy = (self.sb.layout.intent_bytes / 2) as usize;
+        let (log_at, log_len) = (
+            self.sb.layout.log_offset(),
+            self.sb.layout.log_bytes as usize,
+        );
+        let mut logs: Vec<Option<Vec<u8>>> = Vec::new();
+        for (m, d) in self.members.iter().enumerate() {
+            if self.is_failed(m) {
+                logs.push(None);
+                continue;
+            }
+            let check = |region: &'static str,
+                         at: u64,
+                         copy_bytes: usize,
+                         valid: &dyn Fn(&[u8]) -> bool,
+                         found: &mut Vec<MetadataFinding>| {
+                let mut b = vec![0u8; 2 * copy_bytes];
+                if d.read_at(at, &mut b).is_err() {
+                    return;
+                }
+                for (j, c) in b.chunks(copy_bytes).enumerate() {
+                    if c.iter().any(|&x| x != 0) && !valid(c) {
+                        found.push(MetadataFinding {
+                            member: m,
+                            region,
+                            copy: j as u64,
+                            repaired: false,
+                        });
+                    }
+                }
+            };
+            check(
+                "owner",
+                OWNER_RECORD_OFFSET,
+                SLOT_BYTES,
+                &|c| crate::owner::Owner::decode(c).is_some(),
+                &mut found,
+            );
+            check(
+                "checkpoint",
+                CHECKPOINT_OFFSET,
+                SLOT_BYTES,
+                &|c| crate::scrub::Checkpoint::decode(c).is_some(),
+                &mut found,
+            );
+            check(
+                "intent",
+                INTENT_RECORD_OFFSET,
+                intent_copy,
+                &|c| crate::intent::decode(c).is_ok(),
+                &mut found,
+            );
+            let mut log = vec![0u8; log_len];
+            if d.read_at(log_at, &mut log).is_ok() {
+                for (j, e) in log.chunks(crate::evlog::ENTRY_BYTES).enumerate() {
+                    if e.iter().any(|&x| x != 0) && crate::evlog::decode(e).is_none() {
+                        found.push(MetadataFinding {
+                            member: m,
+                            region: "log",
+                            copy: j as u64,
+                            repaired: false,
+                        });
+                    }
+                }
+                logs.push(Some(log));
+            } else {
+                logs.push(None);
+            }
+        }
+        if repair && !found.is_empty() {
+            let regions: std::collections::BTreeSet<&str> =
+                found.iter().map(|f| f.region).collect();
+            for region in regions {
+                match region {
+                    "owner" => {
+                        let mut mine = self.ownership.lock().expect("lock");
+                        if let Some(o) = mine.as_mut() {
+                            for _ in 0..2 {
+                                o.sequence += 1;
+                                self.write_slot(
+                                    OWNER_RECORD_OFFSET,
+                                    o.sequence,
+                                    &o.encode(),
+                                    true,
+                                )?;
+                            }
+                        }
+                    }
+                    "checkpoint" => {
+                        let mut c = self.checkpoint().unwrap_or_default();
+                        for _ in 0..2 {
+                            c.sequence += 1;
+                            self.write_slot(CHECKPOINT_OFFSET, c.sequence, &c.encode(), false)?;
+                        }
+                    }
+                    "intent" => {
+                        let mut i = self.intent.lock().expect("lock");
+                        self.persist_intent(&mut i)?;
+                        self.persist_intent(&mut i)?;
+                    }
+                    _ => {}
+                }
+            }
+            let eb = crate::evlog::ENTRY_BYTES;
+            for f in found.iter_mut().filter(|f| f.region == "log") {
+                let j = f.copy as usize;
+                let good = logs
+                    .iter()
+                    .flatten()
+                    .map(|l| &l[j * eb..(j + 1) * eb])
+                    .find(|e| crate::evlog::decode(e).is_some())
+                    .map(|e| e.to_vec())
+                    .unwrap_or_else(|| vec![0u8; eb]);
+                if let Err(e) = self.members[f.member].write_at(log_at + (j * eb) as u64, &good) {
+                    self.fail_member(f.member, &e)?;
+                }
+            }
+            for f in found.iter_mut() {
+                f.repaired =
+                    !(f.region == "owner" && self.ownership.lock().expect("lock").is_none());
+            }
+        }
+        let mut ev = self.events.lock().expect("lock");
+        for f in &found {
+            ev.record(Event {
+                stripe: 0,
+                member: f.member,
+                position: 0,
+                role: "member",
+                kind: "metadata",
+                evidence: format!(
+                    "{} copy {} of member {} is damaged (neither empty nor valid){}",
+                    f.region,
+                    f.copy,
+                    f.member,
+                    if f.repaired {
+                        "; rewritten from a good copy"
+                    } else {
+                        ""
+                    }
+                ),
+                action: if f.repaired {
+                    EventAction::Repaired
+                } else {
+                    EventAction::FoundReadOnly
+                },
+            });
+        }
+        drop(ev);
+        if repair && !found.is_empty() {
+            self.flush()?;
+        }
+        Ok(found)
+    }
+}
