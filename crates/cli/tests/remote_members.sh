@@ -77,11 +77,12 @@ head -c $((96 << 20)) /dev/urandom > "$dir/image"
 
 "$SG" serve "${uris[@]}" --socket "$dir/sg.sock" 2> "$dir/serve.err" & spid=$!
 pids+=($spid)
-for _ in $(seq 200); do [ -S "$dir/sg.sock" ] && break; sleep 0.05; done
+for _ in $(seq 600); do [ -S "$dir/sg.sock" ] && break; sleep 0.05; done
+[ -S "$dir/sg.sock" ] || { echo "FAIL: the server did not listen within 30 s"; cat "$dir/serve.err"; exit 1; }
 sock="nbd+unix:///?socket=$dir/sg.sock"
 
 # A second serve from another namespace (another "host" on the network) on the same members.
-if ip netns exec "$tag-c" "$SG" serve "${uris[@]}" --listen 127.0.0.1:10999 --quiet 2> "$dir/second.err"; then
+if ip netns exec "$tag-c" timeout 60 "$SG" serve "${uris[@]}" --listen 127.0.0.1:10999 --quiet 2> "$dir/second.err"; then
   echo "FAIL: a second serve on the same members was not refused"; exit 1
 fi
 grep -q "in use" "$dir/second.err" || { echo "FAIL: the refusal does not say why:"; cat "$dir/second.err"; exit 1; }

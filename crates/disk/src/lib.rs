@@ -159,6 +159,11 @@ pub trait Disk: Send + Sync {
     fn prefers_parallel(&self) -> bool {
         false
     }
+    /// Whether another host may open this member too (a network export), so that no local
+    /// lock protects it and the owner record is the only guard (FORMAT.md §2.0).
+    fn shared_across_hosts(&self) -> bool {
+        false
+    }
     /// The alignment direct I/O needs of buffer addresses (bytes; 1 = none). The engine
     /// allocates its unit buffers to the largest of its members'.
     fn mem_align(&self) -> usize {

@@ -201,6 +201,32 @@ impl Array {
             command: std::env::args().collect::<Vec<_>>().join(" "),
         };
         self.write_owner(&o)?;
+        // Members that no lock protects (another host's exports): two assemblies that read
+        // "free" at the same moment both write. Wait out the other's write, then look at every
+        // member: if any holds another holder's newer record, this one backs off (both may, if
+        // their writes interleaved member by member; neither writes data).
+        if self.members.iter().any(|d| d.shared_across_hosts()) {
+            std::thread::sleep(Duration::from_millis(300));
+            for (i, d) in self.members.iter().enumerate() {
+                if self.is_failed(i) {
+                    continue;
+                }
+                let mut b = vec![0u8; 2 * SLOT_BYTES];
+                if d.read_at(OWNER_RECORD_OFFSET, &mut b).is_err() {
+                    continue;
+                }
+                let newest = b
+                    .chunks(SLOT_BYTES)
+                    .filter_map(Owner::decode)
+                    .max_by_key(|r| r.sequence);
+                if let Some(other) = newest.filter(|r| r.holder_id != o.holder_id && r.held) {
+                    return Err(in_use(
+                        &other,
+                        "which took it at the same moment as this process (try again)".into(),
+                    ));
+                }
+            }
+        }
         LIVE.lock().expect("lock").push(o.holder_id);
         *self.ownership.lock().expect("lock") = Some(o);
         Ok(())

@@ -647,6 +647,10 @@ impl Disk for NbdDisk {
     fn prefers_parallel(&self) -> bool {
         true
     }
+
+    fn shared_across_hosts(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for NbdDisk {
