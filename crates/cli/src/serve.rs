@@ -50,8 +50,17 @@ pub struct ServeArgs {
 }
 
 pub fn serve(a: ServeArgs) -> Result<ExitCode> {
-    let listener = bind(&a)?;
-    let array = Arc::new(assemble(&a.array, !a.read_only)?);
+    // Assemble first, then listen: a socket that exists means a server that is ready (and that
+    // holds the array), which is what scripts waiting for it rely on.
+    let array = assemble(&a.array, !a.read_only)?;
+    let listener = match bind(&a) {
+        Ok(l) => l,
+        Err(e) => {
+            array.close().context("closing the array")?;
+            return Err(e);
+        }
+    };
+    let array = Arc::new(array);
     let export = Arc::new(ArrayExport::new(Arc::clone(&array)));
     let server = Server::new(
         export,
