@@ -662,7 +662,7 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
             a.with.display()
         );
     }
-    let mut array = assemble(&a.array, true)?;
+    let array = assemble(&a.array, true)?;
     let size = array.superblock().member_bytes();
     let created = !stripeguard_engine::member_exists(&a.with);
     // The slot's own device is already open (and locked) by the array: the same handle.

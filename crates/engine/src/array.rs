@@ -118,11 +118,36 @@ pub(crate) struct Meta {
     pub(crate) state: ArrayState,
 }
 
+/// The members' handles. A slot changes only when `replace` puts a new device in it, which it
+/// does while the array serves I/O; everyone else takes a handle per access.
+pub(crate) struct Members(std::sync::RwLock<Vec<DiskRef>>);
+
+impl Members {
+    pub(crate) fn new(d: Vec<DiskRef>) -> Members {
+        Members(std::sync::RwLock::new(d))
+    }
+    /// Member `i`'s handle.
+    pub(crate) fn get(&self, i: usize) -> DiskRef {
+        self.0.read().expect("lock")[i].clone()
+    }
+    /// Every member's handle, as of now.
+    pub(crate) fn all(&self) -> Vec<DiskRef> {
+        self.0.read().expect("lock").clone()
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.0.read().expect("lock").len()
+    }
+    /// Put `d` in slot `i`.
+    pub(crate) fn set(&self, i: usize, d: DiskRef) {
+        self.0.write().expect("lock")[i] = d;
+    }
+}
+
 /// An assembled array.
 pub struct Array {
     pub(crate) sb: Superblock,
     pub(crate) geometry: Geometry,
-    pub(crate) members: Vec<DiskRef>,
+    pub(crate) members: Members,
     pub(crate) failed: Vec<AtomicBool>,
     pub(crate) health: Mutex<Vec<MemberHealth>>,
     pub(crate) code: Box<dyn ErasureCode>,
@@ -148,6 +173,12 @@ pub struct Array {
     /// a fixed pool of one thread per member, made once (a thread spawned per unit cost more
     /// than a 4 KiB direct I/O).
     pub(crate) io_pool: Option<rayon::ThreadPool>,
+    /// The member a replace is rebuilding. Every write of one of its units reaches the new
+    /// device although the member still counts as out for reads: a stripe already rebuilt stays
+    /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
+    /// write too). So a replace can run while the array serves writes.
+    /// (member, the stripe the replace itself is writing, whose unit it writes once itself).
+    pub(crate) rebuilding: Mutex<Option<(usize, Option<u64>)>>,
 }
 
 impl Array {
@@ -491,11 +522,12 @@ impl Array {
             events: Mutex::new(EventLog::default()),
             code,
             geometry,
-            members,
+            members: Members::new(members),
             generation: std::sync::atomic::AtomicU64::new(sb.generation),
             pool: Mutex::new(Vec::new()),
             mem_align,
             io_pool,
+            rebuilding: Mutex::new(None),
             sb,
             writable,
         })
@@ -528,7 +560,7 @@ impl Array {
     /// The handle of member `i` as assembled (a stale or failed member's too, when it could be
     /// opened).
     pub fn member_disk(&self, i: usize) -> Option<DiskRef> {
-        self.members.get(i).cloned()
+        (i < self.members.len()).then(|| self.members.get(i))
     }
 
     /// Whether it was assembled for writing.
@@ -571,7 +603,7 @@ impl Array {
 
     /// Flush every current member (a failed flush takes the member out).
     pub(crate) fn flush_members(&self) -> Result<(), EngineError> {
-        for (i, d) in self.members.iter().enumerate() {
+        for (i, d) in self.members.all().iter().enumerate() {
             if self.is_failed(i) {
                 continue;
             }
@@ -700,7 +732,7 @@ impl Array {
                 }
             }
             let mut lost = None;
-            for (i, d) in self.members.iter().enumerate() {
+            for (i, d) in self.members.all().iter().enumerate() {
                 if self.is_failed(i) {
                     continue;
                 }
@@ -734,7 +766,7 @@ impl Array {
     /// members that held something before `create`.
     fn zero_metadata_regions(&self) -> Result<(), EngineError> {
         let zeros = vec![0u8; 64 << 10];
-        for d in &self.members {
+        for d in &self.members.all() {
             let mut at = OWNER_RECORD_OFFSET;
             while at < self.sb.data_offset_bytes {
                 let len = (self.sb.data_offset_bytes - at).min(zeros.len() as u64) as usize;
@@ -813,9 +845,9 @@ impl Array {
                 let member = g.member_of(s, pos);
                 let off = self.unit_offset(s);
                 let w = if fresh {
-                    self.members[member].write_at(off + c as u64, &buf[c..])
+                    self.members.get(member).write_at(off + c as u64, &buf[c..])
                 } else {
-                    self.members[member].write_at(off, &buf)
+                    self.members.get(member).write_at(off, &buf)
                 };
                 w?;
             }
@@ -846,7 +878,7 @@ impl Array {
         sequence: impl Fn(&T) -> u64,
     ) -> Option<T> {
         let mut best: Option<T> = None;
-        for (i, d) in self.members.iter().enumerate() {
+        for (i, d) in self.members.all().iter().enumerate() {
             if self.is_failed(i) {
                 continue;
             }
@@ -873,7 +905,7 @@ impl Array {
         flush: bool,
     ) -> Result<(), EngineError> {
         let at = offset + (sequence % 2) * bytes.len() as u64;
-        for (i, d) in self.members.iter().enumerate() {
+        for (i, d) in self.members.all().iter().enumerate() {
             if self.is_failed(i) {
                 continue;
             }

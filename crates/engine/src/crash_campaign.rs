@@ -80,7 +80,7 @@ pub struct CrashReport {
 const CHUNK: u32 = 4096;
 
 fn array_members_snapshot(a: &Array) -> Vec<DiskRef> {
-    a.members.clone()
+    a.members.all()
 }
 
 /// Run `cfg.crashes` crashes.

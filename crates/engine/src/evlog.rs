@@ -161,7 +161,7 @@ impl Array {
         for (number, time, e) in &unsaved {
             let bytes = encode(*number, *time, e);
             let off = at + (number % capacity) * ENTRY_BYTES as u64;
-            for (i, d) in self.members.iter().enumerate() {
+            for (i, d) in self.members.all().iter().enumerate() {
                 if self.is_failed(i) {
                     continue;
                 }
@@ -177,6 +177,7 @@ impl Array {
     pub fn event_log(&self) -> LogRead {
         let current: Vec<DiskRef> = self
             .members
+            .all()
             .iter()
             .enumerate()
             .filter(|(i, _)| !self.is_failed(*i))

@@ -165,7 +165,7 @@ impl Array {
             let mut bytes = header(slot.1, stripe, pos, unit, event);
             bytes.extend_from_slice(unit);
             let at = self.journal_slot_offset(slot.0);
-            for (m, d) in self.members.iter().enumerate() {
+            for (m, d) in self.members.all().iter().enumerate() {
                 if self.is_failed(m) {
                     continue;
                 }
@@ -198,7 +198,7 @@ impl Array {
         let zeros = vec![0u8; HEADER];
         for s in freed {
             let at = self.journal_slot_offset(s);
-            for (m, d) in self.members.iter().enumerate() {
+            for (m, d) in self.members.all().iter().enumerate() {
                 if self.is_failed(m) {
                     continue;
                 }
@@ -216,7 +216,7 @@ impl Array {
         let slot_bytes = self.sb.journal_slot_bytes() as usize;
         // The newest valid copy of each (stripe, position) on any current member.
         let mut best: std::collections::BTreeMap<(u64, usize), (u64, Vec<u8>)> = Default::default();
-        for (m, d) in self.members.iter().enumerate() {
+        for (m, d) in self.members.all().iter().enumerate() {
             if self.is_failed(m) {
                 continue;
             }

@@ -40,7 +40,7 @@ impl Array {
             self.sb.layout.log_bytes as usize,
         );
         let mut logs: Vec<Option<Vec<u8>>> = Vec::new();
-        for (m, d) in self.members.iter().enumerate() {
+        for (m, d) in self.members.all().iter().enumerate() {
             if self.is_failed(m) {
                 logs.push(None);
                 continue;
@@ -147,7 +147,11 @@ impl Array {
                     .find(|e| crate::evlog::decode(e).is_some())
                     .map(|e| e.to_vec())
                     .unwrap_or_else(|| vec![0u8; eb]);
-                if let Err(e) = self.members[f.member].write_at(log_at + (j * eb) as u64, &good) {
+                if let Err(e) = self
+                    .members
+                    .get(f.member)
+                    .write_at(log_at + (j * eb) as u64, &good)
+                {
                     self.fail_member(f.member, &e)?;
                 }
             }

@@ -205,9 +205,9 @@ impl Array {
         // "free" at the same moment both write. Wait out the other's write, then look at every
         // member: if any holds another holder's newer record, this one backs off (both may, if
         // their writes interleaved member by member; neither writes data).
-        if self.members.iter().any(|d| d.shared_across_hosts()) {
+        if self.members.all().iter().any(|d| d.shared_across_hosts()) {
             std::thread::sleep(Duration::from_millis(300));
-            for (i, d) in self.members.iter().enumerate() {
+            for (i, d) in self.members.all().iter().enumerate() {
                 if self.is_failed(i) {
                     continue;
                 }

@@ -39,6 +39,15 @@ fn target_checkpoint(target: &DiskRef) -> Option<Checkpoint> {
         .max_by_key(|c| c.sequence)
 }
 
+/// Ends a replace's claim however it ends.
+struct RebuildingGuard<'a>(&'a Array);
+
+impl Drop for RebuildingGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.rebuilding.lock().expect("lock") = None;
+    }
+}
+
 impl Array {
     /// Whether `target` is the device that left slot `member`, back with what it held then: its
     /// own superblock is of this array and this slot, shows the slot's current device number,
@@ -69,8 +78,11 @@ impl Array {
 
     /// Rebuild member `member` onto `target`. A healthy member is replaced only with `force`.
     /// `progress(done, total)` as stripes are rebuilt.
+    ///
+    /// Runs while the array serves reads and writes (the stripe being rebuilt is locked as a
+    /// write locks it); one replace at a time.
     pub fn replace(
-        &mut self,
+        &self,
         member: usize,
         target: DiskRef,
         force: bool,
@@ -89,7 +101,7 @@ impl Array {
         if !self.is_failed(member) && !force {
             return cfg(format!(
                 "member {member} ({}) is healthy; pass --force to retire it anyway",
-                self.members[member].name()
+                self.members.get(member).name()
             ));
         }
         let need = self.sb.member_bytes();
@@ -101,6 +113,14 @@ impl Array {
             ));
         }
         target.try_lock(true)?;
+        {
+            let mut r = self.rebuilding.lock().expect("lock");
+            if let Some((m, _)) = *r {
+                return cfg(format!("a replace of member {m} is running; one at a time"));
+            }
+            *r = Some((member, None));
+        }
+        let _rebuilding = RebuildingGuard(self);
         let stripes = self.geometry.stripes;
 
         // Resume onto the same device, refuse another one, or start.
@@ -151,7 +171,7 @@ impl Array {
             self.fail_member(
                 member,
                 &stripeguard_disk::DiskError::Failed {
-                    name: self.members[member].name().to_string(),
+                    name: self.members.get(member).name().to_string(),
                     why: "being replaced".into(),
                 },
             )?;
@@ -170,7 +190,7 @@ impl Array {
             meta.table[member].state = MemberState::Rebuilding;
             self.write_superblocks_locked(&mut meta)?;
         }
-        self.members[member] = target.clone();
+        self.members.set(member, target.clone());
         self.health.lock().expect("lock")[member].name = target.name().to_string();
         let save = |a: &Array, ck: &mut Checkpoint| -> Result<(), EngineError> {
             ck.sequence += 1;
@@ -188,22 +208,27 @@ impl Array {
         let mut visited = 0u64;
         for &s in todo.iter().filter(|&&s| s >= start) {
             let pos = self.geometry.position_of(s, member);
-            let image = {
+            {
+                // Held through the write: a write to this stripe waits for it, then goes to the
+                // new device too.
                 let _guard = self.locks[s as usize % self.locks.len()]
                     .lock()
                     .expect("lock");
-                self.repair_stripe(s, &[])
-            };
-            let image = match image {
-                Ok(i) => i,
-                Err(e) => {
-                    ck.rebuild_next = s;
-                    save(self, &mut ck)?;
-                    return Err(e);
-                }
-            };
-            target.write_at(self.unit_offset(s), &image.units[pos])?;
-            self.recycle(image.units);
+                *self.rebuilding.lock().expect("lock") = Some((member, Some(s)));
+                let image = self.repair_stripe(s, &[]);
+                *self.rebuilding.lock().expect("lock") = Some((member, None));
+                let image = match image {
+                    Ok(i) => i,
+                    Err(e) => {
+                        drop(_guard);
+                        ck.rebuild_next = s;
+                        save(self, &mut ck)?;
+                        return Err(e);
+                    }
+                };
+                target.write_at(self.unit_offset(s), &image.units[pos])?;
+                self.recycle(image.units);
+            }
             ck.rebuild_next = s + 1;
             visited += 1;
             if visited.is_multiple_of(CHECKPOINT_EVERY) && s + 1 < stripes {

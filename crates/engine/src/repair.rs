@@ -33,7 +33,11 @@ impl Array {
             });
         }
         let mut buf = self.unit_buf();
-        match self.members[member].read_at(self.unit_offset(stripe), &mut buf) {
+        match self
+            .members
+            .get(member)
+            .read_at(self.unit_offset(stripe), &mut buf)
+        {
             Ok(()) => Ok(Some(buf)),
             Err(DiskError::Medium { .. }) => {
                 self.recycle([buf]);
@@ -101,10 +105,15 @@ impl Array {
     ) -> Result<(), EngineError> {
         let member = self.geometry.member_of(stripe, pos);
         if self.is_failed(member) {
-            return Ok(());
+            // Out of the array, unless a replace is filling its new device.
+            let to_new = matches!(*self.rebuilding.lock().expect("lock"),
+                Some((m, busy)) if m == member && busy != Some(stripe));
+            if !to_new {
+                return Ok(());
+            }
         }
         let off = self.unit_offset(stripe) + byte_in_unit;
-        if let Err(e) = self.members[member].write_at(off, bytes) {
+        if let Err(e) = self.members.get(member).write_at(off, bytes) {
             self.fail_member(member, &e)?;
         }
         Ok(())
