@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_disk::{Disk, DiskError, FaultKind, FileDisk};
 use stripeguard_engine::{
-    ask_holder, assemble_paths, campaign_cases, default_parity, open_member_paths, peek_uuid,
-    read_log_of, run_campaign, run_demo, scrub, with_control_socket, Array, Checkpoint, Counters,
-    CreateOnPaths, EngineError, LoggedEvent, ScrubOptions,
+    ask_holder, ask_holder_replace, assemble_paths, campaign_cases, default_parity,
+    open_member_paths, peek_uuid, read_log_of, run_campaign, run_demo, scrub, with_control_socket,
+    Array, Checkpoint, Counters, CreateOnPaths, EngineError, LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -652,6 +652,57 @@ fn state_line(
     words.join(", ")
 }
 
+/// `replace` of an array another process holds: ask it over its control socket, then follow
+/// its progress in its status until it finishes.
+fn replace_via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
+    let target = match a.with.to_str() {
+        Some(t) if stripeguard_nbd::is_uri(t) => t.to_string(),
+        _ => {
+            // The holder runs elsewhere (its own working directory): an absolute path.
+            let parent = a.with.parent().filter(|p| !p.as_os_str().is_empty());
+            let dir = std::fs::canonicalize(parent.unwrap_or(std::path::Path::new(".")))
+                .with_context(|| format!("cannot resolve {}", a.with.display()))?;
+            let name = a
+                .with
+                .file_name()
+                .with_context(|| format!("{} names no file", a.with.display()))?;
+            dir.join(name).display().to_string()
+        }
+    };
+    ask_holder_replace(uuid, a.member, &target)
+        .map_err(|e| anyhow::anyhow!("the process holding the array refused the replace: {e}"))?;
+    eprintln!("stripeguard: the array is in use; the process holding it rebuilds member {} onto {target} while it goes on serving", a.member);
+    let bar = count_bar("rebuilding");
+    let last = loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let live = ask_holder(uuid)
+            .map_err(|e| anyhow::anyhow!("lost the holder while it rebuilt: {e}"))?;
+        let Some(r) = live.replace else {
+            bail!("the holder reports no replace");
+        };
+        bar.set_length(r.total.max(1));
+        bar.set_position(r.done);
+        if !r.running {
+            break r;
+        }
+    };
+    bar.finish_and_clear();
+    let outcome = last.outcome.unwrap_or_default();
+    if a.json {
+        println!(
+            "{}",
+            json!({"via_holder": true, "ok": last.ok, "outcome": outcome})
+        );
+    } else {
+        println!("{outcome}");
+    }
+    if last.ok {
+        Ok(ExitCode::from(exit::OK))
+    } else {
+        bail!("{outcome}")
+    }
+}
+
 pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
     // The slot's own path again is the device coming back (a re-add, which the engine checks);
     // another member's path is a mistake.
@@ -662,7 +713,19 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
             a.with.display()
         );
     }
-    let array = assemble(&a.array, true)?;
+    let array = match assemble(&a.array, true) {
+        Ok(array) => array,
+        Err(e) => {
+            // Held by a process on this host that answers its control socket (a running
+            // `serve`): it runs the replace while it goes on serving.
+            if let Some(uuid) = peek_uuid(&a.array.members) {
+                if ask_holder(&uuid).is_ok() {
+                    return replace_via_holder(&a, &uuid);
+                }
+            }
+            return Err(e);
+        }
+    };
     let size = array.superblock().member_bytes();
     let created = !stripeguard_engine::member_exists(&a.with);
     // The slot's own device is already open (and locked) by the array: the same handle.

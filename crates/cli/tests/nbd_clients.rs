@@ -626,3 +626,61 @@ fn a_filesystem_on_the_export_survives_damaged_and_missing_members() {
     );
     let _ = err_of;
 }
+
+/// `replace` while `serve` holds the array: the server rebuilds the member while a client
+/// writes; afterwards the array reads right with two other members gone (so the new member
+/// carries its share of everything, the writes made during the rebuild included).
+#[test]
+fn replace_while_serving_rebuilds_online() {
+    need!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, "hybrid-seq", "16M");
+    std::fs::remove_file(d.join("m2")).unwrap();
+    let img = d.join("in.img");
+    let data: Vec<u8> = (0..48u32 << 20)
+        .map(|i| (i.wrapping_mul(2246822519) >> 11) as u8)
+        .collect();
+    std::fs::write(&img, &data).unwrap();
+    let s = serve(d, &["--quiet"]);
+    let mut writer = Command::new("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&img)
+        .arg(&s.uri)
+        .spawn()
+        .unwrap();
+    let out = sg(
+        &[
+            &["replace"][..],
+            &MEMBERS[..],
+            &["--member", "2", "--with", "new2"],
+        ]
+        .concat(),
+        d,
+    );
+    let text = ok(&out);
+    assert!(
+        text.contains("rebuilt member 2"),
+        "{text}\n{}",
+        err_of(&out)
+    );
+    assert!(writer.wait().unwrap().success());
+    let (status, _, err) = s.stop();
+    assert!(status.code().is_some_and(|c| c <= 1), "{err}");
+    std::fs::rename(d.join("new2"), d.join("m2")).unwrap();
+    std::fs::remove_file(d.join("m0")).unwrap();
+    std::fs::remove_file(d.join("m5")).unwrap();
+    let len = data.len().to_string();
+    let out = sg(
+        &[
+            &["read"][..],
+            &MEMBERS[..],
+            &["--length", &len, "--output", "back"],
+        ]
+        .concat(),
+        d,
+    );
+    ok(&out);
+    let back = std::fs::read(d.join("back")).unwrap();
+    assert!(back == data, "the member rebuilt while serving misses data");
+}

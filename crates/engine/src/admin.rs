@@ -237,6 +237,39 @@ pub struct LiveStatus {
     /// Counters of the holder's front end (a server's connections, requests, bytes), by name.
     #[serde(default)]
     pub front_end: Vec<(String, u64)>,
+    /// A replace the holder runs (or ran) on request (`stripeguard replace` while it serves).
+    #[serde(default)]
+    pub replace: Option<LiveReplace>,
+}
+
+/// A replace run by the holder of the array.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct LiveReplace {
+    pub member: usize,
+    pub target: String,
+    pub running: bool,
+    pub done: u64,
+    pub total: u64,
+    /// When finished: what it did, or why it failed.
+    pub outcome: Option<String>,
+    pub ok: bool,
+}
+
+/// Open the device a replace rebuilds onto: an existing file, device or NBD export, or a new
+/// file of `size` bytes (then `created`).
+pub fn open_replacement(
+    path: &Path,
+    size: u64,
+    direct: bool,
+) -> Result<(DiskRef, bool), EngineError> {
+    if member_exists(path) {
+        Ok((open_member(path, direct)?, false))
+    } else {
+        Ok((
+            Arc::new(FileDisk::create(path, size, direct)?) as DiskRef,
+            true,
+        ))
+    }
 }
 
 /// Run `body` while answering `status` requests on the array's control socket from another
@@ -264,7 +297,9 @@ pub fn with_control_socket_and<R>(
     }
     let stop = AtomicBool::new(false);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let replacing: std::sync::Mutex<Option<LiveReplace>> = std::sync::Mutex::new(None);
     let out = std::thread::scope(|s| {
+        let replacing = &replacing;
         s.spawn(|| {
             let mut last_beat = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
@@ -273,7 +308,7 @@ pub fn with_control_socket_and<R>(
                         let _ = conn.set_nonblocking(false);
                         let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
                         let mut line = String::new();
-                        let mut reader = BufReader::new(std::io::Read::take(&conn, 64));
+                        let mut reader = BufReader::new(std::io::Read::take(&conn, 4096));
                         let _ = reader.read_line(&mut line);
                         let reply = match line.trim() {
                             "status" => {
@@ -304,11 +339,18 @@ pub fn with_control_socket_and<R>(
                                         })
                                         .collect(),
                                     front_end: front_end(),
+                                    replace: replacing.lock().expect("lock").clone(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }
+                            req if req.starts_with("replace ") => {
+                                match start_replace(array, req, replacing, s) {
+                                    Ok(()) => "{\"started\":true}".to_string(),
+                                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                                }
+                            }
                             other => format!(
-                                "{{\"error\":\"unknown request {:?} (this holder answers: status)\"}}",
+                                "{{\"error\":\"unknown request {:?} (this holder answers: status, replace)\"}}",
                                 other.chars().take(32).collect::<String>()
                             ),
                         };
@@ -328,10 +370,106 @@ pub fn with_control_socket_and<R>(
         });
         let r = body();
         stop.store(true, Ordering::Relaxed);
+        // A replace still running stops at its next stripe and resumes when run again.
+        array.cancel_rebuild();
         r
     });
     let _ = std::fs::remove_file(&path);
     out
+}
+
+/// `replace MEMBER TARGET`: check it and start the replace on a thread of the holder's scope.
+fn start_replace<'scope>(
+    array: &'scope Array,
+    req: &str,
+    state: &'scope std::sync::Mutex<Option<LiveReplace>>,
+    scope: &'scope std::thread::Scope<'scope, '_>,
+) -> Result<(), String> {
+    let mut words = req.splitn(3, ' ').skip(1);
+    let member: usize = words
+        .next()
+        .and_then(|w| w.parse().ok())
+        .ok_or("replace MEMBER TARGET: MEMBER must be a member index")?;
+    let target = words
+        .next()
+        .filter(|t| !t.is_empty())
+        .ok_or("replace MEMBER TARGET: TARGET is missing")?
+        .to_string();
+    if !array.writable {
+        return Err("this holder has the array read-only".into());
+    }
+    if state
+        .lock()
+        .expect("lock")
+        .as_ref()
+        .is_some_and(|r| r.running)
+    {
+        return Err("a replace is already running in this holder".into());
+    }
+    let (disk, created) = open_replacement(Path::new(&target), array.sb.member_bytes(), false)
+        .map_err(|e| format!("cannot open {target}: {e}"))?;
+    *state.lock().expect("lock") = Some(LiveReplace {
+        member,
+        target: target.clone(),
+        running: true,
+        ..LiveReplace::default()
+    });
+    scope.spawn(move || {
+        let result = array.replace(member, disk, false, &mut |done, total| {
+            if let Some(r) = state.lock().expect("lock").as_mut() {
+                r.done = done;
+                r.total = total;
+            }
+        });
+        // A flush makes the new member's state durable with everything written meanwhile.
+        let result = result.and_then(|s| array.flush().map(|()| s));
+        let mut st = state.lock().expect("lock");
+        let r = st.as_mut().expect("set above");
+        r.running = false;
+        match result {
+            Ok(sum) => {
+                r.ok = true;
+                r.outcome = Some(format!(
+                    "rebuilt member {} onto {}: {} stripe(s){}; {} silently wrong survivor unit(s) repaired",
+                    sum.member,
+                    target,
+                    sum.stripes_rebuilt,
+                    if sum.readded { " (re-added through the write-intent record)" } else { "" },
+                    sum.survivors_repaired
+                ));
+            }
+            Err(e) => {
+                if created && array.checkpoint().and_then(|c| c.rebuild_member).is_none() {
+                    let _ = std::fs::remove_file(&target);
+                }
+                r.outcome = Some(e.to_string());
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Ask the process holding array `uuid` to replace `member` with `target` (an absolute path or
+/// a URI); progress and the outcome come with its `status`.
+pub fn ask_holder_replace(uuid: &[u8; 16], member: usize, target: &str) -> Result<(), String> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = control_socket_path(uuid);
+    let mut conn = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    conn.write_all(format!("replace {member} {target}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(std::io::Read::take(conn, 1 << 20))
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("the holder's answer: {e}"))?;
+    match v.get("error").and_then(|e| e.as_str()) {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
 }
 
 /// Ask the process holding array `uuid` for its live status.

@@ -179,6 +179,8 @@ pub struct Array {
     /// write too). So a replace can run while the array serves writes.
     /// (member, the stripe the replace itself is writing, whose unit it writes once itself).
     pub(crate) rebuilding: Mutex<Option<(usize, Option<u64>)>>,
+    /// Asks a running replace to stop at its next stripe (it resumes when run again).
+    pub(crate) cancel: std::sync::atomic::AtomicBool,
 }
 
 impl Array {
@@ -528,6 +530,7 @@ impl Array {
             mem_align,
             io_pool,
             rebuilding: Mutex::new(None),
+            cancel: std::sync::atomic::AtomicBool::new(false),
             sb,
             writable,
         })

@@ -49,6 +49,14 @@ impl Drop for RebuildingGuard<'_> {
 }
 
 impl Array {
+    /// Ask a replace running on another thread to stop at its next stripe; its position is
+    /// kept, so `replace` onto the same device resumes it.
+    pub fn cancel_rebuild(&self) {
+        if self.rebuilding.lock().expect("lock").is_some() {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Whether `target` is the device that left slot `member`, back with what it held then: its
     /// own superblock is of this array and this slot, shows the slot's current device number,
     /// and is no newer than the event at which the slot was last current. Everything written
@@ -119,6 +127,7 @@ impl Array {
                 return cfg(format!("a replace of member {m} is running; one at a time"));
             }
             *r = Some((member, None));
+            self.cancel.store(false, Ordering::Relaxed);
         }
         let _rebuilding = RebuildingGuard(self);
         let stripes = self.geometry.stripes;
@@ -208,6 +217,14 @@ impl Array {
         let mut visited = 0u64;
         for &s in todo.iter().filter(|&&s| s >= start) {
             let pos = self.geometry.position_of(s, member);
+            if self.cancel.swap(false, Ordering::Relaxed) {
+                target.flush()?;
+                ck.rebuild_next = s;
+                save(self, &mut ck)?;
+                return Err(EngineError::Config(format!(
+                    "replace interrupted at stripe {s} of {stripes} (the holder is stopping); run it again onto the same device to resume"
+                )));
+            }
             {
                 // Held through the write: a write to this stripe waits for it, then goes to the
                 // new device too.
