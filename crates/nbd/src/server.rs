@@ -128,6 +128,12 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(how),
         };
     }
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
@@ -465,16 +471,39 @@ impl Conn {
                 }
             );
         }
-        let writer = Arc::new(Mutex::new(
-            stream.try_clone().map_err(|e| format!("socket: {e}"))?,
-        ));
         let inflight = Arc::new(InFlight {
             state: Mutex::new((0, 0)),
             changed: Condvar::new(),
         });
-        let result = self.requests(&mut stream, &writer, &inflight);
+        // Replies go out from a thread of this connection, so a client that does not read its
+        // replies stalls only itself: the workers hand replies over and go on serving others,
+        // and this connection stops being read once its in-flight bound is reached (a request
+        // counts until its reply is written).
+        let (tx, rx) = mpsc::channel::<(Vec<u8>, Option<u64>)>();
+        let mut out = stream.try_clone().map_err(|e| format!("socket: {e}"))?;
+        let _ = out.set_write_timeout(Some(Duration::from_secs(120)));
+        let done = Arc::clone(&inflight);
+        let writer = std::thread::Builder::new()
+            .name("nbd-reply".into())
+            .spawn(move || {
+                let mut broken = false;
+                for (bytes, held) in rx {
+                    if !broken && out.write_all(&bytes).is_err() {
+                        // Gone, or not reading for two minutes: drop it.
+                        broken = true;
+                        out.shutdown(Shutdown::Both);
+                    }
+                    if let Some(b) = held {
+                        done.release(b);
+                    }
+                }
+            })
+            .map_err(|e| format!("thread: {e}"))?;
+        let result = self.requests(&mut stream, &tx, &inflight);
         // Answer everything already read before the connection goes.
         inflight.wait_idle();
+        drop(tx);
+        let _ = writer.join();
         stream.shutdown(Shutdown::Both);
         result
     }
@@ -482,7 +511,7 @@ impl Conn {
     fn requests(
         &self,
         stream: &mut Stream,
-        writer: &Arc<Mutex<Stream>>,
+        replies: &mpsc::Sender<(Vec<u8>, Option<u64>)>,
         inflight: &Arc<InFlight>,
     ) -> Result<(), String> {
         loop {
@@ -517,10 +546,8 @@ impl Conn {
                 }
             }
             if self.stopping.load(Ordering::Relaxed) {
-                self.reply(
-                    writer,
-                    proto::simple_reply(proto::ESHUTDOWN, req.cookie).to_vec(),
-                );
+                let reply = proto::simple_reply(proto::ESHUTDOWN, req.cookie).to_vec();
+                let _ = replies.send((reply, None));
                 continue;
             }
             let bytes = if req.kind == proto::CMD_READ || req.kind == proto::CMD_WRITE {
@@ -535,24 +562,16 @@ impl Conn {
             );
             let export = Arc::clone(&self.export);
             let stats = Arc::clone(&self.stats);
-            let writer = Arc::clone(writer);
-            let inflight = Arc::clone(inflight);
+            let replies = replies.clone();
             let info = Arc::clone(&self.info);
             let log = self.config.log;
             self.pool.submit(Box::new(move || {
                 let reply = execute(&*export, &info, &stats, req, &payload, log);
                 drop(payload);
-                let mut w = writer.lock().expect("lock");
-                // A client that went away cannot be answered; its connection thread notices.
-                let _ = w.write_all(&reply);
-                drop(w);
-                inflight.release(bytes);
+                // The connection's reply thread writes it and ends the request's count.
+                let _ = replies.send((reply, Some(bytes)));
             }));
         }
-    }
-
-    fn reply(&self, writer: &Arc<Mutex<Stream>>, bytes: Vec<u8>) {
-        let _ = writer.lock().expect("lock").write_all(&bytes);
     }
 
     fn violation(&self) {

@@ -395,3 +395,22 @@ proptest! {
         prop_assert_eq!(PANICS.load(Ordering::Relaxed), 0, "a server thread panicked");
     }
 }
+
+/// A client that pipelines reads and never reads the replies stalls only itself: a client
+/// connected beside it is served all along.
+#[test]
+fn a_client_that_does_not_read_its_replies_stalls_only_itself() {
+    let r = start(SIZE);
+    let mut greedy = go(&r.path);
+    // Far more reply bytes than the socket buffers hold, from every worker at once.
+    for i in 0..400u64 {
+        request(&mut greedy, proto::CMD_READ, 0, i, 0, 512 * 1024);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut good = go(&r.path);
+    for i in 0..20 {
+        round_trip(&mut good, 4096 * i, i as u8);
+    }
+    drop(greedy);
+    assert_eq!(PANICS.load(Ordering::Relaxed), 0);
+}
