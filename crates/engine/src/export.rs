@@ -29,6 +29,11 @@ impl ArrayExport {
     pub fn array(&self) -> &Arc<Array> {
         &self.array
     }
+
+    /// The array back (to close it once no request can come any more).
+    pub fn into_array(self) -> Arc<Array> {
+        self.array
+    }
 }
 
 fn nbd_error(e: EngineError) -> ExportError {
