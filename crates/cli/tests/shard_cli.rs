@@ -308,6 +308,8 @@ fn bench_codec_runs_and_prints_json() {
             "2",
             "--runs",
             "2",
+            "--xor-members",
+            "8",
             "--json",
         ],
         dir.path(),
@@ -346,7 +348,11 @@ fn bench_codec_runs_and_prints_json() {
             "reconstruct",
             "locate",
             "crc32c",
-            "memcpy"
+            "memcpy",
+            "rdp encode",
+            "rdp rebuild2",
+            "tier encode",
+            "tier rebuild2"
         ]
     );
     assert!(v["results"][0]["gbps"].as_f64().unwrap() > 0.0);
