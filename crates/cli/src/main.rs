@@ -10,6 +10,7 @@ mod serve;
 mod shard;
 mod sim;
 mod units;
+mod xfer;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -69,6 +70,13 @@ enum Command {
     /// Example: `stripeguard serve m0 m1 m2 m3 --socket /tmp/sg.sock` then
     /// `nbdfuse /mnt/sg/ 'nbd+unix:///?socket=/tmp/sg.sock'` and `losetup` on /mnt/sg/nbd.
     Serve(serve::ServeArgs),
+    /// Send files and directories to a receiver that proves each block landed on its disk
+    /// (evicted from its page cache and read back from the device); only failed blocks are
+    /// sent again. Exit status: 0 all verified, 1 some files failed, 2 usage.
+    Send(xfer::SendArgs),
+    /// Receive files from `stripeguard send` into a directory, verifying every block from the
+    /// device before reporting it.
+    Recv(xfer::RecvArgs),
     /// Write a file (or standard input) into the array at an offset.
     Write(array::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
@@ -112,6 +120,8 @@ fn main() -> ExitCode {
         Command::Events(a) => array::events(a),
         Command::Replace(a) => array::replace(a),
         Command::Serve(a) => serve::serve(a),
+        Command::Send(a) => xfer::send_cmd(a),
+        Command::Recv(a) => xfer::recv(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),
         Command::Inject(a) => array::inject(a),

@@ -1,0 +1,219 @@
+//! `stripeguard send` / `recv`: parse, connect, call stripeguard-xfer, print.
+
+use crate::exit;
+use crate::units::parse_size;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use stripeguard_xfer::{receive, send, RecvOptions, SendOptions};
+
+#[derive(Args)]
+pub struct SendArgs {
+    /// Files and directories to send (a file lands as DIR/NAME, a directory as DIR/NAME/...).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// A receiver listening there (`stripeguard recv --listen`).
+    #[arg(long, conflicts_with_all = ["ssh", "rsh"])]
+    to: Option<String>,
+    /// Run `stripeguard recv --stdio --dir DIR` on HOST through ssh (the way to cross networks
+    /// you do not trust).
+    #[arg(long, value_name = "[USER@]HOST:DIR")]
+    ssh: Option<String>,
+    /// The remote shell for --ssh (as rsync's -e), or with no --ssh a whole command whose
+    /// standard input and output are a receiver's (`stripeguard recv --stdio --dir DIR`).
+    #[arg(long, value_name = "CMD")]
+    rsh: Option<String>,
+    /// The stripeguard binary on the far side (with --ssh).
+    #[arg(long, default_value = "stripeguard")]
+    remote_stripeguard: String,
+    /// Block size: the unit of verification and of retransmission.
+    #[arg(long, value_parser = parse_size, default_value = "1M")]
+    block_size: usize,
+    /// Times a block is sent again after its read-back failed, before the file is given up.
+    #[arg(long, default_value_t = 3)]
+    retries: u32,
+    /// Also evict each block from this host's page cache and read it from the device before
+    /// sending it (catches an unrecoverable read error at the source).
+    #[arg(long)]
+    verify_source: bool,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct RecvArgs {
+    /// Where received files land (created if missing; nothing is ever written outside it).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Listen on this address for one sender (loopback unless --allow-remote).
+    #[arg(long, conflicts_with = "stdio")]
+    listen: Option<SocketAddr>,
+    /// Talk to the sender over standard input and output (what --ssh runs).
+    #[arg(long)]
+    stdio: bool,
+    /// Listen on a non-loopback address. There is no authentication or encryption on a raw
+    /// connection: anyone who reaches it can write into DIR. Prefer --ssh across networks.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Print a JSON summary (on stderr with --stdio, whose stdout is the protocol).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn recv(a: RecvArgs) -> Result<ExitCode> {
+    let opts = RecvOptions {
+        dir: a.dir.clone(),
+        // Test only (the extreme-injection test): see FORMAT.md §5.
+        test_hook: std::env::var("STRIPEGUARD_XFER_TEST_HOOK").ok(),
+    };
+    let summary = if a.stdio {
+        receive(std::io::stdin().lock(), std::io::stdout(), &opts)?
+    } else {
+        let addr = a
+            .listen
+            .context("give --listen 127.0.0.1:PORT or --stdio")?;
+        if !addr.ip().is_loopback() && !a.allow_remote {
+            bail!("--listen {addr} is not a loopback address: a raw connection has no authentication, so anyone who reaches it could write into {}. Use --ssh from the sender, or --allow-remote on a network you trust", a.dir.display());
+        }
+        let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        eprintln!("stripeguard recv: listening on {}", l.local_addr()?);
+        let (s, peer) = l.accept()?;
+        let _ = s.set_nodelay(true);
+        eprintln!("stripeguard recv: sender {peer}");
+        let w = s.try_clone()?;
+        receive(s, w, &opts)?
+    };
+    let line = serde_json::to_string(&summary)?;
+    if a.json {
+        eprintln!("{line}");
+    } else {
+        eprintln!(
+            "stripeguard recv: {} file(s) verified on the device, {} already there, {} failed; {} block(s) verified, {} mismatched on read-back and sent again",
+            summary.files,
+            summary.skipped,
+            summary.failed.len(),
+            summary.blocks_verified,
+            summary.blocks_mismatched
+        );
+    }
+    Ok(ExitCode::from(if summary.failed.is_empty() {
+        exit::OK
+    } else {
+        exit::FOUND
+    }))
+}
+
+pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
+    for p in &a.paths {
+        std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+    }
+    let opts = SendOptions {
+        block_size: u32::try_from(a.block_size)
+            .ok()
+            .filter(|&b| (4096..=16 << 20).contains(&b))
+            .context("--block-size must be between 4K and 16M")?,
+        retries: a.retries,
+        verify_source: a.verify_source,
+        ..SendOptions::default()
+    };
+    let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();
+    let bar = crate::progress::bytes_bar("sending");
+    bar.set_length(total);
+    let mut sent = 0u64;
+    let mut progress = |n: u64| {
+        sent += n;
+        bar.set_position(sent);
+    };
+    let mut child = None;
+    let summary = if let Some(to) = &a.to {
+        let s = TcpStream::connect(to).with_context(|| format!("cannot connect to {to}"))?;
+        let _ = s.set_nodelay(true);
+        let r = s.try_clone()?;
+        send(
+            &a.paths,
+            r,
+            std::io::BufWriter::with_capacity(1 << 20, s),
+            &opts,
+            &mut progress,
+        )?
+    } else {
+        let mut cmd = match (&a.ssh, &a.rsh) {
+            (Some(target), rsh) => {
+                let (host, dir) = target
+                    .rsplit_once(':')
+                    .context("--ssh takes [USER@]HOST:DIR")?;
+                let shell = rsh.clone().unwrap_or_else(|| "ssh".into());
+                let mut words = shell.split_whitespace();
+                let mut c = Command::new(words.next().context("--rsh is empty")?);
+                c.args(words).arg(host).arg(format!(
+                    "{} recv --stdio --dir {}",
+                    a.remote_stripeguard,
+                    shell_quote(dir)
+                ));
+                c
+            }
+            (None, Some(rsh)) => {
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(rsh);
+                c
+            }
+            (None, None) => bail!("give --to HOST:PORT, --ssh [USER@]HOST:DIR, or --rsh CMD"),
+        };
+        let mut c = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the remote receiver")?;
+        let r = c.stdout.take().expect("piped");
+        let w = c.stdin.take().expect("piped");
+        child = Some(c);
+        send(
+            &a.paths,
+            r,
+            std::io::BufWriter::with_capacity(1 << 20, w),
+            &opts,
+            &mut progress,
+        )?
+    };
+    bar.finish_and_clear();
+    if let Some(mut c) = child {
+        let _ = c.wait();
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!(
+            "sent {} file(s) ({} bytes in {} blocks), {} already there; {} block(s) sent again after a failed read-back on the receiver's device",
+            summary.files, summary.bytes_sent, summary.blocks_sent, summary.skipped, summary.blocks_retried
+        );
+        for f in &summary.failed {
+            println!("  FAILED {f}");
+        }
+    }
+    Ok(ExitCode::from(if summary.failed.is_empty() {
+        exit::OK
+    } else {
+        exit::FOUND
+    }))
+}
+
+fn tree_bytes(p: &std::path::Path) -> u64 {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(p)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| tree_bytes(&e.path()))
+                    .sum()
+            })
+            .unwrap_or(0),
+        Ok(m) if m.is_file() => m.len(),
+        _ => 0,
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}

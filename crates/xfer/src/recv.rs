@@ -1,0 +1,494 @@
+//! The receiving side: writes each block, makes it durable, drops it from the page cache
+//! (proved), reads it back from the device, hashes it and reports — on a verifier thread, so
+//! receiving block i+1 overlaps verifying block i.
+//!
+//! Safety of the receiving directory: names from the peer are relative, `/`-separated, without
+//! `.`/`..`/empty components; every parent directory is created or checked to be a directory
+//! (never followed through a symlink); only regular files, directories and symlinks are made;
+//! a file lands as `.NAME.sgpart` (with its progress in `.NAME.sgpart.progress`) and appears
+//! under its name only when every block is verified, by rename, with the directory fsynced.
+
+use crate::proto::{self, Cur, FileHeader, ProtoError};
+use crate::verify;
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+/// How to receive.
+#[derive(Clone, Debug)]
+pub struct RecvOptions {
+    pub dir: PathBuf,
+    /// Test only: a command run between "durable" and "verify" with the file, offset and
+    /// length as arguments (the extreme-injection test flips bits on the device there).
+    pub test_hook: Option<String>,
+}
+
+/// What a receive did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RecvSummary {
+    pub files: u64,
+    pub skipped: u64,
+    pub failed: Vec<String>,
+    pub bytes: u64,
+    pub blocks_verified: u64,
+    /// Blocks whose read-back from the device did not match (each was sent again).
+    pub blocks_mismatched: u64,
+    /// Blocks read back with O_DIRECT because eviction could not be proved.
+    pub direct_reads: u64,
+}
+
+struct Partial {
+    header: FileHeader,
+    file: Arc<File>,
+    part: PathBuf,
+    progress: PathBuf,
+    fin: PathBuf,
+    verified: Vec<bool>,
+    hashes: Vec<[u8; 32]>,
+}
+
+fn blocks_of(h: &FileHeader) -> u64 {
+    h.size.div_ceil(u64::from(h.block_size.max(1)))
+}
+
+/// Make every parent of `rel` under `root` a real directory (creating what is missing); never
+/// go through a symlink.
+fn parent_dir(root: &Path, parts: &[&str]) -> Result<PathBuf, ProtoError> {
+    let mut at = root.to_path_buf();
+    for p in &parts[..parts.len() - 1] {
+        at.push(p);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(proto::malformed(
+                    "path",
+                    format!("{} exists and is not a directory", at.display()),
+                ))
+            }
+            Err(_) => fs::create_dir(&at)?,
+        }
+    }
+    Ok(at)
+}
+
+fn progress_text(p: &Partial) -> String {
+    let bits: String = p
+        .verified
+        .iter()
+        .map(|&v| if v { '1' } else { '0' })
+        .collect();
+    format!(
+        "stripeguard-xfer-progress 1\nsize {}\nblock {}\nhash {}\nverified {}\n",
+        p.header.size,
+        p.header.block_size,
+        hex(&p.header.hash),
+        bits
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A previous run's progress for this header, if it matches (same size, block size, hash).
+fn load_progress(path: &Path, h: &FileHeader) -> Option<Vec<bool>> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != "stripeguard-xfer-progress 1" {
+        return None;
+    }
+    let size = lines.next()?.strip_prefix("size ")?.parse::<u64>().ok()?;
+    let block = lines.next()?.strip_prefix("block ")?.parse::<u32>().ok()?;
+    let hash = lines.next()?.strip_prefix("hash ")?;
+    let bits = lines.next()?.strip_prefix("verified ")?;
+    if size != h.size || block != h.block_size || hash != hex(&h.hash) {
+        return None;
+    }
+    let v: Vec<bool> = bits.chars().map(|c| c == '1').collect();
+    (v.len() as u64 == blocks_of(h)).then_some(v)
+}
+
+/// Hash of a whole file as the protocol defines it (BLAKE3 of the list of block hashes),
+/// read from the device (block by block: durable, evicted, read back).
+fn device_hash(path: &Path, h: &FileHeader) -> std::io::Result<[u8; 32]> {
+    let f = File::open(path)?;
+    let bs = h.block_size as usize;
+    let mut list = blake3::Hasher::new();
+    let mut buf = vec![0u8; bs];
+    for i in 0..blocks_of(h) {
+        let off = i * bs as u64;
+        let n = (h.size - off).min(bs as u64) as usize;
+        verify::durable_then_read_back(&f, path, off, &mut buf[..n])?;
+        list.update(blake3::hash(&buf[..n]).as_bytes());
+    }
+    Ok(*list.finalize().as_bytes())
+}
+
+fn set_times(path: &Path, h: &FileHeader, follow: bool) {
+    let ts = [
+        libc::timespec {
+            tv_sec: h.mtime_s as libc::time_t,
+            tv_nsec: h.mtime_ns as libc::c_long,
+        },
+        libc::timespec {
+            tv_sec: h.mtime_s as libc::time_t,
+            tv_nsec: h.mtime_ns as libc::c_long,
+        },
+    ];
+    let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+    else {
+        return;
+    };
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    // SAFETY: a NUL-terminated path and two timespecs.
+    unsafe {
+        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), flags);
+    }
+}
+
+fn fsync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// A job for the verifier thread.
+struct Job {
+    file: Arc<File>,
+    path: PathBuf,
+    index: u64,
+    offset: u64,
+    len: usize,
+    hash: [u8; 32],
+}
+
+/// Receive one session from `input`, answering on `output`.
+pub fn receive(
+    mut input: impl Read,
+    output: impl Write + Send + 'static,
+    opts: &RecvOptions,
+) -> Result<RecvSummary, ProtoError> {
+    let out = Arc::new(Mutex::new(output));
+    let features = proto::read_hello(&mut input)?;
+    proto::write_hello(&mut *out.lock().expect("lock"), features & proto::FEATURES)?;
+    fs::create_dir_all(&opts.dir)?;
+    let root = fs::canonicalize(&opts.dir)?;
+    let summary = Arc::new(Mutex::new(RecvSummary::default()));
+    let (jobs, job_rx) = mpsc::channel::<Job>();
+    // Results of the verifier: (index, ok) of the current file.
+    let (done_tx, done_rx) = mpsc::channel::<(u64, bool)>();
+    let hook = opts.test_hook.clone();
+    let vsum = Arc::clone(&summary);
+    let vout = Arc::clone(&out);
+    let verifier = std::thread::spawn(move || -> Result<(), String> {
+        let mut buf = Vec::new();
+        for j in job_rx {
+            if let Some(cmd) = &hook {
+                let _ = std::process::Command::new(cmd)
+                    .arg(&j.path)
+                    .arg(j.offset.to_string())
+                    .arg(j.len.to_string())
+                    .status();
+            }
+            buf.resize(j.len, 0);
+            let how = verify::durable_then_read_back(&j.file, &j.path, j.offset, &mut buf[..])
+                .map_err(|e| {
+                    format!(
+                        "cannot read {} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
+                        j.path.display()
+                    )
+                })?;
+            let ok = *blake3::hash(&buf).as_bytes() == j.hash;
+            {
+                let mut s = vsum.lock().expect("lock");
+                if ok {
+                    s.blocks_verified += 1;
+                } else {
+                    s.blocks_mismatched += 1;
+                }
+                if how == verify::ReadBack::Direct {
+                    s.direct_reads += 1;
+                }
+            }
+            let mut p = j.index.to_le_bytes().to_vec();
+            p.push(ok as u8);
+            {
+                let mut o = vout.lock().expect("lock");
+                proto::write_frame(&mut *o, proto::T_BLOCK_RESULT, &p)
+                    .and_then(|()| o.flush())
+                    .map_err(|e| e.to_string())?;
+            }
+            let _ = done_tx.send((j.index, ok));
+        }
+        Ok(())
+    });
+    let mut dirs: Vec<(PathBuf, FileHeader)> = Vec::new();
+    let mut cur: Option<Partial> = None;
+    let mut pending: HashMap<u64, [u8; 32]> = HashMap::new();
+    let result = (|| -> Result<(), ProtoError> {
+        loop {
+            let Some((kind, payload)) = proto::read_frame(&mut input)? else {
+                return Err(proto::malformed("stream", "ended before DONE"));
+            };
+            match kind {
+                proto::T_FILE => {
+                    if cur.is_some() {
+                        return Err(proto::malformed("FILE frame", "inside another file"));
+                    }
+                    let h = FileHeader::decode(&payload)?;
+                    let parts = proto::check_relative(&h.path)?;
+                    let parent = parent_dir(&root, &parts)?;
+                    let name = parts[parts.len() - 1];
+                    let fin = parent.join(name);
+                    let reply = |status: u8, extra: &[u8]| -> Result<(), ProtoError> {
+                        let mut p = vec![status];
+                        p.extend_from_slice(extra);
+                        let mut o = out.lock().expect("lock");
+                        proto::write_frame(&mut *o, proto::T_FILE_REPLY, &p)?;
+                        o.flush()?;
+                        Ok(())
+                    };
+                    match h.kind {
+                        proto::KIND_DIR => {
+                            match fs::symlink_metadata(&fin) {
+                                Ok(m) if m.is_dir() => {}
+                                Ok(_) => {
+                                    return Err(proto::malformed(
+                                        "path",
+                                        format!("{} exists and is not a directory", fin.display()),
+                                    ))
+                                }
+                                Err(_) => fs::create_dir(&fin)?,
+                            }
+                            dirs.push((fin, h));
+                            reply(1, &[])?;
+                        }
+                        proto::KIND_SYMLINK => {
+                            if let Ok(m) = fs::symlink_metadata(&fin) {
+                                if m.is_dir() {
+                                    return Err(proto::malformed(
+                                        "path",
+                                        format!("{} is a directory", fin.display()),
+                                    ));
+                                }
+                                fs::remove_file(&fin)?;
+                            }
+                            std::os::unix::fs::symlink(&h.target, &fin)?;
+                            set_times(&fin, &h, false);
+                            summary.lock().expect("lock").files += 1;
+                            reply(1, &[])?;
+                        }
+                        _ => {
+                            // Already here, and verified from the device: skip it.
+                            if let Ok(m) = fs::symlink_metadata(&fin) {
+                                use std::os::unix::fs::MetadataExt;
+                                if m.is_file()
+                                    && m.len() == h.size
+                                    && m.mtime() == h.mtime_s
+                                    && m.mtime_nsec() as u32 == h.mtime_ns
+                                    && device_hash(&fin, &h).ok() == Some(h.hash)
+                                {
+                                    summary.lock().expect("lock").skipped += 1;
+                                    reply(1, &[])?;
+                                    continue;
+                                }
+                                if m.is_dir() {
+                                    return Err(proto::malformed(
+                                        "path",
+                                        format!("{} is a directory", fin.display()),
+                                    ));
+                                }
+                            }
+                            let part = parent.join(format!(".{name}.sgpart"));
+                            let progress = parent.join(format!(".{name}.sgpart.progress"));
+                            let blocks = blocks_of(&h);
+                            let resumed = if part.exists() {
+                                load_progress(&progress, &h)
+                            } else {
+                                None
+                            };
+                            let file = OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .create(true)
+                                .truncate(resumed.is_none())
+                                .open(&part)?;
+                            file.set_len(h.size)?;
+                            let verified = resumed.unwrap_or_else(|| vec![false; blocks as usize]);
+                            let mut bits = Vec::new();
+                            for chunk in verified.chunks(8) {
+                                bits.push(
+                                    chunk
+                                        .iter()
+                                        .enumerate()
+                                        .fold(0u8, |a, (i, &v)| a | ((v as u8) << i)),
+                                );
+                            }
+                            cur = Some(Partial {
+                                hashes: vec![[0u8; 32]; blocks as usize],
+                                header: h,
+                                file: Arc::new(file),
+                                part,
+                                progress,
+                                fin,
+                                verified,
+                            });
+                            // 2 = send the blocks whose bit is clear.
+                            reply(2, &bits)?;
+                        }
+                    }
+                }
+                proto::T_BLOCK => {
+                    let Some(p) = cur.as_mut() else {
+                        return Err(proto::malformed("BLOCK frame", "outside a file"));
+                    };
+                    let mut c = Cur::new(&payload, "BLOCK frame");
+                    let index = c.u64()?;
+                    let hash = c.hash()?;
+                    let data = c.rest();
+                    let blocks = blocks_of(&p.header);
+                    if index >= blocks {
+                        return Err(proto::malformed(
+                            "BLOCK frame",
+                            format!("block {index} of {blocks}"),
+                        ));
+                    }
+                    let bs = u64::from(p.header.block_size);
+                    let offset = index * bs;
+                    let want = (p.header.size - offset).min(bs) as usize;
+                    if data.len() != want {
+                        return Err(proto::malformed(
+                            "BLOCK frame",
+                            format!("{} bytes where block {index} has {want}", data.len()),
+                        ));
+                    }
+                    p.file.write_all_at(data, offset)?;
+                    summary.lock().expect("lock").bytes += data.len() as u64;
+                    pending.insert(index, hash);
+                    let _ = jobs.send(Job {
+                        file: Arc::clone(&p.file),
+                        path: p.part.clone(),
+                        index,
+                        offset,
+                        len: want,
+                        hash,
+                    });
+                    drain(&done_rx, p, &mut pending);
+                }
+                proto::T_FILE_END => {
+                    let Some(mut p) = cur.take() else {
+                        return Err(proto::malformed("FILE_END frame", "outside a file"));
+                    };
+                    let mut c = Cur::new(&payload, "FILE_END frame");
+                    let gave_up = c.u8()? != 0;
+                    c.end()?;
+                    // Wait for the verifier to finish this file's blocks.
+                    while !pending.is_empty() {
+                        match done_rx.recv() {
+                            Ok((i, ok)) => note(&mut p, &mut pending, i, ok),
+                            Err(_) => return Err(proto::malformed("verifier", "stopped")),
+                        }
+                    }
+                    let all = p.verified.iter().all(|&v| v);
+                    let mut list = blake3::Hasher::new();
+                    for h in &p.hashes {
+                        list.update(h);
+                    }
+                    let whole_ok = all
+                        && (p.header.size == 0
+                            || *list.finalize().as_bytes() == p.header.hash
+                            || resumed_any(&p));
+                    let status = if all && whole_ok && !gave_up {
+                        p.file.sync_all()?;
+                        fs::set_permissions(
+                            &p.part,
+                            fs::Permissions::from_mode(p.header.mode & 0o7777),
+                        )?;
+                        set_times(&p.part, &p.header, true);
+                        fs::rename(&p.part, &p.fin)?;
+                        let _ = fs::remove_file(&p.progress);
+                        fsync_dir(p.fin.parent().unwrap_or(&root));
+                        summary.lock().expect("lock").files += 1;
+                        0u8
+                    } else {
+                        fs::write(&p.progress, progress_text(&p))?;
+                        summary
+                            .lock()
+                            .expect("lock")
+                            .failed
+                            .push(p.header.path.clone());
+                        1u8
+                    };
+                    let mut o = out.lock().expect("lock");
+                    proto::write_frame(&mut *o, proto::T_FILE_DONE, &[status])?;
+                    o.flush()?;
+                }
+                proto::T_DONE => {
+                    for (d, h) in dirs.iter().rev() {
+                        let _ = fs::set_permissions(d, fs::Permissions::from_mode(h.mode & 0o7777));
+                        set_times(d, h, true);
+                    }
+                    let mut o = out.lock().expect("lock");
+                    proto::write_frame(&mut *o, proto::T_DONE, &[])?;
+                    o.flush()?;
+                    return Ok(());
+                }
+                proto::T_ERROR => {
+                    return Err(ProtoError::Peer(
+                        String::from_utf8_lossy(&payload).into_owned(),
+                    ))
+                }
+                k => {
+                    return Err(proto::malformed(
+                        "stream",
+                        format!("unexpected frame type {k}"),
+                    ))
+                }
+            }
+        }
+    })();
+    // Keep what was verified of an unfinished file for the next run.
+    if let Some(p) = cur.as_mut() {
+        while let Ok((i, ok)) = done_rx.try_recv() {
+            note(p, &mut pending, i, ok);
+        }
+        let _ = fs::write(&p.progress, progress_text(p));
+    }
+    drop(jobs);
+    let verifier = verifier.join().expect("the verifier panicked");
+    result?;
+    verifier.map_err(|e| proto::malformed("verification", e))?;
+    let s = summary.lock().expect("lock").clone();
+    Ok(s)
+}
+
+/// Blocks verified in an earlier run have no hash here; the whole-file check then rests on the
+/// per-block checks of both runs.
+fn resumed_any(p: &Partial) -> bool {
+    p.hashes.contains(&[0u8; 32])
+}
+
+fn note(p: &mut Partial, pending: &mut HashMap<u64, [u8; 32]>, index: u64, ok: bool) {
+    if let Some(h) = pending.remove(&index) {
+        if ok {
+            p.verified[index as usize] = true;
+            p.hashes[index as usize] = h;
+        }
+    }
+}
+
+fn drain(rx: &mpsc::Receiver<(u64, bool)>, p: &mut Partial, pending: &mut HashMap<u64, [u8; 32]>) {
+    let mut n = 0;
+    while let Ok((i, ok)) = rx.try_recv() {
+        note(p, pending, i, ok);
+        n += 1;
+    }
+    // Progress on disk now and then, so an interrupted transfer resumes near where it stopped.
+    if n > 0 && p.verified.iter().filter(|&&v| v).count() % 64 == 0 {
+        let _ = fs::write(&p.progress, progress_text(p));
+    }
+}
