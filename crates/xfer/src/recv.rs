@@ -161,6 +161,9 @@ struct Job {
     file: Arc<File>,
     path: PathBuf,
     index: u64,
+    /// Which transmission of the block this is (a resent block's earlier result must not
+    /// count for it).
+    seq: u64,
     offset: u64,
     len: usize,
     hash: [u8; 32],
@@ -180,7 +183,8 @@ pub fn receive(
     let summary = Arc::new(Mutex::new(RecvSummary::default()));
     let (jobs, job_rx) = mpsc::channel::<Job>();
     // Results of the verifier: (index, ok) of the current file.
-    let (done_tx, done_rx) = mpsc::channel::<(u64, bool)>();
+    // Results of the verifier: (index, transmission, ok) of the current file.
+    let (done_tx, done_rx) = mpsc::channel::<(u64, u64, bool)>();
     let hook = opts.test_hook.clone();
     let vsum = Arc::clone(&summary);
     let vout = Arc::clone(&out);
@@ -222,13 +226,14 @@ pub fn receive(
                     .and_then(|()| o.flush())
                     .map_err(|e| e.to_string())?;
             }
-            let _ = done_tx.send((j.index, ok));
+            let _ = done_tx.send((j.index, j.seq, ok));
         }
         Ok(())
     });
     let mut dirs: Vec<(PathBuf, FileHeader)> = Vec::new();
     let mut cur: Option<Partial> = None;
-    let mut pending: HashMap<u64, [u8; 32]> = HashMap::new();
+    let mut pending: HashMap<u64, (u64, [u8; 32])> = HashMap::new();
+    let mut seq = 0u64;
     let result = (|| -> Result<(), ProtoError> {
         loop {
             let Some((kind, payload)) = proto::read_frame(&mut input)? else {
@@ -368,11 +373,13 @@ pub fn receive(
                     }
                     p.file.write_all_at(data, offset)?;
                     summary.lock().expect("lock").bytes += data.len() as u64;
-                    pending.insert(index, hash);
+                    seq += 1;
+                    pending.insert(index, (seq, hash));
                     let _ = jobs.send(Job {
                         file: Arc::clone(&p.file),
                         path: p.part.clone(),
                         index,
+                        seq,
                         offset,
                         len: want,
                         hash,
@@ -389,7 +396,7 @@ pub fn receive(
                     // Wait for the verifier to finish this file's blocks.
                     while !pending.is_empty() {
                         match done_rx.recv() {
-                            Ok((i, ok)) => note(&mut p, &mut pending, i, ok),
+                            Ok((i, n, ok)) => note(&mut p, &mut pending, i, n, ok),
                             Err(_) => return Err(proto::malformed("verifier", "stopped")),
                         }
                     }
@@ -453,8 +460,8 @@ pub fn receive(
     })();
     // Keep what was verified of an unfinished file for the next run.
     if let Some(p) = cur.as_mut() {
-        while let Ok((i, ok)) = done_rx.try_recv() {
-            note(p, &mut pending, i, ok);
+        while let Ok((i, n, ok)) = done_rx.try_recv() {
+            note(p, &mut pending, i, n, ok);
         }
         let _ = fs::write(&p.progress, progress_text(p));
     }
@@ -472,8 +479,16 @@ fn resumed_any(p: &Partial) -> bool {
     p.hashes.contains(&[0u8; 32])
 }
 
-fn note(p: &mut Partial, pending: &mut HashMap<u64, [u8; 32]>, index: u64, ok: bool) {
-    if let Some(h) = pending.remove(&index) {
+fn note(
+    p: &mut Partial,
+    pending: &mut HashMap<u64, (u64, [u8; 32])>,
+    index: u64,
+    seq: u64,
+    ok: bool,
+) {
+    // Only the result of the block's latest transmission counts.
+    if pending.get(&index).is_some_and(|&(s, _)| s == seq) {
+        let (_, h) = pending.remove(&index).expect("present");
         if ok {
             p.verified[index as usize] = true;
             p.hashes[index as usize] = h;
@@ -481,10 +496,14 @@ fn note(p: &mut Partial, pending: &mut HashMap<u64, [u8; 32]>, index: u64, ok: b
     }
 }
 
-fn drain(rx: &mpsc::Receiver<(u64, bool)>, p: &mut Partial, pending: &mut HashMap<u64, [u8; 32]>) {
+fn drain(
+    rx: &mpsc::Receiver<(u64, u64, bool)>,
+    p: &mut Partial,
+    pending: &mut HashMap<u64, (u64, [u8; 32])>,
+) {
     let mut n = 0;
-    while let Ok((i, ok)) = rx.try_recv() {
-        note(p, pending, i, ok);
+    while let Ok((i, s, ok)) = rx.try_recv() {
+        note(p, pending, i, s, ok);
         n += 1;
     }
     // Progress on disk now and then, so an interrupted transfer resumes near where it stopped.

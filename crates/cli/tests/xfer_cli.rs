@@ -1,0 +1,411 @@
+//! `stripeguard send` / `recv` as a user runs them: a tree round trip over a remote-shell
+//! command, a re-run that skips what is verified, a hostile stream that tries to leave the
+//! directory, and (as root) RIVA's extreme-injection test on ext4 over a loop device, with
+//! `rsync --checksum` and a plain hash of the received file as the negative controls.
+
+mod common;
+
+use common::{err_of, ok};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn sg_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_stripeguard")
+}
+
+/// A directory on a disk-backed filesystem (verification reads from the device; tmpfs has none).
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("sg-xfer-")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+fn tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+    let big: Vec<u8> = (0..(3u32 << 20) + 777)
+        .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+        .collect();
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    std::fs::write(root.join("sub/small.txt"), b"hello\n").unwrap();
+    std::fs::write(root.join("sub/deeper/empty"), b"").unwrap();
+    std::os::unix::fs::symlink("big.bin", root.join("link")).unwrap();
+}
+
+fn same_tree(a: &Path, b: &Path) {
+    let out = Command::new("diff")
+        .arg("-r")
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn send_via(src: &Path, rsh: &str, extra: &[&str]) -> std::process::Output {
+    Command::new(sg_bin())
+        .arg("send")
+        .arg(src)
+        .args(["--json", "--rsh", rsh])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    let text = ok(out);
+    serde_json::from_str(text.lines().last().unwrap_or("{}")).unwrap()
+}
+
+#[test]
+fn a_tree_arrives_verified_and_a_rerun_sends_nothing() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    let first = json(&send_via(&src, &rsh, &[]));
+    assert_eq!(first["files"], 3, "{first}");
+    same_tree(&src, &dst.join("src"));
+    let m1 = std::fs::metadata(src.join("big.bin")).unwrap();
+    let m2 = std::fs::metadata(dst.join("src/big.bin")).unwrap();
+    assert_eq!(m1.modified().unwrap(), m2.modified().unwrap(), "mtime kept");
+    assert!(std::fs::symlink_metadata(dst.join("src/link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let again = json(&send_via(&src, &rsh, &[]));
+    assert_eq!(again["skipped"], 3, "{again}");
+    assert_eq!(again["bytes_sent"], 0, "{again}");
+    // A changed file is sent again; the others are not.
+    std::fs::write(src.join("sub/small.txt"), b"changed\n").unwrap();
+    let third = json(&send_via(&src, &rsh, &[]));
+    assert_eq!(
+        (third["files"].clone(), third["skipped"].clone()),
+        (1.into(), 2.into()),
+        "{third}"
+    );
+    same_tree(&src, &dst.join("src"));
+}
+
+/// Frames as a hostile sender would write them.
+fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![kind];
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+fn file_frame(path: &str) -> Vec<u8> {
+    let h = stripeguard_xfer::proto::FileHeader {
+        path: path.into(),
+        kind: 0,
+        size: 4,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+        target: String::new(),
+        block_size: 4096,
+        hash: [0; 32],
+    };
+    frame(1, &h.encode())
+}
+
+#[test]
+fn a_hostile_stream_cannot_write_outside_the_directory() {
+    let d = scratch();
+    let dst = d.path().join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    // A symlink inside DIR that points out of it must not be followed either.
+    std::os::unix::fs::symlink(d.path(), dst.join("escape")).unwrap();
+    for (name, bytes) in [
+        (
+            "dotdot",
+            [
+                b"SGXF".to_vec(),
+                vec![1, 0, 0, 0, 0, 0],
+                file_frame("../evil"),
+            ]
+            .concat(),
+        ),
+        (
+            "absolute",
+            [
+                b"SGXF".to_vec(),
+                vec![1, 0, 0, 0, 0, 0],
+                file_frame("/tmp/evil"),
+            ]
+            .concat(),
+        ),
+        (
+            "through a symlink",
+            [
+                b"SGXF".to_vec(),
+                vec![1, 0, 0, 0, 0, 0],
+                file_frame("escape/evil"),
+            ]
+            .concat(),
+        ),
+        (
+            "huge frame",
+            [
+                b"SGXF".to_vec(),
+                vec![1, 0, 0, 0, 0, 0],
+                vec![3, 0xff, 0xff, 0xff, 0x7f],
+            ]
+            .concat(),
+        ),
+        (
+            "wrong version",
+            [b"SGXF".to_vec(), vec![9, 0, 0, 0, 0, 0]].concat(),
+        ),
+        ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        (
+            "truncated",
+            [
+                b"SGXF".to_vec(),
+                vec![1, 0, 0, 0, 0, 0],
+                file_frame("ok")[..20].to_vec(),
+            ]
+            .concat(),
+        ),
+    ] {
+        let mut c = Command::new(sg_bin())
+            .args(["recv", "--stdio", "--dir"])
+            .arg(&dst)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let _ = c.stdin.take().unwrap().write_all(&bytes);
+        let out = c.wait_with_output().unwrap();
+        let err = err_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.starts_with("stripeguard: error:") && !err.contains("panicked"),
+            "{name}: {err}"
+        );
+    }
+    assert!(!d.path().join("evil").exists() && !Path::new("/tmp/evil").exists());
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Flip one bit in every 4 KiB page of [OFFSET, OFFSET+LEN) of FILE, on the loop device's
+/// backing file (found with FIEMAP), once per block: the page cache keeps the good bytes.
+const HOOK: &str = r#"#!/usr/bin/python3
+import fcntl, os, struct, sys
+FS_IOC_FIEMAP = 0xC020660B
+def extents(path):
+    fd = os.open(path, os.O_RDONLY)
+    n = 1024
+    buf = bytearray(struct.pack('=QQIIII', 0, 0xFFFFFFFFFFFFFFFF, 1, 0, n, 0) + bytes(56 * n))
+    fcntl.ioctl(fd, FS_IOC_FIEMAP, buf)
+    os.close(fd)
+    mapped = struct.unpack_from('=I', buf, 20)[0]
+    return [struct.unpack_from('=QQQ', buf, 32 + 56 * i) for i in range(mapped)]
+def flip(path, off, length, backing):
+    fd = os.open(backing, os.O_RDWR)
+    flipped = 0
+    ext = extents(path)
+    for page in range(off, off + length, 4096):
+        for lo, ph, ln in ext:
+            if lo <= page < lo + ln:
+                at = ph + (page - lo)
+                b = bytearray(os.pread(fd, 1, at)); b[0] ^= 1; os.pwrite(fd, bytes(b), at)
+                flipped += 1
+                break
+    os.fsync(fd); os.close(fd)
+    return flipped
+if __name__ == '__main__':
+    path, off, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    state = os.environ['SG_HOOK_STATE']
+    key = f"{os.path.basename(path)}:{off}"
+    done = set(open(state).read().split()) if os.path.exists(state) else set()
+    if key not in done:
+        n = flip(path, off, length, os.environ['SG_HOOK_BACKING'])
+        if n:
+            open(state, 'a').write(key + "\n")
+"#;
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn digest(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap();
+    digest_of(&bytes)
+}
+
+fn digest_of(b: &[u8]) -> String {
+    use std::hash::Hasher;
+    // Any strong-enough digest will do for comparing two copies; keep it dependency-free.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(b);
+    format!("{:016x}{}", h.finish(), b.len())
+}
+
+fn drop_caches() {
+    let _ = Command::new("sync").status();
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+struct Mounted {
+    loopdev: String,
+    mnt: PathBuf,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = Command::new("losetup").args(["-d", &self.loopdev]).status();
+    }
+}
+
+#[test]
+fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_controls_miss_it() {
+    if !is_root() {
+        eprintln!("skipping: the extreme-injection test needs root (losetup, mount)");
+        return;
+    }
+    for t in ["losetup", "mkfs.ext4", "mount", "rsync"] {
+        if !have(t) {
+            eprintln!("skipping: {t} is not installed (scripts/install-deps installs it)");
+            return;
+        }
+    }
+    let d = scratch();
+    let backing = d.path().join("backing.img");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(384 << 20)
+        .unwrap();
+    // Buffered loop (no --direct-io): the backing file is what the device returns.
+    let loopdev = run(Command::new("losetup").args(["-f", "--show"]).arg(&backing))
+        .trim()
+        .to_string();
+    let mnt = d.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let _m = Mounted {
+        loopdev: loopdev.clone(),
+        mnt: mnt.clone(),
+    };
+    run(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
+    run(Command::new("mount").arg(&loopdev).arg(&mnt));
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for (name, len) in [("f4k", 4096usize), ("f1m", 1 << 20), ("f64m", 64 << 20)] {
+        let data: Vec<u8> = (0..len)
+            .map(|i| ((i as u64).wrapping_mul(0x9E3779B97F4A7C15) >> 56) as u8)
+            .collect();
+        std::fs::write(src.join(name), data).unwrap();
+    }
+    let hook = d.path().join("hook.py");
+    std::fs::write(&hook, HOOK).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = d.path().join("hook.state");
+    let rsh = format!(
+        "SG_HOOK_STATE={} SG_HOOK_BACKING={} STRIPEGUARD_XFER_TEST_HOOK={} {} recv --stdio --json --dir {}",
+        state.display(),
+        backing.display(),
+        hook.display(),
+        sg_bin(),
+        mnt.join("dst").display()
+    );
+    let out = send_via(&src, &rsh, &["--block-size", "1M"]);
+    let sent = json(&out);
+    let injected = std::fs::read_to_string(&state)
+        .unwrap_or_default()
+        .lines()
+        .count() as u64;
+    eprintln!("send: {sent}\nreceiver: {}", err_of(&out));
+    assert!(
+        injected >= 66,
+        "every block of every file was damaged on the device: {injected}"
+    );
+    assert_eq!(sent["files"], 3, "{sent}");
+    assert_eq!(
+        sent["blocks_retried"].as_u64(),
+        Some(injected),
+        "every injected block was found and sent again"
+    );
+    drop_caches();
+    for f in ["f4k", "f1m", "f64m"] {
+        assert_eq!(
+            digest(&src.join(f)),
+            digest(&mnt.join("dst/src").join(f)),
+            "{f} on the device"
+        );
+    }
+
+    // Negative control 1: a plain copy, then "hash the received file" — the page cache answers.
+    let plain = mnt.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::copy(src.join("f1m"), plain.join("f1m")).unwrap();
+    run(&mut Command::new("sync"));
+    let p = plain.join("f1m");
+    run(Command::new(&hook)
+        .arg(&p)
+        .args(["0", &(1u32 << 20).to_string()])
+        .env("SG_HOOK_STATE", d.path().join("plain.state"))
+        .env("SG_HOOK_BACKING", &backing));
+    assert_eq!(
+        digest(&p),
+        digest(&src.join("f1m")),
+        "the plain hash reads the page cache: it misses the damage"
+    );
+    // Negative control 2: rsync --checksum decides there is nothing to do.
+    let rs = mnt.join("rsync");
+    std::fs::create_dir_all(&rs).unwrap();
+    run(Command::new("rsync").arg(src.join("f64m")).arg(&rs));
+    run(&mut Command::new("sync"));
+    run(Command::new(&hook)
+        .arg(rs.join("f64m"))
+        .args(["0", &(64u32 << 20).to_string()])
+        .env("SG_HOOK_STATE", d.path().join("rsync.state"))
+        .env("SG_HOOK_BACKING", &backing));
+    let itemized = run(Command::new("rsync")
+        .args(["--checksum", "--itemize-changes"])
+        .arg(src.join("f64m"))
+        .arg(&rs));
+    assert!(
+        itemized.trim().is_empty(),
+        "rsync --checksum saw a difference: {itemized}"
+    );
+    // Both damages are real: from the device, both copies differ from the source.
+    drop_caches();
+    assert_ne!(
+        digest(&p),
+        digest(&src.join("f1m")),
+        "the plain copy is damaged on the device"
+    );
+    assert_ne!(
+        digest(&rs.join("f64m")),
+        digest(&src.join("f64m")),
+        "rsync's copy is damaged on the device"
+    );
+}
