@@ -77,6 +77,9 @@ enum Command {
     /// Receive files from `stripeguard send` into a directory, verifying every block from the
     /// device before reporting it.
     Recv(xfer::RecvArgs),
+    /// Check received files against a `send --manifest` manifest, reading every block from the
+    /// device (not the page cache). Exit status: 0 intact, 1 some file failed.
+    VerifyManifest(xfer::VerifyManifestArgs),
     /// Write a file (or standard input) into the array at an offset.
     Write(array::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::serve(a),
         Command::Send(a) => xfer::send_cmd(a),
         Command::Recv(a) => xfer::recv(a),
+        Command::VerifyManifest(a) => xfer::verify_manifest(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),
         Command::Inject(a) => array::inject(a),

@@ -38,9 +38,50 @@ pub struct SendArgs {
     /// sending it (catches an unrecoverable read error at the source).
     #[arg(long)]
     verify_source: bool,
+    /// Write a manifest (every file's size and the hash of every block; paths relative to the
+    /// receiving DIR) for `stripeguard verify-manifest DIR FILE` later.
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<PathBuf>,
     /// Print a JSON summary.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+pub struct VerifyManifestArgs {
+    /// The receiving directory.
+    dir: PathBuf,
+    /// The manifest `send --manifest` wrote.
+    manifest: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Check received files against a manifest, reading every block from the device.
+pub fn verify_manifest(a: VerifyManifestArgs) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.manifest)
+        .with_context(|| format!("cannot read {}", a.manifest.display()))?;
+    let results = stripeguard_xfer::verify_manifest(&a.dir, &text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.manifest.display()))?;
+    let bad = results.iter().filter(|r| !r.ok).count();
+    if a.json {
+        println!("{}", serde_json::to_string(&results)?);
+    } else {
+        for r in results.iter().filter(|r| !r.ok) {
+            println!("FAILED {}: {}", r.path, r.problems.join("; "));
+        }
+        println!(
+            "{} file(s) checked from the device: {} intact, {bad} failed",
+            results.len(),
+            results.len() - bad
+        );
+    }
+    Ok(ExitCode::from(if bad == 0 {
+        exit::OK
+    } else {
+        exit::FOUND
+    }))
 }
 
 #[derive(Args)]
@@ -117,6 +158,7 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
             .context("--block-size must be between 4K and 16M")?,
         retries: a.retries,
         verify_source: a.verify_source,
+        manifest: a.manifest.clone(),
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();

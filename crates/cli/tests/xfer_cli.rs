@@ -336,7 +336,9 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
         sg_bin(),
         mnt.join("dst").display()
     );
-    let out = send_via(&src, &rsh, &["--block-size", "1M"]);
+    let manifest = d.path().join("manifest");
+    let mf = manifest.display().to_string();
+    let out = send_via(&src, &rsh, &["--block-size", "1M", "--manifest", &mf]);
     let sent = json(&out);
     let injected = std::fs::read_to_string(&state)
         .unwrap_or_default()
@@ -361,6 +363,35 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
             "{f} on the device"
         );
     }
+
+    // The manifest checks from the device: intact now; after damage under the page cache (the
+    // received f1m's blocks flipped on the device while its pages are cached) it fails.
+    let dst = mnt.join("dst");
+    let vm = |args: &[&str]| {
+        Command::new(sg_bin())
+            .arg("verify-manifest")
+            .arg(&dst)
+            .arg(&manifest)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(&vm(&[]));
+    let received = dst.join("src/f1m");
+    let _ = std::fs::read(&received).unwrap(); // in the page cache
+    run(Command::new(&hook)
+        .arg(&received)
+        .args(["0", &(1u32 << 20).to_string()])
+        .env("SG_HOOK_STATE", d.path().join("manifest.state"))
+        .env("SG_HOOK_BACKING", &backing));
+    let bad = vm(&[]);
+    assert_eq!(
+        bad.status.code(),
+        Some(1),
+        "verify-manifest missed damage under the page cache: {}",
+        String::from_utf8_lossy(&bad.stdout)
+    );
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("src/f1m"));
 
     // Negative control 1: a plain copy, then "hash the received file" — the page cache answers.
     let plain = mnt.join("plain");
@@ -408,4 +439,52 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
         digest(&src.join("f64m")),
         "rsync's copy is damaged on the device"
     );
+}
+
+/// A transfer killed with SIGKILL at random points resumes to a verified result, sending less
+/// than the whole the second time.
+#[test]
+fn a_transfer_killed_at_random_points_resumes_to_a_verified_result() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let data: Vec<u8> = (0..(48u32 << 20))
+        .map(|i| (i.wrapping_mul(2246822519) >> 9) as u8)
+        .collect();
+    std::fs::write(src.join("big"), &data).unwrap();
+    std::fs::write(src.join("small"), b"small file").unwrap();
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    for (round, wait_ms) in [150u64, 400, 700].into_iter().enumerate() {
+        let mut c = Command::new(sg_bin())
+            .arg("send")
+            .arg(&src)
+            .args(["--json", "--block-size", "256K", "--rsh", &rsh])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        let _ = c.kill();
+        let _ = c.wait();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !dst.join("src/big").exists() || std::fs::read(dst.join("src/big")).unwrap() == data,
+            "round {round}: a finished name holds wrong bytes"
+        );
+    }
+    let fin = json(&send_via(&src, &rsh, &["--block-size", "256K"]));
+    assert!(fin["failed"].as_array().unwrap().is_empty(), "{fin}");
+    assert!(
+        fin["bytes_sent"].as_u64().unwrap() < data.len() as u64,
+        "nothing was resumed: {fin}"
+    );
+    same_tree(&src, &dst.join("src"));
+    // No partial or progress file is left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(dst.join("src"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("sgpart"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -5,10 +5,12 @@
 //! i+1 overlaps verification of block i. An interrupted transfer resumes from the receiver's
 //! per-file progress. The wire format is FORMAT.md §5.
 
+pub mod manifest;
 pub mod proto;
 pub mod recv;
 pub mod send;
 pub mod verify;
 
+pub use manifest::{verify_manifest, ManifestResult};
 pub use recv::{receive, RecvOptions, RecvSummary};
 pub use send::{send, SendError, SendOptions, SendSummary};

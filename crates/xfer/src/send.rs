@@ -23,6 +23,8 @@ pub struct SendOptions {
     pub verify_source: bool,
     /// Blocks in flight (sent, not yet reported).
     pub window: usize,
+    /// Write a manifest here (FORMAT.md §5) once everything is sent.
+    pub manifest: Option<PathBuf>,
 }
 
 impl Default for SendOptions {
@@ -32,6 +34,7 @@ impl Default for SendOptions {
             retries: 3,
             verify_source: false,
             window: 16,
+            manifest: None,
         }
     }
 }
@@ -163,6 +166,10 @@ pub fn send(
     };
     let mut summary = SendSummary::default();
     let bs = opts.block_size.clamp(4096, proto::MAX_BLOCK);
+    let mut manifest = opts
+        .manifest
+        .as_ref()
+        .map(|_| String::from("stripeguard-manifest 1\n"));
     for e in &entries {
         let m = fs::symlink_metadata(&e.local).map_err(source_err(&e.local))?;
         let mut h = FileHeader {
@@ -190,7 +197,20 @@ pub fn send(
         } else if ft.is_file() {
             let f = File::open(&e.local).map_err(source_err(&e.local))?;
             h.size = m.len();
-            h.hash = list_hash(&f, h.size, bs).map_err(source_err(&e.local))?;
+            let hashes = block_hashes(&f, h.size, bs).map_err(source_err(&e.local))?;
+            h.hash = hash_of_list(&hashes);
+            if let Some(m) = manifest.as_mut() {
+                m.push_str(&format!(
+                    "file {} {} {} {}\n",
+                    hex(&h.hash),
+                    h.size,
+                    bs,
+                    h.path
+                ));
+                for b in &hashes {
+                    m.push_str(&format!("block {}\n", hex(b)));
+                }
+            }
             Some(f)
         } else {
             continue; // devices, sockets, fifos are not sent
@@ -292,19 +312,35 @@ pub fn send(
     proto::write_frame(&mut output, proto::T_DONE, &[]).map_err(ProtoError::from)?;
     output.flush().map_err(ProtoError::from)?;
     next(proto::T_DONE)?;
+    if let (Some(path), Some(text)) = (&opts.manifest, manifest) {
+        fs::write(path, text).map_err(source_err(path))?;
+    }
     Ok(summary)
 }
 
-/// BLAKE3 of the list of the file's block hashes (the protocol's file hash).
-pub fn list_hash(f: &File, size: u64, bs: u32) -> std::io::Result<[u8; 32]> {
-    let mut list = blake3::Hasher::new();
+/// BLAKE3 of every block of the file.
+pub fn block_hashes(f: &File, size: u64, bs: u32) -> std::io::Result<Vec<[u8; 32]>> {
+    let mut out = Vec::with_capacity(size.div_ceil(u64::from(bs)) as usize);
     let mut buf = vec![0u8; bs as usize];
     let mut off = 0u64;
     while off < size {
         let n = (size - off).min(u64::from(bs)) as usize;
         f.read_exact_at(&mut buf[..n], off)?;
-        list.update(blake3::hash(&buf[..n]).as_bytes());
+        out.push(*blake3::hash(&buf[..n]).as_bytes());
         off += n as u64;
     }
-    Ok(*list.finalize().as_bytes())
+    Ok(out)
+}
+
+/// The protocol's file hash: BLAKE3 of the list of block hashes.
+pub fn hash_of_list(hashes: &[[u8; 32]]) -> [u8; 32] {
+    let mut list = blake3::Hasher::new();
+    for h in hashes {
+        list.update(h);
+    }
+    *list.finalize().as_bytes()
+}
+
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
