@@ -38,6 +38,10 @@ pub struct SendArgs {
     /// sending it (catches an unrecoverable read error at the source).
     #[arg(long)]
     verify_source: bool,
+    /// A shared key (a file of at least 16 random bytes) to answer a receiver that requires
+    /// one (`recv --key-file`).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
     /// Write a manifest (every file's size and the hash of every block; paths relative to the
     /// receiving DIR) for `stripeguard verify-manifest DIR FILE` later.
     #[arg(long, value_name = "FILE")]
@@ -95,18 +99,24 @@ pub struct RecvArgs {
     /// Talk to the sender over standard input and output (what --ssh runs).
     #[arg(long)]
     stdio: bool,
-    /// Listen on a non-loopback address. There is no authentication or encryption on a raw
-    /// connection: anyone who reaches it can write into DIR. Prefer --ssh across networks.
+    /// Listen on a non-loopback address (needs --key-file: the sender must prove it holds the
+    /// key). There is no encryption on a raw connection; use --ssh across networks you do not
+    /// trust.
     #[arg(long)]
     allow_remote: bool,
+    /// Require the sender to prove it holds this shared key (challenge-response, BLAKE3-keyed).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
     /// Print a JSON summary (on stderr with --stdio, whose stdout is the protocol).
     #[arg(long)]
     json: bool,
 }
 
 pub fn recv(a: RecvArgs) -> Result<ExitCode> {
+    let key = read_key(a.key_file.as_deref())?;
     let opts = RecvOptions {
         dir: a.dir.clone(),
+        key,
         // Test only (the extreme-injection test): see FORMAT.md §5.
         test_hook: std::env::var("STRIPEGUARD_XFER_TEST_HOOK").ok(),
     };
@@ -116,8 +126,8 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         let addr = a
             .listen
             .context("give --listen 127.0.0.1:PORT or --stdio")?;
-        if !addr.ip().is_loopback() && !a.allow_remote {
-            bail!("--listen {addr} is not a loopback address: a raw connection has no authentication, so anyone who reaches it could write into {}. Use --ssh from the sender, or --allow-remote on a network you trust", a.dir.display());
+        if !addr.ip().is_loopback() && !(a.allow_remote && a.key_file.is_some()) {
+            bail!("--listen {addr} is not a loopback address: anyone who reaches it could write into {}. Give --allow-remote with --key-file (the sender proves it holds the key), or use --ssh from the sender", a.dir.display());
         }
         let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
         eprintln!("stripeguard recv: listening on {}", l.local_addr()?);
@@ -159,6 +169,7 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         retries: a.retries,
         verify_source: a.verify_source,
         manifest: a.manifest.clone(),
+        key: read_key(a.key_file.as_deref())?,
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();
@@ -240,6 +251,15 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     } else {
         exit::FOUND
     }))
+}
+
+fn read_key(path: Option<&std::path::Path>) -> Result<Option<[u8; 32]>> {
+    let Some(p) = path else { return Ok(None) };
+    let bytes =
+        std::fs::read(p).with_context(|| format!("cannot read the key file {}", p.display()))?;
+    stripeguard_xfer::proto::key_from_file(&bytes)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
 }
 
 fn tree_bytes(p: &std::path::Path) -> u64 {

@@ -488,3 +488,34 @@ fn a_transfer_killed_at_random_points_resumes_to_a_verified_result() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A receiver with --key-file takes only a sender that proves it holds the key.
+#[test]
+fn a_key_file_receiver_refuses_senders_without_the_key() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), b"payload").unwrap();
+    let key = d.path().join("key");
+    let other = d.path().join("other");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    std::fs::write(&other, [8u8; 32]).unwrap();
+    let dst = d.path().join("dst");
+    let rsh = format!(
+        "{} recv --stdio --dir {} --key-file {}",
+        sg_bin(),
+        dst.display(),
+        key.display()
+    );
+    let k = key.display().to_string();
+    let o = other.display().to_string();
+    let none = send_via(&src, &rsh, &[]);
+    assert_eq!(none.status.code(), Some(2), "{}", err_of(&none));
+    assert!(err_of(&none).contains("--key-file"), "{}", err_of(&none));
+    let wrong = send_via(&src, &rsh, &["--key-file", &o]);
+    assert_eq!(wrong.status.code(), Some(2), "{}", err_of(&wrong));
+    assert!(!dst.join("src/a").exists());
+    let right = json(&send_via(&src, &rsh, &["--key-file", &k]));
+    assert_eq!(right["files"], 1, "{right}");
+    assert_eq!(std::fs::read(dst.join("src/a")).unwrap(), b"payload");
+}

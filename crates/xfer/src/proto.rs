@@ -7,8 +7,10 @@ use std::io::{self, Read, Write};
 
 pub const MAGIC: [u8; 4] = *b"SGXF";
 pub const VERSION: u16 = 1;
-/// Feature bits (none defined yet; a receiver answers with the subset it supports).
-pub const FEATURES: u32 = 0;
+/// Feature bits. A sender offers what it supports; a receiver answers with what the session
+/// uses. `FEATURE_AUTH`: the receiver requires a shared-key challenge before anything else.
+pub const FEATURES: u32 = FEATURE_AUTH;
+pub const FEATURE_AUTH: u32 = 1;
 
 /// Largest frame payload accepted (a block of the largest block size plus its header).
 pub const MAX_FRAME: u32 = (16 << 20) + 4096;
@@ -25,6 +27,8 @@ pub const T_FILE_END: u8 = 5;
 pub const T_FILE_DONE: u8 = 6;
 pub const T_DONE: u8 = 7;
 pub const T_ERROR: u8 = 8;
+pub const T_CHALLENGE: u8 = 9;
+pub const T_RESPONSE: u8 = 10;
 
 /// Entry kinds in a FILE frame.
 pub const KIND_FILE: u8 = 0;
@@ -104,6 +108,21 @@ pub fn read_frame(r: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>, ProtoError
     let mut p = vec![0u8; len as usize];
     r.read_exact(&mut p)?;
     Ok(Some((h[0], p)))
+}
+
+/// The session key from a key file's contents (at least 16 bytes).
+pub fn key_from_file(contents: &[u8]) -> Result<[u8; 32], String> {
+    if contents.len() < 16 {
+        return Err(
+            "a key file needs at least 16 bytes (e.g. head -c 32 /dev/urandom > key)".into(),
+        );
+    }
+    Ok(blake3::derive_key("stripeguard xfer key-file v1", contents))
+}
+
+/// The answer to a challenge: BLAKE3 keyed with the session key (an HMAC-like MAC).
+pub fn answer(key: &[u8; 32], challenge: &[u8]) -> [u8; 32] {
+    *blake3::keyed_hash(key, challenge).as_bytes()
 }
 
 /// A cursor over a payload that fails instead of panicking.

@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug)]
 pub struct RecvOptions {
     pub dir: PathBuf,
+    /// Require the sender to prove it holds this key (challenge-response) before anything else.
+    pub key: Option<[u8; 32]>,
     /// Test only: a command run between "durable" and "verify" with the file, offset and
     /// length as arguments (the extreme-injection test flips bits on the device there).
     pub test_hook: Option<String>,
@@ -176,8 +178,36 @@ pub fn receive(
     opts: &RecvOptions,
 ) -> Result<RecvSummary, ProtoError> {
     let out = Arc::new(Mutex::new(output));
-    let features = proto::read_hello(&mut input)?;
-    proto::write_hello(&mut *out.lock().expect("lock"), features & proto::FEATURES)?;
+    let offered = proto::read_hello(&mut input)?;
+    let mut features = offered & proto::FEATURES & !proto::FEATURE_AUTH;
+    if opts.key.is_some() {
+        features |= proto::FEATURE_AUTH;
+    }
+    proto::write_hello(&mut *out.lock().expect("lock"), features)?;
+    if let Some(key) = &opts.key {
+        let mut challenge = [0u8; 32];
+        File::open("/dev/urandom")?.read_exact(&mut challenge)?;
+        {
+            let mut o = out.lock().expect("lock");
+            proto::write_frame(&mut *o, proto::T_CHALLENGE, &challenge)?;
+            o.flush()?;
+        }
+        let good = matches!(proto::read_frame(&mut input)?,
+            Some((proto::T_RESPONSE, r)) if r[..] == proto::answer(key, &challenge)[..]);
+        if !good {
+            let mut o = out.lock().expect("lock");
+            let _ = proto::write_frame(
+                &mut *o,
+                proto::T_ERROR,
+                b"authentication failed: wrong or missing --key-file",
+            );
+            let _ = o.flush();
+            return Err(proto::malformed(
+                "authentication",
+                "the sender does not hold the key",
+            ));
+        }
+    }
     fs::create_dir_all(&opts.dir)?;
     let root = fs::canonicalize(&opts.dir)?;
     let summary = Arc::new(Mutex::new(RecvSummary::default()));

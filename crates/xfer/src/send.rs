@@ -25,6 +25,8 @@ pub struct SendOptions {
     pub window: usize,
     /// Write a manifest here (FORMAT.md §5) once everything is sent.
     pub manifest: Option<PathBuf>,
+    /// Answer the receiver's challenge with this key (`--key-file`).
+    pub key: Option<[u8; 32]>,
 }
 
 impl Default for SendOptions {
@@ -35,6 +37,7 @@ impl Default for SendOptions {
             verify_source: false,
             window: 16,
             manifest: None,
+            key: None,
         }
     }
 }
@@ -124,29 +127,45 @@ pub fn send(
         walk(p, &name, &mut entries)?;
     }
     proto::write_hello(&mut output, proto::FEATURES).map_err(ProtoError::from)?;
+    output.flush().map_err(ProtoError::from)?;
+    let mut input = input;
+    let features = proto::read_hello(&mut input)?;
+    if features & proto::FEATURE_AUTH != 0 {
+        let Some(key) = &opts.key else {
+            return Err(ProtoError::Peer(
+                "the receiver requires a shared key: give --key-file".into(),
+            )
+            .into());
+        };
+        match proto::read_frame(&mut input)? {
+            Some((proto::T_CHALLENGE, c)) if c.len() == 32 => {
+                proto::write_frame(&mut output, proto::T_RESPONSE, &proto::answer(key, &c))
+                    .map_err(ProtoError::from)?;
+                output.flush().map_err(ProtoError::from)?;
+            }
+            _ => {
+                return Err(
+                    proto::malformed("authentication", "no challenge from the receiver").into(),
+                )
+            }
+        }
+    }
     // Replies come on a thread of their own, so blocks keep flowing while results arrive.
     let (tx, rx) = mpsc::channel::<Result<(u8, Vec<u8>), ProtoError>>();
-    std::thread::spawn(move || {
-        let mut input = input;
-        if let Err(e) = proto::read_hello(&mut input) {
-            let _ = tx.send(Err(e));
-            return;
-        }
-        loop {
-            match proto::read_frame(&mut input) {
-                Ok(Some(f)) => {
-                    if tx.send(Ok(f)).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => {
-                    let _ = tx.send(Err(proto::malformed("stream", "the receiver closed")));
+    std::thread::spawn(move || loop {
+        match proto::read_frame(&mut input) {
+            Ok(Some(f)) => {
+                if tx.send(Ok(f)).is_err() {
                     return;
                 }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
+            }
+            Ok(None) => {
+                let _ = tx.send(Err(proto::malformed("stream", "the receiver closed")));
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
             }
         }
     });
