@@ -126,7 +126,8 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         let addr = a
             .listen
             .context("give --listen 127.0.0.1:PORT or --stdio")?;
-        if !addr.ip().is_loopback() && !(a.allow_remote && a.key_file.is_some()) {
+        let authenticated_remote = a.allow_remote && a.key_file.is_some();
+        if !(addr.ip().is_loopback() || authenticated_remote) {
             bail!("--listen {addr} is not a loopback address: anyone who reaches it could write into {}. Give --allow-remote with --key-file (the sender proves it holds the key), or use --ssh from the sender", a.dir.display());
         }
         let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;

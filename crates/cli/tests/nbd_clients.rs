@@ -128,84 +128,6 @@ fn serve(dir: &Path, extra: &[&str]) -> Served {
     }
 }
 
-/// The nbdkit plugin (crates/nbdkit-plugin), built beside this test binary; built here if the
-/// workspace build did not produce it.
-fn plugin() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?.to_path_buf();
-    let so = profile_dir.join("libstripeguard_nbdkit.so");
-    if !so.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut c = Command::new(cargo);
-        c.args(["build", "-q", "-p", "stripeguard-nbdkit"]);
-        if profile_dir.ends_with("release") {
-            c.arg("--release");
-        }
-        let built = c
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .is_ok_and(|s| s.success());
-        if !built {
-            return None;
-        }
-    }
-    so.exists().then_some(so)
-}
-
-/// Start `nbdkit` with the stripeguard plugin on the members in `dir`, at a unix socket.
-fn nbdkit(dir: &Path) -> Served {
-    let so = plugin().expect("the nbdkit plugin builds");
-    let sock = dir.join("k.sock");
-    // nbdkit leaves its socket file behind when it stops.
-    let _ = std::fs::remove_file(&sock);
-    let stderr = dir.join(format!(
-        "nbdkit-{}.err",
-        Instant::now().elapsed().as_nanos()
-    ));
-    let members = MEMBERS.join(",");
-    let child = Command::new("nbdkit")
-        .arg("-f")
-        .arg("-U")
-        .arg(&sock)
-        .arg(&so)
-        .arg(format!("members={members}"))
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("start nbdkit");
-    let t = Instant::now();
-    // The socket file appears at bind(), a moment before the server listens: wait for a
-    // connection to be accepted.
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "nbdkit did not listen: {}",
-            std::fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Served {
-        child,
-        uri: format!("nbd+unix:///?socket={}", sock.display()),
-        stderr,
-    }
-}
-
-/// A front end: `stripeguard serve` or nbdkit with the plugin.
-#[derive(Clone, Copy, Debug)]
-enum Front {
-    Serve,
-    Nbdkit,
-}
-
-fn start(front: Front, dir: &Path) -> Served {
-    match front {
-        Front::Serve => serve(dir, &[]),
-        Front::Nbdkit => nbdkit(dir),
-    }
-}
-
 /// Units the engine repaired, from the durable event log (the same for every front end).
 fn logged_repairs(dir: &Path) -> usize {
     let out = sg(&[&["events"][..], &MEMBERS[..], &["--json"]].concat(), dir);
@@ -342,15 +264,15 @@ fn damage(dir: &Path) {
 
 /// Write with fio (verified as it goes), damage the stopped array, verify again: for a checked
 /// scheme no error and repairs in the log; for `none` (the negative control) fio's verify fails.
-fn fio_damage_round(front: Front, scheme: &str) -> (bool, usize) {
+fn fio_damage_round(scheme: &str) -> (bool, usize) {
     let dir = tempfile::tempdir().unwrap();
     create(dir.path(), scheme, "8M");
-    let s = start(front, dir.path());
+    let s = serve(dir.path(), &[]);
     run(fio_job(&s.uri, false).current_dir(dir.path()));
     let (status, _, err) = s.stop();
     assert!(status.success(), "{err}");
     damage(dir.path());
-    let s = start(front, dir.path());
+    let s = serve(dir.path(), &[]);
     let out = fio_job(&s.uri, true)
         .current_dir(dir.path())
         .output()
@@ -358,7 +280,7 @@ fn fio_damage_round(front: Front, scheme: &str) -> (bool, usize) {
     let verified = out.status.success();
     if !verified {
         eprintln!(
-            "{front:?} {scheme}: fio verify-only failed:\n{}\n{}",
+            "{scheme}: fio verify-only failed:\n{}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -371,71 +293,15 @@ fn fio_damage_round(front: Front, scheme: &str) -> (bool, usize) {
 #[test]
 fn fio_verifies_through_the_server_and_after_members_are_damaged_by_hand() {
     need!("fio");
-    fio_round_with_control(Front::Serve);
-}
-
-fn fio_round_with_control(front: Front) {
-    let (verified, repairs) = fio_damage_round(front, "hybrid-seq");
-    assert!(
-        verified,
-        "{front:?}: fio's verify-only pass failed on hybrid-seq"
-    );
-    assert!(repairs > 0, "{front:?}: the log names no repair");
+    let (verified, repairs) = fio_damage_round("hybrid-seq");
+    assert!(verified, "fio's verify-only pass failed on hybrid-seq");
+    assert!(repairs > 0, "the log names no repair");
     // The negative control: the same faults on bare RAID reach fio as wrong bytes.
-    let (verified_none, _) = fio_damage_round(front, "none");
-    assert!(!verified_none, "{front:?}: fio's verify passed on `none` with damaged members: the damage missed the data fio reads");
-}
-
-#[test]
-fn nbdkit_plugin_serves_the_array_as_serve_does() {
-    need!("nbdkit", "nbdinfo", "qemu-img", "fio");
-    if plugin().is_none() {
-        eprintln!("skipping: the nbdkit plugin did not build");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    create(dir.path(), "hybrid-seq", "16M");
-    let s = nbdkit(dir.path());
-    let out = run(Command::new("nbdinfo").args(["--json", &s.uri]));
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let e = &info["exports"][0];
-    assert!(e["export-size"].as_u64().unwrap_or(0) > 64 << 20, "{info}");
-    for flag in [
-        "can_multi_conn",
-        "can_flush",
-        "can_fua",
-        "can_trim",
-        "can_zero",
-    ] {
-        assert_eq!(e[flag].as_bool(), Some(true), "{flag}: {info}");
-    }
-    // status answers while nbdkit holds the array.
-    let st = ok(&sg(&[&["status"][..], &MEMBERS[..]].concat(), dir.path()));
-    assert!(st.contains("in use by process"), "{st}");
-    let img = dir.path().join("in.img");
-    let data: Vec<u8> = (0..64u32 << 20)
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    std::fs::write(&img, &data).unwrap();
-    run(Command::new("qemu-img")
-        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
-        .arg(&img)
-        .arg(&s.uri));
-    let back = dir.path().join("out.img");
-    run(Command::new("qemu-img")
-        .args(["convert", "-f", "raw", "-O", "raw", &s.uri])
-        .arg(&back));
-    let got = std::fs::read(&back).unwrap();
+    let (verified_none, _) = fio_damage_round("none");
     assert!(
-        got[..data.len()] == data[..],
-        "the image came back different"
+        !verified_none,
+        "fio's verify passed on `none` with damaged members: the damage missed the data fio reads"
     );
-    let (status, _, err) = s.stop();
-    assert!(status.success(), "{err}");
-    // Unloading closed the array clean.
-    let st = ok(&sg(&[&["status"][..], &MEMBERS[..]].concat(), dir.path()));
-    assert!(st.contains("state: clean"), "{st}");
-    fio_round_with_control(Front::Nbdkit);
 }
 
 /// The Python script that writes through libnbd, logging what was acknowledged.
