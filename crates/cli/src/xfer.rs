@@ -104,6 +104,10 @@ pub struct RecvArgs {
     /// trust.
     #[arg(long)]
     allow_remote: bool,
+    /// Do not verify blocks from the device (acknowledge once written; fsync each file at its
+    /// end, like `rsync --fsync`). Only for measuring what verification costs.
+    #[arg(long)]
+    no_verify: bool,
     /// Require the sender to prove it holds this shared key (challenge-response, BLAKE3-keyed).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
@@ -116,6 +120,7 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
     let key = read_key(a.key_file.as_deref())?;
     let opts = RecvOptions {
         dir: a.dir.clone(),
+        verify: !a.no_verify,
         key,
         // Test only (the extreme-injection test): see FORMAT.md §5.
         test_hook: std::env::var("STRIPEGUARD_XFER_TEST_HOOK").ok(),

@@ -22,6 +22,10 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug)]
 pub struct RecvOptions {
     pub dir: PathBuf,
+    /// Verify each block from the device (the point of the tool). Off only to measure what
+    /// verification costs (`recv --no-verify`): blocks are then acknowledged once written, and
+    /// each file is fsynced when complete, like `rsync --fsync`.
+    pub verify: bool,
     /// Require the sender to prove it holds this key (challenge-response) before anything else.
     pub key: Option<[u8; 32]>,
     /// Test only: a command run between "durable" and "verify" with the file, offset and
@@ -41,6 +45,12 @@ pub struct RecvSummary {
     pub blocks_mismatched: u64,
     /// Blocks read back with O_DIRECT because eviction could not be proved.
     pub direct_reads: u64,
+    /// Total nanoseconds in each stage, over every block: write (into the page cache),
+    /// durable (fdatasync), evict (fadvise + mincore proof), read back + hash.
+    pub ns_write: u64,
+    pub ns_durable: u64,
+    pub ns_evict: u64,
+    pub ns_read_back_hash: u64,
 }
 
 struct Partial {
@@ -51,6 +61,8 @@ struct Partial {
     fin: PathBuf,
     verified: Vec<bool>,
     hashes: Vec<[u8; 32]>,
+    /// Blocks received before in this session (a resent block is written even when all zero).
+    seen: std::collections::HashSet<u64>,
 }
 
 fn blocks_of(h: &FileHeader) -> u64 {
@@ -216,6 +228,7 @@ pub fn receive(
     // Results of the verifier: (index, transmission, ok) of the current file.
     let (done_tx, done_rx) = mpsc::channel::<(u64, u64, bool)>();
     let hook = opts.test_hook.clone();
+    let verify_blocks = opts.verify;
     let vsum = Arc::clone(&summary);
     let vout = Arc::clone(&out);
     let verifier = std::thread::spawn(move || -> Result<(), String> {
@@ -229,14 +242,25 @@ pub fn receive(
                     .status();
             }
             buf.resize(j.len, 0);
-            let how = verify::durable_then_read_back(&j.file, &j.path, j.offset, &mut buf[..])
-                .map_err(|e| {
-                    format!(
-                        "cannot read {} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
-                        j.path.display()
-                    )
-                })?;
-            let ok = *blake3::hash(&buf).as_bytes() == j.hash;
+            let (ok, how) = if verify_blocks {
+                let (how, t) =
+                    verify::durable_then_read_back_timed(&j.file, &j.path, j.offset, &mut buf[..])
+                        .map_err(|e| {
+                            format!(
+                                "cannot read {} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
+                                j.path.display()
+                            )
+                        })?;
+                let th = std::time::Instant::now();
+                let ok = *blake3::hash(&buf).as_bytes() == j.hash;
+                let mut s = vsum.lock().expect("lock");
+                s.ns_durable += t.durable.as_nanos() as u64;
+                s.ns_evict += t.evict.as_nanos() as u64;
+                s.ns_read_back_hash += (t.read_back + th.elapsed()).as_nanos() as u64;
+                (ok, how)
+            } else {
+                (true, verify::ReadBack::Evicted)
+            };
             {
                 let mut s = vsum.lock().expect("lock");
                 if ok {
@@ -261,6 +285,7 @@ pub fn receive(
         Ok(())
     });
     let mut dirs: Vec<(PathBuf, FileHeader)> = Vec::new();
+    let mut dirty_dirs: std::collections::BTreeSet<PathBuf> = Default::default();
     let mut cur: Option<Partial> = None;
     let mut pending: HashMap<u64, (u64, [u8; 32])> = HashMap::new();
     let mut seq = 0u64;
@@ -364,6 +389,7 @@ pub fn receive(
                                 );
                             }
                             cur = Some(Partial {
+                                seen: Default::default(),
                                 hashes: vec![[0u8; 32]; blocks as usize],
                                 header: h,
                                 file: Arc::new(file),
@@ -401,7 +427,12 @@ pub fn receive(
                             format!("{} bytes where block {index} has {want}", data.len()),
                         ));
                     }
-                    p.file.write_all_at(data, offset)?;
+                    let tw = std::time::Instant::now();
+                    // An all-zero block stays a hole (the file was sized sparse), as rsync -S.
+                    if !p.seen.insert(index) || data.iter().any(|&b| b != 0) {
+                        p.file.write_all_at(data, offset)?;
+                    }
+                    summary.lock().expect("lock").ns_write += tw.elapsed().as_nanos() as u64;
                     summary.lock().expect("lock").bytes += data.len() as u64;
                     seq += 1;
                     pending.insert(index, (seq, hash));
@@ -440,7 +471,11 @@ pub fn receive(
                             || *list.finalize().as_bytes() == p.header.hash
                             || resumed_any(&p));
                     let status = if all && whole_ok && !gave_up {
-                        p.file.sync_all()?;
+                        // Verified blocks were each made durable (fdatasync, which covers the
+                        // size too); without verification the file is synced here once.
+                        if !opts.verify {
+                            p.file.sync_all()?;
+                        }
                         fs::set_permissions(
                             &p.part,
                             fs::Permissions::from_mode(p.header.mode & 0o7777),
@@ -448,7 +483,9 @@ pub fn receive(
                         set_times(&p.part, &p.header, true);
                         fs::rename(&p.part, &p.fin)?;
                         let _ = fs::remove_file(&p.progress);
-                        fsync_dir(p.fin.parent().unwrap_or(&root));
+                        // Directories are fsynced once each, at the end of the session (a
+                        // crash before leaves the verified partial, which a later run resumes).
+                        dirty_dirs.insert(p.fin.parent().unwrap_or(&root).to_path_buf());
                         summary.lock().expect("lock").files += 1;
                         0u8
                     } else {
@@ -465,6 +502,9 @@ pub fn receive(
                     o.flush()?;
                 }
                 proto::T_DONE => {
+                    for d in &dirty_dirs {
+                        fsync_dir(d);
+                    }
                     for (d, h) in dirs.iter().rev() {
                         let _ = fs::set_permissions(d, fs::Permissions::from_mode(h.mode & 0o7777));
                         set_times(d, h, true);

@@ -53,6 +53,9 @@ pub struct SendSummary {
     pub blocks_retried: u64,
     /// Files given up, with the block ranges that never verified.
     pub failed: Vec<String>,
+    /// Total nanoseconds reading blocks (and hashing them) and handing them to the connection.
+    pub ns_read_hash: u64,
+    pub ns_send: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -261,6 +264,7 @@ pub fn send(
                 let Some(i) = todo.pop_front() else { break };
                 let off = i * u64::from(bs);
                 let n = (h.size - off).min(u64::from(bs)) as usize;
+                let tr = std::time::Instant::now();
                 if opts.verify_source {
                     verify::durable_then_read_back(&f, &e.local, off, &mut buf[..n])
                         .map_err(source_err(&e.local))?;
@@ -272,7 +276,10 @@ pub fn send(
                 p.extend_from_slice(&i.to_le_bytes());
                 p.extend_from_slice(blake3::hash(&buf[..n]).as_bytes());
                 p.extend_from_slice(&buf[..n]);
+                summary.ns_read_hash += tr.elapsed().as_nanos() as u64;
+                let ts = std::time::Instant::now();
                 proto::write_frame(&mut output, proto::T_BLOCK, &p).map_err(ProtoError::from)?;
+                summary.ns_send += ts.elapsed().as_nanos() as u64;
                 inflight += 1;
                 summary.blocks_sent += 1;
                 summary.bytes_sent += n as u64;

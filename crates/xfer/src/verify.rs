@@ -99,15 +99,43 @@ pub fn durable_then_read_back(
     offset: u64,
     buf: &mut [u8],
 ) -> io::Result<ReadBack> {
+    durable_then_read_back_timed(f, path, offset, buf).map(|(how, _)| how)
+}
+
+/// Time spent in each stage of [`durable_then_read_back`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StageTimes {
+    pub durable: std::time::Duration,
+    pub evict: std::time::Duration,
+    pub read_back: std::time::Duration,
+}
+
+/// [`durable_then_read_back`], with the time of each stage.
+pub fn durable_then_read_back_timed(
+    f: &File,
+    path: &Path,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<(ReadBack, StageTimes)> {
+    let mut t = StageTimes::default();
+    let t0 = std::time::Instant::now();
     f.sync_data()?;
+    t.durable = t0.elapsed();
     for _ in 0..3 {
-        if evict(f, offset, buf.len() as u64)? {
+        let t1 = std::time::Instant::now();
+        let gone = evict(f, offset, buf.len() as u64)?;
+        t.evict += t1.elapsed();
+        if gone {
+            let t2 = std::time::Instant::now();
             f.read_exact_at(buf, offset)?;
-            return Ok(ReadBack::Evicted);
+            t.read_back = t2.elapsed();
+            return Ok((ReadBack::Evicted, t));
         }
     }
+    let t2 = std::time::Instant::now();
     read_direct(path, offset, buf)?;
-    Ok(ReadBack::Direct)
+    t.read_back = t2.elapsed();
+    Ok((ReadBack::Direct, t))
 }
 
 /// Read a range with O_DIRECT (through an aligned bounce buffer).

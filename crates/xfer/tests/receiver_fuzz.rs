@@ -75,7 +75,7 @@ proptest! {
         }
         let keep = cut % (stream.len() + 1);
         for input in [&stream[..], &stream[..keep], &raw[..]] {
-            let opts = RecvOptions { dir: dir.clone(), key: None, test_hook: None };
+            let opts = RecvOptions { dir: dir.clone(), verify: true, key: None, test_hook: None };
             let _ = receive(input, std::io::sink(), &opts);
         }
         // Only the receiving directory was written.
