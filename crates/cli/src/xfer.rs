@@ -38,6 +38,12 @@ pub struct SendArgs {
     /// sending it (catches an unrecoverable read error at the source).
     #[arg(long)]
     verify_source: bool,
+    /// Keep owners (uid and gid; the receiver must run as root to apply others').
+    #[arg(long)]
+    owner: bool,
+    /// Keep extended attributes.
+    #[arg(long)]
+    xattrs: bool,
     /// A shared key (a file of at least 16 random bytes) to answer a receiver that requires
     /// one (`recv --key-file`).
     #[arg(long, value_name = "FILE")]
@@ -176,6 +182,8 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         verify_source: a.verify_source,
         manifest: a.manifest.clone(),
         key: read_key(a.key_file.as_deref())?,
+        owner: a.owner,
+        xattrs: a.xattrs,
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();

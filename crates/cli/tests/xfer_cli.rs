@@ -519,3 +519,60 @@ fn a_key_file_receiver_refuses_senders_without_the_key() {
     assert_eq!(right["files"], 1, "{right}");
     assert_eq!(std::fs::read(dst.join("src/a")).unwrap(), b"payload");
 }
+
+/// --owner and --xattrs keep the owner (as root) and extended attributes.
+#[test]
+fn owner_and_xattrs_are_kept_when_asked() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let f = src.join("f");
+    std::fs::write(&f, b"attributes").unwrap();
+    let py = |code: &str, p: &Path| {
+        Command::new("/usr/bin/python3")
+            .args(["-c", code])
+            .arg(p)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let set = py(
+        "import os,sys\ntry:\n os.setxattr(sys.argv[1], 'user.sg', b'blue'); print('ok')\nexcept OSError as e: print(e)",
+        &f,
+    );
+    if set != "ok" {
+        eprintln!("skipping the xattr part: this filesystem refuses user xattrs ({set})");
+    }
+    if is_root() {
+        std::os::unix::fs::chown(&f, Some(1234), Some(4321)).unwrap();
+    }
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    let out = json(&send_via(&src, &rsh, &["--owner", "--xattrs"]));
+    assert_eq!(out["files"], 1, "{out}");
+    let got = dst.join("src/f");
+    if set == "ok" {
+        assert_eq!(
+            py(
+                "import os,sys; print(os.getxattr(sys.argv[1], 'user.sg').decode())",
+                &got
+            ),
+            "blue"
+        );
+    }
+    if is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&got).unwrap();
+        assert_eq!((m.uid(), m.gid()), (1234, 4321));
+    }
+    // Without the flags neither is sent.
+    let plain = d.path().join("plain");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), plain.display());
+    json(&send_via(&src, &rsh, &[]));
+    if set == "ok" {
+        assert_ne!(
+            py("import os,sys\ntry: print(os.getxattr(sys.argv[1], 'user.sg').decode())\nexcept OSError: print('none')", &plain.join("src/f")),
+            "blue"
+        );
+    }
+}

@@ -5,6 +5,7 @@
 //! i+1 overlaps verification of block i. An interrupted transfer resumes from the receiver's
 //! per-file progress. The wire format is FORMAT.md §5.
 
+pub mod attrs;
 pub mod manifest;
 pub mod proto;
 pub mod recv;

@@ -29,6 +29,7 @@ pub const T_DONE: u8 = 7;
 pub const T_ERROR: u8 = 8;
 pub const T_CHALLENGE: u8 = 9;
 pub const T_RESPONSE: u8 = 10;
+pub const T_ATTRS: u8 = 11;
 
 /// Entry kinds in a FILE frame.
 pub const KIND_FILE: u8 = 0;
@@ -108,6 +109,66 @@ pub fn read_frame(r: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>, ProtoError
     let mut p = vec![0u8; len as usize];
     r.read_exact(&mut p)?;
     Ok(Some((h[0], p)))
+}
+
+/// Owner and extended attributes of the next entry (`send --owner` / `--xattrs`), sent just
+/// before its FILE frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attrs {
+    /// (uid, gid) when owners are sent.
+    pub owner: Option<(u32, u32)>,
+    /// Extended attributes (name, value).
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// At most this many bytes of extended attributes per entry.
+pub const MAX_XATTR_BYTES: usize = 256 << 10;
+
+impl Attrs {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        match self.owner {
+            Some((u, g)) => {
+                v.push(1);
+                v.extend_from_slice(&u.to_le_bytes());
+                v.extend_from_slice(&g.to_le_bytes());
+            }
+            None => v.push(0),
+        }
+        v.extend_from_slice(&(self.xattrs.len() as u32).to_le_bytes());
+        for (n, val) in &self.xattrs {
+            put16(&mut v, n);
+            v.extend_from_slice(&(val.len() as u32).to_le_bytes());
+            v.extend_from_slice(val);
+        }
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Attrs, ProtoError> {
+        let mut c = Cur::new(b, "ATTRS frame");
+        let owner = match c.u8()? {
+            0 => None,
+            1 => Some((c.u32()?, c.u32()?)),
+            k => return Err(malformed("ATTRS frame", format!("owner flag {k}"))),
+        };
+        let n = c.u32()? as usize;
+        let mut xattrs = Vec::new();
+        let mut total = 0usize;
+        for _ in 0..n {
+            let name = c.bytes16(255)?.to_vec();
+            let len = c.u32()? as usize;
+            total += len + name.len();
+            if total > MAX_XATTR_BYTES || name.is_empty() || name.contains(&0) {
+                return Err(malformed(
+                    "ATTRS frame",
+                    "an extended attribute out of bounds",
+                ));
+            }
+            xattrs.push((name, c.take(len)?.to_vec()));
+        }
+        c.end()?;
+        Ok(Attrs { owner, xattrs })
+    }
 }
 
 /// The session key from a key file's contents (at least 16 bytes).

@@ -51,6 +51,8 @@ pub struct RecvSummary {
     pub ns_durable: u64,
     pub ns_evict: u64,
     pub ns_read_back_hash: u64,
+    /// Owners or extended attributes that could not be applied (not root, no xattr support).
+    pub attr_problems: Vec<String>,
 }
 
 struct Partial {
@@ -63,6 +65,7 @@ struct Partial {
     hashes: Vec<[u8; 32]>,
     /// Blocks received before in this session (a resent block is written even when all zero).
     seen: std::collections::HashSet<u64>,
+    attrs: Option<proto::Attrs>,
 }
 
 fn blocks_of(h: &FileHeader) -> u64 {
@@ -286,6 +289,7 @@ pub fn receive(
     });
     let mut dirs: Vec<(PathBuf, FileHeader)> = Vec::new();
     let mut dirty_dirs: std::collections::BTreeSet<PathBuf> = Default::default();
+    let mut pending_attrs: Option<proto::Attrs> = None;
     let mut cur: Option<Partial> = None;
     let mut pending: HashMap<u64, (u64, [u8; 32])> = HashMap::new();
     let mut seq = 0u64;
@@ -295,7 +299,12 @@ pub fn receive(
                 return Err(proto::malformed("stream", "ended before DONE"));
             };
             match kind {
+                proto::T_ATTRS => {
+                    pending_attrs = Some(proto::Attrs::decode(&payload)?);
+                }
                 proto::T_FILE => {
+                    // The attributes sent for this entry (none when not asked for).
+                    let mut attrs = pending_attrs.take();
                     if cur.is_some() {
                         return Err(proto::malformed("FILE frame", "inside another file"));
                     }
@@ -324,6 +333,11 @@ pub fn receive(
                                 }
                                 Err(_) => fs::create_dir(&fin)?,
                             }
+                            if let Some(a) = attrs.take() {
+                                if let Err(e) = crate::attrs::apply(&fin, &a) {
+                                    summary.lock().expect("lock").attr_problems.push(e);
+                                }
+                            }
                             dirs.push((fin, h));
                             reply(1, &[])?;
                         }
@@ -338,6 +352,11 @@ pub fn receive(
                                 fs::remove_file(&fin)?;
                             }
                             std::os::unix::fs::symlink(&h.target, &fin)?;
+                            if let Some(a) = attrs.take() {
+                                if let Err(e) = crate::attrs::apply(&fin, &a) {
+                                    summary.lock().expect("lock").attr_problems.push(e);
+                                }
+                            }
                             set_times(&fin, &h, false);
                             summary.lock().expect("lock").files += 1;
                             reply(1, &[])?;
@@ -389,6 +408,7 @@ pub fn receive(
                                 );
                             }
                             cur = Some(Partial {
+                                attrs: attrs.take(),
                                 seen: Default::default(),
                                 hashes: vec![[0u8; 32]; blocks as usize],
                                 header: h,
@@ -481,6 +501,11 @@ pub fn receive(
                             fs::Permissions::from_mode(p.header.mode & 0o7777),
                         )?;
                         set_times(&p.part, &p.header, true);
+                        if let Some(a) = &p.attrs {
+                            if let Err(e) = crate::attrs::apply(&p.part, a) {
+                                summary.lock().expect("lock").attr_problems.push(e);
+                            }
+                        }
                         fs::rename(&p.part, &p.fin)?;
                         let _ = fs::remove_file(&p.progress);
                         // Directories are fsynced once each, at the end of the session (a

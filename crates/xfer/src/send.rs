@@ -27,6 +27,9 @@ pub struct SendOptions {
     pub manifest: Option<PathBuf>,
     /// Answer the receiver's challenge with this key (`--key-file`).
     pub key: Option<[u8; 32]>,
+    /// Send owners (uid, gid) and extended attributes.
+    pub owner: bool,
+    pub xattrs: bool,
 }
 
 impl Default for SendOptions {
@@ -38,6 +41,8 @@ impl Default for SendOptions {
             window: 16,
             manifest: None,
             key: None,
+            owner: false,
+            xattrs: false,
         }
     }
 }
@@ -237,6 +242,12 @@ pub fn send(
         } else {
             continue; // devices, sockets, fifos are not sent
         };
+        if opts.owner || opts.xattrs {
+            let a = crate::attrs::read(&e.local, opts.owner, opts.xattrs)
+                .map_err(source_err(&e.local))?;
+            proto::write_frame(&mut output, proto::T_ATTRS, &a.encode())
+                .map_err(ProtoError::from)?;
+        }
         proto::write_frame(&mut output, proto::T_FILE, &h.encode()).map_err(ProtoError::from)?;
         output.flush().map_err(ProtoError::from)?;
         let reply = next(proto::T_FILE_REPLY)?;

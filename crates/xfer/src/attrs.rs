@@ -1,0 +1,89 @@
+//! Owners and extended attributes (`send --owner`, `--xattrs`), read without following
+//! symlinks and applied to the received entry (the partial file before its rename).
+
+use crate::proto::Attrs;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
+}
+
+/// The attributes of `p` that the flags ask for.
+pub fn read(p: &Path, owner: bool, xattrs: bool) -> io::Result<Attrs> {
+    use std::os::unix::fs::MetadataExt;
+    let mut a = Attrs::default();
+    if owner {
+        let m = std::fs::symlink_metadata(p)?;
+        a.owner = Some((m.uid(), m.gid()));
+    }
+    if xattrs {
+        let c = cpath(p)?;
+        // SAFETY: llistxattr/lgetxattr write at most the sizes given into buffers of those sizes.
+        unsafe {
+            let n = libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0);
+            if n > 0 {
+                let mut names = vec![0u8; n as usize];
+                let n = libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len());
+                if n > 0 {
+                    for name in names[..n as usize]
+                        .split(|&b| b == 0)
+                        .filter(|s| !s.is_empty())
+                    {
+                        let cn = CString::new(name).map_err(|_| io::ErrorKind::InvalidData)?;
+                        let len = libc::lgetxattr(c.as_ptr(), cn.as_ptr(), std::ptr::null_mut(), 0);
+                        if len < 0 {
+                            continue;
+                        }
+                        let mut val = vec![0u8; len as usize];
+                        let len = libc::lgetxattr(
+                            c.as_ptr(),
+                            cn.as_ptr(),
+                            val.as_mut_ptr().cast(),
+                            val.len(),
+                        );
+                        if len >= 0 {
+                            val.truncate(len as usize);
+                            a.xattrs.push((name.to_vec(), val));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(a)
+}
+
+/// Apply `a` to `p` (not following a symlink). A failure (not root for another owner, a
+/// filesystem without xattrs) is returned for the summary; it does not stop the transfer.
+pub fn apply(p: &Path, a: &Attrs) -> Result<(), String> {
+    let c = cpath(p).map_err(|e| e.to_string())?;
+    let mut problems = Vec::new();
+    if let Some((u, g)) = a.owner {
+        // SAFETY: a NUL-terminated path.
+        if unsafe { libc::lchown(c.as_ptr(), u, g) } != 0 {
+            problems.push(format!("owner {u}:{g}: {}", io::Error::last_os_error()));
+        }
+    }
+    for (n, v) in &a.xattrs {
+        let Ok(cn) = CString::new(n.clone()) else {
+            continue;
+        };
+        // SAFETY: NUL-terminated name and path; the value's pointer and length.
+        let r = unsafe { libc::lsetxattr(c.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+        if r != 0 {
+            problems.push(format!(
+                "xattr {}: {}",
+                String::from_utf8_lossy(n),
+                io::Error::last_os_error()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}: {}", p.display(), problems.join("; ")))
+    }
+}
