@@ -187,12 +187,21 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();
-    let bar = crate::progress::bytes_bar("sending");
-    bar.set_length(total);
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "sending [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
     let mut sent = 0u64;
-    let mut progress = |n: u64| {
+    let mut progress = |n: u64, retried: u64| {
         sent += n;
         bar.set_position(sent);
+        if retried > 0 {
+            bar.set_message(format!("({retried} block(s) resent)"));
+        }
     };
     let mut child = None;
     let summary = if let Some(to) = &a.to {

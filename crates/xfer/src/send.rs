@@ -117,13 +117,13 @@ fn source_err(path: &Path) -> impl Fn(std::io::Error) -> SendError + '_ {
 }
 
 /// Send `paths` over (`input` from the receiver, `output` to it). A file lands as `DIR/NAME`,
-/// a directory as `DIR/NAME/...`. `progress(bytes)` as blocks go out.
+/// a directory as `DIR/NAME/...`. `progress(bytes, blocks retried so far)` as blocks go out.
 pub fn send(
     paths: &[PathBuf],
     input: impl Read + Send + 'static,
     mut output: impl Write,
     opts: &SendOptions,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SendSummary, SendError> {
     let mut entries = Vec::new();
     for p in paths {
@@ -294,7 +294,7 @@ pub fn send(
                 inflight += 1;
                 summary.blocks_sent += 1;
                 summary.bytes_sent += n as u64;
-                progress(n as u64);
+                progress(n as u64, summary.blocks_retried);
             }
             output.flush().map_err(ProtoError::from)?;
             let r = next(proto::T_BLOCK_RESULT)?;
