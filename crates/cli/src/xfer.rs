@@ -28,8 +28,9 @@ pub struct SendArgs {
     /// The stripeguard binary on the far side (with --ssh).
     #[arg(long, default_value = "stripeguard")]
     remote_stripeguard: String,
-    /// Block size: the unit of verification and of retransmission.
-    #[arg(long, value_parser = parse_size, default_value = "1M")]
+    /// Block size: the unit of verification and of retransmission (256K measured best of
+    /// 256K/1M/4M on a 1 Gbit/s link: smaller blocks overlap transfer and verification more).
+    #[arg(long, value_parser = parse_size, default_value = "256K")]
     block_size: usize,
     /// Times a block is sent again after its read-back failed, before the file is given up.
     #[arg(long, default_value_t = 3)]

@@ -35,7 +35,7 @@ pub struct SendOptions {
 impl Default for SendOptions {
     fn default() -> Self {
         SendOptions {
-            block_size: 1 << 20,
+            block_size: 256 << 10,
             retries: 3,
             verify_source: false,
             window: 16,
