@@ -78,6 +78,12 @@ fn a_tree_arrives_verified_and_a_rerun_sends_nothing() {
         .unwrap()
         .file_type()
         .is_symlink());
+    // --verify-source reads each block back from the sender's device first; same result.
+    let dst_vs = d.path().join("dst-vs");
+    let rsh_vs = format!("{} recv --stdio --dir {}", sg_bin(), dst_vs.display());
+    let vs = json(&send_via(&src, &rsh_vs, &["--verify-source"]));
+    assert_eq!(vs["files"], 3, "{vs}");
+    same_tree(&src, &dst_vs.join("src"));
     let again = json(&send_via(&src, &rsh, &[]));
     assert_eq!(again["skipped"], 3, "{again}");
     assert_eq!(again["bytes_sent"], 0, "{again}");
