@@ -4,92 +4,14 @@
 //! missing (scripts/install-deps installs them) or, for the filesystem, when not root.
 
 mod common;
+#[macro_use]
+mod nbd_common;
 
 use common::{err_of, ok, sg};
+use nbd_common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Print why a test does not run, and return from it.
-macro_rules! need {
-    ($($tool:expr),+) => {
-        for t in [$($tool),+] {
-            if !have(t) {
-                eprintln!("skipping: {t} is not installed (scripts/install-deps installs it)");
-                return;
-            }
-        }
-    };
-}
-
-const MEMBERS: [&str; 8] = ["m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7"];
-
-fn create(dir: &Path, scheme: &str, size: &str) {
-    let mut args = vec!["create"];
-    args.extend(MEMBERS);
-    args.extend(["--size", size, "--scheme", scheme, "--chunk", "64K"]);
-    ok(&sg(&args, dir));
-}
-
-struct Served {
-    child: Child,
-    uri: String,
-    stderr: PathBuf,
-}
-
-impl Served {
-    /// SIGTERM, and the server's exit status and stderr.
-    fn stop(mut self) -> (std::process::ExitStatus, String, String) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let out = wait_timeout(&mut self.child, Duration::from_secs(60));
-        let mut stdout = String::new();
-        if let Some(mut o) = self.child.stdout.take() {
-            use std::io::Read;
-            let _ = o.read_to_string(&mut stdout);
-        }
-        (
-            out,
-            stdout,
-            std::fs::read_to_string(&self.stderr).unwrap_or_default(),
-        )
-    }
-
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_timeout(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t = Instant::now();
-    loop {
-        if let Some(s) = c.try_wait().expect("wait") {
-            return s;
-        }
-        assert!(
-            t.elapsed() < limit,
-            "the server did not stop within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Start `stripeguard serve` on the members in `dir` (those that exist) at a unix socket.
 fn serve(dir: &Path, extra: &[&str]) -> Served {
@@ -135,17 +57,6 @@ fn logged_repairs(dir: &Path) -> usize {
         .lines()
         .filter(|l| l.contains("\"Repaired\"") || l.contains("\"repaired\""))
         .count()
-}
-
-fn run(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().expect("run a client");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn summary(stdout: &str) -> serde_json::Value {
@@ -205,61 +116,6 @@ fn qemu_img_converts_an_image_in_and_out_byte_identical() {
     );
     let (status, _, err) = s.stop();
     assert!(status.success(), "{err}");
-}
-
-/// fio's write-and-verify job, and its verify-only twin.
-fn fio_job(uri: &str, verify_only: bool) -> Command {
-    let mut c = Command::new("fio");
-    c.args([
-        "--name=sg",
-        "--ioengine=nbd",
-        &format!("--uri={uri}"),
-        "--rw=randwrite",
-        "--bs=4k",
-        "--iodepth=32",
-        "--numjobs=3",
-        "--size=8m",
-        "--offset_increment=8m",
-        "--verify=crc32c",
-        "--verify_fatal=1",
-        "--randseed=42",
-        "--group_reporting",
-    ]);
-    if verify_only {
-        c.arg("--verify_only=1");
-    }
-    c
-}
-
-/// Damage a stopped array by hand, at the offsets FORMAT.md gives: flip a byte inside data
-/// chunks of several stripes of member 1 and member 4 (different stripes, so each stripe has
-/// one wrong unit), and bit-rot a unit of member 6 with the injector.
-fn damage(dir: &Path) {
-    use std::os::unix::fs::FileExt;
-    // FORMAT.md §2: members under 256 MiB have their data area at 128 KiB; a unit is a 64 KiB
-    // chunk and its 512-byte appendix sector.
-    let data_at = 128 * 1024u64;
-    let unit = 64 * 1024 + 512u64;
-    for (member, units) in [("m1", [0u64, 7, 20]), ("m4", [3, 11, 30])] {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(dir.join(member))
-            .unwrap();
-        for u in units {
-            let at = data_at + u * unit + 1000;
-            let mut b = [0u8; 1];
-            f.read_at(&mut b, at).unwrap();
-            b[0] ^= 0x10;
-            f.write_at(&b, at).unwrap();
-        }
-    }
-    ok(&sg(
-        &[
-            "inject", "m6", "--fault", "bit-rot", "--chunk", "5", "--seed", "1",
-        ],
-        dir,
-    ));
 }
 
 /// Write with fio (verified as it goes), damage the stopped array, verify again: for a checked
@@ -399,16 +255,6 @@ fn kill_9_mid_write_loses_nothing_acknowledged_after_a_flush_or_with_fua() {
             round > 0 || err.is_empty() || !err.contains("panicked"),
             "{err}"
         );
-    }
-}
-
-/// Debian's interpreter, which python3-libnbd installs into (a pyenv or venv python first on
-/// PATH would not see it).
-fn python() -> &'static str {
-    if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
     }
 }
 
