@@ -405,6 +405,7 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
     std::fs::copy(src.join("f1m"), plain.join("f1m")).unwrap();
     run(&mut Command::new("sync"));
     let p = plain.join("f1m");
+    let _ = std::fs::read(&p).unwrap(); // in the page cache, whatever else the machine runs
     run(Command::new(&hook)
         .arg(&p)
         .args(["0", &(1u32 << 20).to_string()])
@@ -415,19 +416,24 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
         digest(&src.join("f1m")),
         "the plain hash reads the page cache: it misses the damage"
     );
-    // Negative control 2: rsync --checksum decides there is nothing to do.
+    // Negative control 2: rsync --checksum decides there is nothing to do. (A 1 MiB file, read
+    // just before the damage, so its pages are surely cached whatever else the machine runs.)
     let rs = mnt.join("rsync");
     std::fs::create_dir_all(&rs).unwrap();
-    run(Command::new("rsync").arg(src.join("f64m")).arg(&rs));
+    run(Command::new("rsync")
+        .arg("-a")
+        .arg(src.join("f1m"))
+        .arg(&rs));
     run(&mut Command::new("sync"));
+    let _ = std::fs::read(rs.join("f1m")).unwrap();
     run(Command::new(&hook)
-        .arg(rs.join("f64m"))
-        .args(["0", &(64u32 << 20).to_string()])
+        .arg(rs.join("f1m"))
+        .args(["0", &(1u32 << 20).to_string()])
         .env("SG_HOOK_STATE", d.path().join("rsync.state"))
         .env("SG_HOOK_BACKING", &backing));
     let itemized = run(Command::new("rsync")
-        .args(["--checksum", "--itemize-changes"])
-        .arg(src.join("f64m"))
+        .args(["-a", "--checksum", "--itemize-changes"])
+        .arg(src.join("f1m"))
         .arg(&rs));
     assert!(
         itemized.trim().is_empty(),
@@ -441,8 +447,8 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
         "the plain copy is damaged on the device"
     );
     assert_ne!(
-        digest(&rs.join("f64m")),
-        digest(&src.join("f64m")),
+        digest(&rs.join("f1m")),
+        digest(&src.join("f1m")),
         "rsync's copy is damaged on the device"
     );
 }
