@@ -168,7 +168,8 @@ pub struct ReadArgs {
     #[arg(long, value_parser = parse_bytes)]
     length: Option<u64>,
     /// Output file (default: standard output). Written to a temporary file beside it and
-    /// renamed when every byte was read, so a failed read leaves no partial file.
+    /// renamed when every byte was read, so a failed read leaves no partial file; a device or
+    /// FIFO (`/dev/null`, a named pipe) is written in place.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
     /// On failure, keep the bytes read before the bad stripe in --output.
@@ -1027,7 +1028,31 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     array.check_range(a.offset, len)?;
     // To a temporary file beside the output, renamed when every byte is in: a failed read never
     // leaves a file that looks complete.
+    // A device, FIFO or socket (`--output /dev/null`, a pipe) is written in place: renaming a
+    // temporary file over it would replace the device node with a regular file.
+    let special = a
+        .output
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            let t = m.file_type();
+            (
+                t.is_dir(),
+                t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket(),
+            )
+        });
+    if let (Some(p), Some((true, _))) = (&a.output, special) {
+        bail!("--output {} is a directory", p.display());
+    }
     let (mut out, temp): (Box<dyn Write>, Option<tempfile::NamedTempFile>) = match &a.output {
+        Some(p) if matches!(special, Some((false, true))) => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .with_context(|| format!("cannot write to {}", p.display()))?;
+            (Box::new(std::io::BufWriter::new(f)), None)
+        }
         Some(p) => {
             let dir = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,

@@ -108,3 +108,47 @@ fn every_printing_command_survives_a_closed_stdout() {
         into_closed_pipe(args, d);
     }
 }
+
+/// `read --output` onto a named pipe (or a device such as /dev/null) writes into it; it must
+/// never rename a temporary file over it (which replaced /dev/null with a regular file once).
+#[test]
+fn read_into_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}")).collect();
+    let mut args = vec!["create".to_string()];
+    args.extend(members.iter().cloned());
+    args.extend(["--size", "4M", "--scheme", "hybrid1", "--chunk", "4K"].map(String::from));
+    assert!(bin().args(&args).current_dir(d).status().unwrap().success());
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(d.join("in"), &data).unwrap();
+    let mut w = vec!["write".to_string()];
+    w.extend(members.iter().cloned());
+    w.extend(["--input".to_string(), "in".to_string()]);
+    assert!(bin().args(&w).current_dir(d).status().unwrap().success());
+    let fifo = d.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let mut r = vec!["read".to_string()];
+    r.extend(members.iter().cloned());
+    r.extend(["--length", "100000", "--output", "fifo"].map(String::from));
+    let out = bin().args(&r).current_dir(d).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(reader.join().unwrap(), data);
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the FIFO was replaced"
+    );
+}
