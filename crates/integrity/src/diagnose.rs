@@ -34,6 +34,17 @@ pub enum UnitView<'a> {
         /// Its appendix sector.
         appendix: &'a [u8],
     },
+    /// Part of the unit: its appendix and the checksum blocks `blocks.0..blocks.1` of its chunk
+    /// (none for an appendix-only read). `chunk` is the whole chunk's buffer; only those blocks
+    /// hold bytes read from the disk. The chunk's CRC is taken from the block table.
+    Partial {
+        /// The chunk's buffer.
+        chunk: &'a [u8],
+        /// The blocks read.
+        blocks: (usize, usize),
+        /// Its appendix.
+        appendix: &'a [u8],
+    },
 }
 
 /// What is wrong with a unit.
@@ -171,21 +182,30 @@ pub fn diagnose(
                 }
                 Ok((a, crc)) => {
                     d.data_crc[p] = Some(crc);
-                    let want = expected(p);
-                    if a.identity != want || a.scheme != scheme || !entries_fit(&a, k) {
-                        d.add(
-                            p,
-                            FindingKind::Identity {
-                                member: a.identity.member_index,
-                                chunk_number: a.identity.chunk_number,
-                                foreign: a.identity.array_uuid != want.array_uuid,
-                            },
-                            false,
-                        );
-                    } else {
-                        d.appendices[p] = Some(a);
-                    }
+                    check_identity(&mut d, p, a, scheme, k, &expected);
                 }
+            },
+            UnitView::Partial {
+                chunk,
+                blocks,
+                appendix,
+            } => match Appendix::decode_appendix(appendix)
+                .and_then(|a| a.check_blocks(chunk, blocks.0..blocks.1).map(|()| a))
+            {
+                Err(e) => d.add(p, checksum_finding(&e), false),
+                Ok(a) => match a.chunk_crc() {
+                    Some(crc) => {
+                        d.data_crc[p] = Some(crc);
+                        check_identity(&mut d, p, a, scheme, k, &expected);
+                    }
+                    // Only a pure data appendix has no table, and pure never reads part of a
+                    // chunk: a table-less appendix read in part is malformed here.
+                    None => d.add(
+                        p,
+                        checksum_finding(&AppendixError::Malformed("no block table")),
+                        false,
+                    ),
+                },
             },
         }
     }
@@ -256,6 +276,31 @@ pub fn diagnose(
     }
     d.findings.sort_by_key(|f| f.position);
     d
+}
+
+/// Keep `a` as unit `p`'s evidence if it is where it belongs, else record a misdirection.
+fn check_identity(
+    d: &mut Diagnosis,
+    p: usize,
+    a: Appendix,
+    scheme: Scheme,
+    k: usize,
+    expected: &impl Fn(usize) -> Identity,
+) {
+    let want = expected(p);
+    if a.identity != want || a.scheme != scheme || !entries_fit(&a, k) {
+        d.add(
+            p,
+            FindingKind::Identity {
+                member: a.identity.member_index,
+                chunk_number: a.identity.chunk_number,
+                foreign: a.identity.array_uuid != want.array_uuid,
+            },
+            false,
+        );
+    } else {
+        d.appendices[p] = Some(a);
+    }
 }
 
 fn entries_fit(a: &Appendix, k: usize) -> bool {

@@ -3,7 +3,7 @@
 //! - [`Scheme`]: which integrity primitives an array uses (`none`, `pure`, `hybrid1`, `hybrid2`,
 //!   `hybrid-seq`).
 //! - [`Superblock`] and [`Appendix`]: the bytes on the members, exactly as in `FORMAT.md` §2.
-//!   Decoders never panic; they return an error for anything that is not a valid version-1 record.
+//!   Decoders never panic; they return an error for anything that is not a valid record of its layout.
 //! - [`FirstReadMap`]: which data chunks have been read since they were last written, in zones
 //!   with a bounded number of resident bitmaps.
 //! - [`diagnose`]: given every unit of a stripe, decide which are wrong and what the truth is.
@@ -21,7 +21,10 @@ mod le;
 mod scheme;
 mod superblock;
 
-pub use appendix::{Appendix, AppendixError, Identity, Role, APPENDIX_HEADER_BYTES};
+pub use appendix::{
+    appendix_bytes_for, block_bytes_for, block_crcs, combine_block_crcs, Appendix, AppendixError,
+    Identity, Role, APPENDIX_HEADER_BYTES, CHECKSUM_BLOCK_BYTES,
+};
 pub use diagnose::{diagnose, Diagnosis, Finding, FindingKind, UnitView};
 pub use firstread::{FirstReadMap, ReadState};
 pub use scheme::{MirrorKind, Scheme};

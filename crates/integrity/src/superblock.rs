@@ -183,6 +183,8 @@ pub struct MemberSlot {
 }
 /// Largest chunk accepted.
 pub const MAX_CHUNK_BYTES: u32 = 16 << 20;
+/// Incompatible feature bit 0: appendix layout 2 with a per-block CRC table (FORMAT.md §2.1).
+pub const INCOMPAT_BLOCK_CRCS: u64 = 1;
 
 /// The erasure code of an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,6 +297,9 @@ pub enum SuperblockError {
     /// Uses a feature this build does not know.
     #[error("the array uses incompatible features {0:#x} that this build does not know")]
     Features(u64),
+    /// Made by an earlier build of format 2, with one checksum per chunk (appendix layout 1).
+    #[error("the array was made by an earlier build with one checksum per chunk (appendix layout 1, no block-CRC feature bit); nothing of it was deployed: recreate the array with this build")]
+    NoBlockCrcs,
     /// Damaged.
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
     Checksum {
@@ -326,12 +331,22 @@ impl Superblock {
 
     /// Bytes of one unit (chunk + appendix, or chunk alone for `none`).
     pub fn unit_bytes(&self) -> u64 {
-        let appendix = if self.scheme.has_appendix() {
-            self.sector_bytes() as u64
-        } else {
-            0
-        };
-        self.chunk_bytes as u64 + appendix
+        self.chunk_bytes as u64 + self.appendix_bytes() as u64
+    }
+
+    /// Bytes of the appendix after every chunk (`A·S`, FORMAT.md §2.3; 0 for `none`).
+    pub fn appendix_bytes(&self) -> u32 {
+        crate::appendix_bytes_for(
+            self.scheme,
+            self.data_chunks as usize,
+            self.chunk_bytes,
+            self.sector_bytes(),
+        )
+    }
+
+    /// The checksum block size `b` (FORMAT.md §2).
+    pub fn block_bytes(&self) -> u32 {
+        crate::block_bytes_for(self.chunk_bytes)
     }
 
     /// The member size this superblock needs.
@@ -387,14 +402,6 @@ impl Superblock {
         {
             return Err(g(
                 "chunk size must be a non-zero multiple of the sector size, at most 16 MiB",
-            ));
-        }
-        let needed = crate::APPENDIX_HEADER_BYTES
-            + self.scheme.entry_bytes() * self.data_chunks as usize
-            + 4;
-        if self.scheme.has_appendix() && needed > sector as usize {
-            return Err(g(
-                "the parity appendix cannot hold one entry per data chunk in one sector; use 4096-byte sectors or fewer data chunks",
             ));
         }
         if self.layout.intent_bytes == 0
@@ -461,7 +468,8 @@ impl Superblock {
             CrossCheck::One => 0,
             CrossCheck::All => 1,
         };
-        // 96..112: feature bits, none defined.
+        // 96..104: incompatible features (block CRCs, always); 104..112: compatible, none.
+        b[96..104].copy_from_slice(&INCOMPAT_BLOCK_CRCS.to_le_bytes());
         b[112..120].copy_from_slice(&INTENT_RECORD_OFFSET.to_le_bytes());
         b[120..128].copy_from_slice(&self.layout.intent_bytes.to_le_bytes());
         b[128..136].copy_from_slice(&self.layout.log_offset().to_le_bytes());
@@ -528,8 +536,11 @@ impl Superblock {
             journal_slots: u32_at(b, 144),
         };
         let incompatible = u64_at(b, 96);
-        if incompatible != 0 {
-            return Err(SuperblockError::Features(incompatible));
+        if incompatible & !INCOMPAT_BLOCK_CRCS != 0 {
+            return Err(SuperblockError::Features(incompatible & !INCOMPAT_BLOCK_CRCS));
+        }
+        if incompatible & INCOMPAT_BLOCK_CRCS == 0 {
+            return Err(SuperblockError::NoBlockCrcs);
         }
         if u64_at(b, 112) != INTENT_RECORD_OFFSET || u64_at(b, 128) != sb.layout.log_offset() {
             return Err(SuperblockError::Geometry(
@@ -639,10 +650,16 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
-        b[96] = 1;
+        b[96] = 3;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(1)));
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(2)));
+        // An array of an earlier build (no block CRCs) is refused with its own message.
+        b[96] = 0;
+        let crc = crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::NoBlockCrcs));
+        assert!(SuperblockError::NoBlockCrcs.to_string().contains("recreate"));
     }
 
     #[test]
