@@ -65,7 +65,10 @@ mod tests {
             .fold(blocks[0], |acc, &c| crc32c_combine(acc, c, 4096));
         assert_eq!(all, crc32c(&data));
         // And a wrong length gives a wrong answer (the test can fail).
-        assert_ne!(crc32c_combine(blocks[0], blocks[1], 4095), crc32c(&data[..8192]));
+        assert_ne!(
+            crc32c_combine(blocks[0], blocks[1], 4095),
+            crc32c(&data[..8192])
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use stripeguard_integrity::{
     MirrorKind, Role, Scheme, Superblock, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
     SUPERBLOCK_COPY_OFFSETS,
 };
-use stripeguard_plan::{Geometry, Planner};
+use stripeguard_plan::{Geometry, Granularity, Planner};
 
 /// Sequence numbers reserved per superblock update (hybrid-seq).
 pub const SEQUENCE_RESERVATION: u64 = 1 << 20;
@@ -59,15 +59,18 @@ impl ArrayConfig {
 
     /// Bytes each member needs for this configuration (superblocks + units; needs `stripes`).
     pub fn member_bytes(&self) -> u64 {
-        let appendix = if self.scheme.has_appendix() {
-            self.sector_bytes as u64
-        } else {
-            0
-        };
-        MetadataLayout::member_bytes_for(
-            self.stripes.unwrap_or(0),
-            self.chunk_bytes as u64 + appendix,
-        )
+        MetadataLayout::member_bytes_for(self.stripes.unwrap_or(0), self.unit_bytes())
+    }
+
+    /// Bytes of one unit: the chunk and its appendix (FORMAT.md §2.3).
+    pub fn unit_bytes(&self) -> u64 {
+        self.chunk_bytes as u64
+            + stripeguard_integrity::appendix_bytes_for(
+                self.scheme,
+                self.data_chunks,
+                self.chunk_bytes,
+                self.sector_bytes,
+            ) as u64
     }
 }
 
@@ -147,6 +150,8 @@ impl Members {
 pub struct Array {
     pub(crate) sb: Superblock,
     pub(crate) geometry: Geometry,
+    /// What one I/O may move (FORMAT.md §2.3a): checksum blocks, the appendix alone.
+    pub(crate) gran: Granularity,
     pub(crate) members: Members,
     pub(crate) failed: Vec<AtomicBool>,
     pub(crate) health: Mutex<Vec<MemberHealth>>,
@@ -207,12 +212,7 @@ impl Array {
                 "sector size must be 512 or 4096".into(),
             ));
         }
-        let appendix = if cfg.scheme.has_appendix() {
-            cfg.sector_bytes as u64
-        } else {
-            0
-        };
-        let unit = cfg.chunk_bytes as u64 + appendix;
+        let unit = cfg.unit_bytes();
         let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
         let layout = MetadataLayout::for_member(smallest);
         let data_offset = layout.data_offset();
@@ -497,7 +497,9 @@ impl Array {
             None
         };
         let mem_align = members.iter().map(|d| d.mem_align()).max().unwrap_or(1);
+        let gran = Granularity::new(sb.scheme, k, sb.chunk_bytes, sb.sector_bytes());
         Ok(Array {
+            gran,
             failed: members.iter().map(|_| AtomicBool::new(false)).collect(),
             health: Mutex::new(health),
             planner: Mutex::new(
@@ -824,9 +826,11 @@ impl Array {
                 buf.fill(0);
                 if scheme.has_appendix() {
                     let identity = self.identity(s, pos);
-                    let a = Appendix {
+                    let mut a = Appendix {
                         scheme,
                         identity,
+                        block_bytes: self.block_bytes_of(pos),
+                        blocks: vec![],
                         tag: 0,
                         buddy_crc: if pos < g.k
                             && g.k > 1
@@ -843,7 +847,7 @@ impl Array {
                         },
                     };
                     let (chunk, sector) = buf.split_at_mut(c);
-                    a.encode(chunk, sector);
+                    a.seal(chunk, sector);
                 }
                 let member = g.member_of(s, pos);
                 let off = self.unit_offset(s);

@@ -4,15 +4,21 @@ use crate::repair::Image;
 use crate::{Array, EngineError};
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
-use stripeguard_integrity::{diagnose, Diagnosis, MirrorKind, Scheme, UnitView};
-use stripeguard_plan::{Mode, Op, PiecePlan, Purpose};
+use stripeguard_integrity::{
+    block_crcs, combine_block_crcs, diagnose, Appendix, Diagnosis, MirrorKind, Scheme, UnitView,
+};
+use stripeguard_plan::{Extent, Mode, Op, PiecePlan, Purpose, UnitIo};
 
-/// The units one piece has in hand: read from disk, or taken from a repaired image.
+/// The units one piece has in hand: read from disk (only their planned extents), or taken
+/// whole from a repaired image.
 struct Units {
     units: Vec<Option<AlignedBuf>>,
     erased: Vec<bool>,
     truth: Vec<Option<u64>>,
     data_crc: Vec<Option<u32>>,
+    /// The appendix of every unit read that passed its checks (its block table is what a
+    /// partial seal keeps for the blocks it does not rewrite). Empty after a repair.
+    appendices: Vec<Option<Appendix>>,
 }
 
 impl Array {
@@ -124,8 +130,8 @@ impl Array {
         r
     }
 
-    /// Read the plan's units and check them; on any failed check or erasure, repair the stripe
-    /// and take the units from the repaired image.
+    /// Read the plan's extents and check them; on any failed check or erasure, repair the
+    /// stripe and take the units whole from the repaired image.
     fn gather(&self, plan: &PiecePlan) -> Result<Units, EngineError> {
         let g = self.geometry;
         let n = g.n();
@@ -133,29 +139,36 @@ impl Array {
         let scheme = self.sb.scheme;
         let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let mut erased = vec![false; n];
-        let mut wanted: Vec<usize> = Vec::with_capacity(plan.reads.len());
+        let mut wanted: Vec<(usize, Extent)> = Vec::with_capacity(plan.reads.len());
         for io in &plan.reads {
-            if !wanted.contains(&io.pos) {
-                wanted.push(io.pos);
+            let e = plan.extent(io, &self.gran);
+            match wanted.iter_mut().find(|w| w.0 == io.pos) {
+                Some(w) => w.1 = union(w.1, e),
+                None => wanted.push((io.pos, e)),
             }
         }
-        for (&pos, got) in wanted.iter().zip(self.read_units(plan.stripe, &wanted)?) {
+        for (&(pos, _), got) in wanted.iter().zip(self.read_extents(plan.stripe, &wanted)?) {
             match got {
                 Some(u) => units[pos] = Some(u),
                 None => erased[pos] = true,
             }
         }
         let diag: Diagnosis = {
-            let views: Vec<UnitView<'_>> = (0..n)
-                .map(|p| match (&units[p], erased[p]) {
-                    (_, true) => UnitView::Erased,
-                    (Some(b), _) => UnitView::Read {
+            let mut views: Vec<UnitView<'_>> = vec![UnitView::NotRead; n];
+            for &(p, e) in &wanted {
+                views[p] = match &units[p] {
+                    None => UnitView::Erased,
+                    Some(b) if e.is_whole(&self.gran) || !e.appendix => UnitView::Read {
                         chunk: &b[..c],
                         appendix: &b[c..],
                     },
-                    (None, _) => UnitView::NotRead,
-                })
-                .collect();
+                    Some(b) => UnitView::Partial {
+                        chunk: &b[..c],
+                        blocks: e.blocks(&self.gran),
+                        appendix: &b[c..],
+                    },
+                };
+            }
             diagnose(scheme, g.k, &views, |p| self.identity(plan.stripe, p))
         };
         if diag.is_clean() && !erased.iter().any(|&e| e) {
@@ -164,6 +177,7 @@ impl Array {
                 erased,
                 truth: diag.truth,
                 data_crc: diag.data_crc,
+                appendices: diag.appendices,
             });
         }
         let mut suspects: Vec<(usize, &'static str, String)> = diag
@@ -176,6 +190,7 @@ impl Array {
                 suspects.push((p, "read-error", "read failed".into()));
             }
         }
+        self.recycle(units.into_iter().flatten());
         let Image { units: full, truth } = self.repair_stripe(plan.stripe, &suspects)?;
         let data_crc = if scheme.mirror() == Some(MirrorKind::Checksum) {
             truth.iter().map(|t| t.map(|v| v as u32)).collect()
@@ -187,6 +202,7 @@ impl Array {
             erased: vec![false; n],
             truth,
             data_crc,
+            appendices: Vec::new(),
         })
     }
 
@@ -197,13 +213,15 @@ impl Array {
         data: &[u8],
     ) -> Result<(), EngineError> {
         let g = self.geometry;
+        let gran = self.gran;
         let (k, m) = (g.k, g.m);
         let c = g.chunk_bytes as usize;
         let scheme = self.sb.scheme;
-        let unit = self.unit_bytes() as usize;
         let mode = plan.mode.expect("planned");
         let (first, last) = (plan.first, plan.last);
         debug_assert!(!have.erased.iter().any(|&e| e));
+        // After a repair every unit is whole in memory; otherwise only the planned extents are.
+        let whole_in_hand = have.appendices.is_empty();
 
         // Metadata known before the data: the truth about untouched chunks, and for versioned
         // schemes the new version / sequence of the touched ones.
@@ -225,50 +243,86 @@ impl Array {
                 *t = seq.unwrap_or(*t + 1);
             }
         }
-        // Chunk i's checksum-mirroring appendix holds the CRC of chunk i - 1; a full stripe wraps,
-        // so its first chunk is sealed last.
-        let deferred = mirror == Some(MirrorKind::Checksum) && mode == Mode::FullStripe && k > 1;
 
-        // New data units (chunk + room for the appendix), each sealed right after it is built,
-        // while it is still in cache.
-        let mut new: Vec<AlignedBuf> = Vec::with_capacity(last + 1 - first);
-        let mut first_crc: Option<stripeguard_checksum::Crc32c> = None;
+        // New data units: the written blocks (old bytes merged in around the request), and
+        // their block tables — the old table with the written blocks recomputed, or a whole new
+        // one when the whole chunk is written. The appendices are encoded once every chunk's
+        // CRC is known (a checksum-mirroring buddy copy needs its neighbour's).
+        let mut new: Vec<(AlignedBuf, Extent, Vec<u32>)> = Vec::with_capacity(last + 1 - first);
+        let mut crcs: Vec<u32> = Vec::with_capacity(last + 1 - first);
         let mut at = 0usize;
         for i in first..=last {
+            let io = UnitIo {
+                pos: i,
+                purpose: Purpose::User,
+            };
+            let e = plan.extent(&io, &gran);
             let (lo, hi) = plan.chunk_range(i, c as u64);
             let (lo, hi) = (lo as usize, hi as usize);
+            let (wlo, whi) = (e.lo as usize, e.hi as usize);
             let mut u = self.unit_buf();
-            if lo != 0 || hi != c {
+            if lo != wlo || hi != whi {
                 let old = have.units[i]
                     .as_ref()
-                    .expect("partial chunks are read (merge/old/version)");
-                u.copy_from_slice(old);
+                    .expect("partly written blocks are read (old data / merge / version)");
+                u[wlo..whi].copy_from_slice(&old[wlo..whi]);
             }
             u[lo..hi].copy_from_slice(&data[at..at + hi - lo]);
             at += hi - lo;
-            if deferred && i == first {
-                // Its CRC is needed by the next chunk now; its appendix (which needs the last
-                // chunk's CRC) is finished from this state at the end without a second pass.
-                let mut st = stripeguard_checksum::Crc32c::new();
-                st.update(&u[..c]);
-                tags[i] = st.finish() as u64;
-                first_crc = Some(st);
-            } else if mirror.is_some() {
-                let (chunk, sector) = u.split_at_mut(c);
-                let crc = self.seal(plan.stripe, i, &tags, chunk, sector);
-                if mirror == Some(MirrorKind::Checksum) {
-                    tags[i] = crc as u64;
+            let mut table = Vec::new();
+            let crc = if mirror.is_none() {
+                0
+            } else if self.block_bytes_of(i) == 0 {
+                stripeguard_checksum::crc32c(&u[..c])
+            } else {
+                let b = self.sb.block_bytes() as usize;
+                let old = have.appendices.get(i).and_then(|a| a.as_ref());
+                match old {
+                    Some(a) if !(wlo == 0 && whi == c) => {
+                        table = a.blocks.clone();
+                        for (j, t) in table.iter_mut().enumerate().take(whi / b).skip(wlo / b) {
+                            *t = stripeguard_checksum::crc32c(&u[j * b..(j + 1) * b]);
+                        }
+                    }
+                    _ => {
+                        if wlo != 0 || whi != c {
+                            // Only after a repair: the whole old chunk is in hand.
+                            debug_assert!(whole_in_hand);
+                            let old = have.units[i].as_ref().expect("repaired");
+                            u[..wlo].copy_from_slice(&old[..wlo]);
+                            u[whi..c].copy_from_slice(&old[whi..c]);
+                        }
+                        table = block_crcs(&u[..c], b);
+                    }
                 }
-            }
-            new.push(u);
+                combine_block_crcs(&table, b)
+            };
+            crcs.push(crc);
+            new.push((u, e, table));
         }
-        if let Some(st) = first_crc {
-            let a = self.appendix(plan.stripe, first, &tags);
-            a.encode_continuing(&st, &mut new[0][c..]);
+        if mirror == Some(MirrorKind::Checksum) {
+            for (t, &crc) in tags[first..=last].iter_mut().zip(&crcs) {
+                *t = crc as u64;
+            }
+        }
+        for (i, (u, _, table)) in (first..=last).zip(new.iter_mut()) {
+            if mirror.is_some() {
+                let mut a = self.appendix(plan.stripe, i, &tags);
+                a.blocks = std::mem::take(table);
+                a.encode(&mut u[c..]);
+            }
         }
 
-        // Parity.
+        // Parity: a delta over the written bytes (RMW), or re-encoded whole.
         let mut parity: Vec<AlignedBuf> = Vec::with_capacity(m);
+        let parity_extent = plan.extent(
+            &UnitIo {
+                pos: k,
+                purpose: Purpose::Parity,
+            },
+            &gran,
+        );
+        let (hlo, hhi) = (parity_extent.lo as usize, parity_extent.hi as usize);
         match mode {
             Mode::Rmw => {
                 for j in 0..m {
@@ -277,11 +331,12 @@ impl Array {
                 let changes: Vec<ChunkUpdate<'_>> = (first..=last)
                     .map(|i| ChunkUpdate {
                         index: i,
-                        old: &have.units[i].as_ref().expect("RMW reads old data")[..c],
-                        new: &new[i - first][..c],
+                        old: &have.units[i].as_ref().expect("RMW reads old data")[hlo..hhi],
+                        new: &new[i - first].0[hlo..hhi],
                     })
                     .collect();
-                let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+                let mut views: Vec<&mut [u8]> =
+                    parity.iter_mut().map(|p| &mut p[hlo..hhi]).collect();
                 self.code.update(&changes, &mut views)?;
             }
             _ => {
@@ -291,7 +346,7 @@ impl Array {
                 let datas: Vec<&[u8]> = (0..k)
                     .map(|i| {
                         if (first..=last).contains(&i) {
-                            &new[i - first][..c]
+                            &new[i - first].0[..c]
                         } else {
                             &have.units[i].as_ref().expect("RCW reads untouched data")[..c]
                         }
@@ -303,43 +358,83 @@ impl Array {
         }
 
         // Parity metadata, the buddy's copy, then the writes.
-        let mut buddy: Option<(usize, u64, AlignedBuf)> = None;
+        let mut buddy: Option<(usize, AlignedBuf)> = None;
         if mirror.is_some() {
+            let b = self.sb.block_bytes() as usize;
             for (j, p) in parity.iter_mut().enumerate() {
-                let (chunk, sector) = p.split_at_mut(c);
-                self.seal(plan.stripe, k + j, &tags, chunk, sector);
+                let mut a = self.appendix(plan.stripe, k + j, &tags);
+                let old = have.appendices.get(k + j).and_then(|a| a.as_ref());
+                match old {
+                    Some(o) if !parity_extent.is_whole(&gran) => {
+                        a.blocks = o.blocks.clone();
+                        for t in (hlo / b)..(hhi / b) {
+                            a.blocks[t] = stripeguard_checksum::crc32c(&p[t * b..(t + 1) * b]);
+                        }
+                    }
+                    _ => a.blocks = block_crcs(&p[..c], b),
+                }
+                a.encode(&mut p[c..]);
             }
             for w in &plan.writes {
-                match w.purpose {
-                    Purpose::BuddyAppendix => {
-                        let mut sector = AlignedBuf::zeroed(unit - c, self.mem_align);
-                        self.seal(plan.stripe, w.pos, &tags, &[], &mut sector);
-                        buddy = Some((w.pos, c as u64, sector));
-                    }
-                    Purpose::Buddy => {
-                        let mut u = have.units[w.pos].take().expect("the buddy was read");
-                        let (chunk, sector) = u.split_at_mut(c);
-                        self.seal(plan.stripe, w.pos, &tags, chunk, sector);
-                        buddy = Some((w.pos, 0, u));
-                    }
-                    _ => {}
+                if !matches!(w.purpose, Purpose::BuddyAppendix | Purpose::Buddy) {
+                    continue;
                 }
+                // Only the buddy's appendix changes: its copy of the previous chunk's CRC.
+                let mut a = self.appendix(plan.stripe, w.pos, &tags);
+                if a.block_bytes != 0 {
+                    let old = have.appendices.get(w.pos).and_then(|a| a.as_ref());
+                    a.blocks = match old {
+                        Some(o) => o.blocks.clone(),
+                        None => {
+                            let u = have.units[w.pos].as_ref().expect("the buddy was read");
+                            block_crcs(&u[..c], b)
+                        }
+                    };
+                }
+                let mut sector = self.unit_buf();
+                a.encode(&mut sector[c..]);
+                buddy = Some((w.pos, sector));
             }
         }
-        let mut writes: Vec<(usize, u64, &[u8])> = Vec::with_capacity(plan.writes.len());
-        if let Some((pos, at, bytes)) = &buddy {
-            writes.push((*pos, *at, bytes));
+        let mut writes: Vec<(usize, u64, &[u8])> = Vec::with_capacity(2 * plan.writes.len());
+        if let Some((pos, bytes)) = &buddy {
+            writes.push((*pos, c as u64, &bytes[c..]));
         }
-        writes.extend((first..=last).zip(&new).map(|(i, u)| (i, 0, &u[..])));
-        writes.extend(parity.iter().enumerate().map(|(j, p)| (k + j, 0, &p[..])));
+        for (i, (u, e, _)) in (first..=last).zip(&new) {
+            for (o, len) in e.ios(&gran) {
+                writes.push((i, o, &u[o as usize..(o + len) as usize]));
+            }
+        }
+        for (j, p) in parity.iter().enumerate() {
+            for (o, len) in parity_extent.ios(&gran) {
+                writes.push((k + j, o, &p[o as usize..(o + len) as usize]));
+            }
+        }
         self.write_units(plan.stripe, &writes)?;
         drop(writes);
         self.recycle(
             new.into_iter()
+                .map(|n| n.0)
                 .chain(parity)
+                .chain(buddy.map(|b| b.1))
                 .chain(have.units.into_iter().flatten()),
         );
         Ok(())
+    }
+}
+
+/// The smallest extent covering both.
+fn union(a: Extent, b: Extent) -> Extent {
+    let (lo, hi) = match (a.hi > a.lo, b.hi > b.lo) {
+        (true, true) => (a.lo.min(b.lo), a.hi.max(b.hi)),
+        (true, false) => (a.lo, a.hi),
+        (false, true) => (b.lo, b.hi),
+        (false, false) => (0, 0),
+    };
+    Extent {
+        lo,
+        hi,
+        appendix: a.appendix || b.appendix,
     }
 }
 

@@ -6,6 +6,7 @@ use crate::{Array, EngineError};
 use stripeguard_codes::Located;
 use stripeguard_disk::{AlignedBuf, DiskError};
 use stripeguard_integrity::{diagnose, Appendix, FindingKind, MirrorKind, Scheme, UnitView};
+use stripeguard_plan::Extent;
 
 /// A stripe as it should be: every unit's bytes, and the truth about every data chunk.
 pub(crate) struct Image {
@@ -14,11 +15,13 @@ pub(crate) struct Image {
 }
 
 impl Array {
-    /// Read unit `pos` of `stripe`. `Ok(None)` = erasure (failed member or unreadable sector).
-    pub(crate) fn read_unit(
+    /// Read extent `e` of unit `pos` of `stripe` into a unit-sized buffer, at the extent's own
+    /// offsets (the rest of the buffer holds nothing meaningful). `Ok(None)` = erasure.
+    pub(crate) fn read_extent(
         &self,
         stripe: u64,
         pos: usize,
+        e: Extent,
     ) -> Result<Option<AlignedBuf>, EngineError> {
         let member = self.geometry.member_of(stripe, pos);
         if self.is_failed(member) {
@@ -33,43 +36,55 @@ impl Array {
             });
         }
         let mut buf = self.unit_buf();
-        match self
-            .members
-            .get(member)
-            .read_at(self.unit_offset(stripe), &mut buf)
-        {
-            Ok(()) => Ok(Some(buf)),
-            Err(DiskError::Medium { .. }) => {
-                self.recycle([buf]);
-                Ok(None)
-            }
-            Err(e) => {
-                self.recycle([buf]);
-                self.fail_member(member, &e)?;
-                Ok(None)
+        let disk = self.members.get(member);
+        let base = self.unit_offset(stripe);
+        for (at, len) in e.ios(&self.gran) {
+            let (at, len) = (at as usize, len as usize);
+            match disk.read_at(base + at as u64, &mut buf[at..at + len]) {
+                Ok(()) => {}
+                Err(DiskError::Medium { .. }) => {
+                    self.recycle([buf]);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.recycle([buf]);
+                    self.fail_member(member, &e)?;
+                    return Ok(None);
+                }
             }
         }
+        Ok(Some(buf))
     }
 
-    /// Read units `positions` of `stripe` (distinct), concurrently when the members are files or
-    /// devices: a piece's I/O to different members overlaps instead of queueing.
+    /// Read units `positions` of `stripe` (distinct) whole.
     pub(crate) fn read_units(
         &self,
         stripe: u64,
         positions: &[usize],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
+        let whole = Extent::whole(&self.gran);
+        let list: Vec<(usize, Extent)> = positions.iter().map(|&p| (p, whole)).collect();
+        self.read_extents(stripe, &list)
+    }
+
+    /// Read extents of units of `stripe` (distinct positions), concurrently when the members
+    /// are files or devices: a piece's I/O to different members overlaps instead of queueing.
+    pub(crate) fn read_extents(
+        &self,
+        stripe: u64,
+        list: &[(usize, Extent)],
+    ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
         match &self.io_pool {
-            Some(pool) if positions.len() >= 2 => pool.install(|| {
+            Some(pool) if list.len() >= 2 => pool.install(|| {
                 use rayon::prelude::*;
-                positions
-                    .par_iter()
+                list.par_iter()
                     .with_max_len(1)
-                    .map(|&p| self.read_unit(stripe, p))
+                    .map(|&(p, e)| self.read_extent(stripe, p, e))
                     .collect()
             }),
-            _ => positions
+            _ => list
                 .iter()
-                .map(|&p| self.read_unit(stripe, p))
+                .map(|&(p, e)| self.read_extent(stripe, p, e))
                 .collect(),
         }
     }
@@ -129,7 +144,16 @@ impl Array {
         chunk: &[u8],
         sector: &mut [u8],
     ) -> u32 {
-        self.appendix(stripe, pos, tags).encode(chunk, sector)
+        self.appendix(stripe, pos, tags).seal(chunk, sector)
+    }
+
+    /// The checksum block size of position `pos`'s appendix table (0 = none: a pure data unit).
+    pub(crate) fn block_bytes_of(&self, pos: usize) -> u32 {
+        if pos < self.geometry.k && self.sb.scheme == Scheme::Pure {
+            0
+        } else {
+            self.sb.block_bytes()
+        }
     }
 
     /// The appendix of position `pos` of `stripe` given the truth about the data chunks.
@@ -148,6 +172,8 @@ impl Array {
                     0
                 },
                 entries: vec![],
+                block_bytes: self.block_bytes_of(pos),
+                blocks: vec![],
             }
         } else {
             Appendix {
@@ -160,6 +186,8 @@ impl Array {
                 },
                 buddy_crc: 0,
                 entries: tags.to_vec(),
+                block_bytes: self.block_bytes_of(pos),
+                blocks: vec![],
             }
         }
     }

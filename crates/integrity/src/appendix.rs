@@ -207,7 +207,11 @@ impl Appendix {
         sector[32..40].copy_from_slice(&self.identity.chunk_number.to_le_bytes());
         sector[40..48].copy_from_slice(&self.tag.to_le_bytes());
         sector[48..52].copy_from_slice(&self.buddy_crc.to_le_bytes());
-        let b = if self.blocks.is_empty() { 0 } else { self.block_bytes };
+        let b = if self.blocks.is_empty() {
+            0
+        } else {
+            self.block_bytes
+        };
         sector[52..56].copy_from_slice(&b.to_le_bytes());
         for (i, &e) in self.entries.iter().enumerate() {
             let o = APPENDIX_HEADER_BYTES + i * w;
@@ -272,7 +276,9 @@ impl Appendix {
                 u64::from_le_bytes(e)
             })
             .collect();
-        let blocks = (0..nblocks).map(|i| u32_at(sector, table + 4 * i)).collect();
+        let blocks = (0..nblocks)
+            .map(|i| u32_at(sector, table + 4 * i))
+            .collect();
         Ok(Appendix {
             scheme,
             identity: Identity {

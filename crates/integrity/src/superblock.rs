@@ -537,7 +537,9 @@ impl Superblock {
         };
         let incompatible = u64_at(b, 96);
         if incompatible & !INCOMPAT_BLOCK_CRCS != 0 {
-            return Err(SuperblockError::Features(incompatible & !INCOMPAT_BLOCK_CRCS));
+            return Err(SuperblockError::Features(
+                incompatible & !INCOMPAT_BLOCK_CRCS,
+            ));
         }
         if incompatible & INCOMPAT_BLOCK_CRCS == 0 {
             return Err(SuperblockError::NoBlockCrcs);
@@ -659,7 +661,9 @@ mod tests {
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(Superblock::decode(&b), Err(SuperblockError::NoBlockCrcs));
-        assert!(SuperblockError::NoBlockCrcs.to_string().contains("recreate"));
+        assert!(SuperblockError::NoBlockCrcs
+            .to_string()
+            .contains("recreate"));
     }
 
     #[test]

@@ -27,11 +27,16 @@
 //!   **merge** reads (and, when such a chunk is in first-read state and the plan has no
 //!   cross-check read, one **merge check** read of parity). Both are counted apart from the
 //!   paper's unit, so reports give the paper's count and the real one.
+//! - Every planned I/O also has an **extent** ([`Extent`], FORMAT.md §2.3a): the bytes of the unit
+//!   the engine really moves (part of a chunk's checksum blocks, the appendix alone, or the whole
+//!   unit). [`PiecePlan::member_io`] is the byte-accurate count beside the paper's.
 
+mod extent;
 mod geometry;
 pub mod lanes;
 mod planner;
 
+pub use extent::{Extent, Granularity, MemberIo};
 pub use geometry::Geometry;
 pub use lanes::{LanePlanner, Tally};
 pub use planner::{Mode, Op, PiecePlan, Planner, Purpose, UnitIo};
