@@ -261,11 +261,19 @@ impl Array {
             let (lo, hi) = (lo as usize, hi as usize);
             let (wlo, whi) = (e.lo as usize, e.hi as usize);
             let mut u = self.unit_buf();
-            if lo != wlo || hi != whi {
+            // The old bytes the new chunk needs around the request: those of its written blocks
+            // (RMW: the parity delta covers only them), or all of them (the parity is re-encoded
+            // from whole chunks).
+            let (flo, fhi) = if mode == Mode::Rmw {
+                (wlo, whi)
+            } else {
+                (0, c)
+            };
+            if lo != flo || hi != fhi {
                 let old = have.units[i]
                     .as_ref()
-                    .expect("partly written blocks are read (old data / merge / version)");
-                u[wlo..whi].copy_from_slice(&old[wlo..whi]);
+                    .expect("partly written chunks are read (old data / merge / version)");
+                u[flo..fhi].copy_from_slice(&old[flo..fhi]);
             }
             u[lo..hi].copy_from_slice(&data[at..at + hi - lo]);
             at += hi - lo;
@@ -328,16 +336,19 @@ impl Array {
                 for j in 0..m {
                     parity.push(have.units[k + j].take().expect("RMW reads parity"));
                 }
-                let changes: Vec<ChunkUpdate<'_>> = (first..=last)
-                    .map(|i| ChunkUpdate {
+                // The delta is byte-local, so each chunk updates the parity over its own
+                // written blocks (the parity read covers their union).
+                for (i, (u, e, _)) in (first..=last).zip(&new) {
+                    let (lo, hi) = (e.lo as usize, e.hi as usize);
+                    let change = [ChunkUpdate {
                         index: i,
-                        old: &have.units[i].as_ref().expect("RMW reads old data")[hlo..hhi],
-                        new: &new[i - first].0[hlo..hhi],
-                    })
-                    .collect();
-                let mut views: Vec<&mut [u8]> =
-                    parity.iter_mut().map(|p| &mut p[hlo..hhi]).collect();
-                self.code.update(&changes, &mut views)?;
+                        old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
+                        new: &u[lo..hi],
+                    }];
+                    let mut views: Vec<&mut [u8]> =
+                        parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
+                    self.code.update(&change, &mut views)?;
+                }
             }
             _ => {
                 for _ in 0..m {

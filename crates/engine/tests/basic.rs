@@ -12,9 +12,11 @@ struct Rig {
 }
 
 fn rig(scheme: Scheme, k: usize, m: usize, stripes: u64) -> Rig {
-    let chunk = 4096u32;
-    let unit = chunk as u64 + if scheme.has_appendix() { 512 } else { 0 };
-    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
+    rig_chunk(scheme, k, m, stripes, 4096)
+}
+
+fn rig_chunk(scheme: Scheme, k: usize, m: usize, stripes: u64, chunk: u32) -> Rig {
+    let size = ArrayConfig::new(k, m, scheme, chunk, stripes).member_bytes();
     let mems: Vec<DiskRef> = (0..k + m)
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();
@@ -46,8 +48,16 @@ fn random_bytes(rng: &mut impl Rng, n: usize) -> Vec<u8> {
 fn round_trip_every_scheme_unaligned_multi_stripe() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     for scheme in Scheme::ALL {
-        for (k, m) in [(4, 1), (6, 2), (5, 3)] {
-            let r = rig(scheme, k, m, 12);
+        // 4 KiB chunks are one checksum block (whole-unit I/O); 8 KiB and 64 KiB chunks move
+        // only the blocks a request touches (FORMAT.md §2.3a).
+        for (k, m, chunk) in [
+            (4, 1, 4096),
+            (6, 2, 4096),
+            (5, 3, 4096),
+            (4, 1, 8192),
+            (6, 2, 65536),
+        ] {
+            let r = rig_chunk(scheme, k, m, 12, chunk);
             let cap = r.array.capacity_bytes() as usize;
             let mut model = vec![0u8; cap];
             let mut back = vec![0u8; cap];
@@ -55,7 +65,12 @@ fn round_trip_every_scheme_unaligned_multi_stripe() {
             assert_eq!(back, model, "fresh array reads zeros");
             for _ in 0..60 {
                 let off = rng.random_range(0..cap);
-                let len = rng.random_range(1..=(cap - off).min(3 * 4096 * k));
+                let most = if rng.random_bool(0.5) {
+                    9000
+                } else {
+                    3 * chunk as usize * k
+                };
+                let len = rng.random_range(1..=(cap - off).min(most));
                 let data = random_bytes(&mut rng, len);
                 r.array.write(off as u64, &data).unwrap();
                 model[off..off + len].copy_from_slice(&data);
@@ -67,10 +82,19 @@ fn round_trip_every_scheme_unaligned_multi_stripe() {
             }
             r.array.read(0, &mut back).unwrap();
             assert_eq!(back, model, "{scheme} {k}+{m}");
+            // Every stripe is a codeword with every unit voting (parity written only where a
+            // request touched it must still match the whole chunks).
+            for s in 0..12 {
+                assert_eq!(
+                    r.array.scrub_stripe(s).unwrap(),
+                    0,
+                    "{scheme} {k}+{m} C={chunk}: stripe {s}"
+                );
+            }
             assert_eq!(
                 r.array.counters().detected,
                 0,
-                "{scheme}: no faults, no findings"
+                "{scheme} {k}+{m} C={chunk}: no faults, no findings"
             );
             for f in &r.faulty {
                 assert!(f.corrupted_units().unwrap().is_empty());
