@@ -1250,6 +1250,7 @@ fn crash_campaign(
                 seed: a.seed.wrapping_add((i * 100 + j) as u64),
                 failed_members: a.degraded as usize,
                 journal: true,
+                chunk_bytes: 16384,
             })?;
             let ok = rep.flushed_bytes_lost == 0
                 && rep.wrong_bytes == 0

@@ -18,7 +18,7 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use stripeguard_disk::{CrashDisk, DiskRef, MemDisk};
-use stripeguard_integrity::{MetadataLayout, Scheme};
+use stripeguard_integrity::Scheme;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -43,6 +43,10 @@ pub struct CrashConfig {
     /// Degraded writes save the missing chunk first (the journal). `false` only for the
     /// negative control.
     pub journal: bool,
+    /// Chunk size: 4096 is one checksum block (whole-unit I/O); larger chunks have several, so
+    /// a partial write sends blocks and appendix as separate I/Os (FORMAT.md §2.3a) and a crash
+    /// can land any subset of them.
+    pub chunk_bytes: u32,
 }
 
 /// Totals.
@@ -77,8 +81,6 @@ pub struct CrashReport {
     pub inconsistent_without_resync: u64,
 }
 
-const CHUNK: u32 = 4096;
-
 fn array_members_snapshot(a: &Array) -> Vec<DiskRef> {
     a.members.all()
 }
@@ -109,9 +111,9 @@ fn one_crash(
     carried: Option<Carried>,
 ) -> Result<Carried, EngineError> {
     let (k, m) = (cfg.data_chunks, cfg.parity_chunks);
-    let unit = CHUNK as u64 + if cfg.scheme.has_appendix() { 512 } else { 0 };
-    let size = MetadataLayout::member_bytes_for(cfg.stripes, unit);
-    let c = CHUNK as usize;
+    let acfg = ArrayConfig::new(k, m, cfg.scheme, cfg.chunk_bytes, cfg.stripes);
+    let size = acfg.member_bytes();
+    let c = cfg.chunk_bytes as usize;
     let sd = k * c;
     let (disks, mut versions) = match carried {
         Some((images, versions)) => (
@@ -127,7 +129,6 @@ fn one_crash(
                 .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), size, 512)))
                 .collect();
             let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
-            let acfg = ArrayConfig::new(k, m, cfg.scheme, CHUNK, cfg.stripes);
             Array::create(refs, &acfg, true, &mut |_, _| {})?.close()?;
             let chunks = (cfg.stripes as usize * sd) / c;
             // Per data chunk: every version it held since the last flush (the first durable).
@@ -167,11 +168,19 @@ fn one_crash(
             }
             continue;
         }
-        let (off, len) = if rng.random_bool(0.5) {
+        let (off, len) = if rng.random_bool(0.4) {
             let s = rng.random_range(0..cfg.stripes as usize);
             let first = rng.random_range(0..k);
             let n = rng.random_range(1..=k - first);
             (s * sd + first * c, n * c)
+        } else if rng.random_bool(0.4) {
+            // One or two 4 KiB blocks: the block-granular read-modify-write.
+            let blocks = cap / 4096;
+            let b = rng.random_range(0..blocks);
+            (
+                b * 4096,
+                (rng.random_range(1..=2) * 4096).min(cap - b * 4096),
+            )
         } else {
             let off = rng.random_range(0..cap);
             (off, rng.random_range(1..=(2 * sd).min(cap - off)))

@@ -9,7 +9,7 @@ use stripeguard_integrity::Scheme;
 #[test]
 fn crash_campaign_short() {
     let mut control = 0;
-    for (k, m) in [(3, 1), (4, 2)] {
+    for (k, m, chunk) in [(3, 1, 4096), (4, 2, 4096), (3, 1, 16384), (4, 2, 16384)] {
         for scheme in Scheme::ALL {
             let rep = run_crash_campaign(&CrashConfig {
                 data_chunks: k,
@@ -21,9 +21,10 @@ fn crash_campaign_short() {
                 seed: (k * 10 + scheme.id() as usize) as u64,
                 failed_members: 0,
                 journal: true,
+                chunk_bytes: chunk,
             })
             .unwrap();
-            let label = format!("{k}+{m} {scheme}: {rep:?}");
+            let label = format!("{k}+{m} C={chunk} {scheme}: {rep:?}");
             assert!(rep.writes > 0 && rep.stripes_resynced > 0, "{label}");
             assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
             assert_eq!(rep.wrong_bytes, 0, "{label}");
@@ -62,6 +63,7 @@ fn crash_campaign_degraded_closes_the_write_hole() {
                     seed: (k * 10 + scheme.id() as usize) as u64,
                     failed_members: 1,
                     journal,
+                    chunk_bytes: 16384,
                 })
                 .unwrap();
                 let label = format!("{k}+{m} {scheme} journal={journal}: {rep:?}");

@@ -213,6 +213,117 @@ impl PiecePlan {
     }
 }
 
+impl Extent {
+    fn add_to(&self, g: &Granularity, t: &mut MemberIo, write: bool) {
+        let (ios, bytes) = (self.ios(g).count() as u64, self.bytes(g));
+        if write {
+            t.writes += ios;
+            t.write_bytes += bytes;
+        } else {
+            t.reads += ios;
+            t.read_bytes += bytes;
+        }
+    }
+}
+
+/// [`PiecePlan::member_io`] for the counting planner, which keeps positions as bit masks
+/// (`q = j` for parity `j`, `q = m + i` for data `i`) and no purposes: the purpose of each
+/// position follows from the piece's mode as in [`PiecePlan::extent`] (the simulator's tests
+/// require both to agree on random workloads).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn lane_member_io(
+    gran: &Granularity,
+    (k, m): (usize, usize),
+    mode: Mode,
+    hybrid1: bool,
+    (start, end): (u64, u64),
+    reads: u64,
+    writes: u64,
+) -> MemberIo {
+    let c = gran.chunk;
+    let first = (start / c) as usize;
+    let last = ((end - 1) / c) as usize;
+    let range = |i: usize| {
+        let base = i as u64 * c;
+        let lo = start.max(base) - base;
+        let hi = end.min(base + c).saturating_sub(base).max(lo);
+        (lo, hi)
+    };
+    let app = Extent {
+        lo: 0,
+        hi: 0,
+        appendix: gran.appendix > 0,
+    };
+    let whole = Extent::whole(gran);
+    let blocks_of = |i: usize| {
+        let (a, b) = range(i);
+        let (lo, hi) = gran.widen(a, b);
+        Extent {
+            lo,
+            hi,
+            appendix: gran.appendix > 0,
+        }
+    };
+    let hull = {
+        let (mut lo, mut hi) = (c, 0);
+        for i in first..=last {
+            let e = blocks_of(i);
+            lo = lo.min(e.lo);
+            hi = hi.max(e.hi);
+        }
+        Extent {
+            lo: lo.min(hi),
+            hi,
+            appendix: gran.appendix > 0,
+        }
+    };
+    let touched = |i: usize| (first..=last).contains(&i);
+    let partial = |i: usize| range(i) != (0, c);
+    let mut t = MemberIo::default();
+    for q in 0..k + m {
+        if reads >> q & 1 == 1 {
+            let e = if q < m {
+                if mode == Mode::Rmw {
+                    hull
+                } else {
+                    app
+                }
+            } else {
+                let i = q - m;
+                match mode {
+                    Mode::PartialRead | Mode::FullRead => blocks_of(i),
+                    Mode::Rmw if touched(i) => blocks_of(i),
+                    Mode::Rmw => app,
+                    Mode::FullStripe | Mode::Rcw if touched(i) => {
+                        if hybrid1 && !partial(i) {
+                            app
+                        } else {
+                            whole
+                        }
+                    }
+                    Mode::FullStripe | Mode::Rcw => whole,
+                }
+            };
+            e.add_to(gran, &mut t, false);
+        }
+        if writes >> q & 1 == 1 {
+            let e = if q < m {
+                if mode == Mode::Rmw {
+                    hull
+                } else {
+                    whole
+                }
+            } else if touched(q - m) {
+                blocks_of(q - m)
+            } else {
+                app
+            };
+            e.add_to(gran, &mut t, true);
+        }
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

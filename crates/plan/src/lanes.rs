@@ -22,8 +22,9 @@
 //! The per-unit planner remains the definition: the simulator's tests replay random workloads
 //! through both and require equal counts for every scheme and geometry.
 
+use crate::extent::lane_member_io;
 use crate::planner::rules;
-use crate::{Geometry, Op};
+use crate::{Geometry, Granularity, Mode, Op};
 use serde::Serialize;
 use stripeguard_integrity::{CrossCheck, Scheme};
 
@@ -56,6 +57,9 @@ pub struct Tally {
     pub rcw: u64,
     /// Full-stripe write pieces.
     pub full_stripe: u64,
+    /// Member I/O as the engine issues it: extents of checksum blocks and appendices
+    /// (FORMAT.md §2.3a), 512-byte sectors, no coalescing across stripes.
+    pub member: crate::MemberIo,
 }
 
 /// Counts the plans of several schemes over one geometry.
@@ -69,6 +73,8 @@ pub struct LanePlanner {
     /// Lanes whose partial writes rewrite the buddy (its first-read bit is cleared).
     buddy_writers: u8,
     tallies: Vec<Tally>,
+    /// Per lane, what one I/O may move.
+    grans: Vec<Granularity>,
     /// Per lane, the members the previous piece of this request read / wrote.
     prev_reads: [u64; MAX_LANES],
     prev_writes: [u64; MAX_LANES],
@@ -96,6 +102,10 @@ impl LanePlanner {
             buddy_writers: lane_mask(&rules::writes_buddy),
             schemes: schemes.to_vec(),
             tallies: vec![Tally::default(); schemes.len()],
+            grans: schemes
+                .iter()
+                .map(|&s| Granularity::new(s, g.k, g.chunk_bytes as u32, 512))
+                .collect(),
             prev_reads: [0; MAX_LANES],
             prev_writes: [0; MAX_LANES],
         })
@@ -175,6 +185,13 @@ impl LanePlanner {
                     t.read_pieces += 1;
                     t.first_read_pieces += sigma as u64;
                     let reads = touched | if check { parity0 } else { 0 };
+                    let mode = if full {
+                        Mode::FullRead
+                    } else {
+                        Mode::PartialRead
+                    };
+                    t.member +=
+                        lane_member_io(&self.grans[l], (k, m), mode, false, (start, end), reads, 0);
                     self.coalesce(l, multi, reads, 0, rotation);
                 }
             }
@@ -220,6 +237,7 @@ impl LanePlanner {
                         (reads, if check { parity0 } else { 0 })
                     };
                     let t = &mut self.tallies[l];
+                    let mut mode = Mode::FullStripe;
                     let (paper, merge, writes) = if full {
                         t.full_stripe += 1;
                         let paper = if h1 { data_all } else { 0 };
@@ -235,6 +253,7 @@ impl LanePlanner {
                         let writes = touched | parity_all | buddy_w;
                         if rules::prefers_rmw(scheme, (k, m, n_cross), tau, sigma) {
                             t.rmw += 1;
+                            mode = Mode::Rmw;
                             let buddy_r = if scheme == Scheme::Hybrid2 {
                                 data(buddy)
                             } else {
@@ -243,6 +262,7 @@ impl LanePlanner {
                             (touched | parity_all | buddy_r, 0, writes)
                         } else {
                             t.rcw += 1;
+                            mode = Mode::Rcw;
                             rcw_lanes |= 1 << l;
                             let cross = rules::rcw_cross_check(scheme, sigma);
                             let paper = (data_all & !touched)
@@ -259,6 +279,15 @@ impl LanePlanner {
                     t.disk_reads += paper_n;
                     t.merge_reads += total_n - paper_n;
                     t.disk_writes += writes.count_ones() as u64;
+                    t.member += lane_member_io(
+                        &self.grans[l],
+                        (k, m),
+                        mode,
+                        h1,
+                        (start, end),
+                        all_reads,
+                        writes,
+                    );
                     self.coalesce(l, multi, all_reads, writes, rotation);
                 }
 

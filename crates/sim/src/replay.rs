@@ -11,7 +11,7 @@
 use crate::trace::Request;
 use serde::Serialize;
 use stripeguard_integrity::{FirstReadMap, ReadState, Scheme};
-use stripeguard_plan::{Geometry, LanePlanner, Mode, Op, Planner, Tally};
+use stripeguard_plan::{Geometry, Granularity, LanePlanner, Mode, Op, Planner, Tally};
 
 /// How trace offsets are mapped onto the array's capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -137,6 +137,8 @@ struct Lane {
     scheme: Scheme,
     /// Counts of the per-scheme path (the counting planner keeps its own).
     counts: Tally,
+    /// What one I/O may move (512-byte sectors).
+    gran: Granularity,
     // Per member, the last stripe read / written in the current request (for coalescing).
     last_read: Vec<u64>,
     last_write: Vec<u64>,
@@ -224,6 +226,7 @@ impl Simulator {
                     planner: Planner::new(geometry, s, map_bytes),
                     scheme: s,
                     counts: Tally::default(),
+                    gran: Granularity::new(s, geometry.k, geometry.chunk_bytes as u32, 512),
                     last_read: vec![u64::MAX; n],
                     last_write: vec![u64::MAX; n],
                 })
@@ -281,6 +284,7 @@ impl Simulator {
                 lane.last_write.fill(u64::MAX);
             }
             let (last_read, last_write) = (&mut lane.last_read, &mut lane.last_write);
+            let gran = &lane.gran;
             let mut state = LaneState {
                 map: &mut self.map,
                 lane: li,
@@ -288,6 +292,7 @@ impl Simulator {
             lane.planner
                 .plan_with(&mut state, r.op, r.offset, r.len, |p| {
                     let paper = p.paper_reads() as u64;
+                    c.member += p.member_io(gran);
                     c.disk_reads += paper;
                     c.merge_reads += p.reads.len() as u64 - paper;
                     c.disk_writes += p.writes.len() as u64;
@@ -421,6 +426,8 @@ mod tests {
             (2, 1, 512, 64),
             (4, 1, 4096, 32),
             (6, 2, 4096, 48),
+            (6, 2, 65536, 16),
+            (3, 1, 16384, 24),
             (5, 3, 1024, 40),
             (10, 4, 2048, 24),
             (60, 4, 512, 8),
