@@ -289,11 +289,11 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
         return;
     }
     if csv {
-        println!("scheme,disk_reads,disk_writes,total,increase_pct,first_read_fraction,rmw,rcw,full_stripe,merge_reads,real_total,real_increase_pct");
+        println!("scheme,disk_reads,disk_writes,total,increase_pct,first_read_fraction,rmw,rcw,full_stripe,merge_reads,real_total,real_increase_pct,member_ios,member_bytes");
         for c in &report.schemes {
             let s = c.scheme.unwrap();
             println!(
-                "{},{},{},{},{:.4},{:.4},{},{},{},{},{},{:.4}",
+                "{},{},{},{},{:.4},{:.4},{},{},{},{},{},{:.4},{},{}",
                 s.name(),
                 c.io.disk_reads,
                 c.io.disk_writes,
@@ -305,14 +305,16 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
                 c.io.full_stripe,
                 c.io.merge_reads,
                 c.real_total(),
-                report.real_increase_pct(s).unwrap_or(0.0)
+                report.real_increase_pct(s).unwrap_or(0.0),
+                c.io.member.reads + c.io.member.writes,
+                c.io.member.read_bytes + c.io.member.write_bytes
             );
         }
         return;
     }
     println!("{label}");
     println!(
-        "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O)",
+        "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O); \"engine\": the member I/Os and bytes the engine issues (checksum blocks and appendices, FORMAT.md §2.3a)",
         report.k, report.m, format_size(report.chunk_bytes as usize), report.requests
     );
     if info.wrapped > 0 || info.clipped > 0 {
@@ -322,7 +324,7 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
         );
     }
     println!(
-        "{:<11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8}",
+        "{:<11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8} {:>11} {:>11}",
         "scheme",
         "disk reads",
         "disk writes",
@@ -334,12 +336,14 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
         "full",
         "merge",
         "real total",
-        "real +%"
+        "real +%",
+        "engine I/Os",
+        "engine MiB"
     );
     for c in &report.schemes {
         let s = c.scheme.unwrap();
         println!(
-            "{:<11} {:>11} {:>11} {:>11} {:>7.2}% {:>9.1}% {:>9} {:>9} {:>9} {:>9} {:>11} {:>7.2}%",
+            "{:<11} {:>11} {:>11} {:>11} {:>7.2}% {:>9.1}% {:>9} {:>9} {:>9} {:>9} {:>11} {:>7.2}% {:>11} {:>11.1}",
             s.name(),
             c.io.disk_reads,
             c.io.disk_writes,
@@ -351,7 +355,9 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
             c.io.full_stripe,
             c.io.merge_reads,
             c.real_total(),
-            report.real_increase_pct(s).unwrap_or(0.0)
+            report.real_increase_pct(s).unwrap_or(0.0),
+            c.io.member.reads + c.io.member.writes,
+            (c.io.member.read_bytes + c.io.member.write_bytes) as f64 / (1 << 20) as f64
         );
     }
 }
