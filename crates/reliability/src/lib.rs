@@ -130,7 +130,7 @@ pub const HOURS_PER_YEAR: f64 = 8766.0;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReliabilityError {
     /// An argument out of its range.
-    #[error("{name} = {value}: {expected}")]
+    #[error("{name} {value}: must be {expected}")]
     OutOfRange {
         /// The parameter's name, as the CLI spells it.
         name: &'static str,

@@ -101,11 +101,12 @@ fn dense_mttdl(chain: &Chain) -> f64 {
             .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
             .unwrap();
         a.swap(col, piv);
-        for r in 0..s {
+        let pivot = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != col {
-                let f = a[r][col] / a[col][col];
-                for c in col..=s {
-                    a[r][c] -= f * a[col][c];
+                let f = row[col] / pivot[col];
+                for (x, p) in row.iter_mut().zip(&pivot).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
@@ -358,6 +359,6 @@ fn bad_parameters_are_named() {
     .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "--afr = 1.5: an annual failure rate in (0, 100 %)"
+        "--afr 1.5: must be an annual failure rate in (0, 100 %)"
     );
 }
