@@ -13,8 +13,8 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_reliability::{
-    analyze, monte_carlo, mttdl_curve, prescriptive_table, Chain, CurvePoint, Params, Report,
-    RuleRow, Target, Variant, HOURS_PER_YEAR,
+    analyze, monte_carlo, mttdl_curve, prescriptive_table, Chain, CurvePoint, Params,
+    ReliabilityError, Report, RuleRow, Target, Variant, HOURS_PER_YEAR,
 };
 
 #[derive(Args)]
@@ -155,14 +155,37 @@ fn params(a: &ReliabilityArgs) -> Result<Params> {
         scrub_days: number("--scrub-days", &a.scrub_days)?,
         mission_years: number("--mission-years", &a.mission_years)?,
     };
-    p.validate()?;
+    // Name the value as the user wrote it (`1e300`, not its 301 digits).
+    p.validate().map_err(|e| match e {
+        ReliabilityError::OutOfRange { name, expected, .. } => {
+            let given = match name {
+                "--data" => &a.data,
+                "--parity" => &a.parity,
+                "--rebuild-hours" => &a.rebuild_hours,
+                "--capacity" => &a.capacity,
+                "--ure" => &a.ure,
+                "--sdc" => &a.sdc,
+                "--scrub-days" => &a.scrub_days,
+                "--mission-years" => &a.mission_years,
+                _ => &a.afr,
+            };
+            anyhow!("{name} {given:?}: must be {expected}")
+        }
+        other => other.into(),
+    })?;
     Ok(p)
 }
 
 fn target(a: &ReliabilityArgs) -> Result<Target> {
     Ok(match (&a.target_loss, &a.target_mttdl_years) {
-        (_, Some(y)) => Target::MttdlYears(number("--target-mttdl-years", y)?),
-        (Some(p), None) => Target::LossProbability(number("--target-loss", p)?),
+        (_, Some(y)) => match number("--target-mttdl-years", y)? {
+            v if v > 0.0 => Target::MttdlYears(v),
+            _ => bail!("--target-mttdl-years {y:?}: must be a positive number of years"),
+        },
+        (Some(p), None) => match number("--target-loss", p)? {
+            v if v > 0.0 && v < 1.0 => Target::LossProbability(v),
+            _ => bail!("--target-loss {p:?}: must be a probability in (0, 1)"),
+        },
         (None, None) => Target::LossProbability(1e-6),
     })
 }

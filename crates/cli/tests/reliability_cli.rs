@@ -106,6 +106,8 @@ fn bad_input_is_one_line_and_exit_2() {
         &["--rebuild-hours", "soon"],
         &["--capacity", "4Q"],
         &["--ure", "1.5"],
+        &["--ure", "1e300"],
+        &["--target-mttdl-years", "-1"],
         &["--scrub-days", "0"],
         &["--target-loss", "2"],
         &["--plot", "mttdl.jpg"],
@@ -117,7 +119,9 @@ fn bad_input_is_one_line_and_exit_2() {
         assert!(out.stdout.is_empty(), "{bad:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{bad:?}: {err}");
+        // The flag and the value as the user wrote it.
         assert!(err.contains(bad[0]), "{bad:?} not named: {err}");
+        assert!(err.contains(bad[1]), "{bad:?} not quoted: {err}");
     }
     let out = sg(&["reliability", "--data", "0", "--parity", "2"]);
     assert_eq!(out.status.code(), Some(2));
