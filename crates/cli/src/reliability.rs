@@ -421,7 +421,7 @@ fn print_rules(p: &Params, tgt: Target, rows: &[RuleRow]) {
         }
         line += &format!(" {:>15}", cell(r.never_repaired));
         for m in &r.repair {
-            line += &format!(" {:>17}", cell(*m));
+            line += &format!(" {:>17}", cell(m.parity));
         }
         println!("{line}");
     }
@@ -505,7 +505,7 @@ where
             v.name().to_string(),
             curve
                 .iter()
-                .map(|c| (c.parity as f64, c.repair_years[i]))
+                .map(|c| (c.parity as f64, c.repair[i].mttdl_years))
                 .collect(),
         )
     }))

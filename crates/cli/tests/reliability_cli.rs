@@ -59,7 +59,12 @@ fn json_parses_and_matches_the_paper_formula() {
         .map(|m| m["mttdl_hours"].as_f64().unwrap())
         .collect();
     assert!(mttdl[1] > mttdl[2] && mttdl[2] > mttdl[3] && mttdl[4] > 5.0 * mttdl[3]);
-    assert_eq!(v["prescriptive"].as_array().unwrap().len(), 6);
+    let rules = v["prescriptive"].as_array().unwrap();
+    assert_eq!(rules.len(), 6);
+    let k8 = rules.iter().find(|r| r["data"] == 8).unwrap();
+    assert_eq!(k8["repair"][2]["variant"], "sdc-none");
+    // Locating silent errors never needs more parity than not locating them.
+    assert!(k8["repair"][3]["parity"].as_u64() <= k8["repair"][2]["parity"].as_u64());
     assert_eq!(v["curve"].as_array().unwrap().len(), 6);
     assert!(v.get("simulation").is_none());
 }

@@ -99,6 +99,16 @@ pub fn mttdl(
     events_max: u64,
 ) -> Result<Estimate, ReliabilityError> {
     assert!(runs >= 2, "an interval needs at least two runs");
+    // Refuse at once what would only hit the bound after minutes.
+    let expected = runs as f64 * chain.expected_events();
+    if expected > events_max as f64 {
+        return Err(ReliabilityError::TooManySteps {
+            what: "the Monte-Carlo simulation",
+            steps: expected,
+            bound: events_max as f64,
+            hint: "use fewer runs, or rates where loss takes fewer events (high AFR, long rebuilds, small M)",
+        });
+    }
     let mut rng = StdRng::seed_from_u64(seed);
     let mut events = 0;
     // Welford's running mean and variance.

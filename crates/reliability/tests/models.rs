@@ -282,6 +282,17 @@ fn mission_probability_lies_in_the_monte_carlo_interval() {
 }
 
 #[test]
+fn expected_events_match_the_simulation() {
+    let chain = Chain::new(&fast_params(2), Variant::SdcNone);
+    let est = monte_carlo::mttdl(&chain, 20_000, 5, 50_000_000).unwrap();
+    let per_run = est.events as f64 / est.runs as f64;
+    assert!(close(per_run, chain.expected_events(), 0.03), "{per_run}");
+    // Never repaired: exactly m + 1 failures.
+    let never = Chain::never_repaired(10, 3, 1e-3);
+    assert!(close(never.expected_events(), 4.0, 1e-12));
+}
+
+#[test]
 fn simulation_has_a_bound() {
     let chain = Chain::new(&Params::new(8, 3), Variant::Disks);
     let e = monte_carlo::mttdl(&chain, 10, 1, 1_000_000).unwrap_err();
@@ -296,15 +307,15 @@ fn prescriptive_table_is_monotone_and_agrees_with_the_models() {
     for w in rows.windows(2) {
         assert!(w[0].never_repaired <= w[1].never_repaired);
         for v in 0..4 {
-            assert!(w[0].repair[v] <= w[1].repair[v], "{:?}", rows);
+            assert!(w[0].repair[v].parity <= w[1].repair[v].parity, "{rows:?}");
         }
     }
     for r in &rows {
         // Repair never needs more parity than no repair; locating never more than not.
-        assert!(r.repair[0] <= r.never_repaired);
-        assert!(r.repair[3] <= r.repair[2]);
+        assert!(r.repair[0].parity <= r.never_repaired);
+        assert!(r.repair[3].parity <= r.repair[2].parity);
         // The chosen m meets the target and m − 1 does not.
-        let m = r.repair[2].unwrap();
+        let m = r.repair[2].parity.unwrap();
         let chain = |m| Chain::new(&Params::new(r.data, m), Variant::SdcNone);
         let t = p.mission_hours();
         assert!(chain(m).loss_probability(t).unwrap() <= 1e-6);
