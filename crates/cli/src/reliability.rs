@@ -543,10 +543,13 @@ where
         .y_label_formatter(&|y| format!("{y:.0e}"))
         .draw()
         .map_err(err)?;
-    // Curves coincide where a loss mode does not matter (+URE and located, for example): earlier
-    // ones are drawn wider so the later ones show inside them.
-    for (i, ((name, pts), color)) in series.into_iter().zip(COLORS).enumerate() {
-        let style = color.stroke_width(2 + 2 * (4 - i as u32));
+    // +URE and +URE+SDC located nearly coincide (located silent errors only matter where the
+    // URE already dominates): +URE is drawn wide so the located curve shows inside it.
+    for ((name, pts), (color, width)) in series
+        .into_iter()
+        .zip(COLORS.into_iter().zip([2, 2, 7, 2, 2]))
+    {
+        let style = color.stroke_width(width);
         chart
             .draw_series(LineSeries::new(pts.clone(), style))
             .map_err(err)?
