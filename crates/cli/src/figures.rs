@@ -17,7 +17,7 @@ const FONT_PATHS: [&str; 2] = [
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
 ];
 
-fn register_font() -> Result<()> {
+pub(crate) fn register_font() -> Result<()> {
     let path = FONT_PATHS
         .iter()
         .find(|p| Path::new(p).exists())
@@ -88,7 +88,7 @@ where
     }
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(crate) fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing: {e:?}")
 }
 

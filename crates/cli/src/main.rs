@@ -6,6 +6,7 @@ mod bench;
 mod codes;
 mod figures;
 mod progress;
+mod reliability;
 mod serve;
 mod shard;
 mod sim;
@@ -104,6 +105,11 @@ enum Command {
     /// Protect a file with any-strength Reed-Solomon shards (encode, decode, verify).
     #[command(subcommand)]
     Shard(shard::ShardCommand),
+    /// Mean time to data loss and the probability of loss within a mission of a K+M array: the
+    /// never-repaired formula of Mann, Anderson & Rychlik, a Markov model with repair, UREs in
+    /// rebuilds, latent silent errors with and without integrity metadata, the parity needed for
+    /// a target, and a plot of MTTDL against M.
+    Reliability(reliability::ReliabilityArgs),
 }
 
 fn main() -> ExitCode {
@@ -135,6 +141,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Codes(c) => codes::run(c),
         Command::Shard(s) => shard::run(s),
+        Command::Reliability(a) => reliability::run(a),
     };
     match result {
         Ok(code) => code,
