@@ -14,6 +14,12 @@
 //!
 //! The replay is fio's `read_iolog` (iolog version 2), so the floor is measured by a tool that
 //! is not ours, in the same run, on the same files.
+//!
+//! At queue depth 1 the per-member floor is optimistic: its eight jobs overlap I/O of
+//! consecutive requests that the engine, one request at a time, cannot. Those rows also report
+//! a **serial floor**: one job replaying the whole list in the engine's order — pessimistic
+//! where the engine overlaps the units of one request on different members, exact where a
+//! request is one member I/O. The truth lies between the two.
 
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -63,6 +69,11 @@ pub struct IoRow {
     pub floor_seconds: f64,
     /// floor / engine: 1.0 = at the floor.
     pub efficiency: f64,
+    /// Queue depth 1 only: one fio job replaying the whole list in the engine's order (no
+    /// overlap between members, which the engine has inside a request), seconds.
+    pub serial_floor_seconds: Option<f64>,
+    /// serial floor / engine.
+    pub serial_efficiency: Option<f64>,
     pub mb_per_s: f64,
     pub iops: f64,
 }
@@ -216,13 +227,13 @@ fn one_array(
         let engine_seconds = t.elapsed().as_secs_f64();
         on.store(false, Ordering::Relaxed);
         let ios = std::mem::take(&mut *log.lock().expect("lock"));
-        let floor_seconds = replay(
-            opts,
-            if write { &scratch } else { &paths },
-            &ios,
-            direct,
-            write,
-        )?;
+        let files = if write { &scratch } else { &paths };
+        let floor_seconds = replay(opts, files, &ios, direct, write, false)?;
+        let serial_floor_seconds = if qd == 1 {
+            Some(replay(opts, files, &ios, direct, write, true)?)
+        } else {
+            None
+        };
         let member_bytes: u64 = ios.iter().map(|io| io.len as u64).sum();
         let (ideal_ios, ideal_bytes) = ideal(scheme, k, m, chunk, req, write, random);
         rows.push(IoRow {
@@ -239,6 +250,8 @@ fn one_array(
             engine_seconds,
             floor_seconds,
             efficiency: floor_seconds / engine_seconds,
+            serial_floor_seconds,
+            serial_efficiency: serial_floor_seconds.map(|f| f / engine_seconds),
             mb_per_s: (requests * req as u64) as f64 / engine_seconds / 1e6,
             iops: requests as f64 / engine_seconds,
         });
@@ -344,17 +357,43 @@ fn ideal(
     }
 }
 
-/// Replay `ios` with fio (one job per member, in order, as fast as it goes); seconds.
+/// Replay `ios` with fio (one job per member, in order, as fast as it goes; or with `serial`
+/// one job replaying the whole list in order); seconds.
 fn replay(
     opts: &IoBenchOptions,
     paths: &[PathBuf],
     ios: &[Io],
     direct: bool,
     write: bool,
+    serial: bool,
 ) -> Result<f64, String> {
     let dir = tempfile_dir(&opts.dir)?;
     let mut job = String::from("[global]\nioengine=psync\nreplay_no_stall=1\nthread=1\n");
     job.push_str(&format!("direct={}\n", direct as u8));
+    if serial {
+        let log = dir.join("all.iolog");
+        let mut f =
+            std::io::BufWriter::new(std::fs::File::create(&log).map_err(|e| e.to_string())?);
+        let w = |e: std::io::Error| e.to_string();
+        writeln!(f, "fio version 2 iolog").map_err(w)?;
+        for p in paths {
+            writeln!(f, "{0} add\n{0} open", p.display()).map_err(w)?;
+        }
+        for io in ios {
+            let op = if io.write { "write" } else { "read" };
+            let name = paths[io.member as usize].display();
+            writeln!(f, "{name} {op} {} {}", io.offset, io.len).map_err(w)?;
+        }
+        for p in paths {
+            if write {
+                writeln!(f, "{} sync 0 0", p.display()).map_err(w)?;
+            }
+            writeln!(f, "{} close", p.display()).map_err(w)?;
+        }
+        f.flush().map_err(w)?;
+        job.push_str(&format!("[all]\nread_iolog={}\n", log.display()));
+        return run_fio(opts, &dir, job);
+    }
     let mut any = false;
     for (i, p) in paths.iter().enumerate() {
         let mine: Vec<&Io> = ios.iter().filter(|io| io.member as usize == i).collect();
@@ -381,6 +420,11 @@ fn replay(
     if !any {
         return Ok(0.0);
     }
+    run_fio(opts, &dir, job)
+}
+
+/// Run the fio job file text `job` (in `dir`, removed after); the slowest job's run time.
+fn run_fio(opts: &IoBenchOptions, dir: &Path, job: String) -> Result<f64, String> {
     let jobfile = dir.join("floor.fio");
     std::fs::write(&jobfile, job).map_err(|e| e.to_string())?;
     let out = std::process::Command::new(&opts.fio)
@@ -388,7 +432,7 @@ fn replay(
         .arg("--output-format=json")
         .output()
         .map_err(|e| format!("running {}: {e}", opts.fio))?;
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     if !out.status.success() {
         return Err(format!(
             "fio failed replaying the member I/O: {}",

@@ -26,6 +26,57 @@ pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     crc_fast::checksum_combine(CrcAlgorithm::Crc32Iscsi, crc_a as u64, crc_b as u64, len_b) as u32
 }
 
+/// [`crc32c_combine`] for one fixed length of the second part, about a thousand times faster
+/// (four table lookups instead of an O(log len) GF(2) matrix power). Appending `len` bytes maps
+/// the first part's CRC through a GF(2)-linear operator `L` (multiplication by `x^(8·len)`
+/// modulo the polynomial; the pre- and post-conditioning cancel as in zlib), so
+/// `crc(a ‖ b) = L(crc a) ⊕ crc b`, and `L` of a 32-bit value is the XOR of `L` of its four
+/// bytes in place: four 256-entry tables, built once from `crc32c_combine` itself.
+pub struct Crc32cAppend {
+    len: u64,
+    tables: Box<[[u32; 256]; 4]>,
+}
+
+impl Crc32cAppend {
+    /// The operator for a second part of `len` bytes.
+    pub fn new(len: u64) -> Self {
+        let mut tables = Box::new([[0u32; 256]; 4]);
+        for (j, t) in tables.iter_mut().enumerate() {
+            for (v, e) in t.iter_mut().enumerate() {
+                *e = crc32c_combine((v as u32) << (8 * j), 0, len);
+            }
+        }
+        Crc32cAppend { len, tables }
+    }
+
+    /// The shared operator for 4096-byte parts (checksum blocks), built on first use.
+    pub fn for_4k() -> &'static Crc32cAppend {
+        static T: std::sync::OnceLock<Crc32cAppend> = std::sync::OnceLock::new();
+        T.get_or_init(|| Crc32cAppend::new(4096))
+    }
+
+    /// The length of the second part this operator is for.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the second part is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `crc(a ‖ b)` from `crc a` and `crc b`, `b` being [`Crc32cAppend::len`] bytes long.
+    #[inline]
+    pub fn combine(&self, crc_a: u32, crc_b: u32) -> u32 {
+        let t = &self.tables;
+        t[0][crc_a as u8 as usize]
+            ^ t[1][(crc_a >> 8) as u8 as usize]
+            ^ t[2][(crc_a >> 16) as u8 as usize]
+            ^ t[3][(crc_a >> 24) as usize]
+            ^ crc_b
+    }
+}
+
 /// Incremental CRC-32C.
 #[derive(Clone)]
 pub struct Crc32c(Digest);
@@ -64,6 +115,16 @@ mod tests {
             .iter()
             .fold(blocks[0], |acc, &c| crc32c_combine(acc, c, 4096));
         assert_eq!(all, crc32c(&data));
+        let fast = Crc32cAppend::for_4k();
+        let quick = blocks[1..]
+            .iter()
+            .fold(blocks[0], |acc, &c| fast.combine(acc, c));
+        assert_eq!(quick, crc32c(&data));
+        let odd = Crc32cAppend::new(100);
+        assert_eq!(
+            odd.combine(crc32c(&data[..7]), crc32c(&data[7..107])),
+            crc32c(&data[..107])
+        );
         // And a wrong length gives a wrong answer (the test can fail).
         assert_ne!(
             crc32c_combine(blocks[0], blocks[1], 4095),

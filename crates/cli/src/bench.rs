@@ -213,7 +213,7 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         format_size(a.chunk)
     );
     println!(
-        "{:<11} {:<8} {:<14} {:>3} {:>9} {:>10} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}",
+        "{:<11} {:<8} {:<14} {:>3} {:>9} {:>10} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}",
         "scheme",
         "mode",
         "workload",
@@ -225,11 +225,12 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         "MB/s",
         "engine s",
         "floor s",
-        "eff"
+        "eff",
+        "eff ser."
     );
     for r in &rows {
         println!(
-            "{:<11} {:<8} {:<14} {:>3} {:>9.2} {:>10.0} {:>9.2} {:>10.0} {:>9.1} {:>8.3} {:>8.3} {:>5.2}x",
+            "{:<11} {:<8} {:<14} {:>3} {:>9.2} {:>10.0} {:>9.2} {:>10.0} {:>9.1} {:>8.3} {:>8.3} {:>5.2}x {:>8}",
             r.scheme,
             if r.direct { "direct" } else { "buffered" },
             r.workload,
@@ -241,7 +242,10 @@ fn io(a: IoArgs) -> Result<ExitCode> {
             r.mb_per_s,
             r.engine_seconds,
             r.floor_seconds,
-            r.efficiency
+            r.efficiency,
+            r.serial_efficiency
+                .map(|e| format!("{e:.2}x"))
+                .unwrap_or_else(|| "-".into())
         );
     }
     Ok(ExitCode::from(crate::exit::OK))

@@ -193,19 +193,20 @@ pub fn diagnose(
                 .and_then(|a| a.check_blocks(chunk, blocks.0..blocks.1).map(|()| a))
             {
                 Err(e) => d.add(p, checksum_finding(&e), false),
-                Ok(a) => match a.chunk_crc() {
-                    Some(crc) => {
-                        d.data_crc[p] = Some(crc);
-                        check_identity(&mut d, p, a, scheme, k, &expected);
+                // Only a pure data appendix has no table, and pure never reads part of a
+                // chunk: a table-less appendix read in part is malformed here.
+                Ok(a) if a.block_bytes == 0 => d.add(
+                    p,
+                    checksum_finding(&AppendixError::Malformed("no block table")),
+                    false,
+                ),
+                Ok(a) => {
+                    // Checksum mirroring compares the chunk's CRC, known from the table.
+                    if mirror == MirrorKind::Checksum {
+                        d.data_crc[p] = a.chunk_crc();
                     }
-                    // Only a pure data appendix has no table, and pure never reads part of a
-                    // chunk: a table-less appendix read in part is malformed here.
-                    None => d.add(
-                        p,
-                        checksum_finding(&AppendixError::Malformed("no block table")),
-                        false,
-                    ),
-                },
+                    check_identity(&mut d, p, a, scheme, k, &expected);
+                }
             },
         }
     }
