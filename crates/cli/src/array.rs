@@ -57,6 +57,11 @@ pub struct CreateArgs {
     /// Overwrite members that already hold a stripeguard array.
     #[arg(long)]
     force: bool,
+    /// Erasure code: xor (RAID-5), raid6 (Linux md P+Q), rs (Reed-Solomon, any parity count),
+    /// or the XOR-only RAID-6 codes rdp and tier (a chunk holds p-1 rows: the chunk size must be
+    /// a multiple of them). Default: xor for one parity, raid6 for two, rs for more.
+    #[arg(long)]
+    code: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -290,6 +295,13 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
     } else {
         parse_scheme(&a.scheme).map_err(anyhow::Error::msg)?
     };
+    let code =
+        match a.code.as_deref() {
+            None => None,
+            Some(name) => Some(stripeguard_integrity::CodeId::from_name(name).with_context(
+                || format!("unknown code `{name}` (choose xor, raid6, rs, rdp or tier)"),
+            )?),
+        };
     let req = CreateOnPaths {
         paths: a.members.clone(),
         size_bytes: a.size,
@@ -299,6 +311,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
         sector_bytes: a.sector,
         cross_check: a.cross_check,
         force: a.force,
+        code,
     };
     let bar = count_bar("initialising stripes");
     let result = req.run(&mut updater(&bar));

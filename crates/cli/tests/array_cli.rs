@@ -34,19 +34,20 @@ fn random_file(path: &Path, len: usize, seed: u8) -> Vec<u8> {
 /// Kroth & Yang's experiment: overwrite the first 750 chunks of one member's data area with
 /// random bytes (`dd` from /dev/urandom), read the whole file back. Returns (identical, stderr).
 fn kroth_yang(n: usize, level: &str, scheme: &str) -> (bool, u64, String) {
+    kroth_yang_code(n, level, scheme, None)
+}
+
+fn kroth_yang_code(n: usize, level: &str, scheme: &str, code: Option<&str>) -> (bool, u64, String) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ms = members(n);
-    ok(&sg(
-        &with(
-            &["create"],
-            &ms,
-            &[
-                "--size", "5M", "--level", level, "--scheme", scheme, "--chunk", "4K",
-            ],
-        ),
-        d,
-    ));
+    let mut opts = vec![
+        "--size", "5M", "--level", level, "--scheme", scheme, "--chunk", "4K",
+    ];
+    if let Some(c) = code {
+        opts.extend(["--code", c]);
+    }
+    ok(&sg(&with(&["create"], &ms, &opts), d));
     let unit = if scheme == "none" { 4096 } else { 4608 };
     let cap_line = ok(&sg(&with(&["status"], &ms, &["--json"]), d));
     let status: serde_json::Value = serde_json::from_str(&cap_line).unwrap();
@@ -84,6 +85,56 @@ fn kroth_yang(n: usize, level: &str, scheme: &str) -> (bool, u64, String) {
     let check: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
     let located_by_check = check["counters"]["located"].as_u64().unwrap();
     (back == data, located_by_read + located_by_check, stderr)
+}
+
+#[test]
+fn kroth_yang_on_rdp_and_tier_every_scheme_with_none_failing() {
+    // 4 data + 2: p = 5, a 4 KiB chunk holds its four rows.
+    for code in ["rdp", "tier"] {
+        for scheme in ["pure", "hybrid1", "hybrid2", "hybrid-seq"] {
+            let (same, located, stderr) = kroth_yang_code(6, "6", scheme, Some(code));
+            assert!(same, "{code} {scheme}: file differs\n{stderr}");
+            assert_eq!(
+                located, 750,
+                "{code} {scheme}: every overwritten unit is found"
+            );
+        }
+        let (same, located, _) = kroth_yang_code(6, "6", "none", Some(code));
+        assert_eq!(located, 0);
+        assert!(
+            !same,
+            "negative control: {code} without integrity returns the random bytes"
+        );
+    }
+}
+
+#[test]
+fn create_code_rdp_refuses_a_chunk_that_is_not_whole_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let ms = members(8);
+    let out = sg(
+        &with(&["create"], &ms, &["--size", "4M", "--code", "rdp"]),
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("6 rows") && err.contains("--chunk"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let out = sg(
+        &with(
+            &["create"],
+            &ms,
+            &["--size", "4M", "--code", "tier", "--chunk", "48K"],
+        ),
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = ok(&sg(&with(&["status"], &ms, &["--json"]), dir.path()));
+    assert!(status.contains("\"tier\""), "{status}");
 }
 
 #[test]

@@ -105,6 +105,18 @@ pub trait ErasureCode: Send + Sync {
     /// `k + m` chunks; the contents of those listed in `erased` are ignored.
     fn locate(&self, chunks: &[&[u8]], erased: &[usize]) -> Result<Located, CodeError>;
 
+    /// A chunk's length must be a multiple of this (an array code's rows; 1 for the others).
+    fn chunk_multiple(&self) -> usize {
+        1
+    }
+
+    /// Whether parity byte `b` depends only on byte `b` of each data chunk (xor, raid6, rs), so a
+    /// change to part of a chunk updates the same part of the parity. False for the array codes
+    /// (RDP, Tier-code), whose diagonal parity mixes rows.
+    fn parity_is_byte_local(&self) -> bool {
+        true
+    }
+
     /// Locate, then rebuild the bad and erased chunks in place. Returns what was found.
     fn repair(&self, chunks: &mut [&mut [u8]], erased: &[usize]) -> Result<Located, CodeError> {
         let found = {

@@ -187,6 +187,12 @@ macro_rules! xor_array_code {
         fn locate(&self, chunks: &[&[u8]], erased: &[usize]) -> Result<Located, CodeError> {
             self.inner.locate(chunks, erased)
         }
+        fn chunk_multiple(&self) -> usize {
+            self.inner.rows
+        }
+        fn parity_is_byte_local(&self) -> bool {
+            false
+        }
     };
 }
 pub(crate) use xor_array_code;

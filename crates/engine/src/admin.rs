@@ -39,6 +39,8 @@ pub struct CreateOnPaths {
     pub cross_check: CrossCheck,
     /// Overwrite members that hold an array.
     pub force: bool,
+    /// The erasure code; `None` = the usual one for the parity count (xor, raid6, rs).
+    pub code: Option<CodeId>,
 }
 
 /// The usual parity count for `n` members: RAID-6 from 6 members, else RAID-5.
@@ -84,7 +86,7 @@ impl CreateOnPaths {
         Ok(ArrayConfig {
             data_chunks: n - m,
             parity_chunks: m,
-            code: CodeId::for_parity(m),
+            code: self.code.unwrap_or(CodeId::for_parity(m)),
             scheme: self.scheme,
             chunk_bytes: self.chunk_bytes as u32,
             sector_bytes: self.sector_bytes as u32,

@@ -269,6 +269,7 @@ impl Array {
                 other => other.to_string(),
             })
         })?;
+        check_chunk_rows(cfg)?;
         let array = Array::from_parts(sb, members, true, cfg.first_read_map_bytes)?;
         if !fresh {
             array.zero_metadata_regions()?;
@@ -497,7 +498,8 @@ impl Array {
             None
         };
         let mem_align = members.iter().map(|d| d.mem_align()).max().unwrap_or(1);
-        let gran = Granularity::new(sb.scheme, k, sb.chunk_bytes, sb.sector_bytes());
+        let gran = Granularity::new(sb.scheme, k, sb.chunk_bytes, sb.sector_bytes())
+            .with_local_parity(code.parity_is_byte_local());
         Ok(Array {
             gran,
             failed: members.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -947,6 +949,38 @@ impl Drop for Array {
     fn drop(&mut self) {
         self.forget_ownership();
     }
+}
+
+/// An array code (RDP, Tier-code) cuts a chunk into rows: refuse a chunk size that is not a
+/// whole number of them, suggesting the nearest one that also keeps 4 KiB checksum blocks.
+fn check_chunk_rows(cfg: &ArrayConfig) -> Result<(), EngineError> {
+    let code = stripeguard_codes::by_name(cfg.code.name(), cfg.data_chunks, cfg.parity_chunks)?;
+    let rows = code.chunk_multiple() as u64;
+    let chunk = cfg.chunk_bytes as u64;
+    if chunk.is_multiple_of(rows) {
+        return Ok(());
+    }
+    let step = num_lcm(rows * cfg.sector_bytes as u64, 4096);
+    let near = (chunk.div_ceil(step) * step).clamp(
+        step,
+        stripeguard_integrity::MAX_CHUNK_BYTES as u64 / step * step,
+    );
+    Err(EngineError::Config(format!(
+        "{} with {} data chunks cuts a chunk into {rows} rows, so the chunk size must be a multiple of {rows} bytes; {chunk} is not (try --chunk {}K: a multiple of {rows} sectors and of 4 KiB)",
+        cfg.code.name(),
+        cfg.data_chunks,
+        near / 1024
+    )))
+}
+
+fn num_lcm(a: u64, b: u64) -> u64 {
+    let gcd = |mut x: u64, mut y: u64| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    a / gcd(a, b) * b
 }
 
 /// Unit layout of a member with superblock `sb`.

@@ -264,7 +264,7 @@ impl Array {
             // The old bytes the new chunk needs around the request: those of its written blocks
             // (RMW: the parity delta covers only them), or all of them (the parity is re-encoded
             // from whole chunks).
-            let (flo, fhi) = if mode == Mode::Rmw {
+            let (flo, fhi) = if mode == Mode::Rmw && gran.local_parity {
                 (wlo, whi)
             } else {
                 (0, c)
@@ -336,18 +336,33 @@ impl Array {
                 for j in 0..m {
                     parity.push(have.units[k + j].take().expect("RMW reads parity"));
                 }
-                // The delta is byte-local, so each chunk updates the parity over its own
-                // written blocks (the parity read covers their union).
-                for (i, (u, e, _)) in (first..=last).zip(&new) {
-                    let (lo, hi) = (e.lo as usize, e.hi as usize);
-                    let change = [ChunkUpdate {
-                        index: i,
-                        old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
-                        new: &u[lo..hi],
-                    }];
+                if gran.local_parity {
+                    // The delta is byte-local, so each chunk updates the parity over its own
+                    // written blocks (the parity read covers their union).
+                    for (i, (u, e, _)) in (first..=last).zip(&new) {
+                        let (lo, hi) = (e.lo as usize, e.hi as usize);
+                        let change = [ChunkUpdate {
+                            index: i,
+                            old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
+                            new: &u[lo..hi],
+                        }];
+                        let mut views: Vec<&mut [u8]> =
+                            parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
+                        self.code.update(&change, &mut views)?;
+                    }
+                } else {
+                    // An array code's diagonals mix rows: whole chunks.
+                    let changes: Vec<ChunkUpdate<'_>> = (first..=last)
+                        .zip(&new)
+                        .map(|(i, (u, _, _))| ChunkUpdate {
+                            index: i,
+                            old: &have.units[i].as_ref().expect("RMW reads old data")[..c],
+                            new: &u[..c],
+                        })
+                        .collect();
                     let mut views: Vec<&mut [u8]> =
-                        parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
-                    self.code.update(&change, &mut views)?;
+                        parity.iter_mut().map(|p| &mut p[..c]).collect();
+                    self.code.update(&changes, &mut views)?;
                 }
             }
             _ => {

@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::Scheme;
+use stripeguard_integrity::{CodeId, Scheme};
 
 const K: usize = 6;
 const M: usize = 2;
@@ -39,8 +39,11 @@ fn members(mems: &[Arc<MemDisk>]) -> Vec<DiskRef> {
 
 /// Damage one 4 KiB write of `scheme`'s array; returns the reassembled array, the model
 /// (what the user wrote) and the byte offset of the write.
-fn run(scheme: Scheme, damage: Damage) -> (Array, Case, u64) {
-    let cfg = ArrayConfig::new(K, M, scheme, CHUNK, STRIPES);
+fn run(scheme: Scheme, damage: Damage, code: CodeId) -> (Array, Case, u64) {
+    // RDP and Tier-code cut a chunk into p - 1 = 6 rows: 48 KiB (12 checksum blocks).
+    let chunk_bytes: u32 = if code == CodeId::Raid6 { CHUNK } else { 49152 };
+    let mut cfg = ArrayConfig::new(K, M, scheme, chunk_bytes, STRIPES);
+    cfg.code = code;
     let mems: Vec<Arc<MemDisk>> = (0..K + M)
         .map(|i| Arc::new(MemDisk::new(format!("m{i}"), cfg.member_bytes())))
         .collect();
@@ -53,13 +56,14 @@ fn run(scheme: Scheme, damage: Damage) -> (Array, Case, u64) {
     array.flush().unwrap();
     // Stripe 2, data chunk 3, block 5.
     let (stripe, chunk, block) = (2u64, 3usize, 5u64);
-    let off = stripe * K as u64 * CHUNK as u64 + chunk as u64 * CHUNK as u64 + block * 4096;
+    let off =
+        stripe * K as u64 * chunk_bytes as u64 + chunk as u64 * chunk_bytes as u64 + block * 4096;
     let member = array.geometry().member_of(stripe, chunk);
     let map = array.unit_map();
     let unit_at = map.offset_of(stripe);
     let block_at = unit_at + block * 4096;
-    let appendix_at = unit_at + CHUNK as u64;
-    let appendix_len = (map.unit_bytes - CHUNK as u64) as usize;
+    let appendix_at = unit_at + chunk_bytes as u64;
+    let appendix_len = (map.unit_bytes - chunk_bytes as u64) as usize;
     let disk = mems[member].clone();
     let mut old_block = vec![0u8; 4096];
     disk.read_at(block_at, &mut old_block).unwrap();
@@ -90,7 +94,11 @@ fn run(scheme: Scheme, damage: Damage) -> (Array, Case, u64) {
 }
 
 fn check(scheme: Scheme, damage: Damage) -> Result<(), String> {
-    let (array, case, off) = run(scheme, damage);
+    check_code(scheme, damage, CodeId::Raid6)
+}
+
+fn check_code(scheme: Scheme, damage: Damage, code: CodeId) -> Result<(), String> {
+    let (array, case, off) = run(scheme, damage, code);
     let mut got = vec![0u8; 4096];
     array
         .read(off, &mut got)
@@ -150,5 +158,18 @@ fn none_returns_wrong_bytes_under_the_same_damage() {
             check(Scheme::None, damage).is_err(),
             "none {damage:?}: the negative control must fail"
         );
+    }
+}
+
+#[test]
+fn rdp_and_tier_too() {
+    // 6 data chunks: p = 7, six rows per chunk; 48 KiB chunks would do, 64 KiB do not divide.
+    for code in [CodeId::Rdp, CodeId::Tier] {
+        for scheme in [Scheme::Hybrid1, Scheme::Hybrid2, Scheme::HybridSeq] {
+            for damage in DAMAGES {
+                check_code(scheme, damage, code)
+                    .unwrap_or_else(|e| panic!("{} {scheme} {damage:?}: {e}", code.name()));
+            }
+        }
     }
 }

@@ -195,22 +195,34 @@ pub enum CodeId {
     Raid6,
     /// ISA-L-compatible Cauchy Reed-Solomon.
     Rs,
+    /// Row-Diagonal Parity (XOR only, RAID-6; a chunk holds `p - 1` rows).
+    Rdp,
+    /// Tier-code with the corrected labeling (XOR only, RAID-6).
+    Tier,
 }
 
 impl CodeId {
+    /// Every code, in on-disk id order.
+    pub const ALL: [CodeId; 5] = [
+        CodeId::Xor,
+        CodeId::Raid6,
+        CodeId::Rs,
+        CodeId::Rdp,
+        CodeId::Tier,
+    ];
     /// On-disk id.
     pub fn id(self) -> u8 {
         match self {
             CodeId::Xor => 1,
             CodeId::Raid6 => 2,
             CodeId::Rs => 3,
+            CodeId::Rdp => 4,
+            CodeId::Tier => 5,
         }
     }
     /// From the on-disk id.
     pub fn from_id(id: u8) -> Option<CodeId> {
-        [CodeId::Xor, CodeId::Raid6, CodeId::Rs]
-            .into_iter()
-            .find(|c| c.id() == id)
+        CodeId::ALL.into_iter().find(|c| c.id() == id)
     }
     /// Name as `stripeguard_codes::by_name` takes it.
     pub fn name(self) -> &'static str {
@@ -218,7 +230,13 @@ impl CodeId {
             CodeId::Xor => "xor",
             CodeId::Raid6 => "raid6",
             CodeId::Rs => "rs",
+            CodeId::Rdp => "rdp",
+            CodeId::Tier => "tier",
         }
+    }
+    /// From a name as the command line takes it.
+    pub fn from_name(name: &str) -> Option<CodeId> {
+        CodeId::ALL.into_iter().find(|c| c.name() == name)
     }
     /// The usual code for `m` parity chunks: xor for 1, raid6 for 2, rs otherwise.
     pub fn for_parity(m: usize) -> CodeId {
@@ -388,9 +406,14 @@ impl Superblock {
             return Err(g("member index out of range"));
         }
         match (self.code, self.parity_chunks) {
-            (CodeId::Xor, 1) | (CodeId::Raid6, 2) | (CodeId::Rs, _) => {}
+            (CodeId::Xor, 1)
+            | (CodeId::Raid6 | CodeId::Rdp | CodeId::Tier, 2)
+            | (CodeId::Rs, _) => {}
             (CodeId::Xor, _) => return Err(g("xor needs exactly one parity chunk")),
             (CodeId::Raid6, _) => return Err(g("raid6 needs exactly two parity chunks")),
+            (CodeId::Rdp | CodeId::Tier, _) => {
+                return Err(g("rdp and tier need exactly two parity chunks"))
+            }
         }
         if self.sector_shift != 9 && self.sector_shift != 12 {
             return Err(g("sector size must be 512 or 4096 bytes"));

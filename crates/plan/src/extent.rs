@@ -15,7 +15,8 @@
 //! - a user read, an RMW old-data read and a data write: the written (read) byte range of the
 //!   chunk widened to whole blocks, plus the appendix;
 //! - RMW parity (read and write): `H`, the union of the widened ranges of every touched chunk at
-//!   the same offsets, plus the appendix (the parity delta is byte-local for xor, raid6 and rs);
+//!   the same offsets, plus the appendix (the parity delta is byte-local for xor, raid6 and rs;
+//!   for RDP and Tier-code, whose diagonals mix rows, RMW old data and parity are whole units);
 //! - cross-check, merge check, hybrid1 version (of a wholly written chunk), hybrid2 buddy, pure
 //!   buddy appendix: appendix only;
 //! - everything else (RCW untouched reads, merge reads, RCW and full-stripe parity): whole unit.
@@ -35,6 +36,10 @@ pub struct Granularity {
     pub appendix: u64,
     /// Whether chunk bytes may be moved in part (not pure, more than one block).
     pub partial: bool,
+    /// Whether the code's parity is byte-local (xor, raid6, rs): a read-modify-write then reads
+    /// and writes only the touched blocks of old data and parity. The array codes (RDP,
+    /// Tier-code) mix rows, so their RMW moves whole old data and parity chunks.
+    pub local_parity: bool,
 }
 
 impl Granularity {
@@ -46,7 +51,14 @@ impl Granularity {
             block,
             appendix: appendix_bytes_for(scheme, k, chunk, sector) as u64,
             partial: scheme != Scheme::Pure && block < chunk as u64,
+            local_parity: true,
         }
+    }
+
+    /// The same for a code whose parity is (or is not) byte-local.
+    pub fn with_local_parity(mut self, local: bool) -> Self {
+        self.local_parity = local;
+        self
     }
 
     /// The unit's size, `C + A·S`.
@@ -183,8 +195,9 @@ impl PiecePlan {
             | Purpose::Buddy
             | Purpose::BuddyAppendix => appendix_only,
             Purpose::User => blocks_of(io.pos),
-            Purpose::OldData => blocks_of(io.pos),
-            Purpose::Parity if self.mode == Some(Mode::Rmw) => {
+            Purpose::OldData if g.local_parity => blocks_of(io.pos),
+            Purpose::OldData => Extent::whole(g),
+            Purpose::Parity if self.mode == Some(Mode::Rmw) && g.local_parity => {
                 let (lo, hi) = self.parity_hull(g);
                 Extent {
                     lo,
@@ -277,6 +290,7 @@ pub(crate) fn lane_member_io(
             appendix: gran.appendix > 0,
         }
     };
+    let hull = if gran.local_parity { hull } else { whole };
     let touched = |i: usize| (first..=last).contains(&i);
     let partial = |i: usize| range(i) != (0, c);
     let mut t = MemberIo::default();
@@ -292,6 +306,7 @@ pub(crate) fn lane_member_io(
                 let i = q - m;
                 match mode {
                     Mode::PartialRead | Mode::FullRead => blocks_of(i),
+                    Mode::Rmw if touched(i) && !gran.local_parity => whole,
                     Mode::Rmw if touched(i) => blocks_of(i),
                     Mode::Rmw => app,
                     Mode::FullStripe | Mode::Rcw if touched(i) => {
