@@ -3,6 +3,8 @@
 //! new file's bytes (a killed process loses nothing that reached the page cache; only the piece
 //! in flight may be half-written, and the resync rolls it forward or back — or, when more units
 //! of the stripe were interrupted than the parity decides, settles it, reported by an event).
+//! The negative control forgets each crash by hand (state byte and intent record) and shows the
+//! check then finding inconsistent stripes.
 
 mod common;
 
@@ -36,7 +38,12 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
     std::fs::write(d.join("old"), &old).unwrap();
     ok(&run(with("write", &["-i", "old"])));
     let mut killed = 0;
-    for round in 0..6 {
+    let mut without_resync = 0;
+    // Six rounds, and more (at most 40) until one kill has landed between a piece's data and
+    // parity writes, which the negative control needs (a window of microseconds per piece).
+    let mut round = 0;
+    while round < 6 || (without_resync == 0 && round < 40) {
+        round += 1;
         let mut new = vec![0u8; len];
         rng.fill(&mut new[..]);
         std::fs::write(d.join("new"), &new).unwrap();
@@ -51,6 +58,43 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
         let _ = child.kill();
         let status = child.wait().unwrap();
         killed += (!status.success()) as usize;
+        // Negative control: the same members with the crash forgotten by hand (FORMAT.md §2.1:
+        // superblock state byte 43 set to clean and both copies re-sealed; the intent record
+        // at 16384, 16 KiB for members this small, zeroed) — a check without a resync.
+        for m in ms {
+            let mut b = std::fs::read(d.join(m)).unwrap();
+            for copy in [0usize, 4096] {
+                let sb = &mut b[copy..copy + 4096];
+                sb[43] = 0;
+                let crc = stripeguard_checksum::crc32c(&sb[..4092]);
+                sb[4092..].copy_from_slice(&crc.to_le_bytes());
+            }
+            b[16384..32768].fill(0);
+            std::fs::write(d.join(format!("forgot-{m}")), b).unwrap();
+        }
+        let forgot: Vec<String> = ms.iter().map(|m| format!("forgot-{m}")).collect();
+        let mut args = vec!["status".to_string()];
+        args.extend(forgot.iter().cloned());
+        args.push("--check".into());
+        let fc = run(args);
+        let text = String::from_utf8_lossy(&fc.stdout);
+        if matches!(fc.status.code(), Some(1) | Some(3)) {
+            assert!(
+                text.contains("DAMAGED") || text.contains("UNRECOVERABLE"),
+                "round {round}: {text}"
+            );
+            without_resync += 1;
+        } else {
+            assert_eq!(
+                fc.status.code(),
+                Some(0),
+                "round {round}: {text} {}",
+                String::from_utf8_lossy(&fc.stderr)
+            );
+        }
+        for f in &forgot {
+            std::fs::remove_file(d.join(f)).unwrap();
+        }
         // The array was left open: status says so and its check does not call it damage.
         let st = run(with("status", &["--check"]));
         let text = String::from_utf8_lossy(&st.stdout);
@@ -103,5 +147,12 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
     assert!(
         killed > 0,
         "no write was ever interrupted: the test proves nothing"
+    );
+    eprintln!(
+        "{without_resync} of {round} kills left stripes a check without resync calls damaged"
+    );
+    assert!(
+        without_resync > 0,
+        "negative control: without the intent record and resync, no kill ever left an inconsistent stripe"
     );
 }
