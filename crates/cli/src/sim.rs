@@ -168,6 +168,7 @@ impl WorkloadArgs {
             map_bytes: self.map_memory as u64,
             cross_check: self.cross_check,
             source,
+            codes: None,
         })
     }
 
@@ -231,6 +232,13 @@ pub struct SimArgs {
     /// Print CSV.
     #[arg(long)]
     csv: bool,
+    /// Compare the RAID-6 codes on the workload instead of the schemes: raid6 (md's P+Q),
+    /// rdp and tier, each in its own block (`--code rdp,tier,raid6` or `all`); needs --level 6.
+    #[arg(long)]
+    code: Option<String>,
+    /// With --code: this member (0-based) has failed, so reads of its blocks are rebuilt.
+    #[arg(long, requires = "code")]
+    failed_member: Option<usize>,
 }
 
 pub fn sim(a: SimArgs) -> Result<ExitCode> {
@@ -261,10 +269,81 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
             ExitCode::from(crate::exit::OK)
         });
     }
+    if let Some(codes) = &a.code {
+        let wanted: Vec<&str> = if codes == "all" {
+            vec!["raid6", "rdp", "tier"]
+        } else {
+            codes.split(',').map(str::trim).collect()
+        };
+        if let Some(bad) = wanted
+            .iter()
+            .find(|c| !["raid6", "rdp", "tier"].contains(c))
+        {
+            bail!("--code {bad}: the codes compared are raid6, rdp and tier");
+        }
+        let mut run = a.w.to_run(&[Scheme::None], false)?;
+        run.codes = Some(a.failed_member);
+        let (report, info) = simulate(&run)?;
+        print_codes(&report, &info, &wanted, a.failed_member, a.json);
+        return Ok(ExitCode::from(crate::exit::OK));
+    }
     let schemes = parse_schemes(&a.schemes)?;
     let (report, info) = a.w.simulate(&schemes)?;
     print_report(&report, &info, a.json, a.csv);
     Ok(ExitCode::from(crate::exit::OK))
+}
+
+fn print_codes(
+    report: &SimReport,
+    info: &RunInfo,
+    wanted: &[&str],
+    failed: Option<usize>,
+    json_out: bool,
+) {
+    let rows: Vec<&stripeguard_sim::CodeCounts> = report
+        .codes
+        .iter()
+        .filter(|c| wanted.contains(&c.code))
+        .collect();
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"workload": info.label, "k": report.k, "m": report.m,
+                "chunk_bytes": report.chunk_bytes, "requests": report.requests,
+                "failed_member": failed, "codes": rows})
+            )
+            .expect("json")
+        );
+        return;
+    }
+    println!("{}", info.label);
+    println!(
+        "array: RAID-6, {} data + 2 parity, chunk {}; {} requests; {}; blocks of each code's layout (raid6, tier: a chunk; rdp: a cell, chunk / (p - 1)); writes counted healthy",
+        report.k,
+        format_size(report.chunk_bytes as usize),
+        report.requests,
+        match failed {
+            Some(f) => format!("member {f} failed"),
+            None => "no member failed".into(),
+        }
+    );
+    println!(
+        "{:<7} {:>11} {:>12} {:>12} {:>13} {:>14} {:>12}",
+        "code", "block", "reads", "writes", "parity writes", "degraded reads", "MiB moved"
+    );
+    for c in rows {
+        println!(
+            "{:<7} {:>11} {:>12} {:>12} {:>13} {:>14} {:>12.1}",
+            c.code,
+            format!("{:.0} B", c.block_bytes),
+            c.reads,
+            c.writes,
+            c.parity_writes,
+            c.degraded_extra_reads,
+            c.bytes() / (1 << 20) as f64
+        );
+    }
 }
 
 fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {

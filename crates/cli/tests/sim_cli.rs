@@ -200,3 +200,57 @@ fn figures_are_written_as_png_and_svg() {
     let out = sg(&["sim", "--figure", "tau", "--out", "x.gif"], d);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn sim_code_compares_the_raid6_codes_with_a_failed_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = [
+        "sim",
+        "--profile",
+        "TPC-C",
+        "--requests",
+        "3000",
+        "--level",
+        "6",
+        "--disks",
+        "8",
+        "--chunk",
+        "48K",
+        "--code",
+        "all",
+        "--json",
+    ];
+    let healthy: serde_json::Value = serde_json::from_str(&ok(&sg(&base, dir.path()))).unwrap();
+    let mut args = base.to_vec();
+    args.extend(["--failed-member", "3"]);
+    let degraded: serde_json::Value = serde_json::from_str(&ok(&sg(&args, dir.path()))).unwrap();
+    let codes = |v: &serde_json::Value| -> Vec<String> {
+        v["codes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["code"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(codes(&healthy), ["raid6", "rdp", "tier"]);
+    for (h, d) in healthy["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(degraded["codes"].as_array().unwrap())
+    {
+        assert_eq!(h["degraded_extra_reads"], 0);
+        assert!(d["degraded_extra_reads"].as_u64().unwrap() > 0, "{d}");
+        assert_eq!(h["writes"], d["writes"], "writes are counted healthy");
+        assert!(h["parity_writes"].as_u64().unwrap() > 0);
+    }
+    // RDP's block is a cell: 48K / (p - 1 = 6).
+    assert_eq!(healthy["codes"][1]["block_bytes"], 8192.0);
+    // Bad input: one line, exit 2.
+    let out = sg(
+        &["sim", "--profile", "TPC-C", "--level", "5", "--code", "rdp"],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two parity"));
+}

@@ -325,10 +325,11 @@ fn members_of(s: &Stripe) -> usize {
     s.member.iter().max().map_or(0, |m| m + 1)
 }
 
-fn raid6_metrics(code: &Raid6, members: usize) -> CodeMetrics {
+/// raid6's one-stripe layout: a block is a chunk.
+fn raid6_stripe(code: &Raid6) -> Stripe {
     let sys = &code.inner;
     let k = sys.k;
-    let s = Stripe {
+    Stripe {
         nd: k,
         np: 2,
         member: (0..k + 2).collect(),
@@ -338,7 +339,44 @@ fn raid6_metrics(code: &Raid6, members: usize) -> CodeMetrics {
         support: (0..2)
             .map(|r| (0..k).filter(|&j| sys.parity[(r, j)] != 0).collect())
             .collect(),
-    };
+    }
+}
+
+/// MDS per block: any `k` surviving blocks of the stripe rebuild a lost one.
+fn raid6_needs(k: usize, f: &[usize]) -> Vec<Option<Bits>> {
+    let mut survivors = Bits::new(k + 2);
+    (0..k + 2)
+        .filter(|i| !f.contains(i))
+        .for_each(|i| survivors.set(i));
+    (0..k)
+        .map(|j| f.contains(&j).then(|| survivors.clone()))
+        .collect()
+}
+
+/// Eq. 8's range table for an MDS code: a range with a lost requested block reads `k`
+/// surviving blocks, the requested ones first.
+fn mds_table(k: usize, lost: &[Option<Bits>]) -> RangeTable {
+    (0..k)
+        .map(|a| {
+            (a + 1..=k)
+                .map(|b| {
+                    let any_lost = (a..b).any(|j| lost[j].is_some());
+                    let requested_alive = (a..b).filter(|j| lost[*j].is_none()).count();
+                    if any_lost {
+                        k - requested_alive
+                    } else {
+                        0
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn raid6_metrics(code: &Raid6, members: usize) -> CodeMetrics {
+    let sys = &code.inner;
+    let k = sys.k;
+    let s = raid6_stripe(code);
     let (encode_xors, encode_mults) = matrix_cost(&sys.parity);
     let mut decode = Vec::new();
     for pair in failure_sets(k + 2, true) {
@@ -351,16 +389,7 @@ fn raid6_metrics(code: &Raid6, members: usize) -> CodeMetrics {
         decode.push(matrix_cost(&sys.generator.select_rows(&pair).mul(&inverse)));
     }
     let max = members * (members - 2);
-    // MDS per block: any k surviving blocks of the stripe rebuild a lost one.
-    let mds = |f: &[usize]| -> Vec<Option<Bits>> {
-        let mut survivors = Bits::new(k + 2);
-        (0..k + 2)
-            .filter(|i| !f.contains(i))
-            .for_each(|i| survivors.set(i));
-        (0..k)
-            .map(|j| f.contains(&j).then(|| survivors.clone()))
-            .collect()
-    };
+    let mds = |f: &[usize]| raid6_needs(k, f);
     let (w, r) = write_tables(&s);
     let mut m = CodeMetrics {
         code: "raid6",
@@ -399,22 +428,7 @@ fn mds_degraded(
     let sets = failure_sets(k + 2, two);
     let mut sum = 0.0;
     for f in &sets {
-        let lost = needs_of(f);
-        let table: RangeTable = (0..k)
-            .map(|a| {
-                (a + 1..=k)
-                    .map(|b| {
-                        let any_lost = (a..b).any(|j| lost[j].is_some());
-                        let requested_alive = (a..b).filter(|j| lost[*j].is_none()).count();
-                        if any_lost {
-                            k - requested_alive
-                        } else {
-                            0
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        let table = mds_table(k, &needs_of(f));
         sum += average_over_requests(k, max, &table);
     }
     sum / sets.len() as f64
@@ -447,6 +461,126 @@ fn matrix_cost(m: &Matrix) -> (usize, usize) {
     (xors, mults)
 }
 
+/// An array code's one-stripe layout, with the equations each cell is in (for the chains).
+struct ArrayLayout<'a> {
+    a: &'a XorArray,
+    blocks: Blocks,
+    stripe: Stripe,
+    eqs_of: HashMap<Cell, Vec<usize>>,
+}
+
+impl<'a> ArrayLayout<'a> {
+    fn new(a: &'a XorArray, blocks: Blocks) -> Self {
+        let (k, rows) = (a.k, a.rows);
+        let nd = match blocks {
+            Blocks::Cells => rows * k,
+            Blocks::Columns => k,
+        };
+        let np = match blocks {
+            Blocks::Cells => 2 * rows,
+            Blocks::Columns => 2,
+        };
+        let mut me = ArrayLayout {
+            a,
+            blocks,
+            stripe: Stripe {
+                nd,
+                np,
+                member: Vec::new(),
+                touched: Vec::new(),
+                support: Vec::new(),
+            },
+            eqs_of: HashMap::new(),
+        };
+        let member: Vec<usize> = (0..nd + np)
+            .map(|b| match blocks {
+                Blocks::Cells if b < nd => b % k,
+                Blocks::Cells => k + (b - nd) / rows,
+                Blocks::Columns => b,
+            })
+            .collect();
+        let mut touched = Vec::with_capacity(nd);
+        for b in 0..nd {
+            let mut t: Vec<usize> = me
+                .cells_of(b)
+                .iter()
+                .flat_map(|c| &a.touched[c.chunk as usize][c.row as usize])
+                .map(|&q| me.block_of(q) - nd)
+                .collect();
+            t.sort_unstable();
+            t.dedup();
+            touched.push(t);
+        }
+        let mut support = vec![Vec::new(); np];
+        for (e, exp) in a.expansion.iter().enumerate() {
+            let q = me.block_of(a.equations[e].defines) - nd;
+            support[q].extend(exp.iter().map(|&c| me.block_of(c)));
+        }
+        for s in &mut support {
+            s.sort_unstable();
+            s.dedup();
+        }
+        for (e, eq) in a.equations.iter().enumerate() {
+            for c in &eq.cells {
+                me.eqs_of.entry(*c).or_default().push(e);
+            }
+        }
+        me.stripe.member = member;
+        me.stripe.touched = touched;
+        me.stripe.support = support;
+        me
+    }
+
+    fn block_of(&self, c: Cell) -> usize {
+        let (k, rows, nd) = (self.a.k, self.a.rows, self.stripe.nd);
+        let (chunk, row) = (c.chunk as usize, c.row as usize);
+        match (self.blocks, chunk < k) {
+            (Blocks::Cells, true) => row * k + chunk,
+            (Blocks::Cells, false) => nd + (chunk - k) * rows + row,
+            (Blocks::Columns, true) => chunk,
+            (Blocks::Columns, false) => nd + chunk - k,
+        }
+    }
+
+    fn cells_of(&self, b: usize) -> Vec<Cell> {
+        let (k, rows) = (self.a.k, self.a.rows);
+        match self.blocks {
+            Blocks::Cells => vec![Cell::new(b % k, b / k)],
+            Blocks::Columns => (0..rows).map(|r| Cell::new(b, r)).collect(),
+        }
+    }
+
+    /// With members `f` lost: for each data block, the blocks read to rebuild it (`None` when
+    /// it survives). Each lost cell goes along the cheaper of its chains.
+    fn needs(&self, f: &[usize]) -> Vec<Option<Bits>> {
+        let (nd, np) = (self.stripe.nd, self.stripe.np);
+        let lost = |c: &Cell| f.contains(&(c.chunk as usize));
+        (0..nd)
+            .map(|b| {
+                let cells = self.cells_of(b);
+                if !cells.iter().any(lost) {
+                    return None;
+                }
+                let mut need = Bits::new(nd + np);
+                for x in cells {
+                    let best = self.eqs_of[&x]
+                        .iter()
+                        .filter_map(|&e| chain(self.a, &self.eqs_of, &lost, x, e))
+                        .map(|reads| {
+                            let mut bits = Bits::new(nd + np);
+                            reads.iter().for_each(|&c| bits.set(self.block_of(c)));
+                            bits
+                        })
+                        .min_by_key(Bits::count)
+                        .expect("every lost cell of a two-failure pattern has a chain");
+                    need.or(&best);
+                }
+                Some(need)
+            })
+            .collect()
+    }
+}
+
 fn array_metrics(
     code: &'static str,
     a: &XorArray,
@@ -455,63 +589,9 @@ fn array_metrics(
     blocks: Blocks,
 ) -> CodeMetrics {
     let (k, rows) = (a.k, a.rows);
-    let nd = match blocks {
-        Blocks::Cells => rows * k,
-        Blocks::Columns => k,
-    };
-    let np = match blocks {
-        Blocks::Cells => 2 * rows,
-        Blocks::Columns => 2,
-    };
-    let block_of = |c: Cell| -> usize {
-        let (chunk, row) = (c.chunk as usize, c.row as usize);
-        match (blocks, chunk < k) {
-            (Blocks::Cells, true) => row * k + chunk,
-            (Blocks::Cells, false) => nd + (chunk - k) * rows + row,
-            (Blocks::Columns, true) => chunk,
-            (Blocks::Columns, false) => nd + chunk - k,
-        }
-    };
-    let cells_of = |b: usize| -> Vec<Cell> {
-        match blocks {
-            Blocks::Cells => vec![Cell::new(b % k, b / k)],
-            Blocks::Columns => (0..rows).map(|r| Cell::new(b, r)).collect(),
-        }
-    };
-    let member: Vec<usize> = (0..nd + np)
-        .map(|b| match blocks {
-            Blocks::Cells if b < nd => b % k,
-            Blocks::Cells => k + (b - nd) / rows,
-            Blocks::Columns => b,
-        })
-        .collect();
-    let mut touched = Vec::with_capacity(nd);
-    for b in 0..nd {
-        let mut t: Vec<usize> = cells_of(b)
-            .iter()
-            .flat_map(|c| &a.touched[c.chunk as usize][c.row as usize])
-            .map(|&q| block_of(q) - nd)
-            .collect();
-        t.sort_unstable();
-        t.dedup();
-        touched.push(t);
-    }
-    let mut support = vec![Vec::new(); np];
-    for (e, exp) in a.expansion.iter().enumerate() {
-        let q = block_of(a.equations[e].defines) - nd;
-        support[q].extend(exp.iter().map(|&c| block_of(c)));
-    }
-    for s in &mut support {
-        s.sort_unstable();
-        s.dedup();
-    }
-    let s = Stripe {
-        nd,
-        np,
-        member,
-        touched,
-        support,
-    };
+    let layout = ArrayLayout::new(a, blocks);
+    let s = &layout.stripe;
+    let (nd, np) = (s.nd, s.np);
     let n = k + 2;
     let per_chunk = |cell_xors: usize| cell_xors as f64 / rows as f64;
     let decode: Vec<f64> = failure_sets(n, true)
@@ -524,41 +604,9 @@ fn array_metrics(
             )
         })
         .collect();
-    // Which equations hold each cell, for the chains.
-    let mut eqs_of: HashMap<Cell, Vec<usize>> = HashMap::new();
-    for (e, eq) in a.equations.iter().enumerate() {
-        for c in &eq.cells {
-            eqs_of.entry(*c).or_default().push(e);
-        }
-    }
-    let needs_of = |f: &[usize]| -> Vec<Option<Bits>> {
-        let lost = |c: &Cell| f.contains(&(c.chunk as usize));
-        (0..nd)
-            .map(|b| {
-                let cells = cells_of(b);
-                if !cells.iter().any(&lost) {
-                    return None;
-                }
-                let mut need = Bits::new(nd + np);
-                for x in cells {
-                    let best = eqs_of[&x]
-                        .iter()
-                        .filter_map(|&e| chain(a, &eqs_of, &lost, x, e))
-                        .map(|reads| {
-                            let mut bits = Bits::new(nd + np);
-                            reads.iter().for_each(|&c| bits.set(block_of(c)));
-                            bits
-                        })
-                        .min_by_key(Bits::count)
-                        .expect("every lost cell of a two-failure pattern has a chain");
-                    need.or(&best);
-                }
-                Some(need)
-            })
-            .collect()
-    };
+    let needs_of = |f: &[usize]| layout.needs(f);
     let max = members * (members - 2);
-    let (w, r) = write_tables(&s);
+    let (w, r) = write_tables(s);
     let mut m = CodeMetrics {
         code,
         members,
@@ -579,11 +627,11 @@ fn array_metrics(
         write_parity_avg: average_over_requests(nd, max, &w),
         write_reads_avg: average_over_requests(nd, max, &r),
         multi_block_access: 0.0,
-        degraded_read_1: degraded_average(&s, max, false, &needs_of),
-        degraded_read_2: degraded_average(&s, max, true, &needs_of),
+        degraded_read_1: degraded_average(s, max, false, &needs_of),
+        degraded_read_2: degraded_average(s, max, true, &needs_of),
         request_blocks_max: max,
     };
-    fill_update(&mut m, &s);
+    fill_update(&mut m, s);
     m
 }
 
@@ -621,4 +669,119 @@ fn chain(
         cur = y;
     }
     None
+}
+/// A code's per-request costs on one stripe of its layout, for replaying a workload (the
+/// simulator's `--code`): what [`compare`] averages, kept per request range.
+#[derive(Clone, Debug)]
+pub struct CodeCost {
+    /// `raid6`, `rdp` or `tier`.
+    pub code: &'static str,
+    /// Blocks per chunk: 1 (raid6, tier: a block is a chunk) or `p - 1` (rdp: a block is a cell).
+    pub blocks_per_chunk: usize,
+    /// Data blocks per stripe.
+    pub data_blocks: usize,
+    /// `[a][b - a - 1]`: parity blocks a write of data blocks `[a, b)` updates.
+    pub parity_writes: Vec<Vec<usize>>,
+    /// `[a][b - a - 1]`: blocks read to update them (the cheaper of RMW and RCW).
+    pub write_reads: Vec<Vec<usize>>,
+    /// Per failed member of the stripe (`0..k` data, then P, Q), `[a][b - a - 1]`: the extra
+    /// blocks a read of data blocks `[a, b)` needs to rebuild the lost ones it asks for.
+    pub degraded_reads: Vec<Vec<Vec<usize>>>,
+}
+
+impl CodeCost {
+    /// (reads, writes) in blocks of a write of data blocks `[a, b)` of one stripe.
+    pub fn write(&self, a: usize, b: usize) -> (usize, usize) {
+        (
+            self.write_reads[a][b - a - 1],
+            (b - a) + self.parity_writes[a][b - a - 1],
+        )
+    }
+
+    /// Blocks read by a read of data blocks `[a, b)` of one stripe whose member `failed` (its
+    /// position in the stripe) is lost.
+    pub fn read(&self, a: usize, b: usize, failed: Option<usize>) -> usize {
+        let lost_requested = failed.map_or(0, |f| self.lost_blocks_in(f, a, b));
+        (b - a) - lost_requested + failed.map_or(0, |f| self.degraded_reads[f][a][b - a - 1])
+    }
+
+    fn lost_blocks_in(&self, failed: usize, a: usize, b: usize) -> usize {
+        let k = self.data_blocks / self.blocks_per_chunk;
+        if failed >= k {
+            return 0;
+        }
+        (a..b)
+            .filter(|&x| self.member_of_data_block(x) == failed)
+            .count()
+    }
+
+    /// The stripe position (data chunk) holding data block `x`.
+    pub fn member_of_data_block(&self, x: usize) -> usize {
+        let k = self.data_blocks / self.blocks_per_chunk;
+        if self.blocks_per_chunk == 1 {
+            x
+        } else {
+            x % k
+        }
+    }
+}
+
+/// The per-request cost models of raid6, rdp and tier for `members` members.
+pub fn code_costs(members: usize) -> Result<Vec<CodeCost>, CodeError> {
+    if !(4..=crate::rdp::MAX_DATA + 2).contains(&members) {
+        return Err(CodeError::Geometry {
+            k: members.saturating_sub(2),
+            m: 2,
+            reason: "code costs need 4 <= members <= 255",
+        });
+    }
+    let k = members - 2;
+    let scalar = Kernel::new(KernelKind::Scalar).expect("the scalar kernel always runs");
+    let raid6 = Raid6::with_kernel(k, scalar)?;
+    let rdp = Rdp::with_kernel(k, scalar)?;
+    let tier = TierCode::with_kernel(k, scalar)?;
+    let mut out = Vec::new();
+    {
+        let s = raid6_stripe(&raid6);
+        let (w, r) = write_tables(&s);
+        let degraded = (0..k + 2)
+            .map(|f| mds_table(k, &raid6_needs(k, &[f])))
+            .collect();
+        out.push(CodeCost {
+            code: "raid6",
+            blocks_per_chunk: 1,
+            data_blocks: k,
+            parity_writes: w,
+            write_reads: r,
+            degraded_reads: degraded,
+        });
+    }
+    for (name, a, blocks) in [
+        ("rdp", &rdp.inner, Blocks::Cells),
+        ("tier", &tier.inner, Blocks::Columns),
+    ] {
+        let layout = ArrayLayout::new(a, blocks);
+        let (w, r) = write_tables(&layout.stripe);
+        let degraded = (0..k + 2)
+            .map(|f| {
+                degraded_table(
+                    layout.stripe.nd,
+                    layout.stripe.nd + layout.stripe.np,
+                    &layout.needs(&[f]),
+                )
+            })
+            .collect();
+        out.push(CodeCost {
+            code: name,
+            blocks_per_chunk: match blocks {
+                Blocks::Cells => a.rows,
+                Blocks::Columns => 1,
+            },
+            data_blocks: layout.stripe.nd,
+            parity_writes: w,
+            write_reads: r,
+            degraded_reads: degraded,
+        });
+    }
+    Ok(out)
 }

@@ -10,12 +10,14 @@
 
 pub mod analysis;
 pub mod choose;
+pub mod codes;
 pub mod replay;
 pub mod run;
 pub mod synth;
 pub mod trace;
 
 pub use choose::{choose_by_rule, switch_point, RuleChoice};
+pub use codes::{CodeCounts, CodeSim};
 pub use replay::{Fit, SchemeCounts, SimReport, Simulator};
 pub use run::{run, ArrayShape, FitMode, Run, RunError, RunInfo, Source};
 pub use synth::{Profile, SynthConfig, Synthetic, PROFILES};

@@ -103,6 +103,8 @@ pub struct SimReport {
     pub requests: u64,
     /// Per scheme, in the order asked.
     pub schemes: Vec<SchemeCounts>,
+    /// Per RAID-6 code, when asked to compare them (`sim --code`).
+    pub codes: Vec<crate::CodeCounts>,
 }
 
 impl SimReport {
@@ -194,6 +196,7 @@ pub struct Simulator {
     fast: Option<LanePlanner>,
     requests: u64,
     user: UserCounts,
+    codes: Option<crate::CodeSim>,
 }
 
 impl Simulator {
@@ -232,7 +235,15 @@ impl Simulator {
                 })
                 .collect(),
             requests: 0,
+            codes: None,
         }
+    }
+
+    /// Also count the RAID-6 codes (raid6, rdp, tier) in their own blocks, with physical
+    /// member `failed` lost (see [`crate::codes`]).
+    pub fn with_codes(mut self, failed: Option<usize>) -> Result<Self, String> {
+        self.codes = Some(crate::CodeSim::new(self.geometry, failed)?);
+        Ok(self)
     }
 
     /// Count first-reads cross-checked against every parity (`create --cross-check all`).
@@ -264,6 +275,9 @@ impl Simulator {
         }
         if r.len == 0 {
             return; // a user request that moves no bytes plans no I/O
+        }
+        if let Some(c) = &mut self.codes {
+            c.replay(r);
         }
         match (&mut self.fast, &mut self.map) {
             (Some(fast), SharedMap::Flat(bits)) => fast.count(bits, r.op, r.offset, r.len),
@@ -369,6 +383,7 @@ impl Simulator {
                     io: self.fast.as_ref().map_or(lane.counts, |f| f.tallies()[l]),
                 })
                 .collect(),
+            codes: self.codes.as_ref().map(|c| c.report()).unwrap_or_default(),
         }
     }
 }

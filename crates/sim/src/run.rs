@@ -106,6 +106,9 @@ pub struct Run {
     pub cross_check: CrossCheck,
     /// The workload.
     pub source: Source,
+    /// Also compare the RAID-6 codes (raid6, rdp, tier) in their own blocks
+    /// ([`crate::codes`]); `Some(Some(f))` with physical member `f` failed.
+    pub codes: Option<Option<usize>>,
 }
 
 /// What the replay did to the workload.
@@ -211,6 +214,9 @@ pub fn run(
     let g = run.shape.geometry()?;
     let cap = g.capacity_bytes();
     let mut sim = Simulator::new(g, &run.schemes, run.map_bytes).with_cross_check(run.cross_check);
+    if let Some(failed) = run.codes {
+        sim = sim.with_codes(failed).map_err(RunError::Shape)?;
+    }
     let mut info = RunInfo::default();
     match &run.source {
         Source::Trace {
@@ -337,6 +343,7 @@ mod tests {
             schemes: vec![Scheme::None],
             map_bytes: 1 << 20,
             cross_check: CrossCheck::default(),
+            codes: None,
             source: Source::Trace {
                 path,
                 format,
