@@ -40,6 +40,8 @@ pub struct IoBenchOptions {
     pub data_chunks: usize,
     pub parity_chunks: usize,
     pub chunk_bytes: u32,
+    /// 512 or 4096.
+    pub sector_bytes: u32,
     /// Bytes per member file's data area.
     pub member_data_bytes: u64,
     /// Bytes each sequential workload moves.
@@ -169,7 +171,10 @@ fn one_array(
     let (k, m) = (opts.data_chunks, opts.parity_chunks);
     let n = k + m;
     let chunk = opts.chunk_bytes as u64;
-    let unit = chunk + if scheme.has_appendix() { 512 } else { 0 };
+    let apx =
+        stripeguard_integrity::appendix_bytes_for(scheme, k, opts.chunk_bytes, opts.sector_bytes)
+            as u64;
+    let unit = chunk + apx;
     let stripes = (opts.member_data_bytes / unit).max(1);
     let size = MetadataLayout::member_bytes_for(stripes, unit);
     let data_offset = MetadataLayout::for_member(size).data_offset();
@@ -201,6 +206,7 @@ fn one_array(
     }
     let cfg = ArrayConfig {
         first_read_map_bytes: 16 << 20,
+        sector_bytes: opts.sector_bytes,
         ..ArrayConfig::new(k, m, scheme, opts.chunk_bytes, stripes)
     };
     let array = Array::create(members, &cfg, true, &mut |_, _| {}).map_err(|e| e.to_string())?;
@@ -235,7 +241,7 @@ fn one_array(
             None
         };
         let member_bytes: u64 = ios.iter().map(|io| io.len as u64).sum();
-        let (ideal_ios, ideal_bytes) = ideal(scheme, k, m, chunk, req, write, random);
+        let (ideal_ios, ideal_bytes) = ideal(scheme, (k, m, apx), chunk, req, write, random);
         rows.push(IoRow {
             scheme: scheme.name(),
             direct,
@@ -330,14 +336,17 @@ fn drive(
 /// the touched data and every parity (read-modify-write).
 fn ideal(
     scheme: Scheme,
-    k: usize,
-    m: usize,
+    (k, m, appendix): (usize, usize, u64),
     chunk: u64,
     req: usize,
     write: bool,
     random: bool,
 ) -> (f64, f64) {
-    let apx = if scheme.has_appendix() { 512.0 } else { 0.0 };
+    let apx = if scheme.has_appendix() {
+        appendix as f64
+    } else {
+        0.0
+    };
     let req = req as f64;
     let chunks_touched = (req / chunk as f64).ceil().max(1.0);
     if !write {

@@ -149,6 +149,10 @@ pub struct IoArgs {
     /// Data area of each member file.
     #[arg(long, value_parser = parse_size, default_value = "96M")]
     member_size: usize,
+    /// Sector size of the arrays (512 or 4096: the appendix is whole sectors, so 4096 keeps
+    /// every unit and checksum block 4 KiB-aligned on the device).
+    #[arg(long, value_parser = parse_size, default_value = "512")]
+    sector: usize,
     /// Bytes each sequential workload moves.
     #[arg(long, value_parser = parse_size, default_value = "512M")]
     sequential: usize,
@@ -185,6 +189,7 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         data_chunks: a.shape.0,
         parity_chunks: a.shape.1,
         chunk_bytes: u32::try_from(a.chunk)?,
+        sector_bytes: u32::try_from(a.sector)?,
         member_data_bytes: a.member_size as u64,
         sequential_bytes: a.sequential as u64,
         random_requests: a.requests.max(32),

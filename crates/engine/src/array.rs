@@ -178,6 +178,11 @@ pub struct Array {
     /// a fixed pool of one thread per member, made once (a thread spawned per unit cost more
     /// than a 4 KiB direct I/O).
     pub(crate) io_pool: Option<rayon::ThreadPool>,
+    /// User requests in progress. The pool overlaps one request's member I/O; with several
+    /// callers at once (a queue depth above 1) they already overlap, and the pool's hand-offs
+    /// and idle spinning cost more than they save (measured: docs/PERFORMANCE.md), so each
+    /// caller then issues its I/O itself.
+    pub(crate) callers: std::sync::atomic::AtomicUsize,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
     /// device although the member still counts as out for reads: a stripe already rebuilt stays
     /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
@@ -533,6 +538,7 @@ impl Array {
             pool: Mutex::new(Vec::new()),
             mem_align,
             io_pool,
+            callers: std::sync::atomic::AtomicUsize::new(0),
             rebuilding: Mutex::new(None),
             cancel: std::sync::atomic::AtomicBool::new(false),
             sb,

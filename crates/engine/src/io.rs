@@ -67,6 +67,7 @@ impl Array {
     /// checks (or was rebuilt and re-checked).
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.check_range(offset, buf.len() as u64)?;
+        let _caller = Caller::enter(self);
         self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
             let _guard = self.locks[stripe as usize % self.locks.len()]
                 .lock()
@@ -94,6 +95,7 @@ impl Array {
             ));
         }
         self.check_range(offset, data.len() as u64)?;
+        let _caller = Caller::enter(self);
         self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
             let _guard = self.locks[stripe as usize % self.locks.len()]
                 .lock()
@@ -446,6 +448,24 @@ impl Array {
                 .chain(have.units.into_iter().flatten()),
         );
         Ok(())
+    }
+}
+
+/// A user request in progress, counted in `Array::callers` while it lives.
+struct Caller<'a>(&'a Array);
+
+impl<'a> Caller<'a> {
+    fn enter(a: &'a Array) -> Self {
+        a.callers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Caller(a)
+    }
+}
+
+impl Drop for Caller<'_> {
+    fn drop(&mut self) {
+        self.0
+            .callers
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

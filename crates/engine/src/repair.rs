@@ -41,7 +41,7 @@ impl Array {
         let parts: Vec<(u64, u64)> = e.ios(&self.gran).collect();
         let got = match (&self.io_pool, parts.as_slice()) {
             // A block and the appendix are two I/Os at different offsets: overlap them.
-            (Some(pool), &[(a, alen), (b, blen)]) => {
+            (Some(pool), &[(a, alen), (b, blen)]) if self.alone() => {
                 let (lo, hi) = buf.split_at_mut(b as usize);
                 let (first, second) = (
                     &mut lo[a as usize..(a + alen) as usize],
@@ -75,6 +75,11 @@ impl Array {
         Ok(Some(buf))
     }
 
+    /// Whether at most one user request is in progress (see `Array::callers`).
+    fn alone(&self) -> bool {
+        self.callers.load(std::sync::atomic::Ordering::Relaxed) <= 1
+    }
+
     /// Read units `positions` of `stripe` (distinct) whole.
     pub(crate) fn read_units(
         &self,
@@ -94,7 +99,7 @@ impl Array {
         list: &[(usize, Extent)],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
         match &self.io_pool {
-            Some(pool) if list.len() >= 2 => pool.install(|| {
+            Some(pool) if list.len() >= 2 && self.alone() => pool.install(|| {
                 use rayon::prelude::*;
                 list.par_iter()
                     .with_max_len(1)
@@ -116,7 +121,7 @@ impl Array {
         writes: &[(usize, u64, &[u8])],
     ) -> Result<(), EngineError> {
         match &self.io_pool {
-            Some(pool) if writes.len() >= 2 => pool.install(|| {
+            Some(pool) if writes.len() >= 2 && self.alone() => pool.install(|| {
                 use rayon::prelude::*;
                 writes
                     .par_iter()
