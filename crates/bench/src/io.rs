@@ -134,6 +134,18 @@ impl Disk for Recording {
     fn mem_align(&self) -> usize {
         self.inner.mem_align()
     }
+    fn direct_fd(
+        &self,
+        offset: u64,
+        ptr: *const u8,
+        len: usize,
+        write: bool,
+    ) -> Option<std::os::fd::RawFd> {
+        self.inner.direct_fd(offset, ptr, len, write)
+    }
+    fn note_direct(&self, offset: u64, len: usize, write: bool) {
+        self.note(write, offset, len);
+    }
 }
 
 /// The workloads: name, request bytes, write, random, queue depth.

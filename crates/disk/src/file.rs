@@ -212,6 +212,19 @@ impl Disk for FileDisk {
     fn mem_align(&self) -> usize {
         self.mem_align
     }
+    fn direct_fd(
+        &self,
+        offset: u64,
+        ptr: *const u8,
+        len: usize,
+        _write: bool,
+    ) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let in_range = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= self.size);
+        (in_range && self.aligned(offset, ptr, len)).then(|| self.file.as_raw_fd())
+    }
     fn flush(&self) -> Result<(), DiskError> {
         self.file
             .sync_data()

@@ -13,6 +13,7 @@
 //! members, and to different stripes of one member, concurrently.
 
 mod at_rest;
+pub mod batch;
 mod buf;
 mod counting;
 mod crash;
@@ -176,6 +177,27 @@ pub trait Disk: Send + Sync {
     fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
         let _ = exclusive;
         Ok(())
+    }
+    /// The descriptor to submit this one I/O (`len` bytes at `offset` from/to the buffer at
+    /// `ptr`) straight to the kernel in a batch with other disks' ([`batch`], io_uring), or
+    /// `None` to use [`Disk::read_at`] / [`Disk::write_at`]. A plain file or block device
+    /// gives it when the I/O is in range and aligned as its mode needs; a wrapper gives its
+    /// inner disk's only if it needs nothing of the I/O beyond [`Disk::note_direct`]. No side
+    /// effects: a batch asks every disk first and may then not be submitted.
+    fn direct_fd(
+        &self,
+        offset: u64,
+        ptr: *const u8,
+        len: usize,
+        write: bool,
+    ) -> Option<std::os::fd::RawFd> {
+        let _ = (offset, ptr, len, write);
+        None
+    }
+    /// An I/O this disk gave a descriptor for is being submitted directly (a recording
+    /// wrapper records it here).
+    fn note_direct(&self, offset: u64, len: usize, write: bool) {
+        let _ = (offset, len, write);
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::events::{Event, EventAction};
 use crate::{Array, EngineError};
 use stripeguard_codes::Located;
-use stripeguard_disk::{AlignedBuf, DiskError};
+use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
 use stripeguard_integrity::{diagnose, Appendix, FindingKind, MirrorKind, Scheme, UnitView};
 use stripeguard_plan::Extent;
 
@@ -98,6 +98,9 @@ impl Array {
         stripe: u64,
         list: &[(usize, Extent)],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
+        if let Some(done) = self.read_extents_batched(stripe, list) {
+            return done;
+        }
         match &self.io_pool {
             Some(pool) if list.len() >= 2 && self.alone() => pool.install(|| {
                 use rayon::prelude::*;
@@ -120,6 +123,9 @@ impl Array {
         stripe: u64,
         writes: &[(usize, u64, &[u8])],
     ) -> Result<(), EngineError> {
+        if let Some(done) = self.write_units_batched(stripe, writes) {
+            return done;
+        }
         match &self.io_pool {
             Some(pool) if writes.len() >= 2 && self.alone() => pool.install(|| {
                 use rayon::prelude::*;
@@ -132,6 +138,116 @@ impl Array {
                 .iter()
                 .try_for_each(|&(p, at, b)| self.write_unit(stripe, p, at, b)),
         }
+    }
+
+    /// The members of `positions` of `stripe`, when a batch may go to them: members that want
+    /// parallel I/O (files and devices with O_DIRECT), none of them failed.
+    fn batchable(
+        &self,
+        stripe: u64,
+        positions: impl Iterator<Item = usize>,
+    ) -> Option<Vec<DiskRef>> {
+        self.io_pool.as_ref()?;
+        positions
+            .map(|p| {
+                let m = self.geometry.member_of(stripe, p);
+                (!self.is_failed(m)).then(|| self.members.get(m))
+            })
+            .collect()
+    }
+
+    /// [`Array::read_extents`] as one io_uring batch (`stripeguard_disk::batch`): every part of
+    /// every unit submitted at once from this thread. `None` when it cannot go that way.
+    fn read_extents_batched(
+        &self,
+        stripe: u64,
+        list: &[(usize, Extent)],
+    ) -> Option<Result<Vec<Option<AlignedBuf>>, EngineError>> {
+        let parts: Vec<Vec<(u64, u64)>> = list
+            .iter()
+            .map(|(_, e)| e.ios(&self.gran).collect())
+            .collect();
+        if parts.iter().map(Vec::len).sum::<usize>() < 2 {
+            return None;
+        }
+        let disks = self.batchable(stripe, list.iter().map(|l| l.0))?;
+        let base = self.unit_offset(stripe);
+        let mut bufs: Vec<AlignedBuf> = list.iter().map(|_| self.unit_buf()).collect();
+        let mut owner = Vec::new();
+        let results = {
+            let mut ios: Vec<batch::Io<'_>> = Vec::new();
+            for (i, buf) in bufs.iter_mut().enumerate() {
+                // The parts of a unit are ascending and disjoint: cut the buffer between them.
+                let mut rest: &mut [u8] = &mut buf[..];
+                let mut consumed = 0u64;
+                for &(at, len) in &parts[i] {
+                    let tail = std::mem::take(&mut rest);
+                    let (_, tail) = tail.split_at_mut((at - consumed) as usize);
+                    let (mine, after) = tail.split_at_mut(len as usize);
+                    ios.push(batch::Io::Read(&*disks[i], base + at, mine));
+                    owner.push(i);
+                    rest = after;
+                    consumed = at + len;
+                }
+            }
+            batch::submit(&mut ios)
+        };
+        let Some(results) = results else {
+            self.recycle(bufs);
+            return None;
+        };
+        let mut failed: Vec<Option<DiskError>> = (0..list.len()).map(|_| None).collect();
+        for (r, &i) in results.into_iter().zip(&owner) {
+            if let (Err(e), None) = (r, &failed[i]) {
+                failed[i] = Some(e);
+            }
+        }
+        let mut out = Vec::with_capacity(list.len());
+        for (i, buf) in bufs.into_iter().enumerate() {
+            match failed[i].take() {
+                None => out.push(Some(buf)),
+                Some(e) => {
+                    self.recycle([buf]);
+                    if !matches!(e, DiskError::Medium { .. }) {
+                        let m = self.geometry.member_of(stripe, list[i].0);
+                        if let Err(err) = self.fail_member(m, &e) {
+                            return Some(Err(err));
+                        }
+                    }
+                    out.push(None);
+                }
+            }
+        }
+        Some(Ok(out))
+    }
+
+    /// [`Array::write_units`] as one io_uring batch. `None` when it cannot go that way.
+    fn write_units_batched(
+        &self,
+        stripe: u64,
+        writes: &[(usize, u64, &[u8])],
+    ) -> Option<Result<(), EngineError>> {
+        if writes.len() < 2 {
+            return None;
+        }
+        let disks = self.batchable(stripe, writes.iter().map(|w| w.0))?;
+        let base = self.unit_offset(stripe);
+        let mut ios: Vec<batch::Io<'_>> = writes
+            .iter()
+            .zip(&disks)
+            .map(|(&(_, at, b), d)| batch::Io::Write(&**d, base + at, b))
+            .collect();
+        let results = batch::submit(&mut ios)?;
+        drop(ios);
+        for (r, &(p, _, _)) in results.into_iter().zip(writes) {
+            if let Err(e) = r {
+                let m = self.geometry.member_of(stripe, p);
+                if let Err(err) = self.fail_member(m, &e) {
+                    return Some(Err(err));
+                }
+            }
+        }
+        Some(Ok(()))
     }
 
     /// Write `bytes` at `byte_in_unit` of unit `pos` of `stripe`, unless its member has failed.

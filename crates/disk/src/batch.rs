@@ -1,0 +1,207 @@
+//! Several member I/Os submitted to the kernel at once through the calling thread's io_uring,
+//! then reaped together: the engine's path for a request's I/O to plain member files and
+//! devices (measured 0.71× the time of a thread-per-member pool for a 4 KiB RAID-6
+//! read-modify-write, 0.88× for a full-stripe write: `crates/bench/examples/submit.rs`).
+//!
+//! [`submit`] returns `None` — and touches nothing — when any I/O's disk does not give a
+//! descriptor for it ([`Disk::direct_fd`]: memory disks, fault injectors, unaligned direct I/O)
+//! or io_uring is unavailable (an old kernel, `io_uring_disabled`); the caller then uses the
+//! disks' own calls. Every I/O either completes in full or gets its own error, named as the
+//! disk's calls name theirs (EIO is a medium error).
+
+use crate::{Disk, DiskError};
+use io_uring::{opcode, types, IoUring};
+use std::cell::RefCell;
+
+/// One I/O of a batch.
+pub enum Io<'a> {
+    /// Fill the buffer from `offset`.
+    Read(&'a dyn Disk, u64, &'a mut [u8]),
+    /// Write the buffer at `offset`.
+    Write(&'a dyn Disk, u64, &'a [u8]),
+}
+
+impl Io<'_> {
+    fn parts(&self) -> (&dyn Disk, u64, *const u8, usize, bool) {
+        match self {
+            Io::Read(d, o, b) => (*d, *o, b.as_ptr(), b.len(), false),
+            Io::Write(d, o, b) => (*d, *o, b.as_ptr(), b.len(), true),
+        }
+    }
+}
+
+/// Entries of each thread's ring; a larger batch goes in several submissions.
+const RING_ENTRIES: u32 = 64;
+
+thread_local! {
+    static RING: RefCell<Option<Option<IoUring>>> = const { RefCell::new(None) };
+}
+
+/// Submit `ios` together and wait for all of them; one result per I/O, in order. `None` when
+/// they cannot all go this way (nothing was submitted then).
+pub fn submit(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
+    let mut fds = Vec::with_capacity(ios.len());
+    for io in ios.iter() {
+        let (d, off, ptr, len, write) = io.parts();
+        if len > u32::MAX as usize {
+            return None;
+        }
+        fds.push(d.direct_fd(off, ptr, len, write)?);
+    }
+    for io in ios.iter() {
+        let (d, off, _, len, write) = io.parts();
+        d.note_direct(off, len, write);
+    }
+    // Pointers for the kernel: a read's from its exclusive borrow, a write's from its shared one.
+    let ptrs: Vec<*mut u8> = ios
+        .iter_mut()
+        .map(|io| match io {
+            Io::Read(_, _, b) => b.as_mut_ptr(),
+            Io::Write(_, _, b) => b.as_ptr() as *mut u8,
+        })
+        .collect();
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let ring = slot
+            .get_or_insert_with(|| IoUring::new(RING_ENTRIES).ok())
+            .as_mut()?;
+        Some(run(ring, ios, &fds, &ptrs))
+    })
+}
+
+fn run(
+    ring: &mut IoUring,
+    ios: &[Io<'_>],
+    fds: &[i32],
+    ptrs: &[*mut u8],
+) -> Vec<Result<(), DiskError>> {
+    let mut out: Vec<Result<(), DiskError>> = (0..ios.len()).map(|_| Ok(())).collect();
+    // Bytes still to move per I/O (a short transfer is continued, as read_exact_at does).
+    let mut done = vec![0usize; ios.len()];
+    let mut pending: Vec<usize> = (0..ios.len()).collect();
+    while !pending.is_empty() {
+        let batch: Vec<usize> = pending
+            .iter()
+            .copied()
+            .take(RING_ENTRIES as usize)
+            .collect();
+        for &i in &batch {
+            let (_, off, _, len, write) = ios[i].parts();
+            let ptr = ptrs[i];
+            let at = done[i];
+            let fd = types::Fd(fds[i]);
+            let (p, n, o) = (ptr.wrapping_add(at), (len - at) as u32, off + at as u64);
+            let e = if write {
+                opcode::Write::new(fd, p as *const u8, n).offset(o).build()
+            } else {
+                opcode::Read::new(fd, p, n).offset(o).build()
+            };
+            // SAFETY: the buffers are borrowed by `ios` for this whole call, which waits for
+            // every entry it pushes before returning; the ring has room for `batch`.
+            unsafe {
+                ring.submission()
+                    .push(&e.user_data(i as u64))
+                    .expect("the batch fits the ring");
+            }
+        }
+        let mut left = batch.len();
+        let mut again = Vec::new();
+        while left > 0 {
+            if let Err(e) = ring.submit_and_wait(1) {
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // The ring itself failed: every I/O still in it is reported failed, and the
+                // ring is dropped so the next call makes a new one.
+                for &i in &batch {
+                    if matches!(out[i], Ok(())) && done[i] < ios[i].parts().3 {
+                        out[i] = Err(error(&ios[i], e.raw_os_error().unwrap_or(libc::EIO)));
+                    }
+                }
+                RING.with(|c| *c.borrow_mut() = None);
+                return out;
+            }
+            for c in ring.completion() {
+                let i = c.user_data() as usize;
+                left -= 1;
+                let r = c.result();
+                let len = ios[i].parts().3;
+                if r < 0 {
+                    out[i] = Err(error(&ios[i], -r));
+                } else if r == 0 {
+                    // End of file before the buffer was filled.
+                    out[i] = Err(error(&ios[i], libc::EIO));
+                } else {
+                    done[i] += r as usize;
+                    if done[i] < len {
+                        again.push(i);
+                    }
+                }
+            }
+        }
+        pending.retain(|i| !batch.contains(i));
+        pending.extend(again);
+    }
+    out
+}
+
+fn error(io: &Io<'_>, errno: i32) -> DiskError {
+    let (d, offset, _, len, write) = io.parts();
+    if errno == libc::EIO {
+        return DiskError::Medium {
+            name: d.name().to_string(),
+            offset,
+        };
+    }
+    DiskError::Io {
+        name: d.name().to_string(),
+        op: if write { "write" } else { "read" },
+        offset,
+        len,
+        source: std::io::Error::from_raw_os_error(errno),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FileDisk, MemDisk};
+
+    #[test]
+    fn a_batch_over_files_reads_what_was_written_and_memory_disks_decline() {
+        let dir = tempfile::tempdir().unwrap();
+        let disks: Vec<FileDisk> = (0..3)
+            .map(|i| {
+                let p = dir.path().join(format!("d{i}"));
+                std::fs::write(&p, vec![0u8; 1 << 20]).unwrap();
+                FileDisk::open(&p, false).unwrap()
+            })
+            .collect();
+        let data: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8 + 1; 8192]).collect();
+        let mut writes: Vec<Io<'_>> = disks
+            .iter()
+            .zip(&data)
+            .map(|(d, b)| Io::Write(d as &dyn Disk, 4096, &b[..]))
+            .collect();
+        let Some(r) = submit(&mut writes) else {
+            eprintln!("skipping: io_uring is not available here");
+            return;
+        };
+        assert!(r.iter().all(|r| r.is_ok()));
+        let mut back: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; 8192]).collect();
+        let mut reads: Vec<Io<'_>> = disks
+            .iter()
+            .zip(back.iter_mut())
+            .map(|(d, b)| Io::Read(d as &dyn Disk, 4096, &mut b[..]))
+            .collect();
+        assert!(submit(&mut reads).unwrap().iter().all(|r| r.is_ok()));
+        assert_eq!(back, data);
+        // Past the end: the file disk declines, so nothing is submitted.
+        let mut buf = vec![0u8; 4096];
+        let mut past = [Io::Read(&disks[0], 1 << 20, &mut buf[..])];
+        assert!(submit(&mut past).is_none());
+        let mem = MemDisk::new("m", 1 << 20);
+        let mut on_mem = [Io::Read(&mem, 0, &mut buf[..])];
+        assert!(submit(&mut on_mem).is_none());
+    }
+}
