@@ -250,7 +250,7 @@ impl Array {
         // their block tables — the old table with the written blocks recomputed, or a whole new
         // one when the whole chunk is written. The appendices are encoded once every chunk's
         // CRC is known (a checksum-mirroring buddy copy needs its neighbour's).
-        let mut new: Vec<(AlignedBuf, Extent, Vec<u32>)> = Vec::with_capacity(last + 1 - first);
+        let mut new: Vec<NewChunk<'_>> = Vec::with_capacity(last + 1 - first);
         let mut crcs: Vec<u32> = Vec::with_capacity(last + 1 - first);
         let mut at = 0usize;
         for i in first..=last {
@@ -262,6 +262,23 @@ impl Array {
             let (lo, hi) = plan.chunk_range(i, c as u64);
             let (lo, hi) = (lo as usize, hi as usize);
             let (wlo, whi) = (e.lo as usize, e.hi as usize);
+            // A unit without an appendix (`none`) written whole goes out from the caller's
+            // bytes: no copy (FORMAT.md §2: a unit with an appendix is written in one I/O with
+            // it, which a copy makes possible and is cheaper than a second I/O).
+            if gran.appendix == 0
+                && (lo, hi) == (0, c)
+                && (data[at..].as_ptr() as usize).is_multiple_of(self.mem_align)
+            {
+                new.push(NewChunk {
+                    buf: None,
+                    user: Some(&data[at..at + c]),
+                    e,
+                    table: Vec::new(),
+                });
+                crcs.push(0);
+                at += c;
+                continue;
+            }
             let mut u = self.unit_buf();
             // The old bytes the new chunk needs around the request: those of its written blocks
             // (RMW: the parity delta covers only them), or all of them (the parity is re-encoded
@@ -308,17 +325,22 @@ impl Array {
                 combine_block_crcs(&table, b)
             };
             crcs.push(crc);
-            new.push((u, e, table));
+            new.push(NewChunk {
+                buf: Some(u),
+                user: None,
+                e,
+                table,
+            });
         }
         if mirror == Some(MirrorKind::Checksum) {
             for (t, &crc) in tags[first..=last].iter_mut().zip(&crcs) {
                 *t = crc as u64;
             }
         }
-        for (i, (u, _, table)) in (first..=last).zip(new.iter_mut()) {
-            if mirror.is_some() {
+        for (i, n) in (first..=last).zip(new.iter_mut()) {
+            if let (Some(_), Some(u)) = (mirror, n.buf.as_mut()) {
                 let mut a = self.appendix(plan.stripe, i, &tags);
-                a.blocks = std::mem::take(table);
+                a.blocks = std::mem::take(&mut n.table);
                 a.encode(&mut u[c..]);
             }
         }
@@ -341,12 +363,12 @@ impl Array {
                 if gran.local_parity {
                     // The delta is byte-local, so each chunk updates the parity over its own
                     // written blocks (the parity read covers their union).
-                    for (i, (u, e, _)) in (first..=last).zip(&new) {
-                        let (lo, hi) = (e.lo as usize, e.hi as usize);
+                    for (i, n) in (first..=last).zip(&new) {
+                        let (lo, hi) = (n.e.lo as usize, n.e.hi as usize);
                         let change = [ChunkUpdate {
                             index: i,
                             old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
-                            new: &u[lo..hi],
+                            new: &n.bytes()[lo..hi],
                         }];
                         let mut views: Vec<&mut [u8]> =
                             parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
@@ -356,10 +378,10 @@ impl Array {
                     // An array code's diagonals mix rows: whole chunks.
                     let changes: Vec<ChunkUpdate<'_>> = (first..=last)
                         .zip(&new)
-                        .map(|(i, (u, _, _))| ChunkUpdate {
+                        .map(|(i, n)| ChunkUpdate {
                             index: i,
                             old: &have.units[i].as_ref().expect("RMW reads old data")[..c],
-                            new: &u[..c],
+                            new: &n.bytes()[..c],
                         })
                         .collect();
                     let mut views: Vec<&mut [u8]> =
@@ -374,7 +396,7 @@ impl Array {
                 let datas: Vec<&[u8]> = (0..k)
                     .map(|i| {
                         if (first..=last).contains(&i) {
-                            &new[i - first].0[..c]
+                            &new[i - first].bytes()[..c]
                         } else {
                             &have.units[i].as_ref().expect("RCW reads untouched data")[..c]
                         }
@@ -428,9 +450,9 @@ impl Array {
         if let Some((pos, bytes)) = &buddy {
             writes.push((*pos, c as u64, &bytes[c..]));
         }
-        for (i, (u, e, _)) in (first..=last).zip(&new) {
-            for (o, len) in e.ios(&gran) {
-                writes.push((i, o, &u[o as usize..(o + len) as usize]));
+        for (i, n) in (first..=last).zip(&new) {
+            for (o, len) in n.e.ios(&gran) {
+                writes.push((i, o, &n.bytes()[o as usize..(o + len) as usize]));
             }
         }
         for (j, p) in parity.iter().enumerate() {
@@ -442,12 +464,34 @@ impl Array {
         drop(writes);
         self.recycle(
             new.into_iter()
-                .map(|n| n.0)
+                .filter_map(|n| n.buf)
                 .chain(parity)
                 .chain(buddy.map(|b| b.1))
                 .chain(have.units.into_iter().flatten()),
         );
         Ok(())
+    }
+}
+
+/// A new data unit of a write: built in a unit buffer, or (a whole chunk without an appendix)
+/// the caller's own bytes.
+struct NewChunk<'d> {
+    buf: Option<AlignedBuf>,
+    user: Option<&'d [u8]>,
+    /// What of it is written.
+    e: Extent,
+    /// Its block table, until the appendix is encoded.
+    table: Vec<u32>,
+}
+
+impl NewChunk<'_> {
+    /// The unit's bytes (the chunk alone when borrowed).
+    fn bytes(&self) -> &[u8] {
+        match (&self.buf, self.user) {
+            (Some(b), _) => b,
+            (None, Some(u)) => u,
+            (None, None) => unreachable!("a new chunk has bytes"),
+        }
     }
 }
 
