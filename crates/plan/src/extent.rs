@@ -246,7 +246,7 @@ impl Extent {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn lane_member_io(
     gran: &Granularity,
-    (k, m): (usize, usize),
+    (_k, m): (usize, usize),
     mode: Mode,
     hybrid1: bool,
     (start, end): (u64, u64),
@@ -277,7 +277,9 @@ pub(crate) fn lane_member_io(
             appendix: gran.appendix > 0,
         }
     };
-    let hull = {
+    let hull = if mode != Mode::Rmw {
+        whole
+    } else {
         let (mut lo, mut hi) = (c, 0);
         for i in first..=last {
             let e = blocks_of(i);
@@ -294,47 +296,52 @@ pub(crate) fn lane_member_io(
     let touched = |i: usize| (first..=last).contains(&i);
     let partial = |i: usize| range(i) != (0, c);
     let mut t = MemberIo::default();
-    for q in 0..k + m {
-        if reads >> q & 1 == 1 {
-            let e = if q < m {
-                if mode == Mode::Rmw {
-                    hull
-                } else {
-                    app
-                }
-            } else {
-                let i = q - m;
-                match mode {
-                    Mode::PartialRead | Mode::FullRead => blocks_of(i),
-                    Mode::Rmw if touched(i) && !gran.local_parity => whole,
-                    Mode::Rmw if touched(i) => blocks_of(i),
-                    Mode::Rmw => app,
-                    Mode::FullStripe | Mode::Rcw if touched(i) => {
-                        if hybrid1 && !partial(i) {
-                            app
-                        } else {
-                            whole
-                        }
-                    }
-                    Mode::FullStripe | Mode::Rcw => whole,
-                }
-            };
-            e.add_to(gran, &mut t, false);
-        }
-        if writes >> q & 1 == 1 {
-            let e = if q < m {
-                if mode == Mode::Rmw {
-                    hull
-                } else {
-                    whole
-                }
-            } else if touched(q - m) {
-                blocks_of(q - m)
+    // Only the positions in the masks (a piece touches few of a wide stripe's).
+    let mut r = reads;
+    while r != 0 {
+        let q = r.trailing_zeros() as usize;
+        r &= r - 1;
+        let e = if q < m {
+            if mode == Mode::Rmw {
+                hull
             } else {
                 app
-            };
-            e.add_to(gran, &mut t, true);
-        }
+            }
+        } else {
+            let i = q - m;
+            match mode {
+                Mode::PartialRead | Mode::FullRead => blocks_of(i),
+                Mode::Rmw if touched(i) && !gran.local_parity => whole,
+                Mode::Rmw if touched(i) => blocks_of(i),
+                Mode::Rmw => app,
+                Mode::FullStripe | Mode::Rcw if touched(i) => {
+                    if hybrid1 && !partial(i) {
+                        app
+                    } else {
+                        whole
+                    }
+                }
+                Mode::FullStripe | Mode::Rcw => whole,
+            }
+        };
+        e.add_to(gran, &mut t, false);
+    }
+    let mut w = writes;
+    while w != 0 {
+        let q = w.trailing_zeros() as usize;
+        w &= w - 1;
+        let e = if q < m {
+            if mode == Mode::Rmw {
+                hull
+            } else {
+                whole
+            }
+        } else if touched(q - m) {
+            blocks_of(q - m)
+        } else {
+            app
+        };
+        e.add_to(gran, &mut t, true);
     }
     t
 }
