@@ -77,6 +77,10 @@ pub struct WorkloadArgs {
     /// (`all`, as `create --cross-check all`): counts its extra reads.
     #[arg(long, default_value = "one")]
     cross_check: stripeguard_integrity::CrossCheck,
+    /// Stripe-cache size for Kroth & Yang's checksum-chunk rows (checksum chunks; LRU); the
+    /// rows are shown with no cache and with this one.
+    #[arg(long, default_value_t = 1024)]
+    pub ck_cache: usize,
 }
 
 impl WorkloadArgs {
@@ -169,6 +173,7 @@ impl WorkloadArgs {
             cross_check: self.cross_check,
             source,
             codes: None,
+            checksum_chunk_caches: vec![0, self.ck_cache],
         })
     }
 
@@ -362,7 +367,8 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({"workload": label, "k": report.k, "m": report.m,
-            "chunk_bytes": report.chunk_bytes, "requests": report.requests, "fit": info, "schemes": rows}))
+            "chunk_bytes": report.chunk_bytes, "requests": report.requests, "fit": info, "schemes": rows,
+            "checksum_chunk": report.checksum_chunk}))
             .expect("json")
         );
         return;
@@ -438,6 +444,29 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
             c.io.member.reads + c.io.member.writes,
             (c.io.member.read_bytes + c.io.member.write_bytes) as f64 / (1 << 20) as f64
         );
+    }
+    if let Some(none) = report.get(Scheme::None) {
+        for ck in &report.checksum_chunk {
+            let (r, w) = (
+                none.io.disk_reads + ck.reads,
+                none.io.disk_writes + ck.writes,
+            );
+            let base = none.total() as f64;
+            println!(
+                "{:<11} {:>11} {:>11} {:>11} {:>7.2}%  (Kroth & Yang's checksum chunk, {}: {:.1} % of pieces hit the cache)",
+                "ck-chunk",
+                r,
+                w,
+                r + w,
+                if base > 0.0 { ((r + w) as f64 / base - 1.0) * 100.0 } else { 0.0 },
+                if ck.cache_chunks == 0 {
+                    "no stripe cache".to_string()
+                } else {
+                    format!("LRU of {} chunks", ck.cache_chunks)
+                },
+                if ck.lookups == 0 { 0.0 } else { ck.hits as f64 / ck.lookups as f64 * 100.0 }
+            );
+        }
     }
 }
 

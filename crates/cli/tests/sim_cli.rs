@@ -254,3 +254,58 @@ fn sim_code_compares_the_raid6_codes_with_a_failed_member() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("two parity"));
 }
+
+#[test]
+fn sim_shows_kroth_and_yangs_checksum_chunk_with_and_without_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&sg(
+        &[
+            "sim",
+            "--profile",
+            "TPC-C",
+            "--requests",
+            "20000",
+            "--level",
+            "5",
+            "--disks",
+            "5",
+            "--chunk",
+            "4K",
+            "--capacity",
+            "64M",
+            "--ck-cache",
+            "4096",
+            "--json",
+        ],
+        dir.path(),
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ck = v["checksum_chunk"].as_array().unwrap();
+    assert_eq!(ck.len(), 2);
+    let (plain, cached) = (&ck[0], &ck[1]);
+    assert_eq!(plain["cache_chunks"], 0);
+    assert_eq!(plain["hits"], 0);
+    assert_eq!(cached["cache_chunks"], 4096);
+    // A cache of every stripe of a 64 MiB array: each checksum chunk is read once and written
+    // back once, far fewer than one per piece.
+    let n = |c: &serde_json::Value, f: &str| c[f].as_u64().unwrap();
+    assert!(n(cached, "hits") > 0);
+    assert!(n(cached, "reads") < n(plain, "reads"));
+    assert!(n(cached, "writes") < n(plain, "writes"));
+    assert_eq!(n(plain, "reads"), n(plain, "lookups"));
+    let text = ok(&sg(
+        &[
+            "sim",
+            "--profile",
+            "TPC-C",
+            "--requests",
+            "2000",
+            "--level",
+            "6",
+            "--disks",
+            "8",
+        ],
+        dir.path(),
+    ));
+    assert!(text.contains("ck-chunk"), "{text}");
+}

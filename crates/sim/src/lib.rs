@@ -10,6 +10,7 @@
 
 pub mod analysis;
 pub mod choose;
+pub mod cksum;
 pub mod codes;
 pub mod replay;
 pub mod run;
@@ -17,6 +18,7 @@ pub mod synth;
 pub mod trace;
 
 pub use choose::{choose_by_rule, switch_point, RuleChoice};
+pub use cksum::{CkCounts, CkSim};
 pub use codes::{CodeCounts, CodeSim};
 pub use replay::{Fit, SchemeCounts, SimReport, Simulator};
 pub use run::{run, ArrayShape, FitMode, Run, RunError, RunInfo, Source};

@@ -105,6 +105,8 @@ pub struct SimReport {
     pub schemes: Vec<SchemeCounts>,
     /// Per RAID-6 code, when asked to compare them (`sim --code`).
     pub codes: Vec<crate::CodeCounts>,
+    /// Kroth & Yang's checksum chunk: its extra I/O over bare RAID, per cache size.
+    pub checksum_chunk: Vec<crate::CkCounts>,
 }
 
 impl SimReport {
@@ -197,6 +199,7 @@ pub struct Simulator {
     requests: u64,
     user: UserCounts,
     codes: Option<crate::CodeSim>,
+    checksum_chunk: Vec<crate::CkSim>,
 }
 
 impl Simulator {
@@ -236,7 +239,18 @@ impl Simulator {
                 .collect(),
             requests: 0,
             codes: None,
+            checksum_chunk: Vec::new(),
         }
+    }
+
+    /// Also count Kroth & Yang's checksum chunk ([`crate::cksum`]) for each cache size (in
+    /// checksum chunks; 0 = no cache).
+    pub fn with_checksum_chunk(mut self, cache_sizes: &[usize]) -> Self {
+        self.checksum_chunk = cache_sizes
+            .iter()
+            .map(|&n| crate::CkSim::new(self.geometry, n))
+            .collect();
+        self
     }
 
     /// Also count the RAID-6 codes (raid6, rdp, tier) in their own blocks, with physical
@@ -277,6 +291,9 @@ impl Simulator {
             return; // a user request that moves no bytes plans no I/O
         }
         if let Some(c) = &mut self.codes {
+            c.replay(r);
+        }
+        for c in &mut self.checksum_chunk {
             c.replay(r);
         }
         match (&mut self.fast, &mut self.map) {
@@ -384,6 +401,7 @@ impl Simulator {
                 })
                 .collect(),
             codes: self.codes.as_ref().map(|c| c.report()).unwrap_or_default(),
+            checksum_chunk: self.checksum_chunk.iter().map(|c| c.report()).collect(),
         }
     }
 }

@@ -109,6 +109,8 @@ pub struct Run {
     /// Also compare the RAID-6 codes (raid6, rdp, tier) in their own blocks
     /// ([`crate::codes`]); `Some(Some(f))` with physical member `f` failed.
     pub codes: Option<Option<usize>>,
+    /// Cache sizes (checksum chunks; 0 = none) to count Kroth & Yang's checksum chunk with.
+    pub checksum_chunk_caches: Vec<usize>,
 }
 
 /// What the replay did to the workload.
@@ -217,6 +219,7 @@ pub fn run(
     if let Some(failed) = run.codes {
         sim = sim.with_codes(failed).map_err(RunError::Shape)?;
     }
+    sim = sim.with_checksum_chunk(&run.checksum_chunk_caches);
     let mut info = RunInfo::default();
     match &run.source {
         Source::Trace {
@@ -344,6 +347,7 @@ mod tests {
             map_bytes: 1 << 20,
             cross_check: CrossCheck::default(),
             codes: None,
+            checksum_chunk_caches: Vec::new(),
             source: Source::Trace {
                 path,
                 format,
