@@ -222,6 +222,8 @@ fn one_array(
         ..ArrayConfig::new(k, m, scheme, opts.chunk_bytes, stripes)
     };
     let array = Array::create(members, &cfg, true, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    // As the commands and the server run the array.
+    array.enable_appendix_cache(stripeguard_engine::APPENDIX_CACHE_ENTRIES);
     let capacity = array.capacity_bytes();
     let mut rows = Vec::new();
     for (name, req, write, random, qd) in WORKLOADS {

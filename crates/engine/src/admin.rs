@@ -107,7 +107,9 @@ impl CreateOnPaths {
                 .iter()
                 .map(|p| open_member(p, false))
                 .collect::<Result<Vec<_>, _>>()?;
-            Array::create(members, &cfg, fresh, progress)
+            let array = Array::create(members, &cfg, fresh, progress)?;
+            array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
+            Ok(array)
         });
         if result.is_err() {
             for p in created {
@@ -199,8 +201,14 @@ pub fn assemble_paths(
         writable,
         ..AssembleOptions::default()
     };
-    Array::assemble(open_member_paths(paths, direct), &opts)
+    let array = Array::assemble(open_member_paths(paths, direct), &opts)?;
+    array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
+    Ok(array)
 }
+
+/// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
+/// appendices; a partial read of a unit whose appendix is cached is one I/O).
+pub const APPENDIX_CACHE_ENTRIES: usize = 16384;
 
 /// Where the process holding array `uuid` answers `status` and `events` (FORMAT.md §3): under
 /// `/run/stripeguard` when it can be made (root), else the temporary directory.

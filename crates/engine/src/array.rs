@@ -183,6 +183,10 @@ pub struct Array {
     /// and idle spinning cost more than they save (measured: docs/PERFORMANCE.md), so each
     /// caller then issues its I/O itself.
     pub(crate) callers: std::sync::atomic::AtomicUsize,
+    /// Appendices this process verified or wrote, by (stripe, position): a read whose appendix
+    /// is here reads only its blocks (FORMAT.md §2.3a, "appendix cache"). Off (`None`) until
+    /// [`Array::enable_appendix_cache`].
+    pub(crate) app_cache: Mutex<Option<lru::LruCache<(u64, usize), Box<[u8]>>>>,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
     /// device although the member still counts as out for reads: a stripe already rebuilt stays
     /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
@@ -539,11 +543,51 @@ impl Array {
             mem_align,
             io_pool,
             callers: std::sync::atomic::AtomicUsize::new(0),
+            app_cache: Mutex::new(None),
             rebuilding: Mutex::new(None),
             cancel: std::sync::atomic::AtomicBool::new(false),
             sb,
             writable,
         })
+    }
+
+    /// Keep up to `entries` appendices this process verified or wrote in memory, so that a read
+    /// of a unit whose appendix is cached moves only its blocks (the paper's subsequent read:
+    /// one I/O) — checked against the cached block table, the newest one this holder wrote or
+    /// verified, so a lost, torn or misdirected write of the unit is still caught. 0 turns it
+    /// off. The planner's byte-accurate count is of the uncached I/O.
+    pub fn enable_appendix_cache(&self, entries: usize) {
+        *self.app_cache.lock().expect("lock") =
+            std::num::NonZeroUsize::new(entries).map(lru::LruCache::new);
+    }
+
+    pub(crate) fn clear_appendix_cache(&self) {
+        if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
+            c.clear();
+        }
+    }
+
+    pub(crate) fn cached_appendix(&self, stripe: u64, pos: usize) -> Option<Box<[u8]>> {
+        self.app_cache
+            .lock()
+            .expect("lock")
+            .as_mut()?
+            .get(&(stripe, pos))
+            .cloned()
+    }
+
+    pub(crate) fn remember_appendix(&self, stripe: u64, pos: usize, bytes: &[u8]) {
+        if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
+            c.put((stripe, pos), bytes.into());
+        }
+    }
+
+    pub(crate) fn forget_appendices(&self, stripe: u64, positions: impl Iterator<Item = usize>) {
+        if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
+            for p in positions {
+                c.pop(&(stripe, p));
+            }
+        }
     }
 
     /// The superblock (member index 0's view).
@@ -661,6 +705,7 @@ impl Array {
         if self.failed[member].load(Ordering::Relaxed) {
             return self.check_survivable();
         }
+        self.clear_appendix_cache();
         let mut meta = self.meta.lock().expect("lock");
         if self.mark_failed(member, why, &mut meta) && self.writable {
             self.write_superblocks_locked(&mut meta)?;

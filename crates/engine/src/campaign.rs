@@ -225,6 +225,8 @@ fn build(cfg: &CampaignConfig) -> Result<Rig, EngineError> {
         .collect::<Result<_, _>>()?;
     let members = faulty.iter().map(|f| f.clone() as DiskRef).collect();
     let array = Array::assemble(members, &AssembleOptions::default())?;
+    // As the commands and the server run: faults must be caught with verified appendices cached.
+    array.enable_appendix_cache(crate::admin::APPENDIX_CACHE_ENTRIES);
     Ok(Rig { array, faulty })
 }
 

@@ -149,7 +149,26 @@ impl Array {
                 None => wanted.push((io.pos, e)),
             }
         }
-        for (&(pos, _), got) in wanted.iter().zip(self.read_extents(plan.stripe, &wanted)?) {
+        // Appendices this holder verified or wrote need not be read again for a partial read:
+        // its blocks are checked against the cached table (see `Array::enable_appendix_cache`).
+        let mut cached: Vec<Option<Box<[u8]>>> = (0..n).map(|_| None).collect();
+        for (pos, e) in wanted.iter_mut() {
+            if e.appendix && !e.is_whole(&self.gran) {
+                if let Some(a) = self.cached_appendix(plan.stripe, *pos) {
+                    cached[*pos] = Some(a);
+                    e.appendix = false;
+                }
+            }
+        }
+        let to_read: Vec<(usize, Extent)> = wanted
+            .iter()
+            .copied()
+            .filter(|(_, e)| e.hi > e.lo || e.appendix)
+            .collect();
+        for (&(pos, _), got) in to_read
+            .iter()
+            .zip(self.read_extents(plan.stripe, &to_read)?)
+        {
             match got {
                 Some(u) => units[pos] = Some(u),
                 None => erased[pos] = true,
@@ -158,13 +177,24 @@ impl Array {
         let diag: Diagnosis = {
             let mut views: Vec<UnitView<'_>> = vec![UnitView::NotRead; n];
             for &(p, e) in &wanted {
-                views[p] = match &units[p] {
-                    None => UnitView::Erased,
-                    Some(b) if e.is_whole(&self.gran) || !e.appendix => UnitView::Read {
+                views[p] = match (&units[p], &cached[p]) {
+                    _ if erased[p] => UnitView::Erased,
+                    (Some(b), Some(app)) => UnitView::Partial {
+                        chunk: &b[..c],
+                        blocks: e.blocks(&self.gran),
+                        appendix: app,
+                    },
+                    (None, Some(app)) => UnitView::Partial {
+                        chunk: &[],
+                        blocks: (0, 0),
+                        appendix: app,
+                    },
+                    (None, None) => UnitView::Erased,
+                    (Some(b), None) if e.is_whole(&self.gran) || !e.appendix => UnitView::Read {
                         chunk: &b[..c],
                         appendix: &b[c..],
                     },
-                    Some(b) => UnitView::Partial {
+                    (Some(b), None) => UnitView::Partial {
                         chunk: &b[..c],
                         blocks: e.blocks(&self.gran),
                         appendix: &b[c..],
@@ -173,6 +203,13 @@ impl Array {
             }
             diagnose(scheme, g.k, &views, |p| self.identity(plan.stripe, p))
         };
+        if diag.is_clean() && !erased.iter().any(|&e| e) {
+            for &(p, e) in &to_read {
+                if let (true, Some(b), Some(_)) = (e.appendix, &units[p], &diag.appendices[p]) {
+                    self.remember_appendix(plan.stripe, p, &b[c..]);
+                }
+            }
+        }
         if diag.is_clean() && !erased.iter().any(|&e| e) {
             return Ok(Units {
                 units,
@@ -462,6 +499,24 @@ impl Array {
         }
         self.write_units(plan.stripe, &writes)?;
         drop(writes);
+        if mirror.is_some() {
+            let live = |pos: usize| !self.is_failed(g.member_of(plan.stripe, pos));
+            for (i, n) in (first..=last).zip(&new) {
+                if let (Some(b), true) = (&n.buf, live(i)) {
+                    self.remember_appendix(plan.stripe, i, &b[c..]);
+                }
+            }
+            for (j, p) in parity.iter().enumerate() {
+                if live(k + j) {
+                    self.remember_appendix(plan.stripe, k + j, &p[c..]);
+                }
+            }
+            if let Some((pos, bytes)) = &buddy {
+                if live(*pos) {
+                    self.remember_appendix(plan.stripe, *pos, &bytes[c..]);
+                }
+            }
+        }
         self.recycle(
             new.into_iter()
                 .filter_map(|n| n.buf)

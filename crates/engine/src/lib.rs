@@ -35,6 +35,7 @@ pub use admin::{
     ask_holder, ask_holder_replace, assemble_paths, control_socket_path, default_parity,
     member_exists, open_member, open_member_paths, open_replacement, peek_uuid,
     with_control_socket, with_control_socket_and, CreateOnPaths, LiveReplace, LiveStatus,
+    APPENDIX_CACHE_ENTRIES,
 };
 pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHealth};
 pub use campaign::{

@@ -200,6 +200,7 @@ impl Array {
             self.write_superblocks_locked(&mut meta)?;
         }
         self.members.set(member, target.clone());
+        self.clear_appendix_cache();
         self.health.lock().expect("lock")[member].name = target.name().to_string();
         let save = |a: &Array, ck: &mut Checkpoint| -> Result<(), EngineError> {
             ck.sequence += 1;

@@ -123,6 +123,7 @@ impl Array {
         stripe: u64,
         writes: &[(usize, u64, &[u8])],
     ) -> Result<(), EngineError> {
+        self.forget_appendices(stripe, writes.iter().map(|w| w.0));
         if let Some(done) = self.write_units_batched(stripe, writes) {
             return done;
         }
@@ -258,6 +259,7 @@ impl Array {
         byte_in_unit: u64,
         bytes: &[u8],
     ) -> Result<(), EngineError> {
+        self.forget_appendices(stripe, std::iter::once(pos));
         let member = self.geometry.member_of(stripe, pos);
         if self.is_failed(member) {
             // Out of the array, unless a replace is filling its new device.
