@@ -74,6 +74,9 @@ impl ArrayConfig {
     }
 }
 
+/// Verified appendices by (stripe, position), least recently used dropped first.
+pub(crate) type AppendixCache = lru::LruCache<(u64, usize), Box<[u8]>>;
+
 /// Options for assembling an existing array.
 #[derive(Clone, Debug)]
 pub struct AssembleOptions {
@@ -186,7 +189,7 @@ pub struct Array {
     /// Appendices this process verified or wrote, by (stripe, position): a read whose appendix
     /// is here reads only its blocks (FORMAT.md §2.3a, "appendix cache"). Off (`None`) until
     /// [`Array::enable_appendix_cache`].
-    pub(crate) app_cache: Mutex<Option<lru::LruCache<(u64, usize), Box<[u8]>>>>,
+    pub(crate) app_cache: Mutex<Option<AppendixCache>>,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
     /// device although the member still counts as out for reads: a stripe already rebuilt stays
     /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
