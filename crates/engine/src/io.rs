@@ -189,7 +189,9 @@ impl Array {
                         blocks: (0, 0),
                         appendix: app,
                     },
-                    (None, None) => UnitView::Erased,
+                    // Nothing to read (cannot happen with today's plans; say so rather than
+                    // call it an erasure).
+                    (None, None) => UnitView::NotRead,
                     (Some(b), None) if e.is_whole(&self.gran) || !e.appendix => UnitView::Read {
                         chunk: &b[..c],
                         appendix: &b[c..],
