@@ -74,6 +74,9 @@ impl ArrayConfig {
     }
 }
 
+/// The most memory the appendix cache's entries may hold.
+const APPENDIX_CACHE_BYTES: usize = 16 << 20;
+
 /// Verified appendices by (stripe, position), least recently used dropped first.
 pub(crate) type AppendixCache = lru::LruCache<(u64, usize), Box<[u8]>>;
 
@@ -559,7 +562,11 @@ impl Array {
     /// one I/O) — checked against the cached block table, the newest one this holder wrote or
     /// verified, so a lost, torn or misdirected write of the unit is still caught. 0 turns it
     /// off. The planner's byte-accurate count is of the uncached I/O.
+    /// The cache holds at most 16 MiB of appendices whatever `entries` says (a 16 MiB chunk's
+    /// appendix is 33 sectors).
     pub fn enable_appendix_cache(&self, entries: usize) {
+        let per = (self.gran.appendix as usize).max(1);
+        let entries = entries.min(APPENDIX_CACHE_BYTES / per);
         *self.app_cache.lock().expect("lock") =
             std::num::NonZeroUsize::new(entries).map(lru::LruCache::new);
     }
