@@ -491,8 +491,13 @@ impl Array {
         // writes (P and Q both, or a data unit and P) make the code name the one unit that
         // holds the newer bytes. Only a chunk that failed its own self checks (and is rebuilt
         // from parity anyway) may have undecided copies.
+        // And a rebuilt chunk's copies may disagree only where redundancy is left to check the
+        // rebuild: with none to spare (RAID-5 with a member out) the bytes come from the very
+        // parity whose copy is one side of the tie, so they prove nothing (a lost write of P,
+        // then a member lost, would otherwise return the old bytes).
+        let spare = n - bad.len() > k;
         for &i in &diag.ambiguous {
-            if !self_bad.contains(&i) {
+            if !self_bad.contains(&i) || !spare {
                 return Err(fail(format!(
                     "the checksum copies of data chunk {i} disagree and nothing can break the tie"
                 )));

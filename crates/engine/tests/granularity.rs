@@ -274,3 +274,57 @@ fn none_returns_the_lost_block_with_the_array_open() {
     array.read(off, &mut got).unwrap();
     assert_eq!(got, old, "none cannot see the lost write");
 }
+
+/// Found by an outside attack: RAID-5, a 4 KiB write whose write of P is lost entirely, then
+/// the data member lost. The rebuilt chunk comes from the stale P, whose copy of the chunk's CRC
+/// ties with the buddy's newer one: with no redundancy left to check the rebuild, that is an
+/// unrecoverable stripe, never the old bytes.
+#[test]
+fn a_lost_parity_write_then_a_lost_member_is_unrecoverable_not_old_bytes() {
+    for scheme in [Scheme::Hybrid2, Scheme::Pure] {
+        let (k, m) = (4usize, 1usize);
+        let cfg = ArrayConfig::new(k, m, scheme, CHUNK, STRIPES);
+        let mems: Vec<Arc<MemDisk>> = (0..k + m)
+            .map(|i| Arc::new(MemDisk::new(format!("m{i}"), cfg.member_bytes())))
+            .collect();
+        let array = Array::create(members(&mems), &cfg, true, &mut |_, _| {}).unwrap();
+        let data: Vec<u8> = (0..array.capacity_bytes() as usize)
+            .map(|i| (i * 7) as u8)
+            .collect();
+        array.write(0, &data).unwrap();
+        let map = array.unit_map();
+        let p = mems[array.geometry().member_of(0, k)].clone();
+        let d = array.geometry().member_of(0, 2);
+        let mut old_p = vec![0u8; map.unit_bytes as usize];
+        p.read_at(map.offset_of(0), &mut old_p).unwrap();
+        let off = 2 * CHUNK as u64 + 8192;
+        array.write(off, &[0xa5; 4096]).unwrap();
+        array.close().unwrap();
+        p.write_at(map.offset_of(0), &old_p).unwrap();
+        let left: Vec<DiskRef> = mems
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                if i == d {
+                    Arc::new(stripeguard_disk::FailedDisk::new("gone", "removed")) as DiskRef
+                } else {
+                    m.clone() as DiskRef
+                }
+            })
+            .collect();
+        let array = Array::assemble(left, &Default::default()).unwrap();
+        let mut got = vec![0u8; 4096];
+        match array.read(off, &mut got) {
+            Err(stripeguard_engine::EngineError::Unrecoverable { .. }) => {}
+            Ok(()) => panic!(
+                "{scheme}: returned {} bytes",
+                if got == [0xa5; 4096] {
+                    "the new"
+                } else {
+                    "old"
+                }
+            ),
+            Err(e) => panic!("{scheme}: {e}"),
+        }
+    }
+}
