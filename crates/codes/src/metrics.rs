@@ -96,23 +96,31 @@ pub struct CodeMetrics {
 
 /// The metrics of raid6, rdp and tier for `members` members (at least 4).
 pub fn compare(members: usize) -> Result<Vec<CodeMetrics>, CodeError> {
-    if !(4..=crate::rdp::MAX_DATA + 2).contains(&members) {
-        return Err(CodeError::Geometry {
-            k: members.saturating_sub(2),
-            m: 2,
-            reason: "metrics need 4 <= members <= 255",
-        });
-    }
-    let k = members - 2;
-    let scalar = Kernel::new(KernelKind::Scalar).expect("the scalar kernel always runs");
-    let raid6 = Raid6::with_kernel(k, scalar)?;
-    let rdp = Rdp::with_kernel(k, scalar)?;
-    let tier = TierCode::with_kernel(k, scalar)?;
+    let (raid6, rdp, tier) = three_codes(members, "metrics need 4 <= members <= 255")?;
     Ok(vec![
         raid6_metrics(&raid6, members),
         array_metrics("rdp", &rdp.inner, rdp.prime(), members, Blocks::Cells),
         array_metrics("tier", &tier.inner, tier.prime(), members, Blocks::Columns),
     ])
+}
+
+/// The three RAID-6 codes compared, with `members - 2` data chunks, on the scalar kernel (the
+/// counts do not depend on it).
+fn three_codes(members: usize, reason: &'static str) -> Result<(Raid6, Rdp, TierCode), CodeError> {
+    if !(4..=crate::rdp::MAX_DATA + 2).contains(&members) {
+        return Err(CodeError::Geometry {
+            k: members.saturating_sub(2),
+            m: 2,
+            reason,
+        });
+    }
+    let k = members - 2;
+    let scalar = Kernel::new(KernelKind::Scalar).expect("the scalar kernel always runs");
+    Ok((
+        Raid6::with_kernel(k, scalar)?,
+        Rdp::with_kernel(k, scalar)?,
+        TierCode::with_kernel(k, scalar)?,
+    ))
 }
 
 /// How an array code's cells group into blocks.
@@ -728,18 +736,8 @@ impl CodeCost {
 
 /// The per-request cost models of raid6, rdp and tier for `members` members.
 pub fn code_costs(members: usize) -> Result<Vec<CodeCost>, CodeError> {
-    if !(4..=crate::rdp::MAX_DATA + 2).contains(&members) {
-        return Err(CodeError::Geometry {
-            k: members.saturating_sub(2),
-            m: 2,
-            reason: "code costs need 4 <= members <= 255",
-        });
-    }
+    let (raid6, rdp, tier) = three_codes(members, "code costs need 4 <= members <= 255")?;
     let k = members - 2;
-    let scalar = Kernel::new(KernelKind::Scalar).expect("the scalar kernel always runs");
-    let raid6 = Raid6::with_kernel(k, scalar)?;
-    let rdp = Rdp::with_kernel(k, scalar)?;
-    let tier = TierCode::with_kernel(k, scalar)?;
     let mut out = Vec::new();
     {
         let s = raid6_stripe(&raid6);

@@ -78,7 +78,7 @@ impl ArrayConfig {
 const APPENDIX_CACHE_BYTES: usize = 16 << 20;
 
 /// Verified appendices by (stripe, position), least recently used dropped first.
-pub(crate) type AppendixCache = lru::LruCache<(u64, usize), Box<[u8]>>;
+pub(crate) type AppendixCache = lru::LruCache<(u64, usize), std::sync::Arc<[u8]>>;
 
 /// Options for assembling an existing array.
 #[derive(Clone, Debug)]
@@ -577,7 +577,7 @@ impl Array {
         }
     }
 
-    pub(crate) fn cached_appendix(&self, stripe: u64, pos: usize) -> Option<Box<[u8]>> {
+    pub(crate) fn cached_appendix(&self, stripe: u64, pos: usize) -> Option<std::sync::Arc<[u8]>> {
         self.app_cache
             .lock()
             .expect("lock")

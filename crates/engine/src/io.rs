@@ -151,7 +151,7 @@ impl Array {
         }
         // Appendices this holder verified or wrote need not be read again for a partial read:
         // its blocks are checked against the cached table (see `Array::enable_appendix_cache`).
-        let mut cached: Vec<Option<Box<[u8]>>> = (0..n).map(|_| None).collect();
+        let mut cached: Vec<Option<std::sync::Arc<[u8]>>> = (0..n).map(|_| None).collect();
         for (pos, e) in wanted.iter_mut() {
             if e.appendix && !e.is_whole(&self.gran) {
                 if let Some(a) = self.cached_appendix(plan.stripe, *pos) {
