@@ -121,9 +121,22 @@ pub struct RecvArgs {
     /// Print a JSON summary (on stderr with --stdio, whose stdout is the protocol).
     #[arg(long)]
     json: bool,
+    /// With --listen: give up when the sender sends nothing for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    idle_timeout: u64,
+}
+
+/// The transfer's pipes and socket end in errors, never in a silent SIGPIPE (main restores
+/// the default for `| head`).
+fn ignore_sigpipe() {
+    // SAFETY: setting a signal's disposition to ignore.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
 }
 
 pub fn recv(a: RecvArgs) -> Result<ExitCode> {
+    ignore_sigpipe();
     let key = read_key(a.key_file.as_deref())?;
     let opts = RecvOptions {
         dir: a.dir.clone(),
@@ -147,8 +160,39 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         let (s, peer) = l.accept()?;
         let _ = s.set_nodelay(true);
         eprintln!("stripeguard recv: sender {peer}");
+        // One sender per run: later ones are told so instead of waiting in the backlog.
+        std::thread::spawn(move || {
+            for mut c in l.incoming().flatten() {
+                std::thread::spawn(move || {
+                    stripeguard_xfer::proto::refuse(
+                        &mut c,
+                        &format!("busy: this receiver is already receiving from {peer}"),
+                    );
+                    // Read what the sender has sent meanwhile, so closing does not reset the
+                    // connection before it has read why.
+                    let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                    let _ = std::io::copy(&mut c, &mut std::io::sink());
+                });
+            }
+        });
+        // A sender that goes silent must not hold the directory forever.
+        let idle = std::time::Duration::from_secs(a.idle_timeout.max(1));
+        s.set_read_timeout(Some(idle))?;
         let w = s.try_clone()?;
-        receive(s, w, &opts)?
+        receive(s, w, &opts).map_err(|e| match e {
+            stripeguard_xfer::proto::ProtoError::Io(io)
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                anyhow::anyhow!(
+                    "no data from the sender {peer} for {} s (--idle-timeout); what was verified is kept for a later run",
+                    idle.as_secs()
+                )
+            }
+            e => e.into(),
+        })?
     };
     let line = serde_json::to_string(&summary)?;
     if a.json {
@@ -171,6 +215,7 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
 }
 
 pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
+    ignore_sigpipe();
     for p in &a.paths {
         std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
     }

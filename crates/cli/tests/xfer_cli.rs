@@ -171,6 +171,15 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
         ),
         ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
         (
+            "a partial's name",
+            [
+                b"SGXF".to_vec(),
+                vec![1, 0, 0, 0, 0, 0],
+                file_frame(".ok.sgpart"),
+            ]
+            .concat(),
+        ),
+        (
             "truncated",
             [
                 b"SGXF".to_vec(),
@@ -587,4 +596,193 @@ fn owner_and_xattrs_are_kept_when_asked() {
             "blue"
         );
     }
+}
+
+/// Outside attack: a symlink planted where the receiver keeps a partial (`.NAME.sgpart`, and
+/// its progress file) must be removed, never followed — before the fix, the received bytes
+/// went into the symlink's target outside DIR and the symlink was renamed to NAME.
+#[test]
+fn a_symlink_planted_as_a_partial_is_not_followed() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x"), b"the new bytes").unwrap();
+    let victim = d.path().join("victim");
+    let victim2 = d.path().join("victim2");
+    std::fs::write(&victim, b"outside DIR").unwrap();
+    std::fs::write(&victim2, b"outside DIR too").unwrap();
+    let dst = d.path().join("dst");
+    std::fs::create_dir_all(dst.join("src")).unwrap();
+    std::os::unix::fs::symlink(&victim, dst.join("src/.x.sgpart")).unwrap();
+    std::os::unix::fs::symlink(&victim2, dst.join("src/.x.sgpart.progress")).unwrap();
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    let out = json(&send_via(&src, &rsh, &[]));
+    assert_eq!(out["files"], 1, "{out}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"outside DIR");
+    assert_eq!(std::fs::read(&victim2).unwrap(), b"outside DIR too");
+    let m = std::fs::symlink_metadata(dst.join("src/x")).unwrap();
+    assert!(
+        m.is_file(),
+        "x must be a regular file, not the planted symlink"
+    );
+    assert_eq!(std::fs::read(dst.join("src/x")).unwrap(), b"the new bytes");
+}
+
+/// Two receivers on one directory: the partial is locked, and the second is refused with a
+/// message naming it (before, both wrote it and a sender reported a mixed file "verified").
+#[test]
+fn a_second_receiver_of_the_same_file_is_refused() {
+    use std::os::fd::AsRawFd;
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x"), vec![5u8; 100_000]).unwrap();
+    let dst = d.path().join("dst");
+    std::fs::create_dir_all(dst.join("src")).unwrap();
+    // The other receiver: holds the partial's lock as `recv` does.
+    let other = std::fs::File::create(dst.join("src/.x.sgpart")).unwrap();
+    assert_eq!(
+        unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    let out = send_via(&src, &rsh, &[]);
+    let err = err_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("another stripeguard recv"), "{err}");
+    assert!(!dst.join("src/x").exists());
+    drop(other);
+    let again = json(&send_via(&src, &rsh, &[]));
+    assert_eq!(again["files"], 1, "{again}");
+    assert_eq!(
+        std::fs::read(dst.join("src/x")).unwrap(),
+        vec![5u8; 100_000]
+    );
+}
+
+/// A symlink given as an argument keeps its own name on the receiver (as with `cp -a`).
+#[test]
+fn a_symlink_argument_keeps_its_name() {
+    let d = scratch();
+    std::fs::write(d.path().join("target"), b"t").unwrap();
+    std::os::unix::fs::symlink("target", d.path().join("lnk")).unwrap();
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    ok(&send_via(&d.path().join("lnk"), &rsh, &[]));
+    let m = std::fs::symlink_metadata(dst.join("lnk")).unwrap();
+    assert!(m.file_type().is_symlink());
+    assert!(!dst.join("target").exists());
+}
+
+/// Wait for a child at most `secs`; a hang is a failure, not a stuck test run.
+fn wait_bounded(mut c: std::process::Child, secs: u64) -> std::process::Output {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while c.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = c.kill();
+            panic!("still running after {secs} s: hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    c.wait_with_output().unwrap()
+}
+
+/// A receiver whose device cannot be read back (ramfs keeps no device copy) ends the
+/// transfer with that reason on both sides (before the fix both waited forever).
+#[test]
+fn a_receiver_that_cannot_verify_ends_the_transfer_with_the_reason() {
+    if !is_root() {
+        eprintln!("skipped: mounting ramfs needs root");
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x"), vec![1u8; 300_000]).unwrap();
+    let mnt = d.path().join("ramfs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    if !Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipped: cannot mount ramfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    let rsh = format!(
+        "{} recv --stdio --dir {}",
+        sg_bin(),
+        mnt.join("d").display()
+    );
+    let c = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .args(["--rsh", &rsh])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(c, 120);
+    let err = err_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot read") && err.contains("back from the device"),
+        "{err}"
+    );
+    assert!(!mnt.join("d/src/x").exists());
+}
+
+/// `recv --listen` takes one sender: a second is told it is busy; a sender that goes silent
+/// is given up after --idle-timeout.
+#[test]
+fn a_listening_receiver_refuses_a_second_sender_and_times_out_a_silent_one() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x"), b"x").unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let recv = Command::new(sg_bin())
+        .args(["recv", "--listen", &addr, "--idle-timeout", "3", "--dir"])
+        .arg(d.path().join("dst"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tries = 0;
+    let first = loop {
+        match std::net::TcpStream::connect(&addr) {
+            Ok(s) => break s,
+            Err(e) if tries < 200 => {
+                tries += 1;
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("the receiver never listened: {e}"),
+        }
+    };
+    let second = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .args(["--to", &addr])
+        .output()
+        .unwrap();
+    let err = err_of(&second);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(err.contains("busy"), "{err}");
+    let out = wait_bounded(recv, 60);
+    drop(first);
+    let rerr = err_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{rerr}");
+    assert!(rerr.contains("--idle-timeout"), "{rerr}");
 }

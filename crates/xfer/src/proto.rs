@@ -50,6 +50,9 @@ pub enum ProtoError {
     Malformed { what: &'static str, why: String },
     #[error("the peer reported: {0}")]
     Peer(String),
+    /// This side cannot go on (its own directory, device or another receiver), said whole.
+    #[error("{0}")]
+    Local(String),
 }
 
 pub fn malformed(what: &'static str, why: impl Into<String>) -> ProtoError {
@@ -312,6 +315,13 @@ impl FileHeader {
             hash,
         })
     }
+}
+
+/// Turn a connection away: our HELLO, then an ERROR frame saying why (the sender reports it).
+pub fn refuse(mut c: impl Write, why: &str) {
+    let _ = write_hello(&mut c, 0)
+        .and_then(|()| write_frame(&mut c, T_ERROR, why.as_bytes()))
+        .and_then(|()| c.flush());
 }
 
 /// Check a relative path from the peer: non-empty `/`-separated components, none empty, `.`

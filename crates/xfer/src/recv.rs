@@ -113,7 +113,15 @@ fn hex(b: &[u8]) -> String {
 
 /// A previous run's progress for this header, if it matches (same size, block size, hash).
 fn load_progress(path: &Path, h: &FileHeader) -> Option<Vec<bool>> {
-    let text = fs::read_to_string(path).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = String::new();
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
     let mut lines = text.lines();
     if lines.next()? != "stripeguard-xfer-progress 1" {
         return None;
@@ -170,6 +178,97 @@ fn set_times(path: &Path, h: &FileHeader, follow: bool) {
 fn fsync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
+    }
+}
+
+/// Is `name` one the receiver uses for its own files beside a final name? An entry from the
+/// peer with such a name is refused: it could stand in for another file's partial.
+fn is_partial_name(name: &str) -> bool {
+    name.starts_with('.') && (name.ends_with(".sgpart") || name.ends_with(".sgpart.progress"))
+}
+
+/// A receiver's own file (a partial, its progress) that is not a regular file — a symlink or
+/// a fifo planted in DIR — is removed, never followed.
+fn clear_non_regular(path: &Path) -> Result<(), ProtoError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Err(proto::malformed(
+            "path",
+            format!("{} is a directory", path.display()),
+        )),
+        Ok(m) if !m.is_file() => fs::remove_file(path).map_err(|e| at(path, "remove", e)),
+        _ => Ok(()),
+    }
+}
+
+fn at(path: &Path, what: &str, e: std::io::Error) -> ProtoError {
+    ProtoError::Io(std::io::Error::new(
+        e.kind(),
+        format!("cannot {what} {}: {e}", path.display()),
+    ))
+}
+
+/// Open (creating it if missing) the partial `part` for writing, never through a symlink
+/// (`O_NOFOLLOW`), and take an exclusive `flock` on it for as long as it is open, so that two
+/// receivers on one directory never write the same partial: the second is refused. Returns the
+/// file and whether a partial was already there (a previous run's, to resume).
+fn open_partial(part: &Path) -> Result<(File, bool), ProtoError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    clear_non_regular(part)?;
+    // Another receiver may rename the partial away between our open and our lock; then the
+    // inode we locked is no longer the partial, and we try again.
+    for _ in 0..8 {
+        let existed = fs::symlink_metadata(part).is_ok();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(part)
+            .map_err(|e| at(part, "open", e))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(ProtoError::Local(format!(
+                "{} is being received by another stripeguard recv into the same directory",
+                part.display()
+            )));
+        }
+        let ours = file.metadata().map_err(|e| at(part, "stat", e))?;
+        match fs::symlink_metadata(part) {
+            Ok(m) if m.dev() == ours.dev() && m.ino() == ours.ino() => return Ok((file, existed)),
+            _ => continue,
+        }
+    }
+    Err(ProtoError::Local(format!(
+        "{} keeps changing under another receiver",
+        part.display()
+    )))
+}
+
+/// Write a receiver's own small file (progress) without following a symlink planted there.
+fn write_own(path: &Path, text: &str) -> Result<(), ProtoError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    clear_non_regular(path)?;
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| at(path, "write", e))
+}
+
+/// Set a file's mtime (and atime) through its descriptor.
+fn set_file_times(f: &File, h: &FileHeader) {
+    use std::os::fd::AsRawFd;
+    let t = libc::timespec {
+        tv_sec: h.mtime_s as libc::time_t,
+        tv_nsec: h.mtime_ns as libc::c_long,
+    };
+    // SAFETY: a descriptor this caller owns and two timespecs.
+    unsafe {
+        libc::futimens(f.as_raw_fd(), [t, t].as_ptr());
     }
 }
 
@@ -234,58 +333,18 @@ pub fn receive(
     let verify_blocks = opts.verify;
     let vsum = Arc::clone(&summary);
     let vout = Arc::clone(&out);
+    // The verifier's failure, for the main loop to stop on (the peer is told at once).
+    let failed: Arc<Mutex<Option<String>>> = Arc::default();
+    let vfailed = Arc::clone(&failed);
     let verifier = std::thread::spawn(move || -> Result<(), String> {
-        let mut buf = Vec::new();
-        for j in job_rx {
-            if let Some(cmd) = &hook {
-                let _ = std::process::Command::new(cmd)
-                    .arg(&j.path)
-                    .arg(j.offset.to_string())
-                    .arg(j.len.to_string())
-                    .status();
-            }
-            buf.resize(j.len, 0);
-            let (ok, how) = if verify_blocks {
-                let (how, t) =
-                    verify::durable_then_read_back_timed(&j.file, &j.path, j.offset, &mut buf[..])
-                        .map_err(|e| {
-                            format!(
-                                "cannot read {} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
-                                j.path.display()
-                            )
-                        })?;
-                let th = std::time::Instant::now();
-                let ok = *blake3::hash(&buf).as_bytes() == j.hash;
-                let mut s = vsum.lock().expect("lock");
-                s.ns_durable += t.durable.as_nanos() as u64;
-                s.ns_evict += t.evict.as_nanos() as u64;
-                s.ns_read_back_hash += (t.read_back + th.elapsed()).as_nanos() as u64;
-                (ok, how)
-            } else {
-                (true, verify::ReadBack::Evicted)
-            };
-            {
-                let mut s = vsum.lock().expect("lock");
-                if ok {
-                    s.blocks_verified += 1;
-                } else {
-                    s.blocks_mismatched += 1;
-                }
-                if how == verify::ReadBack::Direct {
-                    s.direct_reads += 1;
-                }
-            }
-            let mut p = j.index.to_le_bytes().to_vec();
-            p.push(ok as u8);
-            {
-                let mut o = vout.lock().expect("lock");
-                proto::write_frame(&mut *o, proto::T_BLOCK_RESULT, &p)
-                    .and_then(|()| o.flush())
-                    .map_err(|e| e.to_string())?;
-            }
-            let _ = done_tx.send((j.index, j.seq, ok));
+        let r = verify_jobs(job_rx, hook, verify_blocks, &vsum, &vout, done_tx);
+        if let Err(e) = &r {
+            *vfailed.lock().expect("lock") = Some(e.clone());
+            let mut o = vout.lock().expect("lock");
+            let _ = proto::write_frame(&mut *o, proto::T_ERROR, e.as_bytes());
+            let _ = o.flush();
         }
-        Ok(())
+        r
     });
     let mut dirs: Vec<(PathBuf, FileHeader)> = Vec::new();
     let mut dirty_dirs: std::collections::BTreeSet<PathBuf> = Default::default();
@@ -295,6 +354,9 @@ pub fn receive(
     let mut seq = 0u64;
     let result = (|| -> Result<(), ProtoError> {
         loop {
+            if let Some(e) = failed.lock().expect("lock").clone() {
+                return Err(ProtoError::Local(e));
+            }
             let Some((kind, payload)) = proto::read_frame(&mut input)? else {
                 return Err(proto::malformed("stream", "ended before DONE"));
             };
@@ -310,8 +372,14 @@ pub fn receive(
                     }
                     let h = FileHeader::decode(&payload)?;
                     let parts = proto::check_relative(&h.path)?;
-                    let parent = parent_dir(&root, &parts)?;
                     let name = parts[parts.len() - 1];
+                    if is_partial_name(name) {
+                        return Err(proto::malformed(
+                            "path",
+                            format!("{:?}: a name of the receiver's own partial files (.NAME.sgpart, .NAME.sgpart.progress)", h.path),
+                        ));
+                    }
+                    let parent = parent_dir(&root, &parts)?;
                     let fin = parent.join(name);
                     let reply = |status: u8, extra: &[u8]| -> Result<(), ProtoError> {
                         let mut p = vec![status];
@@ -385,18 +453,16 @@ pub fn receive(
                             let part = parent.join(format!(".{name}.sgpart"));
                             let progress = parent.join(format!(".{name}.sgpart.progress"));
                             let blocks = blocks_of(&h);
-                            let resumed = if part.exists() {
+                            let (file, existed) = open_partial(&part)?;
+                            let resumed = if existed {
                                 load_progress(&progress, &h)
                             } else {
                                 None
                             };
-                            let file = OpenOptions::new()
-                                .read(true)
-                                .write(true)
-                                .create(true)
-                                .truncate(resumed.is_none())
-                                .open(&part)?;
-                            file.set_len(h.size)?;
+                            if resumed.is_none() {
+                                file.set_len(0).map_err(|e| at(&part, "truncate", e))?;
+                            }
+                            file.set_len(h.size).map_err(|e| at(&part, "size", e))?;
                             let verified = resumed.unwrap_or_else(|| vec![false; blocks as usize]);
                             let mut bits = Vec::new();
                             for chunk in verified.chunks(8) {
@@ -496,17 +562,17 @@ pub fn receive(
                         if !opts.verify {
                             p.file.sync_all()?;
                         }
-                        fs::set_permissions(
-                            &p.part,
-                            fs::Permissions::from_mode(p.header.mode & 0o7777),
-                        )?;
-                        set_times(&p.part, &p.header, true);
+                        p.file
+                            .set_permissions(fs::Permissions::from_mode(p.header.mode & 0o7777))
+                            .map_err(|e| at(&p.part, "set the mode of", e))?;
+                        set_file_times(&p.file, &p.header);
                         if let Some(a) = &p.attrs {
                             if let Err(e) = crate::attrs::apply(&p.part, a) {
                                 summary.lock().expect("lock").attr_problems.push(e);
                             }
                         }
-                        fs::rename(&p.part, &p.fin)?;
+                        fs::rename(&p.part, &p.fin)
+                            .map_err(|e| at(&p.fin, "rename the partial to", e))?;
                         let _ = fs::remove_file(&p.progress);
                         // Directories are fsynced once each, at the end of the session (a
                         // crash before leaves the verified partial, which a later run resumes).
@@ -514,7 +580,7 @@ pub fn receive(
                         summary.lock().expect("lock").files += 1;
                         0u8
                     } else {
-                        fs::write(&p.progress, progress_text(&p))?;
+                        write_own(&p.progress, &progress_text(&p))?;
                         summary
                             .lock()
                             .expect("lock")
@@ -531,8 +597,12 @@ pub fn receive(
                         fsync_dir(d);
                     }
                     for (d, h) in dirs.iter().rev() {
-                        let _ = fs::set_permissions(d, fs::Permissions::from_mode(h.mode & 0o7777));
-                        set_times(d, h, true);
+                        // Still the directory made here (never a symlink put in its place).
+                        if fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()) {
+                            let _ =
+                                fs::set_permissions(d, fs::Permissions::from_mode(h.mode & 0o7777));
+                            set_times(d, h, false);
+                        }
                     }
                     let mut o = out.lock().expect("lock");
                     proto::write_frame(&mut *o, proto::T_DONE, &[])?;
@@ -558,14 +628,86 @@ pub fn receive(
         while let Ok((i, n, ok)) = done_rx.try_recv() {
             note(p, &mut pending, i, n, ok);
         }
-        let _ = fs::write(&p.progress, progress_text(p));
+        let _ = write_own(&p.progress, &progress_text(p));
     }
     drop(jobs);
     let verifier = verifier.join().expect("the verifier panicked");
+    if let Err(e) = &result {
+        // Tell the sender why (it would otherwise see only a closed stream), unless it was the
+        // sender's own error or the verifier has told it already.
+        if !matches!(e, ProtoError::Peer(_)) && failed.lock().expect("lock").is_none() {
+            let mut o = out.lock().expect("lock");
+            let _ = proto::write_frame(&mut *o, proto::T_ERROR, e.to_string().as_bytes());
+            let _ = o.flush();
+        }
+    }
+    // The verifier's failure is the cause of whatever the stream did after it.
+    verifier.map_err(ProtoError::Local)?;
     result?;
-    verifier.map_err(|e| proto::malformed("verification", e))?;
     let s = summary.lock().expect("lock").clone();
     Ok(s)
+}
+
+/// The verifier thread: each block durable, evicted, read back, hashed, answered.
+fn verify_jobs(
+    job_rx: mpsc::Receiver<Job>,
+    hook: Option<String>,
+    verify_blocks: bool,
+    vsum: &Mutex<RecvSummary>,
+    vout: &Mutex<impl Write>,
+    done_tx: mpsc::Sender<(u64, u64, bool)>,
+) -> Result<(), String> {
+    let mut buf = Vec::new();
+    for j in job_rx {
+        if let Some(cmd) = &hook {
+            let _ = std::process::Command::new(cmd)
+                .arg(&j.path)
+                .arg(j.offset.to_string())
+                .arg(j.len.to_string())
+                .status();
+        }
+        buf.resize(j.len, 0);
+        let (ok, how) = if verify_blocks {
+            let (how, t) =
+                    verify::durable_then_read_back_timed(&j.file, &j.path, j.offset, &mut buf[..])
+                        .map_err(|e| {
+                            format!(
+                                "cannot read {} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
+                                j.path.display()
+                            )
+                        })?;
+            let th = std::time::Instant::now();
+            let ok = *blake3::hash(&buf).as_bytes() == j.hash;
+            let mut s = vsum.lock().expect("lock");
+            s.ns_durable += t.durable.as_nanos() as u64;
+            s.ns_evict += t.evict.as_nanos() as u64;
+            s.ns_read_back_hash += (t.read_back + th.elapsed()).as_nanos() as u64;
+            (ok, how)
+        } else {
+            (true, verify::ReadBack::Evicted)
+        };
+        {
+            let mut s = vsum.lock().expect("lock");
+            if ok {
+                s.blocks_verified += 1;
+            } else {
+                s.blocks_mismatched += 1;
+            }
+            if how == verify::ReadBack::Direct {
+                s.direct_reads += 1;
+            }
+        }
+        let mut p = j.index.to_le_bytes().to_vec();
+        p.push(ok as u8);
+        {
+            let mut o = vout.lock().expect("lock");
+            proto::write_frame(&mut *o, proto::T_BLOCK_RESULT, &p)
+                .and_then(|()| o.flush())
+                .map_err(|e| e.to_string())?;
+        }
+        let _ = done_tx.send((j.index, j.seq, ok));
+    }
+    Ok(())
 }
 
 /// Blocks verified in an earlier run have no hash here; the whole-file check then rests on the
@@ -603,6 +745,6 @@ fn drain(
     }
     // Progress on disk now and then, so an interrupted transfer resumes near where it stopped.
     if n > 0 && p.verified.iter().filter(|&&v| v).count() % 64 == 0 {
-        let _ = fs::write(&p.progress, progress_text(p));
+        let _ = write_own(&p.progress, &progress_text(p));
     }
 }

@@ -127,10 +127,16 @@ pub fn send(
 ) -> Result<SendSummary, SendError> {
     let mut entries = Vec::new();
     for p in paths {
+        // Named as given (a symlink argument keeps its own name, as `cp -r` and rsync do);
+        // `.` and `..` are named after the directory they stand for.
         let name = p
-            .canonicalize()
-            .ok()
-            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .or_else(|| {
+                p.canonicalize()
+                    .ok()
+                    .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            })
             .unwrap_or_else(|| p.display().to_string());
         walk(p, &name, &mut entries)?;
     }
@@ -191,13 +197,42 @@ pub fn send(
             Err(_) => Err(proto::malformed("stream", "the receiver closed")),
         }
     };
+    match send_entries(&entries, &mut output, &next, opts, progress) {
+        // A write failed: the receiver has usually said why before it closed; report that.
+        Err(SendError::Proto(ProtoError::Io(e))) => Err(peer_reason(&rx)
+            .map(ProtoError::Peer)
+            .unwrap_or(ProtoError::Io(e))
+            .into()),
+        r => r,
+    }
+}
+
+/// The ERROR frame the receiver sent before it closed, if one comes within two seconds.
+fn peer_reason(rx: &mpsc::Receiver<Result<(u8, Vec<u8>), ProtoError>>) -> Option<String> {
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(2)) {
+            Ok(Ok((proto::T_ERROR, p))) => return Some(String::from_utf8_lossy(&p).into()),
+            Ok(Ok(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// The entries, one after another, once the session is open.
+fn send_entries(
+    entries: &[Entry],
+    mut output: impl Write,
+    next: &dyn Fn(u8) -> Result<Vec<u8>, ProtoError>,
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SendSummary, SendError> {
     let mut summary = SendSummary::default();
     let bs = opts.block_size.clamp(4096, proto::MAX_BLOCK);
     let mut manifest = opts
         .manifest
         .as_ref()
         .map(|_| String::from("stripeguard-manifest 1\n"));
-    for e in &entries {
+    for e in entries {
         let m = fs::symlink_metadata(&e.local).map_err(source_err(&e.local))?;
         let mut h = FileHeader {
             path: e.remote.clone(),
