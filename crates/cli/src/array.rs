@@ -552,13 +552,13 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
     })?;
     if a.check {
         eprintln!(
-            "stripeguard: the array is in use by {who}: --check needs it; showing the live status"
+            "stripeguard: not checked: the array is in use by {who} and --check needs it; showing what the holder has found so far (run the check when it finishes, or `stripeguard scrub --check-only` then)"
         );
     }
     if a.json {
         println!(
             "{}",
-            json!({"in_use_by": live.pid, "command": live.command, "live": live})
+            json!({"in_use_by": live.pid, "command": live.command, "live": live, "checked": false})
         );
     } else {
         println!(
@@ -586,13 +586,14 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
             println!("  {e}");
         }
     }
-    Ok(ExitCode::from(
-        if live.out.is_empty() && live.located == 0 {
-            exit::OK
-        } else {
-            exit::FOUND
-        },
-    ))
+    // A check that was asked for and not done is not a clean result.
+    Ok(ExitCode::from(if a.check {
+        exit::USAGE
+    } else if live.out.is_empty() && live.located == 0 {
+        exit::OK
+    } else {
+        exit::FOUND
+    }))
 }
 
 /// The last scrub, like `zpool status`' scan line.
@@ -683,7 +684,7 @@ fn replace_via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
             dir.join(name).display().to_string()
         }
     };
-    ask_holder_replace(uuid, a.member, &target)
+    ask_holder_replace(uuid, a.member, &target, a.force)
         .map_err(|e| anyhow::anyhow!("the process holding the array refused the replace: {e}"))?;
     eprintln!("stripeguard: the array is in use; the process holding it rebuilds member {} onto {target} while it goes on serving", a.member);
     let bar = count_bar("rebuilding");

@@ -434,3 +434,25 @@ fn without_local_locks_the_owner_record_refuses_a_second_process() {
         .unwrap();
     assert!(out.status.success(), "{}", err_of(&out));
 }
+
+/// The same member given twice is named as such (it used to say "in use by another process":
+/// the command's own second lock).
+#[test]
+fn a_member_given_twice_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, &["m0", "m1", "m2"], &[]);
+    for args in [
+        cmd("status", &["m0", "m1", "./m1"], &[]),
+        cmd("create", &["n0", "n1", "n1"], &["--size", "4M"]),
+    ] {
+        let out = sg(&args, d);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            err_of(&out).contains("are the same file or device"),
+            "{}",
+            err_of(&out)
+        );
+    }
+    assert!(!d.join("n0").exists() && !d.join("n1").exists());
+}

@@ -541,3 +541,43 @@ fn replace_while_serving_rebuilds_online() {
     let back = std::fs::read(d.join("back")).unwrap();
     assert!(back == data, "the member rebuilt while serving misses data");
 }
+
+/// While `serve` holds the array: `status --check` says it did not check (exit 2, `"checked":
+/// false`) instead of exiting 0; `replace` of a healthy member is refused without `--force`
+/// and `--force` reaches the holder (outside attack: it was dropped on the way).
+#[test]
+fn while_serving_a_check_is_not_claimed_and_replace_force_reaches_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, "hybrid-seq", "8M");
+    let s = serve(d, &["--quiet"]);
+    let out = sg(
+        &[&["status"][..], &MEMBERS[..], &["--check", "--json"]].concat(),
+        d,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", err_of(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(v["checked"], false, "{v}");
+    assert!(err_of(&out).contains("not checked"), "{}", err_of(&out));
+    let replace = |extra: &[&str]| {
+        sg(
+            &[
+                &["replace"][..],
+                &MEMBERS[..],
+                &["--member", "1", "--with", "new1"],
+                extra,
+            ]
+            .concat(),
+            d,
+        )
+    };
+    let refused = replace(&[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", err_of(&refused));
+    assert!(err_of(&refused).contains("--force"), "{}", err_of(&refused));
+    let forced = replace(&["--force"]);
+    let text = ok(&forced);
+    assert!(text.contains("rebuilt member 1"), "{text}");
+    let (status, _, err) = s.stop();
+    assert!(status.code().is_some_and(|c| c <= 1), "{err}");
+}

@@ -100,6 +100,7 @@ impl CreateOnPaths {
     /// return it assembled and writable. On failure the files this call created are removed.
     pub fn run(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<Array, EngineError> {
         let cfg = self.config()?;
+        refuse_duplicate_paths(&self.paths)?;
         let mut created: Vec<&Path> = Vec::new();
         let result = self.create_files(&mut created).and_then(|fresh| {
             let members = self
@@ -201,9 +202,40 @@ pub fn assemble_paths(
         writable,
         ..AssembleOptions::default()
     };
+    refuse_duplicate_paths(paths)?;
     let array = Array::assemble(open_member_paths(paths, direct), &opts)?;
     array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
     Ok(array)
+}
+
+/// One file or device named twice in a member list (the same path, or two names of one
+/// inode) would be locked against itself; say what it is instead.
+fn refuse_duplicate_paths(paths: &[PathBuf]) -> Result<(), EngineError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        if stripeguard_nbd::is_uri(&p.to_string_lossy()) {
+            continue;
+        }
+        // The inode (or device number) when it exists; else the absolute path (create).
+        let id = match std::fs::metadata(p) {
+            Ok(m) if m.file_type().is_block_device() => format!("device {}", m.rdev()),
+            Ok(m) => format!("inode {}:{}", m.dev(), m.ino()),
+            Err(_) => std::path::absolute(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string(),
+        };
+        if let Some((_, first)) = seen.iter().find(|(s, _)| *s == id) {
+            return Err(EngineError::Assemble(format!(
+                "members {first} and {i} are the same file or device ({} and {}): give each member once",
+                paths[*first].display(),
+                p.display()
+            )));
+        }
+        seen.push((id, i));
+    }
+    Ok(())
 }
 
 /// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
@@ -395,7 +427,13 @@ fn start_replace<'scope>(
     state: &'scope std::sync::Mutex<Option<LiveReplace>>,
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Result<(), String> {
-    let mut words = req.splitn(3, ' ').skip(1);
+    // `replace [--force] MEMBER TARGET` (TARGET may hold spaces: it is the rest of the line).
+    let rest = req.strip_prefix("replace ").unwrap_or(req);
+    let (force, rest) = match rest.strip_prefix("--force ") {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let mut words = rest.splitn(2, ' ');
     let member: usize = words
         .next()
         .and_then(|w| w.parse().ok())
@@ -425,7 +463,7 @@ fn start_replace<'scope>(
         ..LiveReplace::default()
     });
     scope.spawn(move || {
-        let result = array.replace(member, disk, false, &mut |done, total| {
+        let result = array.replace(member, disk, force, &mut |done, total| {
             if let Some(r) = state.lock().expect("lock").as_mut() {
                 r.done = done;
                 r.total = total;
@@ -461,14 +499,20 @@ fn start_replace<'scope>(
 
 /// Ask the process holding array `uuid` to replace `member` with `target` (an absolute path or
 /// a URI); progress and the outcome come with its `status`.
-pub fn ask_holder_replace(uuid: &[u8; 16], member: usize, target: &str) -> Result<(), String> {
+pub fn ask_holder_replace(
+    uuid: &[u8; 16],
+    member: usize,
+    target: &str,
+    force: bool,
+) -> Result<(), String> {
     use std::io::{BufRead, BufReader, Write};
     let path = control_socket_path(uuid);
     let mut conn = std::os::unix::net::UnixStream::connect(&path)
         .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
     conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .map_err(|e| e.to_string())?;
-    conn.write_all(format!("replace {member} {target}\n").as_bytes())
+    let force = if force { "--force " } else { "" };
+    conn.write_all(format!("replace {force}{member} {target}\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(std::io::Read::take(conn, 1 << 20))

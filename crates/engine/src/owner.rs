@@ -158,7 +158,7 @@ impl Array {
                 let alive = if o.pid == std::process::id() {
                     LIVE.lock().expect("lock").contains(&o.holder_id)
                 } else {
-                    std::path::Path::new(&format!("/proc/{}", o.pid)).exists()
+                    process_alive(o.pid)
                 };
                 if alive {
                     return Err(in_use(&o, "by its owner record".into()));
@@ -273,6 +273,20 @@ impl Array {
     }
 }
 
+/// A process on this host that still runs: it has a `/proc` entry and is not a zombie (a
+/// killed holder whose parent has not reaped it yet holds nothing).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses, so the state follows
+        // the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +312,20 @@ mod tests {
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(Owner::decode(&c).is_none(), "bit {bit}");
         }
+    }
+
+    #[test]
+    fn a_zombie_holds_nothing() {
+        assert!(super::process_alive(std::process::id()));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        // Not reaped yet: a zombie until wait().
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!super::process_alive(pid));
+        c.wait().unwrap();
+        assert!(!super::process_alive(pid));
     }
 }

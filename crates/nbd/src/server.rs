@@ -8,8 +8,8 @@
 //! pipelines without reading its replies cannot grow the server's memory.
 //!
 //! Shutdown (SIGTERM / SIGINT set the `stop` flag): stop accepting, shut the read side of every
-//! connection, let the requests already read finish and be answered, then return; the caller
-//! flushes and closes the array.
+//! connection, let the requests already read finish and be answered (a client that does not
+//! read its replies is cut off after 10 s), then return; the caller flushes and closes the array.
 
 use crate::proto::{self, ExportInfo, Handshake, Request};
 use std::collections::HashMap;
@@ -415,6 +415,16 @@ impl Server {
         stop_now.store(true, Ordering::Relaxed);
         for s in open.lock().expect("lock").values() {
             s.shutdown(Shutdown::Read);
+        }
+        // A client that does not read its replies would hold the stop for the reply timeout:
+        // after a grace period its socket is closed (its requests still finish in the engine;
+        // only their replies, which it was not reading, are lost).
+        let grace = std::time::Instant::now() + Duration::from_secs(10);
+        while handles.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < grace {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for s in open.lock().expect("lock").values() {
+            s.shutdown(Shutdown::Both);
         }
         for h in handles {
             let _ = h.join();

@@ -414,3 +414,29 @@ fn a_client_that_does_not_read_its_replies_stalls_only_itself() {
     drop(greedy);
     assert_eq!(PANICS.load(Ordering::Relaxed), 0);
 }
+
+/// Stopping the server (SIGTERM) while a client is not reading its replies: the stop completes
+/// after the grace period instead of waiting for the reply timeout (outside attack: it never
+/// completed).
+#[test]
+fn a_stop_completes_while_a_client_is_not_reading_its_replies() {
+    let mut r = start(SIZE);
+    let mut greedy = go(&r.path);
+    for i in 0..400u64 {
+        request(&mut greedy, proto::CMD_READ, 0, i, 0, 512 * 1024);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    r.stop.store(true, Ordering::Relaxed);
+    let t = r.thread.take().unwrap();
+    while !t.is_finished() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the server did not stop with a client holding its replies"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.join().unwrap();
+    drop(greedy);
+    assert_eq!(PANICS.load(Ordering::Relaxed), 0);
+}
