@@ -36,8 +36,9 @@ pub struct CreateArgs {
     /// Parity members (any k + m with Reed-Solomon), instead of --level.
     #[arg(long)]
     parity: Option<usize>,
-    /// Integrity scheme: none, pure, hybrid1, hybrid2, hybrid-seq, or auto (the paper's rule
-    /// from --avg-write: hybrid1 for small writes, hybrid2 for large ones).
+    /// Integrity scheme: none, pure, hybrid1, hybrid2, hybrid-seq, checksum-chunk (Kroth & Yang:
+    /// the last member holds each stripe's block CRCs), or auto (the paper's rule from
+    /// --avg-write: hybrid1 for small writes, hybrid2 for large ones).
     #[arg(long, default_value = "hybrid-seq")]
     scheme: String,
     /// The workload's average write size, for --scheme auto (decimals allowed: 7.04K).
@@ -281,7 +282,11 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
         (Some(6), _) => 2,
         (Some(l), _) => bail!("--level {l} is not supported (use 5 or 6, or --parity M)"),
         (None, Some(m)) => m,
-        (None, None) => default_parity(n),
+        (None, None) => {
+            // The checksum member is neither data nor parity.
+            let extra = parse_scheme(&a.scheme).map_or(0, |s| s.extra_members());
+            default_parity(n - extra.min(n))
+        }
     };
     let scheme: Scheme = if a.scheme == "auto" {
         let avg = a.avg_write.context(
@@ -324,17 +329,18 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
     if a.json {
         println!(
             "{}",
-            json!({"uuid": hex(&sb.array_uuid), "members": n, "data_chunks": n - m, "parity_chunks": m,
+            json!({"uuid": hex(&sb.array_uuid), "members": n, "data_chunks": sb.data_chunks, "parity_chunks": m,
                    "code": sb.code.name(), "scheme": sb.scheme.name(), "chunk_bytes": sb.chunk_bytes,
                    "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes, "capacity_bytes": cap})
         );
     } else {
         println!(
-            "created array {}: {} data + {} parity ({}), scheme {}, chunk {}, {} stripes, capacity {} bytes ({})",
+            "created array {}: {} data + {} parity ({}){}, scheme {}, chunk {}, {} stripes, capacity {} bytes ({})",
             hex(&sb.array_uuid),
-            n - m,
+            sb.data_chunks,
             m,
             sb.code.name(),
+            if sb.scheme.extra_members() > 0 { " + a checksum member" } else { "" },
             sb.scheme.name(),
             format_size(sb.chunk_bytes as usize),
             sb.stripes,

@@ -63,9 +63,15 @@ impl CreateOnPaths {
                 "{n} members given; an array has at most {MAX_MEMBERS}"
             ));
         }
-        if m == 0 || m >= n {
+        let extra = self.scheme.extra_members();
+        if m == 0 || m + extra >= n {
             return bad(format!(
-                "{n} members cannot hold {m} parity chunk(s) and at least one data chunk"
+                "{n} members cannot hold {m} parity chunk(s){} and at least one data chunk",
+                if extra > 0 {
+                    ", the checksum member"
+                } else {
+                    ""
+                }
             ));
         }
         if self.sector_bytes != 512 && self.sector_bytes != 4096 {
@@ -84,7 +90,7 @@ impl CreateOnPaths {
             ));
         }
         Ok(ArrayConfig {
-            data_chunks: n - m,
+            data_chunks: n - m - extra,
             parity_chunks: m,
             code: self.code.unwrap_or(CodeId::for_parity(m)),
             scheme: self.scheme,

@@ -193,6 +193,8 @@ pub struct Array {
     /// is here reads only its blocks (FORMAT.md §2.3a, "appendix cache"). Off (`None`) until
     /// [`Array::enable_appendix_cache`].
     pub(crate) app_cache: Mutex<Option<AppendixCache>>,
+    /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
+    pub(crate) ck: Mutex<crate::ckchunk::CkCache>,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
     /// device although the member still counts as out for reads: a stripe already rebuilt stays
     /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
@@ -214,12 +216,17 @@ impl Array {
         fresh: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Array, EngineError> {
-        let n = cfg.data_chunks + cfg.parity_chunks;
+        let n = cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members();
         lock_members(&members, true)?;
         if members.len() != n {
             return Err(EngineError::Config(format!(
-                "{} members given for k + m = {n}",
-                members.len()
+                "{} members given for k + m{} = {n}",
+                members.len(),
+                if cfg.scheme.extra_members() > 0 {
+                    " + the checksum member"
+                } else {
+                    ""
+                }
             )));
         }
         if cfg.sector_bytes != 512 && cfg.sector_bytes != 4096 {
@@ -550,6 +557,13 @@ impl Array {
             io_pool,
             callers: std::sync::atomic::AtomicUsize::new(0),
             app_cache: Mutex::new(None),
+            ck: Mutex::new(crate::ckchunk::CkCache::new(
+                if sb.scheme.extra_members() > 0 {
+                    crate::ckchunk::CK_CACHE_TABLES
+                } else {
+                    0
+                },
+            )),
             rebuilding: Mutex::new(None),
             cancel: std::sync::atomic::AtomicBool::new(false),
             sb,
@@ -572,6 +586,7 @@ impl Array {
     }
 
     pub(crate) fn clear_appendix_cache(&self) {
+        self.ck_clear_clean();
         if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
             c.clear();
         }
@@ -670,6 +685,8 @@ impl Array {
 
     /// Flush every current member (a failed flush takes the member out).
     pub(crate) fn flush_members(&self) -> Result<(), EngineError> {
+        // The stripe cache's dirty checksum tables reach the disk before the flush.
+        self.ck_write_back()?;
         for (i, d) in self.members.all().iter().enumerate() {
             if self.is_failed(i) {
                 continue;
@@ -748,9 +765,11 @@ impl Array {
     }
 
     fn check_survivable(&self) -> Result<(), EngineError> {
+        // The checksum member holds no data: without it reads go unverified, not lost.
         let failed = self
             .failed
             .iter()
+            .take(self.geometry.n())
             .filter(|f| f.load(Ordering::Relaxed))
             .count();
         if failed > self.geometry.m {
@@ -881,9 +900,33 @@ impl Array {
         let unit = self.unit_bytes() as usize;
         let mut buf = vec![0u8; unit];
         let total = g.stripes;
+        let zero_table = self.is_ck().then(|| {
+            let zero = vec![0u8; c];
+            let units: Vec<&[u8]> = (0..g.n()).map(|_| &zero[..]).collect();
+            self.ck_table_of(0, &units)
+        });
         for s in 0..total {
+            if let Some(t) = &zero_table {
+                let mut t = t.clone();
+                t.stripe = s;
+                let enc = self.ck_encode(&t);
+                let tb = stripeguard_integrity::ck_table_bytes(g.n(), self.sb.chunk_bytes);
+                let off = self.unit_offset(s);
+                let w = if fresh {
+                    self.members.get(self.ck_pos()).write_at(off, &enc[..tb])
+                } else {
+                    let mut unit = vec![0u8; unit];
+                    unit[..tb].copy_from_slice(&enc[..tb]);
+                    self.members.get(self.ck_pos()).write_at(off, &unit)
+                };
+                self.recycle([enc]);
+                w?;
+            }
             if fresh && !scheme.has_appendix() {
-                break;
+                if s % 64 == 63 || s + 1 == total {
+                    progress(s + 1, total);
+                }
+                continue;
             }
             for pos in 0..g.n() {
                 buf.fill(0);

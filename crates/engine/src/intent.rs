@@ -385,6 +385,9 @@ impl Array {
         if self.sb.scheme == Scheme::None {
             return self.recompute_parity(stripe, "resync: parity recomputed from the data");
         }
+        // Checksum-chunk: the table and the parity decide (a unit that disagrees with the table
+        // is rolled back from the parity; a table behind data that the parity agrees with is
+        // recomputed); what they cannot decide is settled like every scheme below.
         match self.repair_stripe_as(stripe, &[], true) {
             Ok(_) => Ok(()),
             Err(EngineError::Unrecoverable { .. }) => match self.settle(stripe) {
@@ -501,6 +504,11 @@ impl Array {
             .map(|(p, u)| (p, 0, &u[..]))
             .collect();
         self.write_units(stripe, &writes)?;
+        if self.is_ck() {
+            let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
+            let t = self.ck_table_of(stripe, &views);
+            self.ck_write_now(stripe, &t)?;
+        }
         for i in 0..k {
             let id = g.data_chunk_id(stripe, i);
             self.planner

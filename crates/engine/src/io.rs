@@ -19,6 +19,8 @@ struct Units {
     /// The appendix of every unit read that passed its checks (its block table is what a
     /// partial seal keeps for the blocks it does not rewrite). Empty after a repair.
     appendices: Vec<Option<Appendix>>,
+    /// The stripe's checksum-chunk table (checksum-chunk arrays).
+    ck: Option<stripeguard_integrity::CkTable>,
 }
 
 impl Array {
@@ -205,20 +207,33 @@ impl Array {
             }
             diagnose(scheme, g.k, &views, |p| self.identity(plan.stripe, p))
         };
-        if diag.is_clean() && !erased.iter().any(|&e| e) {
+        // Checksum-chunk arrays: the blocks read against the stripe's table.
+        let mut ck_table = None;
+        let mut ck_suspects = Vec::new();
+        if self.is_ck() && !erased.iter().any(|&e| e) {
+            match self.ck_load(plan.stripe)? {
+                Ok(t) => {
+                    ck_suspects = self.ck_check(&t, &to_read, &units);
+                    ck_table = Some(t);
+                }
+                Err(why) => ck_suspects.push((self.ck_pos(), "checksum-chunk", why)),
+            }
+        }
+        if diag.is_clean() && !erased.iter().any(|&e| e) && ck_suspects.is_empty() {
             for &(p, e) in &to_read {
                 if let (true, Some(b), Some(_)) = (e.appendix, &units[p], &diag.appendices[p]) {
                     self.remember_appendix(plan.stripe, p, &b[c..]);
                 }
             }
         }
-        if diag.is_clean() && !erased.iter().any(|&e| e) {
+        if diag.is_clean() && !erased.iter().any(|&e| e) && ck_suspects.is_empty() {
             return Ok(Units {
                 units,
                 erased,
                 truth: diag.truth,
                 data_crc: diag.data_crc,
                 appendices: diag.appendices,
+                ck: ck_table,
             });
         }
         let mut suspects: Vec<(usize, &'static str, String)> = diag
@@ -231,8 +246,13 @@ impl Array {
                 suspects.push((p, "read-error", "read failed".into()));
             }
         }
+        suspects.extend(ck_suspects);
         self.recycle(units.into_iter().flatten());
-        let Image { units: full, truth } = self.repair_stripe(plan.stripe, &suspects)?;
+        let Image {
+            units: full,
+            truth,
+            ck,
+        } = self.repair_stripe(plan.stripe, &suspects)?;
         let data_crc = if scheme.mirror() == Some(MirrorKind::Checksum) {
             truth.iter().map(|t| t.map(|v| v as u32)).collect()
         } else {
@@ -244,6 +264,7 @@ impl Array {
             truth,
             data_crc,
             appendices: Vec::new(),
+            ck,
         })
     }
 
@@ -485,6 +506,21 @@ impl Array {
                 buddy = Some((w.pos, sector));
             }
         }
+        // Checksum-chunk arrays: the table's entries of every block written.
+        let ck_new = match have.ck.take() {
+            Some(mut t) if self.is_ck() => {
+                let b = gran.block as usize;
+                for (i, n) in (first..=last).zip(&new) {
+                    let (lo, hi) = (n.e.lo as usize, n.e.hi as usize);
+                    t.set_blocks(i, lo / b, &n.bytes()[lo..hi], b);
+                }
+                for (j, p) in parity.iter().enumerate() {
+                    t.set_blocks(k + j, hlo / b, &p[hlo..hhi], b);
+                }
+                Some(t)
+            }
+            _ => None,
+        };
         let mut writes: Vec<(usize, u64, &[u8])> = Vec::with_capacity(2 * plan.writes.len());
         if let Some((pos, bytes)) = &buddy {
             writes.push((*pos, c as u64, &bytes[c..]));
@@ -501,6 +537,9 @@ impl Array {
         }
         self.write_units(plan.stripe, &writes)?;
         drop(writes);
+        if let Some(t) = ck_new {
+            self.ck_store(plan.stripe, t)?;
+        }
         if mirror.is_some() {
             let live = |pos: usize| !self.is_failed(g.member_of(plan.stripe, pos));
             for (i, n) in (first..=last).zip(&new) {

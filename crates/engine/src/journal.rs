@@ -113,7 +113,7 @@ impl Array {
         // never garbled), where without the saved copy the stripe could not be decided at all.
         let _ = (start, end, g.chunk_bytes);
         let missing: Vec<usize> = (0..g.k)
-            .filter(|&pos| self.is_failed(g.member_of(stripe, pos)))
+            .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
             .collect();
         if missing.is_empty()
             || self.sb.journal_slots == 0

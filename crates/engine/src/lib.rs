@@ -16,6 +16,7 @@
 mod admin;
 mod array;
 mod campaign;
+mod ckchunk;
 mod crash_campaign;
 mod demo;
 mod error;
@@ -41,6 +42,7 @@ pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHeal
 pub use campaign::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
 };
+pub use ckchunk::CK_CACHE_TABLES;
 pub use crash_campaign::{run_crash_campaign, CrashConfig, CrashReport};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;

@@ -96,7 +96,7 @@ impl Array {
         force: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
-        let n = self.geometry.n();
+        let n = self.members.len();
         let cfg = |s: String| Err(EngineError::Config(s));
         if !self.writable {
             return cfg("replace needs the array assembled for writing".into());
@@ -217,7 +217,12 @@ impl Array {
         let total = todo.len() as u64;
         let mut visited = 0u64;
         for &s in todo.iter().filter(|&&s| s >= start) {
-            let pos = self.geometry.position_of(s, member);
+            // The checksum member's unit is the stripe's table.
+            let pos = if member == self.ck_pos() && self.is_ck() {
+                self.ck_pos()
+            } else {
+                self.geometry.position_of(s, member)
+            };
             if self.cancel.swap(false, Ordering::Relaxed) {
                 target.flush()?;
                 ck.rebuild_next = s;
@@ -244,7 +249,19 @@ impl Array {
                         return Err(e);
                     }
                 };
-                target.write_at(self.unit_offset(s), &image.units[pos])?;
+                if pos == self.geometry.n() {
+                    let t = image
+                        .ck
+                        .as_ref()
+                        .expect("a checksum-chunk repair returns its table");
+                    let enc = self.ck_encode(t);
+                    let tb = stripeguard_integrity::ck_table_bytes(pos, self.sb.chunk_bytes);
+                    let w = target.write_at(self.unit_offset(s), &enc[..tb]);
+                    self.recycle([enc]);
+                    w?;
+                } else {
+                    target.write_at(self.unit_offset(s), &image.units[pos])?;
+                }
                 self.recycle(image.units);
             }
             ck.rebuild_next = s + 1;

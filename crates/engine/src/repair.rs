@@ -12,6 +12,8 @@ use stripeguard_plan::Extent;
 pub(crate) struct Image {
     pub(crate) units: Vec<AlignedBuf>,
     pub(crate) truth: Vec<Option<u64>>,
+    /// The stripe's checksum-chunk table, as repaired (checksum-chunk arrays only).
+    pub(crate) ck: Option<stripeguard_integrity::CkTable>,
 }
 
 impl Array {
@@ -23,7 +25,7 @@ impl Array {
         pos: usize,
         e: Extent,
     ) -> Result<Option<AlignedBuf>, EngineError> {
-        let member = self.geometry.member_of(stripe, pos);
+        let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
             let stand_in = self.stand_in.lock().expect("lock");
             return Ok(match stand_in.as_ref() {
@@ -151,7 +153,7 @@ impl Array {
         self.io_pool.as_ref()?;
         positions
             .map(|p| {
-                let m = self.geometry.member_of(stripe, p);
+                let m = self.member_of(stripe, p);
                 (!self.is_failed(m)).then(|| self.members.get(m))
             })
             .collect()
@@ -210,7 +212,7 @@ impl Array {
                 Some(e) => {
                     self.recycle([buf]);
                     if !matches!(e, DiskError::Medium { .. }) {
-                        let m = self.geometry.member_of(stripe, list[i].0);
+                        let m = self.member_of(stripe, list[i].0);
                         if let Err(err) = self.fail_member(m, &e) {
                             return Some(Err(err));
                         }
@@ -242,7 +244,7 @@ impl Array {
         drop(ios);
         for (r, &(p, _, _)) in results.into_iter().zip(writes) {
             if let Err(e) = r {
-                let m = self.geometry.member_of(stripe, p);
+                let m = self.member_of(stripe, p);
                 if let Err(err) = self.fail_member(m, &e) {
                     return Some(Err(err));
                 }
@@ -260,7 +262,7 @@ impl Array {
         bytes: &[u8],
     ) -> Result<(), EngineError> {
         self.forget_appendices(stripe, std::iter::once(pos));
-        let member = self.geometry.member_of(stripe, pos);
+        let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
             // Out of the array, unless a replace is filling its new device.
             let to_new = matches!(*self.rebuilding.lock().expect("lock"),
@@ -287,6 +289,17 @@ impl Array {
         sector: &mut [u8],
     ) -> u32 {
         self.appendix(stripe, pos, tags).seal(chunk, sector)
+    }
+
+    /// The member holding position `pos` of `stripe`: the geometry's for data and parity, and
+    /// the checksum member (the last) for position `k + m` of a checksum-chunk array.
+    #[inline]
+    pub(crate) fn member_of(&self, stripe: u64, pos: usize) -> usize {
+        if pos == self.geometry.n() {
+            pos
+        } else {
+            self.geometry.member_of(stripe, pos)
+        }
     }
 
     /// The checksum block size of position `pos`'s appendix table (0 = none: a pure data unit).
@@ -354,6 +367,9 @@ impl Array {
         suspects: &[(usize, &'static str, String)],
         resync: bool,
     ) -> Result<Image, EngineError> {
+        if self.is_ck() {
+            return self.repair_ck(stripe, suspects, resync);
+        }
         let g = self.geometry;
         let (k, m, n) = (g.k, g.m, g.n());
         let c = g.chunk_bytes as usize;
@@ -409,7 +425,7 @@ impl Array {
         // Reconstructing around a member already known to have failed is degraded mode, not a
         // detection.
         let news = |pos: usize, kind: &str| {
-            !(kind == "read-error" && self.is_failed(g.member_of(stripe, pos)))
+            !(kind == "read-error" && self.is_failed(self.member_of(stripe, pos)))
         };
         let corruption = |kind: &str| !resync || kind == "identity";
         if suspects.iter().any(|s| news(s.0, s.1) && corruption(s.1))
@@ -561,7 +577,7 @@ impl Array {
             if findings.iter().all(|f| f.0 != *pos) {
                 ev.record(Event {
                     stripe,
-                    member: g.member_of(stripe, *pos),
+                    member: self.member_of(stripe, *pos),
                     position: *pos,
                     role: if *pos < k { "data" } else { "parity" },
                     kind,
@@ -571,7 +587,7 @@ impl Array {
             }
         }
         for (pos, kind, evidence, chunk_ok) in findings {
-            let member = g.member_of(stripe, pos);
+            let member = self.member_of(stripe, pos);
             if kind == "read-error" && self.is_failed(member) {
                 // A failed member is reported once, when it fails, not in every stripe.
                 continue;
@@ -609,7 +625,11 @@ impl Array {
                 action,
             });
         }
-        Ok(Image { units: full, truth })
+        Ok(Image {
+            units: full,
+            truth,
+            ck: None,
+        })
     }
 }
 

@@ -15,6 +15,7 @@
 //! that [`diagnose`] says so and nothing it cannot vouch for is returned.
 
 mod appendix;
+pub mod cktable;
 mod diagnose;
 mod firstread;
 mod le;
@@ -25,6 +26,7 @@ pub use appendix::{
     appendix_bytes_for, block_bytes_for, block_crcs, combine_block_crcs, Appendix, AppendixError,
     Identity, Role, APPENDIX_HEADER_BYTES, CHECKSUM_BLOCK_BYTES,
 };
+pub use cktable::{table_bytes as ck_table_bytes, CkError, CkTable};
 pub use diagnose::{diagnose, Diagnosis, Finding, FindingKind, UnitView};
 pub use firstread::{FirstReadMap, ReadState};
 pub use scheme::{MirrorKind, Scheme};

@@ -18,6 +18,10 @@ pub enum Scheme {
     Hybrid2,
     /// Self-checksum + physical identity + array-wide sequence-number mirroring.
     HybridSeq,
+    /// Kroth & Yang's checksum chunk (RAID5C/6C): no appendix; one more member holds, per
+    /// stripe, the CRC-32C of every checksum block of every data and parity unit (FORMAT.md
+    /// §2.3b). Not one of Li & Lee's schemes: the simulator counts it with its own model.
+    ChecksumChunk,
 }
 
 /// What a parity appendix (and, for checksums, the buddy) mirrors about each data chunk.
@@ -39,6 +43,21 @@ impl Scheme {
         Scheme::HybridSeq,
     ];
 
+    /// Every scheme the engine runs: Li & Lee's five and the checksum chunk.
+    pub const ENGINE: [Scheme; 6] = [
+        Scheme::None,
+        Scheme::Pure,
+        Scheme::Hybrid1,
+        Scheme::Hybrid2,
+        Scheme::HybridSeq,
+        Scheme::ChecksumChunk,
+    ];
+
+    /// Members beyond data and parity: the checksum chunk's own member.
+    pub fn extra_members(self) -> usize {
+        (self == Scheme::ChecksumChunk) as usize
+    }
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -47,6 +66,7 @@ impl Scheme {
             Scheme::Hybrid1 => "hybrid1",
             Scheme::Hybrid2 => "hybrid2",
             Scheme::HybridSeq => "hybrid-seq",
+            Scheme::ChecksumChunk => "checksum-chunk",
         }
     }
 
@@ -58,17 +78,18 @@ impl Scheme {
             Scheme::Hybrid1 => 2,
             Scheme::Hybrid2 => 3,
             Scheme::HybridSeq => 4,
+            Scheme::ChecksumChunk => 5,
         }
     }
 
     /// The scheme with on-disk id `id`.
     pub fn from_id(id: u8) -> Option<Scheme> {
-        Scheme::ALL.into_iter().find(|s| s.id() == id)
+        Scheme::ENGINE.into_iter().find(|s| s.id() == id)
     }
 
     /// Whether units carry an appendix sector.
     pub fn has_appendix(self) -> bool {
-        self != Scheme::None
+        !matches!(self, Scheme::None | Scheme::ChecksumChunk)
     }
 
     /// Whether a read of a subsequent-read chunk may be trusted on its own appendix alone
@@ -80,7 +101,7 @@ impl Scheme {
     /// What is mirrored, or `None` for bare RAID.
     pub fn mirror(self) -> Option<MirrorKind> {
         match self {
-            Scheme::None => None,
+            Scheme::None | Scheme::ChecksumChunk => None,
             Scheme::Pure | Scheme::Hybrid2 => Some(MirrorKind::Checksum),
             Scheme::Hybrid1 | Scheme::HybridSeq => Some(MirrorKind::Version),
         }
@@ -117,8 +138,9 @@ impl FromStr for Scheme {
             "hybrid1" | "hybrid-1" => Ok(Scheme::Hybrid1),
             "hybrid2" | "hybrid-2" => Ok(Scheme::Hybrid2),
             "hybrid-seq" | "hybridseq" | "seq" => Ok(Scheme::HybridSeq),
+            "checksum-chunk" | "ck-chunk" | "raid5c" | "raid6c" => Ok(Scheme::ChecksumChunk),
             _ => Err(format!(
-                "unknown scheme `{s}` (choose none, pure, hybrid1, hybrid2 or hybrid-seq)"
+                "unknown scheme `{s}` (choose none, pure, hybrid1, hybrid2, hybrid-seq or checksum-chunk)"
             )),
         }
     }

@@ -388,8 +388,21 @@ impl Superblock {
         if self.data_chunks == 0 || self.parity_chunks == 0 {
             return Err(g("k and m must both be at least 1"));
         }
-        if self.data_chunks as u32 + self.parity_chunks as u32 != self.members as u32 {
-            return Err(g("members != data chunks + parity chunks"));
+        let extra = self.scheme.extra_members() as u32;
+        if self.data_chunks as u32 + self.parity_chunks as u32 + extra != self.members as u32 {
+            return Err(g(if extra == 0 {
+                "members != data chunks + parity chunks"
+            } else {
+                "members != data chunks + parity chunks + the checksum member"
+            }));
+        }
+        if extra > 0
+            && crate::cktable::table_bytes(
+                self.data_chunks as usize + self.parity_chunks as usize,
+                self.chunk_bytes,
+            ) > self.chunk_bytes as usize
+        {
+            return Err(g("the checksum chunk's table does not fit in one chunk: use larger chunks or fewer members"));
         }
         if self.members > MAX_MEMBERS {
             return Err(g("more than 255 members"));

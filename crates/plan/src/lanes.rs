@@ -233,7 +233,7 @@ impl LanePlanner {
                             }
                             need_check |= rules::merge_needs_check(scheme, || byte >> l & 1 == 0);
                         }
-                        let check = need_check && !have_cross && scheme != Scheme::None;
+                        let check = need_check && !have_cross && scheme.has_appendix();
                         (reads, if check { parity0 } else { 0 })
                     };
                     let t = &mut self.tallies[l];

@@ -154,7 +154,7 @@ pub(crate) mod rules {
     #[inline]
     pub fn read_cross_check(scheme: Scheme, full: bool, sigma: bool) -> bool {
         match scheme {
-            Scheme::None => false,
+            Scheme::None | Scheme::ChecksumChunk => false,
             Scheme::Pure => !full,
             Scheme::Hybrid1 | Scheme::HybridSeq => sigma,
             Scheme::Hybrid2 => sigma && !full,
@@ -174,7 +174,8 @@ pub(crate) mod rules {
     ) -> bool {
         let s = sigma as usize * cross;
         let (rmw_extra, rcw_extra) = match scheme {
-            Scheme::None => (0, 0),
+            // The checksum chunk's own I/O does not depend on the mode.
+            Scheme::None | Scheme::ChecksumChunk => (0, 0),
             Scheme::Pure => (1, 1 + cross),
             Scheme::Hybrid1 => (0, tau + s),
             Scheme::Hybrid2 => (2, 1 + s),
@@ -187,7 +188,7 @@ pub(crate) mod rules {
     #[inline]
     pub fn rcw_cross_check(scheme: Scheme, sigma: bool) -> bool {
         match scheme {
-            Scheme::None => false,
+            Scheme::None | Scheme::ChecksumChunk => false,
             Scheme::Pure => true,
             _ => sigma,
         }
@@ -481,7 +482,7 @@ impl<S: ReadState> Ctx<'_, S> {
             }
             need_check |= rules::merge_needs_check(self.scheme, || self.first_read(stripe, i));
         }
-        if need_check && !have_cross && self.scheme != Scheme::None {
+        if need_check && !have_cross && self.scheme.has_appendix() {
             for j in 0..rules::cross_reads(self.cross, self.g.m) {
                 p.reads.push(UnitIo {
                     pos: self.g.k + j,

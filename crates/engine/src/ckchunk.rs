@@ -1,0 +1,525 @@
+//! Kroth & Yang's checksum chunk in the engine (the `checksum-chunk` scheme; FORMAT.md §2.3b,
+//! the table's bytes in `stripeguard_integrity::cktable`).
+//!
+//! Data and parity units are bare chunks, planned and written as in `none`. The checksum member
+//! (the last member, stripe position `k + m` here) holds each stripe's table of block CRCs.
+//!
+//! - **Read**: the blocks read are compared with the stripe's table (from the stripe cache, or
+//!   one read of the table's `T` bytes). A mismatch sends the stripe to [`Array::repair_ck`].
+//! - **Write**: the table's entries of the data and parity blocks written are recomputed; the
+//!   table goes to the stripe cache dirty (written back when evicted and on every flush, before
+//!   the members are flushed), or at once with the cache off.
+//! - **Repair** (whole stripe + table): units whose blocks disagree with the table are the
+//!   suspects. At most `m` of them rebuilt from the others and matching the table: they were
+//!   wrong (lost, torn or misdirected writes, misdirected reads, bit rot) and are rewritten.
+//!   Otherwise, when the parity agrees with the data, the table is the stale one (its own write
+//!   was lost or torn) and is recomputed. A table that fails its own CRC or identity is
+//!   recomputed when the parity agrees (RAID-6 first locates one wrong unit by its syndromes).
+//!   Anything else is unrecoverable: nothing unverified is returned.
+//! - **Blind spot** (the paper's): a lost write of a data unit and of its table together leaves
+//!   both old and in agreement. The parity was written, so it alone disagrees with the table,
+//!   and the repair puts the old parity back: the new data is gone without a trace (a test
+//!   shows it).
+//!
+//! The stripe cache is bounded by count and by bytes (16 MiB of tables); dirty tables are
+//! covered by the write-intent record until a flush writes them, so a crash leaves nothing a
+//! resync does not visit.
+
+use crate::repair::{stripe_event, Image};
+use crate::{Array, EngineError, Event, EventAction};
+use stripeguard_codes::Located;
+use stripeguard_disk::AlignedBuf;
+use stripeguard_integrity::{CkTable, Scheme};
+use stripeguard_plan::Extent;
+
+/// Tables the stripe cache keeps by default (`Array::set_checksum_cache`).
+pub const CK_CACHE_TABLES: usize = 4096;
+
+/// The most memory the stripe cache's tables may hold.
+const CK_CACHE_BYTES: usize = 16 << 20;
+
+/// The stripe cache: tables by stripe, with whether each is newer than the one on disk.
+pub(crate) struct CkCache {
+    lru: Option<lru::LruCache<u64, (CkTable, bool)>>,
+}
+
+impl CkCache {
+    pub(crate) fn new(tables: usize) -> CkCache {
+        CkCache {
+            lru: std::num::NonZeroUsize::new(tables).map(lru::LruCache::new),
+        }
+    }
+}
+
+/// What the repair found about one unit (position, kind, evidence, chunk bytes were right).
+type CkFinding = (usize, &'static str, String, bool);
+
+impl Array {
+    pub(crate) fn is_ck(&self) -> bool {
+        self.sb.scheme == Scheme::ChecksumChunk
+    }
+
+    /// The stripe position of the table (the checksum member).
+    pub(crate) fn ck_pos(&self) -> usize {
+        self.geometry.n()
+    }
+
+    /// Blocks per unit, and the table's bytes as read and written.
+    fn ck_shape(&self) -> (usize, usize) {
+        let b = self.gran.block as usize;
+        let blocks = self.geometry.chunk_bytes as usize / b;
+        let t = stripeguard_integrity::ck_table_bytes(self.geometry.n(), self.sb.chunk_bytes);
+        (blocks, t)
+    }
+
+    /// Keep up to `tables` checksum tables in memory (Kroth & Yang's stripe cache; 0 = none:
+    /// every read reads the table and every write writes it). Dirty tables are written first.
+    pub fn set_checksum_cache(&self, tables: usize) -> Result<(), EngineError> {
+        self.ck_write_back()?;
+        let (blocks, _) = self.ck_shape();
+        let per = 4 * self.geometry.n() * blocks + 64;
+        *self.ck.lock().expect("lock") = CkCache::new(tables.min(CK_CACHE_BYTES / per));
+        Ok(())
+    }
+
+    /// The table of `stripe` for a zero-filled stripe or from whole units.
+    pub(crate) fn ck_table_of(&self, stripe: u64, units: &[&[u8]]) -> CkTable {
+        let (blocks, _) = self.ck_shape();
+        let b = self.gran.block as usize;
+        let mut t = CkTable::new(stripe, self.sb.array_uuid, self.geometry.n(), blocks);
+        for (u, bytes) in units.iter().enumerate() {
+            t.set_blocks(u, 0, &bytes[..self.geometry.chunk_bytes as usize], b);
+        }
+        t
+    }
+
+    /// Encode `t` into a buffer of the table's `T` bytes (a unit buffer: aligned).
+    pub(crate) fn ck_encode(&self, t: &CkTable) -> AlignedBuf {
+        let (_, tb) = self.ck_shape();
+        let mut buf = self.unit_buf();
+        t.encode(&mut buf[..tb]);
+        buf
+    }
+
+    /// The table of `stripe`: the cached one, else read and checked (its CRC, its stripe, its
+    /// array). `Ok(Err(why))`: there is no valid table (unreadable, torn, misdirected).
+    pub(crate) fn ck_load(&self, stripe: u64) -> Result<Result<CkTable, String>, EngineError> {
+        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
+            if let Some((t, _)) = l.get(&stripe) {
+                return Ok(Ok(t.clone()));
+            }
+        }
+        let (blocks, tb) = self.ck_shape();
+        let e = Extent {
+            lo: 0,
+            hi: tb as u64,
+            appendix: false,
+        };
+        let Some(buf) = self.read_extent(stripe, self.ck_pos(), e)? else {
+            let member = self.ck_pos();
+            return Ok(Err(if self.is_failed(member) {
+                "the checksum member is out of the array".into()
+            } else {
+                "the checksum chunk could not be read".into()
+            }));
+        };
+        let got = CkTable::decode(
+            &buf[..tb],
+            stripe,
+            &self.sb.array_uuid,
+            self.geometry.n(),
+            blocks,
+        );
+        self.recycle([buf]);
+        Ok(match got {
+            Ok(t) => {
+                self.ck_cache_put(stripe, t.clone(), false)?;
+                Ok(t)
+            }
+            Err(e) => Err(e.to_string()),
+        })
+    }
+
+    /// Put `t` in the cache (writing back a dirty table it evicts); without a cache, a dirty
+    /// table is written at once.
+    fn ck_cache_put(&self, stripe: u64, t: CkTable, dirty: bool) -> Result<(), EngineError> {
+        let mut cache = self.ck.lock().expect("lock");
+        let Some(l) = cache.lru.as_mut() else {
+            drop(cache);
+            return if dirty {
+                self.ck_write(stripe, &t)
+            } else {
+                Ok(())
+            };
+        };
+        // Keep a dirty entry dirty when a clean copy of the same table comes by.
+        let dirty = dirty || l.peek(&stripe).is_some_and(|(_, d)| *d);
+        if let Some((old_stripe, (old, true))) = l.push(stripe, (t, dirty)) {
+            if old_stripe != stripe {
+                // Written under the cache lock: no newer copy of it can be written meanwhile.
+                self.ck_write(old_stripe, &old)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Store a table this process changed: dirty in the cache, or written now.
+    pub(crate) fn ck_store(&self, stripe: u64, mut t: CkTable) -> Result<(), EngineError> {
+        t.writes = t.writes.wrapping_add(1);
+        self.ck_cache_put(stripe, t, true)
+    }
+
+    /// Write `t` to the checksum member now (and keep it in the cache as clean).
+    pub(crate) fn ck_write_now(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
+        self.ck_write(stripe, t)?;
+        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
+            l.put(stripe, (t.clone(), false));
+        }
+        Ok(())
+    }
+
+    fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
+        let (_, tb) = self.ck_shape();
+        let buf = self.ck_encode(t);
+        let r = self.write_unit(stripe, self.ck_pos(), 0, &buf[..tb]);
+        self.recycle([buf]);
+        r
+    }
+
+    /// Write every dirty table (before a flush of the members).
+    pub(crate) fn ck_write_back(&self) -> Result<(), EngineError> {
+        if !self.is_ck() || !self.writable {
+            return Ok(());
+        }
+        let mut cache = self.ck.lock().expect("lock");
+        let Some(l) = cache.lru.as_mut() else {
+            return Ok(());
+        };
+        for (&s, (t, dirty)) in l.iter_mut() {
+            if *dirty {
+                self.ck_write(s, t)?;
+                *dirty = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget every cached table (a member failed or was replaced: they are re-read).
+    pub(crate) fn ck_clear_clean(&self) {
+        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
+            let clean: Vec<u64> = l
+                .iter()
+                .filter(|(_, (_, d))| !*d)
+                .map(|(s, _)| *s)
+                .collect();
+            for s in clean {
+                l.pop(&s);
+            }
+        }
+    }
+
+    /// Which read extents disagree with `t`: (position, kind, evidence).
+    pub(crate) fn ck_check(
+        &self,
+        t: &CkTable,
+        read: &[(usize, Extent)],
+        units: &[Option<AlignedBuf>],
+    ) -> Vec<(usize, &'static str, String)> {
+        let b = self.gran.block as usize;
+        let mut out = Vec::new();
+        for &(pos, e) in read {
+            let Some(u) = &units[pos] else { continue };
+            if e.hi <= e.lo {
+                continue;
+            }
+            let (first, _) = e.blocks(&self.gran);
+            let bad = t.mismatches(pos, first, &u[e.lo as usize..e.hi as usize], b);
+            if !bad.is_empty() {
+                out.push((
+                    pos,
+                    "checksum",
+                    format!("block(s) {bad:?} disagree with the checksum chunk"),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Diagnose and repair a whole stripe of a checksum-chunk array (see the module comment).
+    pub(crate) fn repair_ck(
+        &self,
+        stripe: u64,
+        suspects: &[(usize, &'static str, String)],
+        resync: bool,
+    ) -> Result<Image, EngineError> {
+        let g = self.geometry;
+        let (k, m, n) = (g.k, g.m, g.n());
+        let c = g.chunk_bytes as usize;
+        let b = self.gran.block as usize;
+        let all: Vec<usize> = (0..n).collect();
+        let units = self.read_units(stripe, &all)?;
+        let table = self.ck_load(stripe)?;
+        let erased: Vec<usize> = (0..n).filter(|&p| units[p].is_none()).collect();
+        let mut full: Vec<AlignedBuf> = units
+            .into_iter()
+            .map(|u| u.unwrap_or_else(|| self.unit_buf()))
+            .collect();
+        let fail = |reason: String| {
+            if !resync {
+                let mut ev = self.events.lock().expect("lock");
+                ev.counters.unrecoverable += 1;
+                ev.record(stripe_event(
+                    stripe,
+                    "unrecoverable",
+                    reason.clone(),
+                    EventAction::Unrecoverable,
+                ));
+            }
+            EngineError::Unrecoverable { stripe, reason }
+        };
+        if erased.len() > m {
+            return Err(fail(format!(
+                "{} units are unreadable but the code rebuilds at most {m}",
+                erased.len()
+            )));
+        }
+        let mut findings: Vec<CkFinding> = erased
+            .iter()
+            .map(|&p| (p, "read-error", "read failed".to_string(), false))
+            .collect();
+        let mismatched = |t: &CkTable, full: &[AlignedBuf], p: usize| -> Vec<usize> {
+            t.mismatches(p, 0, &full[p][..c], b)
+        };
+        // Whether the parity equations hold over every unit, the erased ones left out.
+        let consistent = |full: &[AlignedBuf], skip: &[usize]| -> Result<Located, EngineError> {
+            let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
+            Ok(self.code.locate(&chunks, skip)?)
+        };
+        let rebuild = |full: &mut Vec<AlignedBuf>, bad: &[usize]| -> Result<(), EngineError> {
+            if !bad.is_empty() {
+                let mut views: Vec<&mut [u8]> = full.iter_mut().map(|u| &mut u[..c]).collect();
+                self.code.reconstruct(&mut views, bad)?;
+            }
+            Ok(())
+        };
+        let mut rewrite_table = false;
+        let mut out_table = None;
+        match table {
+            Ok(t) => {
+                let wrong: Vec<(usize, Vec<usize>)> = (0..n)
+                    .filter(|p| !erased.contains(p))
+                    .map(|p| (p, mismatched(&t, &full, p)))
+                    .filter(|(_, bad)| !bad.is_empty())
+                    .collect();
+                let mut bad: Vec<usize> = erased.clone();
+                bad.extend(wrong.iter().map(|w| w.0));
+                bad.sort_unstable();
+                let mut decided = false;
+                if bad.len() <= m {
+                    let saved: Vec<(usize, AlignedBuf)> = bad
+                        .iter()
+                        .map(|&p| {
+                            let mut s = self.unit_buf();
+                            s.copy_from_slice(&full[p]);
+                            (p, s)
+                        })
+                        .collect();
+                    rebuild(&mut full, &bad)?;
+                    if bad.iter().all(|&p| mismatched(&t, &full, p).is_empty()) {
+                        decided = true;
+                        for (p, blocks) in &wrong {
+                            findings.push((
+                                *p,
+                                "checksum",
+                                format!(
+                                    "block(s) {blocks:?} disagree with the checksum chunk; rebuilt from the others, it agrees"
+                                ),
+                                false,
+                            ));
+                        }
+                        // Nothing disagreed: check the parity with what is left to spare.
+                        if wrong.is_empty() && erased.len() < m {
+                            if let Located::Bad(_) = consistent(&full, &erased)? {
+                                if !resync {
+                                    let mut ev = self.events.lock().expect("lock");
+                                    ev.counters.detected += 1;
+                                    ev.record(stripe_event(
+                                        stripe,
+                                        "parity-mismatch",
+                                        "every unit agrees with the checksum chunk but the parity equations do not hold: a lost write of a data unit and its checksum chunk together, which this layout cannot locate; nothing was changed".into(),
+                                        EventAction::Mismatch,
+                                    ));
+                                }
+                            }
+                        }
+                    } else {
+                        for (p, s) in saved {
+                            full[p].copy_from_slice(&s);
+                            self.recycle([s]);
+                        }
+                    }
+                }
+                if !decided {
+                    // The table may be the stale one: then the parity agrees with the data.
+                    let agrees = n - erased.len() > k
+                        && matches!(consistent(&full, &erased)?, Located::Consistent);
+                    if !agrees {
+                        return Err(fail(format!(
+                            "units {:?} disagree with the checksum chunk and the parity cannot decide which are wrong",
+                            wrong.iter().map(|w| w.0).collect::<Vec<_>>()
+                        )));
+                    }
+                    rebuild(&mut full, &erased)?;
+                    findings.push((
+                        n,
+                        "checksum-chunk",
+                        format!(
+                            "the checksum chunk disagrees with units {:?} whose parity agrees with the data: its own write was lost or torn",
+                            wrong.iter().map(|w| w.0).collect::<Vec<_>>()
+                        ),
+                        false,
+                    ));
+                    rewrite_table = true;
+                } else {
+                    out_table = Some(t);
+                }
+            }
+            Err(why) => {
+                let out = self.is_failed(n);
+                if !out {
+                    findings.push((n, "checksum-chunk", why, false));
+                }
+                let mut bad = erased.clone();
+                if n - erased.len() > k {
+                    match consistent(&full, &erased)? {
+                        Located::Consistent | Located::Unchecked => {}
+                        Located::Bad(extra) if bad.len() + extra.len() <= m => {
+                            for p in extra {
+                                findings.push((
+                                    p,
+                                    "parity",
+                                    "located by the erasure code's syndromes (no checksum chunk to compare with)".into(),
+                                    false,
+                                ));
+                                bad.push(p);
+                            }
+                        }
+                        Located::Bad(extra) => {
+                            return Err(fail(format!(
+                                "no valid checksum chunk, and the parity equations name positions {extra:?}"
+                            )))
+                        }
+                    }
+                }
+                bad.sort_unstable();
+                rebuild(&mut full, &bad)?;
+                // With the checksum member out there is nothing to write it to.
+                rewrite_table = !out;
+            }
+        }
+        let table = match out_table {
+            Some(t) => t,
+            None => {
+                let views: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
+                self.ck_table_of(stripe, &views)
+            }
+        };
+        if !findings.is_empty()
+            && findings
+                .iter()
+                .any(|f| self.counts_as_news(stripe, f, resync))
+        {
+            self.events.lock().expect("lock").counters.detected += 1;
+        }
+        // Write back what was wrong, then the table.
+        for &(pos, _, _, _) in &findings {
+            if pos < n && self.writable {
+                self.write_unit(stripe, pos, 0, &full[pos][..c])?;
+            }
+        }
+        if rewrite_table && self.writable {
+            self.ck_write_now(stripe, &table)?;
+        }
+        for p in (0..k).filter(|p| findings.iter().any(|f| f.0 == *p)) {
+            let id = g.data_chunk_id(stripe, p);
+            self.planner
+                .lock()
+                .expect("lock")
+                .map_mut()
+                .mark_written(id);
+        }
+        self.record_ck_findings(stripe, suspects, findings, resync);
+        Ok(Image {
+            units: full,
+            truth: vec![None; k],
+            ck: Some(table),
+        })
+    }
+
+    /// A finding is news unless it is a member already known to be out.
+    fn counts_as_news(&self, stripe: u64, f: &CkFinding, resync: bool) -> bool {
+        let known_out = f.1 == "read-error" && self.is_failed(self.member_of(stripe, f.0));
+        !known_out && !resync
+    }
+
+    fn record_ck_findings(
+        &self,
+        stripe: u64,
+        suspects: &[(usize, &'static str, String)],
+        findings: Vec<CkFinding>,
+        resync: bool,
+    ) {
+        let g = self.geometry;
+        let role = |pos: usize| {
+            if pos < g.k {
+                "data"
+            } else if pos < g.n() {
+                "parity"
+            } else {
+                "checksum"
+            }
+        };
+        let mut ev = self.events.lock().expect("lock");
+        for (pos, kind, evidence) in suspects {
+            if findings.iter().all(|f| f.0 != *pos) {
+                ev.record(Event {
+                    stripe,
+                    member: self.member_of(stripe, *pos),
+                    position: *pos,
+                    role: role(*pos),
+                    kind,
+                    evidence: format!("{evidence} (in flight only: the unit on disk is correct)"),
+                    action: EventAction::Reread,
+                });
+            }
+        }
+        for (pos, kind, evidence, _) in findings {
+            let member = self.member_of(stripe, pos);
+            if kind == "read-error" && self.is_failed(member) {
+                continue;
+            }
+            let (kind, evidence, action) = if resync {
+                (
+                    "resync",
+                    format!("{kind}: {evidence} (left by the interrupted write)"),
+                    EventAction::Resynced,
+                )
+            } else if !self.writable {
+                (kind, evidence, EventAction::FoundReadOnly)
+            } else if self.is_failed(member) {
+                (kind, evidence, EventAction::RebuiltDegraded)
+            } else {
+                (kind, evidence, EventAction::Repaired)
+            };
+            ev.record(Event {
+                stripe,
+                member,
+                position: pos,
+                role: role(pos),
+                kind,
+                evidence,
+                action,
+            });
+        }
+    }
+}
