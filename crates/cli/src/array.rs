@@ -1334,7 +1334,7 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
         .collect::<Result<_, _>>()
         .map_err(anyhow::Error::msg)?;
     let schemes: Vec<Scheme> = if a.schemes == "all" {
-        Scheme::ALL.to_vec()
+        Scheme::ENGINE.to_vec()
     } else {
         a.schemes
             .split(',')

@@ -196,7 +196,7 @@ struct Rig {
 }
 
 fn build(cfg: &CampaignConfig) -> Result<Rig, EngineError> {
-    let n = cfg.data_chunks + cfg.parity_chunks;
+    let n = cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members();
     let appendix = if cfg.scheme.has_appendix() { 512 } else { 0 };
     let size = stripeguard_integrity::MetadataLayout::member_bytes_for(
         cfg.stripes,
@@ -260,7 +260,9 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
     // scrubbed them TAINT_OPS operations later (user I/O gets the first chance to find it).
     const TAINT_OPS: u64 = 50;
     let mut tainted: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut seen_log: Vec<usize> = vec![0; g.n()];
+    // Every member, the checksum member of a checksum-chunk array included.
+    let members = rig.faulty.len();
+    let mut seen_log: Vec<usize> = vec![0; members];
     for op in 0..cfg.ops {
         rep.ops += 1;
         for (d, f) in rig.faulty.iter().enumerate() {
@@ -307,7 +309,7 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
         if !cfg.kinds.is_empty() && rng.random_bool(cfg.fault_rate) && g.stripes >= 4 {
             let kind = cfg.kinds[rng.random_range(0..cfg.kinds.len())];
             let member = loop {
-                let d = rng.random_range(0..g.n());
+                let d = rng.random_range(0..members);
                 if !failed.contains(&d) {
                     break d;
                 }
@@ -324,12 +326,12 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
                 && silent_ok
             {
                 for &u in &units {
-                    for d in 0..g.n() {
+                    for d in 0..members {
                         touched.insert((d, u));
                     }
                 }
                 rig.faulty[member].arm(unit, fault.clone())?;
-                if cfg.lost_write_pairs && fault == Fault::LostWrite && g.m >= 2 {
+                if cfg.lost_write_pairs && fault == Fault::LostWrite && g.m >= 2 && member < g.n() {
                     // The unit is `member`'s unit of stripe `unit`; lose P's next write there too
                     // (when the unit is P itself, lose Q's: still two of the stripe's writes).
                     let pos = g.position_of(unit, member);

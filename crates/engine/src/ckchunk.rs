@@ -218,6 +218,74 @@ impl Array {
         }
     }
 
+    /// For a repair: the table of `stripe` and whether the checksum member's unit needs
+    /// rewriting. The whole unit is read: its table must decode and the rest must be zero (a
+    /// scrub finds any damage to the checksum member). A dirty cached table is the truth (the
+    /// disk is behind by design until the flush); a clean cached one must equal the disk's.
+    /// Returns (the table, the unit on disk is damaged, the table is newer than the disk's).
+    fn ck_load_whole(
+        &self,
+        stripe: u64,
+    ) -> Result<(Result<CkTable, String>, bool, bool), EngineError> {
+        let (blocks, tb) = self.ck_shape();
+        let c = self.geometry.chunk_bytes as usize;
+        let cached = self
+            .ck
+            .lock()
+            .expect("lock")
+            .lru
+            .as_mut()
+            .and_then(|l| l.peek(&stripe).cloned());
+        let whole = Extent {
+            lo: 0,
+            hi: c as u64,
+            appendix: false,
+        };
+        let Some(buf) = self.read_extent(stripe, self.ck_pos(), whole)? else {
+            let out = self.is_failed(self.ck_pos());
+            return Ok(match cached {
+                // Unreadable but known: rewritten (a latent sector error is cured by a write).
+                Some((t, dirty)) => (Ok(t), !out, dirty),
+                None => (
+                    Err(if out {
+                        "the checksum member is out of the array".into()
+                    } else {
+                        "the checksum chunk could not be read".into()
+                    }),
+                    !out,
+                    false,
+                ),
+            });
+        };
+        // Everything after the table's own bytes is zero (its padding to `T` included).
+        let used =
+            stripeguard_integrity::cktable::CK_HEADER_BYTES + 4 * self.geometry.n() * blocks + 4;
+        let tail_bad = buf[used..c].iter().any(|&x| x != 0);
+        let disk = CkTable::decode(
+            &buf[..tb],
+            stripe,
+            &self.sb.array_uuid,
+            self.geometry.n(),
+            blocks,
+        );
+        self.recycle([buf]);
+        Ok(match cached {
+            Some((t, true)) => {
+                // Behind by design: written now, whole (no finding unless damaged outside
+                // the table, which no write of the table would cure).
+                (Ok(t), tail_bad, true)
+            }
+            Some((t, false)) => {
+                let differs = disk.as_ref().map(|d| &d.crcs) != Ok(&t.crcs);
+                (Ok(t), differs || tail_bad, false)
+            }
+            None => {
+                let bad = disk.is_err() || tail_bad;
+                (disk.map_err(|e| e.to_string()), bad, false)
+            }
+        })
+    }
+
     /// Which read extents disagree with `t`: (position, kind, evidence).
     pub(crate) fn ck_check(
         &self,
@@ -258,7 +326,7 @@ impl Array {
         let b = self.gran.block as usize;
         let all: Vec<usize> = (0..n).collect();
         let units = self.read_units(stripe, &all)?;
-        let table = self.ck_load(stripe)?;
+        let (table, disk_bad, dirty) = self.ck_load_whole(stripe)?;
         let erased: Vec<usize> = (0..n).filter(|&p| units[p].is_none()).collect();
         let mut full: Vec<AlignedBuf> = units
             .into_iter()
@@ -302,8 +370,18 @@ impl Array {
             }
             Ok(())
         };
-        let mut rewrite_table = false;
+        // A dirty table is written with the repair (whole: the scrub leaves the unit clean).
+        let mut rewrite_table = dirty;
         let mut out_table = None;
+        if disk_bad && table.is_ok() {
+            findings.push((
+                n,
+                "checksum-chunk",
+                "the checksum member's unit differs from the table this holder holds, or is damaged outside the table".into(),
+                false,
+            ));
+            rewrite_table = true;
+        }
         match table {
             Ok(t) => {
                 let wrong: Vec<(usize, Vec<usize>)> = (0..n)
@@ -438,7 +516,19 @@ impl Array {
             }
         }
         if rewrite_table && self.writable {
-            self.ck_write_now(stripe, &table)?;
+            // The whole unit: the table and the zeros after it.
+            let buf = self.ck_encode(&table);
+            let mut unit = self.unit_buf();
+            unit.fill(0);
+            let (_, tb) = self.ck_shape();
+            unit[..tb].copy_from_slice(&buf[..tb]);
+            self.recycle([buf]);
+            let w = self.write_unit(stripe, n, 0, &unit[..c]);
+            self.recycle([unit]);
+            w?;
+            if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
+                l.put(stripe, (table.clone(), false));
+            }
         }
         for p in (0..k).filter(|p| findings.iter().any(|f| f.0 == *p)) {
             let id = g.data_chunk_id(stripe, p);
