@@ -359,9 +359,14 @@ impl Array {
             t.mismatches(p, 0, &full[p][..c], b)
         };
         // Whether the parity equations hold over every unit, the erased ones left out.
+        // (A code that cannot say where it is wrong says so with an error: inconsistent, no
+        // position named.)
         let consistent = |full: &[AlignedBuf], skip: &[usize]| -> Result<Located, EngineError> {
             let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
-            Ok(self.code.locate(&chunks, skip)?)
+            Ok(self
+                .code
+                .locate(&chunks, skip)
+                .unwrap_or(Located::Bad(Vec::new())))
         };
         let rebuild = |full: &mut Vec<AlignedBuf>, bad: &[usize]| -> Result<(), EngineError> {
             if !bad.is_empty() {
@@ -372,6 +377,7 @@ impl Array {
         };
         // A dirty table is written with the repair (whole: the scrub leaves the unit clean).
         let mut rewrite_table = dirty;
+        let mut settled = false;
         let mut out_table = None;
         if disk_bad && table.is_ok() {
             findings.push((
@@ -448,6 +454,10 @@ impl Array {
                         )));
                     }
                     rebuild(&mut full, &erased)?;
+                    // After a crash the agreement may also be of units torn alike (data and
+                    // parity both half new, block by block): the data is kept as it is, which
+                    // is a settle, as for every scheme (FORMAT.md §2.1b).
+                    settled = resync;
                     findings.push((
                         n,
                         "checksum-chunk",
@@ -471,7 +481,7 @@ impl Array {
                 if n - erased.len() > k {
                     match consistent(&full, &erased)? {
                         Located::Consistent | Located::Unchecked => {}
-                        Located::Bad(extra) if bad.len() + extra.len() <= m => {
+                        Located::Bad(extra) if !extra.is_empty() && bad.len() + extra.len() <= m => {
                             for p in extra {
                                 findings.push((
                                     p,
@@ -538,7 +548,15 @@ impl Array {
                 .map_mut()
                 .mark_written(id);
         }
-        self.record_ck_findings(stripe, suspects, findings, resync);
+        if settled {
+            self.record_resync(
+                stripe,
+                "resync-settled",
+                "units disagree with the checksum chunk and the parity agrees with the data as it is: data kept as on disk (a unit torn by the crash may mix old and new blocks), checksum chunk recomputed".into(),
+            );
+        } else {
+            self.record_ck_findings(stripe, suspects, findings, resync);
+        }
         Ok(Image {
             units: full,
             truth: vec![None; k],

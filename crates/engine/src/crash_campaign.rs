@@ -125,7 +125,7 @@ fn one_crash(
             versions,
         ),
         None => {
-            let disks: Vec<Arc<CrashDisk>> = (0..k + m)
+            let disks: Vec<Arc<CrashDisk>> = (0..k + m + cfg.scheme.extra_members())
                 .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), size, 512)))
                 .collect();
             let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
