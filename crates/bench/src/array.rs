@@ -60,7 +60,7 @@ fn array(opts: &ArrayBenchOptions, scheme: Scheme) -> Array {
     let stripes = opts.capacity_bytes.div_ceil(stripe).max(1);
     let unit = opts.chunk_bytes as u64 + if scheme.has_appendix() { 512 } else { 0 };
     let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
-    let members: Vec<DiskRef> = (0..k + m)
+    let members: Vec<DiskRef> = (0..k + m + scheme.extra_members())
         .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), size)) as DiskRef)
         .collect();
     let cfg = ArrayConfig {
@@ -81,6 +81,8 @@ pub fn run(opts: &ArrayBenchOptions, mut progress: impl FnMut(&str)) -> Vec<Arra
         Scheme::Hybrid1,
         Scheme::Hybrid2,
         Scheme::HybridSeq,
+        // Kroth & Yang's checksum chunk (its CPU cost against none's is theirs: 50-100 % over md).
+        Scheme::ChecksumChunk,
         Scheme::None,
     ];
     for scheme in order {

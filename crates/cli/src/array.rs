@@ -1216,7 +1216,7 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode> {
         stripeguard_engine::DEMO_PARITY
     );
     println!(
-        "{:<11} {:<28} {:>8} {:>8} {:>8} {:>8} {:>11}",
+        "{:<14} {:<28} {:>8} {:>8} {:>8} {:>8} {:>11}",
         "scheme", "fault", "injected", "detected", "located", "repaired", "wrong bytes"
     );
     let mut last = None;
@@ -1226,7 +1226,7 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode> {
         }
         last = Some(r.scheme);
         println!(
-            "{:<11} {:<28} {:>8} {:>8} {:>8} {:>8} {:>11}{}",
+            "{:<14} {:<28} {:>8} {:>8} {:>8} {:>8} {:>11}{}",
             r.scheme.name(),
             r.fault,
             r.injected,
@@ -1291,7 +1291,7 @@ fn crash_campaign(
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{:<6} {:<11} {:>7} {:>7} {:>8} {:>8} {:>7} {:>12} {:>11} {:>10} {:>12} {:>4}",
+            "{:<6} {:<14} {:>7} {:>7} {:>8} {:>8} {:>7} {:>12} {:>11} {:>10} {:>12} {:>4}",
             "shape",
             "scheme",
             "crashes",
@@ -1307,7 +1307,7 @@ fn crash_campaign(
         );
         for (k, m, s, r, ok) in &rows {
             println!(
-                "{:<6} {:<11} {:>7} {:>7} {:>8} {:>8} {:>7} {:>12} {:>11} {:>10} {:>12} {:>4}",
+                "{:<6} {:<14} {:>7} {:>7} {:>8} {:>8} {:>7} {:>12} {:>11} {:>10} {:>12} {:>4}",
                 format!("{k}+{m}"),
                 s.name(),
                 r.crashes,
@@ -1374,7 +1374,7 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{:<6} {:>6} {:<28} {:<11} {:>6} {:>8} {:>8} {:>8} {:>8} {:>11} {:>6}",
+            "{:<6} {:>6} {:<28} {:<14} {:>6} {:>8} {:>8} {:>8} {:>8} {:>11} {:>6}",
             "shape",
             "failed",
             "fault",
@@ -1389,7 +1389,7 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
         );
         for (k, m, f, kind, s, rep, ok) in &rows {
             println!(
-                "{:<6} {:>6} {:<28} {:<11} {:>6} {:>8} {:>8} {:>8} {:>8} {:>11} {:>6}",
+                "{:<6} {:>6} {:<28} {:<14} {:>6} {:>8} {:>8} {:>8} {:>8} {:>11} {:>6}",
                 format!("{k}+{m}"),
                 f,
                 kind,

@@ -359,12 +359,12 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
         format_size(a.chunk)
     );
     println!(
-        "{:<11} {:<14} {:>10} {:>11} {:>8}",
+        "{:<14} {:<14} {:>10} {:>11} {:>8}",
         "scheme", "workload", "MB/s", "ops/s", "ratio"
     );
     for r in &rows {
         println!(
-            "{:<11} {:<14} {:>10.0} {:>11.0} {:>7.2}x",
+            "{:<14} {:<14} {:>10.0} {:>11.0} {:>7.2}x",
             r.scheme.name(),
             r.workload,
             r.mb_per_s,

@@ -512,8 +512,11 @@ impl Array {
                 self.ck_table_of(stripe, &views)
             }
         };
-        if !findings.is_empty()
-            && findings
+        let suspected = suspects
+            .iter()
+            .any(|s| self.counts_as_news(stripe, &(s.0, s.1, String::new(), false), resync));
+        if suspected
+            || findings
                 .iter()
                 .any(|f| self.counts_as_news(stripe, f, resync))
         {

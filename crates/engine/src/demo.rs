@@ -46,8 +46,8 @@ pub fn run_demo(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<DemoRow>, EngineError> {
     let mut rows = Vec::new();
-    let total = Scheme::ALL.len() * FaultKind::ALL.len();
-    for scheme in Scheme::ALL {
+    let total = Scheme::ENGINE.len() * FaultKind::ALL.len();
+    for scheme in Scheme::ENGINE {
         for kind in FaultKind::ALL {
             rows.push(one_case(dir, keep, scheme, kind)?);
             progress(rows.len(), total);
@@ -65,7 +65,7 @@ fn one_case(
     let case = dir.join(format!("{}-{}", scheme.name(), kind.name()));
     std::fs::create_dir_all(&case)
         .map_err(|e| EngineError::Config(format!("{}: {e}", case.display())))?;
-    let n = DEMO_DATA + DEMO_PARITY;
+    let n = DEMO_DATA + DEMO_PARITY + scheme.extra_members();
     let unit = CHUNK as u64 + if scheme.has_appendix() { 512 } else { 0 };
     let size = stripeguard_integrity::MetadataLayout::member_bytes_for(STRIPES, unit);
     let paths: Vec<_> = (0..n)

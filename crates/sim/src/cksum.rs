@@ -11,8 +11,10 @@
 //!   unless cached, and written — at once without a cache, on eviction (or the final flush) with
 //!   one, so writes to a stripe that stays cached cost one checksum-chunk write in all.
 //!
-//! The engine does not implement the scheme yet (issue 23, part 2); this is the paper's cost
-//! model, so `sim` can show it beside Li & Lee's schemes on any trace.
+//! The engine runs the scheme (`create --scheme checksum-chunk`, crates/engine/src/ckchunk.rs)
+//! with the same stripe cache; its data and parity I/O is `none`'s plan, and its checksum-member
+//! I/O equals this model's count exactly, with the cache off and on (crates/sim/tests/
+//! agreement.rs) — which is why this model, not a planner lane, gives the `ck-chunk` rows.
 
 use crate::Request;
 use lru::LruCache;
