@@ -216,6 +216,9 @@ impl Array {
                     ck_suspects = self.ck_check(&t, &to_read, &units);
                     ck_table = Some(t);
                 }
+                // The checksum member out of the array: reads go on unverified (as `none`)
+                // until `replace` rebuilds its tables; nothing is suspect.
+                Err(_) if self.is_failed(self.ck_pos()) => {}
                 Err(why) => ck_suspects.push((self.ck_pos(), "checksum-chunk", why)),
             }
         }
