@@ -48,7 +48,12 @@ fn kroth_yang_code(n: usize, level: &str, scheme: &str, code: Option<&str>) -> (
         opts.extend(["--code", c]);
     }
     ok(&sg(&with(&["create"], &ms, &opts), d));
-    let unit = if scheme == "none" { 4096 } else { 4608 };
+    // Bare chunks for none and for the checksum chunk (its CRCs live on the last member).
+    let unit = if matches!(scheme, "none" | "checksum-chunk") {
+        4096
+    } else {
+        4608
+    };
     let cap_line = ok(&sg(&with(&["status"], &ms, &["--json"]), d));
     let status: serde_json::Value = serde_json::from_str(&cap_line).unwrap();
     let cap = status["capacity_bytes"].as_u64().unwrap() as usize;
@@ -148,6 +153,14 @@ fn kroth_yang_raid5_and_raid6_every_scheme_with_none_failing() {
                 "RAID-{level} {scheme}: every overwritten unit is found"
             );
         }
+        // Their own layout: one member more (the checksum member); member 1 is still data
+        // and parity.
+        let (same, located, stderr) = kroth_yang(n + 1, level, "checksum-chunk");
+        assert!(same, "RAID-{level} checksum-chunk: file differs\n{stderr}");
+        assert_eq!(
+            located, 750,
+            "RAID-{level} checksum-chunk: every overwritten unit is found"
+        );
         let (same, located, _) = kroth_yang(n, level, "none");
         assert_eq!(located, 0);
         assert!(
