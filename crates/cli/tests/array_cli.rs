@@ -241,9 +241,15 @@ fn assembly_errors_are_clear_and_one_missing_member_runs_degraded() {
     // Out of order.
     let swapped = vec!["status", "m1.img", "m0.img", "m2.img", "m3.img"];
     assert!(err(swapped).contains("list members in index order"));
-    // Duplicated.
+    // Duplicated: the same file twice, and a copy of a member in another's place.
     assert!(err(vec!["status", "m0.img", "m0.img", "m2.img", "m3.img"])
-        .contains("both claim member index 0"));
+        .contains("members 0 and 1 are the same file or device"));
+    std::fs::copy(d.join("m0.img"), d.join("m0copy.img")).unwrap();
+    assert!(
+        err(vec!["status", "m0.img", "m0copy.img", "m2.img", "m3.img"])
+            .contains("both claim member index 0")
+    );
+    std::fs::remove_file(d.join("m0copy.img")).unwrap();
     // Foreign member.
     let other = members(4)
         .iter()
@@ -287,7 +293,8 @@ fn demo_runs_on_defaults_and_none_shows_wrong_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let out = ok(&sg(&["demo", "--json"], dir.path()));
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(rows.len(), 45);
+    // Every engine scheme (the paper's five and the checksum chunk) × every fault kind.
+    assert_eq!(rows.len(), 6 * 9);
     for r in &rows {
         let silent = !matches!(
             r["fault"].as_str().unwrap(),
