@@ -456,3 +456,28 @@ fn a_member_given_twice_is_named() {
     }
     assert!(!d.join("n0").exists() && !d.join("n1").exists());
 }
+
+/// Outside attack: after `replace` put a new device into a slot, the device it superseded,
+/// given back, was taken as current (its event count looked fine) and bare RAID returned its
+/// old bytes. Its older device number now marks it superseded: out of the array, named.
+#[test]
+fn a_device_a_replace_superseded_is_not_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3"];
+    create(d, &ms, &["--scheme", "none"]);
+    std::fs::write(d.join("a"), vec![1u8; 60_000]).unwrap();
+    std::fs::write(d.join("b"), vec![2u8; 60_000]).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "a"]), d));
+    std::fs::rename(d.join("m1"), d.join("m1.gone")).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "b"]), d));
+    ok(&sg(
+        &cmd("replace", &ms, &["--member", "1", "--with", "m1new"]),
+        d,
+    ));
+    std::fs::rename(d.join("m1.gone"), d.join("m1")).unwrap();
+    let out = sg(&cmd("read", &ms, &["--length", "60000", "-o", "back"]), d);
+    ok(&out);
+    assert!(err_of(&out).contains("superseded"), "{}", err_of(&out));
+    assert_eq!(std::fs::read(d.join("back")).unwrap(), vec![2u8; 60_000]);
+}

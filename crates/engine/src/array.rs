@@ -391,6 +391,21 @@ impl Array {
                 Err(why) => unusable.push((pos, why.clone())),
                 Ok((sb, _)) => {
                     let slot = reference.member_table[pos];
+                    // A device a replace superseded carries the slot's older device number: it
+                    // holds old data however current its event count looks (FORMAT.md §2.1b).
+                    let own = sb.member_table.get(pos).map(|s| s.device);
+                    if own.is_some_and(|d| d != slot.device) {
+                        stale.push(pos);
+                        unusable.push((
+                            pos,
+                            format!(
+                                "superseded: a replace put another device into slot {pos} (device number {}; this one is {}), so it holds old data; give the device that replaced it",
+                                slot.device,
+                                own.unwrap_or_default()
+                            ),
+                        ));
+                        continue;
+                    }
                     if slot.state == MemberState::Active {
                         continue;
                     }

@@ -591,7 +591,12 @@ impl Array {
             }
         };
         let mut ev = self.events.lock().expect("lock");
+        // A unit suspected because the table was wrong is innocent: the finding is the table's.
+        let table_at_fault = findings.iter().any(|f| f.0 == g.n());
         for (pos, kind, evidence) in suspects {
+            if table_at_fault && *pos < g.n() {
+                continue;
+            }
             if findings.iter().all(|f| f.0 != *pos) {
                 ev.record(Event {
                     stripe,

@@ -78,6 +78,8 @@ pub enum CkError {
     Uuid,
     #[error("checksum-chunk table truncated")]
     Short,
+    #[error("checksum-chunk table with a non-zero reserved field")]
+    Reserved,
 }
 
 impl CkTable {
@@ -153,6 +155,9 @@ impl CkTable {
         if layout != LAYOUT {
             return Err(CkError::Layout(layout));
         }
+        if u32_at(b, 12) != 0 {
+            return Err(CkError::Reserved);
+        }
         let (u, bl) = (u16_at(b, 6) as usize, u32_at(b, 8) as usize);
         if (u, bl) != (units, blocks) {
             return Err(CkError::Shape {
@@ -214,6 +219,12 @@ mod tests {
             Err(CkError::Stripe(42))
         );
         assert_eq!(CkTable::decode(&b, 42, &[0; 16], 8, 16), Err(CkError::Uuid));
+        let mut reserved = b.clone();
+        reserved[12] = 1;
+        assert_eq!(
+            CkTable::decode(&reserved, 42, &uuid, 8, 16),
+            Err(CkError::Reserved)
+        );
         for at in [0, 5, 7, 100, CK_HEADER_BYTES + 4 * 128] {
             let mut bad = b.clone();
             bad[at] ^= 0x10;
