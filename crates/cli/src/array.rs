@@ -539,7 +539,12 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::from(if !unrecoverable.is_empty() {
         exit::UNRECOVERABLE
-    } else if c.located > 0 || c.mismatches > 0 || degraded > 0 {
+    } else if c.located > 0
+        || c.mismatches > 0
+        || degraded > 0
+        // A check that had to skip stripes awaiting resync is not a clean bill.
+        || (a.check && array.was_unclean() && awaiting > 0)
+    {
         exit::FOUND
     } else {
         exit::OK
