@@ -362,6 +362,7 @@ const EVENTS_SHOWN: usize = 20;
 /// for status.
 fn print_events(array: &Array, to_stdout: bool) {
     let events = array.events();
+    let k = array.superblock().data_chunks as usize;
     let mut lines = Vec::new();
     if events.len() > EVENTS_SHOWN {
         lines.push(format!(
@@ -371,8 +372,13 @@ fn print_events(array: &Array, to_stdout: bool) {
     }
     for e in events.into_iter().take(EVENTS_SHOWN) {
         lines.push(format!(
-            "  stripe {} member {} ({} {}): {} — {} [{:?}]",
-            e.stripe, e.member, e.role, e.position, e.kind, e.evidence, e.action
+            "  stripe {} member {} ({}): {} — {} [{:?}]",
+            e.stripe,
+            e.member,
+            stripeguard_engine::unit_label(e.role, e.position, k),
+            e.kind,
+            e.evidence,
+            e.action
         ));
     }
     for l in lines {
@@ -868,13 +874,12 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string(e)?);
             } else {
                 println!(
-                    "#{:<6} {} stripe {} member {} ({} {}): {} — {} [{:?}]",
+                    "#{:<6} {} stripe {} member {} ({}): {} — {} [{:?}]",
                     e.number,
                     ago(e.time_unix_ms / 1000),
                     e.stripe,
                     e.member,
-                    e.role,
-                    e.position,
+                    stripeguard_engine::unit_label(&e.role, e.position as usize, log.data_chunks),
                     e.kind,
                     e.evidence,
                     e.action

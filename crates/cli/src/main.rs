@@ -146,10 +146,24 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("stripeguard: error: {e:#}");
+            eprintln!("stripeguard: error: {}", one_line(&e));
             ExitCode::from(exit_code_of(&e))
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: many of our errors already say their
+/// cause ("s1: open of 0 bytes at 0: Is a directory"), and anyhow's `{:#}` would repeat it.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 /// The exit status of a failed command: 3 when data could not be returned, 4 when the workload

@@ -381,8 +381,12 @@ pub fn with_control_socket_and<R>(
                                         .take(20)
                                         .map(|e| {
                                             format!(
-                                                "stripe {} member {} ({} {}): {} — {}",
-                                                e.stripe, e.member, e.role, e.position, e.kind, e.evidence
+                                                "stripe {} member {} ({}): {} — {}",
+                                                e.stripe,
+                                                e.member,
+                                                crate::unit_label(e.role, e.position, array.sb.data_chunks as usize),
+                                                e.kind,
+                                                e.evidence
                                             )
                                         })
                                         .collect(),

@@ -249,8 +249,9 @@ impl Array {
                 .map(|d| d.name().to_string())
                 .unwrap_or_default();
             return Err(EngineError::Config(format!(
-                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area",
-                stripes.max(1)
+                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area and the {journal}-byte degraded-write journal ({} slots of a unit each)",
+                stripes.max(1),
+                layout.journal_slots()
             )));
         }
         let uuid: [u8; 16] = rand::random();

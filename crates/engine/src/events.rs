@@ -49,6 +49,20 @@ pub struct Event {
     pub action: EventAction,
 }
 
+/// A unit's place in words: `data 2`, `P`, `Q`, `parity 3` (beyond Q), `checksum` (the
+/// checksum member), or the role alone for stripe- and member-wide events.
+pub fn unit_label(role: &str, position: usize, k: usize) -> String {
+    match role {
+        "data" => format!("data {position}"),
+        "parity" => match position.saturating_sub(k) {
+            0 => "P".into(),
+            1 => "Q".into(),
+            j => format!("parity {j}"),
+        },
+        other => other.to_string(),
+    }
+}
+
 /// Running totals.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Counters {
@@ -115,5 +129,19 @@ impl EventLog {
             self.recent.pop_front();
         }
         self.recent.push_back(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parity_is_named_p_q_then_by_number() {
+        use super::unit_label;
+        assert_eq!(unit_label("data", 2, 6), "data 2");
+        assert_eq!(unit_label("parity", 6, 6), "P");
+        assert_eq!(unit_label("parity", 7, 6), "Q");
+        assert_eq!(unit_label("parity", 9, 6), "parity 3");
+        assert_eq!(unit_label("checksum", 8, 6), "checksum");
+        assert_eq!(unit_label("stripe", 0, 6), "stripe");
     }
 }

@@ -61,6 +61,8 @@ pub struct LogRead {
     pub dropped: u64,
     /// Entries the ring holds.
     pub capacity: u64,
+    /// `k` of the array (to name parity positions: P, Q, parity j).
+    pub data_chunks: usize,
 }
 
 fn encode(number: u64, time_unix_ms: u64, e: &Event) -> [u8; ENTRY_BYTES] {
@@ -142,6 +144,7 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
         dropped: next.saturating_sub(by_number.len() as u64),
         entries: by_number.into_values().collect(),
         capacity,
+        data_chunks: sb.data_chunks as usize,
     }
 }
 

@@ -46,7 +46,7 @@ pub use ckchunk::CK_CACHE_TABLES;
 pub use crash_campaign::{run_crash_campaign, CrashConfig, CrashReport};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
-pub use events::{Counters, Event, EventAction};
+pub use events::{unit_label, Counters, Event, EventAction};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use export::ArrayExport;
 pub use metacheck::MetadataFinding;
