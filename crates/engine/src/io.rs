@@ -116,6 +116,17 @@ impl Array {
         })
     }
 
+    /// Whether `plan` writes every byte of its stripe (a full-stripe plan may also be one whose
+    /// first and last chunks are written in part, with merge reads).
+    fn writes_whole_stripe(&self, plan: &PiecePlan) -> bool {
+        let (k, c) = (self.geometry.k, self.geometry.chunk_bytes);
+        plan.mode == Some(Mode::FullStripe)
+            && plan.first == 0
+            && plan.last + 1 == k
+            && plan.chunk_range(0, c).0 == 0
+            && plan.chunk_range(k - 1, c).1 == c
+    }
+
     /// The planner marks the chunks a plan reads as read (subsequent-read state) when it plans;
     /// a piece that then fails verified nothing, so every data chunk of its stripe goes back to
     /// first-read state and the next access cross-checks it again.
@@ -210,7 +221,9 @@ impl Array {
         // Checksum-chunk arrays: the blocks read against the stripe's table.
         let mut ck_table = None;
         let mut ck_suspects = Vec::new();
-        if self.is_ck() && !erased.iter().any(|&e| e) {
+        // A write of every byte of the stripe rewrites every entry: it needs no table.
+        let full_write = self.writes_whole_stripe(plan);
+        if self.is_ck() && !erased.iter().any(|&e| e) && !full_write {
             match self.ck_load(plan.stripe)? {
                 Ok(t) => {
                     ck_suspects = self.ck_check(&t, &to_read, &units);
@@ -510,7 +523,11 @@ impl Array {
             }
         }
         // Checksum-chunk arrays: the table's entries of every block written.
-        let ck_new = match have.ck.take() {
+        let fresh = (self.is_ck() && self.writes_whole_stripe(plan)).then(|| {
+            let blocks = g.chunk_bytes as usize / gran.block as usize;
+            stripeguard_integrity::CkTable::new(plan.stripe, self.sb.array_uuid, g.n(), blocks)
+        });
+        let ck_new = match have.ck.take().or(fresh) {
             Some(mut t) if self.is_ck() => {
                 let b = gran.block as usize;
                 for (i, n) in (first..=last).zip(&new) {

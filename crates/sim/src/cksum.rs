@@ -66,15 +66,19 @@ impl CkSim {
         let first = r.offset / sd;
         let last = (r.offset + r.len - 1) / sd;
         for stripe in first..=last {
-            self.piece(stripe, r.op == Op::Write);
+            // A write of the whole stripe rewrites every entry: no read of the old table.
+            let full = r.op == Op::Write
+                && r.offset <= stripe * sd
+                && r.offset + r.len >= (stripe + 1) * sd;
+            self.piece(stripe, r.op == Op::Write, full);
         }
     }
 
-    fn piece(&mut self, stripe: u64, write: bool) {
+    fn piece(&mut self, stripe: u64, write: bool, full: bool) {
         let c = &mut self.counts;
         c.lookups += 1;
         let Some(cache) = &mut self.cache else {
-            c.reads += 1;
+            c.reads += !full as u64;
             c.writes += write as u64;
             return;
         };
@@ -84,7 +88,7 @@ impl CkSim {
                 *dirty |= write;
             }
             None => {
-                c.reads += 1;
+                c.reads += !full as u64;
                 if let Some((_, was_dirty)) = cache.push(stripe, write) {
                     c.writes += was_dirty as u64;
                 }
