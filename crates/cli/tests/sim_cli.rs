@@ -292,7 +292,10 @@ fn sim_shows_kroth_and_yangs_checksum_chunk_with_and_without_its_cache() {
     assert!(n(cached, "hits") > 0);
     assert!(n(cached, "reads") < n(plain, "reads"));
     assert!(n(cached, "writes") < n(plain, "writes"));
-    assert_eq!(n(plain, "reads"), n(plain, "lookups"));
+    // Without a cache every piece reads the table, except writes of a whole stripe (they
+    // build it new): those are writes too.
+    assert!(n(plain, "reads") <= n(plain, "lookups"));
+    assert!(n(plain, "lookups") - n(plain, "reads") <= n(plain, "writes"));
     let text = ok(&sg(
         &[
             "sim",
