@@ -75,17 +75,9 @@ pub fn run(opts: &ArrayBenchOptions, mut progress: impl FnMut(&str)) -> Vec<Arra
     let mut out = Vec::new();
     // none is measured last as well as first: the first array of a run pays one-off costs (page
     // faults, allocator growth); the better of the two is the reference.
-    let order = [
-        Scheme::None,
-        Scheme::Pure,
-        Scheme::Hybrid1,
-        Scheme::Hybrid2,
-        Scheme::HybridSeq,
-        // Kroth & Yang's checksum chunk (its CPU cost against none's is theirs: 50-100 % over md).
-        Scheme::ChecksumChunk,
-        Scheme::None,
-    ];
-    for scheme in order {
+    // Every engine scheme (Kroth & Yang's checksum chunk included: they measured 50-100 % over
+    // md), then none again.
+    for scheme in Scheme::ENGINE.into_iter().chain([Scheme::None]) {
         progress(scheme.name());
         let a = array(opts, scheme);
         let cap = a.capacity_bytes();

@@ -93,6 +93,12 @@ impl Array {
         t
     }
 
+    /// Decode `stripe`'s table from its bytes on the checksum member.
+    fn ck_decode(&self, b: &[u8], stripe: u64) -> Result<CkTable, stripeguard_integrity::CkError> {
+        let (blocks, _) = self.ck_shape();
+        CkTable::decode(b, stripe, &self.sb.array_uuid, self.geometry.n(), blocks)
+    }
+
     /// Encode `t` into a buffer of the table's `T` bytes (a unit buffer: aligned).
     pub(crate) fn ck_encode(&self, t: &CkTable) -> AlignedBuf {
         let (_, tb) = self.ck_shape();
@@ -109,7 +115,7 @@ impl Array {
                 return Ok(Ok(t.clone()));
             }
         }
-        let (blocks, tb) = self.ck_shape();
+        let (_, tb) = self.ck_shape();
         let e = Extent {
             lo: 0,
             hi: tb as u64,
@@ -123,13 +129,7 @@ impl Array {
                 "the checksum chunk could not be read".into()
             }));
         };
-        let got = CkTable::decode(
-            &buf[..tb],
-            stripe,
-            &self.sb.array_uuid,
-            self.geometry.n(),
-            blocks,
-        );
+        let got = self.ck_decode(&buf[..tb], stripe);
         self.recycle([buf]);
         Ok(match got {
             Ok(t) => {
@@ -170,8 +170,15 @@ impl Array {
     }
 
     /// Write `t` to the checksum member now (and keep it in the cache as clean).
-    pub(crate) fn ck_write_now(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
-        self.ck_write(stripe, t)?;
+    /// With `whole`, the whole unit: the table and the zeros after it (a repair of damage
+    /// anywhere in the unit).
+    pub(crate) fn ck_write_now(
+        &self,
+        stripe: u64,
+        t: &CkTable,
+        whole: bool,
+    ) -> Result<(), EngineError> {
+        self.ck_write_as(stripe, t, whole)?;
         if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
             l.put(stripe, (t.clone(), false));
         }
@@ -179,9 +186,20 @@ impl Array {
     }
 
     fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
+        self.ck_write_as(stripe, t, false)
+    }
+
+    fn ck_write_as(&self, stripe: u64, t: &CkTable, whole: bool) -> Result<(), EngineError> {
         let (_, tb) = self.ck_shape();
-        let buf = self.ck_encode(t);
-        let r = self.write_unit(stripe, self.ck_pos(), 0, &buf[..tb]);
+        let mut buf = self.ck_encode(t);
+        let len = if whole {
+            let c = self.geometry.chunk_bytes as usize;
+            buf[tb..c].fill(0);
+            c
+        } else {
+            tb
+        };
+        let r = self.write_unit(stripe, self.ck_pos(), 0, &buf[..len]);
         self.recycle([buf]);
         r
     }
@@ -258,16 +276,9 @@ impl Array {
             });
         };
         // Everything after the table's own bytes is zero (its padding to `T` included).
-        let used =
-            stripeguard_integrity::cktable::CK_HEADER_BYTES + 4 * self.geometry.n() * blocks + 4;
+        let used = stripeguard_integrity::cktable::used_bytes(self.geometry.n(), blocks);
         let tail_bad = buf[used..c].iter().any(|&x| x != 0);
-        let disk = CkTable::decode(
-            &buf[..tb],
-            stripe,
-            &self.sb.array_uuid,
-            self.geometry.n(),
-            blocks,
-        );
+        let disk = self.ck_decode(&buf[..tb], stripe);
         self.recycle([buf]);
         Ok(match cached {
             Some((t, true)) => {
@@ -332,19 +343,7 @@ impl Array {
             .into_iter()
             .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();
-        let fail = |reason: String| {
-            if !resync {
-                let mut ev = self.events.lock().expect("lock");
-                ev.counters.unrecoverable += 1;
-                ev.record(stripe_event(
-                    stripe,
-                    "unrecoverable",
-                    reason.clone(),
-                    EventAction::Unrecoverable,
-                ));
-            }
-            EngineError::Unrecoverable { stripe, reason }
-        };
+        let fail = |reason: String| self.unrecoverable(stripe, reason, resync);
         if erased.len() > m {
             return Err(fail(format!(
                 "{} units are unreadable but the code rebuilds at most {m}",
@@ -529,19 +528,7 @@ impl Array {
             }
         }
         if rewrite_table && self.writable {
-            // The whole unit: the table and the zeros after it.
-            let buf = self.ck_encode(&table);
-            let mut unit = self.unit_buf();
-            unit.fill(0);
-            let (_, tb) = self.ck_shape();
-            unit[..tb].copy_from_slice(&buf[..tb]);
-            self.recycle([buf]);
-            let w = self.write_unit(stripe, n, 0, &unit[..c]);
-            self.recycle([unit]);
-            w?;
-            if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
-                l.put(stripe, (table.clone(), false));
-            }
+            self.ck_write_now(stripe, &table, true)?;
         }
         for p in (0..k).filter(|p| findings.iter().any(|f| f.0 == *p)) {
             let id = g.data_chunk_id(stripe, p);

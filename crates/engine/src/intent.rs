@@ -507,7 +507,7 @@ impl Array {
         if self.is_ck() {
             let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
             let t = self.ck_table_of(stripe, &views);
-            self.ck_write_now(stripe, &t)?;
+            self.ck_write_now(stripe, &t, false)?;
         }
         for i in 0..k {
             let id = g.data_chunk_id(stripe, i);

@@ -291,6 +291,22 @@ impl Array {
         self.appendix(stripe, pos, tags).seal(chunk, sector)
     }
 
+    /// A stripe that cannot be decided: counted and logged (not in a resync, whose caller settles
+    /// it), and the error that says so.
+    pub(crate) fn unrecoverable(&self, stripe: u64, reason: String, resync: bool) -> EngineError {
+        if !resync {
+            let mut ev = self.events.lock().expect("lock");
+            ev.counters.unrecoverable += 1;
+            ev.record(stripe_event(
+                stripe,
+                "unrecoverable",
+                reason.clone(),
+                EventAction::Unrecoverable,
+            ));
+        }
+        EngineError::Unrecoverable { stripe, reason }
+    }
+
     /// The member holding position `pos` of `stripe`: the geometry's for data and parity, and
     /// the checksum member (the last) for position `k + m` of a checksum-chunk array.
     #[inline]
@@ -447,20 +463,7 @@ impl Array {
             })
             .map(|f| f.position)
             .collect();
-        let fail = |reason: String| {
-            if resync {
-                return EngineError::Unrecoverable { stripe, reason };
-            }
-            let mut ev = self.events.lock().expect("lock");
-            ev.counters.unrecoverable += 1;
-            ev.record(stripe_event(
-                stripe,
-                "unrecoverable",
-                reason.clone(),
-                EventAction::Unrecoverable,
-            ));
-            EngineError::Unrecoverable { stripe, reason }
-        };
+        let fail = |reason: String| self.unrecoverable(stripe, reason, resync);
         if bad.len() > m {
             return Err(fail(format!(
                 "{} units are wrong or unreadable ({}) but the code rebuilds at most {m}",

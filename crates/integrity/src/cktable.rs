@@ -37,11 +37,16 @@ pub const CK_HEADER_BYTES: usize = 48;
 const MAGIC: &[u8; 4] = b"SGCK";
 const LAYOUT: u16 = 1;
 
+/// Bytes the table itself fills (header, CRCs, its own CRC); the rest of the unit is zero.
+pub fn used_bytes(units: usize, blocks: usize) -> usize {
+    CK_HEADER_BYTES + 4 * units * blocks + 4
+}
+
 /// `T`: bytes of the table as read and written, for `units` units of `chunk` bytes.
 pub fn table_bytes(units: usize, chunk: u32) -> usize {
     let b = crate::block_bytes_for(chunk).max(1) as usize;
     let blocks = chunk as usize / b;
-    (CK_HEADER_BYTES + 4 * units * blocks + 4).div_ceil(b) * b
+    used_bytes(units, blocks).div_ceil(b) * b
 }
 
 /// One stripe's table.

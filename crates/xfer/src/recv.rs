@@ -153,7 +153,8 @@ fn device_hash(path: &Path, h: &FileHeader) -> std::io::Result<[u8; 32]> {
     Ok(*list.finalize().as_bytes())
 }
 
-fn set_times(path: &Path, h: &FileHeader, follow: bool) {
+/// Set mtime (and atime) of `path` itself, never through a symlink.
+fn set_times(path: &Path, h: &FileHeader) {
     let ts = [
         libc::timespec {
             tv_sec: h.mtime_s as libc::time_t,
@@ -168,7 +169,7 @@ fn set_times(path: &Path, h: &FileHeader, follow: bool) {
     else {
         return;
     };
-    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    let flags = libc::AT_SYMLINK_NOFOLLOW;
     // SAFETY: a NUL-terminated path and two timespecs.
     unsafe {
         libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), flags);
@@ -425,7 +426,7 @@ pub fn receive(
                                     summary.lock().expect("lock").attr_problems.push(e);
                                 }
                             }
-                            set_times(&fin, &h, false);
+                            set_times(&fin, &h);
                             summary.lock().expect("lock").files += 1;
                             reply(1, &[])?;
                         }
@@ -601,7 +602,7 @@ pub fn receive(
                         if fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()) {
                             let _ =
                                 fs::set_permissions(d, fs::Permissions::from_mode(h.mode & 0o7777));
-                            set_times(d, h, false);
+                            set_times(d, h);
                         }
                     }
                     let mut o = out.lock().expect("lock");
