@@ -41,6 +41,8 @@ pub struct CreateOnPaths {
     pub force: bool,
     /// The erasure code; `None` = the usual one for the parity count (xor, raid6, rs).
     pub code: Option<CodeId>,
+    /// Every write goes through the journal first ([`ArrayConfig::write_journal`]).
+    pub write_journal: bool,
 }
 
 /// The usual parity count for `n` members: RAID-6 from 6 members, else RAID-5.
@@ -99,6 +101,7 @@ impl CreateOnPaths {
             stripes: None,
             first_read_map_bytes: 1 << 20,
             cross_check: self.cross_check,
+            write_journal: self.write_journal,
         })
     }
 

@@ -38,6 +38,10 @@ pub struct ArrayConfig {
     pub first_read_map_bytes: u64,
     /// Parity appendices a first-read cross-checks against.
     pub cross_check: CrossCheck,
+    /// Every write goes through the journal first (FORMAT.md §2.1e): a chunk written but not
+    /// flushed reads back entirely old or entirely new after any crash, at the price of
+    /// writing its bytes twice and a flush before each write goes in place.
+    pub write_journal: bool,
 }
 
 impl ArrayConfig {
@@ -54,12 +58,26 @@ impl ArrayConfig {
             stripes: Some(stripes),
             first_read_map_bytes: 1 << 20,
             cross_check: CrossCheck::One,
+            write_journal: false,
         }
     }
 
     /// Bytes each member needs for this configuration (superblocks + units; needs `stripes`).
     pub fn member_bytes(&self) -> u64 {
-        MetadataLayout::member_bytes_for(self.stripes.unwrap_or(0), self.unit_bytes())
+        MetadataLayout::member_bytes_with(
+            self.stripes.unwrap_or(0),
+            self.unit_bytes(),
+            self.journal_slots(),
+        )
+    }
+
+    /// The journal slots this configuration needs, when it is not the layout's default.
+    pub fn journal_slots(&self) -> Option<u32> {
+        self.write_journal.then(|| {
+            stripeguard_integrity::write_journal_slots(
+                self.data_chunks + self.parity_chunks + self.scheme.extra_members(),
+            )
+        })
     }
 
     /// Bytes of one unit: the chunk and its appendix (FORMAT.md §2.3).
@@ -238,8 +256,14 @@ impl Array {
         let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
         let layout = MetadataLayout::for_member(smallest);
         let data_offset = layout.data_offset();
-        let journal =
-            layout.journal_slots() as u64 * (stripeguard_integrity::JOURNAL_HEADER_BYTES + unit);
+        if cfg.write_journal && n > stripeguard_integrity::MAX_JOURNAL_SLOTS as usize {
+            return Err(EngineError::Config(format!(
+                "a write journal holds at most {} chunks of a stripe at once; this array has {n} members",
+                stripeguard_integrity::MAX_JOURNAL_SLOTS
+            )));
+        }
+        let slots = cfg.journal_slots().unwrap_or(layout.journal_slots());
+        let journal = slots as u64 * (stripeguard_integrity::JOURNAL_HEADER_BYTES + unit);
         let fits = smallest.saturating_sub(data_offset).saturating_sub(journal) / unit.max(1);
         let stripes = cfg.stripes.unwrap_or(fits);
         if stripes == 0 || stripes > fits {
@@ -249,9 +273,8 @@ impl Array {
                 .map(|d| d.name().to_string())
                 .unwrap_or_default();
             return Err(EngineError::Config(format!(
-                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area and the {journal}-byte degraded-write journal ({} slots of a unit each)",
+                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area and the {journal}-byte journal ({slots} slots of a unit each)",
                 stripes.max(1),
-                layout.journal_slots()
             )));
         }
         let uuid: [u8; 16] = rand::random();
@@ -276,7 +299,8 @@ impl Array {
                 .unwrap_or(0),
             cross_check: cfg.cross_check,
             layout,
-            journal_slots: layout.journal_slots(),
+            journal_slots: slots,
+            write_journal: cfg.write_journal,
             member_table: vec![
                 MemberSlot {
                     state: MemberState::Active,
@@ -1148,7 +1172,8 @@ fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), S
 fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
     (a.members, a.data_chunks, a.parity_chunks, a.code, a.scheme)
         == (b.members, b.data_chunks, b.parity_chunks, b.code, b.scheme)
-        && (a.cross_check, a.layout, a.journal_slots) == (b.cross_check, b.layout, b.journal_slots)
+        && (a.cross_check, a.layout, a.journal_slots, a.write_journal)
+            == (b.cross_check, b.layout, b.journal_slots, b.write_journal)
         && (
             a.sector_shift,
             a.chunk_bytes,

@@ -26,7 +26,7 @@
 //! resync does not visit.
 
 use crate::repair::{stripe_event, Image};
-use crate::{Array, EngineError, Event, EventAction};
+use crate::{Array, EngineError, Event, EventAction, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_integrity::{CkTable, Scheme};
@@ -329,7 +329,7 @@ impl Array {
         &self,
         stripe: u64,
         suspects: &[(usize, &'static str, String)],
-        resync: bool,
+        cause: Interrupted<'_>,
     ) -> Result<Image, EngineError> {
         let g = self.geometry;
         let (k, m, n) = (g.k, g.m, g.n());
@@ -343,7 +343,7 @@ impl Array {
             .into_iter()
             .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();
-        let fail = |reason: String| self.unrecoverable(stripe, reason, resync);
+        let fail = |reason: String| self.unrecoverable(stripe, reason, cause);
         if erased.len() > m {
             return Err(fail(format!(
                 "{} units are unreadable but the code rebuilds at most {m}",
@@ -423,7 +423,7 @@ impl Array {
                         // Nothing disagreed: check the parity with what is left to spare.
                         if wrong.is_empty() && erased.len() < m {
                             if let Located::Bad(_) = consistent(&full, &erased)? {
-                                if !resync {
+                                if !cause.settles(n + 1) {
                                     let mut ev = self.events.lock().expect("lock");
                                     ev.counters.detected += 1;
                                     ev.record(stripe_event(
@@ -456,7 +456,7 @@ impl Array {
                     // After a crash the agreement may also be of units torn alike (data and
                     // parity both half new, block by block): the data is kept as it is, which
                     // is a settle, as for every scheme (FORMAT.md §2.1b).
-                    settled = resync;
+                    settled = cause.settles(n + 1);
                     findings.push((
                         n,
                         "checksum-chunk",
@@ -513,11 +513,11 @@ impl Array {
         };
         let suspected = suspects
             .iter()
-            .any(|s| self.counts_as_news(stripe, &(s.0, s.1, String::new(), false), resync));
+            .any(|s| self.counts_as_news(stripe, &(s.0, s.1, String::new(), false), cause));
         if suspected
             || findings
                 .iter()
-                .any(|f| self.counts_as_news(stripe, f, resync))
+                .any(|f| self.counts_as_news(stripe, f, cause))
         {
             self.events.lock().expect("lock").counters.detected += 1;
         }
@@ -545,7 +545,7 @@ impl Array {
                 "units disagree with the checksum chunk and the parity agrees with the data as it is: data kept as on disk (a unit torn by the crash may mix old and new blocks), checksum chunk recomputed".into(),
             );
         } else {
-            self.record_ck_findings(stripe, suspects, findings, resync);
+            self.record_ck_findings(stripe, suspects, findings, cause);
         }
         Ok(Image {
             units: full,
@@ -555,9 +555,9 @@ impl Array {
     }
 
     /// A finding is news unless it is a member already known to be out.
-    fn counts_as_news(&self, stripe: u64, f: &CkFinding, resync: bool) -> bool {
+    fn counts_as_news(&self, stripe: u64, f: &CkFinding, cause: Interrupted<'_>) -> bool {
         let known_out = f.1 == "read-error" && self.is_failed(self.member_of(stripe, f.0));
-        !known_out && !resync
+        !known_out && !cause.may_have_left(f.0)
     }
 
     fn record_ck_findings(
@@ -565,7 +565,7 @@ impl Array {
         stripe: u64,
         suspects: &[(usize, &'static str, String)],
         findings: Vec<CkFinding>,
-        resync: bool,
+        cause: Interrupted<'_>,
     ) {
         let g = self.geometry;
         let role = |pos: usize| {
@@ -601,7 +601,7 @@ impl Array {
             if kind == "read-error" && self.is_failed(member) {
                 continue;
             }
-            let (kind, evidence, action) = if resync {
+            let (kind, evidence, action) = if cause.may_have_left(pos) {
                 (
                     "resync",
                     format!("{kind}: {evidence} (left by the interrupted write)"),

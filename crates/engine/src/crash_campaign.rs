@@ -6,7 +6,8 @@
 //! - a data chunk not written since the last flush must read back exactly (flushed bytes lost);
 //! - a chunk written since must read back as one of the versions it held since the last flush
 //!   (entirely old or entirely new), unless its stripe was *settled* (more units interrupted
-//!   than the parity decides: a torn unit may mix old and new sectors; counted apart);
+//!   than the parity decides: a torn unit may mix old and new sectors; counted apart) — with the
+//!   write journal, settled stripes and `none` too;
 //! - afterwards a full check finds nothing to repair.
 //!
 //! The negative control: the same crash image assembled read-only, without resync, and checked
@@ -47,6 +48,10 @@ pub struct CrashConfig {
     /// a partial write sends blocks and appendix as separate I/Os (FORMAT.md §2.3a) and a crash
     /// can land any subset of them.
     pub chunk_bytes: u32,
+    /// Arrays with the write journal (`create --journal`): then every chunk written since the
+    /// last flush must read back entirely old or entirely new, settled stripes and `none`
+    /// included.
+    pub write_journal: bool,
 }
 
 /// Totals.
@@ -73,9 +78,13 @@ pub struct CrashReport {
     pub unreadable_chunks: u64,
     /// Writes refused because an earlier crash left their stripe unreadable (must be 0).
     pub refused_writes: u64,
-    /// `none`: chunks written since the last flush are not checked (a torn write there is a
-    /// mix of old and new sectors that nothing can see).
+    /// `none` without the write journal: chunks written since the last flush are not checked
+    /// (a torn write there is a mix of old and new sectors that nothing can see).
     pub unchecked_chunks: u64,
+    /// Chunks written since the last flush that read back as neither an old nor a new version
+    /// (a mix of both), wherever they are: must be 0 with the write journal; without it they
+    /// are the settled stripes' and `none`'s torn chunks (the journal's negative control).
+    pub mixed_chunks: u64,
     /// Negative control: what a check without resync found (units wrong, stripes inconsistent
     /// or unrecoverable).
     pub inconsistent_without_resync: u64,
@@ -111,7 +120,10 @@ fn one_crash(
     carried: Option<Carried>,
 ) -> Result<Carried, EngineError> {
     let (k, m) = (cfg.data_chunks, cfg.parity_chunks);
-    let acfg = ArrayConfig::new(k, m, cfg.scheme, cfg.chunk_bytes, cfg.stripes);
+    let acfg = ArrayConfig {
+        write_journal: cfg.write_journal,
+        ..ArrayConfig::new(k, m, cfg.scheme, cfg.chunk_bytes, cfg.stripes)
+    };
     let size = acfg.member_bytes();
     let c = cfg.chunk_bytes as usize;
     let sd = k * c;
@@ -255,15 +267,18 @@ fn one_crash(
             Err(e) => return Err(e),
         }
         let stripe = (ch * c / sd) as u64;
-        if v.len() > 1 && cfg.scheme == Scheme::None {
-            rep.unchecked_chunks += 1;
-            continue;
-        }
         let wrong = || back.iter().zip(&v[0]).filter(|(a, b)| a != b).count() as u64;
         if v.len() == 1 {
             rep.flushed_bytes_lost += wrong();
-        } else if !v.contains(&back) && !settled.contains(&stripe) {
-            rep.wrong_bytes += wrong().max(1);
+            continue;
+        }
+        let unchecked = cfg.scheme == Scheme::None && !cfg.write_journal;
+        rep.unchecked_chunks += unchecked as u64;
+        if !v.contains(&back) {
+            rep.mixed_chunks += 1;
+            if !unchecked && (cfg.write_journal || !settled.contains(&stripe)) {
+                rep.wrong_bytes += wrong().max(1);
+            }
         }
     }
     let before = array.counters();

@@ -7,7 +7,7 @@
 //! unclean shutdown the first writable assembly resyncs every stripe of every set region.
 
 use crate::events::EventAction;
-use crate::{Array, EngineError};
+use crate::{Array, EngineError, Interrupted};
 use std::collections::HashMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_codes::Located;
@@ -186,12 +186,13 @@ impl Array {
             i.epoch += 1;
             i.epoch
         };
+        let idle = self.idle_journal_slots();
         self.save_events()?;
         self.flush_members()?;
         if !self.writable {
             return Ok(());
         }
-        self.free_journal_slots()?;
+        self.free_journal_slots(idle)?;
         // While a member is out, no bit is cleared: the set bits are then the regions written
         // since it left, which is what a re-add of that member rebuilds (md's write-intent
         // bitmap keeps its bits for a missing member the same way).
@@ -359,11 +360,20 @@ impl Array {
     pub(crate) fn resync(&self) -> Result<u64, EngineError> {
         // First the stripes whose missing chunk a degraded write saved: their parity may no
         // longer match it, so it is rebuilt from the saved copy, not from the parity.
-        self.replay_journal()?;
+        let touched = self.replay_journal()?;
         let list = self.dirty_stripes();
         for &s in &list {
-            self.resync_stripe(s)?;
+            // With the write journal every write in flight is named: what else is wrong in
+            // the stripe is silent corruption.
+            let cause = match touched.get(&s) {
+                Some(mask) => Interrupted::Only(mask),
+                None if self.sb.write_journal => Interrupted::Only(&[]),
+                None => Interrupted::Unknown,
+            };
+            self.resync_stripe(s, cause)?;
         }
+        // Only now: a crash during the resync replays the journal again.
+        self.clear_journal()?;
         {
             let mut i = self.intent.lock().expect("lock");
             // With a member out the bits stay: they are what its re-add must rebuild.
@@ -378,7 +388,7 @@ impl Array {
     }
 
     /// Make one stripe consistent after a crash (FORMAT.md §2.1b).
-    fn resync_stripe(&self, stripe: u64) -> Result<(), EngineError> {
+    fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
         let _guard = self.locks[stripe as usize % self.locks.len()]
             .lock()
             .expect("lock");
@@ -388,8 +398,15 @@ impl Array {
         // Checksum-chunk: the table and the parity decide (a unit that disagrees with the table
         // is rolled back from the parity; a table behind data that the parity agrees with is
         // recomputed); what they cannot decide is settled like every scheme below.
-        match self.repair_stripe_as(stripe, &[], true) {
+        match self.repair_stripe_as(stripe, &[], cause) {
             Ok(_) => Ok(()),
+            // A stripe no interrupted write touched is not the crash's to settle: it stays
+            // unrecoverable, as a read would find it (counted and logged by the diagnosis).
+            Err(EngineError::Unrecoverable { .. })
+                if !cause.settles(self.geometry.n() + self.sb.scheme.extra_members()) =>
+            {
+                Ok(())
+            }
             Err(EngineError::Unrecoverable { .. }) => match self.settle(stripe) {
                 // Degraded and undecidable: the stripe stays unreadable (reads say so); the
                 // rest of the array must still come up.

@@ -104,14 +104,13 @@ impl Array {
                 .expect("lock");
             let _claim = self.intent_begin(stripe)?;
             // Degraded: save the missing member's chunk before the parity changes.
-            let base = stripe * self.geometry.stripe_data_bytes();
-            let _saved = self.unverified_on_error(
-                stripe,
-                self.save_missing(stripe, off - base, off - base + len),
-            )?;
+            let _saved = self.unverified_on_error(stripe, self.save_missing(stripe))?;
             let plan = self.plan_one(Op::Write, off, len);
+            let piece = &data[at..at + len as usize];
+            // Write journal: the new bytes are durable before anything goes in place.
+            let _journaled = self.journal_write(&plan, piece)?;
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
-            let done = self.apply_write(&plan, units, &data[at..at + len as usize]);
+            let done = self.apply_write(&plan, units, piece);
             self.unverified_on_error(stripe, done)
         })
     }

@@ -1,41 +1,70 @@
-//! The degraded-write journal (FORMAT.md §2.1e): closes the write hole of a degraded array.
+//! The journal (FORMAT.md §2.1e): slots after the data area of every member, for two kinds of
+//! record.
 //!
-//! With a member out, its data chunk of a stripe exists only as "the parity minus the other
-//! data". A write that changes the parity and is cut short by a crash leaves parity and data
-//! disagreeing, and the missing chunk — old, flushed data the write never touched — would be
-//! rebuilt wrong. The intent record cannot help: resync would have to rebuild that chunk from the
-//! very parity that no longer matches. So before a degraded write touches such a stripe, the
-//! missing chunk is rebuilt (the whole stripe checked) and saved, with its stripe and position, in
-//! a journal slot on every current member and made durable. After a crash, resync restores every
-//! saved chunk first: the stripe's parity is recomputed from the data on disk and the saved chunk.
-//! A slot is freed (its header zeroed) by the first flush after its write completed.
+//! **Saved chunk** (every array): closes the write hole of a degraded array. With a member out,
+//! its data chunk of a stripe exists only as "the parity minus the other data". A write that
+//! changes the parity and is cut short by a crash leaves parity and data disagreeing, and the
+//! missing chunk — old, flushed data the write never touched — would be rebuilt wrong. The intent
+//! record cannot help: resync would have to rebuild that chunk from the very parity that no longer
+//! matches. So before a degraded write touches such a stripe, the missing chunk is rebuilt (the
+//! whole stripe checked) and saved, with its stripe and position, in a journal slot on every
+//! current member and made durable. After a crash, resync restores every saved chunk first.
+//!
+//! **New bytes** (arrays created with `--journal`): before a write goes in place, the bytes it
+//! writes into each chunk, with the positions of every unit it will change, are in a slot on
+//! `m + 1` members and flushed. A crash can then tear the in-place writes any way it likes: the
+//! resync first writes every journaled chunk's bytes again (redo), so each interrupted chunk
+//! holds only its new blocks, and then diagnoses the stripe — whatever the votes decide, or a
+//! settle, gives back whole chunks, entirely new or (rebuilt from parity that still agrees)
+//! entirely old. A record that did not become durable has nothing in place behind it. And since
+//! every write in flight is named, a unit found wrong in a dirty stripe that no record names is
+//! silent corruption, not the crash ([`Interrupted`]).
+//!
+//! A slot is freed (its header zeroed) by the first flush that began after its write completed,
+//! and all of them only after a resync has finished, so a crash during the resync replays again.
 
 use crate::{Array, EngineError};
+use std::collections::BTreeMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_integrity::JOURNAL_HEADER_BYTES;
+use stripeguard_plan::PiecePlan;
 
 const MAGIC: [u8; 8] = *b"SGJRNL\0\0";
 const VERSION: u32 = 1;
 const HEADER: usize = JOURNAL_HEADER_BYTES as usize;
+/// Record kinds (header byte 34).
+const SAVED: u8 = 0;
+const NEW_BYTES: u8 = 1;
+/// Bytes of the touched-units bitmap (255 members at most).
+const TOUCHED_BYTES: usize = 32;
+
+/// One slot's bookkeeping.
+#[derive(Clone, Default)]
+struct Slot {
+    /// Holds a record (its stripe), until a flush frees it.
+    held: Option<u64>,
+    /// Writes still in flight that rely on it.
+    busy: u32,
+    /// The members its copies went to; empty = every current member.
+    on: Vec<usize>,
+    /// The record's sequence (a flush frees the record it saw idle, not a later one).
+    sequence: u64,
+}
 
 /// Slot bookkeeping.
 #[derive(Default)]
 pub(crate) struct Journal {
-    /// Per slot: the (stripe, position) it holds, if any.
-    used: Vec<Option<(u64, usize)>>,
-    /// Per slot: writes still in flight that rely on it.
-    busy: Vec<u32>,
+    slots: Vec<Slot>,
     sequence: u64,
-    /// The crash campaign's negative control only: run degraded writes without the journal.
+    /// The crash campaign's negative control only: write without the journal.
     pub(crate) disabled: bool,
 }
 
 impl Journal {
     pub(crate) fn new(slots: usize) -> Journal {
         Journal {
-            used: vec![None; slots],
-            busy: vec![0; slots],
+            slots: vec![Slot::default(); slots],
             sequence: 0,
             disabled: false,
         }
@@ -52,44 +81,118 @@ impl Drop for Saved<'_> {
     fn drop(&mut self) {
         let mut j = self.array.journal.lock().expect("lock");
         for &s in &self.slots {
-            j.busy[s] = j.busy[s].saturating_sub(1);
+            j.slots[s].busy = j.slots[s].busy.saturating_sub(1);
         }
     }
 }
 
-fn header(sequence: u64, stripe: u64, pos: usize, unit: &[u8], event: u64) -> Vec<u8> {
-    let mut h = vec![0u8; HEADER];
-    h[0..8].copy_from_slice(&MAGIC);
-    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    h[12..16].copy_from_slice(&(HEADER as u32).to_le_bytes());
-    h[16..24].copy_from_slice(&sequence.to_le_bytes());
-    h[24..32].copy_from_slice(&stripe.to_le_bytes());
-    h[32..34].copy_from_slice(&(pos as u16).to_le_bytes());
-    h[36..40].copy_from_slice(&crc32c(unit).to_le_bytes());
-    h[40..48].copy_from_slice(&event.to_le_bytes());
-    let crc = crc32c(&h[..HEADER - 4]);
-    h[HEADER - 4..].copy_from_slice(&crc.to_le_bytes());
-    h
+/// What one record says (its payload follows the header).
+struct Record {
+    kind: u8,
+    sequence: u64,
+    stripe: u64,
+    pos: usize,
+    /// New bytes: where in the unit they go.
+    start: u64,
+    payload: Vec<u8>,
+    /// New bytes: the stripe positions the write changes.
+    touched: [u8; TOUCHED_BYTES],
 }
 
-/// (sequence, stripe, position) of a valid slot whose unit matches its CRC.
-fn decode(slot: &[u8]) -> Option<(u64, u64, usize)> {
-    let h = slot.get(..HEADER)?;
-    if h[0..8] != MAGIC
-        || h[8..12] != VERSION.to_le_bytes()
-        || h[12..16] != (HEADER as u32).to_le_bytes()
-        || h[HEADER - 4..] != crc32c(&h[..HEADER - 4]).to_le_bytes()
-        || h[36..40] != crc32c(&slot[HEADER..]).to_le_bytes()
-    {
-        return None;
+impl Record {
+    fn encode(&self, event: u64) -> Vec<u8> {
+        let len = self.payload.len();
+        // Whole sectors (a unit is whole sectors, so this stays inside the slot).
+        let mut b = vec![0u8; HEADER + len.div_ceil(512) * 512];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(HEADER as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
+        b[24..32].copy_from_slice(&self.stripe.to_le_bytes());
+        b[32..34].copy_from_slice(&(self.pos as u16).to_le_bytes());
+        b[34] = self.kind;
+        b[36..40].copy_from_slice(&crc32c(&self.payload).to_le_bytes());
+        b[40..48].copy_from_slice(&event.to_le_bytes());
+        b[48..52].copy_from_slice(&(self.start as u32).to_le_bytes());
+        b[52..56].copy_from_slice(&(len as u32).to_le_bytes());
+        b[56..56 + TOUCHED_BYTES].copy_from_slice(&self.touched);
+        let crc = crc32c(&b[..HEADER - 4]);
+        b[HEADER - 4..HEADER].copy_from_slice(&crc.to_le_bytes());
+        b[HEADER..HEADER + len].copy_from_slice(&self.payload);
+        b
     }
-    let u = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8"));
-    Some((u(16), u(24), u16::from_le_bytes([h[32], h[33]]) as usize))
+
+    /// A valid record whose payload matches its CRC and fits a unit of `unit` bytes; never
+    /// panics.
+    fn decode(slot: &[u8], unit: usize) -> Option<Record> {
+        let h = slot.get(..HEADER)?;
+        let u32_at = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8"));
+        if h[0..8] != MAGIC
+            || u32_at(8) != VERSION
+            || u32_at(12) != HEADER as u32
+            || u32_at(HEADER - 4) != crc32c(&h[..HEADER - 4])
+            || h[35] != 0
+            || !matches!(h[34], SAVED | NEW_BYTES)
+        {
+            return None;
+        }
+        let (start, len) = (u32_at(48) as usize, u32_at(52) as usize);
+        let fits = match h[34] {
+            SAVED => start == 0 && len == unit,
+            _ => len > 0 && start.checked_add(len).is_some_and(|e| e <= unit),
+        };
+        let payload = slot.get(HEADER..HEADER.checked_add(len)?)?;
+        if !fits || u32_at(36) != crc32c(payload) {
+            return None;
+        }
+        Some(Record {
+            kind: h[34],
+            sequence: u64_at(16),
+            stripe: u64_at(24),
+            pos: u16::from_le_bytes([h[32], h[33]]) as usize,
+            start: start as u64,
+            payload: payload.to_vec(),
+            touched: h[56..56 + TOUCHED_BYTES].try_into().expect("32"),
+        })
+    }
 }
+
+/// What a resync knows of the writes a crash interrupted in one stripe.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Interrupted<'a> {
+    /// Not a resync: whatever is wrong is silent corruption.
+    No,
+    /// A resync without the write journal: any unit may be what the crash left.
+    Unknown,
+    /// A resync with the write journal: only these positions had a write in flight (all false
+    /// when none did).
+    Only(&'a [bool]),
+}
+
+impl Interrupted<'_> {
+    /// Whether an undecidable stripe is the crash's to settle: a resync, and a write was in
+    /// flight in it (`n` positions).
+    pub(crate) fn settles(self, n: usize) -> bool {
+        (0..n).any(|p| self.may_have_left(p))
+    }
+
+    /// Whether a finding at stripe position `pos` may be what the crash left.
+    pub(crate) fn may_have_left(self, pos: usize) -> bool {
+        match self {
+            Interrupted::No => false,
+            Interrupted::Unknown => true,
+            Interrupted::Only(mask) => mask.get(pos).copied().unwrap_or(false),
+        }
+    }
+}
+
+/// Per stripe with journaled writes: the positions they change.
+pub(crate) type Touched = BTreeMap<u64, Vec<bool>>;
 
 impl Array {
-    /// The crash campaign's negative control only: degraded writes without the journal (the
-    /// write hole is then open).
+    /// The crash campaign's negative control only: write without the journal (the degraded
+    /// write hole is then open, and a torn chunk may mix old and new blocks).
     #[doc(hidden)]
     pub fn disable_degraded_journal_for_campaign(&self) {
         self.journal.lock().expect("lock").disabled = true;
@@ -99,19 +202,68 @@ impl Array {
         self.sb.journal_offset() + slot as u64 * self.sb.journal_slot_bytes()
     }
 
-    /// Before a degraded write of `[start, end)` (stripe-relative bytes) to `stripe`: save every
-    /// missing data chunk of the stripe. Caller holds the stripe lock.
-    pub(crate) fn save_missing(
+    /// Take `count` free slots for `stripe` at once (a writer holding some while waiting for
+    /// more could wait forever); too few free: a flush frees every slot whose write is done.
+    /// Returns (slot, sequence) pairs.
+    fn take_slots(&self, stripe: u64, count: usize) -> Result<Vec<(usize, u64)>, EngineError> {
+        loop {
+            {
+                let mut j = self.journal.lock().expect("lock");
+                let free: Vec<usize> = (0..j.slots.len())
+                    .filter(|&s| j.slots[s].held.is_none())
+                    .take(count)
+                    .collect();
+                if free.len() == count {
+                    let first = j.sequence + 1;
+                    j.sequence += count as u64;
+                    for (i, &s) in free.iter().enumerate() {
+                        j.slots[s] = Slot {
+                            held: Some(stripe),
+                            busy: 1,
+                            on: Vec::new(),
+                            sequence: first + i as u64,
+                        };
+                    }
+                    return Ok(free
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, s)| (s, first + i as u64))
+                        .collect());
+                }
+            }
+            self.flush()?;
+        }
+    }
+
+    /// Write `record` into `slot` on `members` (every current member when empty).
+    fn put_record(
         &self,
-        stripe: u64,
-        start: u64,
-        end: u64,
-    ) -> Result<Option<Saved<'_>>, EngineError> {
+        slot: usize,
+        record: &Record,
+        members: &[usize],
+    ) -> Result<(), EngineError> {
+        let event = self.generation.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = record.encode(event);
+        let at = self.journal_slot_offset(slot);
+        for (m, d) in self.members.all().iter().enumerate() {
+            if self.is_failed(m) || !(members.is_empty() || members.contains(&m)) {
+                continue;
+            }
+            if let Err(e) = d.write_at(at, &bytes) {
+                self.fail_member(m, &e)?;
+            }
+        }
+        self.journal.lock().expect("lock").slots[slot].on = members.to_vec();
+        Ok(())
+    }
+
+    /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
+    /// Caller holds the stripe lock.
+    pub(crate) fn save_missing(&self, stripe: u64) -> Result<Option<Saved<'_>>, EngineError> {
         let g = self.geometry;
         // Every missing data chunk, even one the write overwrites whole: if the write is cut
         // short, the chunk then reads back as its old contents (an unflushed write may be lost,
         // never garbled), where without the saved copy the stripe could not be decided at all.
-        let _ = (start, end, g.chunk_bytes);
         let missing: Vec<usize> = (0..g.k)
             .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
             .collect();
@@ -136,70 +288,114 @@ impl Array {
         }
         // The stripe as it should be, every survivor checked, the missing chunks rebuilt.
         let image = self.repair_stripe(stripe, &[])?;
-        // All of the stripe's slots at once (a writer holding some while waiting for more
-        // could wait forever); too few free: a flush frees every slot whose write is done.
-        let (taken, first_seq) = loop {
-            {
-                let mut j = self.journal.lock().expect("lock");
-                let free: Vec<usize> = (0..j.used.len())
-                    .filter(|&s| j.used[s].is_none())
-                    .take(missing.len())
-                    .collect();
-                if free.len() == missing.len() {
-                    for (&slot, &pos) in free.iter().zip(&missing) {
-                        j.used[slot] = Some((stripe, pos));
-                        j.busy[slot] += 1;
-                    }
-                    let first = j.sequence + 1;
-                    j.sequence += missing.len() as u64;
-                    break (free, first);
-                }
-            }
-            self.flush()?;
+        let taken = self.take_slots(stripe, missing.len())?;
+        let saved = Saved {
+            array: self,
+            slots: taken.iter().map(|t| t.0).collect(),
         };
-        let mut slots = Vec::new();
-        for (i, (&slot, &pos)) in taken.iter().zip(&missing).enumerate() {
-            let slot = (slot, first_seq + i as u64);
-            let unit = &image.units[pos];
-            let event = self.generation.load(std::sync::atomic::Ordering::Relaxed);
-            let mut bytes = header(slot.1, stripe, pos, unit, event);
-            bytes.extend_from_slice(unit);
-            let at = self.journal_slot_offset(slot.0);
-            for (m, d) in self.members.all().iter().enumerate() {
-                if self.is_failed(m) {
-                    continue;
-                }
-                if let Err(e) = d.write_at(at, &bytes) {
-                    self.fail_member(m, &e)?;
-                }
-            }
-            slots.push(slot.0);
+        for (&(slot, sequence), &pos) in taken.iter().zip(&missing) {
+            let record = Record {
+                kind: SAVED,
+                sequence,
+                stripe,
+                pos,
+                start: 0,
+                payload: image.units[pos].to_vec(),
+                touched: [0; TOUCHED_BYTES],
+            };
+            self.put_record(slot, &record, &[])?;
         }
         self.recycle(image.units);
         self.flush_members()?;
-        Ok(Some(Saved { array: self, slots }))
+        Ok(Some(saved))
     }
 
-    /// After a flush: free the slots no write relies on any more (their writes are durable).
-    pub(crate) fn free_journal_slots(&self) -> Result<(), EngineError> {
-        let freed: Vec<usize> = {
+    /// With the write journal, before `plan` writes `data` in place: journal the bytes it
+    /// writes into each chunk, with every position it changes, on `m + 1` members, durably.
+    /// Caller holds the stripe lock.
+    pub(crate) fn journal_write(
+        &self,
+        plan: &PiecePlan,
+        data: &[u8],
+    ) -> Result<Option<Saved<'_>>, EngineError> {
+        if !self.sb.write_journal || self.journal.lock().expect("lock").disabled {
+            return Ok(None);
+        }
+        let g = self.geometry;
+        let (stripe, c) = (plan.stripe, g.chunk_bytes);
+        let mut touched = [0u8; TOUCHED_BYTES];
+        let positions = plan
+            .writes
+            .iter()
+            .map(|w| w.pos)
+            .chain(plan.first..=plan.last)
+            .chain(g.k..g.n() + self.sb.scheme.extra_members());
+        for p in positions {
+            touched[p / 8] |= 1 << (p % 8);
+        }
+        let chunks: Vec<usize> = (plan.first..=plan.last).collect();
+        let taken = self.take_slots(stripe, chunks.len())?;
+        let saved = Saved {
+            array: self,
+            slots: taken.iter().map(|t| t.0).collect(),
+        };
+        // The copies go to m + 1 current members from P's on: the record outlives any m of them.
+        let n = self.members.len();
+        let first = self.member_of(stripe, g.k);
+        let copies: Vec<usize> = (0..n)
+            .map(|i| (first + i) % n)
+            .filter(|&m| !self.is_failed(m))
+            .take(g.m + 1)
+            .collect();
+        for (&(slot, sequence), &pos) in taken.iter().zip(&chunks) {
+            let (lo, hi) = plan.chunk_range(pos, c);
+            let at = (pos as u64 * c + lo - plan.start) as usize;
+            let record = Record {
+                kind: NEW_BYTES,
+                sequence,
+                stripe,
+                pos,
+                start: lo,
+                payload: data[at..at + (hi - lo) as usize].to_vec(),
+                touched,
+            };
+            self.put_record(slot, &record, &copies)?;
+        }
+        self.flush_members()?;
+        Ok(Some(saved))
+    }
+
+    /// The slots a flush beginning now may free: their writes are done, so the flush makes
+    /// them durable. (Taken before the flush: a write that ends during it is not yet durable.)
+    pub(crate) fn idle_journal_slots(&self) -> Vec<(usize, u64)> {
+        let j = self.journal.lock().expect("lock");
+        (0..j.slots.len())
+            .filter(|&s| j.slots[s].held.is_some() && j.slots[s].busy == 0)
+            .map(|s| (s, j.slots[s].sequence))
+            .collect()
+    }
+
+    /// After a flush: free `idle` ([`Array::idle_journal_slots`] from before it).
+    pub(crate) fn free_journal_slots(&self, idle: Vec<(usize, u64)>) -> Result<(), EngineError> {
+        let freed: Vec<(usize, Vec<usize>)> = {
             let mut j = self.journal.lock().expect("lock");
-            let idle: Vec<usize> = (0..j.used.len())
-                .filter(|&s| j.used[s].is_some() && j.busy[s] == 0)
-                .collect();
-            for &s in &idle {
-                j.used[s] = None;
+            let mut freed = Vec::new();
+            for (s, sequence) in idle {
+                let slot = &mut j.slots[s];
+                if slot.held.is_some() && slot.busy == 0 && slot.sequence == sequence {
+                    freed.push((s, std::mem::take(slot).on));
+                }
             }
-            idle
+            freed
         };
         if freed.is_empty() {
             return Ok(());
         }
         let zeros = vec![0u8; HEADER];
-        for s in freed {
+        for (s, on) in freed {
             let at = self.journal_slot_offset(s);
             for (m, d) in self.members.all().iter().enumerate() {
-                if self.is_failed(m) {
+                if self.is_failed(m) || !(on.is_empty() || on.contains(&m)) {
                     continue;
                 }
                 if let Err(e) = d.write_at(at, &zeros) {
@@ -210,32 +406,87 @@ impl Array {
         self.flush_members()
     }
 
-    /// Resync, first step: restore every chunk a degraded write saved, then clear the journal.
-    pub(crate) fn replay_journal(&self) -> Result<(), EngineError> {
-        let slots = self.sb.journal_slots as usize;
+    /// Zero every slot header on `member` (a device a `replace` writes: slots it held before
+    /// are not records of this array's last run).
+    pub(crate) fn clear_journal_of(&self, member: usize) -> Result<(), EngineError> {
+        let zeros = vec![0u8; HEADER];
+        let d = self.members.get(member);
+        for s in 0..self.sb.journal_slots as usize {
+            d.write_at(self.journal_slot_offset(s), &zeros)?;
+        }
+        Ok(())
+    }
+
+    /// Every valid record on any current member: saved chunks by (stripe, position), the newest
+    /// of each; new bytes in the order they were written.
+    fn read_journal(&self) -> (BTreeMap<(u64, usize), Record>, Vec<Record>) {
         let slot_bytes = self.sb.journal_slot_bytes() as usize;
-        // The newest valid copy of each (stripe, position) on any current member.
-        let mut best: std::collections::BTreeMap<(u64, usize), (u64, Vec<u8>)> = Default::default();
+        let unit = self.unit_bytes() as usize;
+        let g = self.geometry;
+        let mut saved: BTreeMap<(u64, usize), Record> = BTreeMap::new();
+        let mut redo: BTreeMap<u64, Record> = BTreeMap::new();
+        let mut b = vec![0u8; slot_bytes];
         for (m, d) in self.members.all().iter().enumerate() {
             if self.is_failed(m) {
                 continue;
             }
-            for s in 0..slots {
-                let mut b = vec![0u8; slot_bytes];
+            for s in 0..self.sb.journal_slots as usize {
                 if d.read_at(self.journal_slot_offset(s), &mut b).is_err() {
                     continue;
                 }
-                if let Some((seq, stripe, pos)) = decode(&b) {
-                    if stripe < self.geometry.stripes
-                        && pos < self.geometry.k
-                        && best.get(&(stripe, pos)).is_none_or(|x| seq > x.0)
+                let Some(r) = Record::decode(&b, unit) else {
+                    continue;
+                };
+                if r.stripe >= g.stripes || r.pos >= g.k {
+                    continue;
+                }
+                if r.kind == SAVED {
+                    if saved
+                        .get(&(r.stripe, r.pos))
+                        .is_none_or(|x| r.sequence > x.sequence)
                     {
-                        best.insert((stripe, pos), (seq, b[HEADER..].to_vec()));
+                        saved.insert((r.stripe, r.pos), r);
                     }
+                } else {
+                    redo.insert(r.sequence, r);
                 }
             }
         }
-        for ((stripe, pos), (_, unit)) in &best {
+        (saved, redo.into_values().collect())
+    }
+
+    /// Resync, first step: write every journaled chunk's new bytes again and restore every
+    /// chunk a degraded write saved. Returns, per stripe with journaled writes, the positions
+    /// they change. The slots stay until the resync is done ([`Array::clear_journal`]).
+    pub(crate) fn replay_journal(&self) -> Result<Touched, EngineError> {
+        let (mut saved, redo) = self.read_journal();
+        let n = self.geometry.n() + self.sb.scheme.extra_members();
+        let mut touched = Touched::new();
+        for r in &redo {
+            let mask = touched.entry(r.stripe).or_insert_with(|| vec![false; n]);
+            for (p, t) in mask.iter_mut().enumerate() {
+                *t |= r
+                    .touched
+                    .get(p / 8)
+                    .is_some_and(|b| b & (1 << (p % 8)) != 0);
+            }
+            let member = self.member_of(r.stripe, r.pos);
+            if self.is_failed(member) {
+                // Degraded: the chunk is its saved copy (if the write saved one) plus these bytes.
+                if let Some(s) = saved.get_mut(&(r.stripe, r.pos)) {
+                    let at = r.start as usize;
+                    s.payload[at..at + r.payload.len()].copy_from_slice(&r.payload);
+                }
+                continue;
+            }
+            let at = self.unit_offset(r.stripe) + r.start;
+            if let Err(e) = self.members.get(member).write_at(at, &r.payload) {
+                self.fail_member(member, &e)?;
+            }
+        }
+        self.clear_appendix_cache();
+        for ((stripe, pos), r) in &saved {
+            let unit = &r.payload;
             let _guard = self.locks[*stripe as usize % self.locks.len()]
                 .lock()
                 .expect("lock");
@@ -254,7 +505,12 @@ impl Array {
             // if no member were out: the votes roll the interrupted write forward or back.
             *self.stand_in.lock().expect("lock") =
                 Some((*stripe, *pos, AlignedBuf::from_slice(unit, self.mem_align)));
-            let decided = self.repair_stripe_as(*stripe, &[], true);
+            let cause = match touched.get(stripe) {
+                Some(mask) => crate::Interrupted::Only(mask),
+                None if self.sb.write_journal => crate::Interrupted::Only(&[]),
+                None => crate::Interrupted::Unknown,
+            };
+            let decided = self.repair_stripe_as(*stripe, &[], cause);
             *self.stand_in.lock().expect("lock") = None;
             match decided {
                 Ok(image) => {
@@ -269,18 +525,26 @@ impl Array {
                     *stripe,
                     Some((*pos, unit)),
                     "resync-settled",
-                    "a degraded write was interrupted beyond what the parity decides: the missing member's chunk restored from the journal, the other data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed",
+                    "a degraded write was interrupted beyond what the parity decides: the missing member's chunk restored from the journal, the other data kept as on disk, parity recomputed",
                 )?,
                 Err(e) => return Err(e),
             }
         }
-        if !best.is_empty() || slots > 0 {
+        Ok(touched)
+    }
+
+    /// Resync, last step: free every slot on every current member.
+    pub(crate) fn clear_journal(&self) -> Result<(), EngineError> {
+        let all: Vec<(usize, u64)> = {
             let mut j = self.journal.lock().expect("lock");
-            for u in &mut j.used {
-                *u = Some((0, 0));
+            for s in &mut j.slots {
+                *s = Slot {
+                    held: Some(0),
+                    ..Slot::default()
+                };
             }
-            j.busy.iter_mut().for_each(|b| *b = 0);
-        }
-        self.free_journal_slots()
+            (0..j.slots.len()).map(|s| (s, 0)).collect()
+        };
+        self.free_journal_slots(all)
     }
 }

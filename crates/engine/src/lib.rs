@@ -49,6 +49,7 @@ pub use error::EngineError;
 pub use events::{unit_label, Counters, Event, EventAction};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use export::ArrayExport;
+pub(crate) use journal::Interrupted;
 pub use metacheck::MetadataFinding;
 pub use owner::{Owner, HEARTBEAT_MS};
 pub use rebuild::ReplaceSummary;

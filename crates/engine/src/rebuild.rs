@@ -200,6 +200,9 @@ impl Array {
             self.write_superblocks_locked(&mut meta)?;
         }
         self.members.set(member, target.clone());
+        // What the target's journal slots hold is not a record of this array's last run (a
+        // device back from an earlier failure may hold one): a later resync must not replay it.
+        self.clear_journal_of(member)?;
         self.clear_appendix_cache();
         self.health.lock().expect("lock")[member].name = target.name().to_string();
         let save = |a: &Array, ck: &mut Checkpoint| -> Result<(), EngineError> {

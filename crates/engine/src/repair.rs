@@ -2,7 +2,7 @@
 //! wrong ones from redundancy, check the rebuilt bytes, write them back, record events.
 
 use crate::events::{Event, EventAction};
-use crate::{Array, EngineError};
+use crate::{Array, EngineError, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
 use stripeguard_integrity::{diagnose, Appendix, FindingKind, MirrorKind, Scheme, UnitView};
@@ -291,10 +291,15 @@ impl Array {
         self.appendix(stripe, pos, tags).seal(chunk, sector)
     }
 
-    /// A stripe that cannot be decided: counted and logged (not in a resync, whose caller settles
-    /// it), and the error that says so.
-    pub(crate) fn unrecoverable(&self, stripe: u64, reason: String, resync: bool) -> EngineError {
-        if !resync {
+    /// A stripe that cannot be decided: counted and logged (not in a resync of a stripe a crash
+    /// interrupted, whose caller settles it), and the error that says so.
+    pub(crate) fn unrecoverable(
+        &self,
+        stripe: u64,
+        reason: String,
+        cause: Interrupted<'_>,
+    ) -> EngineError {
+        if !cause.settles(self.geometry.n() + self.sb.scheme.extra_members()) {
             let mut ev = self.events.lock().expect("lock");
             ev.counters.unrecoverable += 1;
             ev.record(stripe_event(
@@ -371,20 +376,21 @@ impl Array {
         stripe: u64,
         suspects: &[(usize, &'static str, String)],
     ) -> Result<Image, EngineError> {
-        self.repair_stripe_as(stripe, suspects, false)
+        self.repair_stripe_as(stripe, suspects, Interrupted::No)
     }
 
-    /// [`Array::repair_stripe`]; with `resync`, what it finds is what a crash left (resync
+    /// [`Array::repair_stripe`]; in a resync, what it finds where a write was interrupted is
+    /// what the crash left (resync
     /// events, no detection or unrecoverable counted: the caller settles a stripe it cannot
     /// decide).
     pub(crate) fn repair_stripe_as(
         &self,
         stripe: u64,
         suspects: &[(usize, &'static str, String)],
-        resync: bool,
+        cause: Interrupted<'_>,
     ) -> Result<Image, EngineError> {
         if self.is_ck() {
-            return self.repair_ck(stripe, suspects, resync);
+            return self.repair_ck(stripe, suspects, cause);
         }
         let g = self.geometry;
         let (k, m, n) = (g.k, g.m, g.n());
@@ -443,9 +449,13 @@ impl Array {
         let news = |pos: usize, kind: &str| {
             !(kind == "read-error" && self.is_failed(self.member_of(stripe, pos)))
         };
-        let corruption = |kind: &str| !resync || kind == "identity";
-        if suspects.iter().any(|s| news(s.0, s.1) && corruption(s.1))
-            || findings.iter().any(|f| news(f.0, f.1) && corruption(f.1))
+        let corruption = |pos: usize, kind: &str| !cause.may_have_left(pos) || kind == "identity";
+        if suspects
+            .iter()
+            .any(|s| news(s.0, s.1) && corruption(s.0, s.1))
+            || findings
+                .iter()
+                .any(|f| news(f.0, f.1) && corruption(f.0, f.1))
         {
             self.events.lock().expect("lock").counters.detected += 1;
         }
@@ -463,7 +473,7 @@ impl Array {
             })
             .map(|f| f.position)
             .collect();
-        let fail = |reason: String| self.unrecoverable(stripe, reason, resync);
+        let fail = |reason: String| self.unrecoverable(stripe, reason, cause);
         if bad.len() > m {
             return Err(fail(format!(
                 "{} units are wrong or unreadable ({}) but the code rebuilds at most {m}",
@@ -598,7 +608,7 @@ impl Array {
             // A crash leaves units torn (checksum), behind (stale, outvoted) or missing; it never
             // leaves a unit that names another place. An identity finding in a resync is silent
             // corruption that happened to meet the crash, and is reported as such.
-            let crash_like = resync && kind != "identity";
+            let crash_like = cause.may_have_left(pos) && kind != "identity";
             let (kind, evidence) = if crash_like {
                 (
                     "resync",

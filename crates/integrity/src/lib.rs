@@ -31,8 +31,8 @@ pub use diagnose::{diagnose, Diagnosis, Finding, FindingKind, UnitView};
 pub use firstread::{FirstReadMap, ReadState};
 pub use scheme::{MirrorKind, Scheme};
 pub use superblock::{
-    ArrayState, CodeId, CrossCheck, MemberSlot, MemberState, MetadataLayout, Superblock,
-    SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES, JOURNAL_SLOTS,
-    LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_MEMBERS, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
-    SUPERBLOCK_COPY_OFFSETS,
+    write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState, MetadataLayout,
+    Superblock, SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES,
+    JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS, MAX_MEMBERS,
+    OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
 };

@@ -76,10 +76,17 @@ impl MetadataLayout {
     /// The smallest member that holds `stripes` units of `unit_bytes` with the layout `create`
     /// picks for a member of that size (saturating).
     pub fn member_bytes_for(stripes: u64, unit_bytes: u64) -> u64 {
+        Self::member_bytes_with(stripes, unit_bytes, None)
+    }
+
+    /// [`MetadataLayout::member_bytes_for`] with `journal_slots` slots instead of the layout's
+    /// (an array with the write journal, [`write_journal_slots`]).
+    pub fn member_bytes_with(stripes: u64, unit_bytes: u64, journal_slots: Option<u32>) -> u64 {
         let with = |l: MetadataLayout| {
+            let slots = journal_slots.unwrap_or(l.journal_slots());
             l.data_offset()
                 .saturating_add(stripes.saturating_mul(unit_bytes))
-                .saturating_add(l.journal_slots() as u64 * (JOURNAL_HEADER_BYTES + unit_bytes))
+                .saturating_add(slots as u64 * (JOURNAL_HEADER_BYTES + unit_bytes))
         };
         with(MetadataLayout::for_member(with(
             MetadataLayout::for_member(0),
@@ -185,6 +192,19 @@ pub struct MemberSlot {
 pub const MAX_CHUNK_BYTES: u32 = 16 << 20;
 /// Incompatible feature bit 0: appendix layout 2 with a per-block CRC table (FORMAT.md §2.1).
 pub const INCOMPAT_BLOCK_CRCS: u64 = 1;
+/// Incompatible feature bit 1: the write journal (FORMAT.md §2.1e): every write's new bytes are
+/// in the journal before they go in place, and resync replays them. A reader that does not
+/// know it would resync without the replay, so it must refuse the array.
+pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
+/// Most journal slots a member may have.
+pub const MAX_JOURNAL_SLOTS: u32 = 64;
+
+/// Journal slots of an array of `members` members with the write journal: one write takes a
+/// slot for every chunk it changes in one stripe and every missing chunk it saves (at most
+/// `members`), and the next writes find room before a flush must free them.
+pub fn write_journal_slots(members: usize) -> u32 {
+    (2 * members).clamp(16, MAX_JOURNAL_SLOTS as usize) as u32
+}
 
 /// The erasure code of an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,8 +314,10 @@ pub struct Superblock {
     pub cross_check: CrossCheck,
     /// The variable regions of the metadata area.
     pub layout: MetadataLayout,
-    /// Degraded-write journal slots after the data area.
+    /// Journal slots after the data area.
     pub journal_slots: u32,
+    /// Every write goes through the journal first (incompatible feature bit 1).
+    pub write_journal: bool,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
 }
@@ -461,8 +483,11 @@ impl Superblock {
         if self.stripes == 0 {
             return Err(g("no stripes"));
         }
-        if self.journal_slots > 64 {
+        if self.journal_slots > MAX_JOURNAL_SLOTS {
             return Err(g("more than 64 journal slots"));
+        }
+        if self.write_journal && (self.journal_slots as usize) < self.members as usize {
+            return Err(g("a write journal needs a slot for every member"));
         }
         self.stripes
             .checked_mul(self.unit_bytes())
@@ -505,7 +530,12 @@ impl Superblock {
             CrossCheck::All => 1,
         };
         // 96..104: incompatible features (block CRCs, always); 104..112: compatible, none.
-        b[96..104].copy_from_slice(&INCOMPAT_BLOCK_CRCS.to_le_bytes());
+        let journal = if self.write_journal {
+            INCOMPAT_WRITE_JOURNAL
+        } else {
+            0
+        };
+        b[96..104].copy_from_slice(&(INCOMPAT_BLOCK_CRCS | journal).to_le_bytes());
         b[112..120].copy_from_slice(&INTENT_RECORD_OFFSET.to_le_bytes());
         b[120..128].copy_from_slice(&self.layout.intent_bytes.to_le_bytes());
         b[128..136].copy_from_slice(&self.layout.log_offset().to_le_bytes());
@@ -570,12 +600,12 @@ impl Superblock {
             },
             member_table: Vec::new(),
             journal_slots: u32_at(b, 144),
+            write_journal: u64_at(b, 96) & INCOMPAT_WRITE_JOURNAL != 0,
         };
         let incompatible = u64_at(b, 96);
-        if incompatible & !INCOMPAT_BLOCK_CRCS != 0 {
-            return Err(SuperblockError::Features(
-                incompatible & !INCOMPAT_BLOCK_CRCS,
-            ));
+        let known = INCOMPAT_BLOCK_CRCS | INCOMPAT_WRITE_JOURNAL;
+        if incompatible & !known != 0 {
+            return Err(SuperblockError::Features(incompatible & !known));
         }
         if incompatible & INCOMPAT_BLOCK_CRCS == 0 {
             return Err(SuperblockError::NoBlockCrcs);
@@ -627,6 +657,7 @@ mod tests {
             cross_check: CrossCheck::All,
             layout: MetadataLayout::for_member(1 << 20),
             journal_slots: JOURNAL_SLOTS,
+            write_journal: false,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {
@@ -688,10 +719,20 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
-        b[96] = 3;
+        b[96] = 5;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(2)));
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(4)));
+        // The write journal is known; it needs a slot per member.
+        let mut sb = sample();
+        sb.write_journal = true;
+        sb.journal_slots = 4;
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SuperblockError::Geometry(_))
+        ));
+        sb.journal_slots = write_journal_slots(8);
+        assert!(Superblock::decode(&sb.encode()).unwrap().write_journal);
         // An array of an earlier build (no block CRCs) is refused with its own message.
         b[96] = 0;
         let crc = crc32c(&b[..CRC_AT]);
