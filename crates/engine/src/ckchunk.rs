@@ -398,6 +398,8 @@ impl Array {
                 bad.extend(wrong.iter().map(|w| w.0));
                 bad.sort_unstable();
                 let mut decided = false;
+                // The table is behind the stripe (recomputed from it below).
+                let mut behind = false;
                 if bad.len() <= m {
                     let saved: Vec<(usize, AlignedBuf)> = bad
                         .iter()
@@ -442,6 +444,62 @@ impl Array {
                         }
                     }
                 }
+                // With the write journal the table can be behind only for the units a write
+                // had in flight (their bytes are whole again: the resync wrote them): a unit
+                // that disagrees with it and had none is wrong, whatever else is. It is rebuilt
+                // around the others as they are, and must then agree with the table.
+                let cold: Vec<usize> = wrong
+                    .iter()
+                    .map(|w| w.0)
+                    .filter(|&p| !cause.may_have_left(p))
+                    .chain(erased.iter().copied())
+                    .collect();
+                if !decided
+                    && matches!(cause, Interrupted::Only(_))
+                    && cold.len() < bad.len()
+                    && cold.len() <= m
+                {
+                    let saved: Vec<(usize, AlignedBuf)> = cold
+                        .iter()
+                        .map(|&p| {
+                            let mut s = self.unit_buf();
+                            s.copy_from_slice(&full[p]);
+                            (p, s)
+                        })
+                        .collect();
+                    rebuild(&mut full, &cold)?;
+                    let agrees = cold.iter().all(|&p| mismatched(&t, &full, p).is_empty())
+                        && (n - cold.len() <= k
+                            || matches!(consistent(&full, &cold)?, Located::Consistent));
+                    if agrees {
+                        decided = true;
+                        for (p, blocks) in wrong.iter().filter(|w| cold.contains(&w.0)) {
+                            findings.push((
+                                *p,
+                                "checksum",
+                                format!(
+                                    "block(s) {blocks:?} disagree with the checksum chunk and no write was in flight to this unit; rebuilt from the others, it agrees"
+                                ),
+                                false,
+                            ));
+                        }
+                        findings.push((
+                            n,
+                            "checksum-chunk",
+                            "the checksum chunk was behind the interrupted write (recomputed)"
+                                .into(),
+                            false,
+                        ));
+                        rewrite_table = true;
+                        behind = true;
+                        self.recycle(saved.into_iter().map(|s| s.1));
+                    } else {
+                        for (p, s) in saved {
+                            full[p].copy_from_slice(&s);
+                            self.recycle([s]);
+                        }
+                    }
+                }
                 if !decided {
                     // The table may be the stale one: then the parity agrees with the data.
                     let agrees = n - erased.len() > k
@@ -456,7 +514,8 @@ impl Array {
                     // After a crash the agreement may also be of units torn alike (data and
                     // parity both half new, block by block): the data is kept as it is, which
                     // is a settle, as for every scheme (FORMAT.md §2.1b).
-                    settled = cause.settles(n + 1);
+                    // With the write journal the interrupted units are whole: a roll forward.
+                    settled = matches!(cause, Interrupted::Unknown);
                     findings.push((
                         n,
                         "checksum-chunk",
@@ -467,7 +526,7 @@ impl Array {
                         false,
                     ));
                     rewrite_table = true;
-                } else {
+                } else if !behind {
                     out_table = Some(t);
                 }
             }

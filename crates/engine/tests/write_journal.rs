@@ -1,0 +1,149 @@
+//! The write journal (`create --journal`, FORMAT.md §2.1e) where a crash meets a silent fault.
+//!
+//! The crash: a whole-chunk write to data unit 0 of stripe 1, not flushed, all of its I/Os
+//! landed except the second half of the chunk's blocks (torn). The silent fault: a byte of data
+//! unit 2 of the same stripe flipped by hand at FORMAT.md's offset. The next assembly resyncs.
+//!
+//! With the journal the resync writes the journaled bytes again (chunk 0 comes back whole and
+//! new), and since the journal names every unit a write had in flight, the flipped unit is
+//! reported as corruption (detected, located, repaired), not as the crash. Negative controls:
+//! without the journal the same fault is blamed on the crash (RAID-6) or blessed by a settle and
+//! returned (RAID-5), and `none` returns it with or without.
+
+use std::sync::Arc;
+use stripeguard_disk::{DiskRef, MemDisk};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EventAction};
+use stripeguard_integrity::Scheme;
+
+const CHUNK: usize = 16384;
+const STRIPES: u64 = 4;
+const S: u64 = 1;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+struct Outcome {
+    array: Array,
+    old: Vec<u8>,
+    new0: Vec<u8>,
+    k: usize,
+}
+
+fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> Outcome {
+    let cfg = ArrayConfig {
+        write_journal,
+        ..ArrayConfig::new(k, m, scheme, CHUNK as u32, STRIPES)
+    };
+    let d: Vec<Arc<MemDisk>> = (0..k + m + scheme.extra_members())
+        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), cfg.member_bytes())))
+        .collect();
+    let refs: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
+    let a = Array::create(refs.clone(), &cfg, true, &mut |_, _| {}).unwrap();
+    assert_eq!(a.superblock().write_journal, write_journal);
+    let old = pattern(a.capacity_bytes() as usize, 1);
+    a.write(0, &old).unwrap();
+    a.close().unwrap();
+
+    let a = Array::assemble(refs, &AssembleOptions::default()).unwrap();
+    let new0 = pattern(CHUNK, 77);
+    let sd = (k * CHUNK) as u64;
+    a.write(S * sd, &new0).unwrap();
+    // The power cut: every I/O of the write landed (the array is open: dirty, its intent bit
+    // and journal record on disk), then the chunk's second half is torn back to old bytes.
+    let mut images: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
+    let g = *a.geometry();
+    let base = a.superblock().data_offset_bytes as usize + S as usize * a.unit_bytes() as usize;
+    let first = (S as usize * k) * CHUNK;
+    let img0 = &mut images[g.member_of(S, 0)];
+    img0[base + CHUNK / 2..base + CHUNK].copy_from_slice(&old[first + CHUNK / 2..first + CHUNK]);
+    // The silent fault: a byte of data unit 2 (FORMAT.md §2.2: unit S at D + S * U).
+    images[g.member_of(S, 2)][base + 3 * 4096 + 17] ^= 0x5a;
+    drop(a);
+
+    let refs: Vec<DiskRef> = images
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| Arc::new(MemDisk::from_bytes(format!("m{i}"), b)) as DiskRef)
+        .collect();
+    let array = Array::assemble(refs, &AssembleOptions::default()).unwrap();
+    Outcome {
+        array,
+        old,
+        new0,
+        k,
+    }
+}
+
+impl Outcome {
+    /// Chunks 0 and 2 of stripe S as read back.
+    fn chunks(&self) -> (Vec<u8>, Vec<u8>) {
+        let at = S * (self.k * CHUNK) as u64;
+        let mut c0 = vec![0u8; CHUNK];
+        let mut c2 = vec![0u8; CHUNK];
+        self.array.read(at, &mut c0).unwrap();
+        self.array.read(at + 2 * CHUNK as u64, &mut c2).unwrap();
+        (c0, c2)
+    }
+    fn old_chunk(&self, pos: usize) -> &[u8] {
+        let at = (S as usize * self.k + pos) * CHUNK;
+        &self.old[at..at + CHUNK]
+    }
+    /// How the resync reported data unit 2: (as corruption and repaired, as the crash).
+    fn unit2_report(&self) -> (bool, bool) {
+        let ev = self.array.events();
+        let mine = || {
+            ev.iter()
+                .filter(|e| e.stripe == S && e.position == 2 && e.role == "data")
+        };
+        (
+            mine().any(|e| e.kind != "resync" && e.action == EventAction::Repaired),
+            mine().any(|e| e.kind == "resync"),
+        )
+    }
+}
+
+#[test]
+fn a_silent_fault_in_a_dirty_stripe_is_corruption_not_the_crash() {
+    for (k, m) in [(4, 2), (3, 1)] {
+        for scheme in Scheme::ENGINE {
+            if scheme == Scheme::None {
+                continue;
+            }
+            let o = crash_with_fault(scheme, k, m, true);
+            let label = format!("{k}+{m} {scheme}: {:?}", o.array.events());
+            let (c0, c2) = o.chunks();
+            assert!(c0 == o.new0, "chunk 0 is not whole and new: {label}");
+            assert!(c2 == o.old_chunk(2), "chunk 2 wrong: {label}");
+            let (corruption, blamed_on_crash) = o.unit2_report();
+            assert!(corruption && !blamed_on_crash, "{label}");
+            assert!(o.array.counters().detected >= 1, "{label}");
+            assert_eq!(o.array.superblock().write_journal, true);
+        }
+    }
+}
+
+#[test]
+fn without_the_journal_the_fault_is_blamed_on_the_crash_or_returned() {
+    // RAID-6: both bad units are rebuilt, but the flipped one is logged as the crash's.
+    let o = crash_with_fault(Scheme::Hybrid1, 4, 2, false);
+    let (_, c2) = o.chunks();
+    assert!(c2 == o.old_chunk(2));
+    assert_eq!(o.unit2_report(), (false, true), "{:?}", o.array.events());
+    // RAID-5: two bad units are beyond the parity: the stripe is settled and the flipped byte
+    // is kept (wrong bytes returned).
+    let o = crash_with_fault(Scheme::Hybrid1, 3, 1, false);
+    let (_, c2) = o.chunks();
+    assert!(c2 != o.old_chunk(2), "{:?}", o.array.events());
+    // `none` returns the flipped byte even with the journal: nothing can see it.
+    for wj in [true, false] {
+        let o = crash_with_fault(Scheme::None, 4, 2, wj);
+        let (c0, c2) = o.chunks();
+        assert!(c2 != o.old_chunk(2));
+        if wj {
+            assert!(c0 == o.new0, "the journal makes none's chunk whole too");
+        }
+    }
+}
