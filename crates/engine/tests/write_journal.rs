@@ -120,7 +120,7 @@ fn a_silent_fault_in_a_dirty_stripe_is_corruption_not_the_crash() {
             let (corruption, blamed_on_crash) = o.unit2_report();
             assert!(corruption && !blamed_on_crash, "{label}");
             assert!(o.array.counters().detected >= 1, "{label}");
-            assert_eq!(o.array.superblock().write_journal, true);
+            assert!(o.array.superblock().write_journal);
         }
     }
 }
