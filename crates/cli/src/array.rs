@@ -463,6 +463,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                    "capacity_bytes": array.capacity_bytes(),
                    "state": format!("{:?}", sb.state).to_lowercase(), "members": health,
                    "cross_check": sb.cross_check, "event_count": sb.generation,
+                   "write_journal": sb.write_journal, "journal_slots": sb.journal_slots,
                    "member_table": array.member_table(), "last_scrub": last_scrub,
                    "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
                    "log_entries": log.entries.len(), "log_dropped": log.dropped,
@@ -483,8 +484,9 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             array.capacity_bytes()
         );
         println!(
-            "  cross-check: {}, event count {}",
+            "  cross-check: {}, write journal: {}, event count {}",
             sb.cross_check.name(),
+            if sb.write_journal { "on" } else { "off" },
             sb.generation
         );
         println!("  scan: {}", scan_line(last_scrub.as_ref()));
