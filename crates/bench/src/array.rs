@@ -162,40 +162,57 @@ pub struct IntentMeasurement {
     pub overhead: f64,
 }
 
-/// What the write-intent record costs on a disk with real latency (`io` per I/O, `flush` per
-/// flush): 1 MiB sequential and 4 KiB random writes, hybrid-seq, with and without the record,
-/// alternating, best of `reps`.
-pub fn intent_overhead(
+/// One configuration a latency benchmark compares.
+#[derive(Clone, Copy)]
+struct Variant {
+    intent: bool,
+    write_journal: bool,
+}
+
+/// (seconds, metadata writes, flushes) of the best of `reps` runs of `writes` user writes of
+/// each workload (1 MiB sequential, 4 KiB random; a flush every `flush_every`), per variant,
+/// the variants alternating, hybrid-seq on members with `io` per I/O and `flush` per flush.
+type Best = (f64, u64, u64);
+
+const LATENCY_WORKLOADS: [(&str, usize, bool); 2] = [
+    ("seq-write-1M", 1usize << 20, true),
+    ("rand-write-4K", 4096, false),
+];
+const FLUSH_EVERY: u64 = 64;
+
+fn latency_runs(
     opts: &ArrayBenchOptions,
     io: Duration,
     flush: Duration,
     writes: u64,
-) -> Vec<IntentMeasurement> {
+    variants: &[Variant],
+) -> Vec<Vec<Best>> {
     use stripeguard_disk::{CountingDisk, LatencyDisk};
     let k = opts.data_chunks;
     let m = opts.parity_chunks;
     let stripe = k as u64 * opts.chunk_bytes as u64;
     let stripes = opts.capacity_bytes.div_ceil(stripe).max(1);
-    let unit = opts.chunk_bytes as u64 + 512;
-    let size = stripeguard_integrity::MetadataLayout::member_bytes_for(stripes, unit);
-    let data_offset = stripeguard_integrity::MetadataLayout::for_member(size).data_offset();
-    let flush_every = 64;
     let mut out = Vec::new();
-    for (name, req, sequential) in [
-        ("seq-write-1M", 1usize << 20, true),
-        ("rand-write-4K", 4096, false),
-    ] {
-        // (seconds, record writes, flushes) per variant; best of reps.
-        let mut best = [(f64::MAX, 0u64, 0u64); 2];
+    for (_, req, sequential) in LATENCY_WORKLOADS {
+        let mut best = vec![(f64::MAX, 0u64, 0u64); variants.len()];
         for _ in 0..opts.reps.max(1) {
-            for (v, with) in [true, false].into_iter().enumerate() {
+            for (v, var) in variants.iter().enumerate() {
+                let cfg = ArrayConfig {
+                    write_journal: var.write_journal,
+                    ..ArrayConfig::new(k, m, Scheme::HybridSeq, opts.chunk_bytes, stripes)
+                };
+                let size = cfg.member_bytes();
+                let data_offset =
+                    stripeguard_integrity::MetadataLayout::for_member(size).data_offset();
+                let data_end = data_offset + stripes * (opts.chunk_bytes as u64 + 512);
                 let counting: Vec<Arc<CountingDisk>> = (0..k + m)
                     .map(|i| {
                         Arc::new(
                             CountingDisk::new(
                                 Arc::new(MemDisk::new(format!("m{i}"), size)) as DiskRef
                             )
-                            .with_data_offset(data_offset),
+                            .with_data_offset(data_offset)
+                            .with_data_end(data_end),
                         )
                     })
                     .collect();
@@ -203,9 +220,8 @@ pub fn intent_overhead(
                     .iter()
                     .map(|c| Arc::new(LatencyDisk::new(c.clone() as DiskRef, io, flush)) as DiskRef)
                     .collect();
-                let cfg = ArrayConfig::new(k, m, Scheme::HybridSeq, opts.chunk_bytes, stripes);
                 let a = Array::create(members, &cfg, true, &mut |_, _| {}).expect("array");
-                if !with {
+                if !var.intent {
                     a.disable_write_intent_for_benchmark();
                 }
                 a.flush().expect("flush");
@@ -221,7 +237,7 @@ pub fn intent_overhead(
                         rng.random_range(0..slots)
                     };
                     a.write(slot * req as u64, &buf).expect("write");
-                    if (w + 1) % flush_every == 0 {
+                    if (w + 1) % FLUSH_EVERY == 0 {
                         a.flush().expect("flush");
                     }
                 }
@@ -236,20 +252,77 @@ pub fn intent_overhead(
                 }
             }
         }
-        let per = |x: u64| x as f64 * 1000.0 / writes as f64;
-        out.push(IntentMeasurement {
+        out.push(best);
+    }
+    out
+}
+
+/// The rows of one with/without comparison: `with` and `without` alternate, best of `reps`.
+fn compare(
+    opts: &ArrayBenchOptions,
+    io: Duration,
+    flush: Duration,
+    writes: u64,
+    with: Variant,
+    without: Variant,
+) -> Vec<IntentMeasurement> {
+    let runs = latency_runs(opts, io, flush, writes, &[with, without]);
+    let per = |x: u64| x as f64 * 1000.0 / writes as f64;
+    LATENCY_WORKLOADS
+        .iter()
+        .zip(runs)
+        .map(|((name, _, _), best)| IntentMeasurement {
             workload: name,
             user_writes: writes,
-            flush_every,
+            flush_every: FLUSH_EVERY,
             record_writes_per_1000: per(best[0].1),
             flushes_per_1000: per(best[0].2),
             flushes_per_1000_without: per(best[1].2),
             seconds_with: best[0].0,
             seconds_without: best[1].0,
             overhead: best[0].0 / best[1].0 - 1.0,
-        });
-    }
-    out
+        })
+        .collect()
+}
+
+/// What the write-intent record costs on a disk with real latency (`io` per I/O, `flush` per
+/// flush): 1 MiB sequential and 4 KiB random writes, hybrid-seq, with and without the record,
+/// alternating, best of `reps`.
+pub fn intent_overhead(
+    opts: &ArrayBenchOptions,
+    io: Duration,
+    flush: Duration,
+    writes: u64,
+) -> Vec<IntentMeasurement> {
+    let plain = Variant {
+        intent: false,
+        write_journal: false,
+    };
+    let intent = Variant {
+        intent: true,
+        ..plain
+    };
+    compare(opts, io, flush, writes, intent, plain)
+}
+
+/// What the write journal (`create --journal`) costs on the same latency disk, against the
+/// default (write-intent record only): the same rows, "record" being every metadata write
+/// (journal records, the intent record).
+pub fn journal_overhead(
+    opts: &ArrayBenchOptions,
+    io: Duration,
+    flush: Duration,
+    writes: u64,
+) -> Vec<IntentMeasurement> {
+    let intent = Variant {
+        intent: true,
+        write_journal: false,
+    };
+    let journal = Variant {
+        write_journal: true,
+        ..intent
+    };
+    compare(opts, io, flush, writes, journal, intent)
 }
 
 /// What one request costs on members with `io` latency per I/O: the units of a request go to

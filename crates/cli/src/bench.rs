@@ -77,6 +77,10 @@ pub struct ArrayArgs {
     /// User writes per workload for --intent-latency-ms.
     #[arg(long, default_value_t = 512)]
     intent_writes: u64,
+    /// With --intent-latency-ms: measure the write journal (create --journal) against the
+    /// default, the write-intent record alone.
+    #[arg(long, requires = "intent_latency_ms")]
+    journal: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -298,14 +302,28 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
             anyhow::bail!("--intent-latency-ms {ms} must be a non-negative number");
         }
         let io = Duration::from_secs_f64(ms / 1000.0);
-        let rows =
-            stripeguard_bench::array::intent_overhead(&opts, io, io * 10, a.intent_writes.max(1));
+        let writes = a.intent_writes.max(1);
+        let (rows, what, record, without) = if a.journal {
+            (
+                stripeguard_bench::array::journal_overhead(&opts, io, io * 10, writes),
+                "write journal against the write-intent record alone",
+                "metadata wr/1000",
+                "intent only",
+            )
+        } else {
+            (
+                stripeguard_bench::array::intent_overhead(&opts, io, io * 10, writes),
+                "write-intent record",
+                "record wr/1000",
+                "w/o record",
+            )
+        };
         if a.json {
             println!("{}", serde_json::to_string_pretty(&rows)?);
             return Ok(ExitCode::from(crate::exit::OK));
         }
         println!(
-            "write-intent record, hybrid-seq {}+{}, chunk {}, members with {ms} ms per I/O and {} ms per flush; a flush every {} writes; best of {}",
+            "{what}, hybrid-seq {}+{}, chunk {}, members with {ms} ms per I/O and {} ms per flush; a flush every {} writes; best of {}",
             a.shape.0,
             a.shape.1,
             format_size(a.chunk),
@@ -315,14 +333,7 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
         );
         println!(
             "{:<14} {:>7} {:>16} {:>16} {:>16} {:>9} {:>9} {:>9}",
-            "workload",
-            "writes",
-            "record wr/1000",
-            "flushes/1000",
-            "w/o record",
-            "s with",
-            "s w/o",
-            "overhead"
+            "workload", "writes", record, "flushes/1000", without, "s with", "s w/o", "overhead"
         );
         for r in &rows {
             println!(

@@ -27,6 +27,7 @@ pub struct IoCounts {
 pub struct CountingDisk {
     inner: DiskRef,
     data_offset: u64,
+    data_end: u64,
     metadata_reads: AtomicU64,
     metadata_writes: AtomicU64,
     reads: AtomicU64,
@@ -42,6 +43,7 @@ impl CountingDisk {
         CountingDisk {
             inner,
             data_offset: 0,
+            data_end: u64::MAX,
             metadata_reads: AtomicU64::new(0),
             metadata_writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -56,6 +58,17 @@ impl CountingDisk {
     pub fn with_data_offset(mut self, offset: u64) -> Self {
         self.data_offset = offset;
         self
+    }
+
+    /// Count I/O that starts at or after `end` (the journal after the data area) as metadata
+    /// too.
+    pub fn with_data_end(mut self, end: u64) -> Self {
+        self.data_end = end;
+        self
+    }
+
+    fn is_metadata(&self, offset: u64) -> bool {
+        offset < self.data_offset || offset >= self.data_end
     }
 
     /// The counts so far.
@@ -95,7 +108,7 @@ impl Disk for CountingDisk {
         self.inner.size_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        if offset < self.data_offset {
+        if self.is_metadata(offset) {
             self.metadata_reads.fetch_add(1, Relaxed);
             return self.inner.read_at(offset, buf);
         }
@@ -104,7 +117,7 @@ impl Disk for CountingDisk {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
-        if offset < self.data_offset {
+        if self.is_metadata(offset) {
             self.metadata_writes.fetch_add(1, Relaxed);
             return self.inner.write_at(offset, buf);
         }

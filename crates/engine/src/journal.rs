@@ -42,10 +42,15 @@ const TOUCHED_BYTES: usize = 32;
 /// One slot's bookkeeping.
 #[derive(Clone, Default)]
 struct Slot {
-    /// Holds a record (its stripe), until a flush frees it.
+    /// Holds a record (its stripe), until a flush frees it and its header is zeroed.
     held: Option<u64>,
+    /// The record's kind and stripe position.
+    kind: u8,
+    pos: usize,
     /// Writes still in flight that rely on it.
     busy: u32,
+    /// Its header is being zeroed (no longer a record to rely on, not yet a free slot).
+    zeroing: bool,
     /// The members its copies went to; empty = every current member.
     on: Vec<usize>,
     /// The record's sequence (a flush frees the record it saw idle, not a later one).
@@ -202,24 +207,39 @@ impl Array {
         self.sb.journal_offset() + slot as u64 * self.sb.journal_slot_bytes()
     }
 
-    /// Take `count` free slots for `stripe` at once (a writer holding some while waiting for
-    /// more could wait forever); too few free: a flush frees every slot whose write is done.
-    /// Returns (slot, sequence) pairs.
-    fn take_slots(&self, stripe: u64, count: usize) -> Result<Vec<(usize, u64)>, EngineError> {
+    /// Take a free slot for each of `positions` of `stripe` (records of `kind`), all at once (a
+    /// writer holding some while waiting for more could wait forever). Too few free, or a slot
+    /// still holding a record of the same kind for one of these chunks: a flush first, which
+    /// frees every slot whose write is done. So a chunk has at most one record of each kind:
+    /// an older record can never outlive a newer one of the same chunk (FORMAT.md §2.1e,
+    /// "Freeing"). Returns (slot, sequence) pairs. Caller holds the stripe lock.
+    fn take_slots(
+        &self,
+        stripe: u64,
+        kind: u8,
+        positions: &[usize],
+    ) -> Result<Vec<(usize, u64)>, EngineError> {
+        let count = positions.len();
         loop {
             {
                 let mut j = self.journal.lock().expect("lock");
+                let older = j.slots.iter().any(|s| {
+                    s.held == Some(stripe) && s.kind == kind && positions.contains(&s.pos)
+                });
                 let free: Vec<usize> = (0..j.slots.len())
                     .filter(|&s| j.slots[s].held.is_none())
                     .take(count)
                     .collect();
-                if free.len() == count {
+                if !older && free.len() == count {
                     let first = j.sequence + 1;
                     j.sequence += count as u64;
-                    for (i, &s) in free.iter().enumerate() {
+                    for (i, (&s, &pos)) in free.iter().zip(positions).enumerate() {
                         j.slots[s] = Slot {
                             held: Some(stripe),
+                            kind,
+                            pos,
                             busy: 1,
+                            zeroing: false,
                             on: Vec::new(),
                             sequence: first + i as u64,
                         };
@@ -235,26 +255,32 @@ impl Array {
         }
     }
 
-    /// Write `record` into `slot` on `members` (every current member when empty).
-    fn put_record(
+    /// Write `records` (slot, record) on `members` (every current member when empty) and
+    /// flush them: every copy at once, then every flush at once, so the records are durable
+    /// after about one write and one flush.
+    fn put_records(
         &self,
-        slot: usize,
-        record: &Record,
+        records: &[(usize, Record)],
         members: &[usize],
     ) -> Result<(), EngineError> {
         let event = self.generation.load(std::sync::atomic::Ordering::Relaxed);
-        let bytes = record.encode(event);
-        let at = self.journal_slot_offset(slot);
-        for (m, d) in self.members.all().iter().enumerate() {
-            if self.is_failed(m) || !(members.is_empty() || members.contains(&m)) {
-                continue;
-            }
-            if let Err(e) = d.write_at(at, &bytes) {
-                self.fail_member(m, &e)?;
+        let encoded: Vec<(u64, Vec<u8>)> = records
+            .iter()
+            .map(|(slot, r)| (self.journal_slot_offset(*slot), r.encode(event)))
+            .collect();
+        {
+            let mut j = self.journal.lock().expect("lock");
+            for (slot, _) in records {
+                j.slots[*slot].on = members.to_vec();
             }
         }
-        self.journal.lock().expect("lock").slots[slot].on = members.to_vec();
-        Ok(())
+        let only = (!members.is_empty()).then_some(members);
+        let jobs: Vec<(usize, &(u64, Vec<u8>))> = (0..self.members.len())
+            .filter(|&m| only.is_none_or(|o| o.contains(&m)))
+            .flat_map(|m| encoded.iter().map(move |e| (m, e)))
+            .collect();
+        self.member_jobs(&jobs, |_, d, (at, b)| d.write_at(*at, b))?;
+        self.each_member(only, |_, d| d.flush())
     }
 
     /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
@@ -288,25 +314,29 @@ impl Array {
         }
         // The stripe as it should be, every survivor checked, the missing chunks rebuilt.
         let image = self.repair_stripe(stripe, &[])?;
-        let taken = self.take_slots(stripe, missing.len())?;
+        let taken = self.take_slots(stripe, SAVED, &missing)?;
         let saved = Saved {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
         };
-        for (&(slot, sequence), &pos) in taken.iter().zip(&missing) {
-            let record = Record {
-                kind: SAVED,
-                sequence,
-                stripe,
-                pos,
-                start: 0,
-                payload: image.units[pos].to_vec(),
-                touched: [0; TOUCHED_BYTES],
-            };
-            self.put_record(slot, &record, &[])?;
-        }
+        let records: Vec<(usize, Record)> = taken
+            .iter()
+            .zip(&missing)
+            .map(|(&(slot, sequence), &pos)| {
+                let record = Record {
+                    kind: SAVED,
+                    sequence,
+                    stripe,
+                    pos,
+                    start: 0,
+                    payload: image.units[pos].to_vec(),
+                    touched: [0; TOUCHED_BYTES],
+                };
+                (slot, record)
+            })
+            .collect();
         self.recycle(image.units);
-        self.flush_members()?;
+        self.put_records(&records, &[])?;
         Ok(Some(saved))
     }
 
@@ -334,7 +364,7 @@ impl Array {
             touched[p / 8] |= 1 << (p % 8);
         }
         let chunks: Vec<usize> = (plan.first..=plan.last).collect();
-        let taken = self.take_slots(stripe, chunks.len())?;
+        let taken = self.take_slots(stripe, NEW_BYTES, &chunks)?;
         let saved = Saved {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
@@ -347,21 +377,25 @@ impl Array {
             .filter(|&m| !self.is_failed(m))
             .take(g.m + 1)
             .collect();
-        for (&(slot, sequence), &pos) in taken.iter().zip(&chunks) {
-            let (lo, hi) = plan.chunk_range(pos, c);
-            let at = (pos as u64 * c + lo - plan.start) as usize;
-            let record = Record {
-                kind: NEW_BYTES,
-                sequence,
-                stripe,
-                pos,
-                start: lo,
-                payload: data[at..at + (hi - lo) as usize].to_vec(),
-                touched,
-            };
-            self.put_record(slot, &record, &copies)?;
-        }
-        self.flush_members()?;
+        let records: Vec<(usize, Record)> = taken
+            .iter()
+            .zip(&chunks)
+            .map(|(&(slot, sequence), &pos)| {
+                let (lo, hi) = plan.chunk_range(pos, c);
+                let at = (pos as u64 * c + lo - plan.start) as usize;
+                let record = Record {
+                    kind: NEW_BYTES,
+                    sequence,
+                    stripe,
+                    pos,
+                    start: lo,
+                    payload: data[at..at + (hi - lo) as usize].to_vec(),
+                    touched,
+                };
+                (slot, record)
+            })
+            .collect();
+        self.put_records(&records, &copies)?;
         Ok(Some(saved))
     }
 
@@ -370,20 +404,32 @@ impl Array {
     pub(crate) fn idle_journal_slots(&self) -> Vec<(usize, u64)> {
         let j = self.journal.lock().expect("lock");
         (0..j.slots.len())
-            .filter(|&s| j.slots[s].held.is_some() && j.slots[s].busy == 0)
+            .filter(|&s| j.slots[s].held.is_some() && j.slots[s].busy == 0 && !j.slots[s].zeroing)
             .map(|s| (s, j.slots[s].sequence))
             .collect()
     }
 
-    /// After a flush: free `idle` ([`Array::idle_journal_slots`] from before it).
+    /// After a flush: free `idle` ([`Array::idle_journal_slots`] from before it), zeroing
+    /// their headers. New-bytes records need no flush of their own: one whose zeroing a crash
+    /// loses replays bytes already in place, and no newer record of its chunk can exist until
+    /// its zeroing is done (`take_slots`), so none can be gone while it is not. A saved chunk
+    /// is the chunk *before* its write: replayed after the write was flushed it would undo it,
+    /// so its zeroing is flushed before the flush that freed it returns.
     pub(crate) fn free_journal_slots(&self, idle: Vec<(usize, u64)>) -> Result<(), EngineError> {
+        let mut undo = false;
         let freed: Vec<(usize, Vec<usize>)> = {
             let mut j = self.journal.lock().expect("lock");
             let mut freed = Vec::new();
             for (s, sequence) in idle {
                 let slot = &mut j.slots[s];
-                if slot.held.is_some() && slot.busy == 0 && slot.sequence == sequence {
-                    freed.push((s, std::mem::take(slot).on));
+                if slot.held.is_some()
+                    && slot.busy == 0
+                    && !slot.zeroing
+                    && slot.sequence == sequence
+                {
+                    slot.zeroing = true;
+                    undo |= slot.kind == SAVED;
+                    freed.push((s, slot.on.clone()));
                 }
             }
             freed
@@ -392,18 +438,27 @@ impl Array {
             return Ok(());
         }
         let zeros = vec![0u8; HEADER];
-        for (s, on) in freed {
-            let at = self.journal_slot_offset(s);
-            for (m, d) in self.members.all().iter().enumerate() {
-                if self.is_failed(m) || !(on.is_empty() || on.contains(&m)) {
-                    continue;
-                }
-                if let Err(e) = d.write_at(at, &zeros) {
-                    self.fail_member(m, &e)?;
-                }
+        let jobs: Vec<(usize, u64)> = (0..self.members.len())
+            .flat_map(|m| {
+                freed
+                    .iter()
+                    .filter(move |(_, on)| on.is_empty() || on.contains(&m))
+                    .map(move |(s, _)| (m, self.journal_slot_offset(*s)))
+            })
+            .collect();
+        let zeroed = self.member_jobs(&jobs, |_, d, &at| d.write_at(at, &zeros));
+        // Free even when a member failed: its zeroing no longer matters.
+        {
+            let mut j = self.journal.lock().expect("lock");
+            for (s, _) in &freed {
+                j.slots[*s] = Slot::default();
             }
         }
-        self.flush_members()
+        zeroed?;
+        if undo {
+            self.flush_members()?;
+        }
+        Ok(())
     }
 
     /// Zero every slot header on `member` (a device a `replace` writes: slots it held before
@@ -533,8 +588,10 @@ impl Array {
         Ok(touched)
     }
 
-    /// Resync, last step: free every slot on every current member.
+    /// Resync, last step: free every slot on every current member, durably (a later run's
+    /// sequence starts again from 1, so no record of this one may survive).
     pub(crate) fn clear_journal(&self) -> Result<(), EngineError> {
+        self.flush_members()?;
         let all: Vec<(usize, u64)> = {
             let mut j = self.journal.lock().expect("lock");
             for s in &mut j.slots {
@@ -545,6 +602,7 @@ impl Array {
             }
             (0..j.slots.len()).map(|s| (s, 0)).collect()
         };
-        self.free_journal_slots(all)
+        self.free_journal_slots(all)?;
+        self.flush_members()
     }
 }

@@ -203,7 +203,7 @@ pub const MAX_JOURNAL_SLOTS: u32 = 64;
 /// slot for every chunk it changes in one stripe and every missing chunk it saves (at most
 /// `members`), and the next writes find room before a flush must free them.
 pub fn write_journal_slots(members: usize) -> u32 {
-    (2 * members).clamp(16, MAX_JOURNAL_SLOTS as usize) as u32
+    (8 * members).min(MAX_JOURNAL_SLOTS as usize) as u32
 }
 
 /// The erasure code of an array.
