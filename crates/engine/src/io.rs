@@ -98,6 +98,9 @@ impl Array {
         }
         self.check_range(offset, data.len() as u64)?;
         let _caller = Caller::enter(self);
+        if self.sb.write_journal {
+            return self.write_journaled(offset, data);
+        }
         self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
             let _guard = self.locks[stripe as usize % self.locks.len()]
                 .lock()
@@ -107,12 +110,88 @@ impl Array {
             let _saved = self.unverified_on_error(stripe, self.save_missing(stripe))?;
             let plan = self.plan_one(Op::Write, off, len);
             let piece = &data[at..at + len as usize];
-            // Write journal: the new bytes are durable before anything goes in place.
-            let _journaled = self.journal_write(&plan, piece)?;
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let done = self.apply_write(&plan, units, piece);
             self.unverified_on_error(stripe, done)
         })
+    }
+
+    /// [`Array::write`] with the write journal: the request's pieces go in batches of as many
+    /// stripes as the journal's slots hold, each batch's records written and flushed in one
+    /// round before any of its pieces goes in place (one flush a batch, not one a stripe).
+    fn write_journaled(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        let mut pieces: Vec<(u64, u64, u64, usize)> = Vec::new();
+        self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
+            pieces.push((stripe, off, len, at));
+            Ok(())
+        })?;
+        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
+        // Slots a piece takes: one per chunk it writes, one per missing data chunk it saves.
+        let k = self.geometry.k;
+        let chunks = |&(stripe, off, len, _): &(u64, u64, u64, usize)| {
+            let missing = (0..k)
+                .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
+                .count();
+            ((off + len - 1) % sd / c - off % sd / c + 1) as usize + missing
+        };
+        let slots = self.sb.journal_slots as usize;
+        let mut rest = &pieces[..];
+        while !rest.is_empty() {
+            // A piece takes at most k + m <= n <= slots: every batch takes at least one.
+            let mut count = 0;
+            let take = rest
+                .iter()
+                .take_while(|p| {
+                    count += chunks(p);
+                    count <= slots
+                })
+                .count()
+                .max(1);
+            let (batch, tail) = rest.split_at(take);
+            rest = tail;
+            self.write_batch(batch, data)?;
+        }
+        Ok(())
+    }
+
+    /// One batch of [`Array::write_journaled`]: the stripes' locks in order (so two batches
+    /// can never wait for each other), the intent bits and saved chunks, the journal, then
+    /// each piece in place.
+    fn write_batch(
+        &self,
+        batch: &[(u64, u64, u64, usize)],
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        let mut locks: Vec<usize> = batch
+            .iter()
+            .map(|p| p.0 as usize % self.locks.len())
+            .collect();
+        locks.sort_unstable();
+        locks.dedup();
+        let _guards: Vec<_> = locks
+            .iter()
+            .map(|&l| self.locks[l].lock().expect("lock"))
+            .collect();
+        let mut claims = Vec::with_capacity(batch.len());
+        let mut saves = Vec::with_capacity(batch.len());
+        let mut plans = Vec::with_capacity(batch.len());
+        for &(stripe, off, len, at) in batch {
+            claims.push(self.intent_begin(stripe)?);
+            // Degraded: save the missing member's chunk before the parity changes.
+            saves.push(self.unverified_on_error(stripe, self.save_missing(stripe))?);
+            plans.push((
+                self.plan_one(Op::Write, off, len),
+                &data[at..at + len as usize],
+            ));
+        }
+        // The new bytes are durable before anything goes in place.
+        let _journaled = self.journal_writes(&plans)?;
+        for (plan, piece) in &plans {
+            let units = self.unverified_on_error(plan.stripe, self.gather(plan))?;
+            let done = self.apply_write(plan, units, piece);
+            self.unverified_on_error(plan.stripe, done)?;
+        }
+        Ok(())
     }
 
     /// Whether `plan` writes every byte of its stripe (a full-stripe plan may also be one whose

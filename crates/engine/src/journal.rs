@@ -207,24 +207,22 @@ impl Array {
         self.sb.journal_offset() + slot as u64 * self.sb.journal_slot_bytes()
     }
 
-    /// Take a free slot for each of `positions` of `stripe` (records of `kind`), all at once (a
-    /// writer holding some while waiting for more could wait forever). Too few free, or a slot
-    /// still holding a record of the same kind for one of these chunks: a flush first, which
-    /// frees every slot whose write is done. So a chunk has at most one record of each kind:
-    /// an older record can never outlive a newer one of the same chunk (FORMAT.md §2.1e,
-    /// "Freeing"). Returns (slot, sequence) pairs. Caller holds the stripe lock.
-    fn take_slots(
-        &self,
-        stripe: u64,
-        kind: u8,
-        positions: &[usize],
-    ) -> Result<Vec<(usize, u64)>, EngineError> {
-        let count = positions.len();
-        loop {
+    /// Take a free slot for each of `wanted` (stripe, kind, position), all at once (a writer
+    /// holding some while waiting for more could wait forever). Too few free, or a slot still
+    /// holding a record of the same kind for one of these chunks: a flush first, which frees
+    /// every slot whose write is done. So a chunk has at most one record of each kind: an older
+    /// record can never outlive a newer one of the same chunk (FORMAT.md §2.1e, "Freeing").
+    /// Returns (slot, sequence) pairs. Caller holds the stripes' locks.
+    fn take_slots(&self, wanted: &[(u64, u8, usize)]) -> Result<Vec<(usize, u64)>, EngineError> {
+        let count = wanted.len();
+        // Other writers' slots free as they finish; a bound keeps a shape the slots cannot hold
+        // (a member failed while a batch was being put together) from flushing forever.
+        for _ in 0..10_000 {
             {
                 let mut j = self.journal.lock().expect("lock");
                 let older = j.slots.iter().any(|s| {
-                    s.held == Some(stripe) && s.kind == kind && positions.contains(&s.pos)
+                    s.held
+                        .is_some_and(|stripe| wanted.contains(&(stripe, s.kind, s.pos)))
                 });
                 let free: Vec<usize> = (0..j.slots.len())
                     .filter(|&s| j.slots[s].held.is_none())
@@ -233,7 +231,7 @@ impl Array {
                 if !older && free.len() == count {
                     let first = j.sequence + 1;
                     j.sequence += count as u64;
-                    for (i, (&s, &pos)) in free.iter().zip(positions).enumerate() {
+                    for (i, (&s, &(stripe, kind, pos))) in free.iter().zip(wanted).enumerate() {
                         j.slots[s] = Slot {
                             held: Some(stripe),
                             kind,
@@ -253,34 +251,37 @@ impl Array {
             }
             self.flush()?;
         }
+        Err(EngineError::Config(format!(
+            "the write journal's {} slots stayed full: {count} were needed at once",
+            self.sb.journal_slots
+        )))
     }
 
-    /// Write `records` (slot, record) on `members` (every current member when empty) and
-    /// flush them: every copy at once, then every flush at once, so the records are durable
-    /// after about one write and one flush.
-    fn put_records(
-        &self,
-        records: &[(usize, Record)],
-        members: &[usize],
-    ) -> Result<(), EngineError> {
+    /// Write `records` (slot, record, the members its copies go to: every current member when
+    /// empty) and flush those members: every copy at once, then every flush at once, so the
+    /// records are durable after about one write and one flush.
+    fn put_records(&self, records: &[(usize, Record, Vec<usize>)]) -> Result<(), EngineError> {
         let event = self.generation.load(std::sync::atomic::Ordering::Relaxed);
-        let encoded: Vec<(u64, Vec<u8>)> = records
-            .iter()
-            .map(|(slot, r)| (self.journal_slot_offset(*slot), r.encode(event)))
-            .collect();
+        let n = self.members.len();
+        let on = |members: &Vec<usize>, m: usize| members.is_empty() || members.contains(&m);
+        let mut jobs: Vec<(usize, (u64, std::sync::Arc<Vec<u8>>))> = Vec::new();
         {
             let mut j = self.journal.lock().expect("lock");
-            for (slot, _) in records {
-                j.slots[*slot].on = members.to_vec();
+            for (slot, record, members) in records {
+                j.slots[*slot].on = members.clone();
+                let bytes = record.encode(event);
+                let at = self.journal_slot_offset(*slot);
+                let bytes = std::sync::Arc::new(bytes);
+                for m in (0..n).filter(|&m| on(members, m)) {
+                    jobs.push((m, (at, bytes.clone())));
+                }
             }
         }
-        let only = (!members.is_empty()).then_some(members);
-        let jobs: Vec<(usize, &(u64, Vec<u8>))> = (0..self.members.len())
-            .filter(|&m| only.is_none_or(|o| o.contains(&m)))
-            .flat_map(|m| encoded.iter().map(move |e| (m, e)))
+        let flushed: Vec<usize> = (0..n)
+            .filter(|&m| records.iter().any(|(_, _, members)| on(members, m)))
             .collect();
         self.member_jobs(&jobs, |_, d, (at, b)| d.write_at(*at, b))?;
-        self.each_member(only, |_, d| d.flush())
+        self.each_member(Some(&flushed), |_, d| d.flush())
     }
 
     /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
@@ -314,12 +315,13 @@ impl Array {
         }
         // The stripe as it should be, every survivor checked, the missing chunks rebuilt.
         let image = self.repair_stripe(stripe, &[])?;
-        let taken = self.take_slots(stripe, SAVED, &missing)?;
+        let wanted: Vec<(u64, u8, usize)> = missing.iter().map(|&p| (stripe, SAVED, p)).collect();
+        let taken = self.take_slots(&wanted)?;
         let saved = Saved {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
         };
-        let records: Vec<(usize, Record)> = taken
+        let records: Vec<(usize, Record, Vec<usize>)> = taken
             .iter()
             .zip(&missing)
             .map(|(&(slot, sequence), &pos)| {
@@ -332,55 +334,61 @@ impl Array {
                     payload: image.units[pos].to_vec(),
                     touched: [0; TOUCHED_BYTES],
                 };
-                (slot, record)
+                (slot, record, Vec::new())
             })
             .collect();
         self.recycle(image.units);
-        self.put_records(&records, &[])?;
+        self.put_records(&records)?;
         Ok(Some(saved))
     }
 
-    /// With the write journal, before `plan` writes `data` in place: journal the bytes it
-    /// writes into each chunk, with every position it changes, on `m + 1` members, durably.
-    /// Caller holds the stripe lock.
-    pub(crate) fn journal_write(
+    /// With the write journal, before `plans` (pieces of one request, each with the bytes it
+    /// writes) go in place: journal the bytes each writes into each chunk, with every position
+    /// it changes, on `m + 1` members — all of them in one round, so a request pays one flush,
+    /// not one per stripe. Caller holds the stripes' locks.
+    pub(crate) fn journal_writes(
         &self,
-        plan: &PiecePlan,
-        data: &[u8],
+        plans: &[(PiecePlan, &[u8])],
     ) -> Result<Option<Saved<'_>>, EngineError> {
         if !self.sb.write_journal || self.journal.lock().expect("lock").disabled {
             return Ok(None);
         }
         let g = self.geometry;
-        let (stripe, c) = (plan.stripe, g.chunk_bytes);
-        let mut touched = [0u8; TOUCHED_BYTES];
-        let positions = plan
-            .writes
+        let c = g.chunk_bytes;
+        let wanted: Vec<(u64, u8, usize)> = plans
             .iter()
-            .map(|w| w.pos)
-            .chain(plan.first..=plan.last)
-            .chain(g.k..g.n() + self.sb.scheme.extra_members());
-        for p in positions {
-            touched[p / 8] |= 1 << (p % 8);
-        }
-        let chunks: Vec<usize> = (plan.first..=plan.last).collect();
-        let taken = self.take_slots(stripe, NEW_BYTES, &chunks)?;
+            .flat_map(|(p, _)| (p.first..=p.last).map(|pos| (p.stripe, NEW_BYTES, pos)))
+            .collect();
+        let taken = self.take_slots(&wanted)?;
         let saved = Saved {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
         };
-        // The copies go to m + 1 current members from P's on: the record outlives any m of them.
+        let mut taken = taken.into_iter();
+        let mut records = Vec::with_capacity(wanted.len());
         let n = self.members.len();
-        let first = self.member_of(stripe, g.k);
-        let copies: Vec<usize> = (0..n)
-            .map(|i| (first + i) % n)
-            .filter(|&m| !self.is_failed(m))
-            .take(g.m + 1)
-            .collect();
-        let records: Vec<(usize, Record)> = taken
-            .iter()
-            .zip(&chunks)
-            .map(|(&(slot, sequence), &pos)| {
+        for (plan, data) in plans {
+            let stripe = plan.stripe;
+            let mut touched = [0u8; TOUCHED_BYTES];
+            let positions = plan
+                .writes
+                .iter()
+                .map(|w| w.pos)
+                .chain(plan.first..=plan.last)
+                .chain(g.k..g.n() + self.sb.scheme.extra_members());
+            for p in positions {
+                touched[p / 8] |= 1 << (p % 8);
+            }
+            // The copies go to m + 1 current members from P's on: the record outlives any m of
+            // them.
+            let first = self.member_of(stripe, g.k);
+            let copies: Vec<usize> = (0..n)
+                .map(|i| (first + i) % n)
+                .filter(|&m| !self.is_failed(m))
+                .take(g.m + 1)
+                .collect();
+            for pos in plan.first..=plan.last {
+                let (slot, sequence) = taken.next().expect("a slot per chunk");
                 let (lo, hi) = plan.chunk_range(pos, c);
                 let at = (pos as u64 * c + lo - plan.start) as usize;
                 let record = Record {
@@ -392,10 +400,10 @@ impl Array {
                     payload: data[at..at + (hi - lo) as usize].to_vec(),
                     touched,
                 };
-                (slot, record)
-            })
-            .collect();
-        self.put_records(&records, &copies)?;
+                records.push((slot, record, copies.clone()));
+            }
+        }
+        self.put_records(&records)?;
         Ok(Some(saved))
     }
 
