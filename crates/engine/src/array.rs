@@ -256,10 +256,11 @@ impl Array {
         let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
         let layout = MetadataLayout::for_member(smallest);
         let data_offset = layout.data_offset();
-        if cfg.write_journal && n > stripeguard_integrity::MAX_JOURNAL_SLOTS as usize {
+        if cfg.write_journal && 2 * n > stripeguard_integrity::MAX_JOURNAL_SLOTS as usize {
             return Err(EngineError::Config(format!(
-                "a write journal holds at most {} chunks of a stripe at once; this array has {n} members",
-                stripeguard_integrity::MAX_JOURNAL_SLOTS
+                "a write journal holds one stripe's units and saved chunks at once (twice the members) in at most {} slots: at most {} members, this array has {n}",
+                stripeguard_integrity::MAX_JOURNAL_SLOTS,
+                stripeguard_integrity::MAX_JOURNAL_SLOTS / 2
             )));
         }
         let slots = cfg.journal_slots().unwrap_or(layout.journal_slots());

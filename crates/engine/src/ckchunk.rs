@@ -65,7 +65,7 @@ impl Array {
     }
 
     /// Blocks per unit, and the table's bytes as read and written.
-    fn ck_shape(&self) -> (usize, usize) {
+    pub(crate) fn ck_shape(&self) -> (usize, usize) {
         let b = self.gran.block as usize;
         let blocks = self.geometry.chunk_bytes as usize / b;
         let t = stripeguard_integrity::ck_table_bytes(self.geometry.n(), self.sb.chunk_bytes);
@@ -183,6 +183,14 @@ impl Array {
             l.put(stripe, (t.clone(), false));
         }
         Ok(())
+    }
+
+    /// `t` was written with its stripe's units (the write journal's write-through): cache
+    /// it clean.
+    pub(crate) fn ck_written(&self, stripe: u64, t: CkTable) {
+        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
+            l.put(stripe, (t, false));
+        }
     }
 
     fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {

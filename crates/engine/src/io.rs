@@ -126,18 +126,19 @@ impl Array {
             Ok(())
         })?;
         let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
-        // Slots a piece takes: one per chunk it writes, one per missing data chunk it saves.
-        let k = self.geometry.k;
+        // Slots a piece takes: one per unit it writes (its chunks, the parity, a buddy's
+        // appendix), one per missing data chunk it saves.
+        let (k, m) = (self.geometry.k, self.geometry.m);
         let chunks = |&(stripe, off, len, _): &(u64, u64, u64, usize)| {
             let missing = (0..k)
                 .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
                 .count();
-            ((off + len - 1) % sd / c - off % sd / c + 1) as usize + missing
+            ((off + len - 1) % sd / c - off % sd / c + 1) as usize + m + 1 + missing
         };
         let slots = self.sb.journal_slots as usize;
         let mut rest = &pieces[..];
         while !rest.is_empty() {
-            // A piece takes at most k + m <= n <= slots: every batch takes at least one.
+            // A piece takes at most 2n <= slots: every batch takes at least one.
             let mut count = 0;
             let take = rest
                 .iter()
@@ -184,13 +185,23 @@ impl Array {
                 &data[at..at + len as usize],
             ));
         }
-        // The new bytes are durable before anything goes in place.
-        let _journaled = self.journal_writes(&plans)?;
+        let mut ready = Vec::with_capacity(plans.len());
         for (plan, piece) in &plans {
             let units = self.unverified_on_error(plan.stripe, self.gather(plan))?;
-            let done = self.apply_write(plan, units, piece);
-            self.unverified_on_error(plan.stripe, done)?;
+            let prepared = self.prepare_write(plan, units, piece);
+            ready.push(self.unverified_on_error(plan.stripe, prepared)?);
         }
+        // Every in-place I/O of the batch is durable in the journal before any is issued.
+        let writes: Vec<(u64, crate::journal::UnitWrites<'_>)> =
+            ready.iter().map(|r| (r.stripe, r.writes(self))).collect();
+        let journaled = self.journal_writes(&writes)?;
+        drop(writes);
+        for r in ready {
+            let stripe = r.stripe;
+            let done = self.commit_write(r);
+            self.unverified_on_error(stripe, done)?;
+        }
+        drop(journaled);
         Ok(())
     }
 
@@ -362,12 +373,19 @@ impl Array {
         })
     }
 
-    fn apply_write(
+    fn apply_write(&self, plan: &PiecePlan, have: Units, data: &[u8]) -> Result<(), EngineError> {
+        let ready = self.prepare_write(plan, have, data)?;
+        self.commit_write(ready)
+    }
+
+    /// Everything a write of `data` by `plan` will put in place (its new chunks, parity,
+    /// appendices, checksum table), from the units `have` in hand; nothing is written yet.
+    fn prepare_write<'d>(
         &self,
         plan: &PiecePlan,
         mut have: Units,
-        data: &[u8],
-    ) -> Result<(), EngineError> {
+        data: &'d [u8],
+    ) -> Result<Prepared<'d>, EngineError> {
         let g = self.geometry;
         let gran = self.gran;
         let (k, m) = (g.k, g.m);
@@ -605,7 +623,7 @@ impl Array {
             let blocks = g.chunk_bytes as usize / gran.block as usize;
             stripeguard_integrity::CkTable::new(plan.stripe, self.sb.array_uuid, g.n(), blocks)
         });
-        let ck_new = match have.ck.take().or(fresh) {
+        let mut ck_new = match have.ck.take().or(fresh) {
             Some(mut t) if self.is_ck() => {
                 let b = gran.block as usize;
                 for (i, n) in (first..=last).zip(&new) {
@@ -619,40 +637,63 @@ impl Array {
             }
             _ => None,
         };
-        let mut writes: Vec<(usize, u64, &[u8])> = Vec::with_capacity(2 * plan.writes.len());
-        if let Some((pos, bytes)) = &buddy {
-            writes.push((*pos, c as u64, &bytes[c..]));
-        }
-        for (i, n) in (first..=last).zip(&new) {
-            for (o, len) in n.e.ios(&gran) {
-                writes.push((i, o, &n.bytes()[o as usize..(o + len) as usize]));
+        Ok(Prepared {
+            stripe: plan.stripe,
+            first,
+            new,
+            parity,
+            parity_extent,
+            buddy,
+            ck_bytes: ck_new.as_mut().filter(|_| self.sb.write_journal).map(|t| {
+                // With the write journal the table is an in-place I/O of the write like
+                // the parity (journaled, then written through), not a dirty cache entry.
+                t.writes = t.writes.wrapping_add(1);
+                self.ck_encode(t)
+            }),
+            ck_new,
+            old: have.units,
+        })
+    }
+
+    /// Put a [`Array::prepare_write`] in place.
+    fn commit_write(&self, ready: Prepared<'_>) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let c = g.chunk_bytes as usize;
+        let stripe = ready.stripe;
+        self.write_units(stripe, &ready.writes(self))?;
+        let Prepared {
+            first,
+            new,
+            parity,
+            buddy,
+            ck_new,
+            ck_bytes,
+            old,
+            ..
+        } = ready;
+        match (ck_new, ck_bytes) {
+            (Some(t), Some(written)) => {
+                self.ck_written(stripe, t);
+                self.recycle([written]);
             }
+            (Some(t), None) => self.ck_store(stripe, t)?,
+            _ => {}
         }
-        for (j, p) in parity.iter().enumerate() {
-            for (o, len) in parity_extent.ios(&gran) {
-                writes.push((k + j, o, &p[o as usize..(o + len) as usize]));
-            }
-        }
-        self.write_units(plan.stripe, &writes)?;
-        drop(writes);
-        if let Some(t) = ck_new {
-            self.ck_store(plan.stripe, t)?;
-        }
-        if mirror.is_some() {
-            let live = |pos: usize| !self.is_failed(g.member_of(plan.stripe, pos));
-            for (i, n) in (first..=last).zip(&new) {
+        if self.sb.scheme.mirror().is_some() {
+            let live = |pos: usize| !self.is_failed(g.member_of(stripe, pos));
+            for (i, n) in (first..).zip(new.iter()) {
                 if let (Some(b), true) = (&n.buf, live(i)) {
-                    self.remember_appendix(plan.stripe, i, &b[c..]);
+                    self.remember_appendix(stripe, i, &b[c..]);
                 }
             }
             for (j, p) in parity.iter().enumerate() {
-                if live(k + j) {
-                    self.remember_appendix(plan.stripe, k + j, &p[c..]);
+                if live(g.k + j) {
+                    self.remember_appendix(stripe, g.k + j, &p[c..]);
                 }
             }
             if let Some((pos, bytes)) = &buddy {
                 if live(*pos) {
-                    self.remember_appendix(plan.stripe, *pos, &bytes[c..]);
+                    self.remember_appendix(stripe, *pos, &bytes[c..]);
                 }
             }
         }
@@ -661,9 +702,52 @@ impl Array {
                 .filter_map(|n| n.buf)
                 .chain(parity)
                 .chain(buddy.map(|b| b.1))
-                .chain(have.units.into_iter().flatten()),
+                .chain(old.into_iter().flatten()),
         );
         Ok(())
+    }
+}
+
+/// A write ready to go in place ([`Array::prepare_write`]).
+pub(crate) struct Prepared<'d> {
+    pub(crate) stripe: u64,
+    /// Position of `new[0]`.
+    first: usize,
+    new: Vec<NewChunk<'d>>,
+    parity: Vec<AlignedBuf>,
+    parity_extent: Extent,
+    /// The buddy's rewritten appendix (position, unit buffer with it at the chunk's end).
+    buddy: Option<(usize, AlignedBuf)>,
+    ck_new: Option<stripeguard_integrity::CkTable>,
+    /// With the write journal: `ck_new` encoded, written with the units.
+    ck_bytes: Option<AlignedBuf>,
+    /// The units read for it (returned to the pool after).
+    old: Vec<Option<AlignedBuf>>,
+}
+
+impl Prepared<'_> {
+    /// Every in-place I/O: (position, byte within the unit, bytes).
+    pub(crate) fn writes(&self, a: &Array) -> crate::journal::UnitWrites<'_> {
+        let c = a.geometry.chunk_bytes as usize;
+        let k = a.geometry.k;
+        let mut writes: Vec<(usize, u64, &[u8])> = Vec::new();
+        if let Some((pos, bytes)) = &self.buddy {
+            writes.push((*pos, c as u64, &bytes[c..]));
+        }
+        for (i, n) in (self.first..).zip(&self.new) {
+            for (o, len) in n.e.ios(&a.gran) {
+                writes.push((i, o, &n.bytes()[o as usize..(o + len) as usize]));
+            }
+        }
+        for (j, p) in self.parity.iter().enumerate() {
+            for (o, len) in self.parity_extent.ios(&a.gran) {
+                writes.push((k + j, o, &p[o as usize..(o + len) as usize]));
+            }
+        }
+        if let Some(t) = &self.ck_bytes {
+            writes.push((a.ck_pos(), 0, &t[..a.ck_shape().1]));
+        }
+        writes
     }
 }
 

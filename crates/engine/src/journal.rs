@@ -10,15 +10,16 @@
 //! whole stripe checked) and saved, with its stripe and position, in a journal slot on every
 //! current member and made durable. After a crash, resync restores every saved chunk first.
 //!
-//! **New bytes** (arrays created with `--journal`): before a write goes in place, the bytes it
-//! writes into each chunk, with the positions of every unit it will change, are in a slot on
-//! `m + 1` members and flushed. A crash can then tear the in-place writes any way it likes: the
-//! resync first writes every journaled chunk's bytes again (redo), so each interrupted chunk
-//! holds only its new blocks, and then diagnoses the stripe — whatever the votes decide, or a
-//! settle, gives back whole chunks, entirely new or (rebuilt from parity that still agrees)
-//! entirely old. A record that did not become durable has nothing in place behind it. And since
-//! every write in flight is named, a unit found wrong in a dirty stripe that no record names is
-//! silent corruption, not the crash ([`Interrupted`]).
+//! **Unit writes** (arrays created with `--journal`): a write is computed whole first (new
+//! chunks, appendices, parity, checksum table); every in-place I/O it will issue is then in a
+//! record per unit, with the positions it changes, on `m + 1` members, flushed (one round for
+//! a batch of stripes). A crash can then tear the in-place writes any way it likes: the resync
+//! first issues every journaled I/O again (redo), so each interrupted stripe is exactly as its
+//! write would have left it, consistent, before anything is diagnosed — no write hole, no
+//! torn chunk, and a member lost before the resync costs only its redundancy. A record that did
+//! not become durable has nothing in place behind it. What the diagnosis then finds is damage:
+//! repaired as a read would, reported as silent corruption where no record names the unit
+//! ([`Interrupted`]), never settled.
 //!
 //! A slot is freed (its header zeroed) by the first flush that began after its write completed,
 //! and all of them only after a resync has finished, so a crash during the resync replays again.
@@ -28,14 +29,13 @@ use std::collections::BTreeMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_integrity::JOURNAL_HEADER_BYTES;
-use stripeguard_plan::PiecePlan;
 
 const MAGIC: [u8; 8] = *b"SGJRNL\0\0";
 const VERSION: u32 = 1;
 const HEADER: usize = JOURNAL_HEADER_BYTES as usize;
 /// Record kinds (header byte 34).
 const SAVED: u8 = 0;
-const NEW_BYTES: u8 = 1;
+const UNIT_WRITES: u8 = 1;
 /// Bytes of the touched-units bitmap (255 members at most).
 const TOUCHED_BYTES: usize = 32;
 
@@ -91,14 +91,19 @@ impl Drop for Saved<'_> {
     }
 }
 
+/// Most extents of one unit a new-bytes record holds.
+const MAX_EXTENTS: usize = 8;
+/// Where the extent table starts in the header.
+const EXTENTS_AT: usize = 88;
+
 /// What one record says (its payload follows the header).
 struct Record {
     kind: u8,
     sequence: u64,
     stripe: u64,
     pos: usize,
-    /// New bytes: where in the unit they go.
-    start: u64,
+    /// Where in the unit the payload's pieces go: (start, length), in payload order.
+    extents: Vec<(u32, u32)>,
     payload: Vec<u8>,
     /// New bytes: the stripe positions the write changes.
     touched: [u8; TOUCHED_BYTES],
@@ -118,17 +123,22 @@ impl Record {
         b[34] = self.kind;
         b[36..40].copy_from_slice(&crc32c(&self.payload).to_le_bytes());
         b[40..48].copy_from_slice(&event.to_le_bytes());
-        b[48..52].copy_from_slice(&(self.start as u32).to_le_bytes());
+        b[48..52].copy_from_slice(&(self.extents.len() as u32).to_le_bytes());
         b[52..56].copy_from_slice(&(len as u32).to_le_bytes());
         b[56..56 + TOUCHED_BYTES].copy_from_slice(&self.touched);
+        for (i, (start, elen)) in self.extents.iter().enumerate() {
+            let at = EXTENTS_AT + 8 * i;
+            b[at..at + 4].copy_from_slice(&start.to_le_bytes());
+            b[at + 4..at + 8].copy_from_slice(&elen.to_le_bytes());
+        }
         let crc = crc32c(&b[..HEADER - 4]);
         b[HEADER - 4..HEADER].copy_from_slice(&crc.to_le_bytes());
         b[HEADER..HEADER + len].copy_from_slice(&self.payload);
         b
     }
 
-    /// A valid record whose payload matches its CRC and fits a unit of `unit` bytes; never
-    /// panics.
+    /// A valid record whose payload matches its CRC and whose extents fit a unit of `unit`
+    /// bytes; never panics.
     fn decode(slot: &[u8], unit: usize) -> Option<Record> {
         let h = slot.get(..HEADER)?;
         let u32_at = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
@@ -138,15 +148,26 @@ impl Record {
             || u32_at(12) != HEADER as u32
             || u32_at(HEADER - 4) != crc32c(&h[..HEADER - 4])
             || h[35] != 0
-            || !matches!(h[34], SAVED | NEW_BYTES)
+            || !matches!(h[34], SAVED | UNIT_WRITES)
         {
             return None;
         }
-        let (start, len) = (u32_at(48) as usize, u32_at(52) as usize);
-        let fits = match h[34] {
-            SAVED => start == 0 && len == unit,
-            _ => len > 0 && start.checked_add(len).is_some_and(|e| e <= unit),
-        };
+        let (count, len) = (u32_at(48) as usize, u32_at(52) as usize);
+        if count == 0 || count > MAX_EXTENTS {
+            return None;
+        }
+        let extents: Vec<(u32, u32)> = (0..count)
+            .map(|i| (u32_at(EXTENTS_AT + 8 * i), u32_at(EXTENTS_AT + 8 * i + 4)))
+            .collect();
+        let fits = extents
+            .iter()
+            .all(|&(start, elen)| elen > 0 && (start as u64 + elen as u64) <= unit as u64)
+            && extents.iter().map(|e| e.1 as u64).sum::<u64>() == len as u64;
+        let fits = fits
+            && match h[34] {
+                SAVED => extents == [(0, unit as u32)],
+                _ => true,
+            };
         let payload = slot.get(HEADER..HEADER.checked_add(len)?)?;
         if !fits || u32_at(36) != crc32c(payload) {
             return None;
@@ -156,9 +177,19 @@ impl Record {
             sequence: u64_at(16),
             stripe: u64_at(24),
             pos: u16::from_le_bytes([h[32], h[33]]) as usize,
-            start: start as u64,
+            extents,
             payload: payload.to_vec(),
             touched: h[56..56 + TOUCHED_BYTES].try_into().expect("32"),
+        })
+    }
+
+    /// (where in the unit, bytes) of each extent.
+    fn pieces(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        let mut at = 0usize;
+        self.extents.iter().map(move |&(start, len)| {
+            let p = &self.payload[at..at + len as usize];
+            at += len as usize;
+            (start as usize, p)
         })
     }
 }
@@ -176,10 +207,12 @@ pub(crate) enum Interrupted<'a> {
 }
 
 impl Interrupted<'_> {
-    /// Whether an undecidable stripe is the crash's to settle: a resync, and a write was in
-    /// flight in it (`n` positions).
-    pub(crate) fn settles(self, n: usize) -> bool {
-        (0..n).any(|p| self.may_have_left(p))
+    /// Whether an undecidable stripe is the crash's to settle: a resync without the write
+    /// journal. With it, the replay has put every interrupted write's I/Os in place, so the
+    /// stripe is whole and consistent unless something beyond the crash damaged it: settling
+    /// would bless that damage, so it stays unrecoverable.
+    pub(crate) fn settles(self, _n: usize) -> bool {
+        matches!(self, Interrupted::Unknown)
     }
 
     /// Whether a finding at stripe position `pos` may be what the crash left.
@@ -191,6 +224,12 @@ impl Interrupted<'_> {
         }
     }
 }
+
+/// A write's in-place I/Os: (position, byte within the unit, bytes).
+pub(crate) type UnitWrites<'a> = Vec<(usize, u64, &'a [u8])>;
+
+/// One record's bytes for one member: (where, bytes shared by its copies).
+type SlotWrite = (u64, std::sync::Arc<Vec<u8>>);
 
 /// Per stripe with journaled writes: the positions they change.
 pub(crate) type Touched = BTreeMap<u64, Vec<bool>>;
@@ -264,7 +303,7 @@ impl Array {
         let event = self.generation.load(std::sync::atomic::Ordering::Relaxed);
         let n = self.members.len();
         let on = |members: &Vec<usize>, m: usize| members.is_empty() || members.contains(&m);
-        let mut jobs: Vec<(usize, (u64, std::sync::Arc<Vec<u8>>))> = Vec::new();
+        let mut jobs: Vec<(usize, SlotWrite)> = Vec::new();
         {
             let mut j = self.journal.lock().expect("lock");
             for (slot, record, members) in records {
@@ -330,7 +369,7 @@ impl Array {
                     sequence,
                     stripe,
                     pos,
-                    start: 0,
+                    extents: vec![(0, image.units[pos].len() as u32)],
                     payload: image.units[pos].to_vec(),
                     touched: [0; TOUCHED_BYTES],
                 };
@@ -342,67 +381,81 @@ impl Array {
         Ok(Some(saved))
     }
 
-    /// With the write journal, before `plans` (pieces of one request, each with the bytes it
-    /// writes) go in place: journal the bytes each writes into each chunk, with every position
-    /// it changes, on `m + 1` members — all of them in one round, so a request pays one flush,
-    /// not one per stripe. Caller holds the stripes' locks.
+    /// With the write journal, before a batch of writes goes in place: journal every
+    /// in-place I/O each will issue — (stripe, [(position, byte within the unit, bytes)]) —
+    /// a record per unit, on `m + 1` members, all in one round (one flush a batch). Replayed,
+    /// the records leave each stripe exactly as its write would have: new data, appendices
+    /// and parity, consistent. Caller holds the stripes' locks.
     pub(crate) fn journal_writes(
         &self,
-        plans: &[(PiecePlan, &[u8])],
+        batch: &[(u64, UnitWrites<'_>)],
     ) -> Result<Option<Saved<'_>>, EngineError> {
         if !self.sb.write_journal || self.journal.lock().expect("lock").disabled {
             return Ok(None);
         }
         let g = self.geometry;
-        let c = g.chunk_bytes;
-        let wanted: Vec<(u64, u8, usize)> = plans
+        let n = self.members.len();
+        // A record per unit (more when a unit has more than MAX_EXTENTS pieces); sequences
+        // are given when the slots are taken.
+        let mut records: Vec<Record> = Vec::new();
+        for (stripe, writes) in batch {
+            let mut touched = [0u8; TOUCHED_BYTES];
+            let from = records.len();
+            for &(pos, at, bytes) in writes {
+                touched[pos / 8] |= 1 << (pos % 8);
+                let open = records[from..]
+                    .iter()
+                    .rposition(|r| r.pos == pos && r.extents.len() < MAX_EXTENTS);
+                let r = match open {
+                    Some(i) => &mut records[from + i],
+                    None => {
+                        records.push(Record {
+                            kind: UNIT_WRITES,
+                            sequence: 0,
+                            stripe: *stripe,
+                            pos,
+                            extents: Vec::new(),
+                            payload: Vec::new(),
+                            touched: [0; TOUCHED_BYTES],
+                        });
+                        records.last_mut().expect("pushed")
+                    }
+                };
+                r.extents.push((at as u32, bytes.len() as u32));
+                r.payload.extend_from_slice(bytes);
+            }
+            for r in &mut records[from..] {
+                r.touched = touched;
+            }
+        }
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let wanted: Vec<(u64, u8, usize)> = records
             .iter()
-            .flat_map(|(p, _)| (p.first..=p.last).map(|pos| (p.stripe, NEW_BYTES, pos)))
+            .map(|r| (r.stripe, UNIT_WRITES, r.pos))
             .collect();
         let taken = self.take_slots(&wanted)?;
         let saved = Saved {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
         };
-        let mut taken = taken.into_iter();
-        let mut records = Vec::with_capacity(wanted.len());
-        let n = self.members.len();
-        for (plan, data) in plans {
-            let stripe = plan.stripe;
-            let mut touched = [0u8; TOUCHED_BYTES];
-            let positions = plan
-                .writes
-                .iter()
-                .map(|w| w.pos)
-                .chain(plan.first..=plan.last)
-                .chain(g.k..g.n() + self.sb.scheme.extra_members());
-            for p in positions {
-                touched[p / 8] |= 1 << (p % 8);
-            }
-            // The copies go to m + 1 current members from P's on: the record outlives any m of
-            // them.
-            let first = self.member_of(stripe, g.k);
-            let copies: Vec<usize> = (0..n)
-                .map(|i| (first + i) % n)
-                .filter(|&m| !self.is_failed(m))
-                .take(g.m + 1)
-                .collect();
-            for pos in plan.first..=plan.last {
-                let (slot, sequence) = taken.next().expect("a slot per chunk");
-                let (lo, hi) = plan.chunk_range(pos, c);
-                let at = (pos as u64 * c + lo - plan.start) as usize;
-                let record = Record {
-                    kind: NEW_BYTES,
-                    sequence,
-                    stripe,
-                    pos,
-                    start: lo,
-                    payload: data[at..at + (hi - lo) as usize].to_vec(),
-                    touched,
-                };
-                records.push((slot, record, copies.clone()));
-            }
-        }
+        let records: Vec<(usize, Record, Vec<usize>)> = records
+            .into_iter()
+            .zip(taken)
+            .map(|(mut record, (slot, sequence))| {
+                record.sequence = sequence;
+                // The copies go to m + 1 current members from P's on: the record outlives any
+                // m of them.
+                let first = self.member_of(record.stripe, g.k);
+                let copies: Vec<usize> = (0..n)
+                    .map(|i| (first + i) % n)
+                    .filter(|&m| !self.is_failed(m))
+                    .take(g.m + 1)
+                    .collect();
+                (slot, record, copies)
+            })
+            .collect();
         self.put_records(&records)?;
         Ok(Some(saved))
     }
@@ -500,7 +553,11 @@ impl Array {
                 let Some(r) = Record::decode(&b, unit) else {
                     continue;
                 };
-                if r.stripe >= g.stripes || r.pos >= g.k {
+                let positions = match r.kind {
+                    SAVED => g.k,
+                    _ => g.n() + self.sb.scheme.extra_members(),
+                };
+                if r.stripe >= g.stripes || r.pos >= positions {
                     continue;
                 }
                 if r.kind == SAVED {
@@ -537,13 +594,18 @@ impl Array {
             if self.is_failed(member) {
                 // Degraded: the chunk is its saved copy (if the write saved one) plus these bytes.
                 if let Some(s) = saved.get_mut(&(r.stripe, r.pos)) {
-                    let at = r.start as usize;
-                    s.payload[at..at + r.payload.len()].copy_from_slice(&r.payload);
+                    for (at, bytes) in r.pieces() {
+                        s.payload[at..at + bytes.len()].copy_from_slice(bytes);
+                    }
                 }
                 continue;
             }
-            let at = self.unit_offset(r.stripe) + r.start;
-            if let Err(e) = self.members.get(member).write_at(at, &r.payload) {
+            let base = self.unit_offset(r.stripe);
+            let d = self.members.get(member);
+            if let Err(e) = r
+                .pieces()
+                .try_for_each(|(at, bytes)| d.write_at(base + at as u64, bytes))
+            {
                 self.fail_member(member, &e)?;
             }
         }

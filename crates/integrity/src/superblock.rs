@@ -199,9 +199,9 @@ pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
 /// Most journal slots a member may have.
 pub const MAX_JOURNAL_SLOTS: u32 = 64;
 
-/// Journal slots of an array of `members` members with the write journal: one write takes a
-/// slot for every chunk it changes in one stripe and every missing chunk it saves (at most
-/// `members`), and the next writes find room before a flush must free them.
+/// Journal slots of an array of `members` members with the write journal: one write to a
+/// stripe takes a slot for every unit it changes and every missing chunk it saves (at most
+/// `2 * members`), and the next writes find room before a flush must free them.
 pub fn write_journal_slots(members: usize) -> u32 {
     (8 * members).min(MAX_JOURNAL_SLOTS as usize) as u32
 }
@@ -486,8 +486,8 @@ impl Superblock {
         if self.journal_slots > MAX_JOURNAL_SLOTS {
             return Err(g("more than 64 journal slots"));
         }
-        if self.write_journal && (self.journal_slots as usize) < self.members as usize {
-            return Err(g("a write journal needs a slot for every member"));
+        if self.write_journal && (self.journal_slots as usize) < 2 * self.members as usize {
+            return Err(g("a write journal needs two slots for every member"));
         }
         self.stripes
             .checked_mul(self.unit_bytes())
