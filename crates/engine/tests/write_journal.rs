@@ -36,7 +36,15 @@ struct Outcome {
     k: usize,
 }
 
-fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> Outcome {
+/// A fresh array filled with a pattern (`seed`), closed and assembled again: (its members,
+/// the open array, what it holds).
+fn written(
+    scheme: Scheme,
+    k: usize,
+    m: usize,
+    write_journal: bool,
+    seed: u8,
+) -> (Vec<Arc<MemDisk>>, Array, Vec<u8>) {
     let cfg = ArrayConfig {
         write_journal,
         ..ArrayConfig::new(k, m, scheme, CHUNK as u32, STRIPES)
@@ -47,11 +55,25 @@ fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> 
     let refs: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
     let a = Array::create(refs.clone(), &cfg, true, &mut |_, _| {}).unwrap();
     assert_eq!(a.superblock().write_journal, write_journal);
-    let old = pattern(a.capacity_bytes() as usize, 1);
+    let old = pattern(a.capacity_bytes() as usize, seed);
     a.write(0, &old).unwrap();
     a.close().unwrap();
-
     let a = Array::assemble(refs, &AssembleOptions::default()).unwrap();
+    (d, a, old)
+}
+
+/// The array on member images as a crash left them (the next assembly resyncs).
+fn reassemble(images: Vec<Vec<u8>>) -> Array {
+    let refs: Vec<DiskRef> = images
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| Arc::new(MemDisk::from_bytes(format!("m{i}"), b)) as DiskRef)
+        .collect();
+    Array::assemble(refs, &AssembleOptions::default()).unwrap()
+}
+
+fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> Outcome {
+    let (d, a, old) = written(scheme, k, m, write_journal, 1);
     let new0 = pattern(CHUNK, 77);
     let sd = (k * CHUNK) as u64;
     a.write(S * sd, &new0).unwrap();
@@ -67,12 +89,7 @@ fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> 
     images[g.member_of(S, 2)][base + 3 * 4096 + 17] ^= 0x5a;
     drop(a);
 
-    let refs: Vec<DiskRef> = images
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| Arc::new(MemDisk::from_bytes(format!("m{i}"), b)) as DiskRef)
-        .collect();
-    let array = Array::assemble(refs, &AssembleOptions::default()).unwrap();
+    let array = reassemble(images);
     Outcome {
         array,
         old,
@@ -156,20 +173,7 @@ fn without_the_journal_the_fault_is_blamed_on_the_crash_or_returned() {
 /// parity did not, then — before any resync — the member of untouched data unit 3 is lost
 /// (replaced by zeros). Unit 3 can only come back from the parity, which no longer matches.
 fn crash_then_lose_a_member(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> Outcome {
-    let cfg = ArrayConfig {
-        write_journal,
-        ..ArrayConfig::new(k, m, scheme, CHUNK as u32, STRIPES)
-    };
-    let d: Vec<Arc<MemDisk>> = (0..k + m + scheme.extra_members())
-        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), cfg.member_bytes())))
-        .collect();
-    let refs: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
-    let a = Array::create(refs.clone(), &cfg, true, &mut |_, _| {}).unwrap();
-    let old = pattern(a.capacity_bytes() as usize, 3);
-    a.write(0, &old).unwrap();
-    a.close().unwrap();
-
-    let a = Array::assemble(refs, &AssembleOptions::default()).unwrap();
+    let (d, a, old) = written(scheme, k, m, write_journal, 3);
     let before: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
     let new0 = pattern(CHUNK, 91);
     a.write(S * (k * CHUNK) as u64, &new0).unwrap();
@@ -185,12 +189,7 @@ fn crash_then_lose_a_member(scheme: Scheme, k: usize, m: usize, write_journal: b
     drop(a);
     let lost = g.member_of(S, 3);
     images[lost].fill(0);
-    let refs: Vec<DiskRef> = images
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| Arc::new(MemDisk::from_bytes(format!("m{i}"), b)) as DiskRef)
-        .collect();
-    let array = Array::assemble(refs, &AssembleOptions::default()).unwrap();
+    let array = reassemble(images);
     Outcome {
         array,
         old,
