@@ -961,7 +961,8 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
             "{}",
             json!({"check_only": a.check_only, "resumed_at": summary.resumed_at, "stripes": summary.stripes,
                    "record": summary.record, "counters": counters_json(&c), "events": array.events(),
-                   "unrecoverable": summary.unrecoverable, "metadata": summary.metadata})
+                   "unrecoverable": summary.unrecoverable, "metadata": summary.metadata,
+                   "awaiting_resync_skipped": summary.awaiting_resync})
         );
     } else {
         if summary.resumed_at > 0 {
@@ -973,7 +974,7 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
         println!(
             "{} {} stripes in {:.1} s: {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s){}",
             if a.check_only { "checked" } else { "scrubbed" },
-            summary.stripes - summary.resumed_at,
+            (summary.stripes - summary.resumed_at).saturating_sub(summary.awaiting_resync),
             started.elapsed().as_secs_f64(),
             c.located,
             if a.check_only { 0 } else { c.repaired },
@@ -984,6 +985,12 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
                 String::new()
             }
         );
+        if summary.awaiting_resync > 0 {
+            println!(
+                "  not checked: {} stripe(s) of regions awaiting resync (the array was not closed cleanly; a scrub without --check-only resyncs them first)",
+                summary.awaiting_resync
+            );
+        }
         print_events(&array, true);
         for u in &summary.unrecoverable {
             println!("  {u}");
@@ -992,7 +999,7 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
     array.close()?;
     Ok(ExitCode::from(if !summary.unrecoverable.is_empty() {
         exit::UNRECOVERABLE
-    } else if c.located > 0 || c.mismatches > 0 {
+    } else if c.located > 0 || c.mismatches > 0 || summary.awaiting_resync > 0 {
         exit::FOUND
     } else {
         exit::OK

@@ -340,7 +340,12 @@ impl Array {
         // First the stripes whose missing chunk a degraded write saved: their parity may no
         // longer match it, so it is rebuilt from the saved copy, not from the parity.
         let touched = self.replay_journal()?;
-        let list = self.dirty_stripes();
+        // Every stripe of the dirty regions, and every stripe a record named (a record is
+        // only written inside a dirty region; one outside is checked all the same).
+        let mut list = self.dirty_stripes();
+        list.extend(touched.keys().copied());
+        list.sort_unstable();
+        list.dedup();
         for &s in &list {
             // With the write journal every write in flight is named: what else is wrong in
             // the stripe is silent corruption.
@@ -360,6 +365,9 @@ impl Array {
                 i.set.fill(0);
             }
             self.flush_members()?;
+            // Both copies: the one the crash was writing may be torn, which is the crash's
+            // doing, not damage for a later check to find.
+            self.persist_intent(&mut i)?;
             self.persist_intent(&mut i)?;
         }
         self.events.lock().expect("lock").counters.resynced += list.len() as u64;
