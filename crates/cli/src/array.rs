@@ -63,10 +63,11 @@ pub struct CreateArgs {
     /// a multiple of them). Default: xor for one parity, raid6 for two, rs for more.
     #[arg(long)]
     code: Option<String>,
-    /// Journal every write before it goes in place (like md's write journal): after a crash a
-    /// chunk written but not flushed reads back entirely old or entirely new, and a fault found
-    /// by the resync outside the interrupted writes is reported as corruption. Costs a second
-    /// copy of every write and a flush before it goes in place.
+    /// Journal every write's I/Os (data and parity) before they go in place (like md's write
+    /// journal): after a crash a chunk written but not flushed reads back entirely old or
+    /// entirely new, the write hole is closed (a member lost before the resync costs nothing
+    /// more), and a fault the resync finds is repaired and reported as corruption. Costs m + 1
+    /// more copies of each write and a flush before it goes in place; at most 32 members.
     #[arg(long)]
     journal: bool,
     /// Print the result as JSON.
