@@ -905,10 +905,11 @@ impl Array {
                 sb.generation = generation;
                 sb.member_table = meta.table.clone();
                 let bytes = sb.encode();
+                // Each copy flushed before the next is written: a power cut can tear only the
+                // one in flight, never both.
                 let written = SUPERBLOCK_COPY_OFFSETS
                     .iter()
-                    .try_for_each(|&off| d.write_at(off, &bytes))
-                    .and_then(|()| d.flush());
+                    .try_for_each(|&off| d.write_at(off, &bytes).and_then(|()| d.flush()));
                 if let Err(e) = written {
                     lost = Some((i, e));
                     break;

@@ -95,6 +95,8 @@ impl Drop for Saved<'_> {
 const MAX_EXTENTS: usize = 8;
 /// Where the extent table starts in the header.
 const EXTENTS_AT: usize = 88;
+/// Where the record's group (first sequence, records) is in the header.
+const GROUP_AT: usize = EXTENTS_AT + 8 * MAX_EXTENTS;
 
 /// What one record says (its payload follows the header).
 struct Record {
@@ -107,6 +109,10 @@ struct Record {
     payload: Vec<u8>,
     /// New bytes: the stripe positions the write changes.
     touched: [u8; TOUCHED_BYTES],
+    /// The journal round it was written in: its first sequence and its number of records
+    /// (sequences `group.0 .. group.0 + group.1`). A round is replayed only whole: a crash
+    /// before its flush may leave any subset, and then nothing of it had gone in place.
+    group: (u64, u32),
 }
 
 impl Record {
@@ -131,6 +137,8 @@ impl Record {
             b[at..at + 4].copy_from_slice(&start.to_le_bytes());
             b[at + 4..at + 8].copy_from_slice(&elen.to_le_bytes());
         }
+        b[GROUP_AT..GROUP_AT + 8].copy_from_slice(&self.group.0.to_le_bytes());
+        b[GROUP_AT + 8..GROUP_AT + 12].copy_from_slice(&self.group.1.to_le_bytes());
         let crc = crc32c(&b[..HEADER - 4]);
         b[HEADER - 4..HEADER].copy_from_slice(&crc.to_le_bytes());
         b[HEADER..HEADER + len].copy_from_slice(&self.payload);
@@ -169,7 +177,10 @@ impl Record {
                 _ => true,
             };
         let payload = slot.get(HEADER..HEADER.checked_add(len)?)?;
-        if !fits || u32_at(36) != crc32c(payload) {
+        let group = (u64_at(GROUP_AT), u32_at(GROUP_AT + 8));
+        let sequence = u64_at(16);
+        let in_group = group.1 >= 1 && sequence >= group.0 && sequence - group.0 < group.1 as u64;
+        if !fits || !in_group || u32_at(36) != crc32c(payload) {
             return None;
         }
         Some(Record {
@@ -180,6 +191,7 @@ impl Record {
             extents,
             payload: payload.to_vec(),
             touched: h[56..56 + TOUCHED_BYTES].try_into().expect("32"),
+            group,
         })
     }
 
@@ -372,6 +384,7 @@ impl Array {
                     extents: vec![(0, image.units[pos].len() as u32)],
                     payload: image.units[pos].to_vec(),
                     touched: [0; TOUCHED_BYTES],
+                    group: (taken[0].1, taken.len() as u32),
                 };
                 (slot, record, Vec::new())
             })
@@ -417,6 +430,7 @@ impl Array {
                             extents: Vec::new(),
                             payload: Vec::new(),
                             touched: [0; TOUCHED_BYTES],
+                            group: (0, 0),
                         });
                         records.last_mut().expect("pushed")
                     }
@@ -440,11 +454,13 @@ impl Array {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
         };
+        let group = (taken[0].1, taken.len() as u32);
         let records: Vec<(usize, Record, Vec<usize>)> = records
             .into_iter()
             .zip(taken)
             .map(|(mut record, (slot, sequence))| {
                 record.sequence = sequence;
+                record.group = group;
                 // The copies go to m + 1 current members from P's on: the record outlives any
                 // m of them.
                 let first = self.member_of(record.stripe, g.k);
@@ -534,7 +550,7 @@ impl Array {
     }
 
     /// Every valid record on any current member: saved chunks by (stripe, position), the newest
-    /// of each; new bytes in the order they were written.
+    /// of each; unit writes of whole rounds, in the order they were written.
     fn read_journal(&self) -> (BTreeMap<(u64, usize), Record>, Vec<Record>) {
         let slot_bytes = self.sb.journal_slot_bytes() as usize;
         let unit = self.unit_bytes() as usize;
@@ -572,7 +588,17 @@ impl Array {
                 }
             }
         }
-        (saved, redo.into_values().collect())
+        // Only whole rounds: a round cut short before its flush had put nothing in place, and
+        // a part of it replayed would change a stripe its parity does not follow.
+        let mut found: BTreeMap<(u64, u32), u32> = BTreeMap::new();
+        for r in redo.values() {
+            *found.entry(r.group).or_default() += 1;
+        }
+        let redo = redo
+            .into_values()
+            .filter(|r| found.get(&r.group) == Some(&r.group.1))
+            .collect();
+        (saved, redo)
     }
 
     /// Resync, first step: write every journaled chunk's new bytes again and restore every
