@@ -285,44 +285,27 @@ fn compare(
         .collect()
 }
 
-/// What the write-intent record costs on a disk with real latency (`io` per I/O, `flush` per
-/// flush): 1 MiB sequential and 4 KiB random writes, hybrid-seq, with and without the record,
-/// alternating, best of `reps`.
-pub fn intent_overhead(
+/// What crash consistency costs on a disk with real latency (`io` per I/O, `flush` per
+/// flush): 1 MiB sequential and 4 KiB random writes, hybrid-seq, the variants alternating, best
+/// of `reps`. Without `journal`: the write-intent record against none; with it: the write
+/// journal (`create --journal`) against the intent record alone, "record" then being every
+/// metadata write (journal records, the intent record).
+pub fn crash_overhead(
     opts: &ArrayBenchOptions,
     io: Duration,
     flush: Duration,
     writes: u64,
+    journal: bool,
 ) -> Vec<IntentMeasurement> {
-    let plain = Variant {
-        intent: false,
+    let base = Variant {
+        intent: journal,
         write_journal: false,
     };
-    let intent = Variant {
+    let with = Variant {
         intent: true,
-        ..plain
+        write_journal: journal,
     };
-    compare(opts, io, flush, writes, intent, plain)
-}
-
-/// What the write journal (`create --journal`) costs on the same latency disk, against the
-/// default (write-intent record only): the same rows, "record" being every metadata write
-/// (journal records, the intent record).
-pub fn journal_overhead(
-    opts: &ArrayBenchOptions,
-    io: Duration,
-    flush: Duration,
-    writes: u64,
-) -> Vec<IntentMeasurement> {
-    let intent = Variant {
-        intent: true,
-        write_journal: false,
-    };
-    let journal = Variant {
-        write_journal: true,
-        ..intent
-    };
-    compare(opts, io, flush, writes, journal, intent)
+    compare(opts, io, flush, writes, with, base)
 }
 
 /// What one request costs on members with `io` latency per I/O: the units of a request go to

@@ -305,14 +305,14 @@ fn array(a: ArrayArgs) -> Result<ExitCode> {
         let writes = a.intent_writes.max(1);
         let (rows, what, record, without) = if a.journal {
             (
-                stripeguard_bench::array::journal_overhead(&opts, io, io * 10, writes),
+                stripeguard_bench::array::crash_overhead(&opts, io, io * 10, writes, true),
                 "write journal against the write-intent record alone",
                 "metadata wr/1000",
                 "intent only",
             )
         } else {
             (
-                stripeguard_bench::array::intent_overhead(&opts, io, io * 10, writes),
+                stripeguard_bench::array::crash_overhead(&opts, io, io * 10, writes, false),
                 "write-intent record",
                 "record wr/1000",
                 "w/o record",

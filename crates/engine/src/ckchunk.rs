@@ -433,7 +433,7 @@ impl Array {
                         // Nothing disagreed: check the parity with what is left to spare.
                         if wrong.is_empty() && erased.len() < m {
                             if let Located::Bad(_) = consistent(&full, &erased)? {
-                                if !cause.settles(n + 1) {
+                                if !cause.settles() {
                                     let mut ev = self.events.lock().expect("lock");
                                     ev.counters.detected += 1;
                                     ev.record(stripe_event(

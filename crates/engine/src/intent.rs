@@ -389,11 +389,7 @@ impl Array {
             Ok(_) => Ok(()),
             // A stripe no interrupted write touched is not the crash's to settle: it stays
             // unrecoverable, as a read would find it (counted and logged by the diagnosis).
-            Err(EngineError::Unrecoverable { .. })
-                if !cause.settles(self.geometry.n() + self.sb.scheme.extra_members()) =>
-            {
-                Ok(())
-            }
+            Err(EngineError::Unrecoverable { .. }) if !cause.settles() => Ok(()),
             Err(EngineError::Unrecoverable { .. }) => match self.settle(stripe) {
                 // Degraded and undecidable: the stripe stays unreadable (reads say so); the
                 // rest of the array must still come up.

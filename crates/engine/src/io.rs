@@ -98,38 +98,23 @@ impl Array {
         }
         self.check_range(offset, data.len() as u64)?;
         let _caller = Caller::enter(self);
-        if self.sb.write_journal {
-            return self.write_journaled(offset, data);
-        }
-        self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
-            let _guard = self.locks[stripe as usize % self.locks.len()]
-                .lock()
-                .expect("lock");
-            let _claim = self.intent_begin(stripe)?;
-            // Degraded: save the missing member's chunk before the parity changes.
-            let _saved = self.unverified_on_error(stripe, self.save_missing(stripe))?;
-            let plan = self.plan_one(Op::Write, off, len);
-            let piece = &data[at..at + len as usize];
-            let units = self.unverified_on_error(stripe, self.gather(&plan))?;
-            let done = self.apply_write(&plan, units, piece);
-            self.unverified_on_error(stripe, done)
-        })
-    }
-
-    /// [`Array::write`] with the write journal: the request's pieces go in batches of as many
-    /// stripes as the journal's slots hold, each batch's records written and flushed in one
-    /// round before any of its pieces goes in place (one flush a batch, not one a stripe).
-    fn write_journaled(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
         let mut pieces: Vec<(u64, u64, u64, usize)> = Vec::new();
         self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
             pieces.push((stripe, off, len, at));
             Ok(())
         })?;
+        if !self.sb.write_journal {
+            return pieces
+                .chunks(1)
+                .try_for_each(|piece| self.write_batch(piece, data));
+        }
+        // With the write journal the pieces go in batches of as many stripes as the journal's
+        // slots hold, each batch's records written and flushed in one round (one flush a batch,
+        // not one a stripe). Slots a piece takes: one per unit it writes (its chunks, the
+        // parity, a buddy's appendix or the checksum table), one per missing chunk it saves.
         let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
-        // Slots a piece takes: one per unit it writes (its chunks, the parity, a buddy's
-        // appendix), one per missing data chunk it saves.
         let (k, m) = (self.geometry.k, self.geometry.m);
-        let chunks = |&(stripe, off, len, _): &(u64, u64, u64, usize)| {
+        let slots_for = |&(stripe, off, len, _): &(u64, u64, u64, usize)| {
             let missing = (0..k)
                 .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
                 .count();
@@ -143,7 +128,7 @@ impl Array {
             let take = rest
                 .iter()
                 .take_while(|p| {
-                    count += chunks(p);
+                    count += slots_for(p);
                     count <= slots
                 })
                 .count()
@@ -155,9 +140,9 @@ impl Array {
         Ok(())
     }
 
-    /// One batch of [`Array::write_journaled`]: the stripes' locks in order (so two batches
-    /// can never wait for each other), the intent bits and saved chunks, the journal, then
-    /// each piece in place.
+    /// Write a batch of pieces (stripe, array offset, length, where in `data`): the stripes'
+    /// locks in order (so two batches can never wait for each other), the intent bits and saved
+    /// chunks, the write journal (when the array has it), then each piece in place.
     fn write_batch(
         &self,
         batch: &[(u64, u64, u64, usize)],
@@ -192,10 +177,13 @@ impl Array {
             ready.push(self.unverified_on_error(plan.stripe, prepared)?);
         }
         // Every in-place I/O of the batch is durable in the journal before any is issued.
-        let writes: Vec<(u64, crate::journal::UnitWrites<'_>)> =
-            ready.iter().map(|r| (r.stripe, r.writes(self))).collect();
-        let journaled = self.journal_writes(&writes)?;
-        drop(writes);
+        let journaled = if self.sb.write_journal {
+            let writes: Vec<(u64, crate::journal::UnitWrites<'_>)> =
+                ready.iter().map(|r| (r.stripe, r.writes(self))).collect();
+            self.journal_writes(&writes)?
+        } else {
+            None
+        };
         for r in ready {
             let stripe = r.stripe;
             let done = self.commit_write(r);
@@ -371,11 +359,6 @@ impl Array {
             appendices: Vec::new(),
             ck,
         })
-    }
-
-    fn apply_write(&self, plan: &PiecePlan, have: Units, data: &[u8]) -> Result<(), EngineError> {
-        let ready = self.prepare_write(plan, have, data)?;
-        self.commit_write(ready)
     }
 
     /// Everything a write of `data` by `plan` will put in place (its new chunks, parity,

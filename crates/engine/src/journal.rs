@@ -223,7 +223,7 @@ impl Interrupted<'_> {
     /// journal. With it, the replay has put every interrupted write's I/Os in place, so the
     /// stripe is whole and consistent unless something beyond the crash damaged it: settling
     /// would bless that damage, so it stays unrecoverable.
-    pub(crate) fn settles(self, _n: usize) -> bool {
+    pub(crate) fn settles(self) -> bool {
         matches!(self, Interrupted::Unknown)
     }
 

@@ -299,7 +299,7 @@ impl Array {
         reason: String,
         cause: Interrupted<'_>,
     ) -> EngineError {
-        if !cause.settles(self.geometry.n() + self.sb.scheme.extra_members()) {
+        if !cause.settles() {
             let mut ev = self.events.lock().expect("lock");
             ev.counters.unrecoverable += 1;
             ev.record(stripe_event(

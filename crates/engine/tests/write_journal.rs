@@ -99,14 +99,18 @@ fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> 
 }
 
 impl Outcome {
+    /// Chunks `a` and `b` of stripe S as read back (`None`: a read failed).
+    fn read_chunks(&self, a: usize, b: usize) -> Option<(Vec<u8>, Vec<u8>)> {
+        let read = |pos: usize| {
+            let mut c = vec![0u8; CHUNK];
+            let at = (S as usize * self.k + pos) * CHUNK;
+            self.array.read(at as u64, &mut c).ok().map(|()| c)
+        };
+        Some((read(a)?, read(b)?))
+    }
     /// Chunks 0 and 2 of stripe S as read back.
     fn chunks(&self) -> (Vec<u8>, Vec<u8>) {
-        let at = S * (self.k * CHUNK) as u64;
-        let mut c0 = vec![0u8; CHUNK];
-        let mut c2 = vec![0u8; CHUNK];
-        self.array.read(at, &mut c0).unwrap();
-        self.array.read(at + 2 * CHUNK as u64, &mut c2).unwrap();
-        (c0, c2)
+        self.read_chunks(0, 2).expect("readable")
     }
     fn old_chunk(&self, pos: usize) -> &[u8] {
         let at = (S as usize * self.k + pos) * CHUNK;
@@ -198,18 +202,6 @@ fn crash_then_lose_a_member(scheme: Scheme, k: usize, m: usize, write_journal: b
     }
 }
 
-impl Outcome {
-    /// Chunks 0 and 3 of stripe S as read back (`None`: the read failed).
-    fn chunks_0_3(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        let at = S * (self.k * CHUNK) as u64;
-        let mut c0 = vec![0u8; CHUNK];
-        let mut c3 = vec![0u8; CHUNK];
-        self.array.read(at, &mut c0).ok()?;
-        self.array.read(at + 3 * CHUNK as u64, &mut c3).ok()?;
-        Some((c0, c3))
-    }
-}
-
 #[test]
 fn with_the_journal_a_crash_then_a_lost_member_loses_nothing() {
     for (k, m) in [(4, 1), (4, 2)] {
@@ -217,7 +209,7 @@ fn with_the_journal_a_crash_then_a_lost_member_loses_nothing() {
             let o = crash_then_lose_a_member(scheme, k, m, true);
             let label = format!("{k}+{m} {scheme}: {:?}", o.array.events());
             let (c0, c3) = o
-                .chunks_0_3()
+                .read_chunks(0, 3)
                 .unwrap_or_else(|| panic!("unreadable: {label}"));
             assert!(c0 == o.new0, "chunk 0 is not the new write: {label}");
             assert!(
@@ -233,12 +225,14 @@ fn without_the_journal_a_crash_then_a_lost_member_loses_the_untouched_chunk() {
     // `none` rebuilds unit 3 from the stale parity and returns it: wrong bytes.
     let o = crash_then_lose_a_member(Scheme::None, 4, 1, false);
     let (_, c3) = o
-        .chunks_0_3()
+        .read_chunks(0, 3)
         .expect("none reads whatever the parity gives");
     assert!(c3 != o.old_chunk(3));
     // hybrid-seq sees the parity is stale and refuses the stripe: the chunk is lost.
     let o = crash_then_lose_a_member(Scheme::HybridSeq, 4, 1, false);
-    assert!(o.chunks_0_3().is_none_or(|(_, c3)| c3 != o.old_chunk(3)));
+    assert!(o
+        .read_chunks(0, 3)
+        .is_none_or(|(_, c3)| c3 != o.old_chunk(3)));
 }
 
 /// A power cut in the middle of a journal round: some of the write's records are on disk,
@@ -295,7 +289,7 @@ fn a_journal_round_cut_short_is_not_replayed() {
             let o = crash_in_the_journal_round(scheme, k, m);
             let label = format!("{k}+{m} {scheme}: {:?}", o.array.events());
             let (c0, c3) = o
-                .chunks_0_3()
+                .read_chunks(0, 3)
                 .unwrap_or_else(|| panic!("unreadable: {label}"));
             assert!(c0 == o.old_chunk(0), "chunk 0 is not the old one: {label}");
             assert!(
