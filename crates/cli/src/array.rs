@@ -580,7 +580,17 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
     let uuid = peek_uuid(&a.array.members).with_context(|| {
         format!("{name} is in use by {who}, and no member has a readable superblock")
     })?;
-    let live = ask_holder(&uuid).map_err(|why| {
+    // A holder opens its control socket once it has assembled the array (after its locks, its
+    // superblock update and any resync): give one that is starting up a few seconds.
+    let mut asked = ask_holder(&uuid);
+    for _ in 0..50 {
+        if asked.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        asked = ask_holder(&uuid);
+    }
+    let live = asked.map_err(|why| {
         anyhow::anyhow!("{name} is in use by {who}, which does not answer status ({why}); try again when it finishes")
     })?;
     if a.check {
