@@ -62,6 +62,11 @@ enum Command {
     /// Rebuild a failed, missing, stale or retired member onto a new file or device, checking the
     /// survivors as they are read; resumable.
     Replace(array::ReplaceArgs),
+    /// Zero-fill the blocks of a stripe that a resync listed as untrusted (it could not verify
+    /// them), so the stripe is whole again; the bytes they held are gone. `status` lists them.
+    ///
+    /// Exit status: 0 cleared, 2 nothing listed in that stripe or another error.
+    Clear(array::ClearArgs),
     /// Print the durable event log (what was found and done, with its evidence); --follow
     /// watches it and --exec runs a command per new event.
     Events(array::EventsArgs),
@@ -128,6 +133,7 @@ fn main() -> ExitCode {
         Command::Scrub(a) => array::scrub_cmd(a),
         Command::Events(a) => array::events(a),
         Command::Replace(a) => array::replace(a),
+        Command::Clear(a) => array::clear(a),
         Command::Serve(a) => serve::serve(a),
         Command::Send(a) => xfer::send_cmd(a),
         Command::Recv(a) => xfer::recv(a),

@@ -52,6 +52,10 @@ pub struct CrashConfig {
     /// last flush must read back entirely old or entirely new, settled stripes and `none`
     /// included.
     pub write_journal: bool,
+    /// Each chain of crashes starts with one stripe damaged beyond its redundancy (`m + 1` of
+    /// its data chunks overwritten on the members): whatever the crashes and resyncs do beside
+    /// it, none of those chunks may ever read back as anything but what was written there.
+    pub damaged_stripe: bool,
 }
 
 /// Totals.
@@ -74,8 +78,19 @@ pub struct CrashReport {
     pub wrong_bytes: u64,
     /// Units a full check found wrong after the resync (must be 0).
     pub found_after_resync: u64,
-    /// Reads refused after the resync (must be 0: a crash is not data loss).
+    /// Chunks written since the last flush whose read is refused after the resync: blocks of
+    /// a settled stripe that failed their checks are listed untrusted (FORMAT.md §2.1f), so
+    /// such a chunk reads old, new or refused. Must be 0 outside settled stripes.
     pub unreadable_chunks: u64,
+    /// Refused reads of chunks outside settled stripes (must be 0).
+    pub unreadable_unsettled: u64,
+    /// Flushed chunks whose read is refused after the resync (must be 0: a crash is not data
+    /// loss; the damaged stripe's chunks are counted apart).
+    pub flushed_refused: u64,
+    /// Reads of the damaged stripe's chunks that returned bytes never written there (must be 0).
+    pub damaged_read_as_good: u64,
+    /// Reads of the damaged stripe's chunks that were refused (the right answer).
+    pub damaged_refused: u64,
     /// Writes refused because an earlier crash left their stripe unreadable (must be 0).
     pub refused_writes: u64,
     /// `none` without the write journal: chunks written since the last flush are not checked
@@ -141,7 +156,21 @@ fn one_crash(
                 .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), size, 512)))
                 .collect();
             let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
-            Array::create(refs, &acfg, true, &mut |_, _| {})?.close()?;
+            let created = Array::create(refs, &acfg, true, &mut |_, _| {})?;
+            let damage = cfg.damaged_stripe.then(|| {
+                let s = cfg.stripes / 2;
+                let at = created.unit_offset(s) + 100;
+                let members: Vec<usize> =
+                    (0..=m).map(|p| created.geometry().member_of(s, p)).collect();
+                (at, members)
+            });
+            created.close()?;
+            if let Some((at, members)) = damage {
+                for mem in members {
+                    disks[mem].write_at(at, b"DAMAGED BEYOND REDUNDANCY")?;
+                    disks[mem].flush()?;
+                }
+            }
             let chunks = (cfg.stripes as usize * sd) / c;
             // Per data chunk: every version it held since the last flush (the first durable).
             (disks, vec![vec![vec![0u8; c]]; chunks])
@@ -257,16 +286,33 @@ fn one_crash(
         .collect();
     rep.stripes_settled += settled.len() as u64;
     let mut back = vec![0u8; c];
+    let damaged_stripe = cfg.damaged_stripe.then_some(cfg.stripes / 2);
     for (ch, v) in versions.iter().enumerate() {
+        let stripe = (ch * c / sd) as u64;
+        let damaged = Some(stripe) == damaged_stripe && ch % k <= m;
         match array.read((ch * c) as u64, &mut back) {
             Ok(()) => {}
             Err(EngineError::Unrecoverable { .. }) => {
-                rep.unreadable_chunks += 1;
+                if damaged {
+                    rep.damaged_refused += 1;
+                } else if v.len() == 1 {
+                    rep.flushed_refused += 1;
+                } else if settled.contains(&stripe) {
+                    rep.unreadable_chunks += 1;
+                } else {
+                    rep.unreadable_unsettled += 1;
+                }
                 continue;
             }
             Err(e) => return Err(e),
         }
-        let stripe = (ch * c / sd) as u64;
+        if damaged {
+            // Until a write covers it, the damaged chunk holds what no write put there.
+            if !v.contains(&back) {
+                rep.damaged_read_as_good += 1;
+            }
+            continue;
+        }
         let wrong = || back.iter().zip(&v[0]).filter(|(a, b)| a != b).count() as u64;
         if v.len() == 1 {
             rep.flushed_bytes_lost += wrong();
@@ -292,6 +338,13 @@ fn one_crash(
     rep.found_after_resync += (after.located - before.located)
         + (after.mismatches - before.mismatches)
         + (after.unrecoverable - before.unrecoverable);
+    // Blocks the resync listed untrusted are zero-filled (the operator's `clear`), so the next
+    // round starts from a whole array.
+    for s in 0..cfg.stripes {
+        if !array.untrusted_of_stripe(s).is_empty() {
+            array.clear_untrusted(s)?;
+        }
+    }
     // What the next round starts from: this array as it now is, every chunk at one version.
     let mut next_versions = Vec::with_capacity(versions.len());
     for (ch, v) in versions.iter().enumerate() {

@@ -198,6 +198,8 @@ impl Array {
             // may survive (a freeing has no flush of its own).
             self.flush_members()?;
         }
+        // Listed blocks that writes replaced come off only now that those writes are durable.
+        self.settle_untrusted_after_flush()?;
         // While a member is out, no bit is cleared: the set bits are then the regions written
         // since it left, which is what a re-add of that member rebuilds (md's write-intent
         // bitmap keeps its bits for a missing member the same way).
@@ -390,15 +392,9 @@ impl Array {
             // A stripe no interrupted write touched is not the crash's to settle: it stays
             // unrecoverable, as a read would find it (counted and logged by the diagnosis).
             Err(EngineError::Unrecoverable { .. }) if !cause.settles() => Ok(()),
-            Err(EngineError::Unrecoverable { .. }) => match self.settle(stripe) {
-                // Degraded and undecidable: the stripe stays unreadable (reads say so); the
-                // rest of the array must still come up.
-                Err(EngineError::Unrecoverable { reason, .. }) => {
-                    self.record_resync(stripe, "resync-unrecoverable", reason);
-                    Ok(())
-                }
-                other => other,
-            },
+            // Degraded and undecidable, or no room to list what it cannot verify: the stripe
+            // stays unreadable (reads say so); the rest of the array must still come up.
+            Err(EngineError::Unrecoverable { .. }) => self.settle(stripe),
             Err(e) => Err(e),
         }
     }
@@ -442,12 +438,30 @@ impl Array {
     /// A stripe the votes cannot decide: keep every data unit as it is on disk, give each the
     /// truth of its own bytes, recompute the parity, seal and write everything.
     fn settle(&self, stripe: u64) -> Result<(), EngineError> {
-        self.settle_with(
+        self.settle_or_report(
             stripe,
             None,
             "resync-settled",
             "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed",
         )
+    }
+
+    /// [`Array::settle_with`]; a stripe it cannot settle (an unreadable data unit, no room to
+    /// list what fails its checks) stays as it is, reported: the rest of the array comes up.
+    pub(crate) fn settle_or_report(
+        &self,
+        stripe: u64,
+        known: Option<(usize, &[u8])>,
+        kind: &'static str,
+        evidence: &str,
+    ) -> Result<(), EngineError> {
+        match self.settle_with(stripe, known, kind, evidence) {
+            Err(EngineError::Unrecoverable { reason, .. }) => {
+                self.record_resync(stripe, "resync-unrecoverable", reason);
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// [`Array::settle`], with data position `known.0`'s unit taken from `known.1` instead of
@@ -456,6 +470,30 @@ impl Array {
         &self,
         stripe: u64,
         known: Option<(usize, &[u8])>,
+        kind: &'static str,
+        evidence: &str,
+    ) -> Result<(), EngineError> {
+        self.settle_inner(stripe, known, &[], kind, evidence)
+    }
+
+    /// Seal `stripe` around the data as it is on disk, where `vouched` (listed ranges a scrub
+    /// found holding the bytes their metadata vouched for) are good though their settled seal
+    /// says otherwise.
+    pub(crate) fn settle_vouched(
+        &self,
+        stripe: u64,
+        vouched: &[stripeguard_integrity::UntrustedRange],
+        kind: &'static str,
+        evidence: &str,
+    ) -> Result<(), EngineError> {
+        self.settle_inner(stripe, None, vouched, kind, evidence)
+    }
+
+    fn settle_inner(
+        &self,
+        stripe: u64,
+        known: Option<(usize, &[u8])>,
+        vouched: &[stripeguard_integrity::UntrustedRange],
         kind: &'static str,
         evidence: &str,
     ) -> Result<(), EngineError> {
@@ -478,6 +516,28 @@ impl Array {
             .into_iter()
             .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();
+        // Every block that fails its own check is listed untrusted, durably, before the seal
+        // below would make it pass (FORMAT.md §2.1f): it then reads refused, never as good.
+        if self.sb.scheme != Scheme::None {
+            let mut ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
+            ranges.retain(|r| {
+                !vouched.iter().any(|v| {
+                    v.position == r.position
+                        && v.offset <= r.offset
+                        && r.offset + r.len <= v.offset + v.len
+                })
+            });
+            if !self.list_untrusted(&ranges, evidence)? {
+                self.recycle(units);
+                return Err(EngineError::Unrecoverable {
+                    stripe,
+                    reason: format!(
+                        "{} range(s) of its data fail their checks and the stripe-state record has no room to list them (FORMAT.md §2.1f): not settled, the stripe stays as the crash left it",
+                        ranges.len()
+                    ),
+                });
+            }
+        }
         let tags: Vec<u64> = match self.sb.scheme.mirror() {
             Some(MirrorKind::Checksum) => {
                 units[..k].iter().map(|u| crc32c(&u[..c]) as u64).collect()

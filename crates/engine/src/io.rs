@@ -74,6 +74,10 @@ impl Array {
             let _guard = self.locks[stripe as usize % self.locks.len()]
                 .lock()
                 .expect("lock");
+            // A listed untrusted block is refused before anything is read (FORMAT.md §2.1f).
+            for (pos, lo, hi) in self.piece_chunks(off, len) {
+                self.refuse_untrusted_read(stripe, pos, lo, hi)?;
+            }
             let plan = self.plan_one(Op::Read, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let c = self.geometry.chunk_bytes;
@@ -158,6 +162,14 @@ impl Array {
             .iter()
             .map(|&l| self.locks[l].lock().expect("lock"))
             .collect();
+        // Listed untrusted blocks the batch covers whole come off once it has landed; a write
+        // into part of one is refused before anything is written (FORMAT.md §2.1f).
+        let mut replaced = Vec::new();
+        for &(stripe, off, len, _) in batch {
+            for (pos, lo, hi) in self.piece_chunks(off, len) {
+                replaced.extend(self.untrusted_covered(stripe, pos, lo, hi)?);
+            }
+        }
         let mut claims = Vec::with_capacity(batch.len());
         let mut saves = Vec::with_capacity(batch.len());
         let mut plans = Vec::with_capacity(batch.len());
@@ -190,6 +202,7 @@ impl Array {
             self.unverified_on_error(stripe, done)?;
         }
         drop(journaled);
+        self.take_off_untrusted(&replaced, "written whole by a write");
         Ok(())
     }
 
@@ -804,7 +817,17 @@ impl Array {
             .lock()
             .expect("lock");
         let before = self.counters().located;
+        if self.writable {
+            self.verify_untrusted_again(stripe)?;
+        }
         self.repair_stripe(stripe, &[])?;
+        // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.1f).
+        if let Some(e) = self.untrusted_of_stripe(stripe).first() {
+            return Err(EngineError::Unrecoverable {
+                stripe,
+                reason: crate::untrusted::untrusted_reason(e),
+            });
+        }
         Ok(self.counters().located - before)
     }
 }

@@ -644,7 +644,7 @@ impl Array {
             if self.sb.scheme == stripeguard_integrity::Scheme::None {
                 // Bare RAID has no votes: the parity is recomputed from the data as it is and
                 // the saved chunk (md's rule, with the chunk md would have lost).
-                self.settle_with(
+                self.settle_or_report(
                     *stripe,
                     Some((*pos, unit)),
                     "resync-journal",
@@ -672,7 +672,7 @@ impl Array {
                         "a degraded write was interrupted: the missing member's chunk came from the journal, the stripe was made consistent around it".into(),
                     );
                 }
-                Err(EngineError::Unrecoverable { .. }) => self.settle_with(
+                Err(EngineError::Unrecoverable { .. }) => self.settle_or_report(
                     *stripe,
                     Some((*pos, unit)),
                     "resync-settled",

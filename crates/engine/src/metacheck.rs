@@ -20,7 +20,7 @@ const SLOT_BYTES: usize = 2048;
 pub struct MetadataFinding {
     /// Member index.
     pub member: usize,
-    /// `owner`, `checkpoint`, `intent` or `log`.
+    /// `owner`, `checkpoint`, `intent`, `state` or `log`.
     pub region: &'static str,
     /// Slot, copy or entry number within the region.
     pub copy: u64,
@@ -86,6 +86,15 @@ impl Array {
                 &|c| crate::intent::decode(c).is_ok(),
                 &mut found,
             );
+            if self.sb.layout.state_bytes > 0 {
+                check(
+                    "state",
+                    self.sb.layout.state_offset(),
+                    (self.sb.layout.state_bytes / 2) as usize,
+                    &|c| stripeguard_integrity::StateRecord::decode(c).is_ok(),
+                    &mut found,
+                );
+            }
             let mut log = vec![0u8; log_len];
             if d.read_at(log_at, &mut log).is_ok() {
                 for (j, e) in log.chunks(crate::evlog::ENTRY_BYTES).enumerate() {
@@ -134,6 +143,7 @@ impl Array {
                         self.persist_intent(&mut i)?;
                         self.persist_intent(&mut i)?;
                     }
+                    "state" => self.rewrite_untrusted_copies()?,
                     _ => {}
                 }
             }

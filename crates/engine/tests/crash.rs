@@ -23,13 +23,15 @@ fn crash_campaign_short() {
                 journal: true,
                 chunk_bytes: chunk,
                 write_journal: false,
+                damaged_stripe: false,
             })
             .unwrap();
             let label = format!("{k}+{m} C={chunk} {scheme}: {rep:?}");
             assert!(rep.writes > 0 && rep.stripes_resynced > 0, "{label}");
             assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
             assert_eq!(rep.wrong_bytes, 0, "{label}");
-            assert_eq!(rep.unreadable_chunks, 0, "{label}");
+            assert_eq!(rep.unreadable_unsettled, 0, "{label}");
+            assert_eq!(rep.flushed_refused, 0, "{label}");
             assert_eq!(rep.found_after_resync, 0, "{label}");
             control += rep.inconsistent_without_resync;
         }
@@ -66,13 +68,15 @@ fn crash_campaign_degraded_closes_the_write_hole() {
                     journal,
                     chunk_bytes: 16384,
                     write_journal: false,
+                    damaged_stripe: false,
                 })
                 .unwrap();
                 let label = format!("{k}+{m} {scheme} journal={journal}: {rep:?}");
                 if journal {
                     assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
                     assert_eq!(rep.wrong_bytes, 0, "{label}");
-                    assert_eq!(rep.unreadable_chunks, 0, "{label}");
+                    assert_eq!(rep.unreadable_unsettled, 0, "{label}");
+            assert_eq!(rep.flushed_refused, 0, "{label}");
                     assert_eq!(rep.refused_writes, 0, "{label}");
                 } else {
                     lost_without += rep.flushed_bytes_lost
@@ -116,12 +120,14 @@ fn crash_campaign_write_journal_leaves_whole_chunks() {
                     journal: true,
                     chunk_bytes: chunk,
                     write_journal,
+                    damaged_stripe: false,
                 })
                 .unwrap();
                 let label =
                     format!("{k}+{m} C={chunk} out={failed} {scheme} wj={write_journal}: {rep:?}");
                 assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
-                assert_eq!(rep.unreadable_chunks, 0, "{label}");
+                assert_eq!(rep.unreadable_unsettled, 0, "{label}");
+            assert_eq!(rep.flushed_refused, 0, "{label}");
                 if write_journal {
                     assert!(rep.writes > 0 && rep.stripes_resynced > 0, "{label}");
                     assert_eq!(rep.mixed_chunks, 0, "{label}");
@@ -140,4 +146,40 @@ fn crash_campaign_write_journal_leaves_whole_chunks() {
         mixed_without > 0,
         "without the journal no chunk was mixed: the test proves nothing"
     );
+}
+
+/// A stripe damaged beyond its redundancy before the crashes (FORMAT.md §2.1f): resyncs that
+/// settle it beside crashed writes list its failing blocks untrusted, so none of its chunks
+/// ever reads back as bytes nobody wrote — on every protected scheme, RAID-5 and RAID-6 (a
+/// settle used to re-seal them as good).
+#[test]
+fn crash_campaign_never_reads_a_damaged_stripe_as_good() {
+    let mut refused = 0;
+    for (k, m) in [(3, 1), (4, 2)] {
+        for scheme in Scheme::ENGINE.into_iter().filter(|s| *s != Scheme::None) {
+            let rep = run_crash_campaign(&CrashConfig {
+                data_chunks: k,
+                parity_chunks: m,
+                scheme,
+                stripes: 16,
+                crashes: 8,
+                ops: 30,
+                seed: (k * 100 + scheme.id() as usize) as u64,
+                failed_members: 0,
+                journal: true,
+                chunk_bytes: 16384,
+                write_journal: false,
+                damaged_stripe: true,
+            })
+            .unwrap();
+            let label = format!("{k}+{m} {scheme}: {rep:?}");
+            assert_eq!(rep.damaged_read_as_good, 0, "{label}");
+            assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
+            assert_eq!(rep.flushed_refused, 0, "{label}");
+            assert_eq!(rep.wrong_bytes, 0, "{label}");
+            assert!(rep.stripes_settled > 0, "the damaged stripe was never settled: {label}");
+            refused += rep.damaged_refused;
+        }
+    }
+    assert!(refused > 0, "no read of the damaged stripe was refused: the test proves nothing");
 }

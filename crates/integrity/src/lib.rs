@@ -21,6 +21,7 @@ mod firstread;
 mod le;
 mod scheme;
 mod superblock;
+mod untrusted;
 
 pub use appendix::{
     appendix_bytes_for, block_bytes_for, block_crcs, combine_block_crcs, Appendix, AppendixError,
@@ -35,4 +36,7 @@ pub use superblock::{
     Superblock, SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES,
     JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS, MAX_MEMBERS,
     OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
+};
+pub use untrusted::{
+    state_capacity, StateError, StateRecord, UntrustedRange, STATE_ENTRY_BYTES, STATE_HEADER_BYTES,
 };

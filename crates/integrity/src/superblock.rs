@@ -37,6 +37,9 @@ pub struct MetadataLayout {
     pub intent_bytes: u64,
     /// Event log bytes (`L`).
     pub log_bytes: u64,
+    /// Stripe-state record bytes (`T`, §2.1f), after the event log; 0 in arrays made by builds
+    /// before the record (they list nothing and never settle a stripe that holds damage).
+    pub state_bytes: u64,
 }
 
 impl MetadataLayout {
@@ -45,18 +48,20 @@ impl MetadataLayout {
         if smallest_member_bytes >= LARGE_MEMBER_BYTES {
             MetadataLayout {
                 intent_bytes: 256 << 10,
-                log_bytes: 752 << 10,
+                log_bytes: 688 << 10,
+                state_bytes: 64 << 10,
             }
         } else {
             MetadataLayout {
                 intent_bytes: 16 << 10,
-                log_bytes: 96 << 10,
+                log_bytes: 80 << 10,
+                state_bytes: 16 << 10,
             }
         }
     }
     /// Degraded-write journal slots `create` gives members with this layout.
     pub fn journal_slots(&self) -> u32 {
-        if self.log_bytes >= 752 << 10 {
+        if self.intent_bytes >= 256 << 10 {
             JOURNAL_SLOTS
         } else {
             4
@@ -68,9 +73,13 @@ impl MetadataLayout {
         // Saturating: a decoded record may hold any value until `validate` bounds it.
         INTENT_RECORD_OFFSET.saturating_add(self.intent_bytes)
     }
+    /// Where the stripe-state record starts (right after the event log).
+    pub fn state_offset(&self) -> u64 {
+        self.log_offset().saturating_add(self.log_bytes)
+    }
     /// Where the data area starts (the end of the metadata area).
     pub fn data_offset(&self) -> u64 {
-        self.log_offset().saturating_add(self.log_bytes)
+        self.state_offset().saturating_add(self.state_bytes)
     }
 
     /// The smallest member that holds `stripes` units of `unit_bytes` with the layout `create`
@@ -196,6 +205,10 @@ pub const INCOMPAT_BLOCK_CRCS: u64 = 1;
 /// in the journal before they go in place, and resync replays them. A reader that does not
 /// know it would resync without the replay, so it must refuse the array.
 pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
+/// Incompatible feature bit 2: the stripe-state record (FORMAT.md §2.1f) lists untrusted blocks.
+/// Set while it holds an entry: a reader that does not know the record would read a listed
+/// block as good (its appendix was re-sealed over it), so it must refuse the array.
+pub const INCOMPAT_UNTRUSTED: u64 = 4;
 /// Most journal slots a member may have.
 pub const MAX_JOURNAL_SLOTS: u32 = 64;
 
@@ -318,6 +331,8 @@ pub struct Superblock {
     pub journal_slots: u32,
     /// Every write goes through the journal first (incompatible feature bit 1).
     pub write_journal: bool,
+    /// The stripe-state record lists untrusted blocks (incompatible feature bit 2).
+    pub untrusted_listed: bool,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
 }
@@ -468,6 +483,8 @@ impl Superblock {
             || !self.layout.log_bytes.is_multiple_of(4096)
             || self.layout.log_bytes > 1 << 40
             || self.layout.intent_bytes > 1 << 40
+            || !self.layout.state_bytes.is_multiple_of(8192)
+            || self.layout.state_bytes > 1 << 30
         {
             return Err(g(
                 "metadata regions must be non-empty multiples of 4096 bytes",
@@ -535,12 +552,21 @@ impl Superblock {
         } else {
             0
         };
-        b[96..104].copy_from_slice(&(INCOMPAT_BLOCK_CRCS | journal).to_le_bytes());
+        let untrusted = if self.untrusted_listed {
+            INCOMPAT_UNTRUSTED
+        } else {
+            0
+        };
+        b[96..104].copy_from_slice(&(INCOMPAT_BLOCK_CRCS | journal | untrusted).to_le_bytes());
         b[112..120].copy_from_slice(&INTENT_RECORD_OFFSET.to_le_bytes());
         b[120..128].copy_from_slice(&self.layout.intent_bytes.to_le_bytes());
         b[128..136].copy_from_slice(&self.layout.log_offset().to_le_bytes());
         b[136..144].copy_from_slice(&self.layout.log_bytes.to_le_bytes());
         b[144..148].copy_from_slice(&self.journal_slots.to_le_bytes());
+        if self.layout.state_bytes > 0 {
+            b[152..160].copy_from_slice(&self.layout.state_offset().to_le_bytes());
+            b[160..168].copy_from_slice(&self.layout.state_bytes.to_le_bytes());
+        }
         for (i, slot) in self.member_table.iter().enumerate() {
             let at = TABLE_AT + i * ENTRY_BYTES;
             b[at] = slot.state.id();
@@ -597,20 +623,30 @@ impl Superblock {
             layout: MetadataLayout {
                 intent_bytes: u64_at(b, 120),
                 log_bytes: u64_at(b, 136),
+                state_bytes: u64_at(b, 160),
             },
             member_table: Vec::new(),
             journal_slots: u32_at(b, 144),
             write_journal: u64_at(b, 96) & INCOMPAT_WRITE_JOURNAL != 0,
+            untrusted_listed: u64_at(b, 96) & INCOMPAT_UNTRUSTED != 0,
         };
         let incompatible = u64_at(b, 96);
-        let known = INCOMPAT_BLOCK_CRCS | INCOMPAT_WRITE_JOURNAL;
+        let known = INCOMPAT_BLOCK_CRCS | INCOMPAT_WRITE_JOURNAL | INCOMPAT_UNTRUSTED;
         if incompatible & !known != 0 {
             return Err(SuperblockError::Features(incompatible & !known));
         }
         if incompatible & INCOMPAT_BLOCK_CRCS == 0 {
             return Err(SuperblockError::NoBlockCrcs);
         }
-        if u64_at(b, 112) != INTENT_RECORD_OFFSET || u64_at(b, 128) != sb.layout.log_offset() {
+        let state_at = if sb.layout.state_bytes > 0 {
+            sb.layout.state_offset()
+        } else {
+            0
+        };
+        if u64_at(b, 112) != INTENT_RECORD_OFFSET
+            || u64_at(b, 128) != sb.layout.log_offset()
+            || u64_at(b, 152) != state_at
+        {
             return Err(SuperblockError::Geometry(
                 "metadata regions are not where the layout puts them",
             ));
@@ -658,6 +694,7 @@ mod tests {
             layout: MetadataLayout::for_member(1 << 20),
             journal_slots: JOURNAL_SLOTS,
             write_journal: false,
+            untrusted_listed: true,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {

@@ -33,6 +33,7 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
         layout,
         journal_slots: stripeguard_integrity::JOURNAL_SLOTS,
         write_journal: false,
+        untrusted_listed: false,
         member_table: (0..members)
             .map(|i| MemberSlot {
                 state: if i % 3 == 1 {

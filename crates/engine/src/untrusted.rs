@@ -1,0 +1,520 @@
+//! Untrusted blocks (FORMAT.md §2.1f): the ranges of data chunks that a resync kept as they were
+//! on disk without being able to verify them.
+//!
+//! A resync that cannot decide a stripe (more units interrupted or damaged than the code has
+//! parity) still recomputes its parity from the data as it is, so the units it could verify keep
+//! their redundancy, and lists every checksum block it could not verify here — durably, with
+//! incompatible feature bit 2 set first — before it re-seals anything. From then on:
+//! - a read of a listed block is refused (exit 3), so a chunk in a settled stripe reads old, new
+//!   or refused, never bytes that failed a check;
+//! - a write that covers listed blocks whole takes them off (at the next flush, after its data is
+//!   durable); a partial write into one is refused;
+//! - a scrub that reads a listed range whose CRC is again the one its metadata vouched for before
+//!   the settle (a good copy back) takes it off and re-seals the stripe around it;
+//! - `stripeguard clear` zero-fills a stripe's listed blocks (a write, logged) — nothing ever
+//!   accepts listed bytes as good.
+//!
+//! Entries are never dropped to make room: a settle that would not fit is refused instead.
+//! A `replace` never takes an entry off (it rebuilds from the same undecidable stripe).
+//!
+//! Invariant: every range in memory is on disk in the newest record copy, or was taken off by a
+//! write that is not yet flushed (`dirty`); the superblocks carry bit 2 whenever the record on
+//! disk may hold an entry.
+
+use crate::events::{Event, EventAction};
+use crate::{Array, EngineError};
+use std::collections::BTreeSet;
+use stripeguard_integrity::{state_capacity, StateRecord, UntrustedRange};
+
+/// In-memory state of the record.
+#[derive(Default)]
+pub(crate) struct Untrusted {
+    entries: BTreeSet<UntrustedRange>,
+    sequence: u64,
+    /// Bytes of one copy; 0 = the array has no record region (made by an older build).
+    copy_bytes: usize,
+    /// Entries were taken off in memory since the record was last written.
+    dirty: bool,
+}
+
+impl Untrusted {
+    pub(crate) fn new(region_bytes: u64) -> Untrusted {
+        Untrusted {
+            copy_bytes: (region_bytes / 2) as usize,
+            ..Untrusted::default()
+        }
+    }
+}
+
+impl Array {
+    /// Read the newest valid record copy on any current member (at assembly). A superblock that
+    /// says entries are listed with no readable copy anywhere refuses the array: nothing could
+    /// say which blocks must not be returned.
+    pub(crate) fn load_untrusted(&self) -> Result<(), EngineError> {
+        let (at, region) = (
+            self.sb.layout.state_offset(),
+            self.sb.layout.state_bytes as usize,
+        );
+        if region == 0 {
+            return Ok(());
+        }
+        let copy = region / 2;
+        let mut best: Option<StateRecord> = None;
+        for (m, d) in self.members.all().iter().enumerate() {
+            if self.is_failed(m) {
+                continue;
+            }
+            let mut b = vec![0u8; region];
+            if d.read_at(at, &mut b).is_err() {
+                continue;
+            }
+            for c in b.chunks(copy) {
+                if let Ok(Some(r)) = StateRecord::decode(c) {
+                    if self.untrusted_fits(&r) && best.as_ref().is_none_or(|x| r.sequence > x.sequence)
+                    {
+                        best = Some(r);
+                    }
+                }
+            }
+        }
+        if best.is_none() && self.sb.untrusted_listed {
+            return Err(EngineError::Assemble(format!(
+                "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a readable copy of the stripe-state record at byte {at} (FORMAT.md §2.1f); refusing to read blocks that may be listed"
+            )));
+        }
+        let mut u = self.untrusted.lock().expect("lock");
+        if let Some(r) = best {
+            u.sequence = r.sequence;
+            u.entries = r.entries.into_iter().collect();
+        }
+        Ok(())
+    }
+
+    /// Whether every entry of `r` names a data chunk range of this array.
+    fn untrusted_fits(&self, r: &StateRecord) -> bool {
+        let g = self.geometry;
+        r.entries.iter().all(|e| {
+            e.stripe < g.stripes
+                && (e.position as usize) < g.k
+                && e.offset as u64 + e.len as u64 <= g.chunk_bytes
+        })
+    }
+
+    /// Every listed range, in order.
+    pub fn untrusted(&self) -> Vec<UntrustedRange> {
+        self.untrusted
+            .lock()
+            .expect("lock")
+            .entries
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// Listed ranges of data chunk `pos` of `stripe` overlapping bytes `lo..hi` of it.
+    pub(crate) fn untrusted_in(&self, stripe: u64, pos: usize, lo: u32, hi: u32) -> Vec<UntrustedRange> {
+        let u = self.untrusted.lock().expect("lock");
+        if u.entries.is_empty() {
+            return vec![];
+        }
+        u.entries
+            .iter()
+            .filter(|e| e.stripe == stripe && e.position as usize == pos && e.overlaps(lo, hi))
+            .copied()
+            .collect()
+    }
+
+    /// Every listed range of `stripe`.
+    pub(crate) fn untrusted_of_stripe(&self, stripe: u64) -> Vec<UntrustedRange> {
+        let u = self.untrusted.lock().expect("lock");
+        if u.entries.is_empty() {
+            return vec![];
+        }
+        u.entries
+            .iter()
+            .filter(|e| e.stripe == stripe)
+            .copied()
+            .collect()
+    }
+
+    /// The data chunks a piece of `len` bytes at array byte `off` (within one stripe) touches:
+    /// (position, first byte, end byte) within each chunk.
+    pub(crate) fn piece_chunks(&self, off: u64, len: u64) -> Vec<(usize, u32, u32)> {
+        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
+        let lo = off % sd;
+        let hi = lo + len;
+        if len == 0 {
+            return vec![];
+        }
+        (lo / c..=(hi - 1) / c)
+            .map(|pos| {
+                let base = pos * c;
+                (
+                    pos as usize,
+                    (lo.max(base) - base) as u32,
+                    (hi.min(base + c) - base) as u32,
+                )
+            })
+            .collect()
+    }
+
+    /// A scrub of `stripe` (writable, under its lock): listed ranges whose bytes have the CRC
+    /// their metadata vouched for before the settle (a good copy is back) are trusted again —
+    /// the stripe is re-sealed and its parity recomputed around them, then they come off.
+    pub(crate) fn verify_untrusted_again(&self, stripe: u64) -> Result<(), EngineError> {
+        let listed = self.untrusted_of_stripe(stripe);
+        if listed.is_empty() {
+            return Ok(());
+        }
+        let mut positions: Vec<usize> = listed.iter().map(|e| e.position as usize).collect();
+        positions.dedup();
+        let units = self.read_units(stripe, &positions)?;
+        let good: Vec<UntrustedRange> = listed
+            .iter()
+            .filter(|e| {
+                let i = positions.iter().position(|&p| p == e.position as usize);
+                let unit = i.and_then(|i| units[i].as_ref());
+                match (unit, e.expected_crc) {
+                    (Some(u), Some(want)) => {
+                        let (lo, hi) = (e.offset as usize, (e.offset + e.len) as usize);
+                        stripeguard_checksum::crc32c(&u[lo..hi]) == want
+                    }
+                    _ => false,
+                }
+            })
+            .copied()
+            .collect();
+        self.recycle(units.into_iter().flatten());
+        if good.is_empty() {
+            return Ok(());
+        }
+        // Off only once the stripe is sealed around the good bytes: until then their seal is
+        // the settled one, which a read would otherwise take for the truth.
+        self.settle_vouched(
+            stripe,
+            &good,
+            "untrusted-verified",
+            "a scrub read listed bytes with the CRC their metadata vouched for before the settle: stripe re-sealed and parity recomputed around them",
+        )?;
+        self.take_off_untrusted(&good, "verified again by a scrub (the bytes their metadata vouched for are back)");
+        Ok(())
+    }
+
+    /// A read of bytes `lo..hi` of data chunk `pos` of `stripe`: refused when any is listed.
+    pub(crate) fn refuse_untrusted_read(
+        &self,
+        stripe: u64,
+        pos: usize,
+        lo: u32,
+        hi: u32,
+    ) -> Result<(), EngineError> {
+        match self.untrusted_in(stripe, pos, lo, hi).first() {
+            None => Ok(()),
+            Some(e) => Err(EngineError::Unrecoverable {
+                stripe,
+                reason: untrusted_reason(e),
+            }),
+        }
+    }
+
+    /// A write of bytes `lo..hi` of data chunk `pos` of `stripe`: the listed ranges it covers
+    /// whole (taken off once it has landed), or an error when it would write part of one (the
+    /// rest of the block could not be verified to merge with).
+    pub(crate) fn untrusted_covered(
+        &self,
+        stripe: u64,
+        pos: usize,
+        lo: u32,
+        hi: u32,
+    ) -> Result<Vec<UntrustedRange>, EngineError> {
+        let hit = self.untrusted_in(stripe, pos, lo, hi);
+        if let Some(e) = hit.iter().find(|e| !e.covered_by(lo, hi)) {
+            return Err(EngineError::Unrecoverable {
+                stripe,
+                reason: format!(
+                    "{}; a write must cover bytes {}..{} of data chunk {} whole to replace them",
+                    untrusted_reason(e),
+                    e.offset,
+                    e.offset + e.len,
+                    e.position
+                ),
+            });
+        }
+        Ok(hit)
+    }
+
+    /// Take `ranges` off (a write replaced them, or a scrub verified them): in memory now, on
+    /// disk at the next flush, after the bytes that replaced them are durable.
+    pub(crate) fn take_off_untrusted(&self, ranges: &[UntrustedRange], why: &str) {
+        if ranges.is_empty() {
+            return;
+        }
+        {
+            let mut u = self.untrusted.lock().expect("lock");
+            for r in ranges {
+                u.entries.remove(r);
+            }
+            u.dirty = true;
+        }
+        let mut ev = self.events.lock().expect("lock");
+        for r in ranges {
+            ev.record(Event {
+                stripe: r.stripe,
+                member: self.member_of(r.stripe, r.position as usize),
+                position: r.position as usize,
+                role: "data",
+                kind: "untrusted-cleared",
+                evidence: format!("bytes {}..{}: {why}", r.offset, r.offset + r.len),
+                action: EventAction::Notice,
+            });
+        }
+    }
+
+    /// List `ranges` durably before the stripe around them is re-sealed. `Ok(false)` when the
+    /// record cannot hold them (or the array has none): the caller must not settle.
+    pub(crate) fn list_untrusted(
+        &self,
+        ranges: &[UntrustedRange],
+        evidence: &str,
+    ) -> Result<bool, EngineError> {
+        let mut u = self.untrusted.lock().expect("lock");
+        let fresh: Vec<UntrustedRange> = ranges
+            .iter()
+            .filter(|r| !u.entries.contains(r))
+            .copied()
+            .collect();
+        if fresh.is_empty() {
+            return Ok(true);
+        }
+        if u.entries.len() + fresh.len() > state_capacity(u.copy_bytes) {
+            return Ok(false);
+        }
+        // The feature bit first: a build that does not know the record must never open the
+        // array while a listed block's appendix holds a seal over bytes that failed.
+        self.set_untrusted_bit(true)?;
+        u.entries.extend(fresh.iter().copied());
+        self.persist_untrusted(&mut u)?;
+        drop(u);
+        let mut ev = self.events.lock().expect("lock");
+        for r in &fresh {
+            ev.record(Event {
+                stripe: r.stripe,
+                member: self.member_of(r.stripe, r.position as usize),
+                position: r.position as usize,
+                role: "data",
+                kind: "untrusted",
+                evidence: format!(
+                    "bytes {}..{} listed untrusted: {evidence}",
+                    r.offset,
+                    r.offset + r.len
+                ),
+                action: EventAction::Unrecoverable,
+            });
+        }
+        Ok(true)
+    }
+
+    /// After a flush made every completed write durable: write the record if entries were taken
+    /// off, and clear the feature bit once it is empty.
+    pub(crate) fn settle_untrusted_after_flush(&self) -> Result<(), EngineError> {
+        let mut u = self.untrusted.lock().expect("lock");
+        if u.dirty {
+            self.persist_untrusted(&mut u)?;
+        }
+        if u.entries.is_empty() && self.meta.lock().expect("lock").untrusted_listed {
+            self.set_untrusted_bit(false)?;
+        }
+        Ok(())
+    }
+
+    /// Write the record into both copies on every current member (a scrub found one damaged).
+    pub(crate) fn rewrite_untrusted_copies(&self) -> Result<(), EngineError> {
+        let mut u = self.untrusted.lock().expect("lock");
+        if u.copy_bytes == 0 {
+            return Ok(());
+        }
+        self.persist_untrusted(&mut u)?;
+        self.persist_untrusted(&mut u)
+    }
+
+    fn persist_untrusted(&self, u: &mut Untrusted) -> Result<(), EngineError> {
+        u.sequence += 1;
+        let record = StateRecord {
+            sequence: u.sequence,
+            entries: u.entries.iter().copied().collect(),
+        };
+        let bytes = record
+            .encode(u.copy_bytes)
+            .map_err(|e| EngineError::Config(e.to_string()))?;
+        self.write_slot(self.sb.layout.state_offset(), u.sequence, &bytes, true)?;
+        u.dirty = false;
+        Ok(())
+    }
+
+    fn set_untrusted_bit(&self, on: bool) -> Result<(), EngineError> {
+        let mut meta = self.meta.lock().expect("lock");
+        if meta.untrusted_listed != on {
+            meta.untrusted_listed = on;
+            self.write_superblocks_locked(&mut meta)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn untrusted_reason(e: &UntrustedRange) -> String {
+    format!(
+        "bytes {}..{} of data chunk {} are listed untrusted (a resync could not verify them: FORMAT.md §2.1f); write them whole, or zero-fill them with `stripeguard clear --stripe {}`",
+        e.offset,
+        e.offset + e.len,
+        e.position,
+        e.stripe
+    )
+}
+
+impl Array {
+    /// The byte ranges of the data chunks of `stripe` (read whole into `units`) that fail their
+    /// own check: each checksum block against the table that covers it (the unit's own appendix,
+    /// or the checksum member's table), or the whole chunk against its CRC copies where it has no
+    /// table of its own (pure) or its appendix is damaged or names another place. Position
+    /// `trusted` (a chunk restored from the journal) is taken as it is.
+    pub(crate) fn unverified_ranges(
+        &self,
+        stripe: u64,
+        units: &[stripeguard_disk::AlignedBuf],
+        trusted: Option<usize>,
+    ) -> Result<Vec<UntrustedRange>, EngineError> {
+        use stripeguard_integrity::{combine_block_crcs, diagnose, Appendix, MirrorKind, UnitView};
+        let (k, c) = (self.geometry.k, self.geometry.chunk_bytes as usize);
+        let scheme = self.sb.scheme;
+        let b = self.sb.block_bytes() as usize;
+        let mut out = Vec::new();
+        // Contiguous failing blocks become one range whose CRC is the combination of theirs.
+        let runs = |pos: usize, failing: &[usize], table: &dyn Fn(usize) -> u32| {
+            let mut ranges = Vec::new();
+            let mut i = 0;
+            while i < failing.len() {
+                let mut j = i;
+                while j + 1 < failing.len() && failing[j + 1] == failing[j] + 1 {
+                    j += 1;
+                }
+                let crcs: Vec<u32> = (failing[i]..=failing[j]).map(table).collect();
+                ranges.push(UntrustedRange {
+                    stripe,
+                    position: pos as u16,
+                    offset: (failing[i] * b) as u32,
+                    len: ((j - i + 1) * b) as u32,
+                    expected_crc: Some(combine_block_crcs(&crcs, b)),
+                });
+                i = j + 1;
+            }
+            ranges
+        };
+        if self.is_ck() {
+            let table = self.ck_load(stripe)?;
+            for (pos, unit) in units.iter().enumerate().take(k) {
+                if Some(pos) == trusted {
+                    continue;
+                }
+                match &table {
+                    Ok(t) => {
+                        let failing = t.mismatches(pos, 0, &unit[..c], b);
+                        out.extend(runs(pos, &failing, &|j| t.crc(pos, j)));
+                    }
+                    Err(_) => out.push(whole(stripe, pos, c, None)),
+                }
+            }
+            return Ok(out);
+        }
+        let views: Vec<UnitView<'_>> = units
+            .iter()
+            .map(|u| UnitView::Read {
+                chunk: &u[..c],
+                appendix: &u[c..],
+            })
+            .collect();
+        let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
+        let copies_say = |pos: usize| match scheme.mirror() {
+            Some(MirrorKind::Checksum) => diag.truth[pos].map(|t| t as u32),
+            _ => None,
+        };
+        for (pos, unit) in units.iter().enumerate().take(k) {
+            if Some(pos) == trusted {
+                continue;
+            }
+            let chunk = &unit[..c];
+            let own = Appendix::decode_appendix(&unit[c..])
+                .ok()
+                .filter(|a| a.identity == self.identity(stripe, pos));
+            match own {
+                Some(a) if a.block_bytes as usize == b && a.blocks.len() * b == c => {
+                    let failing: Vec<usize> = (0..a.blocks.len())
+                        .filter(|&j| {
+                            stripeguard_checksum::crc32c(&chunk[j * b..(j + 1) * b]) != a.blocks[j]
+                        })
+                        .collect();
+                    out.extend(runs(pos, &failing, &|j| a.blocks[j]));
+                }
+                // No table of its own (pure), or an appendix that is damaged or names another
+                // place: the chunk's CRC copies decide the whole chunk.
+                _ => {
+                    let expected = copies_say(pos);
+                    if expected != Some(stripeguard_checksum::crc32c(chunk)) {
+                        out.push(whole(stripe, pos, c, expected));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn whole(stripe: u64, pos: usize, c: usize, expected_crc: Option<u32>) -> UntrustedRange {
+    UntrustedRange {
+        stripe,
+        position: pos as u16,
+        offset: 0,
+        len: c as u32,
+        expected_crc,
+    }
+}
+
+impl Array {
+    /// The operator's way out (`stripeguard clear --stripe S`): zero-fill every listed range of
+    /// `stripe` through the ordinary write path (which takes them off once durable) and log it.
+    /// Listed bytes are never accepted as good. Returns the ranges zero-filled (none listed: an
+    /// error naming the stripe).
+    pub fn clear_untrusted(&self, stripe: u64) -> Result<Vec<UntrustedRange>, EngineError> {
+        let listed = self.untrusted_of_stripe(stripe);
+        if listed.is_empty() {
+            return Err(EngineError::Config(format!(
+                "stripe {stripe} has no blocks listed untrusted (`stripeguard status` lists them)"
+            )));
+        }
+        let (sd, c) = (
+            self.geometry.stripe_data_bytes(),
+            self.geometry.chunk_bytes,
+        );
+        for e in &listed {
+            let at = stripe * sd + e.position as u64 * c + e.offset as u64;
+            self.write(at, &vec![0u8; e.len as usize])?;
+        }
+        self.flush()?;
+        let mut ev = self.events.lock().expect("lock");
+        for r in &listed {
+            ev.record(Event {
+                stripe: r.stripe,
+                member: self.member_of(r.stripe, r.position as usize),
+                position: r.position as usize,
+                role: "data",
+                kind: "untrusted-zeroed",
+                evidence: format!(
+                    "bytes {}..{} zero-filled by an operator (stripeguard clear); what they held is gone",
+                    r.offset,
+                    r.offset + r.len
+                ),
+                action: EventAction::Notice,
+            });
+        }
+        Ok(listed)
+    }
+}
