@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use stripeguard_disk::{CrashDisk, DiskRef, MemDisk};
+use stripeguard_disk::{CrashDisk, Disk, DiskRef, MemDisk};
 use stripeguard_integrity::Scheme;
 
 /// What to run.
