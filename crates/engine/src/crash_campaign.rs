@@ -166,8 +166,11 @@ fn one_crash(
             });
             created.close()?;
             if let Some((at, members)) = damage {
+                // Different bytes on each member: the same bytes in two data units of a fresh
+                // (all-zero) stripe would keep its XOR parity consistent.
                 for mem in members {
-                    disks[mem].write_at(at, b"DAMAGED BEYOND REDUNDANCY")?;
+                    let bytes = format!("DAMAGED BEYOND REDUNDANCY ON MEMBER {mem}");
+                    disks[mem].write_at(at, bytes.as_bytes())?;
                     disks[mem].flush()?;
                 }
             }
