@@ -38,7 +38,10 @@ fn random_file(path: &Path, len: usize, seed: u32) -> Vec<u8> {
 
 fn poke(member: &Path, at: u64, bytes: &[u8]) {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().write(true).open(member).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(member)
+        .unwrap();
     f.write_all_at(bytes, at).unwrap();
 }
 
@@ -79,10 +82,19 @@ fn crash_by_hand(dir: &Path, ms: &[String]) {
     }
 }
 
-fn read_all(d: &Path, ms: &[String], offset: u64, len: u64) -> (Option<i32>, Option<Vec<u8>>, String) {
+fn read_all(
+    d: &Path,
+    ms: &[String],
+    offset: u64,
+    len: u64,
+) -> (Option<i32>, Option<Vec<u8>>, String) {
     let (off, l) = (offset.to_string(), len.to_string());
     let out = sg(
-        &with(&["read"], ms, &["--offset", &off, "--length", &l, "-o", "B"]),
+        &with(
+            &["read"],
+            ms,
+            &["--offset", &off, "--length", &l, "-o", "B"],
+        ),
         d,
     );
     let got = std::fs::read(d.join("B")).ok();
@@ -98,7 +110,14 @@ fn read_all(d: &Path, ms: &[String], offset: u64, len: u64) -> (Option<i32>, Opt
 fn a_resync_never_reseals_a_stripe_damaged_beyond_its_redundancy() {
     for level in ["5", "6"] {
         let m: usize = if level == "5" { 1 } else { 2 };
-        for scheme in ["none", "pure", "hybrid1", "hybrid2", "hybrid-seq", "checksum-chunk"] {
+        for scheme in [
+            "none",
+            "pure",
+            "hybrid1",
+            "hybrid2",
+            "hybrid-seq",
+            "checksum-chunk",
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let d = dir.path();
             let extra = usize::from(scheme == "checksum-chunk");
@@ -108,13 +127,19 @@ fn a_resync_never_reseals_a_stripe_damaged_beyond_its_redundancy() {
                 &with(
                     &["create"],
                     &ms,
-                    &["--size", "1M", "--level", level, "--scheme", scheme, "--chunk", "4K"],
+                    &[
+                        "--size", "1M", "--level", level, "--scheme", scheme, "--chunk", "4K",
+                    ],
                 ),
                 d,
             ));
             let a = random_file(&d.join("A"), 65536, 7);
             ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
-            let unit: u64 = if matches!(scheme, "none" | "checksum-chunk") { 4096 } else { 4608 };
+            let unit: u64 = if matches!(scheme, "none" | "checksum-chunk") {
+                4096
+            } else {
+                4608
+            };
             for mem in &ms[1..=m + 1] {
                 poke(&d.join(mem), D + 3 * unit + 100, b"XY");
             }
@@ -127,10 +152,18 @@ fn a_resync_never_reseals_a_stripe_damaged_beyond_its_redundancy() {
             if scheme == "none" {
                 // The negative control: bare RAID returns the damage as data.
                 assert_eq!(code, Some(0), "{label}: {e}");
-                assert_ne!(got.as_deref(), Some(&a[..]), "{label}: none saw the damage?");
+                assert_ne!(
+                    got.as_deref(),
+                    Some(&a[..]),
+                    "{label}: none saw the damage?"
+                );
                 continue;
             }
-            assert_eq!(code, Some(3), "{label}: a settled stripe read back with exit 0: {e}");
+            assert_eq!(
+                code,
+                Some(3),
+                "{label}: a settled stripe read back with exit 0: {e}"
+            );
             assert!(got.is_none(), "{label}: a refused read left output");
             assert!(e.contains("untrusted"), "{label}: {e}");
             // A second resync (another crash) changes nothing.
@@ -144,7 +177,11 @@ fn a_resync_never_reseals_a_stripe_damaged_beyond_its_redundancy() {
             assert!(!listed.is_empty(), "{label}: {v}");
             assert!(listed.iter().all(|r| r["stripe"] == 3), "{label}: {v}");
             let check = sg(&with(&["status"], &ms, &["--check"]), d);
-            assert_eq!(check.status.code(), Some(3), "{label}: status --check said clean");
+            assert_eq!(
+                check.status.code(),
+                Some(3),
+                "{label}: status --check said clean"
+            );
             // The stripes beside it read as they were written.
             let (code, got, e) = read_all(d, &ms, 0, 3 * 4096 * 3);
             assert_eq!(code, Some(0), "{label}: {e}");
@@ -167,7 +204,16 @@ fn every_way_out_of_the_untrusted_record() {
         &with(
             &["create"],
             &ms,
-            &["--size", "2M", "--level", "5", "--scheme", "hybrid-seq", "--chunk", "16K"],
+            &[
+                "--size",
+                "2M",
+                "--level",
+                "5",
+                "--scheme",
+                "hybrid-seq",
+                "--chunk",
+                "16K",
+            ],
         ),
         d,
     ));
@@ -183,18 +229,29 @@ fn every_way_out_of_the_untrusted_record() {
         poke(&d.join(mem), at, b"ZZ");
     }
     crash_by_hand(d, &ms);
+    // The next command that may write resyncs first (`status` only looks).
+    let chunk0 = 3 * sd;
+    let (code, got, e) = read_all(d, &ms, chunk0, 4096);
+    assert_eq!(
+        (code, got.as_deref()),
+        (Some(0), Some(&a[chunk0 as usize..][..4096])),
+        "{e}"
+    );
     let st = sg(&with(&["status"], &ms, &["--json"]), d);
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     let listed = v["untrusted"].as_array().unwrap().clone();
     assert_eq!(listed.len(), 2, "{v}");
     for (i, r) in listed.iter().enumerate() {
-        assert_eq!((r["stripe"].as_u64(), r["position"].as_u64()), (Some(3), Some(i as u64)));
-        assert_eq!((r["offset"].as_u64(), r["len"].as_u64()), (Some(4096), Some(4096)));
+        assert_eq!(
+            (r["stripe"].as_u64(), r["position"].as_u64()),
+            (Some(3), Some(i as u64))
+        );
+        assert_eq!(
+            (r["offset"].as_u64(), r["len"].as_u64()),
+            (Some(4096), Some(4096))
+        );
     }
-    let chunk0 = 3 * sd;
     // Blocks 0, 2 and 3 of the chunk read; block 1 does not.
-    let (code, got, e) = read_all(d, &ms, chunk0, 4096);
-    assert_eq!((code, got.as_deref()), (Some(0), Some(&a[chunk0 as usize..][..4096])), "{e}");
     let (code, got, e) = read_all(d, &ms, chunk0 + 8192, 8192);
     assert_eq!(code, Some(0), "{e}");
     assert_eq!(got.unwrap(), a[(chunk0 + 8192) as usize..][..8192]);
@@ -204,14 +261,22 @@ fn every_way_out_of_the_untrusted_record() {
     // against the CRC its metadata vouched for, re-seals the stripe around it, takes it off.
     poke(&d.join("m1"), at, &good);
     let scrub = sg(&with(&["scrub"], &ms, &[]), d);
-    assert_eq!(scrub.status.code(), Some(3), "chunk 1's range is still listed: {}", err_of(&scrub));
+    assert_eq!(
+        scrub.status.code(),
+        Some(3),
+        "chunk 1's range is still listed: {}",
+        err_of(&scrub)
+    );
     let (code, got, e) = read_all(d, &ms, chunk0, c);
     assert_eq!(code, Some(0), "{e}");
     assert_eq!(got.unwrap(), a[chunk0 as usize..][..c as usize]);
 
     // A replace of member 2 (which holds the listed block) rebuilds it and takes nothing off.
     std::fs::remove_file(d.join("m2")).unwrap();
-    ok(&sg(&with(&["replace"], &ms, &["--member", "2", "--with", "m2"]), d));
+    ok(&sg(
+        &with(&["replace"], &ms, &["--member", "2", "--with", "m2"]),
+        d,
+    ));
     let st = sg(&with(&["status"], &ms, &["--json"]), d);
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(v["untrusted"].as_array().unwrap().len(), 1, "{v}");
@@ -224,11 +289,19 @@ fn every_way_out_of_the_untrusted_record() {
     assert_eq!(w.status.code(), Some(3), "{}", err_of(&w));
     let whole = random_file(&d.join("W"), 8192, 4);
     let off = (chunk1 + 4096).to_string();
-    ok(&sg(&with(&["write"], &ms, &["--offset", &off, "-i", "W"]), d));
+    ok(&sg(
+        &with(&["write"], &ms, &["--offset", &off, "-i", "W"]),
+        d,
+    ));
     let (code, got, e) = read_all(d, &ms, chunk1 + 4096, 8192);
     assert_eq!((code, got.as_deref()), (Some(0), Some(&whole[..])), "{e}");
     let st = sg(&with(&["status"], &ms, &[]), d);
-    assert_eq!(st.status.code(), Some(0), "{}", String::from_utf8_lossy(&st.stdout));
+    assert_eq!(
+        st.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&st.stdout)
+    );
     assert_eq!(part.len(), 100);
 
     // `clear`: nothing listed in stripe 3 any more is an error; a fresh settle then clear.
@@ -242,11 +315,25 @@ fn every_way_out_of_the_untrusted_record() {
     let out = ok(&sg(&with(&["clear"], &ms, &["--stripe", "3"]), d));
     assert!(out.contains("zero-filled"), "{out}");
     let (code, got, e) = read_all(d, &ms, chunk0 + 4096, 4096);
-    assert_eq!((code, got.as_deref()), (Some(0), Some(&[0u8; 4096][..])), "{e}");
+    assert_eq!(
+        (code, got.as_deref()),
+        (Some(0), Some(&[0u8; 4096][..])),
+        "{e}"
+    );
     let check = sg(&with(&["status"], &ms, &["--check"]), d);
-    assert_eq!(check.status.code(), Some(0), "{}", String::from_utf8_lossy(&check.stdout));
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
     let ev = ok(&sg(&with(&["events"], &ms, &[]), d));
-    for kind in ["untrusted —", "untrusted-verified", "untrusted-cleared", "untrusted-zeroed"] {
+    for kind in [
+        "untrusted —",
+        "untrusted-verified",
+        "untrusted-cleared",
+        "untrusted-zeroed",
+    ] {
         assert!(ev.contains(kind), "no {kind} event:\n{ev}");
     }
     // The feature bit is clear again: the superblock's incompatible features are block CRCs only.

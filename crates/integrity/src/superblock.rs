@@ -756,10 +756,28 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
-        b[96] = 5;
+        b[96] = 9;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(4)));
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(8)));
+        // Bit 2 (untrusted blocks listed, §2.1f) is known, and round-trips.
+        let mut sb = sample();
+        for listed in [true, false] {
+            sb.untrusted_listed = listed;
+            assert_eq!(
+                Superblock::decode(&sb.encode()).unwrap().untrusted_listed,
+                listed
+            );
+        }
+        // The stripe-state record's offset must be where the layout puts it.
+        let mut c = sample().encode();
+        c[152] ^= 8;
+        let crc = crc32c(&c[..CRC_AT]);
+        c[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Superblock::decode(&c),
+            Err(SuperblockError::Geometry(_))
+        ));
         // The write journal is known; it needs a slot per member.
         let mut sb = sample();
         sb.write_journal = true;

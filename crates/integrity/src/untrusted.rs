@@ -140,7 +140,9 @@ impl StateRecord {
         }
         let end = STATE_HEADER_BYTES + count * STATE_ENTRY_BYTES;
         if b[end..n - 4].iter().any(|&x| x != 0) {
-            return Err(StateError::Malformed("bytes after the last entry are not zero"));
+            return Err(StateError::Malformed(
+                "bytes after the last entry are not zero",
+            ));
         }
         let mut entries: Vec<UntrustedRange> = Vec::with_capacity(count);
         for i in 0..count {
@@ -271,7 +273,9 @@ mod tests {
         }
         assert_eq!(r.encode(256), Err(StateError::Full(cap + 1)));
         r.entries.pop();
-        assert!(StateRecord::decode(&r.encode(256).unwrap()).unwrap().is_some());
+        assert!(StateRecord::decode(&r.encode(256).unwrap())
+            .unwrap()
+            .is_some());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Mutation tests of the on-disk decoders (a stable-toolchain fuzz harness): start from valid
-//! superblocks and appendices, change fields (random bytes, boundary values, lengths, counts),
+//! superblocks, appendices and stripe-state records, change fields (random bytes, boundary values, lengths, counts),
 //! **re-checksum** so the decoder gets past its CRC into validation and field parsing, and
 //! require: no panic; whatever is accepted validates and encodes back to a record that decodes
 //! to the same value. Bounded: `PROPTEST_CASES` (default 2000 per property) sets the run.
@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
 use stripeguard_integrity::{
     Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
-    Role, Scheme, Superblock, SUPERBLOCK_BYTES,
+    Role, Scheme, StateRecord, Superblock, UntrustedRange, SUPERBLOCK_BYTES,
 };
 
 fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
@@ -153,6 +153,42 @@ proptest! {
             let mut again = vec![0u8; sector];
             got.encode(&mut again);
             prop_assert_eq!(Appendix::decode(&chunk, &again), Ok((got, data_crc)));
+        }
+    }
+
+    #[test]
+    fn mutated_stripe_state_records_are_rejected_or_consistent(
+        entries in 0usize..12,
+        copy in prop::sample::select(vec![1024usize, 8192]),
+        edits in prop::collection::vec(
+            (0usize..400, prop::sample::select(vec![1usize, 2, 4, 8]), any::<u8>(), any::<u64>()),
+            1..6,
+        ),
+    ) {
+        let r = StateRecord {
+            sequence: 77,
+            entries: (0..entries as u64)
+                .map(|i| UntrustedRange {
+                    stripe: i / 3,
+                    position: (i % 3) as u16,
+                    offset: 4096 * (i % 2) as u32,
+                    len: 4096,
+                    expected_crc: (i % 2 == 0).then_some(0xabcd_0000 + i as u32),
+                })
+                .collect(),
+        };
+        let mut b = r.encode(copy).unwrap();
+        prop_assert_eq!(StateRecord::decode(&b), Ok(Some(r)));
+        for (at, width, kind, raw) in edits {
+            poke(&mut b, at, width, value(kind, width, raw));
+        }
+        let crc = crc32c(&b[..copy - 4]);
+        b[copy - 4..].copy_from_slice(&crc.to_le_bytes());
+        if let Ok(Some(got)) = StateRecord::decode(&b) {
+            prop_assert!(got.entries.iter().all(|e| e.len > 0));
+            prop_assert!(got.entries.windows(2).all(|w| w[0] < w[1]));
+            let again = got.encode(copy).unwrap();
+            prop_assert_eq!(StateRecord::decode(&again), Ok(Some(got)));
         }
     }
 }

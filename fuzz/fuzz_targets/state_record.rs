@@ -1,0 +1,12 @@
+//! Any bytes as a stripe-state record copy (FORMAT.md §2.1f): reject or accept, never panic;
+//! whatever is accepted round-trips.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use stripeguard_integrity::StateRecord;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(Some(r)) = StateRecord::decode(data) {
+        let again = r.encode(data.len()).expect("an accepted record fits its copy");
+        assert_eq!(StateRecord::decode(&again), Ok(Some(r)));
+    }
+});
