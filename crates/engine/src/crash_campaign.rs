@@ -6,8 +6,12 @@
 //! - a data chunk not written since the last flush must read back exactly (flushed bytes lost);
 //! - a chunk written since must read back as one of the versions it held since the last flush
 //!   (entirely old or entirely new), unless its stripe was *settled* (more units interrupted
-//!   than the parity decides: a torn unit may mix old and new sectors; counted apart) — with the
-//!   write journal, settled stripes and `none` too;
+//!   than the parity decides): then each checksum block reads old, new or refused — a block
+//!   that failed its check is listed untrusted (FORMAT.md §2.1f), so the chunk may mix old and
+//!   new blocks or be refused, never read re-sealed bytes (counted apart); a flushed chunk is
+//!   never refused — with the write journal, settled stripes and `none` too;
+//! - with `damaged_stripe`, a stripe damaged beyond its redundancy before the crashes never
+//!   reads back as anything but what was written there;
 //! - afterwards a full check finds nothing to repair.
 //!
 //! The negative control: the same crash image assembled read-only, without resync, and checked
@@ -160,8 +164,9 @@ fn one_crash(
             let damage = cfg.damaged_stripe.then(|| {
                 let s = cfg.stripes / 2;
                 let at = created.unit_offset(s) + 100;
-                let members: Vec<usize> =
-                    (0..=m).map(|p| created.geometry().member_of(s, p)).collect();
+                let members: Vec<usize> = (0..=m)
+                    .map(|p| created.geometry().member_of(s, p))
+                    .collect();
                 (at, members)
             });
             created.close()?;
