@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_disk::{Disk, DiskError, FaultKind, FileDisk};
 use stripeguard_engine::{
-    ask_holder, ask_holder_replace, assemble_paths, campaign_cases, default_parity,
-    open_member_paths, peek_uuid, read_log_of, run_campaign, run_demo, scrub, with_control_socket,
-    Array, Checkpoint, Counters, CreateOnPaths, EngineError, LoggedEvent, ScrubOptions,
+    ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, campaign_cases,
+    default_parity, open_member_paths, peek_uuid, read_log_of, run_campaign, run_demo, scrub,
+    with_control_socket, Array, AssembleOptions, Checkpoint, Counters, CreateOnPaths, EngineError,
+    LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -83,6 +84,12 @@ pub struct MembersArgs {
     /// Open members with O_DIRECT (reads reach the device, not the page cache).
     #[arg(long)]
     pub(crate) direct: bool,
+    /// Refuse at once when another process may hold the array, instead of waiting for it (a
+    /// holder on another host whose heartbeat looks stale is otherwise watched for two of its
+    /// heartbeat intervals, at most 2 minutes; `status` otherwise gives a holder that is
+    /// starting up 5 s to answer).
+    #[arg(long)]
+    pub(crate) no_wait: bool,
 }
 
 #[derive(Args)]
@@ -151,6 +158,18 @@ pub struct EventsArgs {
     #[arg(long)]
     exec: Option<String>,
     /// Print JSON (one object per line with --follow).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ClearArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// The stripe whose listed untrusted blocks to zero-fill (`status` lists them).
+    #[arg(long)]
+    stripe: u64,
+    /// Print the ranges cleared as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -268,7 +287,12 @@ pub struct CampaignArgs {
 }
 
 pub(crate) fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
-    let array = assemble_paths(&a.members, a.direct, writable)?;
+    let opts = AssembleOptions {
+        writable,
+        no_wait: a.no_wait,
+        ..AssembleOptions::default()
+    };
+    let array = assemble_paths_with(&a.members, a.direct, &opts)?;
     for h in array.health() {
         if let Some(why) = &h.failed {
             eprintln!(
@@ -443,6 +467,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let last_scrub = array.last_scrub();
     let c = array.counters();
     let health = array.health();
+    let untrusted = array.untrusted();
     // Per member and fault class, over the whole durable log (zpool status' error columns).
     let log = array.event_log();
     let mut by_member: Vec<std::collections::BTreeMap<String, u64>> =
@@ -469,6 +494,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                    "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
                    "log_entries": log.entries.len(), "log_dropped": log.dropped,
                    "checked": a.check, "counters": counters_json(&c), "events": array.events(),
+                   "untrusted": untrusted,
                    "unrecoverable": unrecoverable})
         );
     } else {
@@ -491,6 +517,27 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             sb.generation
         );
         println!("  scan: {}", scan_line(last_scrub.as_ref()));
+        if !untrusted.is_empty() {
+            println!(
+                "  untrusted: {} range(s) a resync could not verify; reads of them are refused until a write covers them whole, a scrub verifies them again, or `stripeguard clear --stripe S` zero-fills them:",
+                untrusted.len()
+            );
+            for r in &untrusted {
+                println!(
+                    "    stripe {} data chunk {} (member {}) bytes {}..{}{}",
+                    r.stripe,
+                    r.position,
+                    array.geometry().member_of(r.stripe, r.position as usize),
+                    r.offset,
+                    r.offset + r.len,
+                    if r.expected_crc.is_some() {
+                        ""
+                    } else {
+                        " (no CRC to verify it against: only a write or clear takes it off)"
+                    }
+                );
+            }
+        }
         if array.was_unclean() {
             println!(
                 "  not closed cleanly: {awaiting} stripe(s) in regions awaiting resync (the next command that may write resyncs them first){}",
@@ -559,18 +606,20 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::from(if !unrecoverable.is_empty() {
-        exit::UNRECOVERABLE
-    } else if c.located > 0
+    Ok(ExitCode::from(
+        if !unrecoverable.is_empty() || !untrusted.is_empty() {
+            exit::UNRECOVERABLE
+        } else if c.located > 0
         || c.mismatches > 0
         || degraded > 0
         // A check that had to skip stripes awaiting resync is not a clean bill.
         || (a.check && array.was_unclean() && awaiting > 0)
-    {
-        exit::FOUND
-    } else {
-        exit::OK
-    }))
+        {
+            exit::FOUND
+        } else {
+            exit::OK
+        },
+    ))
 }
 
 /// `status` of an array another process holds: what that process says over its control
@@ -583,12 +632,18 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
     // A holder opens its control socket once it has assembled the array (after its locks, its
     // superblock update and any resync): give one that is starting up a few seconds.
     let mut asked = ask_holder(&uuid);
-    for _ in 0..50 {
-        if asked.is_ok() {
-            break;
+    if asked.is_err() && !a.array.no_wait {
+        eprintln!(
+            "stripeguard: the array is in use by {who}, which does not answer status yet; waiting up to 5 s, until {}, for it to open its control socket (--no-wait does not wait)",
+            stripeguard_engine::clock_utc_in(std::time::Duration::from_secs(5))
+        );
+        for _ in 0..50 {
+            if asked.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            asked = ask_holder(&uuid);
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        asked = ask_holder(&uuid);
     }
     let live = asked.map_err(|why| {
         anyhow::anyhow!("{name} is in use by {who}, which does not answer status ({why}); try again when it finishes")
@@ -827,6 +882,13 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
                 summary.resumed_at
             );
         }
+        if let Some(why) = &summary.full_rebuild_reason {
+            println!(
+                "member {} ({}) is this slot's own device back, but it is rebuilt in full, not re-added: {why}",
+                summary.member,
+                a.with.display()
+            );
+        }
         if summary.readded {
             println!(
                 "member {} ({}) is the device that left, back: re-added through the write-intent record ({} of {} stripes were written while it was out)",
@@ -1033,6 +1095,26 @@ fn report(array: &Array, what: &str, bytes: u64, json_out: bool) {
     }
 }
 
+pub fn clear(a: ClearArgs) -> Result<ExitCode> {
+    let array = assemble(&a.array, true)?;
+    let cleared = with_control_socket(&array, || array.clear_untrusted(a.stripe))?;
+    if a.json {
+        println!("{}", json!({"stripe": a.stripe, "cleared": cleared}));
+    } else {
+        for r in &cleared {
+            println!(
+                "stripe {}: data chunk {} bytes {}..{} zero-filled",
+                r.stripe,
+                r.position,
+                r.offset,
+                r.offset + r.len
+            );
+        }
+    }
+    array.close()?;
+    Ok(ExitCode::from(crate::exit::OK))
+}
+
 pub fn write(a: WriteArgs) -> Result<ExitCode> {
     // Stream the input in steps of a few MiB: memory stays bounded whatever its size.
     let (mut input, known_len): (Box<dyn Read>, Option<u64>) = match &a.input {
@@ -1056,7 +1138,7 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
     }
     let mut done = 0u64;
     // While it writes, `status` from another process asks this one over the control socket.
-    with_control_socket(&array, || -> Result<()> {
+    let written = with_control_socket(&array, || -> Result<()> {
         loop {
             // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
             let mut got = 0;
@@ -1077,8 +1159,28 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
             bar.set_position(done);
         }
         Ok(())
-    })?;
+    });
     bar.finish_and_clear();
+    if let Err(e) = written {
+        // A refused write (an unrecoverable stripe, exit 3; a range or input error) wrote none
+        // of the stripe it refused and every piece before it whole: close clean, as after any
+        // finished write, so nothing is left dirty for a resync to settle. An I/O error may
+        // have left a stripe half-written: that one stays dirty for the resync.
+        let refused = match e.downcast_ref::<EngineError>() {
+            Some(
+                EngineError::Unrecoverable { .. }
+                | EngineError::Config(_)
+                | EngineError::OutOfRange { .. },
+            )
+            | None => true,
+            Some(_) => false,
+        };
+        if refused {
+            report(&array, "wrote", done, a.json);
+            array.close()?;
+        }
+        return Err(e);
+    }
     report(&array, "wrote", done, a.json);
     array.close()?;
     Ok(ExitCode::from(crate::exit::OK))
@@ -1315,11 +1417,14 @@ fn crash_campaign(
                 journal: true,
                 chunk_bytes: 16384,
                 write_journal: a.journal,
+                damaged_stripe: false,
             })?;
             let ok = rep.flushed_bytes_lost == 0
                 && (!a.journal || rep.mixed_chunks == 0)
                 && rep.wrong_bytes == 0
-                && rep.unreadable_chunks == 0
+                && rep.unreadable_unsettled == 0
+                && rep.flushed_refused == 0
+                && (!a.journal || rep.unreadable_chunks == 0)
                 && rep.refused_writes == 0
                 && (a.degraded || rep.found_after_resync == 0);
             rows.push((k, m, scheme, rep, ok));

@@ -211,8 +211,18 @@ pub fn assemble_paths(
         writable,
         ..AssembleOptions::default()
     };
+    assemble_paths_with(paths, direct, &opts)
+}
+
+/// [`assemble_paths`] with every option (`no_wait`: refuse at once instead of waiting for a
+/// holder on another host that may be gone).
+pub fn assemble_paths_with(
+    paths: &[PathBuf],
+    direct: bool,
+    opts: &AssembleOptions,
+) -> Result<Array, EngineError> {
     refuse_duplicate_paths(paths)?;
-    let array = Array::assemble(open_member_paths(paths, direct), &opts)?;
+    let array = Array::assemble(open_member_paths(paths, direct), opts)?;
     array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
     Ok(array)
 }
@@ -352,7 +362,6 @@ pub fn with_control_socket_and<R>(
     let out = std::thread::scope(|s| {
         let replacing = &replacing;
         s.spawn(|| {
-            let mut last_beat = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
@@ -414,12 +423,6 @@ pub fn with_control_socket_and<R>(
                         let _ = w.write_all(b"\n");
                     }
                     Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-                }
-                if let Some(every) = array.heartbeat_interval() {
-                    if last_beat.elapsed() >= every {
-                        let _ = array.heartbeat();
-                        last_beat = std::time::Instant::now();
-                    }
                 }
             }
         });
@@ -495,7 +498,13 @@ fn start_replace<'scope>(
                     sum.member,
                     target,
                     sum.stripes_rebuilt,
-                    if sum.readded { " (re-added through the write-intent record)" } else { "" },
+                    match (&sum.full_rebuild_reason, sum.readded) {
+                        (_, true) => " (re-added through the write-intent record)".to_string(),
+                        (Some(why), false) => format!(
+                            " (this slot's own device back, rebuilt in full, not re-added: {why})"
+                        ),
+                        (None, false) => String::new(),
+                    },
                     sum.survivors_repaired
                 ));
             }

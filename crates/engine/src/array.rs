@@ -3,7 +3,7 @@
 use crate::events::EventLog;
 use crate::{Counters, EngineError, Event};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use stripeguard_codes::ErasureCode;
 use stripeguard_disk::{AlignedBuf, DiskError, DiskRef, UnitMap};
 use stripeguard_integrity::{
@@ -107,6 +107,9 @@ pub struct AssembleOptions {
     pub writable: bool,
     /// Heartbeat interval written into the owner record (FORMAT.md §2.0).
     pub heartbeat: std::time::Duration,
+    /// Refuse at once when another host's holder may still hold the array, instead of waiting
+    /// to see whether its heartbeat moves (FORMAT.md §2.0).
+    pub no_wait: bool,
 }
 
 impl Default for AssembleOptions {
@@ -114,7 +117,8 @@ impl Default for AssembleOptions {
         AssembleOptions {
             first_read_map_bytes: 64 << 20,
             writable: true,
-            heartbeat: std::time::Duration::from_millis(crate::owner::HEARTBEAT_MS as u64),
+            heartbeat: crate::owner::heartbeat_interval(),
+            no_wait: false,
         }
     }
 }
@@ -143,6 +147,8 @@ pub(crate) struct Meta {
     pub(crate) table: Vec<MemberSlot>,
     pub(crate) high_water: u64,
     pub(crate) state: ArrayState,
+    /// Incompatible feature bit 2: the stripe-state record may hold an entry (FORMAT.md §2.1f).
+    pub(crate) untrusted_listed: bool,
 }
 
 /// The members' handles. A slot changes only when `replace` puts a new device in it, which it
@@ -176,8 +182,9 @@ pub struct Array {
     pub(crate) geometry: Geometry,
     /// What one I/O may move (FORMAT.md §2.3a): checksum blocks, the appendix alone.
     pub(crate) gran: Granularity,
-    pub(crate) members: Members,
-    pub(crate) failed: Vec<AtomicBool>,
+    /// Shared with the heartbeat thread (as are `failed` and `ownership`).
+    pub(crate) members: Arc<Members>,
+    pub(crate) failed: Arc<Vec<AtomicBool>>,
     pub(crate) health: Mutex<Vec<MemberHealth>>,
     pub(crate) code: Box<dyn ErasureCode>,
     pub(crate) planner: Mutex<Planner>,
@@ -185,7 +192,11 @@ pub struct Array {
     pub(crate) seq: Mutex<SeqState>,
     pub(crate) meta: Mutex<Meta>,
     pub(crate) intent: Mutex<crate::intent::Intent>,
-    pub(crate) ownership: Mutex<Option<crate::owner::Owner>>,
+    /// Listed untrusted blocks (FORMAT.md §2.1f). Lock order: before `meta`.
+    pub(crate) untrusted: Mutex<crate::untrusted::Untrusted>,
+    pub(crate) ownership: Arc<Mutex<Option<crate::owner::Owner>>>,
+    /// The owner record's heartbeat thread while this process holds the array.
+    pub(crate) beater: Mutex<Option<crate::owner::Beater>>,
     pub(crate) journal: Mutex<crate::journal::Journal>,
     /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
     pub(crate) stand_in: Mutex<Option<(u64, usize, AlignedBuf)>>,
@@ -302,6 +313,7 @@ impl Array {
             layout,
             journal_slots: slots,
             write_journal: cfg.write_journal,
+            untrusted_listed: false,
             member_table: vec![
                 MemberSlot {
                     state: MemberState::Active,
@@ -454,23 +466,38 @@ impl Array {
             }
         }
         if !split.is_empty() {
-            let side = |list: Vec<usize>| -> String {
-                list.iter()
+            let side = |list: &[usize]| -> String {
+                let names = list
+                    .iter()
                     .map(|&p| {
                         let g = found[p].as_ref().map(|(sb, _)| sb.generation).unwrap_or(0);
                         format!("{} (event {g})", members[p].name())
                     })
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", ");
+                let word = if list.len() == 1 { "member" } else { "members" };
+                format!("{word} {names}")
             };
             let current: Vec<usize> = (0..n)
                 .filter(|p| found[*p].is_ok() && !split.contains(p) && !stale.contains(p))
                 .collect();
-            return Err(EngineError::Assemble(format!(
-                "split brain: members {} and members {} were assembled and written apart (each side recorded the other as gone); refusing to guess which side holds the data — assemble one side alone and replace the other's members",
-                side(current),
-                side(split)
-            )));
+            return Err(EngineError::Assemble(if current.is_empty() {
+                // Every member the newest superblock counts as current is absent or stale: one
+                // side of the split is all that was given.
+                format!(
+                    "split brain: {} {} written after the newest superblock (event {}) recorded {} as gone, and no member given is current by that superblock (the side that wrote it is absent or stale); refusing to guess which side holds the data — give the other side's members too, or assemble the side you trust alone and replace the others",
+                    side(&split),
+                    if split.len() == 1 { "was" } else { "were" },
+                    reference.generation,
+                    if split.len() == 1 { "it" } else { "them" },
+                )
+            } else {
+                format!(
+                    "split brain: {} and {} were assembled and written apart (each side recorded the other as gone); refusing to guess which side holds the data — assemble one side alone and replace the other's members",
+                    side(&current),
+                    side(&split)
+                )
+            }));
         }
         let m = reference.parity_chunks as usize;
         if unusable.len() > m {
@@ -513,8 +540,9 @@ impl Array {
         array.events.lock().expect("lock").next_number =
             logged.entries.last().map(|e| e.number + 1).unwrap_or(0);
         array.load_intent_sequence();
+        array.load_untrusted()?;
         if opts.writable {
-            array.take_ownership(opts.heartbeat)?;
+            array.take_ownership(opts.heartbeat, opts.no_wait)?;
             let unclean = array.sb.state == ArrayState::Dirty;
             array.write_superblocks(ArrayState::Dirty)?;
             if unclean {
@@ -565,7 +593,7 @@ impl Array {
             .with_local_parity(code.parity_is_byte_local());
         Ok(Array {
             gran,
-            failed: members.iter().map(|_| AtomicBool::new(false)).collect(),
+            failed: Arc::new(members.iter().map(|_| AtomicBool::new(false)).collect()),
             health: Mutex::new(health),
             planner: Mutex::new(
                 Planner::new(geometry, sb.scheme, map_bytes).with_cross_check(sb.cross_check),
@@ -575,7 +603,8 @@ impl Array {
                 next: sb.sequence_high_water,
                 high_water: sb.sequence_high_water,
             }),
-            ownership: Mutex::new(None),
+            ownership: Arc::new(Mutex::new(None)),
+            beater: Mutex::new(None),
             journal: Mutex::new(crate::journal::Journal::new(sb.journal_slots as usize)),
             stand_in: Mutex::new(None),
             intent: Mutex::new(crate::intent::Intent::new(
@@ -587,11 +616,13 @@ impl Array {
                 table: sb.member_table.clone(),
                 high_water: sb.sequence_high_water,
                 state: sb.state,
+                untrusted_listed: sb.untrusted_listed,
             }),
+            untrusted: Mutex::new(crate::untrusted::Untrusted::new(sb.layout.state_bytes)),
             events: Mutex::new(EventLog::default()),
             code,
             geometry,
-            members: Members::new(members),
+            members: Arc::new(Members::new(members)),
             generation: std::sync::atomic::AtomicU64::new(sb.generation),
             pool: Mutex::new(Vec::new()),
             mem_align,
@@ -902,6 +933,7 @@ impl Array {
                 sb.member_index = i as u16;
                 sb.state = meta.state;
                 sb.sequence_high_water = meta.high_water;
+                sb.untrusted_listed = meta.untrusted_listed;
                 sb.generation = generation;
                 sb.member_table = meta.table.clone();
                 let bytes = sb.encode();

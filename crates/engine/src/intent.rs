@@ -33,6 +33,10 @@ pub(crate) struct Intent {
     epoch: u64,
     /// Benchmarks only: measure the array without the record (then nothing is resynced).
     disabled: bool,
+    /// The superblock event count when the record was last written with no bit set and no
+    /// member out (0: never, or by an older build). A member whose own count is below it may
+    /// have missed writes whose bits are cleared since: it cannot be re-added (FORMAT.md §2.1b).
+    cleared_at: u64,
 }
 
 /// A decoded copy.
@@ -41,6 +45,7 @@ pub(crate) struct Record {
     stripes_per_bit: u64,
     bits: u64,
     bitmap: Vec<u8>,
+    cleared_at: u64,
 }
 
 fn is_set(map: &[u8], r: u64) -> bool {
@@ -67,6 +72,7 @@ impl Intent {
             last_done_epoch: HashMap::new(),
             epoch: 0,
             disabled: false,
+            cleared_at: 0,
         }
     }
 
@@ -79,6 +85,7 @@ impl Intent {
         b[24..32].copy_from_slice(&self.stripes_per_bit.to_le_bytes());
         b[32..40].copy_from_slice(&self.bits.to_le_bytes());
         b[40..48].copy_from_slice(&event_count.to_le_bytes());
+        b[48..56].copy_from_slice(&self.cleared_at.to_le_bytes());
         b[HEADER_BYTES..HEADER_BYTES + self.set.len()].copy_from_slice(&self.set);
         let at = self.copy_bytes - 4;
         let crc = crc32c(&b[..at]);
@@ -111,6 +118,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Option<Record>, ()> {
         stripes_per_bit: per_bit,
         bits,
         bitmap: b[HEADER_BYTES..HEADER_BYTES + bits.div_ceil(8) as usize].to_vec(),
+        cleared_at: u(48),
     }))
 }
 
@@ -227,7 +235,13 @@ impl Array {
     /// Write the record to every current member (the copy the newest is not in) and flush.
     pub(crate) fn persist_intent(&self, i: &mut Intent) -> Result<(), EngineError> {
         i.sequence += 1;
-        let bytes = i.encode(self.generation.load(std::sync::atomic::Ordering::Relaxed));
+        let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
+        // Empty with every member in: every member holds every write made so far, so a member
+        // that leaves later and comes back needs at least this event count to be re-added.
+        if i.set.iter().all(|&b| b == 0) && !(0..self.members.len()).any(|m| self.is_failed(m)) {
+            i.cleared_at = generation;
+        }
+        let bytes = i.encode(generation);
         let at = INTENT_RECORD_OFFSET + (i.sequence % 2) * i.copy_bytes as u64;
         // Every member at once: a record update waits for one write and one flush.
         self.each_member(None, |_, d| d.write_at(at, &bytes).and_then(|()| d.flush()))
@@ -240,10 +254,11 @@ impl Array {
     /// a member was out, kept for that member's re-add (a record too damaged to read counts as
     /// every region when a member is out).
     pub(crate) fn load_intent_sequence(&self) {
-        let (dirty, newest) = self.read_intent_with_sequence();
+        let (dirty, newest, cleared_at) = self.read_intent_with_sequence();
         let degraded = (0..self.members.len()).any(|m| self.is_failed(m));
         let mut i = self.intent.lock().expect("lock");
         i.sequence = i.sequence.max(newest);
+        i.cleared_at = i.cleared_at.max(cleared_at);
         match dirty {
             Dirty::Regions {
                 per_bit,
@@ -269,12 +284,19 @@ impl Array {
             .collect()
     }
 
+    /// The event count at which the record was last empty with every member in (0: never
+    /// known): a returning member below it cannot be re-added (FORMAT.md §2.1b).
+    pub(crate) fn intent_cleared_at(&self) -> u64 {
+        self.intent.lock().expect("lock").cleared_at
+    }
+
     /// The newest record on any current member.
     fn read_intent(&self) -> Dirty {
         self.read_intent_with_sequence().0
     }
 
-    fn read_intent_with_sequence(&self) -> (Dirty, u64) {
+    /// The newest record's dirty regions, sequence and "cleared at" event count.
+    fn read_intent_with_sequence(&self) -> (Dirty, u64, u64) {
         let copy = (self.sb.layout.intent_bytes / 2) as usize;
         let (mut best, mut damaged): (Option<Record>, bool) = (None, false);
         for (m, d) in self.members.all().iter().enumerate() {
@@ -299,6 +321,7 @@ impl Array {
             }
         }
         let newest = best.as_ref().map(|r| r.sequence).unwrap_or(0);
+        let cleared_at = best.as_ref().map(|r| r.cleared_at).unwrap_or(0);
         let dirty = match best {
             Some(r) => Dirty::Regions {
                 per_bit: r.stripes_per_bit,
@@ -308,7 +331,7 @@ impl Array {
             None if damaged => Dirty::Everything,
             None => Dirty::Nothing,
         };
-        (dirty, newest)
+        (dirty, newest, cleared_at)
     }
 
     /// The stripes a resync would visit: those of the dirty regions when the array was not

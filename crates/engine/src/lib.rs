@@ -35,8 +35,7 @@ mod untrusted;
 
 pub use admin::{
     ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, control_socket_path,
-    default_parity,
-    member_exists, open_member, open_member_paths, open_replacement, peek_uuid,
+    default_parity, member_exists, open_member, open_member_paths, open_replacement, peek_uuid,
     with_control_socket, with_control_socket_and, CreateOnPaths, LiveReplace, LiveStatus,
     APPENDIX_CACHE_ENTRIES,
 };
@@ -53,6 +52,6 @@ pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use export::ArrayExport;
 pub(crate) use journal::Interrupted;
 pub use metacheck::MetadataFinding;
-pub use owner::{heartbeat_interval, Owner, HEARTBEAT_MS, MAX_HEARTBEAT_MS};
+pub use owner::{clock_utc_in, heartbeat_interval, Owner, HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use rebuild::ReplaceSummary;
 pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};

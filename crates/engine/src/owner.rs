@@ -1,9 +1,12 @@
 //! The owner record (FORMAT.md §2.0): who holds the array for writing, for members `flock`
 //! cannot protect (remote exports, filesystems whose locks do not cross hosts). Checked after
 //! the local locks at every writable assembly; written as held then, refreshed by heartbeats
-//! while the holder serves its control socket, and written as free at a clean close.
+//! from a thread of the holder's own for as long as it holds the array (whatever the command:
+//! a `read` or a `replace` without a control socket too), and written as free at a clean close.
 
 use crate::{Array, EngineError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripeguard_checksum::crc32c;
 use stripeguard_integrity::OWNER_RECORD_OFFSET;
@@ -14,6 +17,26 @@ const SLOT_BYTES: usize = 2048;
 const CRC_AT: usize = SLOT_BYTES - 4;
 /// Milliseconds between heartbeats of a holder.
 pub const HEARTBEAT_MS: u32 = 5000;
+/// The longest heartbeat interval a reader honours (FORMAT.md §2.0): a record naming a longer
+/// one (or none) is judged as if it named this, so no record can make an assembler wait more
+/// than two of these.
+pub const MAX_HEARTBEAT_MS: u32 = 60_000;
+
+/// The heartbeat interval this process writes into its record: [`HEARTBEAT_MS`], or
+/// `STRIPEGUARD_HEARTBEAT_MS` when set (tests use a short one), at most [`MAX_HEARTBEAT_MS`].
+pub fn heartbeat_interval() -> Duration {
+    let ms = std::env::var("STRIPEGUARD_HEARTBEAT_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(HEARTBEAT_MS);
+    Duration::from_millis(ms.clamp(1, MAX_HEARTBEAT_MS) as u64)
+}
+
+/// The interval a reader judges a record by: the one it names, bounded to
+/// `1..=MAX_HEARTBEAT_MS`.
+pub(crate) fn honoured_interval_ms(named: u32) -> u64 {
+    named.clamp(1, MAX_HEARTBEAT_MS) as u64
+}
 
 /// One slot of the owner record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -142,8 +165,14 @@ impl Array {
         self.write_slot(OWNER_RECORD_OFFSET, o.sequence, &o.encode(), true)
     }
 
-    /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.0).
-    pub(crate) fn take_ownership(&self, interval: Duration) -> Result<(), EngineError> {
+    /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.0). A holder
+    /// on another host that may be gone is waited for (two of its bounded intervals, said on
+    /// stderr with the time the wait ends), or with `no_wait` refused at once.
+    pub(crate) fn take_ownership(
+        &self,
+        interval: Duration,
+        no_wait: bool,
+    ) -> Result<(), EngineError> {
         let me_host = host_name();
         let me_boot = boot_id();
         let in_use = |o: &Owner, why: String| {
@@ -165,21 +194,51 @@ impl Array {
                 }
                 // The holder died without closing: taking over is safe on this host.
             } else {
-                let age = now_ms().saturating_sub(o.heartbeat_ms);
-                let interval_ms = o.interval_ms.max(1) as u64;
-                if age < 3 * interval_ms {
+                let now = now_ms();
+                let interval_ms = honoured_interval_ms(o.interval_ms);
+                // A heartbeat ahead of this host's clock says nothing about when it was
+                // written: only the sequence can tell (a live holder moves it every interval).
+                let future = o.heartbeat_ms > now;
+                let age = now.saturating_sub(o.heartbeat_ms);
+                if !future && age < 3 * interval_ms {
                     return Err(in_use(
                         &o,
                         format!(
-                            "its last heartbeat {} ms ago; if that host is down, try again in {} s",
-                            age,
+                            "its last heartbeat {} ago (it beats every {}); if that host is down, try again in {} s",
+                            span(age),
+                            span(interval_ms),
                             (3 * interval_ms - age).div_ceil(1000)
                         ),
                     ));
                 }
-                // Its heartbeat looks stale by this clock: wait and look again (a live holder
-                // with another clock still moves the sequence).
-                std::thread::sleep(Duration::from_millis(2 * interval_ms));
+                let wait = 2 * interval_ms;
+                let why = if future {
+                    format!(
+                        "its last heartbeat is {} in the future by this host's clock, so only its sequence can tell whether it still beats",
+                        span(o.heartbeat_ms - now)
+                    )
+                } else {
+                    format!("its last heartbeat was {} ago", span(age))
+                };
+                if no_wait {
+                    return Err(in_use(
+                        &o,
+                        format!(
+                            "{why}; not waiting (--no-wait): it is taken over once its sequence stays still for {} (two of its heartbeat intervals)",
+                            span(wait)
+                        ),
+                    ));
+                }
+                // Wait and look again (a live holder, whatever its clock, moves the sequence).
+                eprintln!(
+                    "stripeguard: the array's owner record names process {} on {} ({}); {why}: waiting {}, until {}, to see whether its sequence moves (it is taken over if not; --no-wait refuses instead)",
+                    o.pid,
+                    o.host,
+                    o.command,
+                    span(wait),
+                    clock_utc(now + wait)
+                );
+                std::thread::sleep(Duration::from_millis(wait));
                 if let Some(again) = self.owner() {
                     if again.sequence != o.sequence && again.held {
                         return Err(in_use(&again, "its heartbeat still moves".into()));
@@ -196,7 +255,7 @@ impl Array {
             holder_id: rand::random(),
             acquired_ms: now,
             heartbeat_ms: now,
-            interval_ms: interval.as_millis().clamp(1, u32::MAX as u128) as u32,
+            interval_ms: interval.as_millis().clamp(1, MAX_HEARTBEAT_MS as u128) as u32,
             host: me_host,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         };
@@ -228,30 +287,27 @@ impl Array {
             }
         }
         LIVE.lock().expect("lock").push(o.holder_id);
+        let every = Duration::from_millis(o.interval_ms as u64);
         *self.ownership.lock().expect("lock") = Some(o);
+        *self.beater.lock().expect("lock") = Some(Beater::start(self, every));
         Ok(())
     }
 
-    /// Forget this array's holder id (it was dropped: closed or crashed).
+    /// Forget this array's holder id (it was dropped: closed or crashed) and stop its heartbeat.
     pub(crate) fn forget_ownership(&self) {
+        if let Some(b) = self.beater.lock().expect("lock").take() {
+            b.stop();
+        }
         if let Some(o) = self.ownership.lock().expect("lock").as_ref() {
             LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
         }
     }
 
-    /// Refresh the heartbeat (the control-socket thread calls it every interval).
-    pub(crate) fn heartbeat(&self) -> Result<(), EngineError> {
-        let mut mine = self.ownership.lock().expect("lock");
-        if let Some(o) = mine.as_mut() {
-            o.sequence += 1;
-            o.heartbeat_ms = now_ms();
-            self.write_owner(o)?;
-        }
-        Ok(())
-    }
-
     /// Mark the array free (a clean close).
     pub(crate) fn release_ownership(&self) -> Result<(), EngineError> {
+        if let Some(b) = self.beater.lock().expect("lock").take() {
+            b.stop();
+        }
         let mut mine = self.ownership.lock().expect("lock");
         if let Some(mut o) = mine.take() {
             LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
@@ -262,15 +318,93 @@ impl Array {
         }
         Ok(())
     }
+}
 
-    /// The heartbeat interval of this holder, if it holds the array.
-    pub(crate) fn heartbeat_interval(&self) -> Option<Duration> {
-        self.ownership
-            .lock()
-            .expect("lock")
-            .as_ref()
-            .map(|o| Duration::from_millis(o.interval_ms as u64))
+/// The holder's heartbeat: a thread of its own that rewrites the owner record every interval
+/// while the array is held, whatever the command does meanwhile (a `read`, a `replace` that
+/// runs for hours, a holder whose control socket could not bind). It stops when the array is
+/// closed or dropped.
+pub(crate) struct Beater {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Beater {
+    fn start(array: &Array, every: Duration) -> Beater {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (flag, ownership, members, failed) = (
+            stop.clone(),
+            array.ownership.clone(),
+            array.members.clone(),
+            array.failed.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name("sg-heartbeat".into())
+            .spawn(move || {
+                let (lock, cv) = &*flag;
+                let mut stopped = lock.lock().expect("lock");
+                loop {
+                    stopped = cv
+                        .wait_timeout_while(stopped, every, |s| !*s)
+                        .expect("lock")
+                        .0;
+                    if *stopped {
+                        return;
+                    }
+                    let mut mine = ownership.lock().expect("lock");
+                    let Some(o) = mine.as_mut() else { return };
+                    o.sequence += 1;
+                    o.heartbeat_ms = now_ms();
+                    let bytes = o.encode();
+                    let at = OWNER_RECORD_OFFSET + (o.sequence % 2) * SLOT_BYTES as u64;
+                    // A member whose write fails here is left to the holder's own I/O to take
+                    // out (this thread cannot update the member table); the others still beat.
+                    for (i, d) in members.all().iter().enumerate() {
+                        if !failed_at(&failed, i) {
+                            let _ = d.write_at(at, &bytes).and_then(|()| d.flush());
+                        }
+                    }
+                }
+            })
+            .ok();
+        Beater { stop, thread }
     }
+
+    /// Stop the thread and wait for it (at most the beat it is writing).
+    fn stop(mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().expect("lock") = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn failed_at(failed: &[AtomicBool], i: usize) -> bool {
+    failed.get(i).is_none_or(|f| f.load(Ordering::Relaxed))
+}
+
+/// A span of milliseconds in words.
+fn span(ms: u64) -> String {
+    match ms {
+        0..=9_999 => format!("{ms} ms"),
+        10_000..=119_999 => format!("{} s", ms / 1000),
+        120_000..=7_199_999 => format!("{} min", ms / 60_000),
+        7_200_000..=172_799_999 => format!("{} h", ms / 3_600_000),
+        _ => format!("{} days", ms / 86_400_000),
+    }
+}
+
+/// Unix milliseconds as the time of day, UTC (`14:03:07 UTC`).
+fn clock_utc(ms: u64) -> String {
+    let s = (ms / 1000) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// The time of day, UTC, `after` from now: when a wait that starts now ends.
+pub fn clock_utc_in(after: Duration) -> String {
+    clock_utc(now_ms() + after.as_millis() as u64)
 }
 
 /// A process on this host that still runs: it has a `/proc` entry and is not a zombie (a
@@ -312,6 +446,15 @@ mod tests {
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(Owner::decode(&c).is_none(), "bit {bit}");
         }
+    }
+
+    #[test]
+    fn a_reader_honours_at_most_a_minute_between_heartbeats() {
+        assert_eq!(honoured_interval_ms(u32::MAX), 60_000);
+        assert_eq!(honoured_interval_ms(0), 1);
+        assert_eq!(honoured_interval_ms(5000), 5000);
+        assert_eq!(span(120_000), "2 min");
+        assert_eq!(clock_utc(86_400_000 + 3_723_000), "01:02:03 UTC");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct ReplaceSummary {
     pub readded: bool,
     /// Stripes the rebuild had to visit (all of them, or the marked regions' for a re-add).
     pub stripes_to_rebuild: u64,
+    /// The target was this slot's own device back, but could not be re-added: why it was
+    /// rebuilt in full instead.
+    pub full_rebuild_reason: Option<String>,
 }
 
 /// The target's own checkpoint (its rebuild id), if it has one.
@@ -57,31 +60,49 @@ impl Array {
         }
     }
 
-    /// Whether `target` is the device that left slot `member`, back with what it held then: its
-    /// own superblock is of this array and this slot, shows the slot's current device number,
-    /// and is no newer than the event at which the slot was last current. Everything written
-    /// to the array since lies in regions whose write-intent bits are still set (no bit is
-    /// cleared while a member is out), so those stripes are all a re-add rebuilds.
-    fn is_returning(&self, member: usize, target: &DiskRef) -> bool {
-        let Ok(own) = crate::array::read_superblock_of(target.as_ref()) else {
-            return false;
-        };
+    /// Whether `target` is the device that left slot `member`, back: `None` when it is not
+    /// (its own superblock is not of this array and this slot with the slot's current device
+    /// number, or the slot is not out). `Some(Ok)` when it can be re-added: its own event count
+    /// is at least the one at which the write-intent record was last empty with every member
+    /// in, and at most the event at which the slot was last current, so everything written to
+    /// the array since it left lies in regions whose bits are still set (no bit is cleared
+    /// while a member is out) and those stripes are all a re-add rebuilds. `Some(Err(why))`
+    /// when it must be rebuilt in full (FORMAT.md §2.1b); `older` in it says whether it is
+    /// behind (it holds nothing the array lacks) rather than written apart from the array.
+    fn returning(&self, member: usize, target: &DiskRef) -> Option<Result<(), (bool, String)>> {
+        let own = crate::array::read_superblock_of(target.as_ref()).ok()?;
+        let cleared_at = self.intent_cleared_at();
         let meta = self.meta.lock().expect("lock");
         let slot = meta.table[member];
-        own.array_uuid == self.sb.array_uuid
+        let ours = own.array_uuid == self.sb.array_uuid
             && own.member_index as usize == member
             && own
                 .member_table
                 .get(member)
                 .is_some_and(|s| s.device == slot.device)
-            && own.generation <= slot.last_event
             && matches!(
                 slot.state,
                 MemberState::Failed
                     | MemberState::Missing
                     | MemberState::Stale
                     | MemberState::Rebuilding
-            )
+            );
+        if !ours {
+            return None;
+        }
+        let g = own.generation;
+        Some(if g > slot.last_event {
+            Err((false, format!(
+                "its superblock is at event {g}, newer than event {}, the last at which the array counted it current: it was written apart from the array",
+                slot.last_event
+            )))
+        } else if g < cleared_at {
+            Err((true, format!(
+                "its superblock is at event {g}, older than event {cleared_at}, when the write-intent record was last empty with every member in: it may lack writes whose bits were cleared before it left"
+            )))
+        } else {
+            Ok(())
+        })
     }
 
     /// Rebuild member `member` onto `target`. A healthy member is replaced only with `force`.
@@ -146,14 +167,29 @@ impl Array {
         }
         // The device that left, back: a re-add through the write-intent record. (Not while
         // a full rebuild of this slot onto another device is under way.)
-        let readd =
-            self.is_failed(member) && (same || !running) && self.is_returning(member, &target);
-        if !same && !force && !readd {
+        let back = if self.is_failed(member) && (same || !running) {
+            self.returning(member, &target)
+        } else {
+            None
+        };
+        let readd = matches!(back, Some(Ok(())));
+        // This slot's own device, too old to re-add: it holds nothing the array lacks, so it
+        // is rebuilt in full without --force (one written apart from the array still needs it).
+        let older_copy = matches!(back, Some(Err((true, _))));
+        let full_rebuild_reason = match back {
+            Some(Err((_, why))) => Some(why),
+            _ => None,
+        };
+        if !same && !force && !readd && !older_copy {
             let mut sb = vec![0u8; SUPERBLOCK_BYTES];
             if target.read_at(0, &mut sb).is_ok() && sb[..8] == *b"SGARRAY\0" {
                 return cfg(format!(
-                    "{} holds a stripeguard array; pass --force to overwrite it",
-                    target.name()
+                    "{} holds a stripeguard array{}; pass --force to overwrite it",
+                    target.name(),
+                    full_rebuild_reason
+                        .as_ref()
+                        .map(|why| format!(" (this slot's own device, but {why})"))
+                        .unwrap_or_default()
                 ));
             }
         }
@@ -207,11 +243,14 @@ impl Array {
         self.health.lock().expect("lock")[member].name = target.name().to_string();
         let save = |a: &Array, ck: &mut Checkpoint| -> Result<(), EngineError> {
             ck.sequence += 1;
-            a.write_checkpoint(ck)?;
-            // The target carries the same record: its id is how a resume recognises it.
+            // The target carries the same record: its id is how a resume recognises it. It is
+            // durable on the target before the members name it, so a replace killed between
+            // the two writes never leaves the members naming an id its own target lacks (which
+            // refused the same device as "another device").
             let slot = (ck.sequence % 2) * SLOT_BYTES as u64;
             target.write_at(CHECKPOINT_OFFSET + slot, &ck.encode())?;
             target.flush()?;
+            a.write_checkpoint(ck)?;
             Ok(())
         };
         save(self, &mut ck)?;
@@ -297,6 +336,7 @@ impl Array {
             survivors_repaired: self.counters().located - located_before,
             readded: readd,
             stripes_to_rebuild: total,
+            full_rebuild_reason,
         })
     }
 }

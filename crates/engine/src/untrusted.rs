@@ -70,7 +70,8 @@ impl Array {
             }
             for c in b.chunks(copy) {
                 if let Ok(Some(r)) = StateRecord::decode(c) {
-                    if self.untrusted_fits(&r) && best.as_ref().is_none_or(|x| r.sequence > x.sequence)
+                    if self.untrusted_fits(&r)
+                        && best.as_ref().is_none_or(|x| r.sequence > x.sequence)
                     {
                         best = Some(r);
                     }
@@ -112,7 +113,13 @@ impl Array {
     }
 
     /// Listed ranges of data chunk `pos` of `stripe` overlapping bytes `lo..hi` of it.
-    pub(crate) fn untrusted_in(&self, stripe: u64, pos: usize, lo: u32, hi: u32) -> Vec<UntrustedRange> {
+    pub(crate) fn untrusted_in(
+        &self,
+        stripe: u64,
+        pos: usize,
+        lo: u32,
+        hi: u32,
+    ) -> Vec<UntrustedRange> {
         let u = self.untrusted.lock().expect("lock");
         if u.entries.is_empty() {
             return vec![];
@@ -196,7 +203,10 @@ impl Array {
             "untrusted-verified",
             "a scrub read listed bytes with the CRC their metadata vouched for before the settle: stripe re-sealed and parity recomputed around them",
         )?;
-        self.take_off_untrusted(&good, "verified again by a scrub (the bytes their metadata vouched for are back)");
+        self.take_off_untrusted(
+            &good,
+            "verified again by a scrub (the bytes their metadata vouched for are back)",
+        );
         Ok(())
     }
 
@@ -490,10 +500,7 @@ impl Array {
                 "stripe {stripe} has no blocks listed untrusted (`stripeguard status` lists them)"
             )));
         }
-        let (sd, c) = (
-            self.geometry.stripe_data_bytes(),
-            self.geometry.chunk_bytes,
-        );
+        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
         for e in &listed {
             let at = stripe * sd + e.position as u64 * c + e.offset as u64;
             self.write(at, &vec![0u8; e.len as usize])?;

@@ -7,19 +7,22 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{CountingDisk, DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};
-use stripeguard_integrity::Scheme;
+use stripeguard_integrity::{CrossCheck, Scheme};
 use stripeguard_plan::{Granularity, MemberIo, Op, Planner};
 
 #[test]
 fn engine_io_counts_equal_the_planners() {
     for chunk in [4096u32, 65536] {
         for scheme in Scheme::ALL {
-            agree(scheme, chunk);
+            // `all` adds cross-check reads (first-read full-stripe reads of every scheme too).
+            for cross in [CrossCheck::One, CrossCheck::All] {
+                agree(scheme, chunk, cross);
+            }
         }
     }
 }
 
-fn agree(scheme: Scheme, chunk: u32) {
+fn agree(scheme: Scheme, chunk: u32, cross: CrossCheck) {
     let (k, m, stripes) = (6usize, 2usize, 40u64);
     let gran = Granularity::new(scheme, k, chunk, 512);
     {
@@ -34,9 +37,12 @@ fn agree(scheme: Scheme, chunk: u32) {
             })
             .collect();
         let members: Vec<DiskRef> = counting.iter().map(|c| c.clone() as DiskRef).collect();
-        let cfg = ArrayConfig::new(k, m, scheme, chunk, stripes);
+        let cfg = ArrayConfig {
+            cross_check: cross,
+            ..ArrayConfig::new(k, m, scheme, chunk, stripes)
+        };
         let array = Array::create(members, &cfg, true, &mut |_, _| {}).unwrap();
-        let mut planner = Planner::new(*array.geometry(), scheme, 1 << 20);
+        let mut planner = Planner::new(*array.geometry(), scheme, 1 << 20).with_cross_check(cross);
         // Reserve hybrid-seq's first block of sequence numbers before counting.
         array.write(0, &[1]).unwrap();
         planner.plan(Op::Write, 0, 1, |_| {});
@@ -90,14 +96,17 @@ fn agree(scheme: Scheme, chunk: u32) {
                 want += p.member_io(&gran);
             });
             assert_eq!(
-                got, want,
-                "{scheme} C={chunk}: request {i} {op:?} {off}+{len}"
+                got,
+                want,
+                "{scheme} C={chunk} cross-check {}: request {i} {op:?} {off}+{len}",
+                cross.name()
             );
             if chunk == 4096 {
                 assert_eq!(
                     (got.reads, got.writes),
                     (r, w),
-                    "{scheme}: paper count, request {i} {op:?} {off}+{len}"
+                    "{scheme} cross-check {}: paper count, request {i} {op:?} {off}+{len}",
+                    cross.name()
                 );
             }
         }

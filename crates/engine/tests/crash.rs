@@ -76,7 +76,7 @@ fn crash_campaign_degraded_closes_the_write_hole() {
                     assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
                     assert_eq!(rep.wrong_bytes, 0, "{label}");
                     assert_eq!(rep.unreadable_unsettled, 0, "{label}");
-            assert_eq!(rep.flushed_refused, 0, "{label}");
+                    assert_eq!(rep.flushed_refused, 0, "{label}");
                     assert_eq!(rep.refused_writes, 0, "{label}");
                 } else {
                     lost_without += rep.flushed_bytes_lost
@@ -127,7 +127,7 @@ fn crash_campaign_write_journal_leaves_whole_chunks() {
                     format!("{k}+{m} C={chunk} out={failed} {scheme} wj={write_journal}: {rep:?}");
                 assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
                 assert_eq!(rep.unreadable_unsettled, 0, "{label}");
-            assert_eq!(rep.flushed_refused, 0, "{label}");
+                assert_eq!(rep.flushed_refused, 0, "{label}");
                 if write_journal {
                     assert!(rep.writes > 0 && rep.stripes_resynced > 0, "{label}");
                     assert_eq!(rep.mixed_chunks, 0, "{label}");
@@ -177,9 +177,15 @@ fn crash_campaign_never_reads_a_damaged_stripe_as_good() {
             assert_eq!(rep.flushed_bytes_lost, 0, "{label}");
             assert_eq!(rep.flushed_refused, 0, "{label}");
             assert_eq!(rep.wrong_bytes, 0, "{label}");
-            assert!(rep.stripes_settled > 0, "the damaged stripe was never settled: {label}");
+            assert!(
+                rep.stripes_settled > 0,
+                "the damaged stripe was never settled: {label}"
+            );
             refused += rep.damaged_refused;
         }
     }
-    assert!(refused > 0, "no read of the damaged stripe was refused: the test proves nothing");
+    assert!(
+        refused > 0,
+        "no read of the damaged stripe was refused: the test proves nothing"
+    );
 }

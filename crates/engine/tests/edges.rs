@@ -142,6 +142,78 @@ fn two_lost_writes_in_one_raid6_stripe_are_never_returned_with_cross_check_all()
     }
 }
 
+/// Write A over a 4+2 stripe, then B into data chunk 0, with data chunk 0's unit and its buddy's
+/// (chunk 1's) appendix rolled back to their A contents: the chunk and its buddy's copy of its
+/// checksum lost the same write, P and Q hold B's checksum (issue 30, item 5). Returns what a
+/// read of `len` bytes at 0 gives on a fresh assembly (first-read state).
+fn lost_write_with_its_buddy(
+    scheme: Scheme,
+    cross: CrossCheck,
+    len: usize,
+) -> Result<Vec<u8>, EngineError> {
+    let d = mems(scheme, 6);
+    let cfg = ArrayConfig {
+        cross_check: cross,
+        ..ArrayConfig::new(4, 2, scheme, CHUNK, STRIPES)
+    };
+    create(&d, &cfg).unwrap();
+    let a = assemble(refs(&d)).unwrap();
+    a.write(0, &bytes(4 * CHUNK as usize, 7)).unwrap();
+    let (g, off, unit) = (
+        *a.geometry(),
+        a.superblock().data_offset_bytes as usize,
+        a.unit_bytes() as usize,
+    );
+    a.close().unwrap();
+    // Chunk 0's whole unit, and chunk 1's appendix (its chunk bytes do not change).
+    let victims = [(g.member_of(0, 0), 0), (g.member_of(0, 1), CHUNK as usize)];
+    let old: Vec<Vec<u8>> = victims
+        .iter()
+        .map(|&(v, from)| d[v].snapshot()[off + from..off + unit].to_vec())
+        .collect();
+    let a = assemble(refs(&d)).unwrap();
+    a.write(0, &bytes(CHUNK as usize, 99)).unwrap();
+    a.close().unwrap();
+    for (&(v, from), o) in victims.iter().zip(&old) {
+        d[v].with_bytes_mut(|b| b[off + from..off + unit].copy_from_slice(o));
+    }
+    let a = assemble(refs(&d)).unwrap();
+    let mut back = vec![0u8; len];
+    a.read(0, &mut back).map(|()| back)
+}
+
+#[test]
+fn a_lost_write_with_its_buddy_appendix_is_caught_by_full_stripe_reads_with_cross_check_all() {
+    let (chunk, stripe) = (CHUNK as usize, 4 * CHUNK as usize);
+    let old = bytes(stripe, 7);
+    for scheme in [Scheme::Pure, Scheme::Hybrid2] {
+        for cross in [CrossCheck::One, CrossCheck::All] {
+            // The chunk alone: its cross-check sees P's newer checksum; the full diagnosis
+            // then finds two copies for A and two for B, a tie: an error, never either.
+            let e = lost_write_with_its_buddy(scheme, cross, chunk).unwrap_err();
+            assert!(
+                matches!(e, EngineError::Unrecoverable { .. }),
+                "{scheme} {cross:?} chunk read: {e}"
+            );
+        }
+        // The whole stripe with `all`: every first-read chunk is cross-checked against every
+        // parity as in a partial read, so the same tie is found.
+        match lost_write_with_its_buddy(scheme, CrossCheck::All, stripe) {
+            Err(EngineError::Unrecoverable { .. }) => {}
+            Err(e) => panic!("{scheme} full-stripe read: {e}"),
+            Ok(back) => panic!(
+                "{scheme} full-stripe read returned {} bytes (old: {})",
+                back.len(),
+                back[..chunk] == old[..chunk]
+            ),
+        }
+        // The paper's cost (`one`) keeps Table II's full-stripe read of pure and hybrid2: no
+        // cross-check, the buddy agrees with the old chunk, the old bytes come back.
+        let back = lost_write_with_its_buddy(scheme, CrossCheck::One, stripe).unwrap();
+        assert_eq!(back[..chunk], old[..chunk], "{scheme}");
+    }
+}
+
 #[test]
 fn a_member_that_missed_writes_is_never_current() {
     for scheme in [

@@ -301,3 +301,72 @@ fn replace_runs_while_the_array_serves_writes() {
         );
     }
 }
+
+/// A disk whose first write into the checkpoint region fails: a replace killed at the moment it
+/// records its target's id there.
+struct KilledAtCheckpoint {
+    inner: DiskRef,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Disk for KilledAtCheckpoint {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, o: u64, b: &mut [u8]) -> Result<(), DiskError> {
+        self.inner.read_at(o, b)
+    }
+    fn write_at(&self, o: u64, b: &[u8]) -> Result<(), DiskError> {
+        let ck = stripeguard_integrity::CHECKPOINT_OFFSET;
+        if (ck..ck + 4096).contains(&o) && self.armed.swap(false, Ordering::Relaxed) {
+            return Err(DiskError::Failed {
+                name: "target".into(),
+                why: "killed".into(),
+            });
+        }
+        self.inner.write_at(o, b)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        self.inner.flush()
+    }
+}
+
+/// Issue 30 item 4: a replace killed as it writes its first checkpoint, run again onto the same
+/// device, resumes (or starts over) instead of calling that device "another device". The
+/// members used to name the target's id before the target held it.
+#[test]
+fn a_replace_killed_at_its_first_checkpoint_runs_again_onto_the_same_device() {
+    let scheme = Scheme::HybridSeq;
+    let (d, data, size) = setup(scheme, 64);
+    let target = Arc::new(MemDisk::new("new1", size));
+    {
+        let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
+        let killed = Arc::new(KilledAtCheckpoint {
+            inner: target.clone(),
+            armed: std::sync::atomic::AtomicBool::new(true),
+        });
+        assert!(a.replace(1, killed, false, &mut |_, _| {}).is_err());
+        // Dropped without closing: the process died there.
+    }
+    let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
+    let s = a
+        .replace(1, target.clone(), false, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("the same device was refused: {e}"));
+    assert_eq!(s.stripes_rebuilt, 64, "{s:?}");
+    a.close().unwrap();
+    let mut members: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
+    members[1] = target;
+    members[0] = Arc::new(FailedDisk::new("gone", "removed"));
+    members[5] = Arc::new(FailedDisk::new("gone", "removed"));
+    let look = AssembleOptions {
+        writable: false,
+        ..AssembleOptions::default()
+    };
+    let a = Array::assemble(members, &look).unwrap();
+    let mut back = vec![0u8; data.len()];
+    a.read(0, &mut back).unwrap();
+    assert!(back == data, "the rebuilt member holds wrong bytes");
+}

@@ -157,11 +157,23 @@ fn without_the_journal_the_fault_is_blamed_on_the_crash_or_returned() {
     let (_, c2) = o.chunks();
     assert!(c2 == o.old_chunk(2));
     assert_eq!(o.unit2_report(), (false, true), "{:?}", o.array.events());
-    // RAID-5: two bad units are beyond the parity: the stripe is settled and the flipped byte
-    // is kept (wrong bytes returned).
+    // RAID-5: two bad units are beyond the parity: the stripe is settled, and the blocks that
+    // fail their checks — the torn half of chunk 0 and the flipped block of chunk 2 — are listed
+    // untrusted (FORMAT.md §2.1f): refused, never returned (a settle used to re-seal them and
+    // return the flipped byte). With the journal the same case reads whole and right (above).
     let o = crash_with_fault(Scheme::Hybrid1, 3, 1, false);
-    let (_, c2) = o.chunks();
-    assert!(c2 != o.old_chunk(2), "{:?}", o.array.events());
+    assert!(o.read_chunks(0, 2).is_none(), "{:?}", o.array.events());
+    let listed = o.array.untrusted();
+    assert!(
+        listed
+            .iter()
+            .any(|r| r.stripe == S && r.position == 2 && r.len == 4096),
+        "{listed:?}"
+    );
+    assert!(
+        listed.iter().any(|r| r.stripe == S && r.position == 0),
+        "{listed:?}"
+    );
     // `none` returns the flipped byte even with the journal: nothing can see it.
     for wj in [true, false] {
         let o = crash_with_fault(Scheme::None, 4, 2, wj);

@@ -20,7 +20,7 @@
 //! (which writes nothing), so a wrong member list fails `nbdkit` at start; it is assembled for
 //! real at the first connection, in the process that serves: the owner record names that
 //! process, its heartbeats and the control socket (`stripeguard status` while nbdkit holds the
-//! array) run on a thread of it, and nbdkit's `-r` reaches the plugin only through `open`. The
+//! array) run on threads of it, and nbdkit's `-r` reaches the plugin only through `open`. The
 //! array is writable unless nbdkit runs with `-r`. At unload (nbdkit stopping, its worker
 //! threads done) the array is flushed, marked clean and its ownership released (`Array::close`),
 //! as `serve` does when it stops.
@@ -56,8 +56,8 @@ struct Held {
     array: Arc<Array>,
     export: Arc<ArrayExport>,
     stats: Arc<Stats>,
-    /// The thread answering the control socket and beating the owner record's heartbeat, and
-    /// the flag that stops it.
+    /// The thread answering the control socket, and the flag that stops it (the owner
+    /// record's heartbeat beats from a thread the engine keeps while the array is held).
     control: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 

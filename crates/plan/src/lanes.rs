@@ -179,7 +179,7 @@ impl LanePlanner {
                 for l in 0..self.schemes.len() {
                     let scheme = self.schemes[l];
                     let sigma = read >> l & 1 == 0;
-                    let check = rules::read_cross_check(scheme, full, sigma);
+                    let check = rules::read_cross_check(scheme, self.cross, full, sigma);
                     let t = &mut self.tallies[l];
                     t.disk_reads += (tau + check as usize * n_cross) as u64;
                     t.read_pieces += 1;

@@ -18,6 +18,10 @@
 //! | full-stripe read | 0 | σ | 0 | σ |
 //! | full-stripe write | 0 | k | 0 | 0 |
 //!
+//! - With cross-check `all` (not Table II) every cross-check reads every parity's appendix (σ·m
+//!   where the table says σ, m where it says 1 for a pure read), and a full-stripe read of pure
+//!   and hybrid2 is cross-checked as the other hybrids' are (σ·m): the buddy's copy of a chunk's
+//!   CRC can lose the same write as the chunk.
 //! - σ = 1 when a chunk whose bytes the piece uses (a user read, an RCW read of an untouched
 //!   chunk) is in first-read state.
 //! - First-read state: a user read or an RCW read of an untouched chunk sets a chunk's bit; any

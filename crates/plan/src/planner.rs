@@ -150,14 +150,20 @@ pub(crate) mod rules {
         }
     }
 
-    /// Whether a read piece adds a cross-check read of parity.
+    /// Whether a read piece adds a cross-check read of parity. With `One` (Table II) a
+    /// full-stripe read of pure or hybrid2 has none: every chunk read is checked against its
+    /// buddy's copy of its CRC. That copy can lose the same write as the chunk (the chunk and
+    /// its buddy's appendix both old), so with `All` a full-stripe read of a first-read chunk is
+    /// cross-checked against every parity too, as a hybrid1 / hybrid-seq one is (a chunk read
+    /// and verified since it was last written cannot have lost that write).
     #[inline]
-    pub fn read_cross_check(scheme: Scheme, full: bool, sigma: bool) -> bool {
+    pub fn read_cross_check(scheme: Scheme, cross: CrossCheck, full: bool, sigma: bool) -> bool {
+        let all = cross == CrossCheck::All;
         match scheme {
             Scheme::None | Scheme::ChecksumChunk => false,
-            Scheme::Pure => !full,
+            Scheme::Pure => !full || (all && sigma),
             Scheme::Hybrid1 | Scheme::HybridSeq => sigma,
-            Scheme::Hybrid2 => sigma && !full,
+            Scheme::Hybrid2 => sigma && (!full || all),
         }
     }
 
@@ -369,7 +375,7 @@ impl<S: ReadState> Ctx<'_, S> {
                     p.reads.push(io(i, Purpose::User));
                 }
                 p.sigma = sigma;
-                if rules::read_cross_check(scheme, full, sigma) {
+                if rules::read_cross_check(scheme, self.cross, full, sigma) {
                     for j in 0..rules::cross_reads(self.cross, m) {
                         p.reads.push(io(k + j, Purpose::CrossCheck));
                     }
@@ -591,6 +597,39 @@ mod tests {
                 assert_eq!(h1.0, Mode::Rmw);
                 assert_eq!(h1.2, 0);
             }
+        }
+    }
+
+    #[test]
+    fn cross_check_all_cross_checks_first_full_stripe_reads_of_every_scheme() {
+        use Scheme::{ChecksumChunk, Hybrid1, Hybrid2, HybridSeq, Pure};
+        // (extra reads of a full-stripe read of k = 6, m = 2, first-read / subsequent-read).
+        let full = |scheme, cross, warm| {
+            let mut p = planner(scheme, 6, 2).with_cross_check(cross);
+            if warm {
+                p.plan(Op::Read, 0, 6 * C, |_| {});
+            }
+            let mut out = None;
+            p.plan(Op::Read, 0, 6 * C, |x| out = Some(x.clone()));
+            let x = out.unwrap();
+            assert_eq!(x.mode, Some(Mode::FullRead));
+            assert!(x.reads[6..]
+                .iter()
+                .all(|u| u.purpose == Purpose::CrossCheck));
+            x.paper_reads() - 6
+        };
+        for scheme in [Scheme::None, ChecksumChunk] {
+            assert_eq!(full(scheme, CrossCheck::All, false), 0, "{scheme}");
+        }
+        for scheme in [Pure, Hybrid1, Hybrid2, HybridSeq] {
+            // `all`: σ·m (every parity's appendix), like a partial read of the hybrids.
+            assert_eq!(full(scheme, CrossCheck::All, false), 2, "{scheme}");
+            assert_eq!(full(scheme, CrossCheck::All, true), 0, "{scheme}");
+        }
+        // `one` keeps Table II: pure and hybrid2 0, hybrid1 and hybrid-seq σ.
+        for (scheme, first) in [(Pure, 0), (Hybrid1, 1), (Hybrid2, 0), (HybridSeq, 1)] {
+            assert_eq!(full(scheme, CrossCheck::One, false), first, "{scheme}");
+            assert_eq!(full(scheme, CrossCheck::One, true), 0, "{scheme}");
         }
     }
 
