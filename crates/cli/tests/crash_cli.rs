@@ -39,10 +39,11 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
     ok(&run(with("write", &["-i", "old"])));
     let mut killed = 0;
     let mut without_resync = 0;
-    // Six rounds, and more (at most 40) until one kill has landed between a piece's data and
-    // parity writes, which the negative control needs (a window of microseconds per piece).
+    // Six rounds, and more (at most 160) until one kill has landed between a piece's data and
+    // parity writes, which the negative control needs (a window of microseconds per piece; on a
+    // loaded machine 40 rounds missed it about one run in two).
     let mut round = 0;
-    while round < 6 || (without_resync == 0 && round < 40) {
+    while round < 6 || (without_resync == 0 && round < 160) {
         round += 1;
         let mut new = vec![0u8; len];
         rng.fill(&mut new[..]);
