@@ -3,19 +3,12 @@
 
 mod common;
 
-use common::{ok, sg};
+use common::{ok, poke, sg, with};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn members(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("m{i}.img")).collect()
-}
-
-fn with<'a>(cmd: &[&'a str], members: &'a [String], rest: &[&'a str]) -> Vec<&'a str> {
-    let mut v: Vec<&str> = cmd.to_vec();
-    v.extend(members.iter().map(|s| s.as_str()));
-    v.extend_from_slice(rest);
-    v
 }
 
 fn random_file(path: &Path, len: usize, seed: u8) -> Vec<u8> {
@@ -314,17 +307,6 @@ fn demo_runs_on_defaults_and_none_shows_wrong_bytes() {
 fn data_offset(member: &Path) -> u64 {
     let b = std::fs::read(member).unwrap();
     u64::from_le_bytes(b[48..56].try_into().unwrap())
-}
-
-/// Overwrite `bytes` at `offset` of a member file, as `dd conv=notrunc` does.
-fn poke(member: &Path, offset: u64, bytes: &[u8]) {
-    use std::io::{Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(member)
-        .unwrap();
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 /// `stripeguard create MEMBERS --size SIZE --chunk 4K EXTRA...`, which must succeed.

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::poke;
 use common::{err_of, ok, sg};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -30,14 +31,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| ((i as u64).wrapping_mul(2654435761) >> (seed % 13)) as u8 ^ seed)
         .collect()
-}
-
-/// Overwrite `bytes` at `offset` of a file, as `dd conv=notrunc` does.
-fn poke(path: &Path, offset: u64, bytes: &[u8]) {
-    use std::io::{Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 /// Issue 30 item 2: a copy of member 8 from before a write, put back after the member was

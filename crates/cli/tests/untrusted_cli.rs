@@ -5,7 +5,7 @@
 //! FORMAT.md gives, not through our own injector.
 
 mod common;
-use common::{err_of, ok, sg};
+use common::{err_of, ok, peek, poke, sg, with};
 use std::path::Path;
 use stripeguard_checksum::crc32c;
 
@@ -13,13 +13,6 @@ const D: u64 = 128 << 10; // data offset of members under 256 MiB (FORMAT.md §2
 
 fn members(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("m{i}")).collect()
-}
-
-fn with<'a>(cmd: &[&'a str], ms: &'a [String], rest: &[&'a str]) -> Vec<&'a str> {
-    let mut v: Vec<&str> = cmd.to_vec();
-    v.extend(ms.iter().map(|s| s.as_str()));
-    v.extend_from_slice(rest);
-    v
 }
 
 fn random_file(path: &Path, len: usize, seed: u32) -> Vec<u8> {
@@ -34,23 +27,6 @@ fn random_file(path: &Path, len: usize, seed: u32) -> Vec<u8> {
         .collect();
     std::fs::write(path, &data).unwrap();
     data
-}
-
-fn poke(member: &Path, at: u64, bytes: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(member)
-        .unwrap();
-    f.write_all_at(bytes, at).unwrap();
-}
-
-fn peek(member: &Path, at: u64, len: usize) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(member).unwrap();
-    let mut b = vec![0u8; len];
-    f.read_exact_at(&mut b, at).unwrap();
-    b
 }
 
 /// What a power cut in the middle of a write to region 0 leaves (FORMAT.md §2.1, §2.1b): every

@@ -193,7 +193,7 @@ pub struct Array {
     pub(crate) meta: Mutex<Meta>,
     pub(crate) intent: Mutex<crate::intent::Intent>,
     /// Listed untrusted blocks (FORMAT.md §2.1f). Lock order: before `meta`.
-    pub(crate) untrusted: Mutex<crate::untrusted::Untrusted>,
+    pub(crate) untrusted: crate::stripe_state::UntrustedSet,
     pub(crate) ownership: Arc<Mutex<Option<crate::owner::Owner>>>,
     /// The owner record's heartbeat thread while this process holds the array.
     pub(crate) beater: Mutex<Option<crate::owner::Beater>>,
@@ -618,7 +618,7 @@ impl Array {
                 state: sb.state,
                 untrusted_listed: sb.untrusted_listed,
             }),
-            untrusted: Mutex::new(crate::untrusted::Untrusted::new(sb.layout.state_bytes)),
+            untrusted: crate::stripe_state::UntrustedSet::new(sb.layout.state_bytes),
             events: Mutex::new(EventLog::default()),
             code,
             geometry,
@@ -1125,17 +1125,11 @@ impl Array {
         bytes: &[u8],
         flush: bool,
     ) -> Result<(), EngineError> {
-        let at = offset + (sequence % 2) * bytes.len() as u64;
-        for (i, d) in self.members.all().iter().enumerate() {
-            if self.is_failed(i) {
-                continue;
-            }
-            let written = d
-                .write_at(at, bytes)
-                .and_then(|()| if flush { d.flush() } else { Ok(()) });
-            if let Err(e) = written {
-                self.fail_member(i, &e)?;
-            }
+        let disks = self.members.all();
+        for (i, e) in
+            crate::slots::write_slot_on(&disks, &self.failed, offset, sequence, bytes, flush)
+        {
+            self.fail_member(i, &e)?;
         }
         Ok(())
     }

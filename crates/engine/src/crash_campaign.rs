@@ -349,7 +349,7 @@ fn one_crash(
     // Blocks the resync listed untrusted are zero-filled (the operator's `clear`), so the next
     // round starts from a whole array.
     for s in 0..cfg.stripes {
-        if !array.untrusted_of_stripe(s).is_empty() {
+        if !array.untrusted.of_stripe(s).is_empty() {
             array.clear_untrusted(s)?;
         }
     }

@@ -499,20 +499,9 @@ impl Array {
         self.settle_inner(stripe, known, &[], kind, evidence)
     }
 
-    /// Seal `stripe` around the data as it is on disk, where `vouched` (listed ranges a scrub
-    /// found holding the bytes their metadata vouched for) are good though their settled seal
-    /// says otherwise.
-    pub(crate) fn settle_vouched(
-        &self,
-        stripe: u64,
-        vouched: &[stripeguard_integrity::UntrustedRange],
-        kind: &'static str,
-        evidence: &str,
-    ) -> Result<(), EngineError> {
-        self.settle_inner(stripe, None, vouched, kind, evidence)
-    }
-
-    fn settle_inner(
+    /// [`Array::settle_with`], where `vouched` (listed ranges a scrub found holding the bytes
+    /// their metadata vouched for) are good though their settled seal says otherwise.
+    pub(crate) fn settle_inner(
         &self,
         stripe: u64,
         known: Option<(usize, &[u8])>,

@@ -75,9 +75,7 @@ impl Array {
                 .lock()
                 .expect("lock");
             // A listed untrusted block is refused before anything is read (FORMAT.md §2.1f).
-            for (pos, lo, hi) in self.piece_chunks(off, len) {
-                self.refuse_untrusted_read(stripe, pos, lo, hi)?;
-            }
+            self.refuse_untrusted_read(stripe, off, len)?;
             let plan = self.plan_one(Op::Read, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let c = self.geometry.chunk_bytes;
@@ -166,9 +164,7 @@ impl Array {
         // into part of one is refused before anything is written (FORMAT.md §2.1f).
         let mut replaced = Vec::new();
         for &(stripe, off, len, _) in batch {
-            for (pos, lo, hi) in self.piece_chunks(off, len) {
-                replaced.extend(self.untrusted_covered(stripe, pos, lo, hi)?);
-            }
+            replaced.extend(self.untrusted_covered(stripe, off, len)?);
         }
         let mut claims = Vec::with_capacity(batch.len());
         let mut saves = Vec::with_capacity(batch.len());
@@ -822,7 +818,7 @@ impl Array {
         }
         self.repair_stripe(stripe, &[])?;
         // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.1f).
-        if let Some(e) = self.untrusted_of_stripe(stripe).first() {
+        if let Some(e) = self.untrusted.of_stripe(stripe).first() {
             return Err(EngineError::Unrecoverable {
                 stripe,
                 reason: crate::untrusted::untrusted_reason(e),

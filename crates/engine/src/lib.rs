@@ -31,6 +31,8 @@ mod owner;
 mod rebuild;
 mod repair;
 mod scrub;
+mod slots;
+mod stripe_state;
 mod untrusted;
 
 pub use admin::{

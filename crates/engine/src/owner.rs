@@ -5,7 +5,6 @@
 //! a `read` or a `replace` without a control socket too), and written as free at a clean close.
 
 use crate::{Array, EngineError};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripeguard_checksum::crc32c;
@@ -355,15 +354,16 @@ impl Beater {
                     let Some(o) = mine.as_mut() else { return };
                     o.sequence += 1;
                     o.heartbeat_ms = now_ms();
-                    let bytes = o.encode();
-                    let at = OWNER_RECORD_OFFSET + (o.sequence % 2) * SLOT_BYTES as u64;
                     // A member whose write fails here is left to the holder's own I/O to take
                     // out (this thread cannot update the member table); the others still beat.
-                    for (i, d) in members.all().iter().enumerate() {
-                        if !failed_at(&failed, i) {
-                            let _ = d.write_at(at, &bytes).and_then(|()| d.flush());
-                        }
-                    }
+                    let _ = crate::slots::write_slot_on(
+                        &members.all(),
+                        &failed,
+                        OWNER_RECORD_OFFSET,
+                        o.sequence,
+                        &o.encode(),
+                        true,
+                    );
                 }
             })
             .ok();
@@ -379,10 +379,6 @@ impl Beater {
             let _ = t.join();
         }
     }
-}
-
-fn failed_at(failed: &[AtomicBool], i: usize) -> bool {
-    failed.get(i).is_none_or(|f| f.load(Ordering::Relaxed))
 }
 
 /// A span of milliseconds in words.

@@ -22,29 +22,9 @@
 //! disk may hold an entry.
 
 use crate::events::{Event, EventAction};
+use crate::stripe_state::Inner;
 use crate::{Array, EngineError};
-use std::collections::BTreeSet;
 use stripeguard_integrity::{state_capacity, StateRecord, UntrustedRange};
-
-/// In-memory state of the record.
-#[derive(Default)]
-pub(crate) struct Untrusted {
-    entries: BTreeSet<UntrustedRange>,
-    sequence: u64,
-    /// Bytes of one copy; 0 = the array has no record region (made by an older build).
-    copy_bytes: usize,
-    /// Entries were taken off in memory since the record was last written.
-    dirty: bool,
-}
-
-impl Untrusted {
-    pub(crate) fn new(region_bytes: u64) -> Untrusted {
-        Untrusted {
-            copy_bytes: (region_bytes / 2) as usize,
-            ..Untrusted::default()
-        }
-    }
-}
 
 impl Array {
     /// Read the newest valid record copy on any current member (at assembly). A superblock that
@@ -83,7 +63,7 @@ impl Array {
                 "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a readable copy of the stripe-state record at byte {at} (FORMAT.md §2.1f); refusing to read blocks that may be listed"
             )));
         }
-        let mut u = self.untrusted.lock().expect("lock");
+        let mut u = self.untrusted.hold();
         if let Some(r) = best {
             u.sequence = r.sequence;
             u.entries = r.entries.into_iter().collect();
@@ -103,73 +83,30 @@ impl Array {
 
     /// Every listed range, in order.
     pub fn untrusted(&self) -> Vec<UntrustedRange> {
-        self.untrusted
-            .lock()
-            .expect("lock")
-            .entries
-            .iter()
-            .copied()
-            .collect()
+        self.untrusted.all()
     }
 
-    /// Listed ranges of data chunk `pos` of `stripe` overlapping bytes `lo..hi` of it.
-    pub(crate) fn untrusted_in(
-        &self,
-        stripe: u64,
-        pos: usize,
-        lo: u32,
-        hi: u32,
-    ) -> Vec<UntrustedRange> {
-        let u = self.untrusted.lock().expect("lock");
-        if u.entries.is_empty() {
-            return vec![];
-        }
-        u.entries
-            .iter()
-            .filter(|e| e.stripe == stripe && e.position as usize == pos && e.overlaps(lo, hi))
-            .copied()
-            .collect()
-    }
-
-    /// Every listed range of `stripe`.
-    pub(crate) fn untrusted_of_stripe(&self, stripe: u64) -> Vec<UntrustedRange> {
-        let u = self.untrusted.lock().expect("lock");
-        if u.entries.is_empty() {
-            return vec![];
-        }
-        u.entries
-            .iter()
-            .filter(|e| e.stripe == stripe)
-            .copied()
-            .collect()
-    }
-
-    /// The data chunks a piece of `len` bytes at array byte `off` (within one stripe) touches:
-    /// (position, first byte, end byte) within each chunk.
-    pub(crate) fn piece_chunks(&self, off: u64, len: u64) -> Vec<(usize, u32, u32)> {
+    /// The data chunks a piece of `len > 0` bytes at array byte `off` (within one stripe)
+    /// touches: (position, first byte, end byte) within each chunk.
+    fn piece_chunks(&self, off: u64, len: u64) -> impl Iterator<Item = (usize, u32, u32)> {
         let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
         let lo = off % sd;
         let hi = lo + len;
-        if len == 0 {
-            return vec![];
-        }
-        (lo / c..=(hi - 1) / c)
-            .map(|pos| {
-                let base = pos * c;
-                (
-                    pos as usize,
-                    (lo.max(base) - base) as u32,
-                    (hi.min(base + c) - base) as u32,
-                )
-            })
-            .collect()
+        (lo / c..=(hi - 1) / c).map(move |pos| {
+            let base = pos * c;
+            (
+                pos as usize,
+                (lo.max(base) - base) as u32,
+                (hi.min(base + c) - base) as u32,
+            )
+        })
     }
 
     /// A scrub of `stripe` (writable, under its lock): listed ranges whose bytes have the CRC
     /// their metadata vouched for before the settle (a good copy is back) are trusted again —
     /// the stripe is re-sealed and its parity recomputed around them, then they come off.
     pub(crate) fn verify_untrusted_again(&self, stripe: u64) -> Result<(), EngineError> {
-        let listed = self.untrusted_of_stripe(stripe);
+        let listed = self.untrusted.of_stripe(stripe);
         if listed.is_empty() {
             return Ok(());
         }
@@ -197,8 +134,9 @@ impl Array {
         }
         // Off only once the stripe is sealed around the good bytes: until then their seal is
         // the settled one, which a read would otherwise take for the truth.
-        self.settle_vouched(
+        self.settle_inner(
             stripe,
+            None,
             &good,
             "untrusted-verified",
             "a scrub read listed bytes with the CRC their metadata vouched for before the settle: stripe re-sealed and parity recomputed around them",
@@ -210,47 +148,58 @@ impl Array {
         Ok(())
     }
 
-    /// A read of bytes `lo..hi` of data chunk `pos` of `stripe`: refused when any is listed.
+    /// A read piece (`len > 0` bytes at array byte `off` of `stripe`): refused when it touches
+    /// a listed range, before any member I/O.
     pub(crate) fn refuse_untrusted_read(
         &self,
         stripe: u64,
-        pos: usize,
-        lo: u32,
-        hi: u32,
+        off: u64,
+        len: u64,
     ) -> Result<(), EngineError> {
-        match self.untrusted_in(stripe, pos, lo, hi).first() {
-            None => Ok(()),
-            Some(e) => Err(EngineError::Unrecoverable {
-                stripe,
-                reason: untrusted_reason(e),
-            }),
+        if self.untrusted.is_empty() {
+            return Ok(());
         }
+        for (pos, lo, hi) in self.piece_chunks(off, len) {
+            if let Some(e) = self.untrusted.overlapping(stripe, pos, lo, hi).first() {
+                return Err(EngineError::Unrecoverable {
+                    stripe,
+                    reason: untrusted_reason(e),
+                });
+            }
+        }
+        Ok(())
     }
 
-    /// A write of bytes `lo..hi` of data chunk `pos` of `stripe`: the listed ranges it covers
-    /// whole (taken off once it has landed), or an error when it would write part of one (the
-    /// rest of the block could not be verified to merge with).
+    /// A write piece (`len > 0` bytes at array byte `off` of `stripe`): the listed ranges it
+    /// covers whole (taken off once it has landed), or an error when it would write part of one
+    /// (the rest of the block could not be verified to merge with).
     pub(crate) fn untrusted_covered(
         &self,
         stripe: u64,
-        pos: usize,
-        lo: u32,
-        hi: u32,
+        off: u64,
+        len: u64,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
-        let hit = self.untrusted_in(stripe, pos, lo, hi);
-        if let Some(e) = hit.iter().find(|e| !e.covered_by(lo, hi)) {
-            return Err(EngineError::Unrecoverable {
-                stripe,
-                reason: format!(
-                    "{}; a write must cover bytes {}..{} of data chunk {} whole to replace them",
-                    untrusted_reason(e),
-                    e.offset,
-                    e.offset + e.len,
-                    e.position
-                ),
-            });
+        if self.untrusted.is_empty() {
+            return Ok(vec![]);
         }
-        Ok(hit)
+        let mut covered = Vec::new();
+        for (pos, lo, hi) in self.piece_chunks(off, len) {
+            let hit = self.untrusted.overlapping(stripe, pos, lo, hi);
+            if let Some(e) = hit.iter().find(|e| !e.covered_by(lo, hi)) {
+                return Err(EngineError::Unrecoverable {
+                    stripe,
+                    reason: format!(
+                        "{}; a write must cover bytes {}..{} of data chunk {} whole to replace them",
+                        untrusted_reason(e),
+                        e.offset,
+                        e.offset + e.len,
+                        e.position
+                    ),
+                });
+            }
+            covered.extend(hit);
+        }
+        Ok(covered)
     }
 
     /// Take `ranges` off (a write replaced them, or a scrub verified them): in memory now, on
@@ -260,24 +209,13 @@ impl Array {
             return;
         }
         {
-            let mut u = self.untrusted.lock().expect("lock");
+            let mut u = self.untrusted.hold();
             for r in ranges {
                 u.entries.remove(r);
             }
             u.dirty = true;
         }
-        let mut ev = self.events.lock().expect("lock");
-        for r in ranges {
-            ev.record(Event {
-                stripe: r.stripe,
-                member: self.member_of(r.stripe, r.position as usize),
-                position: r.position as usize,
-                role: "data",
-                kind: "untrusted-cleared",
-                evidence: format!("bytes {}..{}: {why}", r.offset, r.offset + r.len),
-                action: EventAction::Notice,
-            });
-        }
+        self.record_ranges(ranges, "untrusted-cleared", why, EventAction::Notice);
     }
 
     /// List `ranges` durably before the stripe around them is re-sealed. `Ok(false)` when the
@@ -287,7 +225,7 @@ impl Array {
         ranges: &[UntrustedRange],
         evidence: &str,
     ) -> Result<bool, EngineError> {
-        let mut u = self.untrusted.lock().expect("lock");
+        let mut u = self.untrusted.hold();
         let fresh: Vec<UntrustedRange> = ranges
             .iter()
             .filter(|r| !u.entries.contains(r))
@@ -305,29 +243,19 @@ impl Array {
         u.entries.extend(fresh.iter().copied());
         self.persist_untrusted(&mut u)?;
         drop(u);
-        let mut ev = self.events.lock().expect("lock");
-        for r in &fresh {
-            ev.record(Event {
-                stripe: r.stripe,
-                member: self.member_of(r.stripe, r.position as usize),
-                position: r.position as usize,
-                role: "data",
-                kind: "untrusted",
-                evidence: format!(
-                    "bytes {}..{} listed untrusted: {evidence}",
-                    r.offset,
-                    r.offset + r.len
-                ),
-                action: EventAction::Unrecoverable,
-            });
-        }
+        self.record_ranges(
+            &fresh,
+            "untrusted",
+            &format!("listed untrusted: {evidence}"),
+            EventAction::Unrecoverable,
+        );
         Ok(true)
     }
 
     /// After a flush made every completed write durable: write the record if entries were taken
     /// off, and clear the feature bit once it is empty.
     pub(crate) fn settle_untrusted_after_flush(&self) -> Result<(), EngineError> {
-        let mut u = self.untrusted.lock().expect("lock");
+        let mut u = self.untrusted.hold();
         if u.dirty {
             self.persist_untrusted(&mut u)?;
         }
@@ -339,7 +267,7 @@ impl Array {
 
     /// Write the record into both copies on every current member (a scrub found one damaged).
     pub(crate) fn rewrite_untrusted_copies(&self) -> Result<(), EngineError> {
-        let mut u = self.untrusted.lock().expect("lock");
+        let mut u = self.untrusted.hold();
         if u.copy_bytes == 0 {
             return Ok(());
         }
@@ -347,7 +275,29 @@ impl Array {
         self.persist_untrusted(&mut u)
     }
 
-    fn persist_untrusted(&self, u: &mut Untrusted) -> Result<(), EngineError> {
+    /// One event per range: `bytes LO..HI: evidence`.
+    fn record_ranges(
+        &self,
+        ranges: &[UntrustedRange],
+        kind: &'static str,
+        evidence: &str,
+        action: EventAction,
+    ) {
+        let mut ev = self.events.lock().expect("lock");
+        for r in ranges {
+            ev.record(Event {
+                stripe: r.stripe,
+                member: self.member_of(r.stripe, r.position as usize),
+                position: r.position as usize,
+                role: "data",
+                kind,
+                evidence: format!("bytes {}..{}: {evidence}", r.offset, r.offset + r.len),
+                action,
+            });
+        }
+    }
+
+    fn persist_untrusted(&self, u: &mut Inner) -> Result<(), EngineError> {
         u.sequence += 1;
         let record = StateRecord {
             sequence: u.sequence,
@@ -494,7 +444,7 @@ impl Array {
     /// Listed bytes are never accepted as good. Returns the ranges zero-filled (none listed: an
     /// error naming the stripe).
     pub fn clear_untrusted(&self, stripe: u64) -> Result<Vec<UntrustedRange>, EngineError> {
-        let listed = self.untrusted_of_stripe(stripe);
+        let listed = self.untrusted.of_stripe(stripe);
         if listed.is_empty() {
             return Err(EngineError::Config(format!(
                 "stripe {stripe} has no blocks listed untrusted (`stripeguard status` lists them)"
@@ -506,22 +456,12 @@ impl Array {
             self.write(at, &vec![0u8; e.len as usize])?;
         }
         self.flush()?;
-        let mut ev = self.events.lock().expect("lock");
-        for r in &listed {
-            ev.record(Event {
-                stripe: r.stripe,
-                member: self.member_of(r.stripe, r.position as usize),
-                position: r.position as usize,
-                role: "data",
-                kind: "untrusted-zeroed",
-                evidence: format!(
-                    "bytes {}..{} zero-filled by an operator (stripeguard clear); what they held is gone",
-                    r.offset,
-                    r.offset + r.len
-                ),
-                action: EventAction::Notice,
-            });
-        }
+        self.record_ranges(
+            &listed,
+            "untrusted-zeroed",
+            "zero-filled by an operator (stripeguard clear); what they held is gone",
+            EventAction::Notice,
+        );
         Ok(listed)
     }
 }

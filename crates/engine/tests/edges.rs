@@ -79,6 +79,19 @@ fn k1_refuses_checksum_mirroring_and_versions_catch_a_flip() {
 /// stripe 0 rolled back to their A contents (two lost writes). Returns what a read of chunk 0
 /// gives on a fresh assembly.
 fn two_lost_writes(scheme: Scheme, cross: CrossCheck) -> Result<Vec<u8>, EngineError> {
+    lost_writes(scheme, cross, &[(0, 0), (4, 0)], CHUNK as usize)
+}
+
+/// Write A over a 4+2 stripe, then B into data chunk 0, then roll the bytes from `from` to the
+/// end of unit `pos` of stripe 0 back to their A contents for every `(pos, from)` of
+/// `rolled_back` (lost writes, whole or of the appendix alone). Returns what a read of `len`
+/// bytes at 0 gives on a fresh assembly (first-read state).
+fn lost_writes(
+    scheme: Scheme,
+    cross: CrossCheck,
+    rolled_back: &[(usize, usize)],
+    len: usize,
+) -> Result<Vec<u8>, EngineError> {
     let d = mems(scheme, 6);
     let cfg = ArrayConfig {
         cross_check: cross,
@@ -93,19 +106,22 @@ fn two_lost_writes(scheme: Scheme, cross: CrossCheck) -> Result<Vec<u8>, EngineE
         a.unit_bytes() as usize,
     );
     a.close().unwrap();
-    let victims = [g.member_of(0, 0), g.member_of(0, 4)];
+    let victims: Vec<(usize, usize)> = rolled_back
+        .iter()
+        .map(|&(pos, from)| (g.member_of(0, pos), from))
+        .collect();
     let old: Vec<Vec<u8>> = victims
         .iter()
-        .map(|&v| d[v].snapshot()[off..off + unit].to_vec())
+        .map(|&(v, from)| d[v].snapshot()[off + from..off + unit].to_vec())
         .collect();
     let a = assemble(refs(&d)).unwrap();
     a.write(0, &bytes(CHUNK as usize, 99)).unwrap();
     a.close().unwrap();
-    for (&v, o) in victims.iter().zip(&old) {
-        d[v].with_bytes_mut(|b| b[off..off + unit].copy_from_slice(o));
+    for (&(v, from), o) in victims.iter().zip(&old) {
+        d[v].with_bytes_mut(|b| b[off + from..off + unit].copy_from_slice(o));
     }
     let a = assemble(refs(&d)).unwrap();
-    let mut back = vec![0u8; CHUNK as usize];
+    let mut back = vec![0u8; len];
     a.read(0, &mut back).map(|()| back)
 }
 
@@ -142,44 +158,14 @@ fn two_lost_writes_in_one_raid6_stripe_are_never_returned_with_cross_check_all()
     }
 }
 
-/// Write A over a 4+2 stripe, then B into data chunk 0, with data chunk 0's unit and its buddy's
-/// (chunk 1's) appendix rolled back to their A contents: the chunk and its buddy's copy of its
-/// checksum lost the same write, P and Q hold B's checksum (issue 30, item 5). Returns what a
-/// read of `len` bytes at 0 gives on a fresh assembly (first-read state).
+/// Data chunk 0's unit and its buddy's (chunk 1's) appendix lose the same write: the chunk and
+/// its buddy's copy of its checksum are old, P and Q hold B's checksum (issue 30, item 5).
 fn lost_write_with_its_buddy(
     scheme: Scheme,
     cross: CrossCheck,
     len: usize,
 ) -> Result<Vec<u8>, EngineError> {
-    let d = mems(scheme, 6);
-    let cfg = ArrayConfig {
-        cross_check: cross,
-        ..ArrayConfig::new(4, 2, scheme, CHUNK, STRIPES)
-    };
-    create(&d, &cfg).unwrap();
-    let a = assemble(refs(&d)).unwrap();
-    a.write(0, &bytes(4 * CHUNK as usize, 7)).unwrap();
-    let (g, off, unit) = (
-        *a.geometry(),
-        a.superblock().data_offset_bytes as usize,
-        a.unit_bytes() as usize,
-    );
-    a.close().unwrap();
-    // Chunk 0's whole unit, and chunk 1's appendix (its chunk bytes do not change).
-    let victims = [(g.member_of(0, 0), 0), (g.member_of(0, 1), CHUNK as usize)];
-    let old: Vec<Vec<u8>> = victims
-        .iter()
-        .map(|&(v, from)| d[v].snapshot()[off + from..off + unit].to_vec())
-        .collect();
-    let a = assemble(refs(&d)).unwrap();
-    a.write(0, &bytes(CHUNK as usize, 99)).unwrap();
-    a.close().unwrap();
-    for (&(v, from), o) in victims.iter().zip(&old) {
-        d[v].with_bytes_mut(|b| b[off + from..off + unit].copy_from_slice(o));
-    }
-    let a = assemble(refs(&d)).unwrap();
-    let mut back = vec![0u8; len];
-    a.read(0, &mut back).map(|()| back)
+    lost_writes(scheme, cross, &[(0, 0), (1, CHUNK as usize)], len)
 }
 
 #[test]

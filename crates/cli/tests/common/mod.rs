@@ -28,3 +28,30 @@ pub fn ok(out: &Output) -> String {
 pub fn err_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// `CMD MEMBERS... REST...` as arguments.
+pub fn with<'a>(cmd: &[&'a str], members: &'a [String], rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = cmd.to_vec();
+    v.extend(members.iter().map(|s| s.as_str()));
+    v.extend_from_slice(rest);
+    v
+}
+
+/// Overwrite `bytes` at `offset` of a member file, as `dd conv=notrunc` does.
+pub fn poke(member: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(member)
+        .unwrap();
+    f.write_all_at(bytes, offset).unwrap();
+}
+
+/// `len` bytes at `offset` of a member file.
+pub fn peek(member: &Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(member).unwrap();
+    let mut b = vec![0u8; len];
+    f.read_exact_at(&mut b, offset).unwrap();
+    b
+}
