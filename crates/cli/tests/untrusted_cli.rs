@@ -283,6 +283,10 @@ fn every_way_out_of_the_untrusted_record() {
     // `clear`: nothing listed in stripe 3 any more is an error; a fresh settle then clear.
     let cl = sg(&with(&["clear"], &ms, &["--stripe", "3"]), d);
     assert_eq!(cl.status.code(), Some(2), "{}", err_of(&cl));
+    assert!(err_of(&cl).contains("no blocks listed"), "{}", err_of(&cl));
+    let cl = sg(&with(&["clear"], &ms, &["--stripe", "1000000"]), d);
+    assert_eq!(cl.status.code(), Some(2), "{}", err_of(&cl));
+    assert!(err_of(&cl).contains("beyond the array"), "{}", err_of(&cl));
     for mem in ["m1", "m2"] {
         poke(&d.join(mem), at, b"QQ");
     }

@@ -444,6 +444,12 @@ impl Array {
     /// Listed bytes are never accepted as good. Returns the ranges zero-filled (none listed: an
     /// error naming the stripe).
     pub fn clear_untrusted(&self, stripe: u64) -> Result<Vec<UntrustedRange>, EngineError> {
+        if stripe >= self.geometry.stripes {
+            return Err(EngineError::Config(format!(
+                "stripe {stripe} is beyond the array, which has {} stripes",
+                self.geometry.stripes
+            )));
+        }
         let listed = self.untrusted.of_stripe(stripe);
         if listed.is_empty() {
             return Err(EngineError::Config(format!(
