@@ -110,16 +110,21 @@ pub struct CodecReport {
 }
 
 /// Stripes laid out for one (shape, chunk size, placement).
+/// A chunk of a benchmark stripe: aligned as a device buffer would be, and as ISA-L's
+/// `xor_gen` requires (32 bytes; a plain `Vec<u8>` is aligned to 16 and crashed it now and then).
+type Chunk = stripeguard_disk::AlignedBuf;
+const CHUNK_ALIGN: usize = 64;
+
 struct Pool {
     k: usize,
     m: usize,
     chunk: usize,
-    stripes: Vec<Vec<Vec<u8>>>,
+    stripes: Vec<Vec<Chunk>>,
     next: usize,
 }
 
 /// Our encode of a stripe's parity from its data, in place.
-fn encode_stripe(code: &dyn ErasureCode, s: &mut [Vec<u8>]) {
+fn encode_stripe(code: &dyn ErasureCode, s: &mut [Chunk]) {
     let (d, p) = s.split_at_mut(code.data_chunks());
     let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
     let mut p: Vec<&mut [u8]> = p.iter_mut().map(|x| &mut x[..]).collect();
@@ -132,8 +137,11 @@ impl Pool {
         let (k, m) = (code.data_chunks(), code.parity_chunks());
         let stripes = (0..count)
             .map(|_| {
-                let mut s: Vec<Vec<u8>> = (0..k + m)
-                    .map(|_| (0..chunk).map(|_| rng.random()).collect())
+                let mut s: Vec<Chunk> = (0..k + m)
+                    .map(|_| {
+                        let bytes: Vec<u8> = (0..chunk).map(|_| rng.random()).collect();
+                        Chunk::from_slice(&bytes, CHUNK_ALIGN)
+                    })
                     .collect();
                 encode_stripe(code, &mut s);
                 s
@@ -148,7 +156,7 @@ impl Pool {
         }
     }
 
-    fn take(&mut self) -> &mut Vec<Vec<u8>> {
+    fn take(&mut self) -> &mut Vec<Chunk> {
         let i = self.next;
         self.next = (self.next + 1) % self.stripes.len();
         &mut self.stripes[i]
@@ -266,7 +274,7 @@ fn measure_xor_codes(
     for (encode_op, rebuild_op, code) in codes {
         let mut pool = Pool::new(code, chunk, count, rng);
         for (op, rebuild) in [(encode_op, false), (rebuild_op, true)] {
-            let call = |c: &dyn ErasureCode, s: &mut Vec<Vec<u8>>| {
+            let call = |c: &dyn ErasureCode, s: &mut Vec<Chunk>| {
                 if rebuild {
                     c.reconstruct(
                         &mut s.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
@@ -369,10 +377,10 @@ fn with_reference(mut r: Measurement, name: &'static str, reference_rate: f64) -
 }
 
 /// A function of one stripe, timed by [`measured`].
-type StripeFn<'a> = &'a mut dyn FnMut(&mut Vec<Vec<u8>>);
+type StripeFn<'a> = &'a mut dyn FnMut(&mut Vec<Chunk>);
 
 /// The reference a row is compared with, if any: its name and function.
-type Reference<'a> = Option<(&'static str, Box<dyn FnMut(&mut Vec<Vec<u8>>) + 'a>)>;
+type Reference<'a> = Option<(&'static str, Box<dyn FnMut(&mut Vec<Chunk>) + 'a>)>;
 
 /// An ISA-L reference: `None` without the `isal` feature, which then compiles none of it.
 macro_rules! isal {
@@ -430,7 +438,7 @@ fn measure_shape(
         m,
         data_bytes,
         &mut |s| encode_stripe(code, s),
-        isal!("isa-l ec_encode_data", |s: &mut Vec<Vec<u8>>| {
+        isal!("isa-l ec_encode_data", |s: &mut Vec<Chunk>| {
             let (d, p) = s.split_at_mut(k);
             let d: Vec<&[u8]> = d.iter().map(|x| &x[..]).collect();
             reference.encode(
@@ -459,7 +467,7 @@ fn measure_shape(
             )
             .unwrap();
         },
-        isal!("isa-l ec_encode_data_update", |s: &mut Vec<Vec<u8>>| {
+        isal!("isa-l ec_encode_data_update", |s: &mut Vec<Chunk>| {
             let (d, p) = s.split_at_mut(k);
             let outs = &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>();
             stripeguard_isal_ref::update_with_tables(
@@ -476,8 +484,9 @@ fn measure_shape(
     // delta into the parity pass (`update`); ISA-L needs the delta first (xor_gen, then
     // ec_encode_data_update), the fastest way its API offers.
     let new_chunk: Vec<u8> = (0..chunk).map(|i| (i * 31 + 7) as u8).collect();
+    let new_chunk = Chunk::from_slice(&new_chunk, CHUNK_ALIGN);
     #[cfg(feature = "isal")]
-    let mut delta = vec![0u8; chunk];
+    let mut delta = Chunk::zeroed(chunk, CHUNK_ALIGN);
     out.push(measured(
         pool,
         placement,
@@ -499,7 +508,7 @@ fn measure_shape(
             .unwrap();
         },
         isal!("isa-l xor_gen + ec_encode_data_update", |s: &mut Vec<
-            Vec<u8>,
+            Chunk,
         >| {
             let (d, p) = s.split_at_mut(k);
             let outs = &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>();
@@ -532,7 +541,7 @@ fn measure_shape(
             )
             .unwrap();
         },
-        isal!("isa-l decode (ec_encode_data)", |s: &mut Vec<Vec<u8>>| {
+        isal!("isa-l decode (ec_encode_data)", |s: &mut Vec<Chunk>| {
             let (targets, rest) = s.split_at_mut(lost.len());
             let ins: Vec<&[u8]> = sources.iter().map(|&i| &rest[i - lost.len()][..]).collect();
             stripeguard_isal_ref::encode_with_tables(
@@ -578,7 +587,7 @@ fn measure_shape(
         },
         Some((
             "crc-fast",
-            Box::new(|s: &mut Vec<Vec<u8>>| {
+            Box::new(|s: &mut Vec<Chunk>| {
                 for c in &s[..k] {
                     black_box(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, c));
                 }

@@ -162,6 +162,15 @@ fn rs_reconstruction_equals_isal_decode() {
     }
 }
 
+/// `bytes` copied to a 32-byte aligned place in a buffer of its own: the buffer and where the
+/// copy starts.
+fn aligned(bytes: &[u8]) -> (Vec<u8>, usize) {
+    let mut buf = vec![0u8; bytes.len() + 32];
+    let at = buf.as_ptr().align_offset(32);
+    buf[at..at + bytes.len()].copy_from_slice(bytes);
+    (buf, at)
+}
+
 #[test]
 fn rs_update_equals_isal_ec_encode_data_update() {
     let mut rng = StdRng::seed_from_u64(12);
@@ -183,14 +192,16 @@ fn rs_update_equals_isal_ec_encode_data_update() {
             let delta: Vec<u8> = new.iter().zip(&data[j]).map(|(a, b)| a ^ b).collect();
             let mut theirs = parity.clone();
             let mut theirs_rmw = parity.clone();
-            let mut scratch = vec![0u8; len];
+            // ISA-L's xor_gen needs its buffers 32-byte aligned.
+            let ((old_a, o1), (new_a, o2)) = (aligned(&data[j]), aligned(&new));
+            let (mut scratch, o3) = aligned(&vec![0u8; len]);
             isal::rmw_with_tables(
                 reference.encode_tables(),
                 k,
                 j,
-                &data[j],
-                &new,
-                &mut scratch,
+                &old_a[o1..o1 + len],
+                &new_a[o2..o2 + len],
+                &mut scratch[o3..o3 + len],
                 &mut theirs_rmw
                     .iter_mut()
                     .map(|p| &mut p[..])

@@ -82,8 +82,17 @@ extern "C" {
 }
 
 /// `xor_gen`: `output = a ^ b` (ISA-L's RAID-5 parity routine).
+///
+/// ISA-L requires every pointer aligned to 32 bytes (raid.h); an unaligned one panics here
+/// instead of faulting inside its AVX loads.
 pub fn xor2(a: &[u8], b: &[u8], output: &mut [u8]) {
     let len = check(&[a, b], &[&mut *output]);
+    assert!(
+        [a.as_ptr(), b.as_ptr(), output.as_ptr()]
+            .iter()
+            .all(|p| (*p as usize).is_multiple_of(32)),
+        "ISA-L's xor_gen needs 32-byte aligned buffers"
+    );
     let mut ptrs = [
         a.as_ptr() as *mut std::ffi::c_void,
         b.as_ptr() as *mut std::ffi::c_void,
