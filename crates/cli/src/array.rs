@@ -517,27 +517,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             sb.generation
         );
         println!("  scan: {}", scan_line(last_scrub.as_ref()));
-        if !untrusted.is_empty() {
-            println!(
-                "  untrusted: {} range(s) a resync could not verify; reads of them are refused until a write covers them whole, a scrub verifies them again, or `stripeguard clear --stripe S` zero-fills them:",
-                untrusted.len()
-            );
-            for r in &untrusted {
-                println!(
-                    "    stripe {} data chunk {} (member {}) bytes {}..{}{}",
-                    r.stripe,
-                    r.position,
-                    array.geometry().member_of(r.stripe, r.position as usize),
-                    r.offset,
-                    r.offset + r.len,
-                    if r.expected_crc.is_some() {
-                        ""
-                    } else {
-                        " (no CRC to verify it against: only a write or clear takes it off)"
-                    }
-                );
-            }
-        }
+        print_untrusted(&untrusted, Some(array.geometry()));
         if array.was_unclean() {
             println!(
                 "  not closed cleanly: {awaiting} stripe(s) in regions awaiting resync (the next command that may write resyncs them first){}",
@@ -622,6 +602,38 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     ))
 }
 
+/// The listed untrusted ranges, as `status` shows them (with the member of each when the
+/// geometry is at hand).
+fn print_untrusted(
+    untrusted: &[stripeguard_integrity::UntrustedRange],
+    geometry: Option<&stripeguard_plan::Geometry>,
+) {
+    if untrusted.is_empty() {
+        return;
+    }
+    println!(
+        "  untrusted: {} range(s) a resync could not verify; reads of them are refused until a write covers them whole, a scrub verifies them again, or `stripeguard clear --stripe S` zero-fills them:",
+        untrusted.len()
+    );
+    for r in untrusted {
+        let member = geometry
+            .map(|g| format!(" (member {})", g.member_of(r.stripe, r.position as usize)))
+            .unwrap_or_default();
+        println!(
+            "    stripe {} data chunk {}{member} bytes {}..{}{}",
+            r.stripe,
+            r.position,
+            r.offset,
+            r.offset + r.len,
+            if r.expected_crc.is_some() {
+                ""
+            } else {
+                " (no CRC to verify it against: only a write or clear takes it off)"
+            }
+        );
+    }
+}
+
 /// `status` of an array another process holds: what that process says over its control
 /// socket (the array itself is not taken from it).
 fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCode> {
@@ -656,7 +668,8 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
     if a.json {
         println!(
             "{}",
-            json!({"in_use_by": live.pid, "command": live.command, "live": live, "checked": false})
+            json!({"in_use_by": live.pid, "command": live.command, "untrusted": live.untrusted,
+                   "live": live, "checked": false})
         );
     } else {
         println!(
@@ -680,12 +693,15 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
         for (m, why) in &live.out {
             println!("  member {m} out of the array: {why}");
         }
+        print_untrusted(&live.untrusted, None);
         for e in &live.recent_events {
             println!("  {e}");
         }
     }
     // A check that was asked for and not done is not a clean result.
-    Ok(ExitCode::from(if a.check {
+    Ok(ExitCode::from(if !live.untrusted.is_empty() {
+        exit::UNRECOVERABLE
+    } else if a.check {
         exit::USAGE
     } else if live.out.is_empty() && live.located == 0 {
         exit::OK

@@ -320,3 +320,268 @@ fn every_way_out_of_the_untrusted_record() {
     let sb = peek(&d.join("m0"), 0, 4096);
     assert_eq!(u64::from_le_bytes(sb[96..104].try_into().unwrap()), 1);
 }
+
+/// Member and byte offset of unit `pos` (`0..k` data, then parity) of `stripe` (FORMAT.md §2.2),
+/// for an array of `n` members with `m` parity, units of `unit` bytes.
+fn unit_at(n: usize, m: usize, unit: u64, stripe: u64, pos: usize) -> (usize, u64) {
+    let p = n - 1 - (stripe as usize % n);
+    let k = n - m;
+    let member = if pos < k {
+        (p + m + pos) % n
+    } else {
+        (p + pos - k) % n
+    };
+    (member, D + stripe * unit)
+}
+
+/// Found by an outside attack: a stripe whose listed block is damaged again, with its
+/// neighbour, and a second stripe settled in the same resync. The second settle used to list
+/// a range overlapping the first, which wrote a record copy the decoder refuses — the older copy
+/// then hid the fresh range (its re-sealed bytes read back with exit 0), or no copy was valid
+/// and the array could not be assembled at all.
+#[test]
+fn a_second_settle_of_a_listed_block_keeps_the_record_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(3);
+    let args = [
+        "--size", "4M", "--level", "5", "--scheme", "hybrid2", "--chunk", "64K",
+    ];
+    ok(&sg(&with(&["create"], &ms, &args), d));
+    let (c, sd, unit) = (65536u64, 2 * 65536u64, 65536u64 + 512);
+    let a = random_file(&d.join("A"), (20 * sd) as usize, 5);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    let at = |stripe: u64, pos: usize, off: u64| {
+        let (mem, base) = unit_at(3, 1, unit, stripe, pos);
+        (d.join(&ms[mem]), base + off)
+    };
+    let mut n = 0u8;
+    let mut damage = |stripe: u64, pos: usize, off: u64| {
+        n += 1;
+        let (p, o) = at(stripe, pos, off);
+        poke(&p, o, &[n; 10]);
+    };
+    // First: block 0 of stripe 3's data chunk 0, and its parity.
+    damage(3, 0, 100);
+    damage(3, 2, 200);
+    crash_by_hand(d, &ms);
+    assert_eq!(read_all(d, &ms, 3 * sd, 100).0, Some(3));
+    // Again: blocks 0 and 1 of that chunk and the parity; and stripe 7 beside it.
+    damage(3, 0, 100);
+    damage(3, 0, 4096 + 100);
+    damage(3, 2, 300);
+    damage(7, 0, 2 * 4096);
+    damage(7, 2, 50);
+    crash_by_hand(d, &ms);
+    assert_eq!(read_all(d, &ms, 3 * sd, 100).0, Some(3));
+    let st = sg(&with(&["status"], &ms, &["--json"]), d);
+    assert_eq!(st.status.code(), Some(3), "{}", err_of(&st));
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let listed: Vec<(u64, u64, u64, u64)> = v["untrusted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let f = |k: &str| r[k].as_u64().unwrap();
+            (f("stripe"), f("position"), f("offset"), f("len"))
+        })
+        .collect();
+    assert_eq!(listed, vec![(3, 0, 0, 8192), (7, 0, 8192, 4096)], "{v}");
+    // The block the second settle re-sealed is refused, not returned.
+    assert_eq!(read_all(d, &ms, 3 * sd + 4096, 4096).0, Some(3));
+    let (code, got, e) = read_all(d, &ms, 3 * sd + 8192, c - 8192);
+    assert_eq!(code, Some(0), "{e}");
+    assert_eq!(
+        got.unwrap(),
+        a[(3 * sd + 8192) as usize..(3 * sd + c) as usize]
+    );
+}
+
+/// Found by an outside attack: a scrub that finds a listed block's good bytes back must not
+/// take the rest of the stripe as it is. RAID-6: D0's block 0 is listed (with P and Q damaged
+/// beside it); then a flushed write of D1 is lost (its unit rolled back by hand) and D0's good
+/// bytes come back. The scrub used to re-seal the whole stripe as on disk, so D1 read back its
+/// pre-write bytes with exit 0; now the good bytes are written again through the ordinary write
+/// path, whose diagnosis repairs D1 from the parity.
+#[test]
+fn a_scrub_that_trusts_a_block_again_does_not_bless_the_rest_of_its_stripe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(4);
+    let args = [
+        "--size", "4M", "--level", "6", "--scheme", "hybrid2", "--chunk", "64K",
+    ];
+    ok(&sg(&with(&["create"], &ms, &args), d));
+    let (c, sd, unit) = (65536u64, 2 * 65536u64, 65536u64 + 512);
+    random_file(&d.join("A"), (20 * sd) as usize, 6);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    let at = |pos: usize| {
+        let (mem, base) = unit_at(4, 2, unit, 3, pos);
+        (d.join(&ms[mem]), base)
+    };
+    let (d0, d0_at) = at(0);
+    let good = peek(&d0, d0_at, 4096);
+    poke(&d0, d0_at + 100, &[0x66; 10]);
+    for pos in [2, 3] {
+        let (p, o) = at(pos);
+        poke(&p, o + 300, &[0x77; 10]);
+    }
+    crash_by_hand(d, &ms);
+    assert_eq!(read_all(d, &ms, 3 * sd, 100).0, Some(3));
+    // A flushed write of D1, lost.
+    let (d1, d1_at) = at(1);
+    let before = peek(&d1, d1_at, unit as usize);
+    let new = random_file(&d.join("N"), c as usize, 7);
+    let off = (3 * sd + c).to_string();
+    ok(&sg(
+        &with(&["write"], &ms, &["--offset", &off, "-i", "N"]),
+        d,
+    ));
+    poke(&d1, d1_at, &before);
+    // D0's good bytes back; the scrub trusts them again.
+    poke(&d0, d0_at, &good);
+    let scrub = sg(&with(&["scrub"], &ms, &[]), d);
+    assert!(
+        matches!(scrub.status.code(), Some(0 | 1)),
+        "{}",
+        err_of(&scrub)
+    );
+    let (code, got, e) = read_all(d, &ms, 3 * sd + c, c);
+    assert_eq!(code, Some(0), "{e}");
+    assert!(
+        got.unwrap() == new,
+        "D1 read back other bytes than its flushed write"
+    );
+    let (code, got, e) = read_all(d, &ms, 3 * sd, 4096);
+    assert_eq!((code, got.as_deref()), (Some(0), Some(&good[..])), "{e}");
+    let check = sg(&with(&["status"], &ms, &["--check"]), d);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}
+
+/// Found by an outside attack: a lost flushed write of D0 (its table lost it too, so D0 passes
+/// its own check) beside rot in D1, on RAID-5 hybrid2. D0's copies outvote it; a clean array
+/// refuses it, and a resync used to re-seal it and return the pre-write bytes with exit 0.
+#[test]
+fn a_settle_lists_a_chunk_its_copies_outvote() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(3);
+    let args = [
+        "--size", "4M", "--level", "5", "--scheme", "hybrid2", "--chunk", "64K",
+    ];
+    ok(&sg(&with(&["create"], &ms, &args), d));
+    let (c, sd, unit) = (65536u64, 2 * 65536u64, 65536u64 + 512);
+    random_file(&d.join("A"), (20 * sd) as usize, 8);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    let (m0, d0_at) = unit_at(3, 1, unit, 3, 0);
+    let before = peek(&d.join(&ms[m0]), d0_at, unit as usize);
+    random_file(&d.join("N"), c as usize, 9);
+    let off = (3 * sd).to_string();
+    ok(&sg(
+        &with(&["write"], &ms, &["--offset", &off, "-i", "N"]),
+        d,
+    ));
+    poke(&d.join(&ms[m0]), d0_at, &before);
+    let (m1, d1_at) = unit_at(3, 1, unit, 3, 1);
+    poke(&d.join(&ms[m1]), d1_at + 9 * 4096 + 5, &[0x99]);
+    crash_by_hand(d, &ms);
+    let (code, got, e) = read_all(d, &ms, 3 * sd, c);
+    assert_eq!(code, Some(3), "the pre-write bytes came back: {e}");
+    assert!(got.is_none());
+}
+
+/// Found by an outside attack: a replace wrote feature bit 2 to its new device but no record,
+/// so after every member had been replaced no command could assemble the array. The record now
+/// goes to the new device first; the listed range survives every replace and stays refused.
+#[test]
+fn replace_carries_the_record_to_the_new_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut ms = members(3);
+    let args = [
+        "--size", "4M", "--level", "5", "--scheme", "hybrid2", "--chunk", "64K",
+    ];
+    ok(&sg(&with(&["create"], &ms, &args), d));
+    let (sd, unit) = (2 * 65536u64, 65536u64 + 512);
+    let a = random_file(&d.join("A"), (20 * sd) as usize, 10);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    for pos in [0, 2] {
+        let (mem, base) = unit_at(3, 1, unit, 3, pos);
+        poke(&d.join(&ms[mem]), base + 100, &[0x55; 10]);
+    }
+    crash_by_hand(d, &ms);
+    assert_eq!(read_all(d, &ms, 3 * sd, 100).0, Some(3));
+    for i in 0..3 {
+        let new = format!("n{i}");
+        let idx = i.to_string();
+        ok(&sg(
+            &with(
+                &["replace"],
+                &ms,
+                &["--member", &idx, "--with", &new, "--force"],
+            ),
+            d,
+        ));
+        ms[i] = new;
+    }
+    let st = sg(&with(&["status"], &ms, &["--json"]), d);
+    assert_eq!(st.status.code(), Some(3), "{}", err_of(&st));
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v["untrusted"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(read_all(d, &ms, 3 * sd, 100).0, Some(3));
+    let (code, got, e) = read_all(d, &ms, 0, sd);
+    assert_eq!(
+        (code, got.as_deref()),
+        (Some(0), Some(&a[..sd as usize])),
+        "{e}"
+    );
+}
+
+/// Found by an outside attack: feature bit 2 cleared by hand while a range is listed is set
+/// again by the next command that writes the superblocks (the record still refuses the range).
+#[test]
+fn a_cleared_feature_bit_is_set_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(4);
+    let args = [
+        "--size",
+        "1M",
+        "--level",
+        "5",
+        "--scheme",
+        "hybrid-seq",
+        "--chunk",
+        "4K",
+    ];
+    ok(&sg(&with(&["create"], &ms, &args), d));
+    random_file(&d.join("A"), 65536, 12);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    for mem in &ms[1..=2] {
+        poke(&d.join(mem), D + 3 * 4608 + 100, b"XY");
+    }
+    crash_by_hand(d, &ms);
+    assert_eq!(read_all(d, &ms, 0, 65536).0, Some(3));
+    let features =
+        |m: &str| u64::from_le_bytes(peek(&d.join(m), 0, 4096)[96..104].try_into().unwrap());
+    assert_eq!(features("m0") & 4, 4);
+    for m in &ms {
+        let p = d.join(m);
+        for at in [0u64, 4096] {
+            let mut sb = peek(&p, at, 4096);
+            sb[96] &= !4;
+            let crc = crc32c(&sb[..4092]);
+            sb[4092..].copy_from_slice(&crc.to_le_bytes());
+            poke(&p, at, &sb);
+        }
+    }
+    assert_eq!(read_all(d, &ms, 0, 65536).0, Some(3));
+    for m in &ms {
+        assert_eq!(features(m) & 4, 4, "{m}");
+    }
+}

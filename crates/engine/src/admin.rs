@@ -301,6 +301,9 @@ pub struct LiveStatus {
     /// A replace the holder runs (or ran) on request (`stripeguard replace` while it serves).
     #[serde(default)]
     pub replace: Option<LiveReplace>,
+    /// Ranges listed untrusted (FORMAT.md §2.1f).
+    #[serde(default)]
+    pub untrusted: Vec<stripeguard_integrity::UntrustedRange>,
 }
 
 /// A replace run by the holder of the array.
@@ -404,6 +407,7 @@ pub fn with_control_socket_and<R>(
                                         .collect(),
                                     front_end: front_end(),
                                     replace: replacing.lock().expect("lock").clone(),
+                                    untrusted: array.untrusted(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }

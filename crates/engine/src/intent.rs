@@ -496,19 +496,6 @@ impl Array {
         kind: &'static str,
         evidence: &str,
     ) -> Result<(), EngineError> {
-        self.settle_inner(stripe, known, &[], kind, evidence)
-    }
-
-    /// [`Array::settle_with`], where `vouched` (listed ranges a scrub found holding the bytes
-    /// their metadata vouched for) are good though their settled seal says otherwise.
-    pub(crate) fn settle_inner(
-        &self,
-        stripe: u64,
-        known: Option<(usize, &[u8])>,
-        vouched: &[stripeguard_integrity::UntrustedRange],
-        kind: &'static str,
-        evidence: &str,
-    ) -> Result<(), EngineError> {
         let g = self.geometry;
         let (k, c) = (g.k, g.chunk_bytes as usize);
         let all: Vec<usize> = (0..g.n()).collect();
@@ -531,14 +518,7 @@ impl Array {
         // Every block that fails its own check is listed untrusted, durably, before the seal
         // below would make it pass (FORMAT.md §2.1f): it then reads refused, never as good.
         if self.sb.scheme != Scheme::None {
-            let mut ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
-            ranges.retain(|r| {
-                !vouched.iter().any(|v| {
-                    v.position == r.position
-                        && v.offset <= r.offset
-                        && r.offset + r.len <= v.offset + v.len
-                })
-            });
+            let ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
             if !self.list_untrusted(&ranges, evidence)? {
                 self.recycle(units);
                 return Err(EngineError::Unrecoverable {

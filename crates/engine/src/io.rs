@@ -160,6 +160,26 @@ impl Array {
             .iter()
             .map(|&l| self.locks[l].lock().expect("lock"))
             .collect();
+        self.write_batch_locked(batch, data)
+    }
+
+    /// One piece (`data` at array byte `off`, within `stripe`) written by a caller that holds
+    /// the stripe's lock already (a scrub).
+    pub(crate) fn write_piece_locked(
+        &self,
+        stripe: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        self.write_batch_locked(&[(stripe, off, data.len() as u64, 0)], data)
+    }
+
+    /// [`Array::write_batch`] with every stripe's lock held.
+    fn write_batch_locked(
+        &self,
+        batch: &[(u64, u64, u64, usize)],
+        data: &[u8],
+    ) -> Result<(), EngineError> {
         // Listed untrusted blocks the batch covers whole come off once it has landed; a write
         // into part of one is refused before anything is written (FORMAT.md §2.1f).
         let mut replaced = Vec::new();

@@ -318,6 +318,8 @@ impl Array {
         }
         progress(total, total);
         target.flush()?;
+        // Its metadata area carries the listed untrusted blocks like every other member's.
+        self.write_untrusted_to(&target)?;
 
         // The new member is current from here on.
         self.failed[member].store(false, Ordering::Relaxed);

@@ -22,6 +22,62 @@ pub(crate) struct Inner {
     pub(crate) dirty: bool,
 }
 
+impl Inner {
+    /// The entries with `fresh` ranges listed too, and the ranges that are new. Ranges of one
+    /// chunk stay disjoint (FORMAT.md §2.1f): a fresh range already covered by listed ones adds
+    /// nothing; one that overlaps listed ranges without being covered replaces them with their
+    /// union, which keeps an expected CRC only if it is one listed range's own (the union of
+    /// bytes vouched for at different times has none to verify it against).
+    pub(crate) fn with_listed(
+        &self,
+        fresh: &[UntrustedRange],
+    ) -> (BTreeSet<UntrustedRange>, Vec<UntrustedRange>) {
+        let mut set = self.entries.clone();
+        let mut added = Vec::new();
+        for r in fresh {
+            let chunk = |e: &UntrustedRange| (e.stripe, e.position) == (r.stripe, r.position);
+            let hits: Vec<UntrustedRange> = set
+                .iter()
+                .filter(|e| chunk(e) && e.overlaps(r.offset, r.offset + r.len))
+                .copied()
+                .collect();
+            let covered = {
+                let mut at = r.offset;
+                for e in &hits {
+                    if e.offset <= at {
+                        at = at.max(e.offset + e.len);
+                    }
+                }
+                at >= r.offset + r.len
+            };
+            if covered {
+                continue;
+            }
+            let lo = hits.iter().map(|e| e.offset).fold(r.offset, u32::min);
+            let hi = hits
+                .iter()
+                .map(|e| e.offset + e.len)
+                .fold(r.offset + r.len, u32::max);
+            for e in &hits {
+                set.remove(e);
+            }
+            let union = UntrustedRange {
+                offset: lo,
+                len: hi - lo,
+                expected_crc: if hits.is_empty() {
+                    r.expected_crc
+                } else {
+                    None
+                },
+                ..*r
+            };
+            set.insert(union);
+            added.push(union);
+        }
+        (set, added)
+    }
+}
+
 /// The listed ranges of one array.
 pub(crate) struct UntrustedSet {
     inner: Mutex<Inner>,
@@ -112,6 +168,48 @@ impl UntrustedSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn range(offset: u32, len: u32, crc: Option<u32>) -> UntrustedRange {
+        UntrustedRange {
+            stripe: 3,
+            position: 1,
+            offset,
+            len,
+            expected_crc: crc,
+        }
+    }
+
+    #[test]
+    fn listing_keeps_the_ranges_of_a_chunk_disjoint() {
+        let mut inner = Inner::default();
+        inner.entries.insert(range(0, 4096, Some(7)));
+        inner.entries.insert(range(8192, 4096, Some(9)));
+        // Covered: nothing new.
+        let (set, added) = inner.with_listed(&[range(0, 4096, Some(1))]);
+        assert!(added.is_empty() && set == inner.entries);
+        // Overlapping both: one union without a CRC.
+        let (set, added) = inner.with_listed(&[range(0, 12288, Some(5))]);
+        assert_eq!(added, vec![range(0, 12288, None)]);
+        assert_eq!(
+            set.into_iter().collect::<Vec<_>>(),
+            vec![range(0, 12288, None)]
+        );
+        // Beside them, or in another chunk: kept as it is.
+        let other = UntrustedRange {
+            position: 2,
+            ..range(0, 4096, Some(3))
+        };
+        let (set, added) = inner.with_listed(&[range(4096, 4096, Some(4)), other]);
+        assert_eq!(added, vec![range(4096, 4096, Some(4)), other]);
+        assert_eq!(set.len(), 4);
+        // What it builds always encodes and decodes (no overlap).
+        let record = stripeguard_integrity::StateRecord {
+            sequence: 1,
+            entries: set.into_iter().collect(),
+        };
+        let b = record.encode(8192).unwrap();
+        assert!(stripeguard_integrity::StateRecord::decode(&b).is_ok());
+    }
 
     #[test]
     fn the_fast_flag_follows_every_change() {

@@ -68,6 +68,11 @@ impl Array {
             u.sequence = r.sequence;
             u.entries = r.entries.into_iter().collect();
         }
+        // Entries on disk with the bit clear (cleared by hand, or by a tool that rewrote the
+        // superblock): the next superblock write sets it again.
+        if !u.entries.is_empty() {
+            self.meta.lock().expect("lock").untrusted_listed = true;
+        }
         Ok(())
     }
 
@@ -102,48 +107,48 @@ impl Array {
         })
     }
 
-    /// A scrub of `stripe` (writable, under its lock): listed ranges whose bytes have the CRC
-    /// their metadata vouched for before the settle (a good copy is back) are trusted again —
-    /// the stripe is re-sealed and its parity recomputed around them, then they come off.
+    /// A scrub of `stripe` (writable, under its lock): a listed range whose bytes on disk have
+    /// the CRC its metadata vouched for before the settle (a good copy is back) is written again,
+    /// those very bytes, through the ordinary write path. The write takes the range off; its
+    /// read-modify-write diagnoses the stripe with every unit voting as any write does (the
+    /// settled seal makes the good bytes look wrong there and they are rebuilt from the parity
+    /// the settle computed, which reproduces the listed bytes: exactly the parity's old term),
+    /// and it leaves the bytes, their seal and the parity consistent. Nothing else of the stripe
+    /// is taken as it is: a fault elsewhere in it is found and repaired, or refused, as usual.
     pub(crate) fn verify_untrusted_again(&self, stripe: u64) -> Result<(), EngineError> {
         let listed = self.untrusted.of_stripe(stripe);
-        if listed.is_empty() {
+        let checkable: Vec<UntrustedRange> = listed
+            .into_iter()
+            .filter(|e| e.expected_crc.is_some())
+            .collect();
+        if checkable.is_empty() {
             return Ok(());
         }
-        let mut positions: Vec<usize> = listed.iter().map(|e| e.position as usize).collect();
+        let mut positions: Vec<usize> = checkable.iter().map(|e| e.position as usize).collect();
         positions.dedup();
         let units = self.read_units(stripe, &positions)?;
-        let good: Vec<UntrustedRange> = listed
+        let good: Vec<(UntrustedRange, Vec<u8>)> = checkable
             .iter()
-            .filter(|e| {
-                let i = positions.iter().position(|&p| p == e.position as usize);
-                let unit = i.and_then(|i| units[i].as_ref());
-                match (unit, e.expected_crc) {
-                    (Some(u), Some(want)) => {
-                        let (lo, hi) = (e.offset as usize, (e.offset + e.len) as usize);
-                        stripeguard_checksum::crc32c(&u[lo..hi]) == want
-                    }
-                    _ => false,
-                }
+            .filter_map(|e| {
+                let i = positions.iter().position(|&p| p == e.position as usize)?;
+                let u = units[i].as_ref()?;
+                let bytes = &u[e.offset as usize..(e.offset + e.len) as usize];
+                (Some(stripeguard_checksum::crc32c(bytes)) == e.expected_crc)
+                    .then(|| (*e, bytes.to_vec()))
             })
-            .copied()
             .collect();
         self.recycle(units.into_iter().flatten());
-        if good.is_empty() {
-            return Ok(());
+        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
+        for (e, bytes) in &good {
+            let at = stripe * sd + e.position as u64 * c + e.offset as u64;
+            self.write_piece_locked(stripe, at, bytes)?;
         }
-        // Off only once the stripe is sealed around the good bytes: until then their seal is
-        // the settled one, which a read would otherwise take for the truth.
-        self.settle_inner(
-            stripe,
-            None,
-            &good,
+        let ranges: Vec<UntrustedRange> = good.iter().map(|g| g.0).collect();
+        self.record_ranges(
+            &ranges,
             "untrusted-verified",
-            "a scrub read listed bytes with the CRC their metadata vouched for before the settle: stripe re-sealed and parity recomputed around them",
-        )?;
-        self.take_off_untrusted(
-            &good,
-            "verified again by a scrub (the bytes their metadata vouched for are back)",
+            "a scrub read the bytes its metadata vouched for before the settle and wrote them again",
+            EventAction::Notice,
         );
         Ok(())
     }
@@ -226,21 +231,17 @@ impl Array {
         evidence: &str,
     ) -> Result<bool, EngineError> {
         let mut u = self.untrusted.hold();
-        let fresh: Vec<UntrustedRange> = ranges
-            .iter()
-            .filter(|r| !u.entries.contains(r))
-            .copied()
-            .collect();
+        let (entries, fresh) = u.with_listed(ranges);
         if fresh.is_empty() {
             return Ok(true);
         }
-        if u.entries.len() + fresh.len() > state_capacity(u.copy_bytes) {
+        if entries.len() > state_capacity(u.copy_bytes) {
             return Ok(false);
         }
         // The feature bit first: a build that does not know the record must never open the
         // array while a listed block's appendix holds a seal over bytes that failed.
         self.set_untrusted_bit(true)?;
-        u.entries.extend(fresh.iter().copied());
+        u.entries = entries;
         self.persist_untrusted(&mut u)?;
         drop(u);
         self.record_ranges(
@@ -262,6 +263,31 @@ impl Array {
         if u.entries.is_empty() && self.meta.lock().expect("lock").untrusted_listed {
             self.set_untrusted_bit(false)?;
         }
+        Ok(())
+    }
+
+    /// Give a replace's new device the record (both copies), before it becomes current: it
+    /// would otherwise carry feature bit 2 with an empty record, and once every member had been
+    /// replaced no copy would be left.
+    pub(crate) fn write_untrusted_to(
+        &self,
+        target: &stripeguard_disk::DiskRef,
+    ) -> Result<(), EngineError> {
+        let u = self.untrusted.hold();
+        if u.copy_bytes == 0 {
+            return Ok(());
+        }
+        let record = StateRecord {
+            sequence: u.sequence,
+            entries: u.entries.iter().copied().collect(),
+        };
+        let bytes = record
+            .encode(u.copy_bytes)
+            .map_err(|e| EngineError::Config(e.to_string()))?;
+        let at = self.sb.layout.state_offset();
+        target.write_at(at, &bytes)?;
+        target.write_at(at + u.copy_bytes as u64, &bytes)?;
+        target.flush()?;
         Ok(())
     }
 
@@ -306,6 +332,13 @@ impl Array {
         let bytes = record
             .encode(u.copy_bytes)
             .map_err(|e| EngineError::Config(e.to_string()))?;
+        // A copy this build would refuse to read is never written (it would silently fall back
+        // to the older copy, or to none).
+        if let Err(e) = StateRecord::decode(&bytes) {
+            return Err(EngineError::Config(format!(
+                "refusing to write an invalid stripe-state record: {e}"
+            )));
+        }
         self.write_slot(self.sb.layout.state_offset(), u.sequence, &bytes, true)?;
         u.dirty = false;
         Ok(())
@@ -399,6 +432,28 @@ impl Array {
         };
         for (pos, unit) in units.iter().enumerate().take(k) {
             if Some(pos) == trusted {
+                continue;
+            }
+            // A chunk that passes its own table but that its copies outvote (a lost write:
+            // the table lost it too), or whose copies tie, is not verified: its bytes are the version before the
+            // one the stripe's metadata vouches for. Listed whole, against the copies' CRC.
+            let behind = diag.findings.iter().any(|f| {
+                f.position == pos
+                    && !f.chunk_ok
+                    && matches!(
+                        f.kind,
+                        stripeguard_integrity::FindingKind::Stale { .. }
+                            | stripeguard_integrity::FindingKind::Outvoted { .. }
+                    )
+            });
+            if behind {
+                out.push(whole(stripe, pos, c, copies_say(pos)));
+                continue;
+            }
+            // Copies that tie (some say this chunk's CRC, as many say another): nothing can
+            // say its bytes are the version the stripe holds.
+            if diag.ambiguous.contains(&pos) {
+                out.push(whole(stripe, pos, c, None));
                 continue;
             }
             let chunk = &unit[..c];

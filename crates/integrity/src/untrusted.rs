@@ -28,7 +28,9 @@ const STATE_UNTRUSTED: u8 = 1;
 const FLAG_EXPECTED: u8 = 1;
 
 /// One listed range: bytes `offset..offset + len` of data chunk `position` of `stripe`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct UntrustedRange {
     /// The stripe.
     pub stripe: u64,
