@@ -585,3 +585,51 @@ fn a_cleared_feature_bit_is_set_again() {
         assert_eq!(features(m) & 4, 4, "{m}");
     }
 }
+
+/// Found by an outside attack: `status` of an array another process holds showed its live
+/// counters only, and exited 0 with ranges listed. The holder's control socket reports them.
+#[test]
+fn status_of_a_held_array_lists_the_untrusted_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(4);
+    let args = [
+        "--size",
+        "1M",
+        "--level",
+        "5",
+        "--scheme",
+        "hybrid-seq",
+        "--chunk",
+        "4K",
+    ];
+    ok(&sg(&with(&["create"], &ms, &args), d));
+    random_file(&d.join("A"), 65536, 13);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    for mem in &ms[1..=2] {
+        poke(&d.join(mem), D + 3 * 4608 + 100, b"XY");
+    }
+    crash_by_hand(d, &ms);
+    assert_eq!(read_all(d, &ms, 0, 65536).0, Some(3));
+    // A writer that holds the array while it waits for its input on a FIFO.
+    let fifo = d.join("in.fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(with(&["write"], &ms, &["--offset", "0", "-i", "in.fifo"]))
+        .current_dir(d)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let input = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let st = sg(&with(&["status"], &ms, &["--json"]), d);
+    drop(input);
+    holder.wait().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert!(v["in_use_by"].is_u64(), "not the live status: {v}");
+    assert_eq!(v["untrusted"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(st.status.code(), Some(3), "{v}");
+}
