@@ -625,10 +625,19 @@ fn status_of_a_held_array_lists_the_untrusted_ranges() {
         .spawn()
         .unwrap();
     let input = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    let st = sg(&with(&["status"], &ms, &["--json"]), d);
+    // The writer has opened its input; it takes the array right after (bounded wait).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (st, v) = loop {
+        let st = sg(&with(&["status"], &ms, &["--json"]), d);
+        // (Between its locks and its control socket, status may answer nothing.)
+        let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
+        if v["in_use_by"].is_u64() || std::time::Instant::now() > deadline {
+            break (st, v);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     drop(input);
     holder.wait().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert!(v["in_use_by"].is_u64(), "not the live status: {v}");
     assert_eq!(v["untrusted"].as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(st.status.code(), Some(3), "{v}");
