@@ -625,17 +625,23 @@ fn status_of_a_held_array_lists_the_untrusted_ranges() {
         .spawn()
         .unwrap();
     let input = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    // The writer has opened its input; it takes the array right after (bounded wait).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let (st, v) = loop {
-        let st = sg(&with(&["status"], &ms, &["--json"]), d);
-        // (Between its locks and its control socket, status may answer nothing.)
-        let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
-        if v["in_use_by"].is_u64() || std::time::Instant::now() > deadline {
-            break (st, v);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    // The writer has opened its input; it takes the array right after. Watch its owner record
+    // (FORMAT.md §2.0) without locking anything (a status run meanwhile would take a shared
+    // lock and make the writer's exclusive one fail).
+    let held_by = || {
+        let b = peek(&d.join(&ms[0]), 8192, 4096);
+        b.chunks(2048)
+            .filter(|s| &s[..8] == b"SGOWNER\0")
+            .max_by_key(|s| u64::from_le_bytes(s[16..24].try_into().unwrap()))
+            .filter(|s| s[24] == 1)
+            .map(|s| u32::from_le_bytes(s[28..32].try_into().unwrap()))
     };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while held_by() != Some(holder.id()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let st = sg(&with(&["status"], &ms, &["--json"]), d);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
     drop(input);
     holder.wait().unwrap();
     assert!(v["in_use_by"].is_u64(), "not the live status: {v}");
