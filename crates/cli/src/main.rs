@@ -31,9 +31,12 @@ pub(crate) mod exit {
     /// Nothing to work on: a workload that yields no request (a file that is not a trace of its
     /// format, an empty one, a device or limit that selects nothing).
     pub const NOTHING: u8 = 4;
+    /// `send`/`recv`: the transfer failed as a whole (connection, key, protocol, the
+    /// receiving directory); 1 means some files failed and the rest landed.
+    pub const TRANSFER: u8 = 5;
 }
 
-const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
+const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request); 5 send/recv: the transfer failed as a whole (1: some files failed, the rest landed). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
 
 /// Detect, locate and repair silent data corruption.
 #[derive(Parser)]
@@ -78,11 +81,14 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send files and directories to a receiver that proves each block landed on its disk
     /// (evicted from its page cache and read back from the device); only failed blocks are
-    /// sent again. Exit status: 0 all verified, 1 some files failed, 2 usage.
+    /// sent again. Exit status: 0 all verified, 1 some files failed (the rest landed), 2 usage,
+    /// 5 the transfer failed (connection, key, protocol).
     Send(xfer::SendArgs),
     /// Receive files from `stripeguard send` into a directory, verifying every block from the
-    /// device before reporting it.
+    /// device before reporting it. Exit status as `send`.
     Recv(xfer::RecvArgs),
+    /// Make a shared key file for `send`/`recv --key-file` (32 random bytes, mode 0600).
+    Keygen(xfer::KeygenArgs),
     /// Check received files against a `send --manifest` manifest, reading every block from the
     /// device (not the page cache). Exit status: 0 intact, 1 some file failed.
     VerifyManifest(xfer::VerifyManifestArgs),
@@ -137,6 +143,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::serve(a),
         Command::Send(a) => xfer::send_cmd(a),
         Command::Recv(a) => xfer::recv(a),
+        Command::Keygen(a) => xfer::keygen(a),
         Command::VerifyManifest(a) => xfer::verify_manifest(a),
         Command::Write(a) => array::write(a),
         Command::Read(a) => array::read(a),
@@ -184,6 +191,9 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
     }
     if let Some(RunError::Empty(_)) = e.downcast_ref::<RunError>() {
         return exit::NOTHING;
+    }
+    if e.downcast_ref::<xfer::TransferFailed>().is_some() {
+        return exit::TRANSFER;
     }
     exit::USAGE
 }

@@ -4,18 +4,24 @@ use crate::exit;
 use crate::units::parse_size;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
-use stripeguard_xfer::{receive, send, RecvOptions, SendOptions};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use stripeguard_xfer::{receive, send, Policy, RecvOptions, RecvSummary, SendOptions};
 
 #[derive(Args)]
 pub struct SendArgs {
     /// Files and directories to send (a file lands as DIR/NAME, a directory as DIR/NAME/...).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// A receiver listening there (`stripeguard recv --listen`).
-    #[arg(long, conflicts_with_all = ["ssh", "rsh"])]
+    /// A receiver listening there (`stripeguard recv --listen`): `unix:PATH` (the receiver
+    /// must run as you or root) or `HOST:PORT` (with --key-file).
+    #[arg(long, value_name = "unix:PATH|HOST:PORT", conflicts_with_all = ["ssh", "rsh"])]
     to: Option<String>,
     /// Run `stripeguard recv --stdio --dir DIR` on HOST through ssh (the way to cross networks
     /// you do not trust).
@@ -39,14 +45,15 @@ pub struct SendArgs {
     /// sending it (catches an unrecoverable read error at the source).
     #[arg(long)]
     verify_source: bool,
-    /// Keep owners (uid and gid; the receiver must run as root to apply others').
+    /// Send owners (uid and gid; applied only by a receiver run with --owner, as root for
+    /// others' uids).
     #[arg(long)]
     owner: bool,
-    /// Keep extended attributes.
+    /// Send extended attributes (applied only by a receiver run with --xattrs).
     #[arg(long)]
     xattrs: bool,
-    /// A shared key (a file of at least 16 random bytes) to answer a receiver that requires
-    /// one (`recv --key-file`).
+    /// A shared key (`stripeguard keygen FILE`; at least 32 bytes): the session is sealed and
+    /// both ends prove the key; a receiver that does not is refused.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
     /// Write a manifest (every file's size and the hash of every block; paths relative to the
@@ -100,24 +107,44 @@ pub struct RecvArgs {
     /// Where received files land (created if missing; nothing is ever written outside it).
     #[arg(long)]
     dir: PathBuf,
-    /// Listen on this address for one sender (loopback unless --allow-remote).
-    #[arg(long, conflicts_with = "stdio")]
-    listen: Option<SocketAddr>,
+    /// Listen for a sender: `unix:PATH` (a unix socket; only your own user or root may send,
+    /// checked by peer credentials) or `ADDR:PORT` (TCP; needs --key-file, and a non-loopback
+    /// address needs --allow-remote too). One session per run.
+    #[arg(long, value_name = "unix:PATH|ADDR:PORT", conflicts_with = "stdio")]
+    listen: Option<String>,
     /// Talk to the sender over standard input and output (what --ssh runs).
     #[arg(long)]
     stdio: bool,
-    /// Listen on a non-loopback address (needs --key-file: the sender must prove it holds the
-    /// key). There is no encryption on a raw connection; use --ssh across networks you do not
-    /// trust.
+    /// Listen on a non-loopback address (with --key-file: the session is then sealed, both ends
+    /// prove the key).
     #[arg(long)]
     allow_remote: bool,
-    /// Do not verify blocks from the device (acknowledge once written; fsync each file at its
-    /// end, like `rsync --fsync`). Only for measuring what verification costs.
+    /// Also accept senders running as this uid on a unix socket (repeatable).
+    #[arg(long, value_name = "UID")]
+    allow_uid: Vec<u32>,
+    /// Do not verify blocks from the device (acknowledge once written; each file is still made
+    /// durable before its rename, like `rsync --fsync`). Only for measuring what verification
+    /// costs.
     #[arg(long)]
     no_verify: bool,
-    /// Require the sender to prove it holds this shared key (challenge-response, BLAKE3-keyed).
+    /// Require the sender to prove it holds this shared key (`stripeguard keygen FILE`); the
+    /// whole session is then sealed (Noise NNpsk0, ChaCha20-Poly1305).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
+    /// Apply the owners a sender sends (`send --owner`; needs root for others' uids).
+    #[arg(long)]
+    owner: bool,
+    /// Apply `user.*` extended attributes a sender sends (`send --xattrs`).
+    #[arg(long)]
+    xattrs: bool,
+    /// Apply extended attributes of every namespace (trusted.*, security.* ...), except file
+    /// capabilities unless --allow-setid.
+    #[arg(long)]
+    all_xattrs: bool,
+    /// Keep setuid/setgid bits and file capabilities (`security.capability`); without it they
+    /// are dropped, whatever the sender says.
+    #[arg(long)]
+    allow_setid: bool,
     /// Print a JSON summary (on stderr with --stdio, whose stdout is the protocol).
     #[arg(long)]
     json: bool,
@@ -135,77 +162,149 @@ fn ignore_sigpipe() {
     }
 }
 
+/// A transfer that failed as a whole (connection, key, protocol, the receiving directory), as
+/// opposed to some files failing: exit status 5.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TransferFailed(pub String);
+
+fn failed(e: impl std::fmt::Display) -> anyhow::Error {
+    TransferFailed(e.to_string()).into()
+}
+
+/// Connections that have not finished their hello and key handshake: at most this many at
+/// once, each for at most [`HANDSHAKE_SECS`]; they never end the run or hold the directory.
+const MAX_PENDING: usize = 16;
+const HANDSHAKE_SECS: u64 = 10;
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, p) = self {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A connection's two halves, its peer's name, and how to set its read timeout.
+type Stream = (Box<dyn Read + Send>, Box<dyn Write + Send>, String, Box<dyn Fn(std::time::Duration) + Send>);
+
+fn listen(a: &RecvArgs, spec: &str) -> Result<Listener> {
+    if let Some(path) = spec.strip_prefix("unix:") {
+        let path = PathBuf::from(path);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) && UnixStream::connect(&path).is_err() {
+            // A socket left by an earlier run that no longer listens.
+            let _ = std::fs::remove_file(&path);
+        }
+        let l = UnixListener::bind(&path).with_context(|| format!("cannot listen on {}", path.display()))?;
+        // Anyone may connect; who may send is decided by peer credentials.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        eprintln!("stripeguard recv: listening on unix:{}", path.display());
+        return Ok(Listener::Unix(l, path));
+    }
+    let addr: SocketAddr = spec
+        .parse()
+        .with_context(|| format!("--listen {spec}: give unix:PATH or ADDR:PORT"))?;
+    if a.key_file.is_none() {
+        bail!("--listen {addr} (TCP) needs --key-file: any local user could connect and write into {}. Make a key with `stripeguard keygen FILE`, or use --listen unix:PATH (your own user or root only)", a.dir.display());
+    }
+    if !addr.ip().is_loopback() && !a.allow_remote {
+        bail!("--listen {addr} is not a loopback address: give --allow-remote too (the session is sealed by the key), or use --ssh from the sender");
+    }
+    let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    eprintln!("stripeguard recv: listening on {}", l.local_addr()?);
+    Ok(Listener::Tcp(l))
+}
+
+impl Listener {
+    /// The next connection, its peer's name, and (unix) whether its user may send.
+    fn accept(&self, allowed: &[u32]) -> std::io::Result<(Stream, Result<(), String>)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                s.set_read_timeout(Some(std::time::Duration::from_secs(HANDSHAKE_SECS)))?;
+                let r = s.try_clone()?;
+                let t = s.try_clone()?;
+                let idle = Box::new(move |d| {
+                    let _ = t.set_read_timeout(Some(d));
+                });
+                Ok(((Box::new(r), Box::new(s), peer.to_string(), idle), Ok(())))
+            }
+            Listener::Unix(l, _) => {
+                let (s, _) = l.accept()?;
+                s.set_read_timeout(Some(std::time::Duration::from_secs(HANDSHAKE_SECS)))?;
+                let cred = rustix::net::sockopt::socket_peercred(&s);
+                let (name, ok) = match cred {
+                    Ok(c) => {
+                        let uid = c.uid.as_raw();
+                        let me = rustix::process::geteuid().as_raw();
+                        let ok = if uid == me || uid == 0 || allowed.contains(&uid) {
+                            Ok(())
+                        } else {
+                            Err(format!("uid {uid} may not send to this receiver (only uid {me}, root, or --allow-uid)"))
+                        };
+                        (format!("pid {} uid {uid}", c.pid.as_raw_nonzero()), ok)
+                    }
+                    Err(e) => ("an unknown peer".into(), Err(format!("no peer credentials: {e}"))),
+                };
+                let r = s.try_clone()?;
+                let t = s.try_clone()?;
+                let idle = Box::new(move |d| {
+                    let _ = t.set_read_timeout(Some(d));
+                });
+                Ok(((Box::new(r), Box::new(s), name, idle), ok))
+            }
+        }
+    }
+}
+
 pub fn recv(a: RecvArgs) -> Result<ExitCode> {
     ignore_sigpipe();
     let key = read_key(a.key_file.as_deref())?;
-    let opts = RecvOptions {
-        dir: a.dir.clone(),
-        verify: !a.no_verify,
-        key,
-        // Test only (the extreme-injection test): see FORMAT.md §5.
-        test_hook: std::env::var("STRIPEGUARD_XFER_TEST_HOOK").ok(),
+    let mut opts = RecvOptions::new(a.dir.clone());
+    opts.verify = !a.no_verify;
+    opts.key = key;
+    opts.policy = Policy {
+        owner: a.owner,
+        xattrs: a.xattrs,
+        all_xattrs: a.all_xattrs,
+        setid: a.allow_setid,
     };
+    // The directory is checked now, before any sender comes.
+    let root = stripeguard_xfer::beneath::Root::open(&a.dir).map_err(failed)?;
     let summary = if a.stdio {
-        receive(std::io::stdin().lock(), std::io::stdout(), &opts)?
+        drop(root);
+        receive(std::io::stdin(), std::io::stdout(), &opts).map_err(failed)?
     } else {
-        let addr = a
-            .listen
-            .context("give --listen 127.0.0.1:PORT or --stdio")?;
-        let authenticated_remote = a.allow_remote && a.key_file.is_some();
-        if !(addr.ip().is_loopback() || authenticated_remote) {
-            bail!("--listen {addr} is not a loopback address: anyone who reaches it could write into {}. Give --allow-remote with --key-file (the sender proves it holds the key), or use --ssh from the sender", a.dir.display());
-        }
-        let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-        eprintln!("stripeguard recv: listening on {}", l.local_addr()?);
-        let (s, peer) = l.accept()?;
-        let _ = s.set_nodelay(true);
-        eprintln!("stripeguard recv: sender {peer}");
-        // One sender per run: later ones are told so instead of waiting in the backlog.
-        std::thread::spawn(move || {
-            for mut c in l.incoming().flatten() {
-                std::thread::spawn(move || {
-                    stripeguard_xfer::proto::refuse(
-                        &mut c,
-                        &format!("busy: this receiver is already receiving from {peer}"),
-                    );
-                    // Read what the sender has sent meanwhile, so closing does not reset the
-                    // connection before it has read why.
-                    let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-                    let _ = std::io::copy(&mut c, &mut std::io::sink());
-                });
-            }
-        });
-        // A sender that goes silent must not hold the directory forever.
-        let idle = std::time::Duration::from_secs(a.idle_timeout.max(1));
-        s.set_read_timeout(Some(idle))?;
-        let w = s.try_clone()?;
-        receive(s, w, &opts).map_err(|e| match e {
-            stripeguard_xfer::proto::ProtoError::Io(io)
-                if matches!(
-                    io.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                anyhow::anyhow!(
-                    "no data from the sender {peer} for {} s (--idle-timeout); what was verified is kept for a later run",
-                    idle.as_secs()
-                )
-            }
-            e => e.into(),
-        })?
+        let spec = a.listen.clone().context("give --listen unix:PATH, --listen ADDR:PORT with --key-file, or --stdio")?;
+        let l = listen(&a, &spec)?;
+        serve_one(l, root, &opts, &a)?
     };
     let line = serde_json::to_string(&summary)?;
     if a.json {
         eprintln!("{line}");
     } else {
         eprintln!(
-            "stripeguard recv: {} file(s) verified on the device, {} already there, {} failed; {} block(s) verified, {} mismatched on read-back and sent again",
+            "stripeguard recv: {} file(s) verified on the device ({} dir(s), {} symlink(s)), {} already there, {} failed; {} block(s) verified, {} mismatched on read-back and sent again",
             summary.files,
+            summary.dirs,
+            summary.symlinks,
             summary.skipped,
             summary.failed.len(),
             summary.blocks_verified,
             summary.blocks_mismatched
         );
+        for f in &summary.failed {
+            eprintln!("  FAILED {f}");
+        }
+        if summary.attrs_refused > 0 {
+            eprintln!("  {} owner(s), setuid/setgid bit(s) or xattr(s) from the sender not applied (see recv --help: --owner, --xattrs, --allow-setid)", summary.attrs_refused);
+        }
     }
     Ok(ExitCode::from(if summary.failed.is_empty() {
         exit::OK
@@ -214,16 +313,82 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
     }))
 }
 
+/// Accept connections until one sender has authenticated and its session has ended; a
+/// connection that fails its hello or key handshake is logged and the run goes on.
+fn serve_one(l: Listener, root: stripeguard_xfer::beneath::Root, opts: &RecvOptions, a: &RecvArgs) -> Result<RecvSummary> {
+    let pending = Arc::new(AtomicUsize::new(0));
+    let root = Arc::new(Mutex::new(Some(root)));
+    let busy: Arc<Mutex<Option<String>>> = Arc::default();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<RecvSummary, String>>();
+    let idle = std::time::Duration::from_secs(a.idle_timeout.max(1));
+    let l = Arc::new(l);
+    {
+        let (l, allowed, opts) = (Arc::clone(&l), a.allow_uid.clone(), opts.clone());
+        std::thread::spawn(move || loop {
+            let ((r, mut w, peer, set_idle), ok) = match l.accept(&allowed) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("stripeguard recv: accept: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                }
+            };
+            if let Err(why) = ok {
+                eprintln!("stripeguard recv: refused {peer}: {why}");
+                stripeguard_xfer::proto::refuse(&mut w, &why);
+                continue;
+            }
+            if pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {
+                pending.fetch_sub(1, Ordering::SeqCst);
+                eprintln!("stripeguard recv: refused {peer}: {MAX_PENDING} connections are already opening");
+                continue;
+            }
+            let (pending, root, busy, done_tx, opts) = (Arc::clone(&pending), Arc::clone(&root), Arc::clone(&busy), done_tx.clone(), opts.clone());
+            std::thread::spawn(move || {
+                let conn = stripeguard_xfer::accept(r, w, opts.key.as_ref());
+                pending.fetch_sub(1, Ordering::SeqCst);
+                let conn = match conn {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("stripeguard recv: {peer}: {e} (still listening)");
+                        return;
+                    }
+                };
+                let taken = root.lock().expect("lock").take();
+                let Some(root) = taken else {
+                    let who = busy.lock().expect("lock").clone().unwrap_or_default();
+                    let mut conn = conn;
+                    conn.refuse(&format!("busy: this receiver is already receiving from {who}"));
+                    eprintln!("stripeguard recv: {peer}: told busy");
+                    return;
+                };
+                *busy.lock().expect("lock") = Some(peer.clone());
+                eprintln!("stripeguard recv: sender {peer}");
+                set_idle(idle);
+                let r = stripeguard_xfer::receive_on(conn, root, &opts).map_err(|e| match e {
+                    stripeguard_xfer::proto::ProtoError::Io(io)
+                        if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                    {
+                        format!("no data from the sender {peer} for {} s (--idle-timeout); what was verified is kept for a later run", idle.as_secs())
+                    }
+                    e => e.to_string(),
+                });
+                let _ = done_tx.send(r);
+            });
+        });
+    }
+    let r = done_rx.recv().map_err(|_| failed("the listener stopped"))?;
+    drop(l);
+    r.map_err(failed)
+}
+
 pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     ignore_sigpipe();
-    for p in &a.paths {
-        std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
-    }
     let opts = SendOptions {
         block_size: u32::try_from(a.block_size)
             .ok()
-            .filter(|&b| (4096..=16 << 20).contains(&b))
-            .context("--block-size must be between 4K and 16M")?,
+            .filter(|&b| (4096..=16 << 20).contains(&b) && b.is_power_of_two())
+            .context("--block-size must be a power of two between 4K and 16M")?,
         retries: a.retries,
         verify_source: a.verify_source,
         manifest: a.manifest.clone(),
@@ -250,17 +415,24 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         }
     };
     let mut child = None;
-    let summary = if let Some(to) = &a.to {
-        let s = TcpStream::connect(to).with_context(|| format!("cannot connect to {to}"))?;
-        let _ = s.set_nodelay(true);
-        let r = s.try_clone()?;
-        send(
-            &a.paths,
-            r,
-            std::io::BufWriter::with_capacity(1 << 20, s),
-            &opts,
-            &mut progress,
-        )?
+    let result = if let Some(to) = &a.to {
+        if let Some(path) = to.strip_prefix("unix:") {
+            let s = UnixStream::connect(path).with_context(|| format!("cannot connect to unix:{path}"))?;
+            // Only a receiver run by this user or root gets the files.
+            let me = rustix::process::geteuid().as_raw();
+            match rustix::net::sockopt::socket_peercred(&s) {
+                Ok(c) if c.uid.as_raw() == me || c.uid.as_raw() == 0 => {}
+                Ok(c) => bail!("the receiver at unix:{path} runs as uid {} (not you or root): not sending to it", c.uid.as_raw()),
+                Err(e) => bail!("unix:{path}: no peer credentials: {e}"),
+            }
+            let r = s.try_clone()?;
+            send(&a.paths, r, s, &opts, &mut progress)
+        } else {
+            let s = TcpStream::connect(to).with_context(|| format!("cannot connect to {to}"))?;
+            let _ = s.set_nodelay(true);
+            let r = s.try_clone()?;
+            send(&a.paths, r, s, &opts, &mut progress)
+        }
     } else {
         let mut cmd = match (&a.ssh, &a.rsh) {
             (Some(target), rsh) => {
@@ -273,7 +445,7 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
                 c.args(words).arg(host).arg(format!(
                     "{} recv --stdio --dir {}",
                     a.remote_stripeguard,
-                    shell_quote(dir)
+                    remote_dir(dir)
                 ));
                 c
             }
@@ -282,7 +454,7 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
                 c.arg("-c").arg(rsh);
                 c
             }
-            (None, None) => bail!("give --to HOST:PORT, --ssh [USER@]HOST:DIR, or --rsh CMD"),
+            (None, None) => bail!("give --to unix:PATH|HOST:PORT, --ssh [USER@]HOST:DIR, or --rsh CMD"),
         };
         let mut c = cmd
             .stdin(Stdio::piped())
@@ -292,24 +464,22 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         let r = c.stdout.take().expect("piped");
         let w = c.stdin.take().expect("piped");
         child = Some(c);
-        send(
-            &a.paths,
-            r,
-            std::io::BufWriter::with_capacity(1 << 20, w),
-            &opts,
-            &mut progress,
-        )?
+        send(&a.paths, r, w, &opts, &mut progress)
     };
     bar.finish_and_clear();
     if let Some(mut c) = child {
         let _ = c.wait();
     }
+    let summary = result.map_err(failed)?;
+    for n in &summary.not_sent {
+        eprintln!("stripeguard send: not sent: {n}");
+    }
     if a.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
         println!(
-            "sent {} file(s) ({} bytes in {} blocks), {} already there; {} block(s) sent again after a failed read-back on the receiver's device",
-            summary.files, summary.bytes_sent, summary.blocks_sent, summary.skipped, summary.blocks_retried
+            "sent {} file(s) ({} bytes in {} blocks), {} dir(s), {} symlink(s), {} already there; {} block(s) sent again after a failed read-back on the receiver's device; {} failed, {} special file(s) not sent",
+            summary.files, summary.bytes_sent, summary.blocks_sent, summary.dirs, summary.symlinks, summary.skipped, summary.blocks_retried, summary.failed.len(), summary.not_sent.len()
         );
         for f in &summary.failed {
             println!("  FAILED {f}");
@@ -322,11 +492,33 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     }))
 }
 
+#[derive(Args)]
+pub struct KeygenArgs {
+    /// The key file to create (mode 0600; an existing file is never overwritten).
+    file: PathBuf,
+}
+
+/// Write a new shared key for `send`/`recv --key-file`.
+pub fn keygen(a: KeygenArgs) -> Result<ExitCode> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let text = stripeguard_xfer::seal::new_key_text()?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&a.file)
+        .with_context(|| format!("cannot create {}", a.file.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    eprintln!("wrote a new key to {} (copy it to the other end over a channel you trust)", a.file.display());
+    Ok(ExitCode::from(exit::OK))
+}
+
 fn read_key(path: Option<&std::path::Path>) -> Result<Option<[u8; 32]>> {
     let Some(p) = path else { return Ok(None) };
     let bytes =
         std::fs::read(p).with_context(|| format!("cannot read the key file {}", p.display()))?;
-    stripeguard_xfer::proto::key_from_file(&bytes)
+    stripeguard_xfer::seal::key_from_file(&bytes)
         .map(Some)
         .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
 }
@@ -342,6 +534,19 @@ fn tree_bytes(p: &std::path::Path) -> u64 {
             .unwrap_or(0),
         Ok(m) if m.is_file() => m.len(),
         _ => 0,
+    }
+}
+
+/// The receiving directory as the remote shell will see it: quoted, except a leading `~` or
+/// `~/` (left for the remote shell to expand to the home directory, as rsync and scp do).
+fn remote_dir(dir: &str) -> String {
+    if dir == "~" {
+        return "~".into();
+    }
+    match dir.strip_prefix("~/") {
+        Some(rest) if rest.is_empty() => "~/".into(),
+        Some(rest) => format!("~/{}", shell_quote(rest)),
+        None => shell_quote(dir),
     }
 }
 

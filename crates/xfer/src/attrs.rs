@@ -1,5 +1,5 @@
 //! Owners and extended attributes (`send --owner`, `--xattrs`), read without following
-//! symlinks and applied to the received entry (the partial file before its rename).
+//! symlinks. The receiver applies them through descriptors (`beneath.rs`).
 
 use crate::proto::Attrs;
 use std::ffi::CString;
@@ -54,36 +54,4 @@ pub fn read(p: &Path, owner: bool, xattrs: bool) -> io::Result<Attrs> {
         }
     }
     Ok(a)
-}
-
-/// Apply `a` to `p` (not following a symlink). A failure (not root for another owner, a
-/// filesystem without xattrs) is returned for the summary; it does not stop the transfer.
-pub fn apply(p: &Path, a: &Attrs) -> Result<(), String> {
-    let c = cpath(p).map_err(|e| e.to_string())?;
-    let mut problems = Vec::new();
-    if let Some((u, g)) = a.owner {
-        // SAFETY: a NUL-terminated path.
-        if unsafe { libc::lchown(c.as_ptr(), u, g) } != 0 {
-            problems.push(format!("owner {u}:{g}: {}", io::Error::last_os_error()));
-        }
-    }
-    for (n, v) in &a.xattrs {
-        let Ok(cn) = CString::new(n.clone()) else {
-            continue;
-        };
-        // SAFETY: NUL-terminated name and path; the value's pointer and length.
-        let r = unsafe { libc::lsetxattr(c.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
-        if r != 0 {
-            problems.push(format!(
-                "xattr {}: {}",
-                String::from_utf8_lossy(n),
-                io::Error::last_os_error()
-            ));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{}: {}", p.display(), problems.join("; ")))
-    }
 }

@@ -1,23 +1,41 @@
-//! The transfer's wire format (FORMAT.md §5). Every message is a frame: `u8 type, u32 length,
-//! payload` (little-endian); the stream opens with a hello in each direction that carries the
-//! protocol version and feature flags. Every length read from the peer is bounded before
-//! anything is allocated.
+//! The transfer's wire format, version 2 (FORMAT.md §5). A session opens with a hello in each
+//! direction (magic, version, feature flags); with a shared key it continues with a Noise
+//! handshake (`seal.rs`) and every later byte is sealed. Then frames: `u8 type, u32 length,
+//! payload` (little-endian). Every frame about a file carries the sender's file id, so that many
+//! files are in flight at once. Names are bytes (any byte but NUL and `/` in a component).
+//! Every length read from the peer is bounded before anything is allocated, and every decoder
+//! returns an error, never panics.
 
 use std::io::{self, Read, Write};
 
 pub const MAGIC: [u8; 4] = *b"SGXF";
-pub const VERSION: u16 = 1;
-/// Feature bits. A sender offers what it supports; a receiver answers with what the session
-/// uses. `FEATURE_AUTH`: the receiver requires a shared-key challenge before anything else.
-pub const FEATURES: u32 = FEATURE_AUTH;
-pub const FEATURE_AUTH: u32 = 1;
+pub const VERSION: u16 = 2;
+/// Feature bits. The sender offers what it supports; the receiver answers with what the
+/// session uses. `FEATURE_SEALED`: a Noise handshake keyed by the shared key follows the
+/// hellos, and every later byte is sealed (both ends prove the key).
+pub const FEATURE_SEALED: u32 = 1;
+pub const FEATURES: u32 = FEATURE_SEALED;
 
 /// Largest frame payload accepted (a block of the largest block size plus its header).
 pub const MAX_FRAME: u32 = (16 << 20) + 4096;
-/// Largest block size either side accepts.
+/// Block sizes either side accepts.
+pub const MIN_BLOCK: u32 = 4096;
 pub const MAX_BLOCK: u32 = 16 << 20;
-/// Longest relative path accepted.
+/// Most blocks in one file: with 32 bytes of hash and a bit per block, a file's state on the
+/// receiver stays under 33 MiB. A sender picks a block size large enough (a 16 TiB file at most).
+pub const MAX_BLOCKS: u64 = 1 << 20;
+/// Most blocks of all the files a receiver holds open at once (the session's file state stays
+/// under 66 MiB); a sender opens no further file while the next one would exceed it.
+pub const MAX_OPEN_BLOCKS: u64 = 2 << 20;
+/// Most files in flight at once in one session.
+pub const MAX_OPEN_FILES: usize = 1024;
+/// Longest relative path, and longest component, accepted.
 pub const MAX_PATH: usize = 4096;
+pub const MAX_NAME: usize = 255;
+/// Most verified ranges in a FILE_REPLY (a longer list is cut: those blocks are sent again).
+pub const MAX_RANGES: usize = 65536;
+/// At most this many bytes of extended attributes per entry.
+pub const MAX_XATTR_BYTES: usize = 256 << 10;
 
 pub const T_FILE: u8 = 1;
 pub const T_FILE_REPLY: u8 = 2;
@@ -27,14 +45,22 @@ pub const T_FILE_END: u8 = 5;
 pub const T_FILE_DONE: u8 = 6;
 pub const T_DONE: u8 = 7;
 pub const T_ERROR: u8 = 8;
-pub const T_CHALLENGE: u8 = 9;
-pub const T_RESPONSE: u8 = 10;
-pub const T_ATTRS: u8 = 11;
 
 /// Entry kinds in a FILE frame.
 pub const KIND_FILE: u8 = 0;
 pub const KIND_DIR: u8 = 1;
 pub const KIND_SYMLINK: u8 = 2;
+
+/// FILE_REPLY statuses.
+pub const REPLY_SEND: u8 = 0;
+pub const REPLY_SKIPPED: u8 = 1;
+pub const REPLY_MADE: u8 = 2;
+pub const REPLY_REFUSED: u8 = 3;
+
+/// FILE_DONE statuses.
+pub const DONE_LANDED: u8 = 0;
+pub const DONE_KEPT_PARTIAL: u8 = 1;
+pub const DONE_FAILED: u8 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
@@ -42,7 +68,7 @@ pub enum ProtoError {
     Io(#[from] io::Error),
     #[error("the peer is not a stripeguard transfer (bad magic)")]
     Magic,
-    #[error("the peer speaks transfer protocol version {0}; this build speaks {VERSION}")]
+    #[error("the peer speaks transfer protocol version {0} (an older stripeguard); both ends need version {VERSION}: upgrade the older one")]
     Version(u16),
     #[error("a frame of {0} bytes (at most {MAX_FRAME} are accepted)")]
     TooLong(u32),
@@ -50,6 +76,9 @@ pub enum ProtoError {
     Malformed { what: &'static str, why: String },
     #[error("the peer reported: {0}")]
     Peer(String),
+    /// The key handshake failed: the other end holds another key, or none.
+    #[error("{0}")]
+    Auth(String),
     /// This side cannot go on (its own directory, device or another receiver), said whole.
     #[error("{0}")]
     Local(String),
@@ -62,17 +91,64 @@ pub fn malformed(what: &'static str, why: impl Into<String>) -> ProtoError {
     }
 }
 
-pub fn write_hello(w: &mut impl Write, features: u32) -> io::Result<()> {
-    let mut b = MAGIC.to_vec();
-    b.extend_from_slice(&VERSION.to_le_bytes());
-    b.extend_from_slice(&features.to_le_bytes());
-    w.write_all(&b)?;
-    w.flush()
+/// Text from the peer made safe to print: control characters (terminal escapes) shown escaped,
+/// and cut at 1,000 characters.
+pub fn printable(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let mut out = String::new();
+    for c in s.chars().take(1000) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
-pub fn read_hello(r: &mut impl Read) -> Result<u32, ProtoError> {
+/// A name (bytes) shown to a person: invalid UTF-8 and control characters escaped.
+pub fn show(name: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() || c == '\\' {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+pub fn hello_bytes(features: u32) -> [u8; 10] {
     let mut b = [0u8; 10];
-    r.read_exact(&mut b)?;
+    b[0..4].copy_from_slice(&MAGIC);
+    b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    b[6..10].copy_from_slice(&features.to_le_bytes());
+    b
+}
+
+pub fn write_hello(w: &mut impl Write, features: u32) -> io::Result<[u8; 10]> {
+    let b = hello_bytes(features);
+    w.write_all(&b)?;
+    w.flush()?;
+    Ok(b)
+}
+
+/// Read the peer's hello: its features and the raw bytes (part of the handshake's prologue).
+pub fn read_hello(r: &mut impl Read) -> Result<(u32, [u8; 10]), ProtoError> {
+    let mut b = [0u8; 10];
+    r.read_exact(&mut b).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ProtoError::Local("the peer closed the connection before its hello".into())
+        } else {
+            e.into()
+        }
+    })?;
     if b[0..4] != MAGIC {
         return Err(ProtoError::Magic);
     }
@@ -80,28 +156,36 @@ pub fn read_hello(r: &mut impl Read) -> Result<u32, ProtoError> {
     if v != VERSION {
         return Err(ProtoError::Version(v));
     }
-    Ok(u32::from_le_bytes([b[6], b[7], b[8], b[9]]))
+    Ok((u32::from_le_bytes([b[6], b[7], b[8], b[9]]), b))
 }
 
-pub fn write_frame(w: &mut impl Write, kind: u8, payload: &[u8]) -> io::Result<()> {
+pub fn write_frame(w: &mut (impl Write + ?Sized), kind: u8, payload: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= MAX_FRAME)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame over the limit"))?;
     let mut h = [0u8; 5];
     h[0] = kind;
-    h[1..5].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[1..5].copy_from_slice(&len.to_le_bytes());
     w.write_all(&h)?;
     w.write_all(payload)
 }
 
 /// Read one frame; `None` at a clean end of stream.
-pub fn read_frame(r: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>, ProtoError> {
+pub fn read_frame(r: &mut (impl Read + ?Sized)) -> Result<Option<(u8, Vec<u8>)>, ProtoError> {
     let mut h = [0u8; 5];
     let mut got = 0;
     while got < h.len() {
-        let n = r.read(&mut h[got..])?;
+        let n = match r.read(&mut h[got..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             if got == 0 {
                 return Ok(None);
             }
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            return Err(closed());
         }
         got += n;
     }
@@ -110,83 +194,19 @@ pub fn read_frame(r: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>, ProtoError
         return Err(ProtoError::TooLong(len));
     }
     let mut p = vec![0u8; len as usize];
-    r.read_exact(&mut p)?;
+    r.read_exact(&mut p).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            closed()
+        } else {
+            e.into()
+        }
+    })?;
     Ok(Some((h[0], p)))
 }
 
-/// Owner and extended attributes of the next entry (`send --owner` / `--xattrs`), sent just
-/// before its FILE frame.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attrs {
-    /// (uid, gid) when owners are sent.
-    pub owner: Option<(u32, u32)>,
-    /// Extended attributes (name, value).
-    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// At most this many bytes of extended attributes per entry.
-pub const MAX_XATTR_BYTES: usize = 256 << 10;
-
-impl Attrs {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        match self.owner {
-            Some((u, g)) => {
-                v.push(1);
-                v.extend_from_slice(&u.to_le_bytes());
-                v.extend_from_slice(&g.to_le_bytes());
-            }
-            None => v.push(0),
-        }
-        v.extend_from_slice(&(self.xattrs.len() as u32).to_le_bytes());
-        for (n, val) in &self.xattrs {
-            put16(&mut v, n);
-            v.extend_from_slice(&(val.len() as u32).to_le_bytes());
-            v.extend_from_slice(val);
-        }
-        v
-    }
-
-    pub fn decode(b: &[u8]) -> Result<Attrs, ProtoError> {
-        let mut c = Cur::new(b, "ATTRS frame");
-        let owner = match c.u8()? {
-            0 => None,
-            1 => Some((c.u32()?, c.u32()?)),
-            k => return Err(malformed("ATTRS frame", format!("owner flag {k}"))),
-        };
-        let n = c.u32()? as usize;
-        let mut xattrs = Vec::new();
-        let mut total = 0usize;
-        for _ in 0..n {
-            let name = c.bytes16(255)?.to_vec();
-            let len = c.u32()? as usize;
-            total += len + name.len();
-            if total > MAX_XATTR_BYTES || name.is_empty() || name.contains(&0) {
-                return Err(malformed(
-                    "ATTRS frame",
-                    "an extended attribute out of bounds",
-                ));
-            }
-            xattrs.push((name, c.take(len)?.to_vec()));
-        }
-        c.end()?;
-        Ok(Attrs { owner, xattrs })
-    }
-}
-
-/// The session key from a key file's contents (at least 16 bytes).
-pub fn key_from_file(contents: &[u8]) -> Result<[u8; 32], String> {
-    if contents.len() < 16 {
-        return Err(
-            "a key file needs at least 16 bytes (e.g. head -c 32 /dev/urandom > key)".into(),
-        );
-    }
-    Ok(blake3::derive_key("stripeguard xfer key-file v1", contents))
-}
-
-/// The answer to a challenge: BLAKE3 keyed with the session key (an HMAC-like MAC).
-pub fn answer(key: &[u8; 32], challenge: &[u8]) -> [u8; 32] {
-    *blake3::keyed_hash(key, challenge).as_bytes()
+/// The peer went away mid-frame.
+pub fn closed() -> ProtoError {
+    ProtoError::Local("the peer closed the connection in the middle of a frame (it ended or was killed)".into())
 }
 
 /// A cursor over a payload that fails instead of panicking.
@@ -207,23 +227,31 @@ impl<'a> Cur<'a> {
         self.b = rest;
         Ok(a)
     }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], ProtoError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
     pub fn u8(&mut self) -> Result<u8, ProtoError> {
-        Ok(self.take(1)?[0])
+        Ok(self.arr::<1>()?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, ProtoError> {
+        Ok(u16::from_le_bytes(self.arr()?))
     }
     pub fn u32(&mut self) -> Result<u32, ProtoError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+        Ok(u32::from_le_bytes(self.arr()?))
     }
     pub fn u64(&mut self) -> Result<u64, ProtoError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+        Ok(u64::from_le_bytes(self.arr()?))
     }
     pub fn i64(&mut self) -> Result<i64, ProtoError> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+        Ok(i64::from_le_bytes(self.arr()?))
     }
     pub fn hash(&mut self) -> Result<[u8; 32], ProtoError> {
-        Ok(self.take(32)?.try_into().expect("32"))
+        self.arr()
     }
     pub fn bytes16(&mut self, max: usize) -> Result<&'a [u8], ProtoError> {
-        let n = u16::from_le_bytes(self.take(2)?.try_into().expect("2")) as usize;
+        let n = self.u16()? as usize;
         if n > max {
             return Err(malformed(self.what, format!("a field of {n} bytes")));
         }
@@ -241,71 +269,124 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Append a u16 length and the bytes (callers bound the length first).
 pub fn put16(v: &mut Vec<u8>, b: &[u8]) {
-    v.extend_from_slice(&(b.len() as u16).to_le_bytes());
-    v.extend_from_slice(b);
+    let n = u16::try_from(b.len()).unwrap_or(u16::MAX);
+    v.extend_from_slice(&n.to_le_bytes());
+    v.extend_from_slice(&b[..usize::from(n)]);
+}
+
+/// Owner and extended attributes of an entry (`send --owner` / `--xattrs`), inside its FILE
+/// frame. The receiver applies only what it allows (`recv --owner`, `--xattrs`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attrs {
+    /// (uid, gid) when owners are sent.
+    pub owner: Option<(u32, u32)>,
+    /// Extended attributes (name, value).
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Attrs {
+    fn encode_into(&self, v: &mut Vec<u8>) {
+        match self.owner {
+            Some((u, g)) => {
+                v.push(1);
+                v.extend_from_slice(&u.to_le_bytes());
+                v.extend_from_slice(&g.to_le_bytes());
+            }
+            None => v.push(0),
+        }
+        v.extend_from_slice(&(self.xattrs.len() as u32).to_le_bytes());
+        for (n, val) in &self.xattrs {
+            put16(v, n);
+            v.extend_from_slice(&(val.len() as u32).to_le_bytes());
+            v.extend_from_slice(val);
+        }
+    }
+
+    fn decode_from(c: &mut Cur) -> Result<Attrs, ProtoError> {
+        let owner = match c.u8()? {
+            0 => None,
+            1 => Some((c.u32()?, c.u32()?)),
+            k => return Err(malformed("FILE frame", format!("owner flag {k}"))),
+        };
+        let n = c.u32()? as usize;
+        let mut xattrs = Vec::new();
+        let mut total = 0usize;
+        for _ in 0..n {
+            let name = c.bytes16(MAX_NAME)?.to_vec();
+            let len = c.u32()? as usize;
+            total = total.saturating_add(len).saturating_add(name.len());
+            if total > MAX_XATTR_BYTES || name.is_empty() || name.contains(&0) {
+                return Err(malformed("FILE frame", "an extended attribute out of bounds"));
+            }
+            xattrs.push((name, c.take(len)?.to_vec()));
+        }
+        Ok(Attrs { owner, xattrs })
+    }
 }
 
 /// A FILE frame: one entry of the tree being sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileHeader {
-    /// Relative path, `/`-separated.
-    pub path: String,
+    /// The sender's id for this entry while it is in flight.
+    pub id: u32,
     pub kind: u8,
+    /// Relative path, `/`-separated, as bytes.
+    pub path: Vec<u8>,
     pub size: u64,
     pub mode: u32,
     pub mtime_s: i64,
     pub mtime_ns: u32,
-    /// Symlink target (symlinks only).
-    pub target: String,
+    /// Symlink target (symlinks only), as bytes.
+    pub target: Vec<u8>,
     pub block_size: u32,
-    /// BLAKE3 of the whole file (files only).
+    /// BLAKE3 of the list of the blocks' BLAKE3 hashes (files only).
     pub hash: [u8; 32],
+    pub attrs: Attrs,
 }
 
 impl FileHeader {
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(96 + self.path.len());
-        put16(&mut v, self.path.as_bytes());
+        let mut v = Vec::with_capacity(96 + self.path.len() + self.target.len());
+        v.extend_from_slice(&self.id.to_le_bytes());
         v.push(self.kind);
+        put16(&mut v, &self.path);
         v.extend_from_slice(&self.size.to_le_bytes());
         v.extend_from_slice(&self.mode.to_le_bytes());
         v.extend_from_slice(&self.mtime_s.to_le_bytes());
         v.extend_from_slice(&self.mtime_ns.to_le_bytes());
-        put16(&mut v, self.target.as_bytes());
+        put16(&mut v, &self.target);
         v.extend_from_slice(&self.block_size.to_le_bytes());
         v.extend_from_slice(&self.hash);
+        self.attrs.encode_into(&mut v);
         v
     }
 
     pub fn decode(b: &[u8]) -> Result<FileHeader, ProtoError> {
         let mut c = Cur::new(b, "FILE frame");
-        let path = std::str::from_utf8(c.bytes16(MAX_PATH)?)
-            .map_err(|_| malformed("FILE frame", "a path that is not UTF-8"))?
-            .to_string();
+        let id = c.u32()?;
         let kind = c.u8()?;
+        let path = c.bytes16(MAX_PATH)?.to_vec();
         let size = c.u64()?;
         let mode = c.u32()?;
         let mtime_s = c.i64()?;
         let mtime_ns = c.u32()?;
-        let target = std::str::from_utf8(c.bytes16(MAX_PATH)?)
-            .map_err(|_| malformed("FILE frame", "a link target that is not UTF-8"))?
-            .to_string();
+        let target = c.bytes16(MAX_PATH)?.to_vec();
         let block_size = c.u32()?;
         let hash = c.hash()?;
+        let attrs = Attrs::decode_from(&mut c)?;
         c.end()?;
         if kind > KIND_SYMLINK {
             return Err(malformed("FILE frame", format!("entry kind {kind}")));
-        }
-        if kind == KIND_FILE && (block_size == 0 || block_size > MAX_BLOCK) {
-            return Err(malformed("FILE frame", format!("block size {block_size}")));
         }
         if mtime_ns >= 1_000_000_000 {
             return Err(malformed("FILE frame", "nanoseconds out of range"));
         }
         Ok(FileHeader {
-            path,
+            id,
             kind,
+            path,
             size,
             mode,
             mtime_s,
@@ -313,33 +394,188 @@ impl FileHeader {
             target,
             block_size,
             hash,
+            attrs,
         })
+    }
+
+    /// Blocks of a file (its block size checked first).
+    pub fn blocks(&self) -> u64 {
+        self.size.div_ceil(u64::from(self.block_size.max(1)))
+    }
+
+    /// Why a file's size and block size cannot be received, if they cannot.
+    pub fn check_blocks(&self) -> Result<(), String> {
+        if !(MIN_BLOCK..=MAX_BLOCK).contains(&self.block_size) || !self.block_size.is_power_of_two()
+        {
+            return Err(format!(
+                "block size {} (a power of two from 4 KiB to 16 MiB)",
+                self.block_size
+            ));
+        }
+        if self.blocks() > MAX_BLOCKS {
+            return Err(format!(
+                "{} bytes in {}-byte blocks is {} blocks (at most {MAX_BLOCKS})",
+                self.size,
+                self.block_size,
+                self.blocks()
+            ));
+        }
+        Ok(())
     }
 }
 
-/// Turn a connection away: our HELLO, then an ERROR frame saying why (the sender reports it).
+/// The smallest power-of-two block size from `want` up that keeps a file of `size` bytes within
+/// [`MAX_BLOCKS`], or `None` when the file is too large for the largest block size.
+pub fn block_size_for(size: u64, want: u32) -> Option<u32> {
+    let mut bs = want.clamp(MIN_BLOCK, MAX_BLOCK).next_power_of_two();
+    while size.div_ceil(u64::from(bs)) > MAX_BLOCKS {
+        if bs >= MAX_BLOCK {
+            return None;
+        }
+        bs *= 2;
+    }
+    Some(bs)
+}
+
+/// FILE_REPLY: what the receiver wants of an entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Send every block outside these verified ranges `[first, end)`.
+    Send(Vec<(u64, u64)>),
+    /// Already there and verified from the device.
+    Skipped,
+    /// Made (a directory or a symlink).
+    Made,
+    /// Refused, with the reason.
+    Refused(String),
+}
+
+pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
+    let mut v = id.to_le_bytes().to_vec();
+    match r {
+        Reply::Send(ranges) => {
+            v.push(REPLY_SEND);
+            let ranges = &ranges[..ranges.len().min(MAX_RANGES)];
+            v.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+            for (a, b) in ranges {
+                v.extend_from_slice(&a.to_le_bytes());
+                v.extend_from_slice(&b.to_le_bytes());
+            }
+        }
+        Reply::Skipped => v.push(REPLY_SKIPPED),
+        Reply::Made => v.push(REPLY_MADE),
+        Reply::Refused(why) => {
+            v.push(REPLY_REFUSED);
+            v.extend_from_slice(&why.as_bytes()[..why.len().min(4096)]);
+        }
+    }
+    v
+}
+
+pub fn decode_reply(b: &[u8]) -> Result<(u32, Reply), ProtoError> {
+    let mut c = Cur::new(b, "FILE_REPLY frame");
+    let id = c.u32()?;
+    let r = match c.u8()? {
+        REPLY_SEND => {
+            let n = c.u32()? as usize;
+            if n > MAX_RANGES {
+                return Err(malformed("FILE_REPLY frame", format!("{n} ranges")));
+            }
+            let mut ranges = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (a, e) = (c.u64()?, c.u64()?);
+                if a >= e {
+                    return Err(malformed("FILE_REPLY frame", "an empty range"));
+                }
+                ranges.push((a, e));
+            }
+            c.end()?;
+            Reply::Send(ranges)
+        }
+        REPLY_SKIPPED => Reply::Skipped,
+        REPLY_MADE => Reply::Made,
+        REPLY_REFUSED => Reply::Refused(printable(c.rest())),
+        k => return Err(malformed("FILE_REPLY frame", format!("status {k}"))),
+    };
+    c.end()?;
+    Ok((id, r))
+}
+
+/// BLOCK: file id, block index, BLAKE3 of the bytes, the bytes.
+pub fn encode_block_header(id: u32, index: u64, hash: &[u8; 32], len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(44 + len);
+    v.extend_from_slice(&id.to_le_bytes());
+    v.extend_from_slice(&index.to_le_bytes());
+    v.extend_from_slice(hash);
+    v
+}
+
+pub fn decode_block(b: &[u8]) -> Result<(u32, u64, [u8; 32], &[u8]), ProtoError> {
+    let mut c = Cur::new(b, "BLOCK frame");
+    Ok((c.u32()?, c.u64()?, c.hash()?, c.rest()))
+}
+
+pub fn encode_result(id: u32, index: u64, ok: bool) -> [u8; 13] {
+    let mut v = [0u8; 13];
+    v[0..4].copy_from_slice(&id.to_le_bytes());
+    v[4..12].copy_from_slice(&index.to_le_bytes());
+    v[12] = ok as u8;
+    v
+}
+
+pub fn decode_result(b: &[u8]) -> Result<(u32, u64, bool), ProtoError> {
+    let mut c = Cur::new(b, "BLOCK_RESULT frame");
+    let r = (c.u32()?, c.u64()?, c.u8()? != 0);
+    c.end()?;
+    Ok(r)
+}
+
+pub fn encode_done(id: u32, status: u8, why: &str) -> Vec<u8> {
+    let mut v = id.to_le_bytes().to_vec();
+    v.push(status);
+    v.extend_from_slice(&why.as_bytes()[..why.len().min(4096)]);
+    v
+}
+
+pub fn decode_done(b: &[u8]) -> Result<(u32, u8, String), ProtoError> {
+    let mut c = Cur::new(b, "FILE_DONE frame");
+    let id = c.u32()?;
+    let status = c.u8()?;
+    if status > DONE_FAILED {
+        return Err(malformed("FILE_DONE frame", format!("status {status}")));
+    }
+    Ok((id, status, printable(c.rest())))
+}
+
+/// Turn a connection away: our hello, then an ERROR frame saying why (the sender reports it).
 pub fn refuse(mut c: impl Write, why: &str) {
     let _ = write_hello(&mut c, 0)
-        .and_then(|()| write_frame(&mut c, T_ERROR, why.as_bytes()))
+        .and_then(|_| write_frame(&mut c, T_ERROR, why.as_bytes()))
         .and_then(|()| c.flush());
 }
 
-/// Check a relative path from the peer: non-empty `/`-separated components, none empty, `.`
-/// or `..`, no NUL, not absolute.
-pub fn check_relative(path: &str) -> Result<Vec<&str>, ProtoError> {
-    let bad = |why: &str| malformed("path", format!("{path:?}: {why}"));
-    if path.is_empty() || path.starts_with('/') {
+/// Check a relative path from the peer: `/`-separated components, none empty, `.` or `..`,
+/// none longer than 255 bytes, no NUL, not absolute, at most 4096 bytes.
+pub fn check_relative(path: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let bad = |why: &str| format!("path {:?}: {why}", show(path));
+    if path.is_empty() || path[0] == b'/' {
         return Err(bad("empty or absolute"));
     }
-    if path.contains('\0') {
+    if path.len() > MAX_PATH {
+        return Err(bad("longer than 4096 bytes"));
+    }
+    if path.contains(&0) {
         return Err(bad("contains NUL"));
     }
-    let parts: Vec<&str> = path.split('/').collect();
+    let parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
     if parts
         .iter()
-        .any(|p| p.is_empty() || *p == "." || *p == "..")
+        .any(|p| p.is_empty() || *p == b"." || *p == b"..")
     {
         return Err(bad("an empty, `.` or `..` component"));
+    }
+    if parts.iter().any(|p| p.len() > MAX_NAME) {
+        return Err(bad("a component longer than 255 bytes"));
     }
     Ok(parts)
 }
@@ -352,34 +588,83 @@ mod tests {
     #[test]
     fn paths_that_leave_the_directory_are_refused() {
         for bad in [
-            "",
-            "/etc/passwd",
-            "a/../../b",
-            "..",
-            "a//b",
-            "./a",
-            "a/.",
-            "a\0b",
+            &b""[..],
+            b"/etc/passwd",
+            b"a/../../b",
+            b"..",
+            b"a//b",
+            b"./a",
+            b"a/.",
+            b"a\0b",
         ] {
             assert!(check_relative(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(check_relative("a/b c/d").unwrap(), ["a", "b c", "d"]);
+        assert_eq!(
+            check_relative(b"a/b c/d\xff\n").unwrap(),
+            [&b"a"[..], b"b c", b"d\xff\n"]
+        );
+        assert!(check_relative(&[b'x'; 256]).is_err());
+        assert!(check_relative(&[b'x'; 255]).is_ok());
     }
 
-    #[test]
-    fn headers_round_trip() {
-        let h = FileHeader {
-            path: "dir/file".into(),
+    fn header() -> FileHeader {
+        FileHeader {
+            id: 7,
             kind: KIND_FILE,
+            path: b"dir/file\xff".to_vec(),
             size: 12345,
             mode: 0o644,
             mtime_s: 1_700_000_000,
             mtime_ns: 5,
-            target: String::new(),
+            target: Vec::new(),
             block_size: 1 << 20,
             hash: [7; 32],
-        };
+            attrs: Attrs {
+                owner: Some((1, 2)),
+                xattrs: vec![(b"user.a".to_vec(), b"v".to_vec())],
+            },
+        }
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let h = header();
         assert_eq!(FileHeader::decode(&h.encode()).unwrap(), h);
+        for r in [
+            Reply::Send(vec![(0, 3), (5, 9)]),
+            Reply::Skipped,
+            Reply::Made,
+            Reply::Refused("no".into()),
+        ] {
+            assert_eq!(decode_reply(&encode_reply(9, &r)).unwrap(), (9, r));
+        }
+        assert_eq!(
+            decode_result(&encode_result(3, 1 << 40, true)).unwrap(),
+            (3, 1 << 40, true)
+        );
+        assert_eq!(
+            decode_done(&encode_done(3, DONE_FAILED, "x")).unwrap(),
+            (3, DONE_FAILED, "x".into())
+        );
+    }
+
+    #[test]
+    fn a_huge_file_gets_a_block_size_within_the_limits() {
+        assert_eq!(block_size_for(1 << 20, 256 << 10), Some(256 << 10));
+        assert_eq!(block_size_for(1 << 40, 4096), Some(1 << 20));
+        assert_eq!(block_size_for(1 << 45, 4096), None);
+        let mut h = header();
+        h.size = 1 << 40;
+        h.block_size = 4096;
+        assert!(h.check_blocks().is_err(), "2^28 blocks");
+        h.block_size = 1;
+        assert!(h.check_blocks().is_err(), "a block size of 1");
+    }
+
+    #[test]
+    fn peer_text_is_printed_without_escapes() {
+        assert_eq!(printable(b"a\x1b[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(show(b"a\xffb\n"), "a\\xffb\\n");
     }
 
     proptest! {
@@ -389,11 +674,13 @@ mod tests {
             cut in any::<usize>(),
         ) {
             let _ = FileHeader::decode(&bytes);
-            let h = FileHeader {
-                path: "x".into(), kind: KIND_FILE, size: 1, mode: 0, mtime_s: 0, mtime_ns: 0,
-                target: String::new(), block_size: 4096, hash: [0; 32],
-            }.encode();
+            let h = header().encode();
             let _ = FileHeader::decode(&h[..cut % (h.len() + 1)]);
+            let _ = decode_reply(&bytes);
+            let _ = decode_block(&bytes);
+            let _ = decode_result(&bytes);
+            let _ = decode_done(&bytes);
+            let _ = check_relative(&bytes);
             let mut r = &bytes[..];
             while let Ok(Some(_)) = read_frame(&mut r) {}
             let mut r = &bytes[..];

@@ -1,43 +1,84 @@
-//! The receiving side: writes each block, makes it durable, drops it from the page cache
-//! (proved), reads it back from the device, hashes it and reports — on a verifier thread, so
-//! receiving block i+1 overlaps verifying block i.
+//! The receiving side. The main thread reads frames, makes directories and symlinks, opens
+//! partials and writes blocks; a verifier thread takes everything written so far as one
+//! batch and, per batch (FORMAT.md §5 "Durability"):
 //!
-//! Safety of the receiving directory: names from the peer are relative, `/`-separated, without
-//! `.`/`..`/empty components; every parent directory is created or checked to be a directory
-//! (never followed through a symlink); only regular files, directories and symlinks are made;
-//! a file lands as `.NAME.sgpart` (with its progress in `.NAME.sgpart.progress`) and appears
-//! under its name only when every block is verified, by rename, with the directory fsynced.
+//! 1. sets owner, xattrs, mode and times through the descriptor of each file whose blocks are
+//!    all written;
+//! 2. makes the batch durable with one call: `syncfs` when it holds several files, otherwise
+//!    `fdatasync` (or `fsync` for a file whose attributes were just set) per file;
+//! 3. drops each written block from the page cache (proved with `mincore`), reads it back from
+//!    the device, hashes it and answers BLOCK_RESULT;
+//! 4. renames each file whose blocks all verified (and whose whole-file hash matches) from its
+//!    partial to its final name;
+//! 5. makes the renames durable (`syncfs`, or `fsync` of each directory), and only then
+//!    answers FILE_DONE.
+//!
+//! So many small files share one `syncfs` each way, and a large file's blocks are made durable
+//! and read back in batches while the next ones arrive.
 
-use crate::proto::{self, Cur, FileHeader, ProtoError};
+use crate::beneath::{self, Policy, Root};
+use crate::proto::{self, Attrs, Cur, FileHeader, ProtoError, Reply};
+use crate::seal::{self, SealedReader};
 use crate::verify;
-use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use rustix::fd::OwnedFd;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// A batch with at least this many files is made durable with one `syncfs`.
+const SYNCFS_FILES: usize = 3;
+/// A file's progress is written for the next run once it has this many blocks.
+const PROGRESS_BLOCKS: u64 = 64;
+
+/// A test's hook, run between "durable" and "read back" with the file and the block's range
+/// (the extreme-injection test damages the device there). Test builds only.
+#[cfg(test)]
+pub type Hook = Arc<dyn Fn(&File, u64, usize) + Send + Sync>;
+
 /// How to receive.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RecvOptions {
     pub dir: PathBuf,
     /// Verify each block from the device (the point of the tool). Off only to measure what
     /// verification costs (`recv --no-verify`): blocks are then acknowledged once written, and
-    /// each file is fsynced when complete, like `rsync --fsync`.
+    /// each file is made durable before its rename, like `rsync --fsync`.
     pub verify: bool,
-    /// Require the sender to prove it holds this key (challenge-response) before anything else.
+    /// Require the sender to prove it holds this key (a sealed session).
     pub key: Option<[u8; 32]>,
-    /// Test only: a command run between "durable" and "verify" with the file, offset and
-    /// length as arguments (the extreme-injection test flips bits on the device there).
-    pub test_hook: Option<String>,
+    /// What of the sender's owners, modes and xattrs is applied.
+    pub policy: Policy,
+    #[cfg(test)]
+    pub hook: Option<Hook>,
+}
+
+impl RecvOptions {
+    pub fn new(dir: PathBuf) -> RecvOptions {
+        RecvOptions {
+            dir,
+            verify: true,
+            key: None,
+            policy: Policy::default(),
+            #[cfg(test)]
+            hook: None,
+        }
+    }
 }
 
 /// What a receive did.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct RecvSummary {
+    /// Regular files landed under their names, verified on the device.
     pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Files already there, verified from the device.
     pub skipped: u64,
+    /// Entries that did not land, each with its path and why.
     pub failed: Vec<String>,
     pub bytes: u64,
     pub blocks_verified: u64,
@@ -45,707 +86,783 @@ pub struct RecvSummary {
     pub blocks_mismatched: u64,
     /// Blocks read back with O_DIRECT because eviction could not be proved.
     pub direct_reads: u64,
-    /// Total nanoseconds in each stage, over every block: write (into the page cache),
-    /// durable (fdatasync), evict (fadvise + mincore proof), read back + hash.
+    /// Durability calls (`syncfs`, `fsync`, `fdatasync`).
+    pub syncs: u64,
+    /// Total nanoseconds in each stage: write (into the page cache), durable, evict (fadvise +
+    /// mincore proof), read back + hash.
     pub ns_write: u64,
     pub ns_durable: u64,
     pub ns_evict: u64,
     pub ns_read_back_hash: u64,
     /// Owners or extended attributes that could not be applied (not root, no xattr support).
     pub attr_problems: Vec<String>,
+    /// Owners, setuid/setgid bits and xattrs the sender sent that this receiver does not
+    /// accept (`recv --owner`, `--xattrs`, `--all-xattrs`, `--allow-setid`).
+    pub attrs_refused: u64,
 }
 
-struct Partial {
-    header: FileHeader,
-    file: Arc<File>,
-    part: PathBuf,
-    progress: PathBuf,
-    fin: PathBuf,
-    verified: Vec<bool>,
-    hashes: Vec<[u8; 32]>,
-    /// Blocks received before in this session (a resent block is written even when all zero).
-    seen: std::collections::HashSet<u64>,
-    attrs: Option<proto::Attrs>,
+/// A connection after its hello (and key handshake): frames in, frames out.
+pub struct Conn {
+    input: Input,
+    output: Box<dyn Write + Send>,
 }
 
-fn blocks_of(h: &FileHeader) -> u64 {
-    h.size.div_ceil(u64::from(h.block_size.max(1)))
+enum Input {
+    Plain(BufReader<Box<dyn Read + Send>>),
+    Sealed(SealedReader<BufReader<Box<dyn Read + Send>>>),
 }
 
-/// Make every parent of `rel` under `root` a real directory (creating what is missing); never
-/// go through a symlink.
-fn parent_dir(root: &Path, parts: &[&str]) -> Result<PathBuf, ProtoError> {
-    let mut at = root.to_path_buf();
-    for p in &parts[..parts.len() - 1] {
-        at.push(p);
-        match fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(proto::malformed(
-                    "path",
-                    format!("{} exists and is not a directory", at.display()),
-                ))
-            }
-            Err(_) => fs::create_dir(&at)?,
+impl Input {
+    /// Bytes already received and not yet read (the reply can wait for them).
+    fn buffered(&self) -> bool {
+        match self {
+            Input::Plain(r) => !r.buffer().is_empty(),
+            Input::Sealed(r) => r.buffered() > 0,
         }
     }
-    Ok(at)
 }
 
-fn progress_text(p: &Partial) -> String {
-    let bits: String = p
-        .verified
-        .iter()
-        .map(|&v| if v { '1' } else { '0' })
-        .collect();
-    format!(
-        "stripeguard-xfer-progress 1\nsize {}\nblock {}\nhash {}\nverified {}\n",
-        p.header.size,
-        p.header.block_size,
-        hex(&p.header.hash),
-        bits
-    )
+impl Read for Input {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Input::Plain(r) => r.read(b),
+            Input::Sealed(r) => r.read(b),
+        }
+    }
+}
+
+impl Conn {
+    /// Turn the sender away with a reason (sent as ERROR, sealed when the session is).
+    pub fn refuse(&mut self, why: &str) {
+        let _ = proto::write_frame(&mut self.output, proto::T_ERROR, why.as_bytes());
+        let _ = self.output.flush();
+    }
+}
+
+/// Open a session as the receiver: the hellos, and with a key the handshake in which the
+/// sender proves it holds it. A peer of another version is told so, by name.
+pub fn accept(
+    input: Box<dyn Read + Send>,
+    mut output: Box<dyn Write + Send>,
+    key: Option<&[u8; 32]>,
+) -> Result<Conn, ProtoError> {
+    let mut input = BufReader::with_capacity(1 << 20, input);
+    let (_offered, sender_hello) = match proto::read_hello(&mut input) {
+        Ok(h) => h,
+        Err(e @ (ProtoError::Version(_) | ProtoError::Magic)) => {
+            proto::refuse(&mut output, &e.to_string());
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let features = if key.is_some() {
+        proto::FEATURE_SEALED
+    } else {
+        0
+    };
+    let mine = proto::write_hello(&mut output, features)?;
+    match key {
+        Some(k) => {
+            let (r, w) = seal::respond(input, output, k, &sender_hello, &mine).map_err(|e| match e {
+                ProtoError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    ProtoError::Auth("the sender closed during the key handshake (it has no --key-file?)".into())
+                }
+                e => e,
+            })?;
+            Ok(Conn {
+                input: Input::Sealed(r),
+                output: Box::new(std::io::BufWriter::with_capacity(1 << 16, w)),
+            })
+        }
+        None => Ok(Conn {
+            input: Input::Plain(input),
+            output: Box::new(std::io::BufWriter::with_capacity(1 << 16, output)),
+        }),
+    }
+}
+
+/// Receive one session from `input`, answering on `output`.
+pub fn receive(
+    input: impl Read + Send + 'static,
+    output: impl Write + Send + 'static,
+    opts: &RecvOptions,
+) -> Result<RecvSummary, ProtoError> {
+    let root = Root::open(&opts.dir).map_err(ProtoError::Local)?;
+    let conn = match accept(Box::new(input), Box::new(output), opts.key.as_ref()) {
+        Ok(c) => c,
+        Err(e) => return Err(e),
+    };
+    receive_on(conn, root, opts)
+}
+
+/// A file's state, shared by the main thread (which writes) and the verifier.
+struct Open {
+    file: Arc<File>,
+    size: u64,
+    bs: u64,
+    blocks: u64,
+    /// Created this session: an all-zero block's first transmission stays a hole.
+    fresh: bool,
+    written: Vec<u8>,
+    /// The sender's blocks are ignored after a failure (until it reuses the id).
+    dead: bool,
+    /// Set by the verifier when the file has landed or failed: the id is free again.
+    finished: Arc<AtomicBool>,
+}
+
+enum Msg {
+    Open(Box<VFile>),
+    Block { id: u32, index: u64, hash: [u8; 32] },
+    /// The sender gave up on the file.
+    End { id: u32 },
+    /// The file failed on this side (a write error); `remove` drops its partial.
+    Fail { id: u32, why: String, remove: bool },
+}
+
+/// What the verifier knows of a file.
+struct VFile {
+    id: u32,
+    rel: Vec<u8>,
+    name: Vec<u8>,
+    parent: Arc<OwnedFd>,
+    file: Arc<File>,
+    size: u64,
+    bs: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    hash: [u8; 32],
+    attrs: Attrs,
+    verified: Vec<bool>,
+    hashes: Vec<[u8; 32]>,
+    resumed: bool,
+    /// Written, not yet verified: block → the sender's hash of it.
+    outstanding: BTreeMap<u64, [u8; 32]>,
+    attrs_set: bool,
+    abandoned: bool,
+    verified_at_progress: usize,
+    finished: Arc<AtomicBool>,
+}
+
+impl VFile {
+    fn verified_count(&self) -> usize {
+        self.verified.iter().filter(|&&v| v).count()
+    }
+    fn all_written(&self) -> bool {
+        self.verified_count() + self.outstanding.len() == self.verified.len()
+    }
+    fn progress_text(&self) -> String {
+        let bits: String = self.verified.iter().map(|&v| if v { '1' } else { '0' }).collect();
+        format!(
+            "stripeguard-xfer-progress 2\npath {}\nsize {}\nblock {}\nhash {}\nverified {}\n",
+            hex(blake3::hash(&self.rel).as_bytes()),
+            self.size,
+            self.bs,
+            hex(&self.hash),
+            bits
+        )
+    }
 }
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A previous run's progress for this header, if it matches (same size, block size, hash).
-fn load_progress(path: &Path, h: &FileHeader) -> Option<Vec<bool>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut text = String::new();
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?
-        .read_to_string(&mut text)
-        .ok()?;
+/// A previous run's progress for this header, if it matches (same path, size, block size, hash).
+fn parse_progress(text: &str, h: &FileHeader) -> Option<Vec<bool>> {
     let mut lines = text.lines();
-    if lines.next()? != "stripeguard-xfer-progress 1" {
+    if lines.next()? != "stripeguard-xfer-progress 2" {
         return None;
     }
+    let path = lines.next()?.strip_prefix("path ")?;
     let size = lines.next()?.strip_prefix("size ")?.parse::<u64>().ok()?;
-    let block = lines.next()?.strip_prefix("block ")?.parse::<u32>().ok()?;
+    let block = lines.next()?.strip_prefix("block ")?.parse::<u64>().ok()?;
     let hash = lines.next()?.strip_prefix("hash ")?;
     let bits = lines.next()?.strip_prefix("verified ")?;
-    if size != h.size || block != h.block_size || hash != hex(&h.hash) {
+    if path != hex(blake3::hash(&h.path).as_bytes())
+        || size != h.size
+        || block != u64::from(h.block_size)
+        || hash != hex(&h.hash)
+    {
         return None;
     }
     let v: Vec<bool> = bits.chars().map(|c| c == '1').collect();
-    (v.len() as u64 == blocks_of(h)).then_some(v)
+    (v.len() as u64 == h.blocks()).then_some(v)
 }
 
-/// Hash of a whole file as the protocol defines it (BLAKE3 of the list of block hashes),
-/// read from the device (block by block: durable, evicted, read back).
-fn device_hash(path: &Path, h: &FileHeader) -> std::io::Result<[u8; 32]> {
-    let f = File::open(path)?;
-    let bs = h.block_size as usize;
+/// Hash of a whole file as the protocol defines it, read from the device.
+fn device_hash(f: &File, size: u64, bs: u64) -> std::io::Result<[u8; 32]> {
     let mut list = blake3::Hasher::new();
-    let mut buf = vec![0u8; bs];
-    for i in 0..blocks_of(h) {
-        let off = i * bs as u64;
-        let n = (h.size - off).min(bs as u64) as usize;
-        verify::durable_then_read_back(&f, path, off, &mut buf[..n])?;
+    let mut buf = vec![0u8; bs as usize];
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(bs) as usize;
+        verify::durable_then_read_back(f, off, &mut buf[..n])?;
         list.update(blake3::hash(&buf[..n]).as_bytes());
+        off += n as u64;
     }
     Ok(*list.finalize().as_bytes())
 }
 
-/// Set mtime (and atime) of `path` itself, never through a symlink.
-fn set_times(path: &Path, h: &FileHeader) {
-    let ts = [
-        libc::timespec {
-            tv_sec: h.mtime_s as libc::time_t,
-            tv_nsec: h.mtime_ns as libc::c_long,
-        },
-        libc::timespec {
-            tv_sec: h.mtime_s as libc::time_t,
-            tv_nsec: h.mtime_ns as libc::c_long,
-        },
-    ];
-    let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-    else {
-        return;
-    };
-    let flags = libc::AT_SYMLINK_NOFOLLOW;
-    // SAFETY: a NUL-terminated path and two timespecs.
-    unsafe {
-        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), flags);
+/// A directory received, for its mode, owner and times at the end.
+struct DirDone {
+    rel: Vec<u8>,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+    mtime: (i64, u32),
+}
+
+type Out = Arc<Mutex<Box<dyn Write + Send>>>;
+
+fn send_frame(out: &Out, kind: u8, payload: &[u8], flush: bool) -> std::io::Result<()> {
+    let mut o = out.lock().expect("lock");
+    proto::write_frame(&mut *o, kind, payload)?;
+    if flush {
+        o.flush()?;
     }
+    Ok(())
 }
 
-fn fsync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-/// Is `name` one the receiver uses for its own files beside a final name? An entry from the
-/// peer with such a name is refused: it could stand in for another file's partial.
-fn is_partial_name(name: &str) -> bool {
-    name.starts_with('.') && (name.ends_with(".sgpart") || name.ends_with(".sgpart.progress"))
-}
-
-/// A receiver's own file (a partial, its progress) that is not a regular file — a symlink or
-/// a fifo planted in DIR — is removed, never followed.
-fn clear_non_regular(path: &Path) -> Result<(), ProtoError> {
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => Err(proto::malformed(
-            "path",
-            format!("{} is a directory", path.display()),
-        )),
-        Ok(m) if !m.is_file() => fs::remove_file(path).map_err(|e| at(path, "remove", e)),
-        _ => Ok(()),
-    }
-}
-
-fn at(path: &Path, what: &str, e: std::io::Error) -> ProtoError {
-    ProtoError::Io(std::io::Error::new(
-        e.kind(),
-        format!("cannot {what} {}: {e}", path.display()),
-    ))
-}
-
-/// Open (creating it if missing) the partial `part` for writing, never through a symlink
-/// (`O_NOFOLLOW`), and take an exclusive `flock` on it for as long as it is open, so that two
-/// receivers on one directory never write the same partial: the second is refused. Returns the
-/// file and whether a partial was already there (a previous run's, to resume).
-fn open_partial(part: &Path) -> Result<(File, bool), ProtoError> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    clear_non_regular(part)?;
-    // Another receiver may rename the partial away between our open and our lock; then the
-    // inode we locked is no longer the partial, and we try again.
-    for _ in 0..8 {
-        let existed = fs::symlink_metadata(part).is_ok();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(part)
-            .map_err(|e| at(part, "open", e))?;
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(ProtoError::Local(format!(
-                "{} is being received by another stripeguard recv into the same directory",
-                part.display()
-            )));
-        }
-        let ours = file.metadata().map_err(|e| at(part, "stat", e))?;
-        match fs::symlink_metadata(part) {
-            Ok(m) if m.dev() == ours.dev() && m.ino() == ours.ino() => return Ok((file, existed)),
-            _ => continue,
-        }
-    }
-    Err(ProtoError::Local(format!(
-        "{} keeps changing under another receiver",
-        part.display()
-    )))
-}
-
-/// Write a receiver's own small file (progress) without following a symlink planted there.
-fn write_own(path: &Path, text: &str) -> Result<(), ProtoError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    clear_non_regular(path)?;
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| at(path, "write", e))
-}
-
-/// Set a file's mtime (and atime) through its descriptor.
-fn set_file_times(f: &File, h: &FileHeader) {
-    use std::os::fd::AsRawFd;
-    let t = libc::timespec {
-        tv_sec: h.mtime_s as libc::time_t,
-        tv_nsec: h.mtime_ns as libc::c_long,
-    };
-    // SAFETY: a descriptor this caller owns and two timespecs.
-    unsafe {
-        libc::futimens(f.as_raw_fd(), [t, t].as_ptr());
-    }
-}
-
-/// A job for the verifier thread.
-struct Job {
-    file: Arc<File>,
-    path: PathBuf,
-    index: u64,
-    /// Which transmission of the block this is (a resent block's earlier result must not
-    /// count for it).
-    seq: u64,
-    offset: u64,
-    len: usize,
-    hash: [u8; 32],
-}
-
-/// Receive one session from `input`, answering on `output`.
-pub fn receive(
-    mut input: impl Read,
-    output: impl Write + Send + 'static,
-    opts: &RecvOptions,
-) -> Result<RecvSummary, ProtoError> {
-    let out = Arc::new(Mutex::new(output));
-    let offered = proto::read_hello(&mut input)?;
-    let mut features = offered & proto::FEATURES & !proto::FEATURE_AUTH;
-    if opts.key.is_some() {
-        features |= proto::FEATURE_AUTH;
-    }
-    proto::write_hello(&mut *out.lock().expect("lock"), features)?;
-    if let Some(key) = &opts.key {
-        let mut challenge = [0u8; 32];
-        File::open("/dev/urandom")?.read_exact(&mut challenge)?;
-        {
-            let mut o = out.lock().expect("lock");
-            proto::write_frame(&mut *o, proto::T_CHALLENGE, &challenge)?;
-            o.flush()?;
-        }
-        let good = matches!(proto::read_frame(&mut input)?,
-            Some((proto::T_RESPONSE, r)) if r[..] == proto::answer(key, &challenge)[..]);
-        if !good {
-            let mut o = out.lock().expect("lock");
-            let _ = proto::write_frame(
-                &mut *o,
-                proto::T_ERROR,
-                b"authentication failed: wrong or missing --key-file",
-            );
-            let _ = o.flush();
-            return Err(proto::malformed(
-                "authentication",
-                "the sender does not hold the key",
-            ));
-        }
-    }
-    fs::create_dir_all(&opts.dir)?;
-    let root = fs::canonicalize(&opts.dir)?;
+/// Receive one session on an accepted connection.
+pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSummary, ProtoError> {
+    let Conn { mut input, output } = conn;
+    let out: Out = Arc::new(Mutex::new(output));
+    let root = Arc::new(root);
     let summary = Arc::new(Mutex::new(RecvSummary::default()));
-    let (jobs, job_rx) = mpsc::channel::<Job>();
-    // Results of the verifier: (index, ok) of the current file.
-    // Results of the verifier: (index, transmission, ok) of the current file.
-    let (done_tx, done_rx) = mpsc::channel::<(u64, u64, bool)>();
-    let hook = opts.test_hook.clone();
-    let verify_blocks = opts.verify;
-    let vsum = Arc::clone(&summary);
-    let vout = Arc::clone(&out);
-    // The verifier's failure, for the main loop to stop on (the peer is told at once).
-    let failed: Arc<Mutex<Option<String>>> = Arc::default();
-    let vfailed = Arc::clone(&failed);
-    let verifier = std::thread::spawn(move || -> Result<(), String> {
-        let r = verify_jobs(job_rx, hook, verify_blocks, &vsum, &vout, done_tx);
-        if let Err(e) = &r {
-            *vfailed.lock().expect("lock") = Some(e.clone());
-            let mut o = vout.lock().expect("lock");
-            let _ = proto::write_frame(&mut *o, proto::T_ERROR, e.as_bytes());
-            let _ = o.flush();
-        }
-        r
-    });
-    let mut dirs: Vec<(PathBuf, FileHeader)> = Vec::new();
-    let mut dirty_dirs: std::collections::BTreeSet<PathBuf> = Default::default();
-    let mut pending_attrs: Option<proto::Attrs> = None;
-    let mut cur: Option<Partial> = None;
-    let mut pending: HashMap<u64, (u64, [u8; 32])> = HashMap::new();
-    let mut seq = 0u64;
-    let result = (|| -> Result<(), ProtoError> {
-        loop {
-            if let Some(e) = failed.lock().expect("lock").clone() {
-                return Err(ProtoError::Local(e));
-            }
-            let Some((kind, payload)) = proto::read_frame(&mut input)? else {
-                return Err(proto::malformed("stream", "ended before DONE"));
-            };
-            match kind {
-                proto::T_ATTRS => {
-                    pending_attrs = Some(proto::Attrs::decode(&payload)?);
-                }
-                proto::T_FILE => {
-                    // The attributes sent for this entry (none when not asked for).
-                    let mut attrs = pending_attrs.take();
-                    if cur.is_some() {
-                        return Err(proto::malformed("FILE frame", "inside another file"));
-                    }
-                    let h = FileHeader::decode(&payload)?;
-                    let parts = proto::check_relative(&h.path)?;
-                    let name = parts[parts.len() - 1];
-                    if is_partial_name(name) {
-                        return Err(proto::malformed(
-                            "path",
-                            format!("{:?}: a name of the receiver's own partial files (.NAME.sgpart, .NAME.sgpart.progress)", h.path),
-                        ));
-                    }
-                    let parent = parent_dir(&root, &parts)?;
-                    let fin = parent.join(name);
-                    let reply = |status: u8, extra: &[u8]| -> Result<(), ProtoError> {
-                        let mut p = vec![status];
-                        p.extend_from_slice(extra);
-                        let mut o = out.lock().expect("lock");
-                        proto::write_frame(&mut *o, proto::T_FILE_REPLY, &p)?;
-                        o.flush()?;
-                        Ok(())
-                    };
-                    match h.kind {
-                        proto::KIND_DIR => {
-                            match fs::symlink_metadata(&fin) {
-                                Ok(m) if m.is_dir() => {}
-                                Ok(_) => {
-                                    return Err(proto::malformed(
-                                        "path",
-                                        format!("{} exists and is not a directory", fin.display()),
-                                    ))
-                                }
-                                Err(_) => fs::create_dir(&fin)?,
-                            }
-                            if let Some(a) = attrs.take() {
-                                if let Err(e) = crate::attrs::apply(&fin, &a) {
-                                    summary.lock().expect("lock").attr_problems.push(e);
-                                }
-                            }
-                            dirs.push((fin, h));
-                            reply(1, &[])?;
-                        }
-                        proto::KIND_SYMLINK => {
-                            if let Ok(m) = fs::symlink_metadata(&fin) {
-                                if m.is_dir() {
-                                    return Err(proto::malformed(
-                                        "path",
-                                        format!("{} is a directory", fin.display()),
-                                    ));
-                                }
-                                fs::remove_file(&fin)?;
-                            }
-                            std::os::unix::fs::symlink(&h.target, &fin)?;
-                            if let Some(a) = attrs.take() {
-                                if let Err(e) = crate::attrs::apply(&fin, &a) {
-                                    summary.lock().expect("lock").attr_problems.push(e);
-                                }
-                            }
-                            set_times(&fin, &h);
-                            summary.lock().expect("lock").files += 1;
-                            reply(1, &[])?;
-                        }
-                        _ => {
-                            // Already here, and verified from the device: skip it.
-                            if let Ok(m) = fs::symlink_metadata(&fin) {
-                                use std::os::unix::fs::MetadataExt;
-                                if m.is_file()
-                                    && m.len() == h.size
-                                    && m.mtime() == h.mtime_s
-                                    && m.mtime_nsec() as u32 == h.mtime_ns
-                                    && device_hash(&fin, &h).ok() == Some(h.hash)
-                                {
-                                    summary.lock().expect("lock").skipped += 1;
-                                    reply(1, &[])?;
-                                    continue;
-                                }
-                                if m.is_dir() {
-                                    return Err(proto::malformed(
-                                        "path",
-                                        format!("{} is a directory", fin.display()),
-                                    ));
-                                }
-                            }
-                            let part = parent.join(format!(".{name}.sgpart"));
-                            let progress = parent.join(format!(".{name}.sgpart.progress"));
-                            let blocks = blocks_of(&h);
-                            let (file, existed) = open_partial(&part)?;
-                            let resumed = if existed {
-                                load_progress(&progress, &h)
-                            } else {
-                                None
-                            };
-                            if resumed.is_none() {
-                                file.set_len(0).map_err(|e| at(&part, "truncate", e))?;
-                            }
-                            file.set_len(h.size).map_err(|e| at(&part, "size", e))?;
-                            let verified = resumed.unwrap_or_else(|| vec![false; blocks as usize]);
-                            let mut bits = Vec::new();
-                            for chunk in verified.chunks(8) {
-                                bits.push(
-                                    chunk
-                                        .iter()
-                                        .enumerate()
-                                        .fold(0u8, |a, (i, &v)| a | ((v as u8) << i)),
-                                );
-                            }
-                            cur = Some(Partial {
-                                attrs: attrs.take(),
-                                seen: Default::default(),
-                                hashes: vec![[0u8; 32]; blocks as usize],
-                                header: h,
-                                file: Arc::new(file),
-                                part,
-                                progress,
-                                fin,
-                                verified,
-                            });
-                            // 2 = send the blocks whose bit is clear.
-                            reply(2, &bits)?;
-                        }
-                    }
-                }
-                proto::T_BLOCK => {
-                    let Some(p) = cur.as_mut() else {
-                        return Err(proto::malformed("BLOCK frame", "outside a file"));
-                    };
-                    let mut c = Cur::new(&payload, "BLOCK frame");
-                    let index = c.u64()?;
-                    let hash = c.hash()?;
-                    let data = c.rest();
-                    let blocks = blocks_of(&p.header);
-                    if index >= blocks {
-                        return Err(proto::malformed(
-                            "BLOCK frame",
-                            format!("block {index} of {blocks}"),
-                        ));
-                    }
-                    let bs = u64::from(p.header.block_size);
-                    let offset = index * bs;
-                    let want = (p.header.size - offset).min(bs) as usize;
-                    if data.len() != want {
-                        return Err(proto::malformed(
-                            "BLOCK frame",
-                            format!("{} bytes where block {index} has {want}", data.len()),
-                        ));
-                    }
-                    let tw = std::time::Instant::now();
-                    // An all-zero block stays a hole (the file was sized sparse), as rsync -S.
-                    if !p.seen.insert(index) || data.iter().any(|&b| b != 0) {
-                        p.file.write_all_at(data, offset)?;
-                    }
-                    summary.lock().expect("lock").ns_write += tw.elapsed().as_nanos() as u64;
-                    summary.lock().expect("lock").bytes += data.len() as u64;
-                    seq += 1;
-                    pending.insert(index, (seq, hash));
-                    let _ = jobs.send(Job {
-                        file: Arc::clone(&p.file),
-                        path: p.part.clone(),
-                        index,
-                        seq,
-                        offset,
-                        len: want,
-                        hash,
-                    });
-                    drain(&done_rx, p, &mut pending);
-                }
-                proto::T_FILE_END => {
-                    let Some(mut p) = cur.take() else {
-                        return Err(proto::malformed("FILE_END frame", "outside a file"));
-                    };
-                    let mut c = Cur::new(&payload, "FILE_END frame");
-                    let gave_up = c.u8()? != 0;
-                    c.end()?;
-                    // Wait for the verifier to finish this file's blocks.
-                    while !pending.is_empty() {
-                        match done_rx.recv() {
-                            Ok((i, n, ok)) => note(&mut p, &mut pending, i, n, ok),
-                            Err(_) => return Err(proto::malformed("verifier", "stopped")),
-                        }
-                    }
-                    let all = p.verified.iter().all(|&v| v);
-                    let mut list = blake3::Hasher::new();
-                    for h in &p.hashes {
-                        list.update(h);
-                    }
-                    let whole_ok = all
-                        && (p.header.size == 0
-                            || *list.finalize().as_bytes() == p.header.hash
-                            || resumed_any(&p));
-                    let status = if all && whole_ok && !gave_up {
-                        // Verified blocks were each made durable (fdatasync, which covers the
-                        // size too); without verification the file is synced here once.
-                        if !opts.verify {
-                            p.file.sync_all()?;
-                        }
-                        p.file
-                            .set_permissions(fs::Permissions::from_mode(p.header.mode & 0o7777))
-                            .map_err(|e| at(&p.part, "set the mode of", e))?;
-                        set_file_times(&p.file, &p.header);
-                        if let Some(a) = &p.attrs {
-                            if let Err(e) = crate::attrs::apply(&p.part, a) {
-                                summary.lock().expect("lock").attr_problems.push(e);
-                            }
-                        }
-                        fs::rename(&p.part, &p.fin)
-                            .map_err(|e| at(&p.fin, "rename the partial to", e))?;
-                        let _ = fs::remove_file(&p.progress);
-                        // Directories are fsynced once each, at the end of the session (a
-                        // crash before leaves the verified partial, which a later run resumes).
-                        dirty_dirs.insert(p.fin.parent().unwrap_or(&root).to_path_buf());
-                        summary.lock().expect("lock").files += 1;
-                        0u8
-                    } else {
-                        write_own(&p.progress, &progress_text(&p))?;
-                        summary
-                            .lock()
-                            .expect("lock")
-                            .failed
-                            .push(p.header.path.clone());
-                        1u8
-                    };
-                    let mut o = out.lock().expect("lock");
-                    proto::write_frame(&mut *o, proto::T_FILE_DONE, &[status])?;
-                    o.flush()?;
-                }
-                proto::T_DONE => {
-                    for d in &dirty_dirs {
-                        fsync_dir(d);
-                    }
-                    for (d, h) in dirs.iter().rev() {
-                        // Still the directory made here (never a symlink put in its place).
-                        if fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()) {
-                            let _ =
-                                fs::set_permissions(d, fs::Permissions::from_mode(h.mode & 0o7777));
-                            set_times(d, h);
-                        }
-                    }
-                    let mut o = out.lock().expect("lock");
-                    proto::write_frame(&mut *o, proto::T_DONE, &[])?;
-                    o.flush()?;
-                    return Ok(());
-                }
-                proto::T_ERROR => {
-                    return Err(ProtoError::Peer(
-                        String::from_utf8_lossy(&payload).into_owned(),
-                    ))
-                }
-                k => {
-                    return Err(proto::malformed(
-                        "stream",
-                        format!("unexpected frame type {k}"),
-                    ))
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let verifier = {
+        let (root, out, summary, opts) = (Arc::clone(&root), Arc::clone(&out), Arc::clone(&summary), opts.clone());
+        std::thread::spawn(move || Verifier { root, out, summary, opts, files: HashMap::new(), dirty: Vec::new() }.run(rx))
+    };
+    let mut dirs: Vec<DirDone> = Vec::new();
+    let mut open: HashMap<u32, Open> = HashMap::new();
+    let mut open_blocks = 0u64;
+    let result = session(&mut input, &out, &root, opts, &summary, &tx, &mut open, &mut open_blocks, &mut dirs);
+    drop(tx);
+    let verified = verifier.join().map_err(|_| ProtoError::Local("the verifier panicked".into()))?;
+    let result = match (result, verified) {
+        // The verifier's failure is the cause of whatever the stream did after it.
+        (_, Err(e)) => Err(ProtoError::Local(e)),
+        (r, Ok(())) => r,
+    };
+    match result {
+        Ok(()) => {
+            // Directories last (their modes may forbid writing), then one sync for them all.
+            let mut s = summary.lock().expect("lock");
+            for d in dirs.iter().rev() {
+                if let Err(e) = root.finish_dir(&d.rel, d.mode, d.owner, d.mtime) {
+                    s.attr_problems.push(e);
                 }
             }
+            root.syncfs().map_err(|e| ProtoError::Local(format!("cannot sync {}: {e}", opts.dir.display())))?;
+            s.syncs += 1;
+            drop(s);
+            send_frame(&out, proto::T_DONE, &[], true)?;
         }
-    })();
-    // Keep what was verified of an unfinished file for the next run.
-    if let Some(p) = cur.as_mut() {
-        while let Ok((i, n, ok)) = done_rx.try_recv() {
-            note(p, &mut pending, i, n, ok);
-        }
-        let _ = write_own(&p.progress, &progress_text(p));
-    }
-    drop(jobs);
-    let verifier = verifier.join().expect("the verifier panicked");
-    if let Err(e) = &result {
-        // Tell the sender why (it would otherwise see only a closed stream), unless it was the
-        // sender's own error or the verifier has told it already.
-        if !matches!(e, ProtoError::Peer(_)) && failed.lock().expect("lock").is_none() {
-            let mut o = out.lock().expect("lock");
-            let _ = proto::write_frame(&mut *o, proto::T_ERROR, e.to_string().as_bytes());
-            let _ = o.flush();
+        Err(ref e) => {
+            if !matches!(e, ProtoError::Peer(_)) {
+                let _ = send_frame(&out, proto::T_ERROR, e.to_string().as_bytes(), true);
+            }
         }
     }
-    // The verifier's failure is the cause of whatever the stream did after it.
-    verifier.map_err(ProtoError::Local)?;
     result?;
     let s = summary.lock().expect("lock").clone();
     Ok(s)
 }
 
-/// The verifier thread: each block durable, evicted, read back, hashed, answered.
-fn verify_jobs(
-    job_rx: mpsc::Receiver<Job>,
-    hook: Option<String>,
-    verify_blocks: bool,
-    vsum: &Mutex<RecvSummary>,
-    vout: &Mutex<impl Write>,
-    done_tx: mpsc::Sender<(u64, u64, bool)>,
-) -> Result<(), String> {
-    let mut buf = Vec::new();
-    for j in job_rx {
-        if let Some(cmd) = &hook {
-            let _ = std::process::Command::new(cmd)
-                .arg(&j.path)
-                .arg(j.offset.to_string())
-                .arg(j.len.to_string())
-                .status();
-        }
-        buf.resize(j.len, 0);
-        let (ok, how) = if verify_blocks {
-            let (how, t) =
-                    verify::durable_then_read_back_timed(&j.file, &j.path, j.offset, &mut buf[..])
-                        .map_err(|e| {
-                            format!(
-                                "cannot read {} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
-                                j.path.display()
-                            )
-                        })?;
-            let th = std::time::Instant::now();
-            let ok = *blake3::hash(&buf).as_bytes() == j.hash;
-            let mut s = vsum.lock().expect("lock");
-            s.ns_durable += t.durable.as_nanos() as u64;
-            s.ns_evict += t.evict.as_nanos() as u64;
-            s.ns_read_back_hash += (t.read_back + th.elapsed()).as_nanos() as u64;
-            (ok, how)
-        } else {
-            (true, verify::ReadBack::Evicted)
+#[allow(clippy::too_many_arguments)]
+fn session(
+    input: &mut Input,
+    out: &Out,
+    root: &Root,
+    opts: &RecvOptions,
+    summary: &Mutex<RecvSummary>,
+    tx: &mpsc::Sender<Msg>,
+    open: &mut HashMap<u32, Open>,
+    open_blocks: &mut u64,
+    dirs: &mut Vec<DirDone>,
+) -> Result<(), ProtoError> {
+    let verifier_gone = || ProtoError::Local("the verifier stopped".into());
+    loop {
+        let Some((kind, payload)) = proto::read_frame(input)? else {
+            return Err(ProtoError::Local("the sender closed the connection before DONE (it ended or was killed); what was verified is kept for a later run".into()));
         };
-        {
-            let mut s = vsum.lock().expect("lock");
-            if ok {
-                s.blocks_verified += 1;
+        match kind {
+            proto::T_FILE => {
+                let h = FileHeader::decode(&payload)?;
+                if open.get(&h.id).is_some_and(|o| !o.dead && !o.finished.load(Ordering::Acquire)) {
+                    return Err(proto::malformed("FILE frame", format!("file id {} is already in flight", h.id)));
+                }
+                if open.len() >= proto::MAX_OPEN_FILES || open.contains_key(&h.id) {
+                    open.retain(|_, o| !(o.dead || o.finished.load(Ordering::Acquire)));
+                    *open_blocks = open.values().map(|o| o.blocks).sum();
+                }
+                if open.len() >= proto::MAX_OPEN_FILES {
+                    return Err(proto::malformed("FILE frame", format!("more than {} files in flight", proto::MAX_OPEN_FILES)));
+                }
+                let reply = match entry(root, opts, summary, &h, *open_blocks) {
+                    Ok(Entry::Reply(r)) => r,
+                    Ok(Entry::Dir(d)) => {
+                        dirs.push(d);
+                        Reply::Made
+                    }
+                    Ok(Entry::File(o, v)) => {
+                        *open_blocks += o.blocks;
+                        let ranges = verified_ranges(&v.verified);
+                        open.insert(h.id, o);
+                        tx.send(Msg::Open(v)).map_err(|_| verifier_gone())?;
+                        Reply::Send(ranges)
+                    }
+                    Err(why) => {
+                        summary.lock().expect("lock").failed.push(format!("{}: {why}", proto::show(&h.path)));
+                        Reply::Refused(why)
+                    }
+                };
+                send_frame(out, proto::T_FILE_REPLY, &proto::encode_reply(h.id, &reply), !input.buffered())?;
+            }
+            proto::T_BLOCK => {
+                let (id, index, hash, data) = proto::decode_block(&payload)?;
+                let Some(o) = open.get_mut(&id) else {
+                    return Err(proto::malformed("BLOCK frame", format!("file id {id} is not in flight")));
+                };
+                if o.dead {
+                    continue;
+                }
+                if o.finished.load(Ordering::Acquire) {
+                    return Err(proto::malformed("BLOCK frame", format!("file id {id} has finished")));
+                }
+                if index >= o.blocks {
+                    return Err(proto::malformed("BLOCK frame", format!("block {index} of {}", o.blocks)));
+                }
+                let offset = index * o.bs;
+                let want = (o.size - offset).min(o.bs) as usize;
+                if data.len() != want {
+                    return Err(proto::malformed("BLOCK frame", format!("{} bytes where block {index} has {want}", data.len())));
+                }
+                let tw = std::time::Instant::now();
+                let (byte, bit) = ((index / 8) as usize, 1u8 << (index % 8));
+                let first = o.written[byte] & bit == 0;
+                o.written[byte] |= bit;
+                let hole = o.fresh && first && data.iter().all(|&b| b == 0);
+                if !hole {
+                    if let Err(e) = o.file.write_all_at(data, offset) {
+                        // ENOSPC, EIO, EROFS: this file fails; the others go on.
+                        o.dead = true;
+                        let why = format!("cannot write: {e}");
+                        tx.send(Msg::Fail { id, why, remove: true }).map_err(|_| verifier_gone())?;
+                        continue;
+                    }
+                }
+                {
+                    let mut s = summary.lock().expect("lock");
+                    s.ns_write += tw.elapsed().as_nanos() as u64;
+                    s.bytes += data.len() as u64;
+                }
+                tx.send(Msg::Block { id, index, hash }).map_err(|_| verifier_gone())?;
+            }
+            proto::T_FILE_END => {
+                let mut c = Cur::new(&payload, "FILE_END frame");
+                let id = c.u32()?;
+                c.end()?;
+                match open.get_mut(&id) {
+                    Some(o) if !o.dead => {
+                        o.dead = true;
+                        tx.send(Msg::End { id }).map_err(|_| verifier_gone())?;
+                    }
+                    Some(_) => {}
+                    None => return Err(proto::malformed("FILE_END frame", format!("file id {id} is not in flight"))),
+                }
+            }
+            proto::T_DONE => return Ok(()),
+            proto::T_ERROR => return Err(ProtoError::Peer(proto::printable(&payload))),
+            k => return Err(proto::malformed("stream", format!("unexpected frame type {k}"))),
+        }
+    }
+}
+
+enum Entry {
+    Reply(Reply),
+    Dir(DirDone),
+    File(Open, Box<VFile>),
+}
+
+/// What to do with one FILE frame: make a directory or symlink, skip a file that is already
+/// there, or open its partial. An `Err` refuses this entry alone.
+fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &FileHeader, open_blocks: u64) -> Result<Entry, String> {
+    let parts = proto::check_relative(&h.path)?;
+    if parts[0] == beneath::PARTIAL_DIR.as_bytes() {
+        return Err(format!("{} is the receiver's own directory", beneath::PARTIAL_DIR));
+    }
+    let name = parts[parts.len() - 1];
+    let (attrs, refused) = opts.policy.filter(&h.attrs, h.mode);
+    summary.lock().expect("lock").attrs_refused += refused;
+    let mode = opts.policy.mode(h.mode);
+    let mtime = (h.mtime_s, h.mtime_ns);
+    let parent = root.parent(&parts)?;
+    match h.kind {
+        proto::KIND_DIR => {
+            root.make_dir(&parent, name, &h.path)?;
+            summary.lock().expect("lock").dirs += 1;
+            Ok(Entry::Dir(DirDone { rel: h.path.clone(), mode, owner: attrs.owner, mtime }))
+        }
+        proto::KIND_SYMLINK => {
+            if h.target.is_empty() || h.target.contains(&0) {
+                return Err("an empty symlink target".into());
+            }
+            let problems = root.make_symlink(&parent, name, &h.path, &h.target, attrs.owner, mtime)?;
+            let mut s = summary.lock().expect("lock");
+            s.attr_problems.extend(problems);
+            s.symlinks += 1;
+            Ok(Entry::Reply(Reply::Made))
+        }
+        _ => {
+            h.check_blocks()?;
+            let blocks = h.blocks();
+            if open_blocks + blocks > proto::MAX_OPEN_BLOCKS && open_blocks > 0 {
+                return Err(format!("over the receiver's limit of {} blocks in flight", proto::MAX_OPEN_BLOCKS));
+            }
+            // Already here, and verified from the device: skip it.
+            if let Some(st) = root.stat(&parent, name) {
+                if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                    && st.st_size as u64 == h.size
+                    && st.st_mtime == h.mtime_s
+                    && st.st_mtime_nsec as u32 == h.mtime_ns
+                {
+                    if let Some(f) = root.open_file(&parent, name) {
+                        if device_hash(&f, h.size, u64::from(h.block_size)).ok() == Some(h.hash) {
+                            summary.lock().expect("lock").skipped += 1;
+                            return Ok(Entry::Reply(Reply::Skipped));
+                        }
+                    }
+                }
+            }
+            let (file, existed) = root.open_partial(&h.path)?;
+            let resumed = if existed {
+                root.read_progress(&h.path).and_then(|t| parse_progress(&t, h))
             } else {
-                s.blocks_mismatched += 1;
+                None
+            };
+            let shown = || format!("{}/{}", opts.dir.display(), proto::show(&h.path));
+            if resumed.is_none() {
+                file.set_len(0).map_err(|e| format!("{}: cannot truncate its partial: {e}", shown()))?;
             }
-            if how == verify::ReadBack::Direct {
-                s.direct_reads += 1;
+            // Room for it? (ENOSPC found now, not after most of the file is written.)
+            if let Ok(vfs) = rustix::fs::fstatvfs(&file) {
+                let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+                let have = file.metadata().map(|m| m.len()).unwrap_or(0);
+                if h.size.saturating_sub(have) > free {
+                    root.remove_partial(&h.path);
+                    return Err(format!("needs {} bytes; the filesystem has {free} free", h.size));
+                }
+            }
+            file.set_len(h.size).map_err(|e| format!("{}: cannot size its partial: {e}", shown()))?;
+            let file = Arc::new(file);
+            let fresh = resumed.is_none();
+            let finished = Arc::new(AtomicBool::new(false));
+            let verified = resumed.unwrap_or_else(|| vec![false; blocks as usize]);
+            let resumed_any = verified.iter().any(|&v| v);
+            let o = Open {
+                file: Arc::clone(&file),
+                size: h.size,
+                bs: u64::from(h.block_size),
+                blocks,
+                fresh,
+                written: vec![0; blocks.div_ceil(8) as usize],
+                dead: false,
+                finished: Arc::clone(&finished),
+            };
+            let v = VFile {
+                id: h.id,
+                rel: h.path.clone(),
+                name: name.to_vec(),
+                parent,
+                file,
+                size: h.size,
+                bs: u64::from(h.block_size),
+                mode,
+                mtime,
+                hash: h.hash,
+                attrs,
+                hashes: vec![[0; 32]; blocks as usize],
+                verified_at_progress: verified.iter().filter(|&&v| v).count(),
+                verified,
+                resumed: resumed_any,
+                outstanding: BTreeMap::new(),
+                attrs_set: false,
+                abandoned: false,
+                finished,
+            };
+            Ok(Entry::File(o, Box::new(v)))
+        }
+    }
+}
+
+/// The verified blocks as ranges `[first, end)`, at most [`proto::MAX_RANGES`] of them.
+fn verified_ranges(v: &[bool]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() && out.len() < proto::MAX_RANGES {
+        if v[i] {
+            let a = i;
+            while i < v.len() && v[i] {
+                i += 1;
+            }
+            out.push((a as u64, i as u64));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+struct Verifier {
+    root: Arc<Root>,
+    out: Out,
+    summary: Arc<Mutex<RecvSummary>>,
+    opts: RecvOptions,
+    files: HashMap<u32, Box<VFile>>,
+    dirty: Vec<Arc<OwnedFd>>,
+}
+
+impl Verifier {
+    fn run(mut self, rx: mpsc::Receiver<Msg>) -> Result<(), String> {
+        let mut closed = false;
+        while !closed {
+            let Ok(first) = rx.recv() else { break };
+            let mut msgs = vec![first];
+            loop {
+                match rx.try_recv() {
+                    Ok(m) => msgs.push(m),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            let mut done: Vec<(u32, u8, String)> = Vec::new();
+            for m in msgs {
+                match m {
+                    Msg::Open(v) => {
+                        self.files.insert(v.id, v);
+                    }
+                    Msg::Block { id, index, hash } => {
+                        if let Some(f) = self.files.get_mut(&id) {
+                            f.outstanding.insert(index, hash);
+                        }
+                    }
+                    Msg::End { id } => {
+                        if let Some(f) = self.files.get_mut(&id) {
+                            f.abandoned = true;
+                        }
+                    }
+                    Msg::Fail { id, why, remove } => {
+                        if let Some(f) = self.files.remove(&id) {
+                            f.finished.store(true, Ordering::Release);
+                            if remove {
+                                self.root.remove_partial(&f.rel);
+                            }
+                            self.fail(&f, &why);
+                            done.push((id, proto::DONE_FAILED, why));
+                        }
+                    }
+                }
+            }
+            self.batch(&mut done)?;
+            if !done.is_empty() {
+                let mut o = self.out.lock().expect("lock");
+                for (id, status, why) in &done {
+                    proto::write_frame(&mut *o, proto::T_FILE_DONE, &proto::encode_done(*id, *status, why))
+                        .map_err(|e| e.to_string())?;
+                }
+                o.flush().map_err(|e| e.to_string())?;
             }
         }
-        let mut p = j.index.to_le_bytes().to_vec();
-        p.push(ok as u8);
-        {
-            let mut o = vout.lock().expect("lock");
-            proto::write_frame(&mut *o, proto::T_BLOCK_RESULT, &p)
-                .and_then(|()| o.flush())
-                .map_err(|e| e.to_string())?;
+        // The session ended: keep what was verified of unfinished files for the next run.
+        for f in self.files.values() {
+            if f.verified.len() > 1 && f.verified_count() > 0 {
+                let _ = self.root.write_progress(&f.rel, &f.progress_text());
+            }
         }
-        let _ = done_tx.send((j.index, j.seq, ok));
+        Ok(())
     }
-    Ok(())
-}
 
-/// Blocks verified in an earlier run have no hash here; the whole-file check then rests on the
-/// per-block checks of both runs.
-fn resumed_any(p: &Partial) -> bool {
-    p.hashes.contains(&[0u8; 32])
-}
+    fn fail(&self, f: &VFile, why: &str) {
+        self.summary.lock().expect("lock").failed.push(format!("{}: {why}", proto::show(&f.rel)));
+    }
 
-fn note(
-    p: &mut Partial,
-    pending: &mut HashMap<u64, (u64, [u8; 32])>,
-    index: u64,
-    seq: u64,
-    ok: bool,
-) {
-    // Only the result of the block's latest transmission counts.
-    if pending.get(&index).is_some_and(|&(s, _)| s == seq) {
-        let (_, h) = pending.remove(&index).expect("present");
-        if ok {
-            p.verified[index as usize] = true;
-            p.hashes[index as usize] = h;
+    /// One batch: attributes, one durability call, read-back of every written block, renames,
+    /// one durability call for the renames. Appends FILE_DONE answers to `done`.
+    fn batch(&mut self, done: &mut Vec<(u32, u8, String)>) -> Result<(), String> {
+        let verify = self.opts.verify;
+        let mut ids: Vec<u32> = self
+            .files
+            .iter()
+            .filter(|(_, f)| !f.outstanding.is_empty() || f.all_written() || f.abandoned)
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        if ids.is_empty() {
+            return Ok(());
         }
-    }
-}
-
-fn drain(
-    rx: &mpsc::Receiver<(u64, u64, bool)>,
-    p: &mut Partial,
-    pending: &mut HashMap<u64, (u64, [u8; 32])>,
-) {
-    let mut n = 0;
-    while let Ok((i, s, ok)) = rx.try_recv() {
-        note(p, pending, i, s, ok);
-        n += 1;
-    }
-    // Progress on disk now and then, so an interrupted transfer resumes near where it stopped.
-    if n > 0 && p.verified.iter().filter(|&&v| v).count() % 64 == 0 {
-        let _ = write_own(&p.progress, &progress_text(p));
+        // 1. Attributes of files whose blocks are all written, through the descriptor.
+        let mut problems = Vec::new();
+        let mut touched = 0usize;
+        for id in &ids {
+            let f = self.files.get_mut(id).expect("listed");
+            if f.all_written() && !f.attrs_set && !f.abandoned {
+                for p in beneath::apply_to_file(&f.file, &f.attrs, f.mode, f.mtime) {
+                    problems.push(format!("{}: {p}", proto::show(&f.rel)));
+                }
+                f.attrs_set = true;
+            }
+            if !f.outstanding.is_empty() || f.attrs_set {
+                touched += 1;
+            }
+        }
+        // 2. One durability call for the batch.
+        let t0 = std::time::Instant::now();
+        let mut syncs = 0u64;
+        if touched >= SYNCFS_FILES {
+            self.root.syncfs().map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
+            syncs += 1;
+        } else {
+            for id in &ids {
+                let f = &self.files[id];
+                let r = if f.attrs_set {
+                    f.file.sync_all()
+                } else if verify && !f.outstanding.is_empty() {
+                    f.file.sync_data()
+                } else {
+                    continue;
+                };
+                r.map_err(|e| format!("cannot sync a partial of {}: {e}", proto::show(&f.rel)))?;
+                syncs += 1;
+            }
+        }
+        let durable = t0.elapsed();
+        // 3. Read every written block back from the device.
+        let mut results = Vec::new();
+        let (mut ok_n, mut bad_n, mut direct, mut ns_evict, mut ns_read) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut buf = Vec::new();
+        for id in &ids {
+            let f = self.files.get_mut(id).expect("listed");
+            let outstanding = std::mem::take(&mut f.outstanding);
+            for (index, want) in outstanding {
+                let off = index * f.bs;
+                let n = (f.size - off).min(f.bs) as usize;
+                let ok = if verify {
+                    #[cfg(test)]
+                    if let Some(h) = &self.opts.hook {
+                        h(&f.file, off, n);
+                    }
+                    buf.resize(n, 0);
+                    let (how, t) = verify::read_back(&f.file, off, &mut buf).map_err(|e| {
+                        format!(
+                            "cannot read {}/{} back from the device: {e} (a filesystem that keeps no separate device copy, such as tmpfs, cannot be verified)",
+                            self.opts.dir.display(),
+                            proto::show(&f.rel)
+                        )
+                    })?;
+                    let th = std::time::Instant::now();
+                    let ok = *blake3::hash(&buf).as_bytes() == want;
+                    ns_evict += t.evict.as_nanos() as u64;
+                    ns_read += (t.read_back + th.elapsed()).as_nanos() as u64;
+                    direct += u64::from(how == verify::ReadBack::Direct);
+                    ok
+                } else {
+                    true
+                };
+                if ok {
+                    f.verified[index as usize] = true;
+                    f.hashes[index as usize] = want;
+                    ok_n += 1;
+                } else {
+                    // It comes again; its attributes are set again after that write.
+                    f.attrs_set = false;
+                    bad_n += 1;
+                }
+                proto::write_frame(&mut results, proto::T_BLOCK_RESULT, &proto::encode_result(*id, index, ok))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        if !results.is_empty() {
+            let mut o = self.out.lock().expect("lock");
+            o.write_all(&results).map_err(|e| e.to_string())?;
+        }
+        // 4. Files whose every block verified go under their names.
+        let mut landed = Vec::new();
+        for id in &ids {
+            let f = &self.files[id];
+            let all = f.verified.iter().all(|&v| v);
+            if all && f.attrs_set && f.outstanding.is_empty() {
+                let f = self.files.remove(id).expect("listed");
+                f.finished.store(true, Ordering::Release);
+                let mut list = blake3::Hasher::new();
+                for h in &f.hashes {
+                    list.update(h);
+                }
+                if f.size > 0 && !f.resumed && *list.finalize().as_bytes() != f.hash {
+                    self.root.remove_partial(&f.rel);
+                    let why = "the source changed while it was sent (not landed)".to_string();
+                    self.fail(&f, &why);
+                    done.push((*id, proto::DONE_FAILED, why));
+                    continue;
+                }
+                match self.root.land(&beneath::Root::partial_name(&f.rel), &f.parent, &f.name, &f.rel) {
+                    Ok(()) => {
+                        self.root.remove_progress(&f.rel);
+                        if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &f.parent)) {
+                            self.dirty.push(Arc::clone(&f.parent));
+                        }
+                        landed.push(*id);
+                    }
+                    Err(why) => {
+                        self.fail(&f, &why);
+                        done.push((*id, proto::DONE_FAILED, why));
+                    }
+                }
+            } else if f.abandoned && f.outstanding.is_empty() {
+                let f = self.files.remove(id).expect("listed");
+                f.finished.store(true, Ordering::Release);
+                if f.verified.len() > 1 {
+                    let _ = self.root.write_progress(&f.rel, &f.progress_text());
+                }
+                let why = "the sender gave up on some block (kept as a partial for a later run)".to_string();
+                self.fail(&f, &why);
+                done.push((*id, proto::DONE_KEPT_PARTIAL, why));
+            } else if f.verified.len() as u64 >= PROGRESS_BLOCKS && f.verified_count() >= f.verified_at_progress + 64 {
+                let f = self.files.get_mut(id).expect("listed");
+                f.verified_at_progress = f.verified_count();
+                let _ = self.root.write_progress(&f.rel, &f.progress_text());
+            }
+        }
+        // 5. The renames made durable before anyone is told.
+        if !landed.is_empty() {
+            if self.dirty.len() >= SYNCFS_FILES {
+                self.root.syncfs().map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
+                syncs += 1;
+            } else {
+                for d in &self.dirty {
+                    rustix::fs::fsync(&**d).map_err(|e| format!("cannot sync a directory of {}: {e}", self.opts.dir.display()))?;
+                    syncs += 1;
+                }
+            }
+            self.dirty.clear();
+            for id in landed {
+                done.push((id, proto::DONE_LANDED, String::new()));
+            }
+        }
+        let landed_n = done.iter().filter(|d| d.1 == proto::DONE_LANDED).count() as u64;
+        let mut s = self.summary.lock().expect("lock");
+        s.files += landed_n;
+        s.blocks_verified += ok_n;
+        s.blocks_mismatched += bad_n;
+        s.direct_reads += direct;
+        s.syncs += syncs;
+        s.ns_durable += durable.as_nanos() as u64;
+        s.ns_evict += ns_evict;
+        s.ns_read_back_hash += ns_read;
+        s.attr_problems.extend(problems);
+        Ok(())
     }
 }

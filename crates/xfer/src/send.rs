@@ -1,15 +1,20 @@
-//! The sending side: walks the paths, hashes each file's blocks, sends the header and then
-//! every block the receiver asks for, keeping a window of blocks in flight; a block the
-//! receiver reports as mismatched is read and sent again (only that block), up to the retry
-//! limit. With `verify_source`, each block is also evicted from the sender's page cache and
-//! read back from its device before it is sent (RIVA's unrecoverable-read-error case).
+//! The sending side: walks the paths, hashes each file's blocks, and keeps a window of many
+//! files in flight (headers sent ahead, blocks of every file whose reply has come, results read
+//! on their own thread as they arrive); a block the receiver reports as mismatched is read and
+//! sent again (only that block), up to the retry limit. A file that cannot be read, that
+//! vanishes, or that changes while it is sent fails alone; the rest goes on. With
+//! `verify_source`, each block is also evicted from the sender's page cache and read back from
+//! its device before it is sent (RIVA's unrecoverable-read-error case).
 
-use crate::proto::{self, Cur, FileHeader, ProtoError};
+use crate::proto::{self, Attrs, FileHeader, ProtoError, Reply};
+use crate::seal;
 use crate::verify;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
@@ -21,11 +26,14 @@ pub struct SendOptions {
     pub retries: u32,
     /// Evict and re-read each source block from the device before sending it.
     pub verify_source: bool,
-    /// Blocks in flight (sent, not yet reported).
-    pub window: usize,
+    /// Files in flight at once.
+    pub window_files: usize,
+    /// Bytes of blocks in flight (sent, not yet reported) and of small files held to send.
+    pub window_bytes: u64,
     /// Write a manifest here (FORMAT.md §5) once everything is sent.
     pub manifest: Option<PathBuf>,
-    /// Answer the receiver's challenge with this key (`--key-file`).
+    /// Open a sealed session with this key (`--key-file`); a receiver that does not prove it
+    /// is refused.
     pub key: Option<[u8; 32]>,
     /// Send owners (uid, gid) and extended attributes.
     pub owner: bool,
@@ -38,7 +46,8 @@ impl Default for SendOptions {
             block_size: 256 << 10,
             retries: 3,
             verify_source: false,
-            window: 16,
+            window_files: 256,
+            window_bytes: 32 << 20,
             manifest: None,
             key: None,
             owner: false,
@@ -50,14 +59,20 @@ impl Default for SendOptions {
 /// What a send did.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SendSummary {
+    /// Regular files landed under their names, verified on the receiver's device.
     pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Files already there, verified from the receiver's device.
     pub skipped: u64,
     pub bytes_sent: u64,
     pub blocks_sent: u64,
     /// Blocks sent again because the receiver's read-back did not match.
     pub blocks_retried: u64,
-    /// Files given up, with the block ranges that never verified.
+    /// Entries that did not land, each with its path and why.
     pub failed: Vec<String>,
+    /// Special files (fifos, sockets, devices), not sent.
+    pub not_sent: Vec<String>,
     /// Total nanoseconds reading blocks (and hashing them) and handing them to the connection.
     pub ns_read_hash: u64,
     pub ns_send: u64,
@@ -77,43 +92,105 @@ pub enum SendError {
 /// One entry to send: where it is here, its name there.
 struct Entry {
     local: PathBuf,
-    remote: String,
+    remote: Vec<u8>,
 }
 
-fn walk(path: &Path, remote: &str, out: &mut Vec<Entry>) -> Result<(), SendError> {
-    let m = fs::symlink_metadata(path).map_err(|e| SendError::Source {
-        path: path.display().to_string(),
-        source: e,
-    })?;
+fn join(remote: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut v = remote.to_vec();
+    v.push(b'/');
+    v.extend_from_slice(name);
+    v
+}
+
+/// Every entry under `path` (sorted by name); a directory that cannot be listed fails alone.
+fn walk(path: &Path, remote: Vec<u8>, out: &mut Vec<Entry>, s: &mut SendSummary) {
+    let m = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) => {
+            s.failed.push(format!("{}: {e}", path.display()));
+            return;
+        }
+    };
     out.push(Entry {
         local: path.to_path_buf(),
-        remote: remote.to_string(),
+        remote: remote.clone(),
     });
     if m.is_dir() {
-        let mut names: Vec<_> = fs::read_dir(path)
-            .map_err(|e| SendError::Source {
-                path: path.display().to_string(),
-                source: e,
-            })?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name())
-            .collect();
-        names.sort();
-        for n in names {
-            let Some(s) = n.to_str() else {
-                continue; // not UTF-8: the protocol carries UTF-8 names
-            };
-            walk(&path.join(&n), &format!("{remote}/{s}"), out)?;
+        let names: Result<Vec<OsString>, _> = fs::read_dir(path)
+            .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect());
+        match names {
+            Ok(mut names) => {
+                names.sort();
+                for n in names {
+                    walk(&path.join(&n), join(&remote, n.as_bytes()), out, s);
+                }
+            }
+            Err(e) => s.failed.push(format!("{}: cannot list: {e}", path.display())),
         }
     }
-    Ok(())
 }
 
-fn source_err(path: &Path) -> impl Fn(std::io::Error) -> SendError + '_ {
-    move |e| SendError::Source {
-        path: path.display().to_string(),
-        source: e,
-    }
+/// The name a path argument lands under: its last component (a symlink argument keeps its own
+/// name, as `cp -r` and rsync do); `.` and `..` are named after the directory they stand for.
+fn top_name(p: &Path) -> Vec<u8> {
+    p.file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .or_else(|| {
+            p.canonicalize()
+                .ok()
+                .and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec()))
+        })
+        .unwrap_or_else(|| p.as_os_str().as_bytes().to_vec())
+}
+
+type Frames = mpsc::Receiver<Result<(u8, Vec<u8>), ProtoError>>;
+
+/// Open a session as the sender: the hellos and, with a key, the handshake in which both ends
+/// prove it. Returns a reader of the receiver's frames (on a thread of its own) and the writer.
+fn open_session(
+    mut input: Box<dyn Read + Send>,
+    mut output: Box<dyn Write + Send>,
+    key: Option<&[u8; 32]>,
+) -> Result<(Frames, Box<dyn Write>), ProtoError> {
+    let mine = proto::write_hello(&mut output, if key.is_some() { proto::FEATURES } else { 0 })?;
+    let (features, theirs) = match proto::read_hello(&mut input) {
+        Ok(h) => h,
+        Err(e) => return Err(e),
+    };
+    let (mut reader, writer): (Box<dyn Read + Send>, Box<dyn Write>) = match (features & proto::FEATURE_SEALED != 0, key) {
+        (true, Some(k)) => {
+            let (r, w) = seal::initiate(input, output, k, &mine, &theirs)?;
+            (Box::new(r), Box::new(std::io::BufWriter::with_capacity(1 << 20, w)))
+        }
+        (true, None) => {
+            // A receiver that requires a key says so; an ERROR may follow its hello.
+            return Err(ProtoError::Auth("the receiver requires a shared key: give --key-file".into()));
+        }
+        (false, Some(_)) => {
+            // Either the receiver turned us away (its ERROR follows) or it holds no key.
+            if let Ok(Some((proto::T_ERROR, p))) = proto::read_frame(&mut input) {
+                return Err(ProtoError::Peer(proto::printable(&p)));
+            }
+            return Err(ProtoError::Auth(
+                "the receiver does not prove a key, but --key-file was given: not sending to an unauthenticated receiver".into(),
+            ));
+        }
+        (false, None) => (input, Box::new(std::io::BufWriter::with_capacity(1 << 20, output))),
+    };
+    // Replies come on a thread of their own, so blocks keep flowing while results arrive.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || loop {
+        let r = match proto::read_frame(&mut reader) {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Err(ProtoError::Local("the receiver closed the connection (it ended or was killed)".into())),
+            Err(e) => Err(e),
+        };
+        let end = r.is_err();
+        if tx.send(r).is_err() || end {
+            return;
+        }
+    });
+    Ok((rx, writer))
 }
 
 /// Send `paths` over (`input` from the receiver, `output` to it). A file lands as `DIR/NAME`,
@@ -121,273 +198,475 @@ fn source_err(path: &Path) -> impl Fn(std::io::Error) -> SendError + '_ {
 pub fn send(
     paths: &[PathBuf],
     input: impl Read + Send + 'static,
-    mut output: impl Write,
+    output: impl Write + Send + 'static,
     opts: &SendOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SendSummary, SendError> {
+    let mut summary = SendSummary::default();
     let mut entries = Vec::new();
     for p in paths {
-        // Named as given (a symlink argument keeps its own name, as `cp -r` and rsync do);
-        // `.` and `..` are named after the directory they stand for.
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .or_else(|| {
-                p.canonicalize()
-                    .ok()
-                    .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
-            })
-            .unwrap_or_else(|| p.display().to_string());
-        walk(p, &name, &mut entries)?;
+        walk(p, top_name(p), &mut entries, &mut summary);
     }
-    proto::write_hello(&mut output, proto::FEATURES).map_err(ProtoError::from)?;
-    output.flush().map_err(ProtoError::from)?;
-    let mut input = input;
-    let features = proto::read_hello(&mut input)?;
-    if features & proto::FEATURE_AUTH != 0 {
-        let Some(key) = &opts.key else {
-            return Err(ProtoError::Peer(
-                "the receiver requires a shared key: give --key-file".into(),
-            )
-            .into());
-        };
-        match proto::read_frame(&mut input)? {
-            Some((proto::T_CHALLENGE, c)) if c.len() == 32 => {
-                proto::write_frame(&mut output, proto::T_RESPONSE, &proto::answer(key, &c))
-                    .map_err(ProtoError::from)?;
-                output.flush().map_err(ProtoError::from)?;
-            }
-            _ => {
-                return Err(
-                    proto::malformed("authentication", "no challenge from the receiver").into(),
-                )
-            }
-        }
-    }
-    // Replies come on a thread of their own, so blocks keep flowing while results arrive.
-    let (tx, rx) = mpsc::channel::<Result<(u8, Vec<u8>), ProtoError>>();
-    std::thread::spawn(move || loop {
-        match proto::read_frame(&mut input) {
-            Ok(Some(f)) => {
-                if tx.send(Ok(f)).is_err() {
-                    return;
-                }
-            }
-            Ok(None) => {
-                let _ = tx.send(Err(proto::malformed("stream", "the receiver closed")));
-                return;
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
-        }
-    });
-    let next = |want: u8| -> Result<Vec<u8>, ProtoError> {
-        match rx.recv() {
-            Ok(Ok((k, p))) if k == want => Ok(p),
-            Ok(Ok((proto::T_ERROR, p))) => {
-                Err(ProtoError::Peer(String::from_utf8_lossy(&p).into()))
-            }
-            Ok(Ok((k, _))) => Err(proto::malformed(
-                "reply",
-                format!("frame type {k} where {want} was due"),
-            )),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(proto::malformed("stream", "the receiver closed")),
-        }
+    let (rx, mut output) = open_session(Box::new(input), Box::new(output), opts.key.as_ref())?;
+    let mut s = Sender {
+        opts,
+        out: &mut output,
+        summary,
+        flights: BTreeMap::new(),
+        free_ids: Vec::new(),
+        next_id: 0,
+        bytes_in_flight: 0,
+        held: 0,
+        open_blocks: 0,
+        manifest: opts.manifest.as_ref().map(|_| String::from("stripeguard-manifest 2\n")),
+        progress,
     };
-    match send_entries(&entries, &mut output, &next, opts, progress) {
+    let r = s.run(&entries, &rx);
+    let (summary, manifest) = (s.summary, s.manifest);
+    match r {
+        Ok(()) => {}
         // A write failed: the receiver has usually said why before it closed; report that.
-        Err(SendError::Proto(ProtoError::Io(e))) => Err(peer_reason(&rx)
-            .map(ProtoError::Peer)
-            .unwrap_or(ProtoError::Io(e))
-            .into()),
-        r => r,
+        Err(ProtoError::Io(e)) => {
+            return Err(peer_reason(&rx).map(ProtoError::Peer).unwrap_or(ProtoError::Io(e)).into())
+        }
+        Err(e) => return Err(e.into()),
     }
+    if let (Some(path), Some(text)) = (&opts.manifest, manifest) {
+        fs::write(path, text).map_err(|e| SendError::Source {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+    }
+    Ok(summary)
 }
 
 /// The ERROR frame the receiver sent before it closed, if one comes within two seconds.
-fn peer_reason(rx: &mpsc::Receiver<Result<(u8, Vec<u8>), ProtoError>>) -> Option<String> {
+fn peer_reason(rx: &Frames) -> Option<String> {
     loop {
         match rx.recv_timeout(std::time::Duration::from_secs(2)) {
-            Ok(Ok((proto::T_ERROR, p))) => return Some(String::from_utf8_lossy(&p).into()),
+            Ok(Ok((proto::T_ERROR, p))) => return Some(proto::printable(&p)),
             Ok(Ok(_)) => continue,
             _ => return None,
         }
     }
 }
 
-/// The entries, one after another, once the session is open.
-fn send_entries(
-    entries: &[Entry],
-    mut output: impl Write,
-    next: &dyn Fn(u8) -> Result<Vec<u8>, ProtoError>,
-    opts: &SendOptions,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<SendSummary, SendError> {
-    let mut summary = SendSummary::default();
-    let bs = opts.block_size.clamp(4096, proto::MAX_BLOCK);
-    let mut manifest = opts
-        .manifest
-        .as_ref()
-        .map(|_| String::from("stripeguard-manifest 1\n"));
-    for e in entries {
-        let m = fs::symlink_metadata(&e.local).map_err(source_err(&e.local))?;
+/// A file in flight.
+struct Flight {
+    remote: Vec<u8>,
+    kind: u8,
+    file: Option<File>,
+    /// A file of one block, read once (hashed and sent from memory).
+    data: Option<Vec<u8>>,
+    size: u64,
+    bs: u64,
+    hashes: Vec<[u8; 32]>,
+    replied: bool,
+    todo: VecDeque<u64>,
+    inflight: HashSet<u64>,
+    tries: HashMap<u64, u32>,
+    failed: Vec<u64>,
+    /// Why the file was given up on this side (it changed or vanished).
+    broken: Option<String>,
+    ended: bool,
+}
+
+impl Flight {
+    fn blocks(&self) -> u64 {
+        self.hashes.len() as u64
+    }
+    fn held(&self) -> u64 {
+        self.data.as_ref().map_or(0, |d| d.len() as u64)
+    }
+}
+
+struct Sender<'a> {
+    opts: &'a SendOptions,
+    out: &'a mut Box<dyn Write>,
+    summary: SendSummary,
+    flights: BTreeMap<u32, Flight>,
+    free_ids: Vec<u32>,
+    next_id: u32,
+    bytes_in_flight: u64,
+    /// Bytes of small files read and waiting to be sent.
+    held: u64,
+    open_blocks: u64,
+    manifest: Option<String>,
+    progress: &'a mut dyn FnMut(u64, u64),
+}
+
+fn io(e: std::io::Error) -> ProtoError {
+    ProtoError::Io(e)
+}
+
+impl Sender<'_> {
+    fn run(&mut self, entries: &[Entry], rx: &Frames) -> Result<(), ProtoError> {
+        let mut next = 0usize;
+        let mut ready: Option<(Flight, FileHeader)> = None;
+        loop {
+            // New files, while the window has room.
+            while self.flights.len() < self.opts.window_files.max(1)
+                && self.bytes_in_flight + self.held < self.opts.window_bytes
+            {
+                let (f, h) = match ready.take() {
+                    Some(x) => x,
+                    None => {
+                        let Some(e) = entries.get(next) else { break };
+                        next += 1;
+                        match self.prepare(e) {
+                            Some(x) => x,
+                            None => continue,
+                        }
+                    }
+                };
+                if self.open_blocks + f.blocks() > proto::MAX_OPEN_BLOCKS && !self.flights.is_empty() {
+                    ready = Some((f, h));
+                    break;
+                }
+                self.open_blocks += f.blocks();
+                self.held += f.held();
+                proto::write_frame(self.out, proto::T_FILE, &h.encode()).map_err(io)?;
+                self.flights.insert(h.id, f);
+            }
+            self.send_blocks()?;
+            if self.flights.is_empty() && ready.is_none() && next >= entries.len() {
+                break;
+            }
+            self.out.flush().map_err(io)?;
+            let first = rx.recv().map_err(|_| ProtoError::Local("the receiver closed the connection".into()))?;
+            self.handle(first?)?;
+            for _ in 0..4096 {
+                match rx.try_recv() {
+                    Ok(f) => self.handle(f?)?,
+                    Err(_) => break,
+                }
+            }
+        }
+        proto::write_frame(self.out, proto::T_DONE, &[]).map_err(io)?;
+        self.out.flush().map_err(io)?;
+        match rx.recv() {
+            Ok(Ok((proto::T_DONE, _))) => Ok(()),
+            Ok(Ok((proto::T_ERROR, p))) => Err(ProtoError::Peer(proto::printable(&p))),
+            Ok(Ok((k, _))) => Err(proto::malformed("reply", format!("frame type {k} where DONE was due"))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ProtoError::Local("the receiver closed the connection before DONE".into())),
+        }
+    }
+
+    fn fail(&mut self, path: &[u8], why: impl std::fmt::Display) {
+        self.summary.failed.push(format!("{}: {why}", proto::show(path)));
+    }
+
+    /// Stat, open and hash an entry; `None` when it fails alone (reported) or is not sent.
+    fn prepare(&mut self, e: &Entry) -> Option<(Flight, FileHeader)> {
+        let m = match fs::symlink_metadata(&e.local) {
+            Ok(m) => m,
+            Err(err) => {
+                self.fail(&e.remote, format!("cannot read: {err}"));
+                return None;
+            }
+        };
+        let ft = m.file_type();
         let mut h = FileHeader {
-            path: e.remote.clone(),
+            id: 0,
             kind: proto::KIND_FILE,
+            path: e.remote.clone(),
             size: 0,
             mode: m.mode(),
             mtime_s: m.mtime(),
-            mtime_ns: m.mtime_nsec() as u32,
-            target: String::new(),
-            block_size: bs,
+            mtime_ns: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+            target: Vec::new(),
+            block_size: proto::MIN_BLOCK,
             hash: [0; 32],
+            attrs: Attrs::default(),
         };
-        let ft = m.file_type();
-        let file = if ft.is_dir() {
+        let mut f = Flight {
+            remote: e.remote.clone(),
+            kind: proto::KIND_FILE,
+            file: None,
+            data: None,
+            size: 0,
+            bs: u64::from(proto::MIN_BLOCK),
+            hashes: Vec::new(),
+            replied: false,
+            todo: VecDeque::new(),
+            inflight: HashSet::new(),
+            tries: HashMap::new(),
+            failed: Vec::new(),
+            broken: None,
+            ended: false,
+        };
+        if ft.is_dir() {
             h.kind = proto::KIND_DIR;
-            None
         } else if ft.is_symlink() {
             h.kind = proto::KIND_SYMLINK;
-            h.target = fs::read_link(&e.local)
-                .map_err(source_err(&e.local))?
-                .to_string_lossy()
-                .into_owned();
-            None
+            match fs::read_link(&e.local) {
+                Ok(t) => h.target = t.into_os_string().into_vec(),
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot read the link: {err}"));
+                    return None;
+                }
+            }
         } else if ft.is_file() {
-            let f = File::open(&e.local).map_err(source_err(&e.local))?;
-            h.size = m.len();
-            let hashes = block_hashes(&f, h.size, bs).map_err(source_err(&e.local))?;
-            h.hash = hash_of_list(&hashes);
-            if let Some(m) = manifest.as_mut() {
+            let file = match File::open(&e.local) {
+                Ok(x) => x,
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot open: {err}"));
+                    return None;
+                }
+            };
+            let size = match file.metadata() {
+                Ok(m) if m.is_file() => m.len(),
+                Ok(_) => {
+                    self.fail(&e.remote, "changed type while it was sent");
+                    return None;
+                }
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot read: {err}"));
+                    return None;
+                }
+            };
+            let Some(bs) = proto::block_size_for(size, self.opts.block_size) else {
+                self.fail(&e.remote, format!("{size} bytes: too large for the protocol's {} blocks of 16 MiB", proto::MAX_BLOCKS));
+                return None;
+            };
+            h.size = size;
+            h.block_size = bs;
+            f.size = size;
+            f.bs = u64::from(bs);
+            let t = std::time::Instant::now();
+            if size <= u64::from(bs) {
+                // One block: read once, sent from memory.
+                let mut d = vec![0u8; size as usize];
+                if let Err(err) = file.read_exact_at(&mut d, 0) {
+                    self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
+                    return None;
+                }
+                if size > 0 {
+                    f.hashes = vec![*blake3::hash(&d).as_bytes()];
+                }
+                f.data = Some(d);
+            } else {
+                match block_hashes(&file, size, bs) {
+                    Ok(hs) => f.hashes = hs,
+                    Err(err) => {
+                        self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
+                        return None;
+                    }
+                }
+            }
+            self.summary.ns_read_hash += t.elapsed().as_nanos() as u64;
+            h.hash = hash_of_list(&f.hashes);
+            f.file = Some(file);
+        } else {
+            let what = if ft.is_fifo() {
+                "a fifo"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "a device node"
+            };
+            self.summary.not_sent.push(format!("{}: {what} (special files are not sent)", e.local.display()));
+            return None;
+        }
+        if self.opts.owner || self.opts.xattrs {
+            match crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs) {
+                Ok(a) => h.attrs = a,
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot read its attributes: {err}"));
+                    return None;
+                }
+            }
+        }
+        f.kind = h.kind;
+        h.id = self.free_ids.pop().unwrap_or_else(|| {
+            self.next_id += 1;
+            self.next_id - 1
+        });
+        Some((f, h))
+    }
+
+    /// Blocks of every file whose reply has come, oldest file first, while the window has room.
+    fn send_blocks(&mut self) -> Result<(), ProtoError> {
+        let ids: Vec<u32> = self.flights.iter().filter(|(_, f)| f.replied && !f.todo.is_empty()).map(|(&id, _)| id).collect();
+        let mut buf = Vec::new();
+        for id in ids {
+            while self.bytes_in_flight < self.opts.window_bytes {
+                let f = self.flights.get_mut(&id).expect("listed");
+                let Some(i) = f.todo.pop_front() else { break };
+                let off = i * f.bs;
+                let n = (f.size - off).min(f.bs) as usize;
+                let t = std::time::Instant::now();
+                let read = match (&f.data, &f.file) {
+                    (Some(d), _) => {
+                        buf.clear();
+                        buf.extend_from_slice(&d[off as usize..off as usize + n]);
+                        Ok(())
+                    }
+                    (None, Some(file)) => {
+                        buf.resize(n, 0);
+                        if self.opts.verify_source {
+                            verify::durable_then_read_back(file, off, &mut buf).map(|_| ())
+                        } else {
+                            file.read_exact_at(&mut buf, off)
+                        }
+                    }
+                    (None, None) => Ok(()),
+                };
+                let ok = read.is_ok() && *blake3::hash(&buf).as_bytes() == f.hashes[i as usize];
+                self.summary.ns_read_hash += t.elapsed().as_nanos() as u64;
+                if !ok {
+                    // Changed (or vanished) since it was hashed: it must not land torn.
+                    f.broken = Some(match read {
+                        Err(e) => format!("cannot read: {e} (it changed or was truncated while it was sent; not landed)"),
+                        Ok(()) => "changed while it was sent (not landed; send it again)".into(),
+                    });
+                    f.todo.clear();
+                    self.end_if_idle(id)?;
+                    break;
+                }
+                let mut p = proto::encode_block_header(id, i, &f.hashes[i as usize], n);
+                p.extend_from_slice(&buf);
+                let ts = std::time::Instant::now();
+                proto::write_frame(self.out, proto::T_BLOCK, &p).map_err(io)?;
+                self.summary.ns_send += ts.elapsed().as_nanos() as u64;
+                f.inflight.insert(i);
+                self.bytes_in_flight += n as u64;
+                self.summary.blocks_sent += 1;
+                self.summary.bytes_sent += n as u64;
+                (self.progress)(n as u64, self.summary.blocks_retried);
+            }
+        }
+        Ok(())
+    }
+
+    /// Give a file up on the receiver (FILE_END) once none of its blocks is in flight.
+    fn end_if_idle(&mut self, id: u32) -> Result<(), ProtoError> {
+        let f = self.flights.get_mut(&id).expect("in flight");
+        if f.replied && f.todo.is_empty() && f.inflight.is_empty() && !f.ended && (!f.failed.is_empty() || f.broken.is_some()) {
+            f.ended = true;
+            proto::write_frame(self.out, proto::T_FILE_END, &id.to_le_bytes()).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, id: u32) -> Flight {
+        let f = self.flights.remove(&id).expect("in flight");
+        self.open_blocks -= f.blocks();
+        self.held -= f.held();
+        for i in &f.inflight {
+            self.bytes_in_flight -= (f.size - i * f.bs).min(f.bs);
+        }
+        self.free_ids.push(id);
+        f
+    }
+
+    fn handle(&mut self, (kind, p): (u8, Vec<u8>)) -> Result<(), ProtoError> {
+        match kind {
+            proto::T_FILE_REPLY => {
+                let (id, r) = proto::decode_reply(&p)?;
+                let f = match self.flights.get_mut(&id) {
+                    Some(f) if !f.replied => f,
+                    _ => return Err(proto::malformed("FILE_REPLY frame", format!("file id {id} is not awaiting a reply"))),
+                };
+                f.replied = true;
+                match r {
+                    Reply::Send(ranges) => {
+                        if f.kind != proto::KIND_FILE {
+                            return Err(proto::malformed("FILE_REPLY frame", "blocks asked of a directory or symlink"));
+                        }
+                        let blocks = f.blocks();
+                        let mut have = vec![false; blocks as usize];
+                        for (a, e) in ranges {
+                            if e > blocks {
+                                return Err(proto::malformed("FILE_REPLY frame", format!("range {a}..{e} of {blocks} blocks")));
+                            }
+                            have[a as usize..e as usize].iter_mut().for_each(|h| *h = true);
+                        }
+                        f.todo = (0..blocks).filter(|&i| !have[i as usize]).collect();
+                    }
+                    Reply::Skipped => {
+                        let f = self.finish(id);
+                        self.summary.skipped += 1;
+                        self.note_manifest(&f);
+                    }
+                    Reply::Made => {
+                        let f = self.finish(id);
+                        match f.kind {
+                            proto::KIND_DIR => self.summary.dirs += 1,
+                            proto::KIND_SYMLINK => self.summary.symlinks += 1,
+                            _ => return Err(proto::malformed("FILE_REPLY frame", "a file \"made\" without its blocks")),
+                        }
+                    }
+                    Reply::Refused(why) => {
+                        let f = self.finish(id);
+                        self.fail(&f.remote, format!("refused by the receiver: {why}"));
+                    }
+                }
+            }
+            proto::T_BLOCK_RESULT => {
+                let (id, index, ok) = proto::decode_result(&p)?;
+                let retries = self.opts.retries;
+                let f = match self.flights.get_mut(&id) {
+                    Some(f) if f.inflight.contains(&index) => f,
+                    _ => return Err(proto::malformed("BLOCK_RESULT frame", format!("block {index} of file id {id} is not in flight"))),
+                };
+                f.inflight.remove(&index);
+                self.bytes_in_flight -= (f.size - index * f.bs).min(f.bs);
+                if !ok {
+                    let t = f.tries.entry(index).or_default();
+                    *t += 1;
+                    if *t <= retries && f.broken.is_none() {
+                        self.summary.blocks_retried += 1;
+                        f.todo.push_back(index);
+                    } else {
+                        f.failed.push(index);
+                    }
+                }
+                self.end_if_idle(id)?;
+            }
+            proto::T_FILE_DONE => {
+                let (id, status, why) = proto::decode_done(&p)?;
+                match self.flights.get(&id) {
+                    Some(f) if f.replied && (status != proto::DONE_LANDED || (f.inflight.is_empty() && f.todo.is_empty())) => {}
+                    _ => return Err(proto::malformed("FILE_DONE frame", format!("file id {id} cannot be done"))),
+                }
+                let mut f = self.finish(id);
+                if status == proto::DONE_LANDED && f.broken.is_none() && f.failed.is_empty() {
+                    self.summary.files += 1;
+                    self.note_manifest(&f);
+                } else if let Some(b) = f.broken.take() {
+                    self.fail(&f.remote, b);
+                } else if !f.failed.is_empty() {
+                    f.failed.sort_unstable();
+                    let ranges: Vec<String> = f.failed.iter().map(|&i| format!("bytes {}..{}", i * f.bs, ((i + 1) * f.bs).min(f.size))).collect();
+                    self.fail(&f.remote, format!("never verified after {} retries: {}", self.opts.retries, ranges.join(", ")));
+                } else {
+                    self.fail(&f.remote, if why.is_empty() { "the receiver could not land it".to_string() } else { why });
+                }
+            }
+            proto::T_ERROR => return Err(ProtoError::Peer(proto::printable(&p))),
+            k => return Err(proto::malformed("reply", format!("unexpected frame type {k}"))),
+        }
+        Ok(())
+    }
+
+    fn note_manifest(&mut self, f: &Flight) {
+        if let Some(m) = self.manifest.as_mut() {
+            if f.kind == proto::KIND_FILE {
                 m.push_str(&format!(
                     "file {} {} {} {}\n",
-                    hex(&h.hash),
-                    h.size,
-                    bs,
-                    h.path
+                    hex(&hash_of_list(&f.hashes)),
+                    f.size,
+                    f.bs,
+                    crate::manifest::escape(&f.remote)
                 ));
-                for b in &hashes {
+                for b in &f.hashes {
                     m.push_str(&format!("block {}\n", hex(b)));
                 }
             }
-            Some(f)
-        } else {
-            continue; // devices, sockets, fifos are not sent
-        };
-        if opts.owner || opts.xattrs {
-            let a = crate::attrs::read(&e.local, opts.owner, opts.xattrs)
-                .map_err(source_err(&e.local))?;
-            proto::write_frame(&mut output, proto::T_ATTRS, &a.encode())
-                .map_err(ProtoError::from)?;
-        }
-        proto::write_frame(&mut output, proto::T_FILE, &h.encode()).map_err(ProtoError::from)?;
-        output.flush().map_err(ProtoError::from)?;
-        let reply = next(proto::T_FILE_REPLY)?;
-        let mut c = Cur::new(&reply, "FILE reply");
-        let status = c.u8()?;
-        let Some(f) = file else { continue };
-        if status == 1 {
-            summary.skipped += 1;
-            continue;
-        }
-        let blocks = h.size.div_ceil(u64::from(bs));
-        let have = c.rest();
-        let mut todo: VecDeque<u64> = (0..blocks)
-            .filter(|&i| {
-                have.get((i / 8) as usize)
-                    .is_none_or(|b| b & (1 << (i % 8)) == 0)
-            })
-            .collect();
-        let mut tries: HashMap<u64, u32> = HashMap::new();
-        let mut inflight = 0usize;
-        let mut failed: Vec<u64> = Vec::new();
-        let mut buf = vec![0u8; bs as usize];
-        while !todo.is_empty() || inflight > 0 {
-            while inflight < opts.window.max(1) {
-                let Some(i) = todo.pop_front() else { break };
-                let off = i * u64::from(bs);
-                let n = (h.size - off).min(u64::from(bs)) as usize;
-                let tr = std::time::Instant::now();
-                if opts.verify_source {
-                    verify::durable_then_read_back(&f, &e.local, off, &mut buf[..n])
-                        .map_err(source_err(&e.local))?;
-                } else {
-                    f.read_exact_at(&mut buf[..n], off)
-                        .map_err(source_err(&e.local))?;
-                }
-                let mut p = Vec::with_capacity(40 + n);
-                p.extend_from_slice(&i.to_le_bytes());
-                p.extend_from_slice(blake3::hash(&buf[..n]).as_bytes());
-                p.extend_from_slice(&buf[..n]);
-                summary.ns_read_hash += tr.elapsed().as_nanos() as u64;
-                let ts = std::time::Instant::now();
-                proto::write_frame(&mut output, proto::T_BLOCK, &p).map_err(ProtoError::from)?;
-                summary.ns_send += ts.elapsed().as_nanos() as u64;
-                inflight += 1;
-                summary.blocks_sent += 1;
-                summary.bytes_sent += n as u64;
-                progress(n as u64, summary.blocks_retried);
-            }
-            output.flush().map_err(ProtoError::from)?;
-            let r = next(proto::T_BLOCK_RESULT)?;
-            let mut c = Cur::new(&r, "BLOCK result");
-            let i = c.u64()?;
-            let ok = c.u8()? != 0;
-            inflight -= 1;
-            if !ok {
-                let t = tries.entry(i).or_default();
-                *t += 1;
-                if *t <= opts.retries {
-                    summary.blocks_retried += 1;
-                    todo.push_back(i);
-                } else {
-                    failed.push(i);
-                }
-            }
-        }
-        proto::write_frame(&mut output, proto::T_FILE_END, &[!failed.is_empty() as u8])
-            .map_err(ProtoError::from)?;
-        output.flush().map_err(ProtoError::from)?;
-        let done = next(proto::T_FILE_DONE)?;
-        if done.first() == Some(&0) && failed.is_empty() {
-            summary.files += 1;
-        } else {
-            failed.sort();
-            let ranges: Vec<String> = failed
-                .iter()
-                .map(|&i| {
-                    format!(
-                        "bytes {}..{}",
-                        i * u64::from(bs),
-                        ((i + 1) * u64::from(bs)).min(h.size)
-                    )
-                })
-                .collect();
-            summary.failed.push(format!(
-                "{}: {}",
-                h.path,
-                if ranges.is_empty() {
-                    "the receiver could not verify it".to_string()
-                } else {
-                    format!(
-                        "never verified after {} retries: {}",
-                        opts.retries,
-                        ranges.join(", ")
-                    )
-                }
-            ));
         }
     }
-    proto::write_frame(&mut output, proto::T_DONE, &[]).map_err(ProtoError::from)?;
-    output.flush().map_err(ProtoError::from)?;
-    next(proto::T_DONE)?;
-    if let (Some(path), Some(text)) = (&opts.manifest, manifest) {
-        fs::write(path, text).map_err(source_err(path))?;
-    }
-    Ok(summary)
 }
 
 /// BLAKE3 of every block of the file.

@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
 
 /// How a range was read back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,13 +92,9 @@ pub fn resident(f: &File, offset: u64, len: u64) -> io::Result<usize> {
 
 /// Make `[offset, offset + buf.len())` of `f` durable, drop it from the page cache (proved),
 /// and read it back from the device into `buf`.
-pub fn durable_then_read_back(
-    f: &File,
-    path: &Path,
-    offset: u64,
-    buf: &mut [u8],
-) -> io::Result<ReadBack> {
-    durable_then_read_back_timed(f, path, offset, buf).map(|(how, _)| how)
+pub fn durable_then_read_back(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<ReadBack> {
+    f.sync_data()?;
+    read_back(f, offset, buf).map(|(how, _)| how)
 }
 
 /// Time spent in each stage of [`durable_then_read_back`].
@@ -110,17 +105,10 @@ pub struct StageTimes {
     pub read_back: std::time::Duration,
 }
 
-/// [`durable_then_read_back`], with the time of each stage.
-pub fn durable_then_read_back_timed(
-    f: &File,
-    path: &Path,
-    offset: u64,
-    buf: &mut [u8],
-) -> io::Result<(ReadBack, StageTimes)> {
+/// Read a range that is already durable back from the device: drop it from the page cache
+/// (proved), then read it; with the time of each stage (`durable` left zero).
+pub fn read_back(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<(ReadBack, StageTimes)> {
     let mut t = StageTimes::default();
-    let t0 = std::time::Instant::now();
-    f.sync_data()?;
-    t.durable = t0.elapsed();
     for _ in 0..3 {
         let t1 = std::time::Instant::now();
         let gone = evict(f, offset, buf.len() as u64)?;
@@ -133,17 +121,18 @@ pub fn durable_then_read_back_timed(
         }
     }
     let t2 = std::time::Instant::now();
-    read_direct(path, offset, buf)?;
+    read_direct(f, offset, buf)?;
     t.read_back = t2.elapsed();
     Ok((ReadBack::Direct, t))
 }
 
-/// Read a range with O_DIRECT (through an aligned bounce buffer).
-pub fn read_direct(path: &Path, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+/// Read a range with O_DIRECT (through an aligned bounce buffer), from the same inode as `f`
+/// (reopened through `/proc/self/fd`, never by a path a peer could change).
+pub fn read_direct(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
-        .open(path)?;
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
     let a = 4096u64;
     let start = offset / a * a;
     let end = (offset + buf.len() as u64).div_ceil(a) * a;
@@ -202,7 +191,7 @@ mod tests {
             "just written: cached"
         );
         let mut back = vec![0u8; 1 << 20];
-        let how = durable_then_read_back(&f, &p, 0, &mut back).unwrap();
+        let how = durable_then_read_back(&f, 0, &mut back).unwrap();
         assert_eq!(back, data);
         // tmpfs cannot drop pages it holds the only copy of: then O_DIRECT or a failed proof.
         eprintln!("read back: {how:?}");

@@ -1,0 +1,504 @@
+//! The receiver's filesystem operations, every one relative to a directory handle opened
+//! beneath DIR (FORMAT.md §5 "Names"). A parent directory is opened with `openat2(RESOLVE_BENEATH
+//! | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` from DIR's handle, so no component of a path
+//! is followed through a symlink and nothing resolves outside DIR; after that only the last
+//! component is named, relative to that handle (`mkdirat`, `symlinkat`, `renameat`,
+//! `unlinkat`, `fstatat` without following). Swapping a directory for a symlink between two
+//! steps changes nothing: the handle still names the directory it opened. Modes, owners, times
+//! and extended attributes are set through a file's own descriptor.
+//!
+//! Partial files live in `DIR/.stripeguard-partial` (mode 0700, owned by the receiving user;
+//! anything else there is refused), named by a hash of the final path: no name from the peer
+//! is ever used for them, so names of 255 bytes, names that are not UTF-8, and source trees
+//! that themselves contain partials all work. A new partial is created `O_EXCL`; an existing
+//! one is used only if it is a regular file with one link, owned by the receiving user.
+
+use crate::proto::{show, Attrs};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The name of the receiver's private directory in DIR.
+pub const PARTIAL_DIR: &str = ".stripeguard-partial";
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+const DIR_FLAGS: OFlags = OFlags::DIRECTORY
+    .union(OFlags::RDONLY)
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NOFOLLOW);
+
+/// What the receiver accepts of what a sender sends (never the sender's word alone).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Policy {
+    /// Apply owners (`recv --owner`).
+    pub owner: bool,
+    /// Apply `user.*` extended attributes (`recv --xattrs`).
+    pub xattrs: bool,
+    /// Apply extended attributes of every namespace (`recv --all-xattrs`).
+    pub all_xattrs: bool,
+    /// Keep setuid/setgid bits and `security.capability` (`recv --allow-setid`).
+    pub setid: bool,
+}
+
+impl Policy {
+    /// The mode bits applied.
+    pub fn mode(&self, mode: u32) -> u32 {
+        if self.setid {
+            mode & 0o7777
+        } else {
+            mode & 0o1777
+        }
+    }
+
+    /// The attributes applied, and how many were refused.
+    pub fn filter(&self, a: &Attrs, mode: u32) -> (Attrs, u64) {
+        let mut refused = u64::from(!self.setid && mode & 0o6000 != 0);
+        let owner = if self.owner { a.owner } else { None };
+        refused += u64::from(a.owner.is_some() && owner.is_none());
+        let mut xattrs = Vec::new();
+        for (n, v) in &a.xattrs {
+            let cap = n == b"security.capability";
+            let ok = if cap {
+                self.setid && (self.xattrs || self.all_xattrs)
+            } else {
+                self.all_xattrs || (self.xattrs && n.starts_with(b"user."))
+            };
+            if ok {
+                xattrs.push((n.clone(), v.clone()));
+            } else {
+                refused += 1;
+            }
+        }
+        (Attrs { owner, xattrs }, refused)
+    }
+}
+
+fn errno_text(e: Errno) -> String {
+    std::io::Error::from(e).to_string()
+}
+
+/// DIR, opened once, with its private partial directory.
+pub struct Root {
+    pub path: PathBuf,
+    fd: OwnedFd,
+    partial: OwnedFd,
+    euid: u32,
+    parents: Mutex<HashMap<Vec<u8>, Arc<OwnedFd>>>,
+}
+
+impl Root {
+    /// Open (creating it if missing) the receiving directory and its partial directory, and
+    /// prove that files can be made there (a read-only filesystem is found now, not when a
+    /// sender comes).
+    pub fn open(dir: &Path) -> Result<Root, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let fd = rfs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("cannot open {}: {}", dir.display(), errno_text(e)))?;
+        let euid = rustix::process::geteuid().as_raw();
+        let pd = dir.join(PARTIAL_DIR);
+        match rfs::mkdirat(&fd, PARTIAL_DIR, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(format!("cannot create {}: {}", pd.display(), errno_text(e))),
+        }
+        let partial = rfs::openat2(&fd, PARTIAL_DIR, DIR_FLAGS, Mode::empty(), RESOLVE)
+            .map_err(|e| format!("cannot open {}: {} (it must be a directory, not a symlink)", pd.display(), errno_text(e)))?;
+        let st = rfs::fstat(&partial).map_err(|e| errno_text(e))?;
+        if st.st_uid != euid {
+            return Err(format!(
+                "{} belongs to uid {}, not to this receiver (uid {euid}): remove it",
+                pd.display(),
+                st.st_uid
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            rfs::fchmod(&partial, Mode::from_raw_mode(0o700)).map_err(|e| errno_text(e))?;
+        }
+        let probe = format!("probe-{}", std::process::id());
+        match rfs::openat(
+            &partial,
+            probe.as_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        ) {
+            Ok(_) | Err(Errno::EXIST) => {
+                let _ = rfs::unlinkat(&partial, probe.as_str(), AtFlags::empty());
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot write in {}: {}",
+                    dir.display(),
+                    errno_text(e)
+                ))
+            }
+        }
+        Ok(Root {
+            path: dir.to_path_buf(),
+            fd,
+            partial,
+            euid,
+            parents: Mutex::default(),
+        })
+    }
+
+    pub fn partial_fd(&self) -> BorrowedFd<'_> {
+        self.partial.as_fd()
+    }
+
+    fn shown(&self, rel: &[u8]) -> String {
+        format!("{}/{}", self.path.display(), show(rel))
+    }
+
+    /// The directory that holds `parts`' last component, opened beneath DIR (missing
+    /// directories are created, mode 0700 until the session's end sets theirs).
+    pub fn parent(&self, parts: &[&[u8]]) -> Result<Arc<OwnedFd>, String> {
+        let dirs = &parts[..parts.len() - 1];
+        if dirs.is_empty() {
+            return Ok(Arc::new(
+                rfs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty()).map_err(|e| errno_text(e))?,
+            ));
+        }
+        let key = dirs.join(&b'/');
+        if let Some(fd) = self.parents.lock().expect("lock").get(&key) {
+            return Ok(Arc::clone(fd));
+        }
+        let mut cur: Option<OwnedFd> = None;
+        let mut at: Vec<u8> = Vec::new();
+        for d in dirs {
+            if !at.is_empty() {
+                at.push(b'/');
+            }
+            at.extend_from_slice(d);
+            let base = cur.as_ref().map_or(self.fd.as_fd(), |f| f.as_fd());
+            let open = |b: BorrowedFd| rfs::openat2(b, *d, DIR_FLAGS, Mode::empty(), RESOLVE);
+            let fd = match open(base) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match rfs::mkdirat(base, *d, Mode::from_raw_mode(0o700)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(format!("cannot create {}: {}", self.shown(&at), errno_text(e))),
+                    }
+                    open(base).map_err(|e| self.dir_error(&at, e))?
+                }
+                Err(e) => return Err(self.dir_error(&at, e)),
+            };
+            cur = Some(fd);
+        }
+        let fd = Arc::new(cur.expect("at least one directory"));
+        let mut p = self.parents.lock().expect("lock");
+        if p.len() > 1024 {
+            p.clear();
+        }
+        p.insert(key, Arc::clone(&fd));
+        Ok(fd)
+    }
+
+    fn dir_error(&self, at: &[u8], e: Errno) -> String {
+        match e {
+            Errno::LOOP | Errno::XDEV => {
+                format!("{} is a symlink (never followed)", self.shown(at))
+            }
+            Errno::NOTDIR => format!("{} exists and is not a directory", self.shown(at)),
+            e => format!("cannot open {}: {}", self.shown(at), errno_text(e)),
+        }
+    }
+
+    /// Forget the open directories (one was removed or replaced).
+    fn forget(&self) {
+        self.parents.lock().expect("lock").clear();
+    }
+
+    /// A directory at `name` in `parent`: kept if there, made (0700) if missing, and put in
+    /// place of a file or symlink that was there (its type changed since the last run).
+    pub fn make_dir(&self, parent: &OwnedFd, name: &[u8], rel: &[u8]) -> Result<(), String> {
+        match rfs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory => {
+                return Ok(())
+            }
+            Ok(_) => rfs::unlinkat(parent, name, AtFlags::empty())
+                .map_err(|e| format!("cannot replace {}: {}", self.shown(rel), errno_text(e)))?,
+            Err(_) => {}
+        }
+        rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700))
+            .map_err(|e| format!("cannot create {}: {}", self.shown(rel), errno_text(e)))
+    }
+
+    /// Put the partial `part` (or a symlink made there) under its final name, replacing a file
+    /// or symlink there, or an empty directory (a type change); a directory that holds entries
+    /// is not replaced.
+    pub fn land(&self, part: &str, parent: &OwnedFd, name: &[u8], rel: &[u8]) -> Result<(), String> {
+        match rfs::renameat(&self.partial, part, parent, name) {
+            Ok(()) => Ok(()),
+            Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => {
+                match rfs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+                    Ok(()) => {
+                        self.forget();
+                        rfs::renameat(&self.partial, part, parent, name).map_err(|e| {
+                            format!("cannot rename into {}: {}", self.shown(rel), errno_text(e))
+                        })
+                    }
+                    Err(_) => Err(format!(
+                        "{} is a directory that holds entries (not replaced by a file)",
+                        self.shown(rel)
+                    )),
+                }
+            }
+            Err(e) => Err(format!(
+                "cannot rename into {}: {}",
+                self.shown(rel),
+                errno_text(e)
+            )),
+        }
+    }
+
+    /// What is at `name` in `parent`, without following a symlink.
+    pub fn stat(&self, parent: &OwnedFd, name: &[u8]) -> Option<rfs::Stat> {
+        rfs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+    }
+
+    /// Open a regular file at `name` in `parent` for reading (never through a symlink).
+    pub fn open_file(&self, parent: &OwnedFd, name: &[u8]) -> Option<File> {
+        rfs::openat2(
+            parent,
+            name,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .ok()
+        .map(File::from)
+    }
+
+    /// A symlink at its final name: made in the partial directory, given its owner and times
+    /// there, then renamed into place.
+    pub fn make_symlink(
+        &self,
+        parent: &OwnedFd,
+        name: &[u8],
+        rel: &[u8],
+        target: &[u8],
+        owner: Option<(u32, u32)>,
+        mtime: (i64, u32),
+    ) -> Result<Vec<String>, String> {
+        let tmp = format!("{}.link", partial_key(rel));
+        let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+        rfs::symlinkat(target, &self.partial, tmp.as_str())
+            .map_err(|e| format!("cannot make the symlink {}: {}", self.shown(rel), errno_text(e)))?;
+        let mut problems = Vec::new();
+        if let Some((u, g)) = owner {
+            if let Err(e) = rfs::chownat(
+                &self.partial,
+                tmp.as_str(),
+                Some(rfs::Uid::from_raw(u)),
+                Some(rfs::Gid::from_raw(g)),
+                AtFlags::SYMLINK_NOFOLLOW,
+            ) {
+                problems.push(format!("{}: owner {u}:{g}: {}", self.shown(rel), errno_text(e)));
+            }
+        }
+        let t = timespec(mtime);
+        let _ = rfs::utimensat(
+            &self.partial,
+            tmp.as_str(),
+            &rfs::Timestamps {
+                last_access: t,
+                last_modification: t,
+            },
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+        self.land(&tmp, parent, name, rel)?;
+        Ok(problems)
+    }
+
+    /// Open the partial for `rel`: a new one `O_EXCL`, or the previous run's if it is a regular
+    /// file with one link owned by this user; held under an exclusive `flock` while it is
+    /// open, so a second receiver into the same directory is refused. Returns the file and
+    /// whether it was there before (to resume).
+    pub fn open_partial(&self, rel: &[u8]) -> Result<(File, bool), String> {
+        let name = format!("{}.part", partial_key(rel));
+        let rw = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        for _ in 0..4 {
+            let (fd, existed) = match rfs::openat(
+                &self.partial,
+                name.as_str(),
+                rw | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => (fd, false),
+                Err(Errno::EXIST) => match rfs::openat(&self.partial, name.as_str(), rw, Mode::empty()) {
+                    Ok(fd) => (fd, true),
+                    Err(_) => {
+                        let _ = rfs::unlinkat(&self.partial, name.as_str(), AtFlags::empty());
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    return Err(format!(
+                        "cannot create a partial for {}: {}",
+                        self.shown(rel),
+                        errno_text(e)
+                    ))
+                }
+            };
+            if rfs::flock(&fd, rfs::FlockOperation::NonBlockingLockExclusive).is_err() {
+                return Err(format!(
+                    "{} is being received by another stripeguard recv into the same directory",
+                    self.shown(rel)
+                ));
+            }
+            let st = rfs::fstat(&fd).map_err(|e| errno_text(e))?;
+            let regular = rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::RegularFile;
+            if existed && !(regular && st.st_nlink == 1 && st.st_uid == self.euid) {
+                // Not one of ours: never written to; replaced by a new partial.
+                let _ = rfs::unlinkat(&self.partial, name.as_str(), AtFlags::empty());
+                continue;
+            }
+            // Still the partial (another receiver may have renamed it away before our lock).
+            match rfs::statat(&self.partial, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(now) if now.st_ino == st.st_ino && now.st_dev == st.st_dev => {
+                    return Ok((File::from(fd), existed))
+                }
+                _ => continue,
+            }
+        }
+        Err(format!("{}: its partial keeps changing under another receiver", self.shown(rel)))
+    }
+
+    pub fn partial_name(rel: &[u8]) -> String {
+        format!("{}.part", partial_key(rel))
+    }
+
+    /// Remove the partial and progress of `rel`.
+    pub fn remove_partial(&self, rel: &[u8]) {
+        let k = partial_key(rel);
+        let _ = rfs::unlinkat(&self.partial, format!("{k}.part").as_str(), AtFlags::empty());
+        let _ = rfs::unlinkat(&self.partial, format!("{k}.progress").as_str(), AtFlags::empty());
+    }
+
+    /// The progress text of `rel` from an earlier run.
+    pub fn read_progress(&self, rel: &[u8]) -> Option<String> {
+        use std::io::Read;
+        let fd = rfs::openat(
+            &self.partial,
+            format!("{}.progress", partial_key(rel)).as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut s = String::new();
+        File::from(fd).take(4 << 20).read_to_string(&mut s).ok()?;
+        Some(s)
+    }
+
+    pub fn write_progress(&self, rel: &[u8], text: &str) -> Result<(), String> {
+        use std::io::Write;
+        let name = format!("{}.progress", partial_key(rel));
+        let fd = rfs::openat(
+            &self.partial,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| format!("cannot write the progress of {}: {}", self.shown(rel), errno_text(e)))?;
+        File::from(fd)
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("cannot write the progress of {}: {e}", self.shown(rel)))
+    }
+
+    pub fn remove_progress(&self, rel: &[u8]) {
+        let _ = rfs::unlinkat(
+            &self.partial,
+            format!("{}.progress", partial_key(rel)).as_str(),
+            AtFlags::empty(),
+        );
+    }
+
+    /// Set a received directory's mode, owner and times at the session's end, through a
+    /// handle opened beneath DIR (a symlink put in its place is never followed).
+    pub fn finish_dir(&self, rel: &[u8], mode: u32, owner: Option<(u32, u32)>, mtime: (i64, u32)) -> Result<(), String> {
+        let fd = rfs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), RESOLVE)
+            .map_err(|e| self.dir_error(rel, e))?;
+        let mut problems = Vec::new();
+        if let Some((u, g)) = owner {
+            if let Err(e) = rfs::fchown(&fd, Some(rfs::Uid::from_raw(u)), Some(rfs::Gid::from_raw(g))) {
+                problems.push(format!("owner {u}:{g}: {}", errno_text(e)));
+            }
+        }
+        if let Err(e) = rfs::fchmod(&fd, Mode::from_raw_mode(mode)) {
+            problems.push(format!("mode {mode:o}: {}", errno_text(e)));
+        }
+        let t = timespec(mtime);
+        let _ = rfs::futimens(
+            &fd,
+            &rfs::Timestamps {
+                last_access: t,
+                last_modification: t,
+            },
+        );
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{}: {}", self.shown(rel), problems.join("; ")))
+        }
+    }
+
+    /// One `syncfs` of DIR's filesystem: every write, attribute and rename made there so far is
+    /// durable when it returns.
+    pub fn syncfs(&self) -> std::io::Result<()> {
+        rfs::syncfs(&self.fd).map_err(Into::into)
+    }
+}
+
+/// Owner, xattrs, mode and times set through a file's descriptor, in that order (a `chown`
+/// clears setuid/setgid, so the mode comes after it). Returns what could not be applied.
+pub fn apply_to_file(f: &File, a: &Attrs, mode: u32, mtime: (i64, u32)) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some((u, g)) = a.owner {
+        if let Err(e) = rfs::fchown(f, Some(rfs::Uid::from_raw(u)), Some(rfs::Gid::from_raw(g))) {
+            problems.push(format!("owner {u}:{g}: {}", errno_text(e)));
+        }
+    }
+    for (n, v) in &a.xattrs {
+        let Ok(name) = std::ffi::CString::new(n.clone()) else {
+            continue;
+        };
+        if let Err(e) = rfs::fsetxattr(f, name.as_c_str(), v, rfs::XattrFlags::empty()) {
+            problems.push(format!("xattr {}: {}", show(n), errno_text(e)));
+        }
+    }
+    if let Err(e) = rfs::fchmod(f, Mode::from_raw_mode(mode)) {
+        problems.push(format!("mode {mode:o}: {}", errno_text(e)));
+    }
+    let t = timespec(mtime);
+    if let Err(e) = rfs::futimens(
+        f,
+        &rfs::Timestamps {
+            last_access: t,
+            last_modification: t,
+        },
+    ) {
+        problems.push(format!("times: {}", errno_text(e)));
+    }
+    problems
+}
+
+fn timespec((s, ns): (i64, u32)) -> rfs::Timespec {
+    rfs::Timespec {
+        tv_sec: s,
+        tv_nsec: i64::from(ns).try_into().unwrap_or(0),
+    }
+}
+
+/// The name of a path's partial in the partial directory: 32 hex digits of BLAKE3 of the
+/// relative path.
+pub fn partial_key(rel: &[u8]) -> String {
+    blake3::hash(rel).as_bytes()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
