@@ -447,6 +447,11 @@ impl Root {
         }
     }
 
+    /// Remove the partial directory if nothing is left in it.
+    pub fn tidy(&self) {
+        let _ = rfs::unlinkat(&self.fd, PARTIAL_DIR, AtFlags::REMOVEDIR);
+    }
+
     /// One `syncfs` of DIR's filesystem: every write, attribute and rename made there so far is
     /// durable when it returns.
     pub fn syncfs(&self) -> std::io::Result<()> {

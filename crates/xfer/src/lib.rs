@@ -20,3 +20,6 @@ pub use beneath::Policy;
 pub use manifest::{verify_manifest, ManifestResult};
 pub use recv::{accept, receive, receive_on, Conn, RecvOptions, RecvSummary};
 pub use send::{send, SendError, SendOptions, SendSummary};
+
+#[cfg(test)]
+mod injection_tests;

@@ -208,6 +208,8 @@ struct Open {
     dead: bool,
     /// Set by the verifier when the file has landed or failed: the id is free again.
     finished: Arc<AtomicBool>,
+    /// Its path, for messages.
+    shown: String,
 }
 
 enum Msg {
@@ -364,6 +366,7 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
             }
         }
     }
+    root.tidy();
     result?;
     let s = summary.lock().expect("lock").clone();
     Ok(s)
@@ -382,7 +385,14 @@ fn session(
     dirs: &mut Vec<DirDone>,
 ) -> Result<(), ProtoError> {
     let verifier_gone = || ProtoError::Local("the verifier stopped".into());
+    // Replies wait in the buffer while more frames are already here, and go out before this
+    // side waits for the sender.
+    let mut unflushed = false;
     loop {
+        if unflushed && !input.buffered() {
+            out.lock().expect("lock").flush()?;
+            unflushed = false;
+        }
         let Some((kind, payload)) = proto::read_frame(input)? else {
             return Err(ProtoError::Local("the sender closed the connection before DONE (it ended or was killed); what was verified is kept for a later run".into()));
         };
@@ -417,7 +427,8 @@ fn session(
                         Reply::Refused(why)
                     }
                 };
-                send_frame(out, proto::T_FILE_REPLY, &proto::encode_reply(h.id, &reply), !input.buffered())?;
+                send_frame(out, proto::T_FILE_REPLY, &proto::encode_reply(h.id, &reply), false)?;
+                unflushed = true;
             }
             proto::T_BLOCK => {
                 let (id, index, hash, data) = proto::decode_block(&payload)?;
@@ -472,7 +483,13 @@ fn session(
                     None => return Err(proto::malformed("FILE_END frame", format!("file id {id} is not in flight"))),
                 }
             }
-            proto::T_DONE => return Ok(()),
+            proto::T_DONE => {
+                let mut s = summary.lock().expect("lock");
+                for o in open.values().filter(|o| !o.dead && !o.finished.load(Ordering::Acquire)) {
+                    s.failed.push(format!("{}: the sender ended the session before it was complete (kept as a partial)", o.shown));
+                }
+                return Ok(());
+            }
             proto::T_ERROR => return Err(ProtoError::Peer(proto::printable(&payload))),
             k => return Err(proto::malformed("stream", format!("unexpected frame type {k}"))),
         }
@@ -569,6 +586,7 @@ fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &File
                 written: vec![0; blocks.div_ceil(8) as usize],
                 dead: false,
                 finished: Arc::clone(&finished),
+                shown: proto::show(&h.path),
             };
             let v = VFile {
                 id: h.id,
@@ -668,14 +686,12 @@ impl Verifier {
                 }
             }
             self.batch(&mut done)?;
-            if !done.is_empty() {
-                let mut o = self.out.lock().expect("lock");
-                for (id, status, why) in &done {
-                    proto::write_frame(&mut *o, proto::T_FILE_DONE, &proto::encode_done(*id, *status, why))
-                        .map_err(|e| e.to_string())?;
-                }
-                o.flush().map_err(|e| e.to_string())?;
+            let mut o = self.out.lock().expect("lock");
+            for (id, status, why) in &done {
+                proto::write_frame(&mut *o, proto::T_FILE_DONE, &proto::encode_done(*id, *status, why))
+                    .map_err(|e| e.to_string())?;
             }
+            o.flush().map_err(|e| e.to_string())?;
         }
         // The session ended: keep what was verified of unfinished files for the next run.
         for f in self.files.values() {

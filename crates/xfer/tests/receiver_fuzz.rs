@@ -7,7 +7,7 @@ use stripeguard_xfer::{receive, RecvOptions};
 
 fn hello() -> Vec<u8> {
     let mut v = b"SGXF".to_vec();
-    v.extend_from_slice(&1u16.to_le_bytes());
+    v.extend_from_slice(&2u16.to_le_bytes());
     v.extend_from_slice(&0u32.to_le_bytes());
     v
 }
@@ -22,37 +22,42 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
 /// Frames of every type with fields drawn from small and hostile values.
 fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
     let path = prop_oneof![
-        Just("a".to_string()),
-        Just("d/e".to_string()),
-        Just("../x".to_string()),
-        Just("/abs".to_string()),
-        "[a-z./]{0,12}",
+        Just(b"a".to_vec()),
+        Just(b"d/e".to_vec()),
+        Just(b"../x".to_vec()),
+        Just(b"/abs".to_vec()),
+        Just(b".stripeguard-partial/x".to_vec()),
+        Just(b"n\xff\n".to_vec()),
+        "[a-z./]{0,12}".prop_map(String::into_bytes),
     ];
     prop_oneof![
-        (path, 0u8..4, 0u64..20_000, 0u32..70_000).prop_map(|(p, kind, size, bs)| {
+        (path, 0u8..4, 0u64..20_000, 0u32..70_000, 0u32..3).prop_map(|(p, kind, size, bs, id)| {
             frame(
                 proto::T_FILE,
                 &FileHeader {
+                    id,
+                    attrs: Default::default(),
                     path: p,
                     kind,
                     size,
                     mode: 0o644,
                     mtime_s: 0,
                     mtime_ns: 0,
-                    target: "t".into(),
+                    target: b"t".to_vec(),
                     block_size: bs,
                     hash: [0; 32],
                 }
                 .encode(),
             )
         }),
-        (0u64..8, prop::collection::vec(any::<u8>(), 0..5000)).prop_map(|(i, data)| {
-            let mut p = i.to_le_bytes().to_vec();
+        (0u32..3, 0u64..8, prop::collection::vec(any::<u8>(), 0..5000)).prop_map(|(id, i, data)| {
+            let mut p = id.to_le_bytes().to_vec();
+            p.extend_from_slice(&i.to_le_bytes());
             p.extend_from_slice(&[0u8; 32]);
             p.extend_from_slice(&data);
             frame(proto::T_BLOCK, &p)
         }),
-        any::<u8>().prop_map(|g| frame(proto::T_FILE_END, &[g])),
+        (0u32..3).prop_map(|id| frame(proto::T_FILE_END, &id.to_le_bytes())),
         Just(frame(proto::T_DONE, &[])),
         (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(k, p)| frame(k, &p)),
     ]
@@ -75,8 +80,8 @@ proptest! {
         }
         let keep = cut % (stream.len() + 1);
         for input in [&stream[..], &stream[..keep], &raw[..]] {
-            let opts = RecvOptions { dir: dir.clone(), verify: true, key: None, test_hook: None };
-            let _ = receive(input, std::io::sink(), &opts);
+            let opts = RecvOptions::new(dir.clone());
+            let _ = receive(std::io::Cursor::new(input.to_vec()), std::io::sink(), &opts);
         }
         // Only the receiving directory was written.
         let outside: Vec<_> = std::fs::read_dir(base.path()).unwrap()
