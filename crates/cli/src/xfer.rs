@@ -182,8 +182,9 @@ enum Listener {
     Unix(UnixListener, PathBuf),
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
+impl Listener {
+    /// Remove a unix socket's file (the accepting thread still holds the listener).
+    fn remove(&self) {
         if let Listener::Unix(_, p) = self {
             let _ = std::fs::remove_file(p);
         }
@@ -377,9 +378,9 @@ fn serve_one(l: Listener, root: stripeguard_xfer::beneath::Root, opts: &RecvOpti
             });
         });
     }
-    let r = done_rx.recv().map_err(|_| failed("the listener stopped"))?;
-    drop(l);
-    r.map_err(failed)
+    let r = done_rx.recv().map_err(|_| failed("the listener stopped"));
+    l.remove();
+    r?.map_err(failed)
 }
 
 pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {

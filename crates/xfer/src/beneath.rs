@@ -20,6 +20,7 @@ use rustix::io::Errno;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The name of the receiver's private directory in DIR.
@@ -90,6 +91,8 @@ pub struct Root {
     partial: OwnedFd,
     euid: u32,
     parents: Mutex<HashMap<Vec<u8>, Arc<OwnedFd>>>,
+    /// A directory (or symlink) was made or replaced since the last `take_dirs_made`.
+    dirs_made: AtomicBool,
 }
 
 impl Root {
@@ -143,6 +146,7 @@ impl Root {
             partial,
             euid,
             parents: Mutex::default(),
+            dirs_made: AtomicBool::new(false),
         })
     }
 
@@ -179,6 +183,7 @@ impl Root {
             let fd = match open(base) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => {
+                    self.made();
                     match rfs::mkdirat(base, *d, Mode::from_raw_mode(0o700)) {
                         Ok(()) | Err(Errno::EXIST) => {}
                         Err(e) => return Err(format!("cannot create {}: {}", self.shown(&at), errno_text(e))),
@@ -208,6 +213,16 @@ impl Root {
         }
     }
 
+    /// Whether a directory entry other than a file's rename was made since the last call (then
+    /// only a `syncfs` makes a landed file's path durable, not an `fsync` of its directory).
+    pub fn take_dirs_made(&self) -> bool {
+        self.dirs_made.swap(false, Ordering::AcqRel)
+    }
+
+    fn made(&self) {
+        self.dirs_made.store(true, Ordering::Release);
+    }
+
     /// Forget the open directories (one was removed or replaced).
     fn forget(&self) {
         self.parents.lock().expect("lock").clear();
@@ -224,6 +239,7 @@ impl Root {
                 .map_err(|e| format!("cannot replace {}: {}", self.shown(rel), errno_text(e)))?,
             Err(_) => {}
         }
+        self.made();
         rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700))
             .map_err(|e| format!("cannot create {}: {}", self.shown(rel), errno_text(e)))
     }
@@ -238,6 +254,7 @@ impl Root {
                 match rfs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
                     Ok(()) => {
                         self.forget();
+                        self.made();
                         rfs::renameat(&self.partial, part, parent, name).map_err(|e| {
                             format!("cannot rename into {}: {}", self.shown(rel), errno_text(e))
                         })
@@ -285,6 +302,7 @@ impl Root {
         owner: Option<(u32, u32)>,
         mtime: (i64, u32),
     ) -> Result<Vec<String>, String> {
+        self.made();
         let tmp = format!("{}.link", partial_key(rel));
         let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
         rfs::symlinkat(target, &self.partial, tmp.as_str())

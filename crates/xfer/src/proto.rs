@@ -14,6 +14,8 @@ pub const VERSION: u16 = 2;
 /// session uses. `FEATURE_SEALED`: a Noise handshake keyed by the shared key follows the
 /// hellos, and every later byte is sealed (both ends prove the key).
 pub const FEATURE_SEALED: u32 = 1;
+/// In a receiver's hello: it turns this sender away, and an ERROR frame saying why follows.
+pub const FEATURE_REFUSED: u32 = 1 << 31;
 pub const FEATURES: u32 = FEATURE_SEALED;
 
 /// Largest frame payload accepted (a block of the largest block size plus its header).
@@ -549,7 +551,7 @@ pub fn decode_done(b: &[u8]) -> Result<(u32, u8, String), ProtoError> {
 
 /// Turn a connection away: our hello, then an ERROR frame saying why (the sender reports it).
 pub fn refuse(mut c: impl Write, why: &str) {
-    let _ = write_hello(&mut c, 0)
+    let _ = write_hello(&mut c, FEATURE_REFUSED)
         .and_then(|_| write_frame(&mut c, T_ERROR, why.as_bytes()))
         .and_then(|()| c.flush());
 }

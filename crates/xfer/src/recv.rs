@@ -32,8 +32,9 @@ use std::sync::{Arc, Mutex};
 
 /// A batch with at least this many files is made durable with one `syncfs`.
 const SYNCFS_FILES: usize = 3;
-/// A file's progress is written for the next run once it has this many blocks.
-const PROGRESS_BLOCKS: u64 = 64;
+/// A file of this many blocks or more has its progress written for the next run (in a batch
+/// that verified at least 8 more of its blocks).
+const PROGRESS_BLOCKS: u64 = 8;
 
 /// A test's hook, run between "durable" and "read back" with the file and the block's range
 /// (the extreme-injection test damages the device there). Test builds only.
@@ -563,7 +564,8 @@ fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &File
                 file.set_len(0).map_err(|e| format!("{}: cannot truncate its partial: {e}", shown()))?;
             }
             // Room for it? (ENOSPC found now, not after most of the file is written.)
-            if let Ok(vfs) = rustix::fs::fstatvfs(&file) {
+            // (A filesystem that reports no size at all, such as ramfs, is not checked.)
+            if let Some(vfs) = rustix::fs::fstatvfs(&file).ok().filter(|v| v.f_blocks > 0) {
                 let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
                 let have = file.metadata().map(|m| m.len()).unwrap_or(0);
                 if h.size.saturating_sub(have) > free {
@@ -846,7 +848,7 @@ impl Verifier {
                 let why = "the sender gave up on some block (kept as a partial for a later run)".to_string();
                 self.fail(&f, &why);
                 done.push((*id, proto::DONE_KEPT_PARTIAL, why));
-            } else if f.verified.len() as u64 >= PROGRESS_BLOCKS && f.verified_count() >= f.verified_at_progress + 64 {
+            } else if f.verified.len() as u64 >= PROGRESS_BLOCKS && f.verified_count() >= f.verified_at_progress + 8 {
                 let f = self.files.get_mut(id).expect("listed");
                 f.verified_at_progress = f.verified_count();
                 let _ = self.root.write_progress(&f.rel, &f.progress_text());
@@ -854,7 +856,8 @@ impl Verifier {
         }
         // 5. The renames made durable before anyone is told.
         if !landed.is_empty() {
-            if self.dirty.len() >= SYNCFS_FILES {
+            // A directory made since the last `syncfs` is durable only with it.
+            if self.dirty.len() >= SYNCFS_FILES || self.root.take_dirs_made() {
                 self.root.syncfs().map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
                 syncs += 1;
             } else {

@@ -153,10 +153,13 @@ fn open_session(
     key: Option<&[u8; 32]>,
 ) -> Result<(Frames, Box<dyn Write>), ProtoError> {
     let mine = proto::write_hello(&mut output, if key.is_some() { proto::FEATURES } else { 0 })?;
-    let (features, theirs) = match proto::read_hello(&mut input) {
-        Ok(h) => h,
-        Err(e) => return Err(e),
-    };
+    let (features, theirs) = proto::read_hello(&mut input)?;
+    if features & proto::FEATURE_REFUSED != 0 {
+        return Err(match proto::read_frame(&mut input) {
+            Ok(Some((proto::T_ERROR, p))) => ProtoError::Peer(proto::printable(&p)),
+            _ => ProtoError::Local("the receiver turned this sender away".into()),
+        });
+    }
     let (mut reader, writer): (Box<dyn Read + Send>, Box<dyn Write>) = match (features & proto::FEATURE_SEALED != 0, key) {
         (true, Some(k)) => {
             let (r, w) = seal::initiate(input, output, k, &mine, &theirs)?;
@@ -167,10 +170,6 @@ fn open_session(
             return Err(ProtoError::Auth("the receiver requires a shared key: give --key-file".into()));
         }
         (false, Some(_)) => {
-            // Either the receiver turned us away (its ERROR follows) or it holds no key.
-            if let Ok(Some((proto::T_ERROR, p))) = proto::read_frame(&mut input) {
-                return Err(ProtoError::Peer(proto::printable(&p)));
-            }
             return Err(ProtoError::Auth(
                 "the receiver does not prove a key, but --key-file was given: not sending to an unauthenticated receiver".into(),
             ));

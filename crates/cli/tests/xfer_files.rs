@@ -1,0 +1,521 @@
+//! `send`/`recv` correct on every file (issue "send/recv safe to run as root", B items): long
+//! and non-UTF-8 names, special files reported, one bad file failing alone, type changes between
+//! runs, partial-like names in the source, manifests with any name, `--ssh host:~/x`, no test
+//! hook in a release binary, errors that name their path, hostile frames bounded before
+//! allocation, and both ends counting the same.
+
+mod common;
+
+use common::{err_of, ok};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn sg_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_stripeguard")
+}
+
+/// A directory on a disk-backed filesystem (verification reads from the device; tmpfs has none).
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("sg-xfer-files-")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn rsh(dst: &Path) -> String {
+    format!("{} recv --stdio --json --dir {}", sg_bin(), dst.display())
+}
+
+fn send_paths(paths: &[PathBuf], rsh: &str, extra: &[&str]) -> std::process::Output {
+    Command::new(sg_bin())
+        .arg("send")
+        .args(paths)
+        .args(["--json", "--rsh", rsh])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn last_json(text: &str) -> serde_json::Value {
+    text.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn sent(out: &std::process::Output) -> serde_json::Value {
+    last_json(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn received(out: &std::process::Output) -> serde_json::Value {
+    last_json(&err_of(out))
+}
+
+fn same_tree(a: &Path, b: &Path) {
+    let out = Command::new("diff").arg("-r").arg(a).arg(b).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn name(b: &[u8]) -> &OsStr {
+    OsStr::from_bytes(b)
+}
+
+/// B1, B2: names of 239–255 bytes and names that are not UTF-8 (inside a directory and as
+/// arguments) all land, each as itself. Before: long names aborted the transfer; `a\xff` and
+/// `a\xfe` both landed as `a\u{FFFD}` (one file lost), and inside a directory they were
+/// dropped silently.
+#[test]
+fn long_and_non_utf8_names_land_each_as_itself() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for n in [239usize, 250, 255] {
+        std::fs::write(src.join("x".repeat(n)), format!("{n}")).unwrap();
+    }
+    std::fs::write(src.join(name(b"a\xff")), b"ff").unwrap();
+    std::fs::write(src.join(name(b"a\xfe")), b"fe").unwrap();
+    std::fs::write(src.join(name(b"new\nline")), b"nl").unwrap();
+    let dst = d.path().join("dst");
+    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    ok(&out);
+    assert_eq!(sent(&out)["files"], 6, "{}", err_of(&out));
+    same_tree(&src, &dst.join("src"));
+    // As arguments (`send c/*`): two files, two names.
+    let dst2 = d.path().join("dst2");
+    let out = send_paths(&[src.join(name(b"a\xff")), src.join(name(b"a\xfe"))], &rsh(&dst2), &[]);
+    ok(&out);
+    assert_eq!(sent(&out)["files"], 2);
+    assert_eq!(std::fs::read(dst2.join(name(b"a\xff"))).unwrap(), b"ff");
+    assert_eq!(std::fs::read(dst2.join(name(b"a\xfe"))).unwrap(), b"fe");
+}
+
+/// B3: fifos, sockets and device nodes are not sent, and the sender says so with each path
+/// (before: skipped silently with exit 0 and `"skipped":0`).
+#[test]
+fn special_files_are_reported_not_dropped_silently() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("plain"), b"p").unwrap();
+    ok(&Command::new("mkfifo").arg(src.join("fifo")).output().unwrap());
+    let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    let mut specials = 2;
+    if is_root() && Command::new("mknod").arg(src.join("null")).args(["c", "1", "3"]).status().is_ok_and(|s| s.success()) {
+        specials += 1;
+    }
+    let dst = d.path().join("dst");
+    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    ok(&out);
+    let s = sent(&out);
+    let listed = s["not_sent"].as_array().unwrap();
+    assert_eq!(listed.len(), specials, "{s}");
+    for (n, what) in [("fifo", "a fifo"), ("sock", "a socket")] {
+        assert!(listed.iter().any(|l| l.as_str().unwrap().contains(&format!("/{n}: {what}"))), "{s}");
+    }
+    assert!(err_of(&out).contains("not sent:"), "{}", err_of(&out));
+    assert_eq!(s["files"], 1);
+}
+
+/// B5, B13: one bad file fails alone with its path; the rest lands and the exit status says
+/// "some files failed" (1), not "the transfer failed" (5). Before: a missing argument, an
+/// unreadable file or ENOSPC aborted everything with exit 2 and no path.
+#[test]
+fn one_bad_file_fails_alone_and_names_its_path() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("good"), b"good").unwrap();
+    let dst = d.path().join("dst");
+    let missing = d.path().join("no-such-file");
+    let out = send_paths(&[src.clone(), missing.clone()], &rsh(&dst), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+    let s = sent(&out);
+    assert!(s["failed"][0].as_str().unwrap().contains("no-such-file"), "{s}");
+    assert_eq!(std::fs::read(dst.join("src/good")).unwrap(), b"good");
+
+    // A file this user cannot read (run the sender as nobody).
+    if is_root() && have("setpriv") {
+        let pub_src = d.path().join("pub");
+        std::fs::create_dir_all(&pub_src).unwrap();
+        std::fs::write(pub_src.join("secret"), b"s").unwrap();
+        std::fs::write(pub_src.join("open"), b"o").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(pub_src.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(pub_src.join("open"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        for p in [d.path(), pub_src.as_path()] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let dst = d.path().join("dst-nobody");
+        std::fs::create_dir_all(&dst).unwrap();
+        std::os::unix::fs::chown(&dst, Some(65534), Some(65534)).unwrap();
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", sg_bin(), "send", "--json", "--rsh"])
+            .arg(rsh(&dst))
+            .arg(&pub_src)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+        let s = sent(&out);
+        assert!(s["failed"][0].as_str().unwrap().contains("pub/secret"), "{s}");
+        assert_eq!(std::fs::read(dst.join("pub/open")).unwrap(), b"o");
+    }
+
+    // ENOSPC on the receiver: the big file fails alone, naming its path; no partial is left.
+    if !is_root() || !have("mkfs.ext4") || !have("losetup") {
+        eprintln!("skipping the ENOSPC part: it needs root, losetup and mkfs.ext4");
+        return;
+    }
+    let img = d.path().join("small.img");
+    std::fs::File::create(&img).unwrap().set_len(24 << 20).unwrap();
+    ok(&Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).output().unwrap());
+    let mnt = d.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    if !Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt).status().is_ok_and(|s| s.success()) {
+        eprintln!("skipping the ENOSPC part: cannot mount a loop device here");
+        return;
+    }
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(mnt.clone());
+    let big_src = d.path().join("bigsrc");
+    std::fs::create_dir_all(&big_src).unwrap();
+    std::fs::write(big_src.join("big"), vec![7u8; 40 << 20]).unwrap();
+    std::fs::write(big_src.join("small"), b"small").unwrap();
+    let out = send_paths(&[big_src.clone()], &rsh(&mnt.join("d")), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+    let s = sent(&out);
+    let f = s["failed"][0].as_str().unwrap();
+    assert!(f.contains("bigsrc/big") && f.contains("free"), "{s}");
+    assert_eq!(std::fs::read(mnt.join("d/bigsrc/small")).unwrap(), b"small");
+    assert!(!mnt.join("d/.stripeguard-partial").exists(), "the failed file's partial is removed");
+
+    // EROFS: a read-only directory inside DIR fails the files that go into it, alone.
+    let ro = mnt.join("d/bigsrc/ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    ok(&Command::new("mount").args(["--bind"]).arg(&ro).arg(&ro).output().unwrap());
+    let _u2 = Umount(ro.clone());
+    ok(&Command::new("mount").args(["-o", "remount,ro,bind"]).arg(&ro).arg(&ro).output().unwrap());
+    std::fs::remove_file(big_src.join("big")).unwrap();
+    std::fs::create_dir_all(big_src.join("ro")).unwrap();
+    std::fs::write(big_src.join("ro/inside"), b"i").unwrap();
+    std::fs::write(big_src.join("other"), b"o").unwrap();
+    let out = send_paths(&[big_src.clone()], &rsh(&mnt.join("d")), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+    let s = sent(&out);
+    assert!(s["failed"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("bigsrc/ro/inside")), "{s}");
+    assert_eq!(std::fs::read(mnt.join("d/bigsrc/other")).unwrap(), b"o");
+}
+
+/// B6: an entry whose type changed between runs (dir → file, file → dir, symlink → dir)
+/// lands; a directory that still holds entries is not replaced and fails alone. Before: every
+/// later run was blocked.
+#[test]
+fn an_entry_whose_type_changed_between_runs_lands() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    std::fs::write(src.join("b"), b"b").unwrap();
+    std::os::unix::fs::symlink("b", src.join("c")).unwrap();
+    let dst = d.path().join("dst");
+    ok(&send_paths(&[src.clone()], &rsh(&dst), &[]));
+    std::fs::remove_dir(src.join("a")).unwrap();
+    std::fs::write(src.join("a"), b"now a file").unwrap();
+    std::fs::remove_file(src.join("b")).unwrap();
+    std::fs::create_dir_all(src.join("b")).unwrap();
+    std::fs::write(src.join("b/inner"), b"in").unwrap();
+    std::fs::remove_file(src.join("c")).unwrap();
+    std::fs::create_dir_all(src.join("c")).unwrap();
+    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    ok(&out);
+    same_tree(&src, &dst.join("src"));
+    // A directory with entries in the way of a file: that file fails alone.
+    std::fs::create_dir_all(dst.join("src/z")).unwrap();
+    std::fs::write(dst.join("src/z/keep"), b"k").unwrap();
+    std::fs::write(src.join("z"), b"file").unwrap();
+    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+    assert!(sent(&out)["failed"][0].as_str().unwrap().contains("holds entries"));
+    assert_eq!(std::fs::read(dst.join("src/z/keep")).unwrap(), b"k");
+}
+
+/// B7: a source tree that holds other partials (`.x.sgpart`, `.x.sgpart.progress`, as left by
+/// an interrupted receive of an earlier version) is sent like any other. Before: refused.
+#[test]
+fn a_source_with_partial_names_is_sent() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join(".d.sgpart")).unwrap();
+    std::fs::write(src.join(".x.sgpart"), b"x").unwrap();
+    std::fs::write(src.join(".x.sgpart.progress"), b"p").unwrap();
+    let dst = d.path().join("dst");
+    ok(&send_paths(&[src.clone()], &rsh(&dst), &[]));
+    same_tree(&src, &dst.join("src"));
+}
+
+/// B8: a manifest holds any name (a newline, bytes that are not UTF-8, spaces) and
+/// `verify-manifest` checks it; a symlinked directory inside DIR is not followed out of it.
+#[test]
+fn manifests_hold_any_name_and_never_follow_a_symlink() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join(name(b"new\nline")), b"nl").unwrap();
+    std::fs::write(src.join(name(b"sp ace\xff")), b"sp").unwrap();
+    let dst = d.path().join("dst");
+    let manifest = d.path().join("manifest");
+    ok(&send_paths(&[src.clone()], &rsh(&dst), &["--manifest", manifest.to_str().unwrap()]));
+    let vm = |dir: &Path, m: &Path| Command::new(sg_bin()).arg("verify-manifest").arg(dir).arg(m).output().unwrap();
+    let out = vm(&dst, &manifest);
+    ok(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 file(s) checked"), "{}", String::from_utf8_lossy(&out.stdout));
+    // DIR/t -> outside: a manifest naming t/f must not be checked through the link (before,
+    // verify-manifest followed it and called the outside file intact).
+    let outside = d.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("f"), b"outside").unwrap();
+    let m2 = d.path().join("m2");
+    let scratch_dst = d.path().join("scratch-dst");
+    ok(&send_paths(&[outside.join("f")], &rsh(&scratch_dst), &["--manifest", m2.to_str().unwrap()]));
+    let text = std::fs::read_to_string(&m2).unwrap().replace(" f\n", " t/f\n");
+    std::fs::write(&m2, text).unwrap();
+    std::os::unix::fs::symlink(&outside, dst.join("t")).unwrap();
+    let out = vm(&dst, &m2);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("symlink"), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// B9: `--ssh host:~/x` lands in the remote home's x, as with scp and rsync (before: a
+/// directory literally named `~`).
+#[test]
+fn ssh_tilde_means_the_remote_home() {
+    let d = scratch();
+    let home = d.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let fake = d.path().join("fake-ssh");
+    // A stand-in for ssh: drops the host and runs the command in a shell with HOME set.
+    std::fs::write(&fake, format!("#!/bin/sh\nshift\ncd /\nHOME={} exec sh -c \"$*\"\n", home.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"f").unwrap();
+    let out = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .args(["--ssh", "somehost:~/x y", "--remote-stripeguard", sg_bin(), "--rsh"])
+        .arg(&fake)
+        .output()
+        .unwrap();
+    ok(&out);
+    assert_eq!(std::fs::read(home.join("x y/src/f")).unwrap(), b"f");
+    assert!(!Path::new("/~").exists());
+}
+
+/// B12: no build reads a test hook from its environment (before: `STRIPEGUARD_XFER_TEST_HOOK`
+/// ran a command per block in the release binary).
+#[test]
+fn the_environment_cannot_make_the_receiver_run_a_command() {
+    let d = scratch();
+    let marker = d.path().join("marker");
+    let hook = d.path().join("hook");
+    std::fs::write(&hook, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), vec![3u8; 100_000]).unwrap();
+    let r = format!("STRIPEGUARD_XFER_TEST_HOOK={} {}", hook.display(), rsh(&d.path().join("dst")));
+    ok(&send_paths(&[src], &r, &[]));
+    assert!(!marker.exists(), "the receiver ran a command named by its environment");
+}
+
+fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![kind];
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+fn header(id: u32, path: &str, size: u64, block_size: u32) -> Vec<u8> {
+    stripeguard_xfer::proto::FileHeader {
+        id,
+        kind: 0,
+        path: path.into(),
+        size,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+        target: Vec::new(),
+        block_size,
+        hash: [0; 32],
+        attrs: Default::default(),
+    }
+    .encode()
+}
+
+/// A raw stream into `recv --stdio --json`.
+fn raw_recv(dst: &Path, stream: &[u8]) -> std::process::Output {
+    let mut c = Command::new(sg_bin())
+        .args(["recv", "--stdio", "--json", "--dir"])
+        .arg(dst)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let _ = c.stdin.take().unwrap().write_all(stream);
+    c.wait_with_output().unwrap()
+}
+
+fn hello() -> Vec<u8> {
+    stripeguard_xfer::proto::hello_bytes(0).to_vec()
+}
+
+/// S6, B15: a FILE frame claiming 2^40 bytes in 4 KiB blocks, or a block size of 1, is refused
+/// (that entry alone) before anything is allocated or created; DONE with a file still open
+/// counts it failed. Before: an 8 GiB allocation aborted the receiver (exit 134) and left a
+/// 1 TiB sparse partial; a DONE mid-file reported "0 failed".
+#[test]
+fn hostile_sizes_are_refused_before_allocation_and_an_early_done_counts() {
+    let d = scratch();
+    let dst = d.path().join("dst");
+    let stream = [
+        hello(),
+        frame(1, &header(1, "huge", 1 << 40, 4096)),
+        frame(1, &header(2, "tiny-blocks", 100, 1)),
+        frame(1, &header(3, "open", 8192, 4096)),
+        frame(7, &[]),
+    ]
+    .concat();
+    let out = raw_recv(&dst, &stream);
+    let r = received(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+    let failed: Vec<String> = r["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+    assert_eq!(failed.len(), 3, "{r}");
+    assert!(failed.iter().any(|f| f.starts_with("huge:") && f.contains("blocks")), "{failed:?}");
+    assert!(failed.iter().any(|f| f.starts_with("tiny-blocks:") && f.contains("block size 1")), "{failed:?}");
+    assert!(failed.iter().any(|f| f.starts_with("open:") && f.contains("before it was complete")), "{failed:?}");
+    // Nothing large was created: the only partial is the open file's 8 KiB.
+    let total: u64 = std::fs::read_dir(dst.join(".stripeguard-partial"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.metadata().unwrap().len()).sum())
+        .unwrap_or(0);
+    assert!(total <= 8192, "{total} bytes of partials");
+}
+
+/// A receiver written in a few lines of Python that answers with `frames` after its hello.
+fn fake_receiver(d: &Path, frames: &[u8]) -> String {
+    let blob = d.join("frames.bin");
+    std::fs::write(&blob, [hello(), frames.to_vec()].concat()).unwrap();
+    let py = d.join("fake.py");
+    std::fs::write(
+        &py,
+        format!(
+            "import sys,os,time\nsys.stdin.buffer.read(10)\nsys.stdout.buffer.write(open('{}','rb').read())\nsys.stdout.flush()\ntime.sleep(2)\n",
+            blob.display()
+        ),
+    )
+    .unwrap();
+    format!("python3 {}", py.display())
+}
+
+/// B16: the sender prints a peer's ERROR without its escape codes, and refuses a BLOCK_RESULT
+/// for a block it never sent (before: block 10^12 counted as block 0's result).
+#[test]
+fn a_hostile_receiver_is_caught_and_its_text_is_made_harmless() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), vec![1u8; 10_000]).unwrap();
+    let out = send_paths(&[src.join("f")], &fake_receiver(d.path(), &frame(8, b"bad \x1b[2J\x1b]0;owned\x07 news")), &[]);
+    assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
+    let err = err_of(&out);
+    assert!(err.contains("bad") && !err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+
+    let mut reply = 0u32.to_le_bytes().to_vec();
+    reply.push(0);
+    reply.extend_from_slice(&0u32.to_le_bytes());
+    let mut result = 0u32.to_le_bytes().to_vec();
+    result.extend_from_slice(&1_000_000_000_000u64.to_le_bytes());
+    result.push(1);
+    let out = send_paths(&[src.join("f")], &fake_receiver(d.path(), &[frame(2, &reply), frame(4, &result)].concat()), &[]);
+    assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
+    assert!(err_of(&out).contains("not in flight"), "{}", err_of(&out));
+}
+
+/// B13, B14: `recv` checks DIR before it listens (before: it listened on a directory it could
+/// not write until a sender came); a receiver that vanishes is reported as such (before:
+/// "failed to fill whole buffer").
+#[test]
+fn a_bad_directory_is_found_at_start_and_a_vanished_peer_is_named() {
+    let d = scratch();
+    let file = d.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let sock = d.path().join("s.sock");
+    let mut c = Command::new(sg_bin())
+        .args(["recv", "--listen"])
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--dir")
+        .arg(file.join("sub"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = c.kill();
+            panic!("recv listened on a directory it cannot create");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
+    assert!(err_of(&out).contains("a-file"), "{}", err_of(&out));
+    assert!(!sock.exists());
+
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"f").unwrap();
+    let out = send_paths(&[src], "head -c 10 >/dev/null", &[]);
+    assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
+    let err = err_of(&out);
+    assert!(err.contains("closed") && !err.contains("fill whole buffer"), "{err}");
+}
+
+/// B16: sender and receiver count the same entries the same way in `--json`.
+#[test]
+fn both_ends_count_the_same() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    for i in 0..7 {
+        std::fs::write(src.join(format!("sub/f{i}")), vec![i as u8; 1000 * i]).unwrap();
+    }
+    std::os::unix::fs::symlink("sub", src.join("link")).unwrap();
+    let dst = d.path().join("dst");
+    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    ok(&out);
+    let (s, r) = (sent(&out), received(&out));
+    for k in ["files", "dirs", "symlinks", "skipped"] {
+        assert_eq!(s[k], r[k], "{k}: sender {s} receiver {r}");
+    }
+    assert_eq!((s["files"].as_u64(), s["dirs"].as_u64(), s["symlinks"].as_u64()), (Some(7), Some(3), Some(1)));
+}
