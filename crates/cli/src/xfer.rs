@@ -337,6 +337,12 @@ fn serve_one(l: Listener, root: stripeguard_xfer::beneath::Root, opts: &RecvOpti
             if let Err(why) = ok {
                 eprintln!("stripeguard recv: refused {peer}: {why}");
                 stripeguard_xfer::proto::refuse(&mut w, &why);
+                // Read what the sender sends meanwhile (bounded), so that closing does not
+                // reset the connection before it has read why.
+                std::thread::spawn(move || {
+                    let mut r = r;
+                    let _ = std::io::copy(&mut (&mut r).take(1 << 16), &mut std::io::sink());
+                });
                 continue;
             }
             if pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {

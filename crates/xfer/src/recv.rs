@@ -334,7 +334,14 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
     let (tx, rx) = mpsc::channel::<Msg>();
     let verifier = {
         let (root, out, summary, opts) = (Arc::clone(&root), Arc::clone(&out), Arc::clone(&summary), opts.clone());
-        std::thread::spawn(move || Verifier { root, out, summary, opts, files: HashMap::new(), dirty: Vec::new() }.run(rx))
+        std::thread::spawn(move || {
+            let r = Verifier { root, out: Arc::clone(&out), summary, opts, files: HashMap::new(), dirty: Vec::new() }.run(rx);
+            if let Err(e) = &r {
+                // Tell the sender now: the main thread may be waiting for its next frame.
+                let _ = send_frame(&out, proto::T_ERROR, e.as_bytes(), true);
+            }
+            r
+        })
     };
     let mut dirs: Vec<DirDone> = Vec::new();
     let mut open: HashMap<u32, Open> = HashMap::new();
@@ -342,8 +349,10 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
     let result = session(&mut input, &out, &root, opts, &summary, &tx, &mut open, &mut open_blocks, &mut dirs);
     drop(tx);
     let verified = verifier.join().map_err(|_| ProtoError::Local("the verifier panicked".into()))?;
+    let verifier_failed = verified.is_err();
     let result = match (result, verified) {
-        // The verifier's failure is the cause of whatever the stream did after it.
+        // The verifier's failure is the cause of whatever the stream did after it (and the
+        // sender has been told).
         (_, Err(e)) => Err(ProtoError::Local(e)),
         (r, Ok(())) => r,
     };
@@ -362,7 +371,7 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
             send_frame(&out, proto::T_DONE, &[], true)?;
         }
         Err(ref e) => {
-            if !matches!(e, ProtoError::Peer(_)) {
+            if !matches!(e, ProtoError::Peer(_)) && !verifier_failed {
                 let _ = send_frame(&out, proto::T_ERROR, e.to_string().as_bytes(), true);
             }
         }

@@ -152,8 +152,15 @@ fn open_session(
     mut output: Box<dyn Write + Send>,
     key: Option<&[u8; 32]>,
 ) -> Result<(Frames, Box<dyn Write>), ProtoError> {
-    let mine = proto::write_hello(&mut output, if key.is_some() { proto::FEATURES } else { 0 })?;
-    let (features, theirs) = proto::read_hello(&mut input)?;
+    let features = features_sent(key);
+    // A receiver that turns us away may close before reading our hello: its answer says why.
+    let wrote = proto::write_hello(&mut output, features);
+    let (features, theirs) = match (proto::read_hello(&mut input), wrote) {
+        (Ok(h), _) => h,
+        (Err(_), Err(e)) => return Err(e.into()),
+        (Err(e), Ok(_)) => return Err(e),
+    };
+    let mine = proto::hello_bytes(features_sent(key));
     if features & proto::FEATURE_REFUSED != 0 {
         return Err(match proto::read_frame(&mut input) {
             Ok(Some((proto::T_ERROR, p))) => ProtoError::Peer(proto::printable(&p)),
@@ -190,6 +197,14 @@ fn open_session(
         }
     });
     Ok((rx, writer))
+}
+
+fn features_sent(key: Option<&[u8; 32]>) -> u32 {
+    if key.is_some() {
+        proto::FEATURES
+    } else {
+        0
+    }
 }
 
 /// Send `paths` over (`input` from the receiver, `output` to it). A file lands as `DIR/NAME`,
