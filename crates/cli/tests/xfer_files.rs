@@ -12,8 +12,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// The binary under test: this build's, or another named by `STRIPEGUARD_TEST_BIN` (how these
+/// tests were shown to fail on the build before them).
 fn sg_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_stripeguard")
+    common::bin_under_test(env!("CARGO_BIN_EXE_stripeguard"))
 }
 
 /// A directory on a disk-backed filesystem (verification reads from the device; tmpfs has none).
@@ -421,7 +423,8 @@ fn hostile_sizes_are_refused_before_allocation_and_an_early_done_counts() {
     assert!(total <= 8192, "{total} bytes of partials");
 }
 
-/// A receiver written in a few lines of Python that answers with `frames` after its hello.
+/// A receiver written in a few lines of Python: its hello, then (once the sender's first frame
+/// has begun) `frames`.
 fn fake_receiver(d: &Path, frames: &[u8]) -> String {
     let blob = d.join("frames.bin");
     std::fs::write(&blob, [hello(), frames.to_vec()].concat()).unwrap();
@@ -429,7 +432,7 @@ fn fake_receiver(d: &Path, frames: &[u8]) -> String {
     std::fs::write(
         &py,
         format!(
-            "import sys,os,time\nsys.stdin.buffer.read(10)\nsys.stdout.buffer.write(open('{}','rb').read())\nsys.stdout.flush()\ntime.sleep(2)\n",
+            "import sys,os,time\nsys.stdin.buffer.read(10)\nsys.stdout.buffer.write(open('{0}','rb').read(10))\nsys.stdout.flush()\nsys.stdin.buffer.read(5)\nsys.stdout.buffer.write(open('{0}','rb').read()[10:])\nsys.stdout.flush()\ntime.sleep(2)\n",
             blob.display()
         ),
     )

@@ -146,7 +146,7 @@ pub fn read_hello(r: &mut impl Read) -> Result<(u32, [u8; 10]), ProtoError> {
     let mut b = [0u8; 10];
     r.read_exact(&mut b).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            ProtoError::Local("the peer closed the connection before its hello".into())
+            ProtoError::Local(format!("the peer closed the connection before its hello (an older stripeguard at the far end would say why on its side: both ends need transfer protocol version {VERSION})"))
         } else {
             e.into()
         }

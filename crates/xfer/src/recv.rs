@@ -412,7 +412,8 @@ fn session(
                 if open.get(&h.id).is_some_and(|o| !o.dead && !o.finished.load(Ordering::Acquire)) {
                     return Err(proto::malformed("FILE frame", format!("file id {} is already in flight", h.id)));
                 }
-                if open.len() >= proto::MAX_OPEN_FILES || open.contains_key(&h.id) {
+                let over = *open_blocks + h.blocks().min(proto::MAX_BLOCKS) > proto::MAX_OPEN_BLOCKS;
+                if over || open.len() >= proto::MAX_OPEN_FILES || open.contains_key(&h.id) {
                     open.retain(|_, o| !(o.dead || o.finished.load(Ordering::Acquire)));
                     *open_blocks = open.values().map(|o| o.blocks).sum();
                 }

@@ -143,7 +143,27 @@ fn top_name(p: &Path) -> Vec<u8> {
         .unwrap_or_else(|| p.as_os_str().as_bytes().to_vec())
 }
 
-type Frames = mpsc::Receiver<Result<(u8, Vec<u8>), ProtoError>>;
+/// What the sender's loop waits for: a frame from the receiver (read on its own thread), or an
+/// entry prepared (stat, opened, hashed) by the preparer thread.
+enum Ev {
+    Frame(Result<(u8, Vec<u8>), ProtoError>),
+    Prepared(Prepared),
+    /// The preparer has been through every entry.
+    PrepDone,
+}
+
+/// One entry from the preparer: in flight next, or failed / not sent (with why).
+struct Prepared {
+    item: Option<Box<(Flight, FileHeader)>>,
+    failed: Option<String>,
+    not_sent: Option<String>,
+    ns_read_hash: u64,
+}
+
+type Events = mpsc::Receiver<Ev>;
+
+/// Entries prepared ahead of the window (each holds at most one block of a small file).
+const PREPARED_AHEAD: usize = 64;
 
 /// Open a session as the sender: the hellos and, with a key, the handshake in which both ends
 /// prove it. Returns a reader of the receiver's frames (on a thread of its own) and the writer.
@@ -151,7 +171,8 @@ fn open_session(
     mut input: Box<dyn Read + Send>,
     mut output: Box<dyn Write + Send>,
     key: Option<&[u8; 32]>,
-) -> Result<(Frames, Box<dyn Write>), ProtoError> {
+    tx: mpsc::Sender<Ev>,
+) -> Result<Box<dyn Write>, ProtoError> {
     let features = features_sent(key);
     // A receiver that turns us away may close before reading our hello: its answer says why.
     let wrote = proto::write_hello(&mut output, features);
@@ -184,7 +205,6 @@ fn open_session(
         (false, None) => (input, Box::new(std::io::BufWriter::with_capacity(1 << 20, output))),
     };
     // Replies come on a thread of their own, so blocks keep flowing while results arrive.
-    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || loop {
         let r = match proto::read_frame(&mut reader) {
             Ok(Some(f)) => Ok(f),
@@ -192,11 +212,11 @@ fn open_session(
             Err(e) => Err(e),
         };
         let end = r.is_err();
-        if tx.send(r).is_err() || end {
+        if tx.send(Ev::Frame(r)).is_err() || end {
             return;
         }
     });
-    Ok((rx, writer))
+    Ok(writer)
 }
 
 fn features_sent(key: Option<&[u8; 32]>) -> u32 {
@@ -221,7 +241,28 @@ pub fn send(
     for p in paths {
         walk(p, top_name(p), &mut entries, &mut summary);
     }
-    let (rx, mut output) = open_session(Box::new(input), Box::new(output), opts.key.as_ref())?;
+    let (tx, rx) = mpsc::channel();
+    let mut output = open_session(Box::new(input), Box::new(output), opts.key.as_ref(), tx.clone())?;
+    // The preparer stats, opens and hashes entries ahead of the window (a large file's hashing
+    // overlaps the blocks of the files before it), at most PREPARED_AHEAD of them.
+    let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(PREPARED_AHEAD);
+    for _ in 0..PREPARED_AHEAD {
+        let _ = credit_tx.send(());
+    }
+    {
+        let opts = opts.clone();
+        std::thread::spawn(move || {
+            for e in &entries {
+                if credit_rx.recv().is_err() {
+                    return;
+                }
+                if tx.send(Ev::Prepared(prepare(&opts, e))).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Ev::PrepDone);
+        });
+    }
     let mut s = Sender {
         opts,
         out: &mut output,
@@ -234,8 +275,11 @@ pub fn send(
         open_blocks: 0,
         manifest: opts.manifest.as_ref().map(|_| String::from("stripeguard-manifest 2\n")),
         progress,
+        ready: VecDeque::new(),
+        prep_done: false,
+        credits: credit_tx,
     };
-    let r = s.run(&entries, &rx);
+    let r = s.run(&rx);
     let (summary, manifest) = (s.summary, s.manifest);
     match r {
         Ok(()) => {}
@@ -255,12 +299,12 @@ pub fn send(
 }
 
 /// The ERROR frame the receiver sent before it closed, if one comes within two seconds.
-fn peer_reason(rx: &Frames) -> Option<String> {
+fn peer_reason(rx: &Events) -> Option<String> {
     loop {
         match rx.recv_timeout(std::time::Duration::from_secs(2)) {
-            Ok(Ok((proto::T_ERROR, p))) => return Some(proto::printable(&p)),
-            Ok(Ok(_)) => continue,
-            _ => return None,
+            Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => return Some(proto::printable(&p)),
+            Ok(Ev::Frame(Err(_))) | Err(_) => return None,
+            Ok(_) => continue,
         }
     }
 }
@@ -307,6 +351,11 @@ struct Sender<'a> {
     open_blocks: u64,
     manifest: Option<String>,
     progress: &'a mut dyn FnMut(u64, u64),
+    /// Prepared entries waiting for room in the window.
+    ready: VecDeque<(Flight, FileHeader)>,
+    prep_done: bool,
+    /// One credit back to the preparer per prepared entry taken.
+    credits: mpsc::SyncSender<()>,
 }
 
 fn io(e: std::io::Error) -> ProtoError {
@@ -314,190 +363,79 @@ fn io(e: std::io::Error) -> ProtoError {
 }
 
 impl Sender<'_> {
-    fn run(&mut self, entries: &[Entry], rx: &Frames) -> Result<(), ProtoError> {
-        let mut next = 0usize;
-        let mut ready: Option<(Flight, FileHeader)> = None;
+    fn run(&mut self, rx: &Events) -> Result<(), ProtoError> {
         loop {
             // New files, while the window has room.
             while self.flights.len() < self.opts.window_files.max(1)
                 && self.bytes_in_flight + self.held < self.opts.window_bytes
             {
-                let (f, h) = match ready.take() {
-                    Some(x) => x,
-                    None => {
-                        let Some(e) = entries.get(next) else { break };
-                        next += 1;
-                        match self.prepare(e) {
-                            Some(x) => x,
-                            None => continue,
-                        }
-                    }
-                };
+                let Some((f, mut h)) = self.ready.pop_front() else { break };
                 if self.open_blocks + f.blocks() > proto::MAX_OPEN_BLOCKS && !self.flights.is_empty() {
-                    ready = Some((f, h));
+                    self.ready.push_front((f, h));
                     break;
                 }
+                let _ = self.credits.try_send(());
+                h.id = self.free_ids.pop().unwrap_or_else(|| {
+                    self.next_id += 1;
+                    self.next_id - 1
+                });
                 self.open_blocks += f.blocks();
                 self.held += f.held();
                 proto::write_frame(self.out, proto::T_FILE, &h.encode()).map_err(io)?;
                 self.flights.insert(h.id, f);
             }
             self.send_blocks()?;
-            if self.flights.is_empty() && ready.is_none() && next >= entries.len() {
+            if self.flights.is_empty() && self.ready.is_empty() && self.prep_done {
                 break;
             }
             self.out.flush().map_err(io)?;
             let first = rx.recv().map_err(|_| ProtoError::Local("the receiver closed the connection".into()))?;
-            self.handle(first?)?;
+            self.event(first)?;
             for _ in 0..4096 {
                 match rx.try_recv() {
-                    Ok(f) => self.handle(f?)?,
+                    Ok(ev) => self.event(ev)?,
                     Err(_) => break,
                 }
             }
         }
         proto::write_frame(self.out, proto::T_DONE, &[]).map_err(io)?;
         self.out.flush().map_err(io)?;
-        match rx.recv() {
-            Ok(Ok((proto::T_DONE, _))) => Ok(()),
-            Ok(Ok((proto::T_ERROR, p))) => Err(ProtoError::Peer(proto::printable(&p))),
-            Ok(Ok((k, _))) => Err(proto::malformed("reply", format!("frame type {k} where DONE was due"))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ProtoError::Local("the receiver closed the connection before DONE".into())),
+        loop {
+            match rx.recv() {
+                Ok(Ev::Frame(Ok((proto::T_DONE, _)))) => return Ok(()),
+                Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => return Err(ProtoError::Peer(proto::printable(&p))),
+                Ok(Ev::Frame(Ok((k, _)))) => return Err(proto::malformed("reply", format!("frame type {k} where DONE was due"))),
+                Ok(Ev::Frame(Err(e))) => return Err(e),
+                Ok(_) => continue,
+                Err(_) => return Err(ProtoError::Local("the receiver closed the connection before DONE".into())),
+            }
+        }
+    }
+
+    fn event(&mut self, ev: Ev) -> Result<(), ProtoError> {
+        match ev {
+            Ev::Frame(f) => self.handle(f?),
+            Ev::Prepared(p) => {
+                self.summary.ns_read_hash += p.ns_read_hash;
+                self.summary.failed.extend(p.failed);
+                self.summary.not_sent.extend(p.not_sent);
+                match p.item {
+                    Some(b) => self.ready.push_back(*b),
+                    None => {
+                        let _ = self.credits.try_send(());
+                    }
+                }
+                Ok(())
+            }
+            Ev::PrepDone => {
+                self.prep_done = true;
+                Ok(())
+            }
         }
     }
 
     fn fail(&mut self, path: &[u8], why: impl std::fmt::Display) {
         self.summary.failed.push(format!("{}: {why}", proto::show(path)));
-    }
-
-    /// Stat, open and hash an entry; `None` when it fails alone (reported) or is not sent.
-    fn prepare(&mut self, e: &Entry) -> Option<(Flight, FileHeader)> {
-        let m = match fs::symlink_metadata(&e.local) {
-            Ok(m) => m,
-            Err(err) => {
-                self.fail(&e.remote, format!("cannot read: {err}"));
-                return None;
-            }
-        };
-        let ft = m.file_type();
-        let mut h = FileHeader {
-            id: 0,
-            kind: proto::KIND_FILE,
-            path: e.remote.clone(),
-            size: 0,
-            mode: m.mode(),
-            mtime_s: m.mtime(),
-            mtime_ns: m.mtime_nsec().clamp(0, 999_999_999) as u32,
-            target: Vec::new(),
-            block_size: proto::MIN_BLOCK,
-            hash: [0; 32],
-            attrs: Attrs::default(),
-        };
-        let mut f = Flight {
-            remote: e.remote.clone(),
-            kind: proto::KIND_FILE,
-            file: None,
-            data: None,
-            size: 0,
-            bs: u64::from(proto::MIN_BLOCK),
-            hashes: Vec::new(),
-            replied: false,
-            todo: VecDeque::new(),
-            inflight: HashSet::new(),
-            tries: HashMap::new(),
-            failed: Vec::new(),
-            broken: None,
-            ended: false,
-        };
-        if ft.is_dir() {
-            h.kind = proto::KIND_DIR;
-        } else if ft.is_symlink() {
-            h.kind = proto::KIND_SYMLINK;
-            match fs::read_link(&e.local) {
-                Ok(t) => h.target = t.into_os_string().into_vec(),
-                Err(err) => {
-                    self.fail(&e.remote, format!("cannot read the link: {err}"));
-                    return None;
-                }
-            }
-        } else if ft.is_file() {
-            let file = match File::open(&e.local) {
-                Ok(x) => x,
-                Err(err) => {
-                    self.fail(&e.remote, format!("cannot open: {err}"));
-                    return None;
-                }
-            };
-            let size = match file.metadata() {
-                Ok(m) if m.is_file() => m.len(),
-                Ok(_) => {
-                    self.fail(&e.remote, "changed type while it was sent");
-                    return None;
-                }
-                Err(err) => {
-                    self.fail(&e.remote, format!("cannot read: {err}"));
-                    return None;
-                }
-            };
-            let Some(bs) = proto::block_size_for(size, self.opts.block_size) else {
-                self.fail(&e.remote, format!("{size} bytes: too large for the protocol's {} blocks of 16 MiB", proto::MAX_BLOCKS));
-                return None;
-            };
-            h.size = size;
-            h.block_size = bs;
-            f.size = size;
-            f.bs = u64::from(bs);
-            let t = std::time::Instant::now();
-            if size <= u64::from(bs) {
-                // One block: read once, sent from memory.
-                let mut d = vec![0u8; size as usize];
-                if let Err(err) = file.read_exact_at(&mut d, 0) {
-                    self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
-                    return None;
-                }
-                if size > 0 {
-                    f.hashes = vec![*blake3::hash(&d).as_bytes()];
-                }
-                f.data = Some(d);
-            } else {
-                match block_hashes(&file, size, bs) {
-                    Ok(hs) => f.hashes = hs,
-                    Err(err) => {
-                        self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
-                        return None;
-                    }
-                }
-            }
-            self.summary.ns_read_hash += t.elapsed().as_nanos() as u64;
-            h.hash = hash_of_list(&f.hashes);
-            f.file = Some(file);
-        } else {
-            let what = if ft.is_fifo() {
-                "a fifo"
-            } else if ft.is_socket() {
-                "a socket"
-            } else {
-                "a device node"
-            };
-            self.summary.not_sent.push(format!("{}: {what} (special files are not sent)", e.local.display()));
-            return None;
-        }
-        if self.opts.owner || self.opts.xattrs {
-            match crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs) {
-                Ok(a) => h.attrs = a,
-                Err(err) => {
-                    self.fail(&e.remote, format!("cannot read its attributes: {err}"));
-                    return None;
-                }
-            }
-        }
-        f.kind = h.kind;
-        h.id = self.free_ids.pop().unwrap_or_else(|| {
-            self.next_id += 1;
-            self.next_id - 1
-        });
-        Some((f, h))
     }
 
     /// Blocks of every file whose reply has come, oldest file first, while the window has room.
@@ -681,6 +619,152 @@ impl Sender<'_> {
             }
         }
     }
+}
+
+/// Stat, open and hash one entry (on the preparer thread).
+fn prepare(opts: &SendOptions, e: &Entry) -> Prepared {
+    let mut p = Prep { opts, failed: None, not_sent: None, ns_read_hash: 0 };
+    let item = p.prepare(e).map(Box::new);
+    Prepared { item, failed: p.failed, not_sent: p.not_sent, ns_read_hash: p.ns_read_hash }
+}
+
+struct Prep<'a> {
+    opts: &'a SendOptions,
+    failed: Option<String>,
+    not_sent: Option<String>,
+    ns_read_hash: u64,
+}
+
+impl Prep<'_> {
+    fn fail(&mut self, path: &[u8], why: impl std::fmt::Display) {
+        self.failed = Some(format!("{}: {why}", proto::show(path)));
+    }
+
+/// Stat, open and hash an entry; `None` when it fails alone (reported) or is not sent.
+fn prepare(&mut self, e: &Entry) -> Option<(Flight, FileHeader)> {
+    let m = match fs::symlink_metadata(&e.local) {
+        Ok(m) => m,
+        Err(err) => {
+            self.fail(&e.remote, format!("cannot read: {err}"));
+            return None;
+        }
+    };
+    let ft = m.file_type();
+    let mut h = FileHeader {
+        id: 0,
+        kind: proto::KIND_FILE,
+        path: e.remote.clone(),
+        size: 0,
+        mode: m.mode(),
+        mtime_s: m.mtime(),
+        mtime_ns: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+        target: Vec::new(),
+        block_size: proto::MIN_BLOCK,
+        hash: [0; 32],
+        attrs: Attrs::default(),
+    };
+    let mut f = Flight {
+        remote: e.remote.clone(),
+        kind: proto::KIND_FILE,
+        file: None,
+        data: None,
+        size: 0,
+        bs: u64::from(proto::MIN_BLOCK),
+        hashes: Vec::new(),
+        replied: false,
+        todo: VecDeque::new(),
+        inflight: HashSet::new(),
+        tries: HashMap::new(),
+        failed: Vec::new(),
+        broken: None,
+        ended: false,
+    };
+    if ft.is_dir() {
+        h.kind = proto::KIND_DIR;
+    } else if ft.is_symlink() {
+        h.kind = proto::KIND_SYMLINK;
+        match fs::read_link(&e.local) {
+            Ok(t) => h.target = t.into_os_string().into_vec(),
+            Err(err) => {
+                self.fail(&e.remote, format!("cannot read the link: {err}"));
+                return None;
+            }
+        }
+    } else if ft.is_file() {
+        let file = match File::open(&e.local) {
+            Ok(x) => x,
+            Err(err) => {
+                self.fail(&e.remote, format!("cannot open: {err}"));
+                return None;
+            }
+        };
+        let size = match file.metadata() {
+            Ok(m) if m.is_file() => m.len(),
+            Ok(_) => {
+                self.fail(&e.remote, "changed type while it was sent");
+                return None;
+            }
+            Err(err) => {
+                self.fail(&e.remote, format!("cannot read: {err}"));
+                return None;
+            }
+        };
+        let Some(bs) = proto::block_size_for(size, self.opts.block_size) else {
+            self.fail(&e.remote, format!("{size} bytes: too large for the protocol's {} blocks of 16 MiB", proto::MAX_BLOCKS));
+            return None;
+        };
+        h.size = size;
+        h.block_size = bs;
+        f.size = size;
+        f.bs = u64::from(bs);
+        let t = std::time::Instant::now();
+        if size <= u64::from(bs) {
+            // One block: read once, sent from memory.
+            let mut d = vec![0u8; size as usize];
+            if let Err(err) = file.read_exact_at(&mut d, 0) {
+                self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
+                return None;
+            }
+            if size > 0 {
+                f.hashes = vec![*blake3::hash(&d).as_bytes()];
+            }
+            f.data = Some(d);
+        } else {
+            match block_hashes(&file, size, bs) {
+                Ok(hs) => f.hashes = hs,
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
+                    return None;
+                }
+            }
+        }
+        self.ns_read_hash += t.elapsed().as_nanos() as u64;
+        h.hash = hash_of_list(&f.hashes);
+        f.file = Some(file);
+    } else {
+        let what = if ft.is_fifo() {
+            "a fifo"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "a device node"
+        };
+        self.not_sent = Some(format!("{}: {what} (special files are not sent)", e.local.display()));
+        return None;
+    }
+    if self.opts.owner || self.opts.xattrs {
+        match crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs) {
+            Ok(a) => h.attrs = a,
+            Err(err) => {
+                self.fail(&e.remote, format!("cannot read its attributes: {err}"));
+                return None;
+            }
+        }
+    }
+    f.kind = h.kind;
+    Some((f, h))
+}
+
 }
 
 /// BLAKE3 of every block of the file.

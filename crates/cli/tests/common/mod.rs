@@ -55,3 +55,13 @@ pub fn peek(member: &Path, offset: u64, len: usize) -> Vec<u8> {
     f.read_exact_at(&mut b, offset).unwrap();
     b
 }
+
+/// `default`, or the binary named by `STRIPEGUARD_TEST_BIN` (to run a test file against an
+/// older build and see its tests fail there).
+#[allow(dead_code)]
+pub fn bin_under_test(default: &'static str) -> &'static str {
+    match std::env::var("STRIPEGUARD_TEST_BIN") {
+        Ok(b) if !b.is_empty() => Box::leak(b.into_boxed_str()),
+        _ => default,
+    }
+}
