@@ -192,16 +192,24 @@ impl Listener {
 }
 
 /// A connection's two halves, its peer's name, and how to set its read timeout.
-type Stream = (Box<dyn Read + Send>, Box<dyn Write + Send>, String, Box<dyn Fn(std::time::Duration) + Send>);
+type Stream = (
+    Box<dyn Read + Send>,
+    Box<dyn Write + Send>,
+    String,
+    Box<dyn Fn(std::time::Duration) + Send>,
+);
 
 fn listen(a: &RecvArgs, spec: &str) -> Result<Listener> {
     if let Some(path) = spec.strip_prefix("unix:") {
         let path = PathBuf::from(path);
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) && UnixStream::connect(&path).is_err() {
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket())
+            && UnixStream::connect(&path).is_err()
+        {
             // A socket left by an earlier run that no longer listens.
             let _ = std::fs::remove_file(&path);
         }
-        let l = UnixListener::bind(&path).with_context(|| format!("cannot listen on {}", path.display()))?;
+        let l = UnixListener::bind(&path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
         // Anyone may connect; who may send is decided by peer credentials.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
         eprintln!("stripeguard recv: listening on unix:{}", path.display());
@@ -251,7 +259,10 @@ impl Listener {
                         };
                         (format!("pid {} uid {uid}", c.pid.as_raw_nonzero()), ok)
                     }
-                    Err(e) => ("an unknown peer".into(), Err(format!("no peer credentials: {e}"))),
+                    Err(e) => (
+                        "an unknown peer".into(),
+                        Err(format!("no peer credentials: {e}")),
+                    ),
                 };
                 let r = s.try_clone()?;
                 let t = s.try_clone()?;
@@ -282,7 +293,10 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         drop(root);
         receive(std::io::stdin(), std::io::stdout(), &opts).map_err(failed)?
     } else {
-        let spec = a.listen.clone().context("give --listen unix:PATH, --listen ADDR:PORT with --key-file, or --stdio")?;
+        let spec = a
+            .listen
+            .clone()
+            .context("give --listen unix:PATH, --listen ADDR:PORT with --key-file, or --stdio")?;
         let l = listen(&a, &spec)?;
         serve_one(l, root, &opts, &a)?
     };
@@ -316,7 +330,12 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
 
 /// Accept connections until one sender has authenticated and its session has ended; a
 /// connection that fails its hello or key handshake is logged and the run goes on.
-fn serve_one(l: Listener, root: stripeguard_xfer::beneath::Root, opts: &RecvOptions, a: &RecvArgs) -> Result<RecvSummary> {
+fn serve_one(
+    l: Listener,
+    root: stripeguard_xfer::beneath::Root,
+    opts: &RecvOptions,
+    a: &RecvArgs,
+) -> Result<RecvSummary> {
     let pending = Arc::new(AtomicUsize::new(0));
     let root = Arc::new(Mutex::new(Some(root)));
     let busy: Arc<Mutex<Option<String>>> = Arc::default();
@@ -350,7 +369,13 @@ fn serve_one(l: Listener, root: stripeguard_xfer::beneath::Root, opts: &RecvOpti
                 eprintln!("stripeguard recv: refused {peer}: {MAX_PENDING} connections are already opening");
                 continue;
             }
-            let (pending, root, busy, done_tx, opts) = (Arc::clone(&pending), Arc::clone(&root), Arc::clone(&busy), done_tx.clone(), opts.clone());
+            let (pending, root, busy, done_tx, opts) = (
+                Arc::clone(&pending),
+                Arc::clone(&root),
+                Arc::clone(&busy),
+                done_tx.clone(),
+                opts.clone(),
+            );
             std::thread::spawn(move || {
                 let conn = stripeguard_xfer::accept(r, w, opts.key.as_ref());
                 pending.fetch_sub(1, Ordering::SeqCst);
@@ -365,7 +390,9 @@ fn serve_one(l: Listener, root: stripeguard_xfer::beneath::Root, opts: &RecvOpti
                 let Some(root) = taken else {
                     let who = busy.lock().expect("lock").clone().unwrap_or_default();
                     let mut conn = conn;
-                    conn.refuse(&format!("busy: this receiver is already receiving from {who}"));
+                    conn.refuse(&format!(
+                        "busy: this receiver is already receiving from {who}"
+                    ));
                     eprintln!("stripeguard recv: {peer}: told busy");
                     return;
                 };
@@ -424,7 +451,8 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     let mut child = None;
     let result = if let Some(to) = &a.to {
         if let Some(path) = to.strip_prefix("unix:") {
-            let s = UnixStream::connect(path).with_context(|| format!("cannot connect to unix:{path}"))?;
+            let s = UnixStream::connect(path)
+                .with_context(|| format!("cannot connect to unix:{path}"))?;
             // Only a receiver run by this user or root gets the files.
             let me = rustix::process::geteuid().as_raw();
             match rustix::net::sockopt::socket_peercred(&s) {
@@ -461,7 +489,9 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
                 c.arg("-c").arg(rsh);
                 c
             }
-            (None, None) => bail!("give --to unix:PATH|HOST:PORT, --ssh [USER@]HOST:DIR, or --rsh CMD"),
+            (None, None) => {
+                bail!("give --to unix:PATH|HOST:PORT, --ssh [USER@]HOST:DIR, or --rsh CMD")
+            }
         };
         let mut c = cmd
             .stdin(Stdio::piped())
@@ -517,7 +547,10 @@ pub fn keygen(a: KeygenArgs) -> Result<ExitCode> {
         .with_context(|| format!("cannot create {}", a.file.display()))?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
-    eprintln!("wrote a new key to {} (copy it to the other end over a channel you trust)", a.file.display());
+    eprintln!(
+        "wrote a new key to {} (copy it to the other end over a channel you trust)",
+        a.file.display()
+    );
     Ok(ExitCode::from(exit::OK))
 }
 
@@ -551,7 +584,7 @@ fn remote_dir(dir: &str) -> String {
         return "~".into();
     }
     match dir.strip_prefix("~/") {
-        Some(rest) if rest.is_empty() => "~/".into(),
+        Some("") => "~/".into(),
         Some(rest) => format!("~/{}", shell_quote(rest)),
         None => shell_quote(dir),
     }

@@ -1007,7 +1007,7 @@ struct Order {
 /// Check the durability order of every file renamed from its partial in a receiver's
 /// `strace -f -y -e write=1` trace (see the B11 test).
 fn durability_order(text: &str) -> Order {
-    let calls = parse_trace(&text);
+    let calls = parse_trace(text);
     let ok_calls: Vec<&Call> = calls.iter().filter(|c| c.ok).collect();
     // The receiver's output stream (fd 1), each byte with the call that wrote it.
     let mut stream: Vec<(u8, usize)> = Vec::new();
@@ -1473,7 +1473,7 @@ fn kill_9_at_random_points_never_leaves_a_torn_file_under_its_name() {
             // time, big2 every third run (a partial of an older version is then discarded),
             // big1 once (otherwise it resumes from what earlier runs verified).
             for i in 0..30 {
-                if rng.next() % 3 == 0 {
+                if rng.next().is_multiple_of(3) {
                     let n = (rng.next() % 40_000) as usize;
                     let f = src.join(format!("d{}/s{i:02}", i % 4));
                     std::fs::write(f, rng.bytes(n)).unwrap();

@@ -227,35 +227,6 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn digest(path: &Path) -> String {
-    let bytes = std::fs::read(path).unwrap();
-    digest_of(&bytes)
-}
-
-fn digest_of(b: &[u8]) -> String {
-    use std::hash::Hasher;
-    // Any strong-enough digest will do for comparing two copies; keep it dependency-free.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    h.write(b);
-    format!("{:016x}{}", h.finish(), b.len())
-}
-
-fn drop_caches() {
-    let _ = Command::new("sync").status();
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-}
-
 /// A transfer killed with SIGKILL at random points resumes to a verified result, sending less
 /// than the whole the second time.
 #[test]
@@ -328,7 +299,11 @@ fn a_key_file_receiver_refuses_senders_without_the_key() {
     let plain_rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
     let fake = send_via(&src, &plain_rsh, &["--key-file", &k]);
     assert_eq!(fake.status.code(), Some(5), "{}", err_of(&fake));
-    assert!(err_of(&fake).contains("unauthenticated receiver"), "{}", err_of(&fake));
+    assert!(
+        err_of(&fake).contains("unauthenticated receiver"),
+        "{}",
+        err_of(&fake)
+    );
     // A key file under 32 bytes is refused on both sides.
     let short = d.path().join("short");
     std::fs::write(&short, b"passphrase").unwrap();
@@ -368,7 +343,11 @@ fn owner_and_xattrs_are_kept_when_asked() {
         std::os::unix::fs::chown(&f, Some(1234), Some(4321)).unwrap();
     }
     let dst = d.path().join("dst");
-    let rsh = format!("{} recv --stdio --dir {} --owner --xattrs", sg_bin(), dst.display());
+    let rsh = format!(
+        "{} recv --stdio --dir {} --owner --xattrs",
+        sg_bin(),
+        dst.display()
+    );
     let out = json(&send_via(&src, &rsh, &["--owner", "--xattrs"]));
     assert_eq!(out["files"], 1, "{out}");
     let got = dst.join("src/f");
@@ -420,6 +399,10 @@ fn a_link_planted_as_a_partial_is_not_written_through() {
     std::os::unix::fs::symlink(&victim, pd.join(format!("{}.part", key("src/x")))).unwrap();
     std::os::unix::fs::symlink(&victim2, pd.join(format!("{}.progress", key("src/x")))).unwrap();
     std::fs::hard_link(&victim2, pd.join(format!("{}.part", key("src/y")))).unwrap();
+    // And where earlier versions kept them, beside the final names (`.NAME.sgpart`).
+    std::fs::create_dir_all(dst.join("src")).unwrap();
+    std::os::unix::fs::symlink(&victim, dst.join("src/.x.sgpart")).unwrap();
+    std::fs::hard_link(&victim2, dst.join("src/.y.sgpart")).unwrap();
     let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
     let out = json(&send_via(&src, &rsh, &[]));
     assert_eq!(out["files"], 2, "{out}");
@@ -429,7 +412,10 @@ fn a_link_planted_as_a_partial_is_not_written_through() {
     assert_eq!(std::fs::metadata(&victim2).unwrap().mode() & 0o7777, 0o644);
     for (f, want) in [("x", &b"the new bytes"[..]), ("y", b"more new bytes")] {
         let m = std::fs::symlink_metadata(dst.join("src").join(f)).unwrap();
-        assert!(m.is_file() && m.nlink() == 1, "{f} must be a new regular file");
+        assert!(
+            m.is_file() && m.nlink() == 1,
+            "{f} must be a new regular file"
+        );
         assert_eq!(std::fs::read(dst.join("src").join(f)).unwrap(), want);
     }
 }
@@ -448,7 +434,10 @@ fn a_second_receiver_of_the_same_file_is_refused() {
     std::fs::create_dir_all(&pd).unwrap();
     std::fs::set_permissions(&pd, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     // The other receiver: holds the partial's lock as `recv` does.
-    let part = pd.join(format!("{}.part", stripeguard_xfer::beneath::partial_key(b"src/x")));
+    let part = pd.join(format!(
+        "{}.part",
+        stripeguard_xfer::beneath::partial_key(b"src/x")
+    ));
     let other = std::fs::File::create(&part).unwrap();
     assert_eq!(
         unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
@@ -459,7 +448,10 @@ fn a_second_receiver_of_the_same_file_is_refused() {
     let err = err_of(&out);
     // That file fails alone (exit 1), naming the other receiver.
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("another stripeguard recv"), "{err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("another stripeguard recv"),
+        "{err}"
+    );
     assert!(!dst.join("src/x").exists());
     drop(other);
     let again = json(&send_via(&src, &rsh, &[]));
@@ -576,9 +568,17 @@ fn failed_connections_neither_end_a_listening_receiver_nor_block_the_sender() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("x"), b"x").unwrap();
     let key = d.path().join("key");
-    ok(&Command::new(sg_bin()).arg("keygen").arg(&key).output().unwrap());
+    ok(&Command::new(sg_bin())
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap());
     let other = d.path().join("other");
-    ok(&Command::new(sg_bin()).arg("keygen").arg(&other).output().unwrap());
+    ok(&Command::new(sg_bin())
+        .arg("keygen")
+        .arg(&other)
+        .output()
+        .unwrap());
     let addr = format!("127.0.0.1:{}", free_port());
     let recv = Command::new(sg_bin())
         .args(["recv", "--listen", &addr, "--json", "--key-file"])
@@ -594,13 +594,28 @@ fn failed_connections_neither_end_a_listening_receiver_nor_block_the_sender() {
         let mut g = connect_retry(&addr);
         let _ = g.write_all(b"GET / HTTP/1.1\r\n\r\n");
     }
-    let wrong = Command::new(sg_bin()).arg("send").arg(&src).args(["--to", &addr, "--key-file"]).arg(&other).output().unwrap();
+    let wrong = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .args(["--to", &addr, "--key-file"])
+        .arg(&other)
+        .output()
+        .unwrap();
     assert_eq!(wrong.status.code(), Some(5), "{}", err_of(&wrong));
     let silent: Vec<_> = (0..3).map(|_| connect_retry(&addr)).collect();
     let t0 = std::time::Instant::now();
-    let real = Command::new(sg_bin()).arg("send").arg(&src).args(["--json", "--to", &addr, "--key-file"]).arg(&key).output().unwrap();
+    let real = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .args(["--json", "--to", &addr, "--key-file"])
+        .arg(&key)
+        .output()
+        .unwrap();
     assert_eq!(json(&real)["files"], 1);
-    assert!(t0.elapsed() < std::time::Duration::from_secs(8), "the real sender waited on silent connections");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(8),
+        "the real sender waited on silent connections"
+    );
     let out = wait_bounded(recv, 60);
     drop(silent);
     assert_eq!(out.status.code(), Some(0), "{}", err_of(&out));
@@ -616,10 +631,21 @@ fn a_listening_receiver_refuses_a_second_sender_and_times_out_a_silent_one() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("x"), b"x").unwrap();
     let key = d.path().join("key");
-    ok(&Command::new(sg_bin()).arg("keygen").arg(&key).output().unwrap());
+    ok(&Command::new(sg_bin())
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap());
     let addr = format!("127.0.0.1:{}", free_port());
     let recv = Command::new(sg_bin())
-        .args(["recv", "--listen", &addr, "--idle-timeout", "3", "--key-file"])
+        .args([
+            "recv",
+            "--listen",
+            &addr,
+            "--idle-timeout",
+            "3",
+            "--key-file",
+        ])
         .arg(&key)
         .arg("--dir")
         .arg(d.path().join("dst"))
@@ -631,11 +657,18 @@ fn a_listening_receiver_refuses_a_second_sender_and_times_out_a_silent_one() {
     let k = stripeguard_xfer::seal::key_from_file(&std::fs::read(&key).unwrap()).unwrap();
     let mut w = first.try_clone().unwrap();
     let mut r = first.try_clone().unwrap();
-    let mine = stripeguard_xfer::proto::write_hello(&mut w, stripeguard_xfer::proto::FEATURES).unwrap();
+    let mine =
+        stripeguard_xfer::proto::write_hello(&mut w, stripeguard_xfer::proto::FEATURES).unwrap();
     let (_, theirs) = stripeguard_xfer::proto::read_hello(&mut r).unwrap();
     let _session = stripeguard_xfer::seal::initiate(r, w, &k, &mine, &theirs).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let second = Command::new(sg_bin()).arg("send").arg(&src).args(["--to", &addr, "--key-file"]).arg(&key).output().unwrap();
+    let second = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .args(["--to", &addr, "--key-file"])
+        .arg(&key)
+        .output()
+        .unwrap();
     let err = err_of(&second);
     assert_eq!(second.status.code(), Some(5), "{err}");
     assert!(err.contains("busy"), "{err}");
@@ -654,9 +687,20 @@ fn a_listening_receiver_refuses_a_second_sender_and_times_out_a_silent_one() {
 fn a_receiver_decides_who_may_send_and_what_it_applies() {
     let d = scratch();
     let dst = d.path().join("dst");
-    let nokey = Command::new(sg_bin()).args(["recv", "--listen", "127.0.0.1:1", "--dir"]).arg(&dst).output().unwrap();
+    // (Bounded: a receiver that took TCP without a key would listen until killed.)
+    let nokey = Command::new(sg_bin())
+        .args(["recv", "--listen", "127.0.0.1:1", "--dir"])
+        .arg(&dst)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let nokey = wait_bounded(nokey, 20);
     assert_eq!(nokey.status.code(), Some(2), "{}", err_of(&nokey));
-    assert!(err_of(&nokey).contains("needs --key-file"), "{}", err_of(&nokey));
+    assert!(
+        err_of(&nokey).contains("needs --key-file"),
+        "{}",
+        err_of(&nokey)
+    );
     let src = d.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     let f = src.join("suid");
@@ -666,25 +710,52 @@ fn a_receiver_decides_who_may_send_and_what_it_applies() {
     std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let trusted = is_root()
-        && Command::new("setfattr").args(["-n", "trusted.sg", "-v", "x"]).arg(&f).status().is_ok_and(|s| s.success());
+        && Command::new("setfattr")
+            .args(["-n", "trusted.sg", "-v", "x"])
+            .arg(&f)
+            .status()
+            .is_ok_and(|s| s.success());
     // Defaults: the bit and the trusted xattr are dropped, and counted.
     let rsh = format!("{} recv --stdio --dir {} --xattrs", sg_bin(), dst.display());
     let out = send_via(&src, &rsh, &["--xattrs", "--owner"]);
     assert_eq!(json(&out)["files"], 1);
     let m = std::fs::metadata(dst.join("src/suid")).unwrap();
-    assert_eq!(m.mode() & 0o7777, 0o755, "setuid applied without --allow-setid");
+    assert_eq!(
+        m.mode() & 0o7777,
+        0o755,
+        "setuid applied without --allow-setid"
+    );
     if trusted {
-        let got = Command::new("getfattr").args(["-n", "trusted.sg"]).arg(dst.join("src/suid")).output().unwrap();
-        assert!(!got.status.success(), "a trusted.* xattr applied without --all-xattrs");
+        let got = Command::new("getfattr")
+            .args(["-n", "trusted.sg"])
+            .arg(dst.join("src/suid"))
+            .output()
+            .unwrap();
+        assert!(
+            !got.status.success(),
+            "a trusted.* xattr applied without --all-xattrs"
+        );
     }
     // Allowed: kept.
     let dst2 = d.path().join("dst2");
-    let rsh = format!("{} recv --stdio --dir {} --all-xattrs --allow-setid --owner", sg_bin(), dst2.display());
+    let rsh = format!(
+        "{} recv --stdio --dir {} --all-xattrs --allow-setid --owner",
+        sg_bin(),
+        dst2.display()
+    );
     json(&send_via(&src, &rsh, &["--xattrs", "--owner"]));
     let m = std::fs::metadata(dst2.join("src/suid")).unwrap();
-    assert_eq!(m.mode() & 0o7777, 0o4755, "B4: setuid kept with --owner and --allow-setid");
+    assert_eq!(
+        m.mode() & 0o7777,
+        0o4755,
+        "B4: setuid kept with --owner and --allow-setid"
+    );
     if trusted {
-        let got = Command::new("getfattr").args(["-n", "trusted.sg"]).arg(dst2.join("src/suid")).output().unwrap();
+        let got = Command::new("getfattr")
+            .args(["-n", "trusted.sg"])
+            .arg(dst2.join("src/suid"))
+            .output()
+            .unwrap();
         assert!(got.status.success());
     }
     // A unix socket: another user is refused by peer credentials; this user (root) is served.
@@ -709,15 +780,32 @@ fn a_receiver_decides_who_may_send_and_what_it_applies() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let nobody = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", sg_bin(), "send"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sg_bin(),
+            "send",
+        ])
         .arg(&src)
         .arg("--to")
         .arg(format!("unix:{}", sock.display()))
         .output()
         .unwrap();
     assert_eq!(nobody.status.code(), Some(5), "{}", err_of(&nobody));
-    assert!(err_of(&nobody).contains("may not send"), "{}", err_of(&nobody));
-    let me = Command::new(sg_bin()).arg("send").arg(&src).arg("--json").arg("--to").arg(format!("unix:{}", sock.display())).output().unwrap();
+    assert!(
+        err_of(&nobody).contains("may not send"),
+        "{}",
+        err_of(&nobody)
+    );
+    let me = Command::new(sg_bin())
+        .arg("send")
+        .arg(&src)
+        .arg("--json")
+        .arg("--to")
+        .arg(format!("unix:{}", sock.display()))
+        .output()
+        .unwrap();
     assert_eq!(json(&me)["files"], 1);
     let out = wait_bounded(recv, 60);
     assert_eq!(out.status.code(), Some(0), "{}", err_of(&out));

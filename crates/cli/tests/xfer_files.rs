@@ -68,8 +68,17 @@ fn received(out: &std::process::Output) -> serde_json::Value {
 }
 
 fn same_tree(a: &Path, b: &Path) {
-    let out = Command::new("diff").arg("-r").arg(a).arg(b).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = Command::new("diff")
+        .arg("-r")
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 fn name(b: &[u8]) -> &OsStr {
@@ -92,13 +101,17 @@ fn long_and_non_utf8_names_land_each_as_itself() {
     std::fs::write(src.join(name(b"a\xfe")), b"fe").unwrap();
     std::fs::write(src.join(name(b"new\nline")), b"nl").unwrap();
     let dst = d.path().join("dst");
-    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    let out = send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]);
     ok(&out);
     assert_eq!(sent(&out)["files"], 6, "{}", err_of(&out));
     same_tree(&src, &dst.join("src"));
     // As arguments (`send c/*`): two files, two names.
     let dst2 = d.path().join("dst2");
-    let out = send_paths(&[src.join(name(b"a\xff")), src.join(name(b"a\xfe"))], &rsh(&dst2), &[]);
+    let out = send_paths(
+        &[src.join(name(b"a\xff")), src.join(name(b"a\xfe"))],
+        &rsh(&dst2),
+        &[],
+    );
     ok(&out);
     assert_eq!(sent(&out)["files"], 2);
     assert_eq!(std::fs::read(dst2.join(name(b"a\xff"))).unwrap(), b"ff");
@@ -113,20 +126,34 @@ fn special_files_are_reported_not_dropped_silently() {
     let src = d.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("plain"), b"p").unwrap();
-    ok(&Command::new("mkfifo").arg(src.join("fifo")).output().unwrap());
+    ok(&Command::new("mkfifo")
+        .arg(src.join("fifo"))
+        .output()
+        .unwrap());
     let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
     let mut specials = 2;
-    if is_root() && Command::new("mknod").arg(src.join("null")).args(["c", "1", "3"]).status().is_ok_and(|s| s.success()) {
+    if is_root()
+        && Command::new("mknod")
+            .arg(src.join("null"))
+            .args(["c", "1", "3"])
+            .status()
+            .is_ok_and(|s| s.success())
+    {
         specials += 1;
     }
     let dst = d.path().join("dst");
-    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    let out = send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]);
     ok(&out);
     let s = sent(&out);
     let listed = s["not_sent"].as_array().unwrap();
     assert_eq!(listed.len(), specials, "{s}");
     for (n, what) in [("fifo", "a fifo"), ("sock", "a socket")] {
-        assert!(listed.iter().any(|l| l.as_str().unwrap().contains(&format!("/{n}: {what}"))), "{s}");
+        assert!(
+            listed
+                .iter()
+                .any(|l| l.as_str().unwrap().contains(&format!("/{n}: {what}"))),
+            "{s}"
+        );
     }
     assert!(err_of(&out).contains("not sent:"), "{}", err_of(&out));
     assert_eq!(s["files"], 1);
@@ -146,7 +173,10 @@ fn one_bad_file_fails_alone_and_names_its_path() {
     let out = send_paths(&[src.clone(), missing.clone()], &rsh(&dst), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
     let s = sent(&out);
-    assert!(s["failed"][0].as_str().unwrap().contains("no-such-file"), "{s}");
+    assert!(
+        s["failed"][0].as_str().unwrap().contains("no-such-file"),
+        "{s}"
+    );
     assert_eq!(std::fs::read(dst.join("src/good")).unwrap(), b"good");
 
     // A file this user cannot read (run the sender as nobody).
@@ -156,8 +186,13 @@ fn one_bad_file_fails_alone_and_names_its_path() {
         std::fs::write(pub_src.join("secret"), b"s").unwrap();
         std::fs::write(pub_src.join("open"), b"o").unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(pub_src.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        std::fs::set_permissions(pub_src.join("open"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(
+            pub_src.join("secret"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        std::fs::set_permissions(pub_src.join("open"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
         for p in [d.path(), pub_src.as_path()] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
@@ -165,14 +200,25 @@ fn one_bad_file_fails_alone_and_names_its_path() {
         std::fs::create_dir_all(&dst).unwrap();
         std::os::unix::fs::chown(&dst, Some(65534), Some(65534)).unwrap();
         let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", sg_bin(), "send", "--json", "--rsh"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sg_bin(),
+                "send",
+                "--json",
+                "--rsh",
+            ])
             .arg(rsh(&dst))
             .arg(&pub_src)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
         let s = sent(&out);
-        assert!(s["failed"][0].as_str().unwrap().contains("pub/secret"), "{s}");
+        assert!(
+            s["failed"][0].as_str().unwrap().contains("pub/secret"),
+            "{s}"
+        );
         assert_eq!(std::fs::read(dst.join("pub/open")).unwrap(), b"o");
     }
 
@@ -182,11 +228,24 @@ fn one_bad_file_fails_alone_and_names_its_path() {
         return;
     }
     let img = d.path().join("small.img");
-    std::fs::File::create(&img).unwrap().set_len(24 << 20).unwrap();
-    ok(&Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).output().unwrap());
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(24 << 20)
+        .unwrap();
+    ok(&Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .output()
+        .unwrap());
     let mnt = d.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    if !Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt).status().is_ok_and(|s| s.success()) {
+    if !Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
         eprintln!("skipping the ENOSPC part: cannot mount a loop device here");
         return;
     }
@@ -201,28 +260,48 @@ fn one_bad_file_fails_alone_and_names_its_path() {
     std::fs::create_dir_all(&big_src).unwrap();
     std::fs::write(big_src.join("big"), vec![7u8; 40 << 20]).unwrap();
     std::fs::write(big_src.join("small"), b"small").unwrap();
-    let out = send_paths(&[big_src.clone()], &rsh(&mnt.join("d")), &[]);
+    let out = send_paths(std::slice::from_ref(&big_src), &rsh(&mnt.join("d")), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
     let s = sent(&out);
     let f = s["failed"][0].as_str().unwrap();
     assert!(f.contains("bigsrc/big") && f.contains("free"), "{s}");
     assert_eq!(std::fs::read(mnt.join("d/bigsrc/small")).unwrap(), b"small");
-    assert!(!mnt.join("d/.stripeguard-partial").exists(), "the failed file's partial is removed");
+    assert!(
+        !mnt.join("d/.stripeguard-partial").exists(),
+        "the failed file's partial is removed"
+    );
 
     // EROFS: a read-only directory inside DIR fails the files that go into it, alone.
     let ro = mnt.join("d/bigsrc/ro");
     std::fs::create_dir_all(&ro).unwrap();
-    ok(&Command::new("mount").args(["--bind"]).arg(&ro).arg(&ro).output().unwrap());
+    ok(&Command::new("mount")
+        .args(["--bind"])
+        .arg(&ro)
+        .arg(&ro)
+        .output()
+        .unwrap());
     let _u2 = Umount(ro.clone());
-    ok(&Command::new("mount").args(["-o", "remount,ro,bind"]).arg(&ro).arg(&ro).output().unwrap());
+    ok(&Command::new("mount")
+        .args(["-o", "remount,ro,bind"])
+        .arg(&ro)
+        .arg(&ro)
+        .output()
+        .unwrap());
     std::fs::remove_file(big_src.join("big")).unwrap();
     std::fs::create_dir_all(big_src.join("ro")).unwrap();
     std::fs::write(big_src.join("ro/inside"), b"i").unwrap();
     std::fs::write(big_src.join("other"), b"o").unwrap();
-    let out = send_paths(&[big_src.clone()], &rsh(&mnt.join("d")), &[]);
+    let out = send_paths(std::slice::from_ref(&big_src), &rsh(&mnt.join("d")), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
     let s = sent(&out);
-    assert!(s["failed"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("bigsrc/ro/inside")), "{s}");
+    assert!(
+        s["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("bigsrc/ro/inside")),
+        "{s}"
+    );
     assert_eq!(std::fs::read(mnt.join("d/bigsrc/other")).unwrap(), b"o");
 }
 
@@ -237,7 +316,7 @@ fn an_entry_whose_type_changed_between_runs_lands() {
     std::fs::write(src.join("b"), b"b").unwrap();
     std::os::unix::fs::symlink("b", src.join("c")).unwrap();
     let dst = d.path().join("dst");
-    ok(&send_paths(&[src.clone()], &rsh(&dst), &[]));
+    ok(&send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]));
     std::fs::remove_dir(src.join("a")).unwrap();
     std::fs::write(src.join("a"), b"now a file").unwrap();
     std::fs::remove_file(src.join("b")).unwrap();
@@ -245,16 +324,19 @@ fn an_entry_whose_type_changed_between_runs_lands() {
     std::fs::write(src.join("b/inner"), b"in").unwrap();
     std::fs::remove_file(src.join("c")).unwrap();
     std::fs::create_dir_all(src.join("c")).unwrap();
-    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    let out = send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]);
     ok(&out);
     same_tree(&src, &dst.join("src"));
     // A directory with entries in the way of a file: that file fails alone.
     std::fs::create_dir_all(dst.join("src/z")).unwrap();
     std::fs::write(dst.join("src/z/keep"), b"k").unwrap();
     std::fs::write(src.join("z"), b"file").unwrap();
-    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    let out = send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
-    assert!(sent(&out)["failed"][0].as_str().unwrap().contains("holds entries"));
+    assert!(sent(&out)["failed"][0]
+        .as_str()
+        .unwrap()
+        .contains("holds entries"));
     assert_eq!(std::fs::read(dst.join("src/z/keep")).unwrap(), b"k");
 }
 
@@ -268,7 +350,7 @@ fn a_source_with_partial_names_is_sent() {
     std::fs::write(src.join(".x.sgpart"), b"x").unwrap();
     std::fs::write(src.join(".x.sgpart.progress"), b"p").unwrap();
     let dst = d.path().join("dst");
-    ok(&send_paths(&[src.clone()], &rsh(&dst), &[]));
+    ok(&send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]));
     same_tree(&src, &dst.join("src"));
 }
 
@@ -283,11 +365,26 @@ fn manifests_hold_any_name_and_never_follow_a_symlink() {
     std::fs::write(src.join(name(b"sp ace\xff")), b"sp").unwrap();
     let dst = d.path().join("dst");
     let manifest = d.path().join("manifest");
-    ok(&send_paths(&[src.clone()], &rsh(&dst), &["--manifest", manifest.to_str().unwrap()]));
-    let vm = |dir: &Path, m: &Path| Command::new(sg_bin()).arg("verify-manifest").arg(dir).arg(m).output().unwrap();
+    ok(&send_paths(
+        std::slice::from_ref(&src),
+        &rsh(&dst),
+        &["--manifest", manifest.to_str().unwrap()],
+    ));
+    let vm = |dir: &Path, m: &Path| {
+        Command::new(sg_bin())
+            .arg("verify-manifest")
+            .arg(dir)
+            .arg(m)
+            .output()
+            .unwrap()
+    };
     let out = vm(&dst, &manifest);
     ok(&out);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("2 file(s) checked"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2 file(s) checked"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // DIR/t -> outside: a manifest naming t/f must not be checked through the link (before,
     // verify-manifest followed it and called the outside file intact).
     let outside = d.path().join("outside");
@@ -295,13 +392,28 @@ fn manifests_hold_any_name_and_never_follow_a_symlink() {
     std::fs::write(outside.join("f"), b"outside").unwrap();
     let m2 = d.path().join("m2");
     let scratch_dst = d.path().join("scratch-dst");
-    ok(&send_paths(&[outside.join("f")], &rsh(&scratch_dst), &["--manifest", m2.to_str().unwrap()]));
-    let text = std::fs::read_to_string(&m2).unwrap().replace(" f\n", " t/f\n");
+    ok(&send_paths(
+        &[outside.join("f")],
+        &rsh(&scratch_dst),
+        &["--manifest", m2.to_str().unwrap()],
+    ));
+    let text = std::fs::read_to_string(&m2)
+        .unwrap()
+        .replace(" f\n", " t/f\n");
     std::fs::write(&m2, text).unwrap();
     std::os::unix::fs::symlink(&outside, dst.join("t")).unwrap();
     let out = vm(&dst, &m2);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("symlink"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("symlink"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// B9: `--ssh host:~/x` lands in the remote home's x, as with scp and rsync (before: a
@@ -313,7 +425,14 @@ fn ssh_tilde_means_the_remote_home() {
     std::fs::create_dir_all(&home).unwrap();
     let fake = d.path().join("fake-ssh");
     // A stand-in for ssh: drops the host and runs the command in a shell with HOME set.
-    std::fs::write(&fake, format!("#!/bin/sh\nshift\ncd /\nHOME={} exec sh -c \"$*\"\n", home.display())).unwrap();
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nshift\ncd /\nHOME={} exec sh -c \"$*\"\n",
+            home.display()
+        ),
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let src = d.path().join("src");
@@ -322,7 +441,13 @@ fn ssh_tilde_means_the_remote_home() {
     let out = Command::new(sg_bin())
         .arg("send")
         .arg(&src)
-        .args(["--ssh", "somehost:~/x y", "--remote-stripeguard", sg_bin(), "--rsh"])
+        .args([
+            "--ssh",
+            "somehost:~/x y",
+            "--remote-stripeguard",
+            sg_bin(),
+            "--rsh",
+        ])
         .arg(&fake)
         .output()
         .unwrap();
@@ -344,9 +469,16 @@ fn the_environment_cannot_make_the_receiver_run_a_command() {
     let src = d.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), vec![3u8; 100_000]).unwrap();
-    let r = format!("STRIPEGUARD_XFER_TEST_HOOK={} {}", hook.display(), rsh(&d.path().join("dst")));
+    let r = format!(
+        "STRIPEGUARD_XFER_TEST_HOOK={} {}",
+        hook.display(),
+        rsh(&d.path().join("dst"))
+    );
     ok(&send_paths(&[src], &r, &[]));
-    assert!(!marker.exists(), "the receiver ran a command named by its environment");
+    assert!(
+        !marker.exists(),
+        "the receiver ran a command named by its environment"
+    );
 }
 
 fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
@@ -411,14 +543,38 @@ fn hostile_sizes_are_refused_before_allocation_and_an_early_done_counts() {
     let out = raw_recv(&dst, &stream);
     let r = received(&out);
     assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
-    let failed: Vec<String> = r["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+    let failed: Vec<String> = r["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
     assert_eq!(failed.len(), 3, "{r}");
-    assert!(failed.iter().any(|f| f.starts_with("huge:") && f.contains("blocks")), "{failed:?}");
-    assert!(failed.iter().any(|f| f.starts_with("tiny-blocks:") && f.contains("block size 1")), "{failed:?}");
-    assert!(failed.iter().any(|f| f.starts_with("open:") && f.contains("before it was complete")), "{failed:?}");
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("huge:") && f.contains("blocks")),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("tiny-blocks:") && f.contains("block size 1")),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("open:") && f.contains("before it was complete")),
+        "{failed:?}"
+    );
     // Nothing large was created: the only partial is the open file's 8 KiB.
     let total: u64 = std::fs::read_dir(dst.join(".stripeguard-partial"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.metadata().unwrap().len()).sum())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.metadata().unwrap().len())
+                .sum()
+        })
         .unwrap_or(0);
     assert!(total <= 8192, "{total} bytes of partials");
 }
@@ -448,10 +604,17 @@ fn a_hostile_receiver_is_caught_and_its_text_is_made_harmless() {
     let src = d.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), vec![1u8; 10_000]).unwrap();
-    let out = send_paths(&[src.join("f")], &fake_receiver(d.path(), &frame(8, b"bad \x1b[2J\x1b]0;owned\x07 news")), &[]);
+    let out = send_paths(
+        &[src.join("f")],
+        &fake_receiver(d.path(), &frame(8, b"bad \x1b[2J\x1b]0;owned\x07 news")),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
     let err = err_of(&out);
-    assert!(err.contains("bad") && !err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+    assert!(
+        err.contains("bad") && !err.contains('\x1b') && !err.contains('\x07'),
+        "{err:?}"
+    );
 
     let mut reply = 0u32.to_le_bytes().to_vec();
     reply.push(0);
@@ -459,7 +622,11 @@ fn a_hostile_receiver_is_caught_and_its_text_is_made_harmless() {
     let mut result = 0u32.to_le_bytes().to_vec();
     result.extend_from_slice(&1_000_000_000_000u64.to_le_bytes());
     result.push(1);
-    let out = send_paths(&[src.join("f")], &fake_receiver(d.path(), &[frame(2, &reply), frame(4, &result)].concat()), &[]);
+    let out = send_paths(
+        &[src.join("f")],
+        &fake_receiver(d.path(), &[frame(2, &reply), frame(4, &result)].concat()),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
     assert!(err_of(&out).contains("not in flight"), "{}", err_of(&out));
 }
@@ -500,7 +667,10 @@ fn a_bad_directory_is_found_at_start_and_a_vanished_peer_is_named() {
     let out = send_paths(&[src], "head -c 10 >/dev/null", &[]);
     assert_eq!(out.status.code(), Some(5), "{}", err_of(&out));
     let err = err_of(&out);
-    assert!(err.contains("closed") && !err.contains("fill whole buffer"), "{err}");
+    assert!(
+        err.contains("closed") && !err.contains("fill whole buffer"),
+        "{err}"
+    );
 }
 
 /// B16: sender and receiver count the same entries the same way in `--json`.
@@ -514,11 +684,18 @@ fn both_ends_count_the_same() {
     }
     std::os::unix::fs::symlink("sub", src.join("link")).unwrap();
     let dst = d.path().join("dst");
-    let out = send_paths(&[src.clone()], &rsh(&dst), &[]);
+    let out = send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]);
     ok(&out);
     let (s, r) = (sent(&out), received(&out));
     for k in ["files", "dirs", "symlinks", "skipped"] {
         assert_eq!(s[k], r[k], "{k}: sender {s} receiver {r}");
     }
-    assert_eq!((s["files"].as_u64(), s["dirs"].as_u64(), s["symlinks"].as_u64()), (Some(7), Some(3), Some(1)));
+    assert_eq!(
+        (
+            s["files"].as_u64(),
+            s["dirs"].as_u64(),
+            s["symlinks"].as_u64()
+        ),
+        (Some(7), Some(3), Some(1))
+    );
 }

@@ -100,18 +100,29 @@ impl Root {
     /// prove that files can be made there (a read-only filesystem is found now, not when a
     /// sender comes).
     pub fn open(dir: &Path) -> Result<Root, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let fd = rfs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| format!("cannot open {}: {}", dir.display(), errno_text(e)))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let fd = rfs::open(
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open {}: {}", dir.display(), errno_text(e)))?;
         let euid = rustix::process::geteuid().as_raw();
         let pd = dir.join(PARTIAL_DIR);
         match rfs::mkdirat(&fd, PARTIAL_DIR, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(format!("cannot create {}: {}", pd.display(), errno_text(e))),
         }
-        let partial = rfs::openat2(&fd, PARTIAL_DIR, DIR_FLAGS, Mode::empty(), RESOLVE)
-            .map_err(|e| format!("cannot open {}: {} (it must be a directory, not a symlink)", pd.display(), errno_text(e)))?;
-        let st = rfs::fstat(&partial).map_err(|e| errno_text(e))?;
+        let partial =
+            rfs::openat2(&fd, PARTIAL_DIR, DIR_FLAGS, Mode::empty(), RESOLVE).map_err(|e| {
+                format!(
+                    "cannot open {}: {} (it must be a directory, not a symlink)",
+                    pd.display(),
+                    errno_text(e)
+                )
+            })?;
+        let st = rfs::fstat(&partial).map_err(errno_text)?;
         if st.st_uid != euid {
             return Err(format!(
                 "{} belongs to uid {}, not to this receiver (uid {euid}): remove it",
@@ -120,7 +131,7 @@ impl Root {
             ));
         }
         if st.st_mode & 0o077 != 0 {
-            rfs::fchmod(&partial, Mode::from_raw_mode(0o700)).map_err(|e| errno_text(e))?;
+            rfs::fchmod(&partial, Mode::from_raw_mode(0o700)).map_err(errno_text)?;
         }
         let probe = format!("probe-{}", std::process::id());
         match rfs::openat(
@@ -164,7 +175,7 @@ impl Root {
         let dirs = &parts[..parts.len() - 1];
         if dirs.is_empty() {
             return Ok(Arc::new(
-                rfs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty()).map_err(|e| errno_text(e))?,
+                rfs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty()).map_err(errno_text)?,
             ));
         }
         let key = dirs.join(&b'/');
@@ -186,7 +197,13 @@ impl Root {
                     self.made();
                     match rfs::mkdirat(base, *d, Mode::from_raw_mode(0o700)) {
                         Ok(()) | Err(Errno::EXIST) => {}
-                        Err(e) => return Err(format!("cannot create {}: {}", self.shown(&at), errno_text(e))),
+                        Err(e) => {
+                            return Err(format!(
+                                "cannot create {}: {}",
+                                self.shown(&at),
+                                errno_text(e)
+                            ))
+                        }
                     }
                     open(base).map_err(|e| self.dir_error(&at, e))?
                 }
@@ -247,7 +264,13 @@ impl Root {
     /// Put the partial `part` (or a symlink made there) under its final name, replacing a file
     /// or symlink there, or an empty directory (a type change); a directory that holds entries
     /// is not replaced.
-    pub fn land(&self, part: &str, parent: &OwnedFd, name: &[u8], rel: &[u8]) -> Result<(), String> {
+    pub fn land(
+        &self,
+        part: &str,
+        parent: &OwnedFd,
+        name: &[u8],
+        rel: &[u8],
+    ) -> Result<(), String> {
         match rfs::renameat(&self.partial, part, parent, name) {
             Ok(()) => Ok(()),
             Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => {
@@ -305,8 +328,13 @@ impl Root {
         self.made();
         let tmp = format!("{}.link", partial_key(rel));
         let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
-        rfs::symlinkat(target, &self.partial, tmp.as_str())
-            .map_err(|e| format!("cannot make the symlink {}: {}", self.shown(rel), errno_text(e)))?;
+        rfs::symlinkat(target, &self.partial, tmp.as_str()).map_err(|e| {
+            format!(
+                "cannot make the symlink {}: {}",
+                self.shown(rel),
+                errno_text(e)
+            )
+        })?;
         let mut problems = Vec::new();
         if let Some((u, g)) = owner {
             if let Err(e) = rfs::chownat(
@@ -316,7 +344,11 @@ impl Root {
                 Some(rfs::Gid::from_raw(g)),
                 AtFlags::SYMLINK_NOFOLLOW,
             ) {
-                problems.push(format!("{}: owner {u}:{g}: {}", self.shown(rel), errno_text(e)));
+                problems.push(format!(
+                    "{}: owner {u}:{g}: {}",
+                    self.shown(rel),
+                    errno_text(e)
+                ));
             }
         }
         let t = timespec(mtime);
@@ -348,13 +380,15 @@ impl Root {
                 Mode::from_raw_mode(0o600),
             ) {
                 Ok(fd) => (fd, false),
-                Err(Errno::EXIST) => match rfs::openat(&self.partial, name.as_str(), rw, Mode::empty()) {
-                    Ok(fd) => (fd, true),
-                    Err(_) => {
-                        let _ = rfs::unlinkat(&self.partial, name.as_str(), AtFlags::empty());
-                        continue;
+                Err(Errno::EXIST) => {
+                    match rfs::openat(&self.partial, name.as_str(), rw, Mode::empty()) {
+                        Ok(fd) => (fd, true),
+                        Err(_) => {
+                            let _ = rfs::unlinkat(&self.partial, name.as_str(), AtFlags::empty());
+                            continue;
+                        }
                     }
-                },
+                }
                 Err(e) => {
                     return Err(format!(
                         "cannot create a partial for {}: {}",
@@ -369,7 +403,7 @@ impl Root {
                     self.shown(rel)
                 ));
             }
-            let st = rfs::fstat(&fd).map_err(|e| errno_text(e))?;
+            let st = rfs::fstat(&fd).map_err(errno_text)?;
             let regular = rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::RegularFile;
             if existed && !(regular && st.st_nlink == 1 && st.st_uid == self.euid) {
                 // Not one of ours: never written to; replaced by a new partial.
@@ -384,7 +418,10 @@ impl Root {
                 _ => continue,
             }
         }
-        Err(format!("{}: its partial keeps changing under another receiver", self.shown(rel)))
+        Err(format!(
+            "{}: its partial keeps changing under another receiver",
+            self.shown(rel)
+        ))
     }
 
     pub fn partial_name(rel: &[u8]) -> String {
@@ -394,8 +431,16 @@ impl Root {
     /// Remove the partial and progress of `rel`.
     pub fn remove_partial(&self, rel: &[u8]) {
         let k = partial_key(rel);
-        let _ = rfs::unlinkat(&self.partial, format!("{k}.part").as_str(), AtFlags::empty());
-        let _ = rfs::unlinkat(&self.partial, format!("{k}.progress").as_str(), AtFlags::empty());
+        let _ = rfs::unlinkat(
+            &self.partial,
+            format!("{k}.part").as_str(),
+            AtFlags::empty(),
+        );
+        let _ = rfs::unlinkat(
+            &self.partial,
+            format!("{k}.progress").as_str(),
+            AtFlags::empty(),
+        );
     }
 
     /// The progress text of `rel` from an earlier run.
@@ -422,7 +467,13 @@ impl Root {
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
         )
-        .map_err(|e| format!("cannot write the progress of {}: {}", self.shown(rel), errno_text(e)))?;
+        .map_err(|e| {
+            format!(
+                "cannot write the progress of {}: {}",
+                self.shown(rel),
+                errno_text(e)
+            )
+        })?;
         File::from(fd)
             .write_all(text.as_bytes())
             .map_err(|e| format!("cannot write the progress of {}: {e}", self.shown(rel)))
@@ -438,12 +489,22 @@ impl Root {
 
     /// Set a received directory's mode, owner and times at the session's end, through a
     /// handle opened beneath DIR (a symlink put in its place is never followed).
-    pub fn finish_dir(&self, rel: &[u8], mode: u32, owner: Option<(u32, u32)>, mtime: (i64, u32)) -> Result<(), String> {
+    pub fn finish_dir(
+        &self,
+        rel: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        mtime: (i64, u32),
+    ) -> Result<(), String> {
         let fd = rfs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), RESOLVE)
             .map_err(|e| self.dir_error(rel, e))?;
         let mut problems = Vec::new();
         if let Some((u, g)) = owner {
-            if let Err(e) = rfs::fchown(&fd, Some(rfs::Uid::from_raw(u)), Some(rfs::Gid::from_raw(g))) {
+            if let Err(e) = rfs::fchown(
+                &fd,
+                Some(rfs::Uid::from_raw(u)),
+                Some(rfs::Gid::from_raw(g)),
+            ) {
                 problems.push(format!("owner {u}:{g}: {}", errno_text(e)));
             }
         }
@@ -513,7 +574,7 @@ pub fn apply_to_file(f: &File, a: &Attrs, mode: u32, mtime: (i64, u32)) -> Vec<S
 fn timespec((s, ns): (i64, u32)) -> rfs::Timespec {
     rfs::Timespec {
         tv_sec: s,
-        tv_nsec: i64::from(ns).try_into().unwrap_or(0),
+        tv_nsec: i64::from(ns),
     }
 }
 

@@ -108,20 +108,33 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
             return;
         }
     }
-    let d = tempfile::Builder::new().prefix("sg-xfer-inject-").tempdir_in("/var/tmp").unwrap();
+    let d = tempfile::Builder::new()
+        .prefix("sg-xfer-inject-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
     let backing = d.path().join("backing.img");
-    std::fs::File::create(&backing).unwrap().set_len(384 << 20).unwrap();
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(384 << 20)
+        .unwrap();
     // Buffered loop (no --direct-io): the backing file is what the device returns.
-    let loopdev = run(Command::new("losetup").args(["-f", "--show"]).arg(&backing)).trim().to_string();
+    let loopdev = run(Command::new("losetup").args(["-f", "--show"]).arg(&backing))
+        .trim()
+        .to_string();
     let mnt = d.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let _m = Mounted { loopdev: loopdev.clone(), mnt: mnt.clone() };
+    let _m = Mounted {
+        loopdev: loopdev.clone(),
+        mnt: mnt.clone(),
+    };
     run(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
     run(Command::new("mount").arg(&loopdev).arg(&mnt));
     let src = d.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     for (name, len) in [("f4k", 4096usize), ("f1m", 1 << 20), ("f64m", 64 << 20)] {
-        let data: Vec<u8> = (0..len).map(|i| ((i as u64).wrapping_mul(0x9E3779B97F4A7C15) >> 56) as u8).collect();
+        let data: Vec<u8> = (0..len)
+            .map(|i| ((i as u64).wrapping_mul(0x9E3779B97F4A7C15) >> 56) as u8)
+            .collect();
         std::fs::write(src.join(name), data).unwrap();
     }
     let hook = d.path().join("hook.py");
@@ -145,18 +158,42 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let receiver = std::thread::spawn(move || receive(b.try_clone().unwrap(), b, &ropts));
     let manifest = d.path().join("manifest");
-    let sopts = SendOptions { block_size: 1 << 20, manifest: Some(manifest.clone()), ..SendOptions::default() };
-    let sent = send(&[src.clone()], a.try_clone().unwrap(), a, &sopts, &mut |_, _| {}).unwrap();
+    let sopts = SendOptions {
+        block_size: 1 << 20,
+        manifest: Some(manifest.clone()),
+        ..SendOptions::default()
+    };
+    let sent = send(
+        std::slice::from_ref(&src),
+        a.try_clone().unwrap(),
+        a,
+        &sopts,
+        &mut |_, _| {},
+    )
+    .unwrap();
     let got = receiver.join().unwrap().unwrap();
-    let injected = std::fs::read_to_string(&state).unwrap_or_default().lines().count() as u64;
+    let injected = std::fs::read_to_string(&state)
+        .unwrap_or_default()
+        .lines()
+        .count() as u64;
     eprintln!("send: {sent:?}\nreceiver: {got:?}");
-    assert!(injected >= 66, "every block of every file was damaged on the device: {injected}");
+    assert!(
+        injected >= 66,
+        "every block of every file was damaged on the device: {injected}"
+    );
     assert_eq!(sent.files, 3, "{sent:?}");
-    assert_eq!(sent.blocks_retried, injected, "every injected block was found and sent again");
+    assert_eq!(
+        sent.blocks_retried, injected,
+        "every injected block was found and sent again"
+    );
     assert_eq!(got.blocks_mismatched, injected);
     drop_caches();
     for f in ["f4k", "f1m", "f64m"] {
-        assert_eq!(digest(&src.join(f)), digest(&mnt.join("dst/src").join(f)), "{f} on the device");
+        assert_eq!(
+            digest(&src.join(f)),
+            digest(&mnt.join("dst/src").join(f)),
+            "{f} on the device"
+        );
     }
 
     // The manifest checks from the device: intact now; after damage under the page cache (the
@@ -166,10 +203,25 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
     assert!(verify_manifest(&dst, &text).unwrap().iter().all(|r| r.ok));
     let received = dst.join("src/f1m");
     let _ = std::fs::read(&received).unwrap(); // in the page cache
-    flip(&hook, &received, 0, 1 << 20, &d.path().join("manifest.state"), &backing);
+    flip(
+        &hook,
+        &received,
+        0,
+        1 << 20,
+        &d.path().join("manifest.state"),
+        &backing,
+    );
     let bad = verify_manifest(&dst, &text).unwrap();
-    let failed: Vec<_> = bad.iter().filter(|r| !r.ok).map(|r| r.path.clone()).collect();
-    assert_eq!(failed, ["src/f1m"], "verify-manifest missed damage under the page cache");
+    let failed: Vec<_> = bad
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        failed,
+        ["src/f1m"],
+        "verify-manifest missed damage under the page cache"
+    );
 
     // Negative control 1: a plain copy, then "hash the received file" — the page cache answers.
     let plain = mnt.join("plain");
@@ -178,21 +230,56 @@ fn extreme_injection_on_the_receivers_device_is_found_and_repaired_and_the_contr
     run(&mut Command::new("sync"));
     let p = plain.join("f1m");
     let _ = std::fs::read(&p).unwrap();
-    flip(&hook, &p, 0, 1 << 20, &d.path().join("plain.state"), &backing);
-    assert_eq!(digest(&p), digest(&src.join("f1m")), "the plain hash reads the page cache: it misses the damage");
+    flip(
+        &hook,
+        &p,
+        0,
+        1 << 20,
+        &d.path().join("plain.state"),
+        &backing,
+    );
+    assert_eq!(
+        digest(&p),
+        digest(&src.join("f1m")),
+        "the plain hash reads the page cache: it misses the damage"
+    );
     // Negative control 2: rsync --checksum decides there is nothing to do.
     let rs = mnt.join("rsync");
     std::fs::create_dir_all(&rs).unwrap();
-    run(Command::new("rsync").arg("-a").arg(src.join("f1m")).arg(&rs));
+    run(Command::new("rsync")
+        .arg("-a")
+        .arg(src.join("f1m"))
+        .arg(&rs));
     run(&mut Command::new("sync"));
     let _ = std::fs::read(rs.join("f1m")).unwrap();
-    flip(&hook, &rs.join("f1m"), 0, 1 << 20, &d.path().join("rsync.state"), &backing);
-    let itemized = run(Command::new("rsync").args(["-a", "--checksum", "--itemize-changes"]).arg(src.join("f1m")).arg(&rs));
-    assert!(itemized.trim().is_empty(), "rsync --checksum saw a difference: {itemized}");
+    flip(
+        &hook,
+        &rs.join("f1m"),
+        0,
+        1 << 20,
+        &d.path().join("rsync.state"),
+        &backing,
+    );
+    let itemized = run(Command::new("rsync")
+        .args(["-a", "--checksum", "--itemize-changes"])
+        .arg(src.join("f1m"))
+        .arg(&rs));
+    assert!(
+        itemized.trim().is_empty(),
+        "rsync --checksum saw a difference: {itemized}"
+    );
     // Both damages are real: from the device, both copies differ from the source.
     drop_caches();
-    assert_ne!(digest(&p), digest(&src.join("f1m")), "the plain copy is damaged on the device");
-    assert_ne!(digest(&rs.join("f1m")), digest(&src.join("f1m")), "rsync's copy is damaged on the device");
+    assert_ne!(
+        digest(&p),
+        digest(&src.join("f1m")),
+        "the plain copy is damaged on the device"
+    );
+    assert_ne!(
+        digest(&rs.join("f1m")),
+        digest(&src.join("f1m")),
+        "rsync's copy is damaged on the device"
+    );
 }
 
 /// A stable name for the hook's state key: the magic link itself (FIEMAP works through it);

@@ -65,8 +65,12 @@ pub fn verify_manifest(dir: &Path, manifest: &str) -> Result<Vec<ManifestResult>
         Some("stripeguard-manifest 2") => 2,
         _ => return Err("not a stripeguard manifest (version 1 or 2)".into()),
     };
-    let root = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| format!("cannot open {}: {}", dir.display(), std::io::Error::from(e)))?;
+    let root = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open {}: {}", dir.display(), std::io::Error::from(e)))?;
     let mut out: Vec<ManifestResult> = Vec::new();
     let mut cur: Option<(Vec<u8>, u64, u64, Vec<String>)> = None;
     let finish = |c: Option<(Vec<u8>, u64, u64, Vec<String>)>, out: &mut Vec<ManifestResult>| {
@@ -89,7 +93,8 @@ pub fn verify_manifest(dir: &Path, manifest: &str) -> Result<Vec<ManifestResult>
             };
             match (size, bs, path) {
                 (Some(size), Some(bs), Some(path)) => {
-                    crate::proto::check_relative(&path).map_err(|e| format!("line {}: {e}", n + 2))?;
+                    crate::proto::check_relative(&path)
+                        .map_err(|e| format!("line {}: {e}", n + 2))?;
                     cur = Some((path, size, bs, Vec::new()));
                 }
                 _ => return Err(format!("line {}: malformed file line", n + 2)),
@@ -107,21 +112,35 @@ pub fn verify_manifest(dir: &Path, manifest: &str) -> Result<Vec<ManifestResult>
     Ok(out)
 }
 
-fn check(root: &rustix::fd::OwnedFd, path: &[u8], size: u64, bs: u64, blocks: &[String]) -> ManifestResult {
+fn check(
+    root: &rustix::fd::OwnedFd,
+    path: &[u8],
+    size: u64,
+    bs: u64,
+    blocks: &[String],
+) -> ManifestResult {
     let mut r = ManifestResult {
         path: crate::proto::show(path),
         ok: false,
         problems: Vec::new(),
     };
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let f = match rustix::fs::openat2(root, path, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty(), resolve) {
+    let f = match rustix::fs::openat2(
+        root,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        resolve,
+    ) {
         Ok(fd) => std::fs::File::from(fd),
         Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => {
-            r.problems.push("reached through a symlink (never followed)".into());
+            r.problems
+                .push("reached through a symlink (never followed)".into());
             return r;
         }
         Err(e) => {
-            r.problems.push(format!("cannot open: {}", std::io::Error::from(e)));
+            r.problems
+                .push(format!("cannot open: {}", std::io::Error::from(e)));
             return r;
         }
     };
@@ -132,7 +151,8 @@ fn check(root: &rustix::fd::OwnedFd, path: &[u8], size: u64, bs: u64, blocks: &[
         }
         Ok(m) if m.len() == size => {}
         Ok(m) => {
-            r.problems.push(format!("{} bytes, the manifest says {size}", m.len()));
+            r.problems
+                .push(format!("{} bytes, the manifest says {size}", m.len()));
             return r;
         }
         Err(e) => {
@@ -141,7 +161,8 @@ fn check(root: &rustix::fd::OwnedFd, path: &[u8], size: u64, bs: u64, blocks: &[
         }
     }
     if blocks.len() as u64 != size.div_ceil(bs) {
-        r.problems.push("the manifest's block list does not cover the file".into());
+        r.problems
+            .push("the manifest's block list does not cover the file".into());
         return r;
     }
     let mut buf = vec![0u8; bs as usize];
@@ -149,11 +170,15 @@ fn check(root: &rustix::fd::OwnedFd, path: &[u8], size: u64, bs: u64, blocks: &[
         let off = i as u64 * bs;
         let n = (size - off).min(bs) as usize;
         if let Err(e) = verify::durable_then_read_back(&f, off, &mut buf[..n]) {
-            r.problems.push(format!("bytes {off}..{}: {e}", off + n as u64));
+            r.problems
+                .push(format!("bytes {off}..{}: {e}", off + n as u64));
             continue;
         }
         if crate::send::hex(blake3::hash(&buf[..n]).as_bytes()) != *want {
-            r.problems.push(format!("bytes {off}..{} differ on the device", off + n as u64));
+            r.problems.push(format!(
+                "bytes {off}..{} differ on the device",
+                off + n as u64
+            ));
         }
     }
     r.ok = r.problems.is_empty();

@@ -208,7 +208,9 @@ pub fn read_frame(r: &mut (impl Read + ?Sized)) -> Result<Option<(u8, Vec<u8>)>,
 
 /// The peer went away mid-frame.
 pub fn closed() -> ProtoError {
-    ProtoError::Local("the peer closed the connection in the middle of a frame (it ended or was killed)".into())
+    ProtoError::Local(
+        "the peer closed the connection in the middle of a frame (it ended or was killed)".into(),
+    )
 }
 
 /// A cursor over a payload that fails instead of panicking.
@@ -320,7 +322,10 @@ impl Attrs {
             let len = c.u32()? as usize;
             total = total.saturating_add(len).saturating_add(name.len());
             if total > MAX_XATTR_BYTES || name.is_empty() || name.contains(&0) {
-                return Err(malformed("FILE frame", "an extended attribute out of bounds"));
+                return Err(malformed(
+                    "FILE frame",
+                    "an extended attribute out of bounds",
+                ));
             }
             xattrs.push((name, c.take(len)?.to_vec()));
         }
@@ -512,9 +517,22 @@ pub fn encode_block_header(id: u32, index: u64, hash: &[u8; 32], len: usize) -> 
     v
 }
 
-pub fn decode_block(b: &[u8]) -> Result<(u32, u64, [u8; 32], &[u8]), ProtoError> {
+/// A BLOCK frame's fields: file id, block index, the sender's hash, the bytes.
+pub struct Block<'a> {
+    pub id: u32,
+    pub index: u64,
+    pub hash: [u8; 32],
+    pub data: &'a [u8],
+}
+
+pub fn decode_block(b: &[u8]) -> Result<Block<'_>, ProtoError> {
     let mut c = Cur::new(b, "BLOCK frame");
-    Ok((c.u32()?, c.u64()?, c.hash()?, c.rest()))
+    Ok(Block {
+        id: c.u32()?,
+        index: c.u64()?,
+        hash: c.hash()?,
+        data: c.rest(),
+    })
 }
 
 pub fn encode_result(id: u32, index: u64, ok: bool) -> [u8; 13] {

@@ -26,8 +26,8 @@ use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 /// A batch with at least this many files is made durable with one `syncfs`.
@@ -164,12 +164,16 @@ pub fn accept(
     let mine = proto::write_hello(&mut output, features)?;
     match key {
         Some(k) => {
-            let (r, w) = seal::respond(input, output, k, &sender_hello, &mine).map_err(|e| match e {
-                ProtoError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    ProtoError::Auth("the sender closed during the key handshake (it has no --key-file?)".into())
-                }
-                e => e,
-            })?;
+            let (r, w) =
+                seal::respond(input, output, k, &sender_hello, &mine).map_err(|e| match e {
+                    ProtoError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        ProtoError::Auth(
+                            "the sender closed during the key handshake (it has no --key-file?)"
+                                .into(),
+                        )
+                    }
+                    e => e,
+                })?;
             Ok(Conn {
                 input: Input::Sealed(r),
                 output: Box::new(std::io::BufWriter::with_capacity(1 << 16, w)),
@@ -189,10 +193,7 @@ pub fn receive(
     opts: &RecvOptions,
 ) -> Result<RecvSummary, ProtoError> {
     let root = Root::open(&opts.dir).map_err(ProtoError::Local)?;
-    let conn = match accept(Box::new(input), Box::new(output), opts.key.as_ref()) {
-        Ok(c) => c,
-        Err(e) => return Err(e),
-    };
+    let conn = accept(Box::new(input), Box::new(output), opts.key.as_ref())?;
     receive_on(conn, root, opts)
 }
 
@@ -215,11 +216,21 @@ struct Open {
 
 enum Msg {
     Open(Box<VFile>),
-    Block { id: u32, index: u64, hash: [u8; 32] },
+    Block {
+        id: u32,
+        index: u64,
+        hash: [u8; 32],
+    },
     /// The sender gave up on the file.
-    End { id: u32 },
+    End {
+        id: u32,
+    },
     /// The file failed on this side (a write error); `remove` drops its partial.
-    Fail { id: u32, why: String, remove: bool },
+    Fail {
+        id: u32,
+        why: String,
+        remove: bool,
+    },
 }
 
 /// What the verifier knows of a file.
@@ -254,7 +265,11 @@ impl VFile {
         self.verified_count() + self.outstanding.len() == self.verified.len()
     }
     fn progress_text(&self) -> String {
-        let bits: String = self.verified.iter().map(|&v| if v { '1' } else { '0' }).collect();
+        let bits: String = self
+            .verified
+            .iter()
+            .map(|&v| if v { '1' } else { '0' })
+            .collect();
         format!(
             "stripeguard-xfer-progress 2\npath {}\nsize {}\nblock {}\nhash {}\nverified {}\n",
             hex(blake3::hash(&self.rel).as_bytes()),
@@ -333,9 +348,22 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
     let summary = Arc::new(Mutex::new(RecvSummary::default()));
     let (tx, rx) = mpsc::channel::<Msg>();
     let verifier = {
-        let (root, out, summary, opts) = (Arc::clone(&root), Arc::clone(&out), Arc::clone(&summary), opts.clone());
+        let (root, out, summary, opts) = (
+            Arc::clone(&root),
+            Arc::clone(&out),
+            Arc::clone(&summary),
+            opts.clone(),
+        );
         std::thread::spawn(move || {
-            let r = Verifier { root, out: Arc::clone(&out), summary, opts, files: HashMap::new(), dirty: Vec::new() }.run(rx);
+            let r = Verifier {
+                root,
+                out: Arc::clone(&out),
+                summary,
+                opts,
+                files: HashMap::new(),
+                dirty: Vec::new(),
+            }
+            .run(rx);
             if let Err(e) = &r {
                 // Tell the sender now: the main thread may be waiting for its next frame.
                 let _ = send_frame(&out, proto::T_ERROR, e.as_bytes(), true);
@@ -346,9 +374,21 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
     let mut dirs: Vec<DirDone> = Vec::new();
     let mut open: HashMap<u32, Open> = HashMap::new();
     let mut open_blocks = 0u64;
-    let result = session(&mut input, &out, &root, opts, &summary, &tx, &mut open, &mut open_blocks, &mut dirs);
+    let result = session(
+        &mut input,
+        &out,
+        &root,
+        opts,
+        &summary,
+        &tx,
+        &mut open,
+        &mut open_blocks,
+        &mut dirs,
+    );
     drop(tx);
-    let verified = verifier.join().map_err(|_| ProtoError::Local("the verifier panicked".into()))?;
+    let verified = verifier
+        .join()
+        .map_err(|_| ProtoError::Local("the verifier panicked".into()))?;
     let verifier_failed = verified.is_err();
     let result = match (result, verified) {
         // The verifier's failure is the cause of whatever the stream did after it (and the
@@ -365,7 +405,9 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
                     s.attr_problems.push(e);
                 }
             }
-            root.syncfs().map_err(|e| ProtoError::Local(format!("cannot sync {}: {e}", opts.dir.display())))?;
+            root.syncfs().map_err(|e| {
+                ProtoError::Local(format!("cannot sync {}: {e}", opts.dir.display()))
+            })?;
             s.syncs += 1;
             drop(s);
             send_frame(&out, proto::T_DONE, &[], true)?;
@@ -409,16 +451,26 @@ fn session(
         match kind {
             proto::T_FILE => {
                 let h = FileHeader::decode(&payload)?;
-                if open.get(&h.id).is_some_and(|o| !o.dead && !o.finished.load(Ordering::Acquire)) {
-                    return Err(proto::malformed("FILE frame", format!("file id {} is already in flight", h.id)));
+                if open
+                    .get(&h.id)
+                    .is_some_and(|o| !o.dead && !o.finished.load(Ordering::Acquire))
+                {
+                    return Err(proto::malformed(
+                        "FILE frame",
+                        format!("file id {} is already in flight", h.id),
+                    ));
                 }
-                let over = *open_blocks + h.blocks().min(proto::MAX_BLOCKS) > proto::MAX_OPEN_BLOCKS;
+                let over =
+                    *open_blocks + h.blocks().min(proto::MAX_BLOCKS) > proto::MAX_OPEN_BLOCKS;
                 if over || open.len() >= proto::MAX_OPEN_FILES || open.contains_key(&h.id) {
                     open.retain(|_, o| !(o.dead || o.finished.load(Ordering::Acquire)));
                     *open_blocks = open.values().map(|o| o.blocks).sum();
                 }
                 if open.len() >= proto::MAX_OPEN_FILES {
-                    return Err(proto::malformed("FILE frame", format!("more than {} files in flight", proto::MAX_OPEN_FILES)));
+                    return Err(proto::malformed(
+                        "FILE frame",
+                        format!("more than {} files in flight", proto::MAX_OPEN_FILES),
+                    ));
                 }
                 let reply = match entry(root, opts, summary, &h, *open_blocks) {
                     Ok(Entry::Reply(r)) => r,
@@ -434,31 +486,57 @@ fn session(
                         Reply::Send(ranges)
                     }
                     Err(why) => {
-                        summary.lock().expect("lock").failed.push(format!("{}: {why}", proto::show(&h.path)));
+                        summary
+                            .lock()
+                            .expect("lock")
+                            .failed
+                            .push(format!("{}: {why}", proto::show(&h.path)));
                         Reply::Refused(why)
                     }
                 };
-                send_frame(out, proto::T_FILE_REPLY, &proto::encode_reply(h.id, &reply), false)?;
+                send_frame(
+                    out,
+                    proto::T_FILE_REPLY,
+                    &proto::encode_reply(h.id, &reply),
+                    false,
+                )?;
                 unflushed = true;
             }
             proto::T_BLOCK => {
-                let (id, index, hash, data) = proto::decode_block(&payload)?;
+                let proto::Block {
+                    id,
+                    index,
+                    hash,
+                    data,
+                } = proto::decode_block(&payload)?;
                 let Some(o) = open.get_mut(&id) else {
-                    return Err(proto::malformed("BLOCK frame", format!("file id {id} is not in flight")));
+                    return Err(proto::malformed(
+                        "BLOCK frame",
+                        format!("file id {id} is not in flight"),
+                    ));
                 };
                 if o.dead {
                     continue;
                 }
                 if o.finished.load(Ordering::Acquire) {
-                    return Err(proto::malformed("BLOCK frame", format!("file id {id} has finished")));
+                    return Err(proto::malformed(
+                        "BLOCK frame",
+                        format!("file id {id} has finished"),
+                    ));
                 }
                 if index >= o.blocks {
-                    return Err(proto::malformed("BLOCK frame", format!("block {index} of {}", o.blocks)));
+                    return Err(proto::malformed(
+                        "BLOCK frame",
+                        format!("block {index} of {}", o.blocks),
+                    ));
                 }
                 let offset = index * o.bs;
                 let want = (o.size - offset).min(o.bs) as usize;
                 if data.len() != want {
-                    return Err(proto::malformed("BLOCK frame", format!("{} bytes where block {index} has {want}", data.len())));
+                    return Err(proto::malformed(
+                        "BLOCK frame",
+                        format!("{} bytes where block {index} has {want}", data.len()),
+                    ));
                 }
                 let tw = std::time::Instant::now();
                 let (byte, bit) = ((index / 8) as usize, 1u8 << (index % 8));
@@ -470,7 +548,12 @@ fn session(
                         // ENOSPC, EIO, EROFS: this file fails; the others go on.
                         o.dead = true;
                         let why = format!("cannot write: {e}");
-                        tx.send(Msg::Fail { id, why, remove: true }).map_err(|_| verifier_gone())?;
+                        tx.send(Msg::Fail {
+                            id,
+                            why,
+                            remove: true,
+                        })
+                        .map_err(|_| verifier_gone())?;
                         continue;
                     }
                 }
@@ -479,7 +562,8 @@ fn session(
                     s.ns_write += tw.elapsed().as_nanos() as u64;
                     s.bytes += data.len() as u64;
                 }
-                tx.send(Msg::Block { id, index, hash }).map_err(|_| verifier_gone())?;
+                tx.send(Msg::Block { id, index, hash })
+                    .map_err(|_| verifier_gone())?;
             }
             proto::T_FILE_END => {
                 let mut c = Cur::new(&payload, "FILE_END frame");
@@ -491,18 +575,31 @@ fn session(
                         tx.send(Msg::End { id }).map_err(|_| verifier_gone())?;
                     }
                     Some(_) => {}
-                    None => return Err(proto::malformed("FILE_END frame", format!("file id {id} is not in flight"))),
+                    None => {
+                        return Err(proto::malformed(
+                            "FILE_END frame",
+                            format!("file id {id} is not in flight"),
+                        ))
+                    }
                 }
             }
             proto::T_DONE => {
                 let mut s = summary.lock().expect("lock");
-                for o in open.values().filter(|o| !o.dead && !o.finished.load(Ordering::Acquire)) {
+                for o in open
+                    .values()
+                    .filter(|o| !o.dead && !o.finished.load(Ordering::Acquire))
+                {
                     s.failed.push(format!("{}: the sender ended the session before it was complete (kept as a partial)", o.shown));
                 }
                 return Ok(());
             }
             proto::T_ERROR => return Err(ProtoError::Peer(proto::printable(&payload))),
-            k => return Err(proto::malformed("stream", format!("unexpected frame type {k}"))),
+            k => {
+                return Err(proto::malformed(
+                    "stream",
+                    format!("unexpected frame type {k}"),
+                ))
+            }
         }
     }
 }
@@ -515,10 +612,19 @@ enum Entry {
 
 /// What to do with one FILE frame: make a directory or symlink, skip a file that is already
 /// there, or open its partial. An `Err` refuses this entry alone.
-fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &FileHeader, open_blocks: u64) -> Result<Entry, String> {
+fn entry(
+    root: &Root,
+    opts: &RecvOptions,
+    summary: &Mutex<RecvSummary>,
+    h: &FileHeader,
+    open_blocks: u64,
+) -> Result<Entry, String> {
     let parts = proto::check_relative(&h.path)?;
     if parts[0] == beneath::PARTIAL_DIR.as_bytes() {
-        return Err(format!("{} is the receiver's own directory", beneath::PARTIAL_DIR));
+        return Err(format!(
+            "{} is the receiver's own directory",
+            beneath::PARTIAL_DIR
+        ));
     }
     let name = parts[parts.len() - 1];
     let (attrs, refused) = opts.policy.filter(&h.attrs, h.mode);
@@ -530,13 +636,19 @@ fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &File
         proto::KIND_DIR => {
             root.make_dir(&parent, name, &h.path)?;
             summary.lock().expect("lock").dirs += 1;
-            Ok(Entry::Dir(DirDone { rel: h.path.clone(), mode, owner: attrs.owner, mtime }))
+            Ok(Entry::Dir(DirDone {
+                rel: h.path.clone(),
+                mode,
+                owner: attrs.owner,
+                mtime,
+            }))
         }
         proto::KIND_SYMLINK => {
             if h.target.is_empty() || h.target.contains(&0) {
                 return Err("an empty symlink target".into());
             }
-            let problems = root.make_symlink(&parent, name, &h.path, &h.target, attrs.owner, mtime)?;
+            let problems =
+                root.make_symlink(&parent, name, &h.path, &h.target, attrs.owner, mtime)?;
             let mut s = summary.lock().expect("lock");
             s.attr_problems.extend(problems);
             s.symlinks += 1;
@@ -546,11 +658,15 @@ fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &File
             h.check_blocks()?;
             let blocks = h.blocks();
             if open_blocks + blocks > proto::MAX_OPEN_BLOCKS && open_blocks > 0 {
-                return Err(format!("over the receiver's limit of {} blocks in flight", proto::MAX_OPEN_BLOCKS));
+                return Err(format!(
+                    "over the receiver's limit of {} blocks in flight",
+                    proto::MAX_OPEN_BLOCKS
+                ));
             }
             // Already here, and verified from the device: skip it.
             if let Some(st) = root.stat(&parent, name) {
-                if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::RegularFile
                     && st.st_size as u64 == h.size
                     && st.st_mtime == h.mtime_s
                     && st.st_mtime_nsec as u32 == h.mtime_ns
@@ -565,13 +681,15 @@ fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &File
             }
             let (file, existed) = root.open_partial(&h.path)?;
             let resumed = if existed {
-                root.read_progress(&h.path).and_then(|t| parse_progress(&t, h))
+                root.read_progress(&h.path)
+                    .and_then(|t| parse_progress(&t, h))
             } else {
                 None
             };
             let shown = || format!("{}/{}", opts.dir.display(), proto::show(&h.path));
             if resumed.is_none() {
-                file.set_len(0).map_err(|e| format!("{}: cannot truncate its partial: {e}", shown()))?;
+                file.set_len(0)
+                    .map_err(|e| format!("{}: cannot truncate its partial: {e}", shown()))?;
             }
             // Room for it? (ENOSPC found now, not after most of the file is written.)
             // (A filesystem that reports no size at all, such as ramfs, is not checked.)
@@ -580,10 +698,14 @@ fn entry(root: &Root, opts: &RecvOptions, summary: &Mutex<RecvSummary>, h: &File
                 let have = file.metadata().map(|m| m.len()).unwrap_or(0);
                 if h.size.saturating_sub(have) > free {
                     root.remove_partial(&h.path);
-                    return Err(format!("needs {} bytes; the filesystem has {free} free", h.size));
+                    return Err(format!(
+                        "needs {} bytes; the filesystem has {free} free",
+                        h.size
+                    ));
                 }
             }
-            file.set_len(h.size).map_err(|e| format!("{}: cannot size its partial: {e}", shown()))?;
+            file.set_len(h.size)
+                .map_err(|e| format!("{}: cannot size its partial: {e}", shown()))?;
             let file = Arc::new(file);
             let fresh = resumed.is_none();
             let finished = Arc::new(AtomicBool::new(false));
@@ -700,8 +822,12 @@ impl Verifier {
             self.batch(&mut done)?;
             let mut o = self.out.lock().expect("lock");
             for (id, status, why) in &done {
-                proto::write_frame(&mut *o, proto::T_FILE_DONE, &proto::encode_done(*id, *status, why))
-                    .map_err(|e| e.to_string())?;
+                proto::write_frame(
+                    &mut *o,
+                    proto::T_FILE_DONE,
+                    &proto::encode_done(*id, *status, why),
+                )
+                .map_err(|e| e.to_string())?;
             }
             o.flush().map_err(|e| e.to_string())?;
         }
@@ -715,7 +841,11 @@ impl Verifier {
     }
 
     fn fail(&self, f: &VFile, why: &str) {
-        self.summary.lock().expect("lock").failed.push(format!("{}: {why}", proto::show(&f.rel)));
+        self.summary
+            .lock()
+            .expect("lock")
+            .failed
+            .push(format!("{}: {why}", proto::show(&f.rel)));
     }
 
     /// One batch: attributes, one durability call, read-back of every written block, renames,
@@ -751,7 +881,9 @@ impl Verifier {
         let t0 = std::time::Instant::now();
         let mut syncs = 0u64;
         if touched >= SYNCFS_FILES {
-            self.root.syncfs().map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
+            self.root
+                .syncfs()
+                .map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
             syncs += 1;
         } else {
             for id in &ids {
@@ -770,7 +902,8 @@ impl Verifier {
         let durable = t0.elapsed();
         // 3. Read every written block back from the device.
         let mut results = Vec::new();
-        let (mut ok_n, mut bad_n, mut direct, mut ns_evict, mut ns_read) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut ok_n, mut bad_n, mut direct, mut ns_evict, mut ns_read) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut buf = Vec::new();
         for id in &ids {
             let f = self.files.get_mut(id).expect("listed");
@@ -809,8 +942,12 @@ impl Verifier {
                     f.attrs_set = false;
                     bad_n += 1;
                 }
-                proto::write_frame(&mut results, proto::T_BLOCK_RESULT, &proto::encode_result(*id, index, ok))
-                    .map_err(|e| e.to_string())?;
+                proto::write_frame(
+                    &mut results,
+                    proto::T_BLOCK_RESULT,
+                    &proto::encode_result(*id, index, ok),
+                )
+                .map_err(|e| e.to_string())?;
             }
         }
         if !results.is_empty() {
@@ -836,7 +973,12 @@ impl Verifier {
                     done.push((*id, proto::DONE_FAILED, why));
                     continue;
                 }
-                match self.root.land(&beneath::Root::partial_name(&f.rel), &f.parent, &f.name, &f.rel) {
+                match self.root.land(
+                    &beneath::Root::partial_name(&f.rel),
+                    &f.parent,
+                    &f.name,
+                    &f.rel,
+                ) {
                     Ok(()) => {
                         self.root.remove_progress(&f.rel);
                         if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &f.parent)) {
@@ -855,10 +997,13 @@ impl Verifier {
                 if f.verified.len() > 1 {
                     let _ = self.root.write_progress(&f.rel, &f.progress_text());
                 }
-                let why = "the sender gave up on some block (kept as a partial for a later run)".to_string();
+                let why = "the sender gave up on some block (kept as a partial for a later run)"
+                    .to_string();
                 self.fail(&f, &why);
                 done.push((*id, proto::DONE_KEPT_PARTIAL, why));
-            } else if f.verified.len() as u64 >= PROGRESS_BLOCKS && f.verified_count() >= f.verified_at_progress + 8 {
+            } else if f.verified.len() as u64 >= PROGRESS_BLOCKS
+                && f.verified_count() >= f.verified_at_progress + 8
+            {
                 let f = self.files.get_mut(id).expect("listed");
                 f.verified_at_progress = f.verified_count();
                 let _ = self.root.write_progress(&f.rel, &f.progress_text());
@@ -868,11 +1013,18 @@ impl Verifier {
         if !landed.is_empty() {
             // A directory made since the last `syncfs` is durable only with it.
             if self.dirty.len() >= SYNCFS_FILES || self.root.take_dirs_made() {
-                self.root.syncfs().map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
+                self.root
+                    .syncfs()
+                    .map_err(|e| format!("cannot sync {}: {e}", self.opts.dir.display()))?;
                 syncs += 1;
             } else {
                 for d in &self.dirty {
-                    rustix::fs::fsync(&**d).map_err(|e| format!("cannot sync a directory of {}: {e}", self.opts.dir.display()))?;
+                    rustix::fs::fsync(&**d).map_err(|e| {
+                        format!(
+                            "cannot sync a directory of {}: {e}",
+                            self.opts.dir.display()
+                        )
+                    })?;
                     syncs += 1;
                 }
             }

@@ -116,8 +116,8 @@ fn walk(path: &Path, remote: Vec<u8>, out: &mut Vec<Entry>, s: &mut SendSummary)
         remote: remote.clone(),
     });
     if m.is_dir() {
-        let names: Result<Vec<OsString>, _> = fs::read_dir(path)
-            .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect());
+        let names: Result<Vec<OsString>, _> =
+            fs::read_dir(path).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect());
         match names {
             Ok(mut names) => {
                 names.sort();
@@ -125,7 +125,9 @@ fn walk(path: &Path, remote: Vec<u8>, out: &mut Vec<Entry>, s: &mut SendSummary)
                     walk(&path.join(&n), join(&remote, n.as_bytes()), out, s);
                 }
             }
-            Err(e) => s.failed.push(format!("{}: cannot list: {e}", path.display())),
+            Err(e) => s
+                .failed
+                .push(format!("{}: cannot list: {e}", path.display())),
         }
     }
 }
@@ -188,27 +190,40 @@ fn open_session(
             _ => ProtoError::Local("the receiver turned this sender away".into()),
         });
     }
-    let (mut reader, writer): (Box<dyn Read + Send>, Box<dyn Write>) = match (features & proto::FEATURE_SEALED != 0, key) {
+    let (mut reader, writer): (Box<dyn Read + Send>, Box<dyn Write>) = match (
+        features & proto::FEATURE_SEALED != 0,
+        key,
+    ) {
         (true, Some(k)) => {
             let (r, w) = seal::initiate(input, output, k, &mine, &theirs)?;
-            (Box::new(r), Box::new(std::io::BufWriter::with_capacity(1 << 20, w)))
+            (
+                Box::new(r),
+                Box::new(std::io::BufWriter::with_capacity(1 << 20, w)),
+            )
         }
         (true, None) => {
             // A receiver that requires a key says so; an ERROR may follow its hello.
-            return Err(ProtoError::Auth("the receiver requires a shared key: give --key-file".into()));
+            return Err(ProtoError::Auth(
+                "the receiver requires a shared key: give --key-file".into(),
+            ));
         }
         (false, Some(_)) => {
             return Err(ProtoError::Auth(
                 "the receiver does not prove a key, but --key-file was given: not sending to an unauthenticated receiver".into(),
             ));
         }
-        (false, None) => (input, Box::new(std::io::BufWriter::with_capacity(1 << 20, output))),
+        (false, None) => (
+            input,
+            Box::new(std::io::BufWriter::with_capacity(1 << 20, output)),
+        ),
     };
     // Replies come on a thread of their own, so blocks keep flowing while results arrive.
     std::thread::spawn(move || loop {
         let r = match proto::read_frame(&mut reader) {
             Ok(Some(f)) => Ok(f),
-            Ok(None) => Err(ProtoError::Local("the receiver closed the connection (it ended or was killed)".into())),
+            Ok(None) => Err(ProtoError::Local(
+                "the receiver closed the connection (it ended or was killed)".into(),
+            )),
             Err(e) => Err(e),
         };
         let end = r.is_err();
@@ -242,7 +257,12 @@ pub fn send(
         walk(p, top_name(p), &mut entries, &mut summary);
     }
     let (tx, rx) = mpsc::channel();
-    let mut output = open_session(Box::new(input), Box::new(output), opts.key.as_ref(), tx.clone())?;
+    let mut output = open_session(
+        Box::new(input),
+        Box::new(output),
+        opts.key.as_ref(),
+        tx.clone(),
+    )?;
     // The preparer stats, opens and hashes entries ahead of the window (a large file's hashing
     // overlaps the blocks of the files before it), at most PREPARED_AHEAD of them.
     let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(PREPARED_AHEAD);
@@ -273,7 +293,10 @@ pub fn send(
         bytes_in_flight: 0,
         held: 0,
         open_blocks: 0,
-        manifest: opts.manifest.as_ref().map(|_| String::from("stripeguard-manifest 2\n")),
+        manifest: opts
+            .manifest
+            .as_ref()
+            .map(|_| String::from("stripeguard-manifest 2\n")),
         progress,
         ready: VecDeque::new(),
         prep_done: false,
@@ -285,7 +308,10 @@ pub fn send(
         Ok(()) => {}
         // A write failed: the receiver has usually said why before it closed; report that.
         Err(ProtoError::Io(e)) => {
-            return Err(peer_reason(&rx).map(ProtoError::Peer).unwrap_or(ProtoError::Io(e)).into())
+            return Err(peer_reason(&rx)
+                .map(ProtoError::Peer)
+                .unwrap_or(ProtoError::Io(e))
+                .into())
         }
         Err(e) => return Err(e.into()),
     }
@@ -369,8 +395,12 @@ impl Sender<'_> {
             while self.flights.len() < self.opts.window_files.max(1)
                 && self.bytes_in_flight + self.held < self.opts.window_bytes
             {
-                let Some((f, mut h)) = self.ready.pop_front() else { break };
-                if self.open_blocks + f.blocks() > proto::MAX_OPEN_BLOCKS && !self.flights.is_empty() {
+                let Some((f, mut h)) = self.ready.pop_front() else {
+                    break;
+                };
+                if self.open_blocks + f.blocks() > proto::MAX_OPEN_BLOCKS
+                    && !self.flights.is_empty()
+                {
                     self.ready.push_front((f, h));
                     break;
                 }
@@ -389,7 +419,9 @@ impl Sender<'_> {
                 break;
             }
             self.out.flush().map_err(io)?;
-            let first = rx.recv().map_err(|_| ProtoError::Local("the receiver closed the connection".into()))?;
+            let first = rx
+                .recv()
+                .map_err(|_| ProtoError::Local("the receiver closed the connection".into()))?;
             self.event(first)?;
             for _ in 0..4096 {
                 match rx.try_recv() {
@@ -403,11 +435,22 @@ impl Sender<'_> {
         loop {
             match rx.recv() {
                 Ok(Ev::Frame(Ok((proto::T_DONE, _)))) => return Ok(()),
-                Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => return Err(ProtoError::Peer(proto::printable(&p))),
-                Ok(Ev::Frame(Ok((k, _)))) => return Err(proto::malformed("reply", format!("frame type {k} where DONE was due"))),
+                Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => {
+                    return Err(ProtoError::Peer(proto::printable(&p)))
+                }
+                Ok(Ev::Frame(Ok((k, _)))) => {
+                    return Err(proto::malformed(
+                        "reply",
+                        format!("frame type {k} where DONE was due"),
+                    ))
+                }
                 Ok(Ev::Frame(Err(e))) => return Err(e),
                 Ok(_) => continue,
-                Err(_) => return Err(ProtoError::Local("the receiver closed the connection before DONE".into())),
+                Err(_) => {
+                    return Err(ProtoError::Local(
+                        "the receiver closed the connection before DONE".into(),
+                    ))
+                }
             }
         }
     }
@@ -435,12 +478,19 @@ impl Sender<'_> {
     }
 
     fn fail(&mut self, path: &[u8], why: impl std::fmt::Display) {
-        self.summary.failed.push(format!("{}: {why}", proto::show(path)));
+        self.summary
+            .failed
+            .push(format!("{}: {why}", proto::show(path)));
     }
 
     /// Blocks of every file whose reply has come, oldest file first, while the window has room.
     fn send_blocks(&mut self) -> Result<(), ProtoError> {
-        let ids: Vec<u32> = self.flights.iter().filter(|(_, f)| f.replied && !f.todo.is_empty()).map(|(&id, _)| id).collect();
+        let ids: Vec<u32> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| f.replied && !f.todo.is_empty())
+            .map(|(&id, _)| id)
+            .collect();
         let mut buf = Vec::new();
         for id in ids {
             while self.bytes_in_flight < self.opts.window_bytes {
@@ -495,7 +545,12 @@ impl Sender<'_> {
     /// Give a file up on the receiver (FILE_END) once none of its blocks is in flight.
     fn end_if_idle(&mut self, id: u32) -> Result<(), ProtoError> {
         let f = self.flights.get_mut(&id).expect("in flight");
-        if f.replied && f.todo.is_empty() && f.inflight.is_empty() && !f.ended && (!f.failed.is_empty() || f.broken.is_some()) {
+        if f.replied
+            && f.todo.is_empty()
+            && f.inflight.is_empty()
+            && !f.ended
+            && (!f.failed.is_empty() || f.broken.is_some())
+        {
             f.ended = true;
             proto::write_frame(self.out, proto::T_FILE_END, &id.to_le_bytes()).map_err(io)?;
         }
@@ -519,21 +574,34 @@ impl Sender<'_> {
                 let (id, r) = proto::decode_reply(&p)?;
                 let f = match self.flights.get_mut(&id) {
                     Some(f) if !f.replied => f,
-                    _ => return Err(proto::malformed("FILE_REPLY frame", format!("file id {id} is not awaiting a reply"))),
+                    _ => {
+                        return Err(proto::malformed(
+                            "FILE_REPLY frame",
+                            format!("file id {id} is not awaiting a reply"),
+                        ))
+                    }
                 };
                 f.replied = true;
                 match r {
                     Reply::Send(ranges) => {
                         if f.kind != proto::KIND_FILE {
-                            return Err(proto::malformed("FILE_REPLY frame", "blocks asked of a directory or symlink"));
+                            return Err(proto::malformed(
+                                "FILE_REPLY frame",
+                                "blocks asked of a directory or symlink",
+                            ));
                         }
                         let blocks = f.blocks();
                         let mut have = vec![false; blocks as usize];
                         for (a, e) in ranges {
                             if e > blocks {
-                                return Err(proto::malformed("FILE_REPLY frame", format!("range {a}..{e} of {blocks} blocks")));
+                                return Err(proto::malformed(
+                                    "FILE_REPLY frame",
+                                    format!("range {a}..{e} of {blocks} blocks"),
+                                ));
                             }
-                            have[a as usize..e as usize].iter_mut().for_each(|h| *h = true);
+                            have[a as usize..e as usize]
+                                .iter_mut()
+                                .for_each(|h| *h = true);
                         }
                         f.todo = (0..blocks).filter(|&i| !have[i as usize]).collect();
                     }
@@ -547,7 +615,12 @@ impl Sender<'_> {
                         match f.kind {
                             proto::KIND_DIR => self.summary.dirs += 1,
                             proto::KIND_SYMLINK => self.summary.symlinks += 1,
-                            _ => return Err(proto::malformed("FILE_REPLY frame", "a file \"made\" without its blocks")),
+                            _ => {
+                                return Err(proto::malformed(
+                                    "FILE_REPLY frame",
+                                    "a file \"made\" without its blocks",
+                                ))
+                            }
                         }
                     }
                     Reply::Refused(why) => {
@@ -561,7 +634,12 @@ impl Sender<'_> {
                 let retries = self.opts.retries;
                 let f = match self.flights.get_mut(&id) {
                     Some(f) if f.inflight.contains(&index) => f,
-                    _ => return Err(proto::malformed("BLOCK_RESULT frame", format!("block {index} of file id {id} is not in flight"))),
+                    _ => {
+                        return Err(proto::malformed(
+                            "BLOCK_RESULT frame",
+                            format!("block {index} of file id {id} is not in flight"),
+                        ))
+                    }
                 };
                 f.inflight.remove(&index);
                 self.bytes_in_flight -= (f.size - index * f.bs).min(f.bs);
@@ -580,8 +658,16 @@ impl Sender<'_> {
             proto::T_FILE_DONE => {
                 let (id, status, why) = proto::decode_done(&p)?;
                 match self.flights.get(&id) {
-                    Some(f) if f.replied && (status != proto::DONE_LANDED || (f.inflight.is_empty() && f.todo.is_empty())) => {}
-                    _ => return Err(proto::malformed("FILE_DONE frame", format!("file id {id} cannot be done"))),
+                    Some(f)
+                        if f.replied
+                            && (status != proto::DONE_LANDED
+                                || (f.inflight.is_empty() && f.todo.is_empty())) => {}
+                    _ => {
+                        return Err(proto::malformed(
+                            "FILE_DONE frame",
+                            format!("file id {id} cannot be done"),
+                        ))
+                    }
                 }
                 let mut f = self.finish(id);
                 if status == proto::DONE_LANDED && f.broken.is_none() && f.failed.is_empty() {
@@ -591,14 +677,37 @@ impl Sender<'_> {
                     self.fail(&f.remote, b);
                 } else if !f.failed.is_empty() {
                     f.failed.sort_unstable();
-                    let ranges: Vec<String> = f.failed.iter().map(|&i| format!("bytes {}..{}", i * f.bs, ((i + 1) * f.bs).min(f.size))).collect();
-                    self.fail(&f.remote, format!("never verified after {} retries: {}", self.opts.retries, ranges.join(", ")));
+                    let ranges: Vec<String> = f
+                        .failed
+                        .iter()
+                        .map(|&i| format!("bytes {}..{}", i * f.bs, ((i + 1) * f.bs).min(f.size)))
+                        .collect();
+                    self.fail(
+                        &f.remote,
+                        format!(
+                            "never verified after {} retries: {}",
+                            self.opts.retries,
+                            ranges.join(", ")
+                        ),
+                    );
                 } else {
-                    self.fail(&f.remote, if why.is_empty() { "the receiver could not land it".to_string() } else { why });
+                    self.fail(
+                        &f.remote,
+                        if why.is_empty() {
+                            "the receiver could not land it".to_string()
+                        } else {
+                            why
+                        },
+                    );
                 }
             }
             proto::T_ERROR => return Err(ProtoError::Peer(proto::printable(&p))),
-            k => return Err(proto::malformed("reply", format!("unexpected frame type {k}"))),
+            k => {
+                return Err(proto::malformed(
+                    "reply",
+                    format!("unexpected frame type {k}"),
+                ))
+            }
         }
         Ok(())
     }
@@ -623,9 +732,19 @@ impl Sender<'_> {
 
 /// Stat, open and hash one entry (on the preparer thread).
 fn prepare(opts: &SendOptions, e: &Entry) -> Prepared {
-    let mut p = Prep { opts, failed: None, not_sent: None, ns_read_hash: 0 };
+    let mut p = Prep {
+        opts,
+        failed: None,
+        not_sent: None,
+        ns_read_hash: 0,
+    };
     let item = p.prepare(e).map(Box::new);
-    Prepared { item, failed: p.failed, not_sent: p.not_sent, ns_read_hash: p.ns_read_hash }
+    Prepared {
+        item,
+        failed: p.failed,
+        not_sent: p.not_sent,
+        ns_read_hash: p.ns_read_hash,
+    }
 }
 
 struct Prep<'a> {
@@ -640,131 +759,145 @@ impl Prep<'_> {
         self.failed = Some(format!("{}: {why}", proto::show(path)));
     }
 
-/// Stat, open and hash an entry; `None` when it fails alone (reported) or is not sent.
-fn prepare(&mut self, e: &Entry) -> Option<(Flight, FileHeader)> {
-    let m = match fs::symlink_metadata(&e.local) {
-        Ok(m) => m,
-        Err(err) => {
-            self.fail(&e.remote, format!("cannot read: {err}"));
-            return None;
-        }
-    };
-    let ft = m.file_type();
-    let mut h = FileHeader {
-        id: 0,
-        kind: proto::KIND_FILE,
-        path: e.remote.clone(),
-        size: 0,
-        mode: m.mode(),
-        mtime_s: m.mtime(),
-        mtime_ns: m.mtime_nsec().clamp(0, 999_999_999) as u32,
-        target: Vec::new(),
-        block_size: proto::MIN_BLOCK,
-        hash: [0; 32],
-        attrs: Attrs::default(),
-    };
-    let mut f = Flight {
-        remote: e.remote.clone(),
-        kind: proto::KIND_FILE,
-        file: None,
-        data: None,
-        size: 0,
-        bs: u64::from(proto::MIN_BLOCK),
-        hashes: Vec::new(),
-        replied: false,
-        todo: VecDeque::new(),
-        inflight: HashSet::new(),
-        tries: HashMap::new(),
-        failed: Vec::new(),
-        broken: None,
-        ended: false,
-    };
-    if ft.is_dir() {
-        h.kind = proto::KIND_DIR;
-    } else if ft.is_symlink() {
-        h.kind = proto::KIND_SYMLINK;
-        match fs::read_link(&e.local) {
-            Ok(t) => h.target = t.into_os_string().into_vec(),
-            Err(err) => {
-                self.fail(&e.remote, format!("cannot read the link: {err}"));
-                return None;
-            }
-        }
-    } else if ft.is_file() {
-        let file = match File::open(&e.local) {
-            Ok(x) => x,
-            Err(err) => {
-                self.fail(&e.remote, format!("cannot open: {err}"));
-                return None;
-            }
-        };
-        let size = match file.metadata() {
-            Ok(m) if m.is_file() => m.len(),
-            Ok(_) => {
-                self.fail(&e.remote, "changed type while it was sent");
-                return None;
-            }
+    /// Stat, open and hash an entry; `None` when it fails alone (reported) or is not sent.
+    fn prepare(&mut self, e: &Entry) -> Option<(Flight, FileHeader)> {
+        let m = match fs::symlink_metadata(&e.local) {
+            Ok(m) => m,
             Err(err) => {
                 self.fail(&e.remote, format!("cannot read: {err}"));
                 return None;
             }
         };
-        let Some(bs) = proto::block_size_for(size, self.opts.block_size) else {
-            self.fail(&e.remote, format!("{size} bytes: too large for the protocol's {} blocks of 16 MiB", proto::MAX_BLOCKS));
-            return None;
+        let ft = m.file_type();
+        let mut h = FileHeader {
+            id: 0,
+            kind: proto::KIND_FILE,
+            path: e.remote.clone(),
+            size: 0,
+            mode: m.mode(),
+            mtime_s: m.mtime(),
+            mtime_ns: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+            target: Vec::new(),
+            block_size: proto::MIN_BLOCK,
+            hash: [0; 32],
+            attrs: Attrs::default(),
         };
-        h.size = size;
-        h.block_size = bs;
-        f.size = size;
-        f.bs = u64::from(bs);
-        let t = std::time::Instant::now();
-        if size <= u64::from(bs) {
-            // One block: read once, sent from memory.
-            let mut d = vec![0u8; size as usize];
-            if let Err(err) = file.read_exact_at(&mut d, 0) {
-                self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
-                return None;
-            }
-            if size > 0 {
-                f.hashes = vec![*blake3::hash(&d).as_bytes()];
-            }
-            f.data = Some(d);
-        } else {
-            match block_hashes(&file, size, bs) {
-                Ok(hs) => f.hashes = hs,
+        let mut f = Flight {
+            remote: e.remote.clone(),
+            kind: proto::KIND_FILE,
+            file: None,
+            data: None,
+            size: 0,
+            bs: u64::from(proto::MIN_BLOCK),
+            hashes: Vec::new(),
+            replied: false,
+            todo: VecDeque::new(),
+            inflight: HashSet::new(),
+            tries: HashMap::new(),
+            failed: Vec::new(),
+            broken: None,
+            ended: false,
+        };
+        if ft.is_dir() {
+            h.kind = proto::KIND_DIR;
+        } else if ft.is_symlink() {
+            h.kind = proto::KIND_SYMLINK;
+            match fs::read_link(&e.local) {
+                Ok(t) => h.target = t.into_os_string().into_vec(),
                 Err(err) => {
-                    self.fail(&e.remote, format!("cannot read: {err} (it changed or was truncated)"));
+                    self.fail(&e.remote, format!("cannot read the link: {err}"));
+                    return None;
+                }
+            }
+        } else if ft.is_file() {
+            let file = match File::open(&e.local) {
+                Ok(x) => x,
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot open: {err}"));
+                    return None;
+                }
+            };
+            let size = match file.metadata() {
+                Ok(m) if m.is_file() => m.len(),
+                Ok(_) => {
+                    self.fail(&e.remote, "changed type while it was sent");
+                    return None;
+                }
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot read: {err}"));
+                    return None;
+                }
+            };
+            let Some(bs) = proto::block_size_for(size, self.opts.block_size) else {
+                self.fail(
+                    &e.remote,
+                    format!(
+                        "{size} bytes: too large for the protocol's {} blocks of 16 MiB",
+                        proto::MAX_BLOCKS
+                    ),
+                );
+                return None;
+            };
+            h.size = size;
+            h.block_size = bs;
+            f.size = size;
+            f.bs = u64::from(bs);
+            let t = std::time::Instant::now();
+            if size <= u64::from(bs) {
+                // One block: read once, sent from memory.
+                let mut d = vec![0u8; size as usize];
+                if let Err(err) = file.read_exact_at(&mut d, 0) {
+                    self.fail(
+                        &e.remote,
+                        format!("cannot read: {err} (it changed or was truncated)"),
+                    );
+                    return None;
+                }
+                if size > 0 {
+                    f.hashes = vec![*blake3::hash(&d).as_bytes()];
+                }
+                f.data = Some(d);
+            } else {
+                match block_hashes(&file, size, bs) {
+                    Ok(hs) => f.hashes = hs,
+                    Err(err) => {
+                        self.fail(
+                            &e.remote,
+                            format!("cannot read: {err} (it changed or was truncated)"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            self.ns_read_hash += t.elapsed().as_nanos() as u64;
+            h.hash = hash_of_list(&f.hashes);
+            f.file = Some(file);
+        } else {
+            let what = if ft.is_fifo() {
+                "a fifo"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "a device node"
+            };
+            self.not_sent = Some(format!(
+                "{}: {what} (special files are not sent)",
+                e.local.display()
+            ));
+            return None;
+        }
+        if self.opts.owner || self.opts.xattrs {
+            match crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs) {
+                Ok(a) => h.attrs = a,
+                Err(err) => {
+                    self.fail(&e.remote, format!("cannot read its attributes: {err}"));
                     return None;
                 }
             }
         }
-        self.ns_read_hash += t.elapsed().as_nanos() as u64;
-        h.hash = hash_of_list(&f.hashes);
-        f.file = Some(file);
-    } else {
-        let what = if ft.is_fifo() {
-            "a fifo"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "a device node"
-        };
-        self.not_sent = Some(format!("{}: {what} (special files are not sent)", e.local.display()));
-        return None;
+        f.kind = h.kind;
+        Some((f, h))
     }
-    if self.opts.owner || self.opts.xattrs {
-        match crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs) {
-            Ok(a) => h.attrs = a,
-            Err(err) => {
-                self.fail(&e.remote, format!("cannot read its attributes: {err}"));
-                return None;
-            }
-        }
-    }
-    f.kind = h.kind;
-    Some((f, h))
-}
-
 }
 
 /// BLAKE3 of every block of the file.

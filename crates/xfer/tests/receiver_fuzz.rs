@@ -50,13 +50,18 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
                 .encode(),
             )
         }),
-        (0u32..3, 0u64..8, prop::collection::vec(any::<u8>(), 0..5000)).prop_map(|(id, i, data)| {
-            let mut p = id.to_le_bytes().to_vec();
-            p.extend_from_slice(&i.to_le_bytes());
-            p.extend_from_slice(&[0u8; 32]);
-            p.extend_from_slice(&data);
-            frame(proto::T_BLOCK, &p)
-        }),
+        (
+            0u32..3,
+            0u64..8,
+            prop::collection::vec(any::<u8>(), 0..5000)
+        )
+            .prop_map(|(id, i, data)| {
+                let mut p = id.to_le_bytes().to_vec();
+                p.extend_from_slice(&i.to_le_bytes());
+                p.extend_from_slice(&[0u8; 32]);
+                p.extend_from_slice(&data);
+                frame(proto::T_BLOCK, &p)
+            }),
         (0u32..3).prop_map(|id| frame(proto::T_FILE_END, &id.to_le_bytes())),
         Just(frame(proto::T_DONE, &[])),
         (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(k, p)| frame(k, &p)),
