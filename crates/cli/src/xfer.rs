@@ -275,8 +275,21 @@ impl Listener {
     }
 }
 
+/// Room for the receiver's descriptors (partials and directory handles of many files in
+/// flight): the soft limit raised toward the hard one.
+fn raise_nofile() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    let want = l.maximum.map_or(65536, |m| m.min(65536));
+    if l.current.is_some_and(|c| c < want) {
+        l.current = Some(want);
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+}
+
 pub fn recv(a: RecvArgs) -> Result<ExitCode> {
     ignore_sigpipe();
+    raise_nofile();
     let key = read_key(a.key_file.as_deref())?;
     let mut opts = RecvOptions::new(a.dir.clone());
     opts.verify = !a.no_verify;

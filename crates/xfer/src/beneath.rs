@@ -213,7 +213,7 @@ impl Root {
         }
         let fd = Arc::new(cur.expect("at least one directory"));
         let mut p = self.parents.lock().expect("lock");
-        if p.len() > 1024 {
+        if p.len() > 256 {
             p.clear();
         }
         p.insert(key, Arc::clone(&fd));
