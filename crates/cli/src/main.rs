@@ -36,7 +36,7 @@ pub(crate) mod exit {
     pub const TRANSFER: u8 = 5;
 }
 
-const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request); 5 send/recv: the transfer failed as a whole (1: some files failed, the rest landed). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
+const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request); 5 send/recv: the session failed as a whole (1: some files failed, the rest landed). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
 
 /// Detect, locate and repair silent data corruption.
 #[derive(Parser)]
@@ -82,7 +82,7 @@ enum Command {
     /// Send files and directories to a receiver that proves each block landed on its disk
     /// (evicted from its page cache and read back from the device); only failed blocks are
     /// sent again. Exit status: 0 all verified, 1 some files failed (the rest landed), 2 usage,
-    /// 5 the transfer failed (connection, key, protocol).
+    /// 5 the session failed (connection, key, protocol).
     Send(xfer::SendArgs),
     /// Receive files from `stripeguard send` into a directory, verifying every block from the
     /// device before reporting it. Exit status as `send`.
