@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -177,6 +177,47 @@ fn failed(e: impl std::fmt::Display) -> anyhow::Error {
 const MAX_PENDING: usize = 16;
 const HANDSHAKE_SECS: u64 = 10;
 
+/// Connections in their hello or key handshake: each can be cut (shut down).
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    list: std::collections::VecDeque<(u64, std::time::Instant, Killer)>,
+}
+
+impl Pending {
+    /// Register a new connection, cutting the oldest when MAX_PENDING are open.
+    fn add(&mut self, kill: Killer, peer: &str) -> u64 {
+        if self.list.len() >= MAX_PENDING {
+            if let Some((_, _, k)) = self.list.pop_front() {
+                eprintln!("stripeguard recv: {MAX_PENDING} connections opening at once; the oldest is cut for {peer}");
+                k();
+            }
+        }
+        self.next += 1;
+        self.list
+            .push_back((self.next, std::time::Instant::now(), kill));
+        self.next
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.list.retain(|(i, _, _)| *i != id);
+    }
+
+    /// Cut every connection older than HANDSHAKE_SECS.
+    fn reap(&mut self) {
+        let limit = std::time::Duration::from_secs(HANDSHAKE_SECS);
+        while self
+            .list
+            .front()
+            .is_some_and(|(_, t, _)| t.elapsed() > limit)
+        {
+            if let Some((_, _, k)) = self.list.pop_front() {
+                k();
+            }
+        }
+    }
+}
+
 enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
@@ -191,13 +232,15 @@ impl Listener {
     }
 }
 
-/// A connection's two halves, its peer's name, and how to set its read timeout.
+/// A connection's two halves, its peer's name, how to set its read timeout, and how to cut it.
 type Stream = (
     Box<dyn Read + Send>,
     Box<dyn Write + Send>,
     String,
     Box<dyn Fn(std::time::Duration) + Send>,
+    Killer,
 );
+type Killer = Box<dyn Fn() + Send>;
 
 fn listen(a: &RecvArgs, spec: &str) -> Result<Listener> {
     if let Some(path) = spec.strip_prefix("unix:") {
@@ -208,10 +251,13 @@ fn listen(a: &RecvArgs, spec: &str) -> Result<Listener> {
             // A socket left by an earlier run that no longer listens.
             let _ = std::fs::remove_file(&path);
         }
-        let l = UnixListener::bind(&path)
-            .with_context(|| format!("cannot listen on {}", path.display()))?;
-        // Anyone may connect; who may send is decided by peer credentials.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        // Anyone may connect (mode 0666, set by the umask around bind, never by a chmod of the
+        // path, which a user who can write the socket's directory could swap for a symlink);
+        // who may send is decided by peer credentials. (No other thread runs yet.)
+        let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o111));
+        let l = UnixListener::bind(&path);
+        rustix::process::umask(old);
+        let l = l.with_context(|| format!("cannot listen on {}", path.display()))?;
         eprintln!("stripeguard recv: listening on unix:{}", path.display());
         return Ok(Listener::Unix(l, path));
     }
@@ -239,10 +285,17 @@ impl Listener {
                 s.set_read_timeout(Some(std::time::Duration::from_secs(HANDSHAKE_SECS)))?;
                 let r = s.try_clone()?;
                 let t = s.try_clone()?;
+                let k = s.try_clone()?;
                 let idle = Box::new(move |d| {
                     let _ = t.set_read_timeout(Some(d));
                 });
-                Ok(((Box::new(r), Box::new(s), peer.to_string(), idle), Ok(())))
+                let kill: Killer = Box::new(move || {
+                    let _ = k.shutdown(std::net::Shutdown::Both);
+                });
+                Ok((
+                    (Box::new(r), Box::new(s), peer.to_string(), idle, kill),
+                    Ok(()),
+                ))
             }
             Listener::Unix(l, _) => {
                 let (s, _) = l.accept()?;
@@ -266,10 +319,14 @@ impl Listener {
                 };
                 let r = s.try_clone()?;
                 let t = s.try_clone()?;
+                let k = s.try_clone()?;
                 let idle = Box::new(move |d| {
                     let _ = t.set_read_timeout(Some(d));
                 });
-                Ok(((Box::new(r), Box::new(s), name, idle), ok))
+                let kill: Killer = Box::new(move || {
+                    let _ = k.shutdown(std::net::Shutdown::Both);
+                });
+                Ok(((Box::new(r), Box::new(s), name, idle, kill), ok))
             }
         }
     }
@@ -349,16 +406,25 @@ fn serve_one(
     opts: &RecvOptions,
     a: &RecvArgs,
 ) -> Result<RecvSummary> {
-    let pending = Arc::new(AtomicUsize::new(0));
+    let pending: Arc<Mutex<Pending>> = Arc::default();
+    let draining = Arc::new(AtomicUsize::new(0));
     let root = Arc::new(Mutex::new(Some(root)));
     let busy: Arc<Mutex<Option<String>>> = Arc::default();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<RecvSummary, String>>();
     let idle = std::time::Duration::from_secs(a.idle_timeout.max(1));
     let l = Arc::new(l);
     {
+        // Connections still in their hello or handshake after HANDSHAKE_SECS are cut.
+        let pending = Arc::clone(&pending);
+        std::thread::spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            pending.lock().expect("lock").reap();
+        });
+    }
+    {
         let (l, allowed, opts) = (Arc::clone(&l), a.allow_uid.clone(), opts.clone());
         std::thread::spawn(move || loop {
-            let ((r, mut w, peer, set_idle), ok) = match l.accept(&allowed) {
+            let ((r, mut w, peer, set_idle, kill), ok) = match l.accept(&allowed) {
                 Ok(x) => x,
                 Err(e) => {
                     eprintln!("stripeguard recv: accept: {e}");
@@ -369,29 +435,38 @@ fn serve_one(
             if let Err(why) = ok {
                 eprintln!("stripeguard recv: refused {peer}: {why}");
                 stripeguard_xfer::proto::refuse(&mut w, &why);
-                // Read what the sender sends meanwhile (bounded), so that closing does not
-                // reset the connection before it has read why.
-                std::thread::spawn(move || {
-                    let mut r = r;
-                    let _ = std::io::copy(&mut (&mut r).take(1 << 16), &mut std::io::sink());
-                });
+                // Read what the sender sends meanwhile (at most 1 s, at most 16 at once), so
+                // that closing does not reset the connection before it has read why.
+                if draining.fetch_add(1, Ordering::SeqCst) < 16 {
+                    set_idle(std::time::Duration::from_secs(1));
+                    let d = Arc::clone(&draining);
+                    let spawned = std::thread::Builder::new().spawn(move || {
+                        let mut r = r;
+                        let _ = std::io::copy(&mut (&mut r).take(1 << 16), &mut std::io::sink());
+                        d.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    if spawned.is_err() {
+                        draining.fetch_sub(1, Ordering::SeqCst);
+                    }
+                } else {
+                    draining.fetch_sub(1, Ordering::SeqCst);
+                }
                 continue;
             }
-            if pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {
-                pending.fetch_sub(1, Ordering::SeqCst);
-                eprintln!("stripeguard recv: refused {peer}: {MAX_PENDING} connections are already opening");
-                continue;
-            }
-            let (pending, root, busy, done_tx, opts) = (
+            // At most MAX_PENDING connections in their hello or handshake: a new one cuts the
+            // oldest (a flood of silent connections cannot keep the real sender out for long,
+            // and none lasts past HANDSHAKE_SECS).
+            let id = pending.lock().expect("lock").add(kill, &peer);
+            let (pending2, root, busy, done_tx, opts) = (
                 Arc::clone(&pending),
                 Arc::clone(&root),
                 Arc::clone(&busy),
                 done_tx.clone(),
                 opts.clone(),
             );
-            std::thread::spawn(move || {
+            let spawned = std::thread::Builder::new().spawn(move || {
                 let conn = stripeguard_xfer::accept(r, w, opts.key.as_ref());
-                pending.fetch_sub(1, Ordering::SeqCst);
+                pending2.lock().expect("lock").remove(id);
                 let conn = match conn {
                     Ok(c) => c,
                     Err(e) => {
@@ -422,6 +497,11 @@ fn serve_one(
                 });
                 let _ = done_tx.send(r);
             });
+            if let Err(e) = spawned {
+                // Out of threads (a pids limit): this connection is dropped, the run goes on.
+                pending.lock().expect("lock").remove(id);
+                eprintln!("stripeguard recv: {e}: a connection dropped");
+            }
         });
     }
     let r = done_rx.recv().map_err(|_| failed("the listener stopped"));
@@ -465,18 +545,19 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     let result = if let Some(to) = &a.to {
         if let Some(path) = to.strip_prefix("unix:") {
             let s = UnixStream::connect(path)
-                .with_context(|| format!("cannot connect to unix:{path}"))?;
+                .map_err(|e| failed(format!("cannot connect to unix:{path}: {e}")))?;
             // Only a receiver run by this user or root gets the files.
             let me = rustix::process::geteuid().as_raw();
             match rustix::net::sockopt::socket_peercred(&s) {
                 Ok(c) if c.uid.as_raw() == me || c.uid.as_raw() == 0 => {}
-                Ok(c) => bail!("the receiver at unix:{path} runs as uid {} (not you or root): not sending to it", c.uid.as_raw()),
-                Err(e) => bail!("unix:{path}: no peer credentials: {e}"),
+                Ok(c) => return Err(failed(format!("the receiver at unix:{path} runs as uid {} (not you or root): not sending to it", c.uid.as_raw()))),
+                Err(e) => return Err(failed(format!("unix:{path}: no peer credentials: {e}"))),
             }
             let r = s.try_clone()?;
             send(&a.paths, r, s, &opts, &mut progress)
         } else {
-            let s = TcpStream::connect(to).with_context(|| format!("cannot connect to {to}"))?;
+            let s = TcpStream::connect(to)
+                .map_err(|e| failed(format!("cannot connect to {to}: {e}")))?;
             let _ = s.set_nodelay(true);
             let r = s.try_clone()?;
             send(&a.paths, r, s, &opts, &mut progress)

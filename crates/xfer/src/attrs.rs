@@ -55,3 +55,36 @@ pub fn read(p: &Path, owner: bool, xattrs: bool) -> io::Result<Attrs> {
     }
     Ok(a)
 }
+
+/// The attributes of an open file that the flags ask for (owner from `fstat`, xattrs through
+/// the descriptor: never by a path that could have changed).
+pub fn read_fd(f: &std::fs::File, owner: bool, xattrs: bool) -> io::Result<Attrs> {
+    use std::os::unix::fs::MetadataExt;
+    let mut a = Attrs::default();
+    if owner {
+        let m = f.metadata()?;
+        a.owner = Some((m.uid(), m.gid()));
+    }
+    if xattrs {
+        let n = rustix::fs::flistxattr_query(f).unwrap_or(0);
+        if n > 0 {
+            let mut names = vec![0u8; n];
+            let n = rustix::fs::flistxattr(f, &mut names[..]).unwrap_or(0);
+            for name in names[..n.min(names.len())]
+                .split(|&b| b == 0)
+                .filter(|s| !s.is_empty())
+            {
+                let Ok(cn) = CString::new(name) else { continue };
+                let Ok(len) = rustix::fs::fgetxattr_query(f, cn.as_c_str()) else {
+                    continue;
+                };
+                let mut val = vec![0u8; len];
+                if let Ok(len) = rustix::fs::fgetxattr(f, cn.as_c_str(), &mut val[..]) {
+                    val.truncate(len);
+                    a.xattrs.push((name.to_vec(), val));
+                }
+            }
+        }
+    }
+    Ok(a)
+}

@@ -493,32 +493,12 @@ impl Root {
         &self,
         rel: &[u8],
         mode: u32,
-        owner: Option<(u32, u32)>,
+        attrs: &Attrs,
         mtime: (i64, u32),
     ) -> Result<(), String> {
         let fd = rfs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), RESOLVE)
             .map_err(|e| self.dir_error(rel, e))?;
-        let mut problems = Vec::new();
-        if let Some((u, g)) = owner {
-            if let Err(e) = rfs::fchown(
-                &fd,
-                Some(rfs::Uid::from_raw(u)),
-                Some(rfs::Gid::from_raw(g)),
-            ) {
-                problems.push(format!("owner {u}:{g}: {}", errno_text(e)));
-            }
-        }
-        if let Err(e) = rfs::fchmod(&fd, Mode::from_raw_mode(mode)) {
-            problems.push(format!("mode {mode:o}: {}", errno_text(e)));
-        }
-        let t = timespec(mtime);
-        let _ = rfs::futimens(
-            &fd,
-            &rfs::Timestamps {
-                last_access: t,
-                last_modification: t,
-            },
-        );
+        let problems = apply_to_file(&File::from(fd), attrs, mode, mtime);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -538,7 +518,7 @@ impl Root {
     }
 }
 
-/// Owner, xattrs, mode and times set through a file's descriptor, in that order (a `chown`
+/// Owner, xattrs, mode and times set through a file's (or directory's) descriptor, in that order (a `chown`
 /// clears setuid/setgid, so the mode comes after it). Returns what could not be applied.
 pub fn apply_to_file(f: &File, a: &Attrs, mode: u32, mtime: (i64, u32)) -> Vec<String> {
     let mut problems = Vec::new();

@@ -325,7 +325,7 @@ fn device_hash(f: &File, size: u64, bs: u64) -> std::io::Result<[u8; 32]> {
 struct DirDone {
     rel: Vec<u8>,
     mode: u32,
-    owner: Option<(u32, u32)>,
+    attrs: Attrs,
     mtime: (i64, u32),
 }
 
@@ -390,6 +390,19 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
         .join()
         .map_err(|_| ProtoError::Local("the verifier panicked".into()))?;
     let verifier_failed = verified.is_err();
+    if result.is_ok() {
+        // The verifier has finished every batch: what is still open was never completed.
+        let mut s = summary.lock().expect("lock");
+        for o in open
+            .values()
+            .filter(|o| !o.dead && !o.finished.load(Ordering::Acquire))
+        {
+            s.failed.push(format!(
+                "{}: the sender ended the session before it was complete (kept as a partial)",
+                o.shown
+            ));
+        }
+    }
     let result = match (result, verified) {
         // The verifier's failure is the cause of whatever the stream did after it (and the
         // sender has been told).
@@ -401,7 +414,7 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
             // Directories last (their modes may forbid writing), then one sync for them all.
             let mut s = summary.lock().expect("lock");
             for d in dirs.iter().rev() {
-                if let Err(e) = root.finish_dir(&d.rel, d.mode, d.owner, d.mtime) {
+                if let Err(e) = root.finish_dir(&d.rel, d.mode, &d.attrs, d.mtime) {
                     s.attr_problems.push(e);
                 }
             }
@@ -583,16 +596,7 @@ fn session(
                     }
                 }
             }
-            proto::T_DONE => {
-                let mut s = summary.lock().expect("lock");
-                for o in open
-                    .values()
-                    .filter(|o| !o.dead && !o.finished.load(Ordering::Acquire))
-                {
-                    s.failed.push(format!("{}: the sender ended the session before it was complete (kept as a partial)", o.shown));
-                }
-                return Ok(());
-            }
+            proto::T_DONE => return Ok(()),
             proto::T_ERROR => return Err(ProtoError::Peer(proto::printable(&payload))),
             k => {
                 return Err(proto::malformed(
@@ -639,7 +643,7 @@ fn entry(
             Ok(Entry::Dir(DirDone {
                 rel: h.path.clone(),
                 mode,
-                owner: attrs.owner,
+                attrs,
                 mtime,
             }))
         }
@@ -670,6 +674,13 @@ fn entry(
                     && st.st_size as u64 == h.size
                     && st.st_mtime == h.mtime_s
                     && st.st_mtime_nsec as u32 == h.mtime_ns
+                    && st.st_nlink == 1
+                    && st.st_mode & 0o7777 == mode
+                    && st.st_uid
+                        == attrs
+                            .owner
+                            .map_or(rustix::process::geteuid().as_raw(), |o| o.0)
+                    && attrs.owner.is_none_or(|o| st.st_gid == o.1)
                 {
                     if let Some(f) = root.open_file(&parent, name) {
                         if device_hash(&f, h.size, u64::from(h.block_size)).ok() == Some(h.hash) {
@@ -746,6 +757,20 @@ fn entry(
             Ok(Entry::File(o, Box::new(v)))
         }
     }
+}
+
+/// Hash, from the device, the blocks a file resumed with (their hashes are not known here).
+fn rehash_resumed(f: &mut VFile) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    for i in 0..f.hashes.len() {
+        if f.hashes[i] == [0; 32] {
+            let off = i as u64 * f.bs;
+            buf.resize((f.size - off).min(f.bs) as usize, 0);
+            verify::read_back(&f.file, off, &mut buf)?;
+            f.hashes[i] = *blake3::hash(&buf).as_bytes();
+        }
+    }
+    Ok(())
 }
 
 /// The verified blocks as ranges `[first, end)`, at most [`proto::MAX_RANGES`] of them.
@@ -960,15 +985,23 @@ impl Verifier {
             let f = &self.files[id];
             let all = f.verified.iter().all(|&v| v);
             if all && f.attrs_set && f.outstanding.is_empty() {
-                let f = self.files.remove(id).expect("listed");
+                let mut f = self.files.remove(id).expect("listed");
                 f.finished.store(true, Ordering::Release);
+                // Blocks verified in an earlier run were checked against that run's hashes:
+                // read them back from the device now, so the file hash covers every block.
+                let resumed_ok = !f.resumed || rehash_resumed(&mut f).is_ok();
                 let mut list = blake3::Hasher::new();
                 for h in &f.hashes {
                     list.update(h);
                 }
-                if f.size > 0 && !f.resumed && *list.finalize().as_bytes() != f.hash {
+                if f.size > 0 && (!resumed_ok || *list.finalize().as_bytes() != f.hash) {
                     self.root.remove_partial(&f.rel);
-                    let why = "the source changed while it was sent (not landed)".to_string();
+                    let why = if f.resumed {
+                        "the blocks kept from an earlier run do not match the file (discarded; send it again)"
+                    } else {
+                        "the source changed while it was sent (not landed)"
+                    }
+                    .to_string();
                     self.fail(&f, &why);
                     done.push((*id, proto::DONE_FAILED, why));
                     continue;
@@ -987,6 +1020,7 @@ impl Verifier {
                         landed.push(*id);
                     }
                     Err(why) => {
+                        self.root.remove_partial(&f.rel);
                         self.fail(&f, &why);
                         done.push((*id, proto::DONE_FAILED, why));
                     }

@@ -89,8 +89,12 @@ pub enum SendError {
     },
 }
 
-/// One entry to send: where it is here, its name there.
+/// One entry to send: where it is here, its name there. A regular file is opened as `remote`
+/// beneath `top` (the directory that holds the path argument it came from) with
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, `O_NOFOLLOW` and `O_NONBLOCK`: a symlink or
+/// fifo swapped in after the walk (by a user who can write the tree) is never read.
 struct Entry {
+    top: std::sync::Arc<rustix::fd::OwnedFd>,
     local: PathBuf,
     remote: Vec<u8>,
 }
@@ -103,7 +107,13 @@ fn join(remote: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 /// Every entry under `path` (sorted by name); a directory that cannot be listed fails alone.
-fn walk(path: &Path, remote: Vec<u8>, out: &mut Vec<Entry>, s: &mut SendSummary) {
+fn walk(
+    top: &std::sync::Arc<rustix::fd::OwnedFd>,
+    path: &Path,
+    remote: Vec<u8>,
+    out: &mut Vec<Entry>,
+    s: &mut SendSummary,
+) {
     let m = match fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) => {
@@ -112,6 +122,7 @@ fn walk(path: &Path, remote: Vec<u8>, out: &mut Vec<Entry>, s: &mut SendSummary)
         }
     };
     out.push(Entry {
+        top: std::sync::Arc::clone(top),
         local: path.to_path_buf(),
         remote: remote.clone(),
     });
@@ -122,7 +133,7 @@ fn walk(path: &Path, remote: Vec<u8>, out: &mut Vec<Entry>, s: &mut SendSummary)
             Ok(mut names) => {
                 names.sort();
                 for n in names {
-                    walk(&path.join(&n), join(&remote, n.as_bytes()), out, s);
+                    walk(top, &path.join(&n), join(&remote, n.as_bytes()), out, s);
                 }
             }
             Err(e) => s
@@ -254,7 +265,36 @@ pub fn send(
     let mut summary = SendSummary::default();
     let mut entries = Vec::new();
     for p in paths {
-        walk(p, top_name(p), &mut entries, &mut summary);
+        // The directory that holds the argument (the argument itself may be `.` or `..`).
+        let parent = match p.file_name() {
+            Some(_) => p
+                .parent()
+                .map(Path::to_path_buf)
+                .filter(|q| !q.as_os_str().is_empty()),
+            None => p
+                .canonicalize()
+                .ok()
+                .and_then(|c| c.parent().map(Path::to_path_buf)),
+        }
+        .unwrap_or_else(|| PathBuf::from("."));
+        match rustix::fs::open(
+            &parent,
+            rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(fd) => walk(
+                &std::sync::Arc::new(fd),
+                p,
+                top_name(p),
+                &mut entries,
+                &mut summary,
+            ),
+            Err(e) => summary
+                .failed
+                .push(format!("{}: {}", p.display(), std::io::Error::from(e))),
+        }
     }
     let (tx, rx) = mpsc::channel();
     let mut output = open_session(
@@ -810,14 +850,21 @@ impl Prep<'_> {
                 }
             }
         } else if ft.is_file() {
-            let file = match File::open(&e.local) {
+            let file = match open_source(e) {
                 Ok(x) => x,
                 Err(err) => {
                     self.fail(&e.remote, format!("cannot open: {err}"));
                     return None;
                 }
             };
-            let size = match file.metadata() {
+            // What was opened, not what the walk saw: its size, mode, times and owner.
+            let om = file.metadata();
+            if let Ok(om) = &om {
+                h.mode = om.mode();
+                h.mtime_s = om.mtime();
+                h.mtime_ns = om.mtime_nsec().clamp(0, 999_999_999) as u32;
+            }
+            let size = match om {
                 Ok(m) if m.is_file() => m.len(),
                 Ok(_) => {
                     self.fail(&e.remote, "changed type while it was sent");
@@ -887,7 +934,11 @@ impl Prep<'_> {
             return None;
         }
         if self.opts.owner || self.opts.xattrs {
-            match crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs) {
+            let read = match &f.file {
+                Some(file) => crate::attrs::read_fd(file, self.opts.owner, self.opts.xattrs),
+                None => crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs),
+            };
+            match read {
                 Ok(a) => h.attrs = a,
                 Err(err) => {
                     self.fail(&e.remote, format!("cannot read its attributes: {err}"));
@@ -898,6 +949,31 @@ impl Prep<'_> {
         f.kind = h.kind;
         Some((f, h))
     }
+}
+
+/// Open a regular file to send, beneath the directory of its path argument (see [`Entry`]).
+fn open_source(e: &Entry) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let fd = rustix::fs::openat2(
+        &*e.top,
+        e.remote.as_slice(),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|err| match err {
+        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => std::io::Error::other(
+            "a symlink where the walk saw a file (swapped in while it was sent; not followed)",
+        ),
+        err => err.into(),
+    })?;
+    let f = File::from(fd);
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "not a regular file any more (changed while it was sent)",
+        ));
+    }
+    Ok(f)
 }
 
 /// BLAKE3 of every block of the file.
