@@ -1589,3 +1589,88 @@ fn kill_9_at_random_points_never_leaves_a_torn_file_under_its_name() {
 fn err_of_ran(r: &Ran) -> String {
     format!("{}{}", r.stdout, r.stderr)
 }
+
+/// The flipper, run as uid 65534: exchanges each `DIR/fNN` with a symlink `DIR/.lNN` to the
+/// secret (renameat2 RENAME_EXCHANGE) in a loop, so the sender's walk sees a file and its open
+/// may meet the symlink; every 8th round it exchanges with a fifo `DIR/.qNN` instead.
+const FLIPPER: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+d, secret, n, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+for i in range(n):
+    try: os.symlink(secret, f".l{i:02d}", dir_fd=fd)
+    except FileExistsError: pass
+    try: os.mkfifo(f".q{i:02d}", dir_fd=fd)
+    except FileExistsError: pass
+end = time.monotonic() + secs
+swaps = r = 0
+while time.monotonic() < end:
+    r += 1
+    other = ".q" if r % 8 == 0 else ".l"
+    for i in range(n):
+        if libc.syscall(316, fd, f"f{i:02d}".encode(), fd, f"{other}{i:02d}".encode(), 2) == 0:
+            swaps += 1
+print(swaps)
+"#;
+
+/// Outside attack, finding 2: a root sender of a tree another user can write never sends a
+/// file that user swapped in after the walk — a symlink to a root-only file, or a fifo —
+/// (before: the sender opened sources by path without `O_NOFOLLOW`, and a root-only secret
+/// landed world-readable on the receiver).
+#[test]
+fn a_root_sender_never_reads_a_symlink_swapped_in_by_another_user() {
+    if !is_root() || !have("setpriv") || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: needs root, setpriv and /usr/bin/python3");
+        return;
+    }
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the flipper calls renameat2 by its x86_64 number (316)");
+        return;
+    }
+    let d = scratch();
+    chmod(d.path(), 0o755);
+    let secret = d.path().join("secret");
+    std::fs::write(&secret, b"ROOT-ONLY SECRET\n").unwrap();
+    chmod(&secret, 0o600);
+    let usrc = d.path().join("usrc");
+    std::fs::create_dir_all(&usrc).unwrap();
+    for i in 0..20 {
+        std::fs::write(usrc.join(format!("f{i:02}")), format!("public {i}\n")).unwrap();
+        std::os::unix::fs::chown(usrc.join(format!("f{i:02}")), Some(65534), Some(65534)).unwrap();
+    }
+    std::os::unix::fs::chown(&usrc, Some(65534), Some(65534)).unwrap();
+    chmod(&usrc, 0o755);
+    let flipper = d.path().join("flipper.py");
+    std::fs::write(&flipper, FLIPPER).unwrap();
+    chmod(&flipper, 0o644);
+    let secs = 10.0;
+    let racer = spawn(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"])
+            .arg(&flipper)
+            .arg(&usrc)
+            .arg(&secret)
+            .args(["20", &secs.to_string()]),
+    );
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --json --dir {}", sg_bin(), dst.display());
+    let start = Instant::now();
+    let mut runs = 0;
+    let mut leaked = Vec::new();
+    while start.elapsed() < Duration::from_secs_f64(secs - 1.0) {
+        let r = run_bounded(&mut send_cmd(&usrc, &rsh, &[]), 20.0);
+        assert!(r.code.is_some(), "the sender hung or was killed: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        runs += 1;
+        for (p, bytes) in files_under(&dst) {
+            if bytes.windows(6).any(|w| w == b"SECRET") {
+                leaked.push(p);
+            }
+        }
+    }
+    let raced = racer.finish(secs + 10.0);
+    eprintln!("{runs} sends while the flipper made {} swaps", raced.stdout.trim());
+    assert!(runs >= 3, "too few sends to race");
+    assert!(leaked.is_empty(), "the root-only secret was sent: {leaked:?}");
+}
