@@ -1647,7 +1647,12 @@ fn a_root_sender_never_reads_a_symlink_swapped_in_by_another_user() {
     let secs = 10.0;
     let racer = spawn(
         Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+            ])
             .arg(&flipper)
             .arg(&usrc)
             .arg(&secret)
@@ -1660,7 +1665,11 @@ fn a_root_sender_never_reads_a_symlink_swapped_in_by_another_user() {
     let mut leaked = Vec::new();
     while start.elapsed() < Duration::from_secs_f64(secs - 1.0) {
         let r = run_bounded(&mut send_cmd(&usrc, &rsh, &[]), 20.0);
-        assert!(r.code.is_some(), "the sender hung or was killed: {}", r.stderr);
+        assert!(
+            r.code.is_some(),
+            "the sender hung or was killed: {}",
+            r.stderr
+        );
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
         runs += 1;
         for (p, bytes) in files_under(&dst) {
@@ -1670,7 +1679,13 @@ fn a_root_sender_never_reads_a_symlink_swapped_in_by_another_user() {
         }
     }
     let raced = racer.finish(secs + 10.0);
-    eprintln!("{runs} sends while the flipper made {} swaps", raced.stdout.trim());
+    eprintln!(
+        "{runs} sends while the flipper made {} swaps",
+        raced.stdout.trim()
+    );
     assert!(runs >= 3, "too few sends to race");
-    assert!(leaked.is_empty(), "the root-only secret was sent: {leaked:?}");
+    assert!(
+        leaked.is_empty(),
+        "the root-only secret was sent: {leaked:?}"
+    );
 }
