@@ -174,7 +174,7 @@ fn check(
                 .push(format!("bytes {off}..{}: {e}", off + n as u64));
             continue;
         }
-        if crate::send::hex(blake3::hash(&buf[..n]).as_bytes()) != *want {
+        if crate::proto::hex(blake3::hash(&buf[..n]).as_bytes()) != *want {
             r.problems.push(format!(
                 "bytes {off}..{} differ on the device",
                 off + n as u64

@@ -93,6 +93,11 @@ pub fn malformed(what: &'static str, why: impl Into<String>) -> ProtoError {
     }
 }
 
+/// Lowercase hex of bytes (hashes in manifests and progress files).
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// Text from the peer made safe to print: control characters (terminal escapes) shown escaped,
 /// and cut at 1,000 characters.
 pub fn printable(b: &[u8]) -> String {

@@ -281,9 +281,7 @@ impl VFile {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use proto::hex;
 
 /// A previous run's progress for this header, if it matches (same path, size, block size, hash).
 fn parse_progress(text: &str, h: &FileHeader) -> Option<Vec<bool>> {

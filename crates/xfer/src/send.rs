@@ -757,13 +757,13 @@ impl Sender<'_> {
             if f.kind == proto::KIND_FILE {
                 m.push_str(&format!(
                     "file {} {} {} {}\n",
-                    hex(&hash_of_list(&f.hashes)),
+                    proto::hex(&hash_of_list(&f.hashes)),
                     f.size,
                     f.bs,
                     crate::manifest::escape(&f.remote)
                 ));
                 for b in &f.hashes {
-                    m.push_str(&format!("block {}\n", hex(b)));
+                    m.push_str(&format!("block {}\n", proto::hex(b)));
                 }
             }
         }
@@ -997,8 +997,4 @@ pub fn hash_of_list(hashes: &[[u8; 32]]) -> [u8; 32] {
         list.update(h);
     }
     *list.finalize().as_bytes()
-}
-
-pub(crate) fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
