@@ -413,6 +413,23 @@ fn serve_one(
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<RecvSummary, String>>();
     let idle = std::time::Duration::from_secs(a.idle_timeout.max(1));
     let l = Arc::new(l);
+    // SIGTERM or SIGINT: the unix socket goes with the process (what was verified of an
+    // unfinished file stays in its partial for a later run, as after a kill).
+    if let Listener::Unix(_, path) = &*l {
+        let path = path.clone();
+        if let Ok(mut signals) = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+        ]) {
+            std::thread::spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    let _ = std::fs::remove_file(&path);
+                    eprintln!("stripeguard recv: stopped by signal {sig}");
+                    std::process::exit(128 + sig);
+                }
+            });
+        }
+    }
     {
         // Connections still in their hello or handshake after HANDSHAKE_SECS are cut.
         let pending = Arc::clone(&pending);

@@ -856,3 +856,43 @@ fn a_resumed_partial_cannot_be_poisoned_by_an_earlier_sender() {
         std::fs::read(src.join("f")).unwrap()
     );
 }
+
+/// Outside attack, finding 11: `recv --listen unix:PATH` stopped by SIGTERM removes its socket
+/// (before: the socket file stayed behind).
+#[test]
+fn a_listening_receiver_stopped_by_sigterm_removes_its_socket() {
+    let d = scratch();
+    let sock = d.path().join("r.sock");
+    let mut c = Command::new(sg_bin())
+        .args(["recv", "--listen"])
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--dir")
+        .arg(d.path().join("dst"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(sock.exists(), "the receiver never listened");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(c.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = c.kill();
+            panic!("recv ignored SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", err_of(&out));
+    assert!(!sock.exists(), "the socket stayed behind");
+}
