@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::xfer::{frame, free_port, have, is_root, scratch, sg_bin};
 use common::{err_of, ok};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -15,32 +16,6 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The binary under test: this build's, or another named by `STRIPEGUARD_TEST_BIN` (how these
-/// tests were shown to fail on the build before them).
-fn sg_bin() -> &'static str {
-    common::bin_under_test(env!("CARGO_BIN_EXE_stripeguard"))
-}
-
-/// A directory on a disk-backed filesystem (verification reads from the device; tmpfs has none).
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("sg-xattack-")
-        .tempdir_in("/var/tmp")
-        .unwrap()
-}
-
-fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -513,13 +488,6 @@ enum Tamper {
     DropRecord,
 }
 
-fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = vec![kind];
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
-}
-
 /// A FILE frame for `path` (4 bytes) and its BLOCK frame, as an injecting relay would write.
 fn injected_frames(path: &str) -> Vec<u8> {
     let h = stripeguard_xfer::proto::FileHeader {
@@ -668,11 +636,6 @@ fn start_relay(upstream: String, tamper: Tamper) -> (String, std::thread::JoinHa
         format!("sender->receiver: {a}\n  receiver->sender: {b}")
     });
     (addr, h)
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// S5, a man in the middle: `recv --listen 127.0.0.1:P --key-file K` and a sender with the same

@@ -5,23 +5,10 @@
 
 mod common;
 
+use common::xfer::{frame, free_port, have, is_root, same_tree, scratch, sg_bin};
 use common::{err_of, ok};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-/// The binary under test: this build's, or another named by `STRIPEGUARD_TEST_BIN` (how these
-/// tests were shown to fail on the build before them).
-fn sg_bin() -> &'static str {
-    common::bin_under_test(env!("CARGO_BIN_EXE_stripeguard"))
-}
-
-/// A directory on a disk-backed filesystem (verification reads from the device; tmpfs has none).
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("sg-xfer-")
-        .tempdir_in("/var/tmp")
-        .unwrap()
-}
 
 fn tree(root: &Path) {
     std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
@@ -32,20 +19,6 @@ fn tree(root: &Path) {
     std::fs::write(root.join("sub/small.txt"), b"hello\n").unwrap();
     std::fs::write(root.join("sub/deeper/empty"), b"").unwrap();
     std::os::unix::fs::symlink("big.bin", root.join("link")).unwrap();
-}
-
-fn same_tree(a: &Path, b: &Path) {
-    let out = Command::new("diff")
-        .arg("-r")
-        .arg(a)
-        .arg(b)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
 }
 
 fn send_via(src: &Path, rsh: &str, extra: &[&str]) -> std::process::Output {
@@ -98,14 +71,6 @@ fn a_tree_arrives_verified_and_a_rerun_sends_nothing() {
         "{third}"
     );
     same_tree(&src, &dst.join("src"));
-}
-
-/// Frames as a hostile sender would write them.
-fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = vec![kind];
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
 }
 
 fn file_frame(path: &str) -> Vec<u8> {
@@ -213,18 +178,6 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
         );
     }
     assert!(!d.path().join("evil").exists() && !Path::new("/tmp/evil").exists());
-}
-
-fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// A transfer killed with SIGKILL at random points resumes to a verified result, sending less
@@ -540,11 +493,6 @@ fn a_receiver_that_cannot_verify_ends_the_transfer_with_the_reason() {
         "{err}"
     );
     assert!(!mnt.join("d/src/x").exists());
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn connect_retry(addr: &str) -> std::net::TcpStream {

@@ -6,37 +6,12 @@
 
 mod common;
 
+use common::xfer::{frame, have, is_root, same_tree, scratch, sg_bin};
 use common::{err_of, ok};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-/// The binary under test: this build's, or another named by `STRIPEGUARD_TEST_BIN` (how these
-/// tests were shown to fail on the build before them).
-fn sg_bin() -> &'static str {
-    common::bin_under_test(env!("CARGO_BIN_EXE_stripeguard"))
-}
-
-/// A directory on a disk-backed filesystem (verification reads from the device; tmpfs has none).
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("sg-xfer-files-")
-        .tempdir_in("/var/tmp")
-        .unwrap()
-}
-
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn rsh(dst: &Path) -> String {
     format!("{} recv --stdio --json --dir {}", sg_bin(), dst.display())
@@ -65,20 +40,6 @@ fn sent(out: &std::process::Output) -> serde_json::Value {
 
 fn received(out: &std::process::Output) -> serde_json::Value {
     last_json(&err_of(out))
-}
-
-fn same_tree(a: &Path, b: &Path) {
-    let out = Command::new("diff")
-        .arg("-r")
-        .arg(a)
-        .arg(b)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
 }
 
 fn name(b: &[u8]) -> &OsStr {
@@ -485,13 +446,6 @@ fn the_environment_cannot_make_the_receiver_run_a_command() {
         !marker.exists(),
         "the receiver ran a command named by its environment"
     );
-}
-
-fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = vec![kind];
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
 }
 
 fn header(id: u32, path: &str, size: u64, block_size: u32) -> Vec<u8> {

@@ -65,3 +65,4 @@ pub fn bin_under_test(default: &'static str) -> &'static str {
         _ => default,
     }
 }
+pub mod xfer;
