@@ -133,15 +133,17 @@ impl Root {
         if st.st_mode & 0o077 != 0 {
             rfs::fchmod(&partial, Mode::from_raw_mode(0o700)).map_err(errno_text)?;
         }
-        let probe = format!("probe-{}", std::process::id());
+        // One fixed name (a receiver killed between create and unlink leaves it for the next
+        // one to reuse and remove, never a name per process that would pile up).
+        let probe = "probe";
         match rfs::openat(
             &partial,
-            probe.as_str(),
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            probe,
+            OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
         ) {
-            Ok(_) | Err(Errno::EXIST) => {
-                let _ = rfs::unlinkat(&partial, probe.as_str(), AtFlags::empty());
+            Ok(_) => {
+                let _ = rfs::unlinkat(&partial, probe, AtFlags::empty());
             }
             Err(e) => {
                 return Err(format!(
@@ -173,14 +175,19 @@ impl Root {
     /// directories are created, mode 0700 until the session's end sets theirs).
     pub fn parent(&self, parts: &[&[u8]]) -> Result<Arc<OwnedFd>, String> {
         let dirs = &parts[..parts.len() - 1];
-        if dirs.is_empty() {
-            return Ok(Arc::new(
-                rfs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty()).map_err(errno_text)?,
-            ));
-        }
         let key = dirs.join(&b'/');
         if let Some(fd) = self.parents.lock().expect("lock").get(&key) {
             return Ok(Arc::clone(fd));
+        }
+        if dirs.is_empty() {
+            // DIR itself (an entry at the top), opened once like any other parent.
+            let fd =
+                Arc::new(rfs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty()).map_err(errno_text)?);
+            self.parents
+                .lock()
+                .expect("lock")
+                .insert(key, Arc::clone(&fd));
+            return Ok(fd);
         }
         let mut cur: Option<OwnedFd> = None;
         let mut at: Vec<u8> = Vec::new();

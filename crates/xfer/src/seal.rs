@@ -33,7 +33,7 @@ pub fn key_from_file(contents: &[u8]) -> Result<[u8; 32], String> {
 pub fn new_key_text() -> io::Result<String> {
     let mut k = [0u8; 32];
     getrandom::fill(&mut k).map_err(|e| io::Error::other(e.to_string()))?;
-    let mut s: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    let mut s = crate::proto::hex(&k);
     s.push('\n');
     Ok(s)
 }
