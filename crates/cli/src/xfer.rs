@@ -615,6 +615,12 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         send(&a.paths, r, w, &opts, &mut progress)
     };
     bar.finish_and_clear();
+    // The transfer is over: from here a closed stdout (`send ... | head`) ends the command
+    // quietly, as it ends `cat`, instead of a failed print.
+    // SAFETY: setting a signal's disposition to the default.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if let Some(mut c) = child {
         let _ = c.wait();
     }

@@ -850,3 +850,31 @@ fn a_listening_receiver_stopped_by_sigterm_removes_its_socket() {
     assert_eq!(out.status.code(), Some(143), "{}", err_of(&out));
     assert!(!sock.exists(), "the socket stayed behind");
 }
+
+/// `send ... | true`: a closed standard output after the transfer ends the sender quietly (by
+/// SIGPIPE, as it ends `cat`), never with a panic.
+#[test]
+fn a_closed_stdout_ends_the_sender_quietly() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"f").unwrap();
+    let cmd = format!(
+        "{} send {} --json --rsh '{}' | true",
+        sg_bin(),
+        src.display(),
+        rsh(&d.path().join("dst"))
+    );
+    let out = Command::new("bash")
+        .args(["-c", &format!("{cmd}; exit ${{PIPESTATUS[0]}}")])
+        .output()
+        .unwrap();
+    let err = err_of(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(141)),
+        "{:?} {err}",
+        out.status
+    );
+    assert_eq!(std::fs::read(d.path().join("dst/src/f")).unwrap(), b"f");
+}
