@@ -2,7 +2,7 @@
 //! re-encodes to one that decodes the same, and checking any block range never panics.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use stripeguard_integrity::Appendix;
+use stripeguard_format::Appendix;
 
 fuzz_target!(|data: &[u8]| {
     let split = data.first().map(|&b| b as usize * 16).unwrap_or(0).min(data.len());

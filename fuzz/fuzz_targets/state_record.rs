@@ -2,7 +2,7 @@
 //! whatever is accepted round-trips.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use stripeguard_integrity::StateRecord;
+use stripeguard_format::StateRecord;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(Some(r)) = StateRecord::decode(data) {

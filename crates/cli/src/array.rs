@@ -15,7 +15,7 @@ use stripeguard_engine::{
     ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, campaign_cases,
     default_parity, open_member_paths, peek_uuid, read_log_of, run_campaign, run_demo, scrub,
     with_control_socket, Array, AssembleOptions, Checkpoint, Counters, CreateOnPaths, EngineError,
-    LoggedEvent, ScrubOptions,
+    EventRole, LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -473,9 +473,12 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let mut by_member: Vec<std::collections::BTreeMap<String, u64>> =
         vec![Default::default(); health.len()];
     for e in &log.entries {
-        if e.role == "data" || e.role == "parity" {
+        if matches!(
+            e.role,
+            EventRole::Data | EventRole::Parity | EventRole::Checksum
+        ) {
             if let Some(m) = by_member.get_mut(e.member as usize) {
-                *m.entry(e.kind.clone()).or_default() += 1;
+                *m.entry(e.kind.to_string()).or_default() += 1;
             }
         }
     }
@@ -983,7 +986,7 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
                     ago(e.time_unix_ms / 1000),
                     e.stripe,
                     e.member,
-                    stripeguard_engine::unit_label(&e.role, e.position as usize, log.data_chunks),
+                    stripeguard_engine::unit_label(e.role, e.position as usize, log.data_chunks),
                     e.kind,
                     e.evidence,
                     e.action
@@ -995,12 +998,12 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
                     .arg(cmd)
                     .env("SG_EVENT_NUMBER", e.number.to_string())
                     .env("SG_EVENT_TIME_MS", e.time_unix_ms.to_string())
-                    .env("SG_EVENT_KIND", &e.kind)
+                    .env("SG_EVENT_KIND", e.kind.as_str())
                     .env("SG_EVENT_ACTION", format!("{:?}", e.action))
                     .env("SG_EVENT_STRIPE", e.stripe.to_string())
                     .env("SG_EVENT_MEMBER", e.member.to_string())
                     .env("SG_EVENT_POSITION", e.position.to_string())
-                    .env("SG_EVENT_ROLE", &e.role)
+                    .env("SG_EVENT_ROLE", e.role.as_str())
                     .env("SG_EVENT_EVIDENCE", &e.evidence)
                     .status()
                     .with_context(|| format!("running --exec {cmd:?}"))?;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use stripeguard_codes::ErasureCode;
 use stripeguard_disk::{AlignedBuf, DiskError, DiskRef, UnitMap};
+use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{
     Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
     MirrorKind, Role, Scheme, Superblock, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
@@ -862,8 +863,8 @@ impl Array {
             stripe: 0,
             member,
             position: 0,
-            role: "member",
-            kind: "member-failed",
+            role: EventRole::Member,
+            kind: EventKind::MemberFailed,
             evidence: why.reason(),
             action: crate::EventAction::RebuiltDegraded,
         });
@@ -1089,31 +1090,27 @@ pub fn member_unit_map(d: &dyn stripeguard_disk::Disk) -> Result<UnitMap, Engine
 }
 
 impl Array {
-    /// The newest valid record of a two-slot region (FORMAT.md §2.0, §2.1a: two `slot_bytes`
-    /// slots at `offset`, written alternately) on any current member.
-    pub(crate) fn newest_slot<T>(
+    /// The newest valid record of a two-copy region (`copy_bytes` each at `offset`, written
+    /// alternately) on any current member that `accept` takes, and whether a copy was damaged
+    /// or a member's region could not be read.
+    pub(crate) fn newest_record<T: stripeguard_format::Sequenced>(
         &self,
         offset: u64,
-        slot_bytes: usize,
-        decode: impl Fn(&[u8]) -> Option<T>,
-        sequence: impl Fn(&T) -> u64,
-    ) -> Option<T> {
-        let mut best: Option<T> = None;
+        copy_bytes: usize,
+        accept: impl Fn(&T) -> bool,
+    ) -> stripeguard_format::Newest<T> {
+        let mut newest = stripeguard_format::Newest::default();
         for (i, d) in self.members.all().iter().enumerate() {
             if self.is_failed(i) {
                 continue;
             }
-            let mut b = vec![0u8; 2 * slot_bytes];
-            if d.read_at(offset, &mut b).is_err() {
-                continue;
-            }
-            for r in b.chunks(slot_bytes).filter_map(&decode) {
-                if best.as_ref().is_none_or(|x| sequence(&r) > sequence(x)) {
-                    best = Some(r);
-                }
+            let mut b = vec![0u8; 2 * copy_bytes];
+            match d.read_at(offset, &mut b) {
+                Ok(()) => newest.take(&b, copy_bytes, &accept),
+                Err(_) => newest.unreadable(),
             }
         }
-        best
+        newest
     }
 
     /// Write record `bytes` of `sequence` into the slot of the two at `offset` that the

@@ -12,6 +12,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, MemDisk};
+use stripeguard_format::EventRole;
 use stripeguard_integrity::{CodeId, CrossCheck, MirrorKind, Scheme};
 
 /// What to run.
@@ -395,7 +396,9 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
         if e.action == EventAction::Reread {
             rep.reread += 1;
         }
-        if matches!(e.role, "data" | "parity") && !touched.contains(&(e.member, e.stripe)) {
+        if matches!(e.role, EventRole::Data | EventRole::Parity)
+            && !touched.contains(&(e.member, e.stripe))
+        {
             rep.false_accusations += 1;
         }
     }

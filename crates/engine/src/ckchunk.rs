@@ -29,6 +29,7 @@ use crate::repair::{stripe_event, Image};
 use crate::{Array, EngineError, Event, EventAction, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
+use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{CkTable, Scheme};
 use stripeguard_plan::Extent;
 
@@ -52,7 +53,7 @@ impl CkCache {
 }
 
 /// What the repair found about one unit (position, kind, evidence, chunk bytes were right).
-type CkFinding = (usize, &'static str, String, bool);
+type CkFinding = (usize, EventKind, String, bool);
 
 impl Array {
     pub(crate) fn is_ck(&self) -> bool {
@@ -311,7 +312,7 @@ impl Array {
         t: &CkTable,
         read: &[(usize, Extent)],
         units: &[Option<AlignedBuf>],
-    ) -> Vec<(usize, &'static str, String)> {
+    ) -> Vec<(usize, EventKind, String)> {
         let b = self.gran.block as usize;
         let mut out = Vec::new();
         for &(pos, e) in read {
@@ -324,7 +325,7 @@ impl Array {
             if !bad.is_empty() {
                 out.push((
                     pos,
-                    "checksum",
+                    EventKind::Checksum,
                     format!("block(s) {bad:?} disagree with the checksum chunk"),
                 ));
             }
@@ -336,7 +337,7 @@ impl Array {
     pub(crate) fn repair_ck(
         &self,
         stripe: u64,
-        suspects: &[(usize, &'static str, String)],
+        suspects: &[(usize, EventKind, String)],
         cause: Interrupted<'_>,
     ) -> Result<Image, EngineError> {
         let g = self.geometry;
@@ -360,7 +361,7 @@ impl Array {
         }
         let mut findings: Vec<CkFinding> = erased
             .iter()
-            .map(|&p| (p, "read-error", "read failed".to_string(), false))
+            .map(|&p| (p, EventKind::ReadError, "read failed".to_string(), false))
             .collect();
         let mismatched = |t: &CkTable, full: &[AlignedBuf], p: usize| -> Vec<usize> {
             t.mismatches(p, 0, &full[p][..c], b)
@@ -389,7 +390,7 @@ impl Array {
         if disk_bad && table.is_ok() {
             findings.push((
                 n,
-                "checksum-chunk",
+                EventKind::ChecksumChunk,
                 "the checksum member's unit differs from the table this holder holds, or is damaged outside the table".into(),
                 false,
             ));
@@ -423,7 +424,7 @@ impl Array {
                         for (p, blocks) in &wrong {
                             findings.push((
                                 *p,
-                                "checksum",
+                                EventKind::Checksum,
                                 format!(
                                     "block(s) {blocks:?} disagree with the checksum chunk; rebuilt from the others, it agrees"
                                 ),
@@ -438,7 +439,7 @@ impl Array {
                                     ev.counters.detected += 1;
                                     ev.record(stripe_event(
                                         stripe,
-                                        "parity-mismatch",
+                                        EventKind::ParityMismatch,
                                         "every unit agrees with the checksum chunk but the parity equations do not hold: a lost write of a data unit and its checksum chunk together, which this layout cannot locate; nothing was changed".into(),
                                         EventAction::Mismatch,
                                     ));
@@ -484,7 +485,7 @@ impl Array {
                         for (p, blocks) in wrong.iter().filter(|w| cold.contains(&w.0)) {
                             findings.push((
                                 *p,
-                                "checksum",
+                                EventKind::Checksum,
                                 format!(
                                     "block(s) {blocks:?} disagree with the checksum chunk and no write was in flight to this unit; rebuilt from the others, it agrees"
                                 ),
@@ -493,7 +494,7 @@ impl Array {
                         }
                         findings.push((
                             n,
-                            "checksum-chunk",
+                            EventKind::ChecksumChunk,
                             "the checksum chunk was behind the interrupted write (recomputed)"
                                 .into(),
                             false,
@@ -526,7 +527,7 @@ impl Array {
                     settled = matches!(cause, Interrupted::Unknown);
                     findings.push((
                         n,
-                        "checksum-chunk",
+                        EventKind::ChecksumChunk,
                         format!(
                             "the checksum chunk disagrees with units {:?} whose parity agrees with the data: its own write was lost or torn",
                             wrong.iter().map(|w| w.0).collect::<Vec<_>>()
@@ -541,7 +542,7 @@ impl Array {
             Err(why) => {
                 let out = self.is_failed(n);
                 if !out {
-                    findings.push((n, "checksum-chunk", why, false));
+                    findings.push((n, EventKind::ChecksumChunk, why, false));
                 }
                 let mut bad = erased.clone();
                 if n - erased.len() > k {
@@ -551,7 +552,7 @@ impl Array {
                             for p in extra {
                                 findings.push((
                                     p,
-                                    "parity",
+                                    EventKind::Parity,
                                     "located by the erasure code's syndromes (no checksum chunk to compare with)".into(),
                                     false,
                                 ));
@@ -608,7 +609,7 @@ impl Array {
         if settled {
             self.record_resync(
                 stripe,
-                "resync-settled",
+                EventKind::ResyncSettled,
                 "units disagree with the checksum chunk and the parity agrees with the data as it is: data kept as on disk (a unit torn by the crash may mix old and new blocks), checksum chunk recomputed".into(),
             );
         } else {
@@ -623,25 +624,25 @@ impl Array {
 
     /// A finding is news unless it is a member already known to be out.
     fn counts_as_news(&self, stripe: u64, f: &CkFinding, cause: Interrupted<'_>) -> bool {
-        let known_out = f.1 == "read-error" && self.is_failed(self.member_of(stripe, f.0));
+        let known_out = f.1 == EventKind::ReadError && self.is_failed(self.member_of(stripe, f.0));
         !known_out && !cause.may_have_left(f.0)
     }
 
     fn record_ck_findings(
         &self,
         stripe: u64,
-        suspects: &[(usize, &'static str, String)],
+        suspects: &[(usize, EventKind, String)],
         findings: Vec<CkFinding>,
         cause: Interrupted<'_>,
     ) {
         let g = self.geometry;
         let role = |pos: usize| {
             if pos < g.k {
-                "data"
+                EventRole::Data
             } else if pos < g.n() {
-                "parity"
+                EventRole::Parity
             } else {
-                "checksum"
+                EventRole::Checksum
             }
         };
         let mut ev = self.events.lock().expect("lock");
@@ -657,7 +658,7 @@ impl Array {
                     member: self.member_of(stripe, *pos),
                     position: *pos,
                     role: role(*pos),
-                    kind,
+                    kind: *kind,
                     evidence: format!("{evidence} (in flight only: the unit on disk is correct)"),
                     action: EventAction::Reread,
                 });
@@ -665,12 +666,12 @@ impl Array {
         }
         for (pos, kind, evidence, _) in findings {
             let member = self.member_of(stripe, pos);
-            if kind == "read-error" && self.is_failed(member) {
+            if kind == EventKind::ReadError && self.is_failed(member) {
                 continue;
             }
             let (kind, evidence, action) = if cause.may_have_left(pos) {
                 (
-                    "resync",
+                    EventKind::Resync,
                     format!("{kind}: {evidence} (left by the interrupted write)"),
                     EventAction::Resynced,
                 )

@@ -23,6 +23,7 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use stripeguard_disk::{CrashDisk, Disk, DiskRef, MemDisk};
+use stripeguard_format::EventKind;
 use stripeguard_integrity::Scheme;
 
 /// What to run.
@@ -289,7 +290,7 @@ fn one_crash(
     let settled: BTreeSet<u64> = array
         .events()
         .iter()
-        .filter(|e| e.kind == "resync-settled")
+        .filter(|e| e.kind == EventKind::ResyncSettled)
         .map(|e| e.stripe)
         .collect();
     rep.stripes_settled += settled.len() as u64;

@@ -3,32 +3,7 @@
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
-/// What was done about a finding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum EventAction {
-    /// The unit was rebuilt from redundancy, checked and written back.
-    Repaired,
-    /// Only the unit's appendix was stale (a missed checksum-copy update); it was rewritten.
-    AppendixRewritten,
-    /// The bytes a read returned were wrong but the unit on disk is right (a misdirected read):
-    /// the stripe was read again and the good bytes used.
-    Reread,
-    /// Rebuilt in memory; the member is failed so nothing was written.
-    RebuiltDegraded,
-    /// Found and rebuilt in memory, not written: the array was opened read-only (`status --check`).
-    FoundReadOnly,
-    /// The stripe could not be repaired; the request failed.
-    Unrecoverable,
-    /// A stripe an unclean shutdown may have left half-written was made consistent (resync);
-    /// never counted as corruption.
-    Resynced,
-    /// Something an operator should know that is not a finding (counts nothing).
-    Notice,
-    /// Bare RAID (`none`): the stripe's parity disagrees with its data. Nothing says which unit
-    /// is wrong, so nothing was changed (Linux md's `mismatch_cnt`).
-    Mismatch,
-}
+pub use stripeguard_format::{EventAction, EventKind, EventRole};
 
 /// One finding in one unit.
 #[derive(Clone, Debug, Serialize)]
@@ -39,10 +14,10 @@ pub struct Event {
     pub member: usize,
     /// Stripe position (`0..k` data, then parity).
     pub position: usize,
-    /// `data` or `parity`.
-    pub role: &'static str,
-    /// Finding kind (`checksum`, `identity`, `stale`, `outvoted`, `read-error`, `parity`).
-    pub kind: &'static str,
+    /// What it is about.
+    pub role: EventRole,
+    /// What was found.
+    pub kind: EventKind,
     /// Human-readable evidence.
     pub evidence: String,
     /// What was done.
@@ -51,15 +26,15 @@ pub struct Event {
 
 /// A unit's place in words: `data 2`, `P`, `Q`, `parity 3` (beyond Q), `checksum` (the
 /// checksum member), or the role alone for stripe- and member-wide events.
-pub fn unit_label(role: &str, position: usize, k: usize) -> String {
+pub fn unit_label(role: EventRole, position: usize, k: usize) -> String {
     match role {
-        "data" => format!("data {position}"),
-        "parity" => match position.saturating_sub(k) {
+        EventRole::Data => format!("data {position}"),
+        EventRole::Parity => match position.saturating_sub(k) {
             0 => "P".into(),
             1 => "Q".into(),
             j => format!("parity {j}"),
         },
-        other => other.to_string(),
+        EventRole::Stripe | EventRole::Member | EventRole::Checksum => role.to_string(),
     }
 }
 
@@ -136,12 +111,12 @@ impl EventLog {
 mod tests {
     #[test]
     fn parity_is_named_p_q_then_by_number() {
-        use super::unit_label;
-        assert_eq!(unit_label("data", 2, 6), "data 2");
-        assert_eq!(unit_label("parity", 6, 6), "P");
-        assert_eq!(unit_label("parity", 7, 6), "Q");
-        assert_eq!(unit_label("parity", 9, 6), "parity 3");
-        assert_eq!(unit_label("checksum", 8, 6), "checksum");
-        assert_eq!(unit_label("stripe", 0, 6), "stripe");
+        use super::{unit_label, EventRole};
+        assert_eq!(unit_label(EventRole::Data, 2, 6), "data 2");
+        assert_eq!(unit_label(EventRole::Parity, 6, 6), "P");
+        assert_eq!(unit_label(EventRole::Parity, 7, 6), "Q");
+        assert_eq!(unit_label(EventRole::Parity, 9, 6), "parity 3");
+        assert_eq!(unit_label(EventRole::Checksum, 8, 6), "checksum");
+        assert_eq!(unit_label(EventRole::Stripe, 0, 6), "stripe");
     }
 }

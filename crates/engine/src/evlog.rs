@@ -2,55 +2,19 @@
 //! metadata area, written in batches at each flush, so the evidence of what was found and done
 //! travels with the disks.
 
-use crate::events::{Event, EventAction};
+use crate::events::Event;
 use crate::{Array, EngineError};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stripeguard_checksum::crc32c;
 use stripeguard_disk::DiskRef;
+use stripeguard_format::{EventEntry, Record, EVENT_ENTRY_BYTES};
 use stripeguard_integrity::Superblock;
 
-const MAGIC: [u8; 4] = *b"SGEV";
-const VERSION: u8 = 1;
 /// Bytes per entry.
-pub const ENTRY_BYTES: usize = 256;
-const CRC_AT: usize = ENTRY_BYTES - 4;
-
-const ACTIONS: [EventAction; 9] = [
-    EventAction::Repaired,
-    EventAction::AppendixRewritten,
-    EventAction::Reread,
-    EventAction::RebuiltDegraded,
-    EventAction::FoundReadOnly,
-    EventAction::Unrecoverable,
-    EventAction::Resynced,
-    EventAction::Mismatch,
-    EventAction::Notice,
-];
-const ROLES: [&str; 4] = ["data", "parity", "stripe", "member"];
+pub const ENTRY_BYTES: usize = EVENT_ENTRY_BYTES;
 
 /// An event read back from the log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LoggedEvent {
-    /// Entry number, in the order recorded.
-    pub number: u64,
-    /// Unix milliseconds.
-    pub time_unix_ms: u64,
-    /// Stripe.
-    pub stripe: u64,
-    /// Member index.
-    pub member: u16,
-    /// Position in the stripe.
-    pub position: u16,
-    /// `data`, `parity`, `stripe` or `member`.
-    pub role: String,
-    /// Finding kind.
-    pub kind: String,
-    /// Evidence.
-    pub evidence: String,
-    /// What was done.
-    pub action: EventAction,
-}
+pub type LoggedEvent = EventEntry;
 
 /// The log as read from the members.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -63,63 +27,24 @@ pub struct LogRead {
     pub capacity: u64,
     /// `k` of the array (to name parity positions: P, Q, parity j).
     pub data_chunks: usize,
+    /// Intact entries written by a newer build with codes this one does not know (skipped).
+    pub not_understood: u64,
 }
 
-fn encode(number: u64, time_unix_ms: u64, e: &Event) -> [u8; ENTRY_BYTES] {
-    let mut b = [0u8; ENTRY_BYTES];
-    b[0..4].copy_from_slice(&MAGIC);
-    b[4] = VERSION;
-    b[5] = ACTIONS.iter().position(|a| *a == e.action).unwrap_or(0) as u8 + 1;
-    b[6] = ROLES.iter().position(|r| *r == e.role).unwrap_or(2) as u8 + 1;
-    b[8..16].copy_from_slice(&number.to_le_bytes());
-    b[16..24].copy_from_slice(&time_unix_ms.to_le_bytes());
-    b[24..32].copy_from_slice(&e.stripe.to_le_bytes());
-    b[32..34].copy_from_slice(&(e.member as u16).to_le_bytes());
-    b[34..36].copy_from_slice(&(e.position as u16).to_le_bytes());
-    put_str(&mut b[40..64], e.kind);
-    put_str(&mut b[64..CRC_AT], &e.evidence);
-    let crc = crc32c(&b[..CRC_AT]);
-    b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-/// Copy `s` into `dst`, cut at a character boundary, NUL-padded.
-fn put_str(dst: &mut [u8], s: &str) {
-    let mut end = s.len().min(dst.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
+fn encode(number: u64, time_unix_ms: u64, e: &Event) -> Vec<u8> {
+    EventEntry {
+        number,
+        time_unix_ms,
+        stripe: e.stripe,
+        member: u16::try_from(e.member).expect("at most 255 members"),
+        position: u16::try_from(e.position).expect("at most 255 positions"),
+        role: e.role,
+        kind: e.kind,
+        evidence: e.evidence.clone(),
+        action: e.action,
     }
-    dst[..end].copy_from_slice(&s.as_bytes()[..end]);
-}
-
-fn get_str(b: &[u8]) -> String {
-    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
-/// Parse one entry; `None` when empty or damaged. Never panics.
-pub(crate) fn decode(b: &[u8]) -> Option<LoggedEvent> {
-    if b.len() < ENTRY_BYTES
-        || b[0..4] != MAGIC
-        || b[4] != VERSION
-        || b[CRC_AT..ENTRY_BYTES] != crc32c(&b[..CRC_AT]).to_le_bytes()
-    {
-        return None;
-    }
-    let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    let action = *ACTIONS.get((b[5] as usize).checked_sub(1)?)?;
-    let role = ROLES.get((b[6] as usize).checked_sub(1)?)?.to_string();
-    Some(LoggedEvent {
-        number: u(8),
-        time_unix_ms: u(16),
-        stripe: u(24),
-        member: u16::from_le_bytes([b[32], b[33]]),
-        position: u16::from_le_bytes([b[34], b[35]]),
-        role,
-        kind: get_str(&b[40..64]),
-        evidence: get_str(&b[64..CRC_AT]),
-        action,
-    })
+    .to_copy(ENTRY_BYTES)
+    .expect("an entry is ENTRY_BYTES")
 }
 
 /// Read the log of the array whose members are `members` (no lock taken: the log is read as
@@ -128,14 +53,21 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
     let (at, len) = (sb.layout.log_offset(), sb.layout.log_bytes);
     let capacity = len / ENTRY_BYTES as u64;
     let mut by_number: BTreeMap<u64, LoggedEvent> = BTreeMap::new();
+    let mut not_understood = std::collections::BTreeSet::new();
     let mut buf = vec![0u8; len as usize];
     for d in members {
         if d.read_at(at, &mut buf).is_err() {
             continue;
         }
         for slot in buf.chunks(ENTRY_BYTES) {
-            if let Some(e) = decode(slot) {
-                by_number.entry(e.number).or_insert(e);
+            match EventEntry::read_copy(slot) {
+                Ok(Some(e)) => {
+                    by_number.entry(e.number).or_insert(e);
+                }
+                Err(e) if !e.is_damage() => {
+                    not_understood.insert(stripeguard_format::cursor::u64_at(slot, 8));
+                }
+                Ok(None) | Err(_) => {}
             }
         }
     }
@@ -145,6 +77,7 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
         entries: by_number.into_values().collect(),
         capacity,
         data_chunks: sb.data_chunks as usize,
+        not_understood: not_understood.len() as u64,
     }
 }
 
@@ -204,6 +137,7 @@ pub fn read_log_of(members: &[DiskRef]) -> Result<LogRead, EngineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::{EventAction, EventKind, EventRole};
 
     #[test]
     fn entries_round_trip_and_long_evidence_is_cut_at_a_character() {
@@ -211,22 +145,22 @@ mod tests {
             stripe: 9,
             member: 3,
             position: 1,
-            role: "parity",
-            kind: "outvoted",
+            role: EventRole::Parity,
+            kind: EventKind::Outvoted,
             evidence: "é".repeat(200),
             action: EventAction::AppendixRewritten,
         };
         let b = encode(42, 1_700_000_000_123, &e);
-        let d = decode(&b).unwrap();
+        let d = EventEntry::read_copy(&b).unwrap().unwrap();
         assert_eq!((d.number, d.stripe, d.member, d.position), (42, 9, 3, 1));
-        assert_eq!((d.role.as_str(), d.kind.as_str()), ("parity", "outvoted"));
+        assert_eq!((d.role, d.kind), (EventRole::Parity, EventKind::Outvoted));
         assert_eq!(d.action, EventAction::AppendixRewritten);
         assert_eq!(d.evidence, "é".repeat(94));
         for bit in 0..ENTRY_BYTES * 8 {
-            let mut c = b;
+            let mut c = b.clone();
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode(&c).is_none(), "bit {bit}");
+            assert!(EventEntry::read_copy(&c).is_err(), "bit {bit}");
         }
-        assert!(decode(&[0u8; ENTRY_BYTES]).is_none());
+        assert_eq!(EventEntry::read_copy(&[0u8; ENTRY_BYTES]), Ok(None));
     }
 }

@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
+use stripeguard_format::intent::intent_capacity_bits;
+use stripeguard_format::EventKind;
+use stripeguard_format::{slot_offset, IntentRecord, Record};
 use stripeguard_integrity::{MetadataLayout, MirrorKind, Scheme, INTENT_RECORD_OFFSET};
 
-const MAGIC: [u8; 8] = *b"SGINTENT";
-const VERSION: u32 = 1;
-const HEADER_BYTES: usize = 64;
 /// Array data per bit by default (FORMAT.md §2.1b).
 pub const DEFAULT_REGION_BYTES: u64 = 64 << 20;
 
@@ -39,15 +39,6 @@ pub(crate) struct Intent {
     cleared_at: u64,
 }
 
-/// A decoded copy.
-pub(crate) struct Record {
-    sequence: u64,
-    stripes_per_bit: u64,
-    bits: u64,
-    bitmap: Vec<u8>,
-    cleared_at: u64,
-}
-
 fn is_set(map: &[u8], r: u64) -> bool {
     map.get((r / 8) as usize)
         .is_some_and(|b| b >> (r % 8) & 1 == 1)
@@ -56,7 +47,7 @@ fn is_set(map: &[u8], r: u64) -> bool {
 impl Intent {
     pub(crate) fn new(layout: &MetadataLayout, stripes: u64, stripe_data_bytes: u64) -> Intent {
         let copy_bytes = (layout.intent_bytes / 2) as usize;
-        let max_bits = ((copy_bytes - HEADER_BYTES - 4) * 8) as u64;
+        let max_bits = intent_capacity_bits(copy_bytes);
         let per_bit = stripes
             .div_ceil(max_bits)
             .max(DEFAULT_REGION_BYTES.div_ceil(stripe_data_bytes.max(1)))
@@ -77,49 +68,17 @@ impl Intent {
     }
 
     fn encode(&self, event_count: u64) -> Vec<u8> {
-        let mut b = vec![0u8; self.copy_bytes];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(self.copy_bytes as u32).to_le_bytes());
-        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b[24..32].copy_from_slice(&self.stripes_per_bit.to_le_bytes());
-        b[32..40].copy_from_slice(&self.bits.to_le_bytes());
-        b[40..48].copy_from_slice(&event_count.to_le_bytes());
-        b[48..56].copy_from_slice(&self.cleared_at.to_le_bytes());
-        b[HEADER_BYTES..HEADER_BYTES + self.set.len()].copy_from_slice(&self.set);
-        let at = self.copy_bytes - 4;
-        let crc = crc32c(&b[..at]);
-        b[at..].copy_from_slice(&crc.to_le_bytes());
-        b
+        IntentRecord {
+            sequence: self.sequence,
+            stripes_per_bit: self.stripes_per_bit,
+            bits: self.bits,
+            event_count,
+            cleared_at: self.cleared_at,
+            bitmap: self.set.clone(),
+        }
+        .to_copy(self.copy_bytes)
+        .expect("the bitmap was sized for the copy")
     }
-}
-
-/// Parse one copy: `Ok(None)` when it is all zeros (never written), `Err` when damaged.
-pub(crate) fn decode(b: &[u8]) -> Result<Option<Record>, ()> {
-    if b.iter().all(|&x| x == 0) {
-        return Ok(None);
-    }
-    let n = b.len();
-    if n < HEADER_BYTES + 4
-        || b[0..8] != MAGIC
-        || b[8..12] != VERSION.to_le_bytes()
-        || b[12..16] != (n as u32).to_le_bytes()
-        || b[n - 4..] != crc32c(&b[..n - 4]).to_le_bytes()
-    {
-        return Err(());
-    }
-    let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    let (per_bit, bits) = (u(24), u(32));
-    if per_bit == 0 || bits.div_ceil(8) > (n - HEADER_BYTES - 4) as u64 {
-        return Err(());
-    }
-    Ok(Some(Record {
-        sequence: u(16),
-        stripes_per_bit: per_bit,
-        bits,
-        bitmap: b[HEADER_BYTES..HEADER_BYTES + bits.div_ceil(8) as usize].to_vec(),
-        cleared_at: u(48),
-    }))
 }
 
 /// Which stripes a resync must visit.
@@ -242,7 +201,7 @@ impl Array {
             i.cleared_at = generation;
         }
         let bytes = i.encode(generation);
-        let at = INTENT_RECORD_OFFSET + (i.sequence % 2) * i.copy_bytes as u64;
+        let at = INTENT_RECORD_OFFSET + slot_offset(i.sequence, i.copy_bytes);
         // Every member at once: a record update waits for one write and one flush.
         self.each_member(None, |_, d| d.write_at(at, &bytes).and_then(|()| d.flush()))
     }
@@ -298,28 +257,8 @@ impl Array {
     /// The newest record's dirty regions, sequence and "cleared at" event count.
     fn read_intent_with_sequence(&self) -> (Dirty, u64, u64) {
         let copy = (self.sb.layout.intent_bytes / 2) as usize;
-        let (mut best, mut damaged): (Option<Record>, bool) = (None, false);
-        for (m, d) in self.members.all().iter().enumerate() {
-            if self.is_failed(m) {
-                continue;
-            }
-            let mut b = vec![0u8; 2 * copy];
-            if d.read_at(INTENT_RECORD_OFFSET, &mut b).is_err() {
-                damaged = true;
-                continue;
-            }
-            for c in b.chunks(copy) {
-                match decode(c) {
-                    Ok(Some(r)) => {
-                        if best.as_ref().is_none_or(|x| r.sequence > x.sequence) {
-                            best = Some(r);
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(()) => damaged = true,
-                }
-            }
-        }
+        let newest = self.newest_record::<IntentRecord>(INTENT_RECORD_OFFSET, copy, |_| true);
+        let (best, damaged) = (newest.record, newest.damaged);
         let newest = best.as_ref().map(|r| r.sequence).unwrap_or(0);
         let cleared_at = best.as_ref().map(|r| r.cleared_at).unwrap_or(0);
         let dirty = match best {
@@ -454,7 +393,7 @@ impl Array {
             .map(|(j, p)| (g.k + j, 0, &p[..]))
             .collect();
         self.write_units(stripe, &writes)?;
-        self.record_resync(stripe, "resync", evidence.to_string());
+        self.record_resync(stripe, EventKind::Resync, evidence.to_string());
         Ok(())
     }
 
@@ -464,7 +403,7 @@ impl Array {
         self.settle_or_report(
             stripe,
             None,
-            "resync-settled",
+            EventKind::ResyncSettled,
             "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed",
         )
     }
@@ -475,12 +414,12 @@ impl Array {
         &self,
         stripe: u64,
         known: Option<(usize, &[u8])>,
-        kind: &'static str,
+        kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
         match self.settle_with(stripe, known, kind, evidence) {
             Err(EngineError::Unrecoverable { reason, .. }) => {
-                self.record_resync(stripe, "resync-unrecoverable", reason);
+                self.record_resync(stripe, EventKind::ResyncUnrecoverable, reason);
                 Ok(())
             }
             other => other,
@@ -493,7 +432,7 @@ impl Array {
         &self,
         stripe: u64,
         known: Option<(usize, &[u8])>,
-        kind: &'static str,
+        kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
         let g = self.geometry;
@@ -573,7 +512,7 @@ impl Array {
         Ok(())
     }
 
-    pub(crate) fn record_resync(&self, stripe: u64, kind: &'static str, evidence: String) {
+    pub(crate) fn record_resync(&self, stripe: u64, kind: EventKind, evidence: String) {
         self.events
             .lock()
             .expect("lock")

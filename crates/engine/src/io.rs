@@ -4,6 +4,7 @@ use crate::repair::Image;
 use crate::{Array, EngineError};
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
+use stripeguard_format::EventKind;
 use stripeguard_integrity::{
     block_crcs, combine_block_crcs, diagnose, Appendix, Diagnosis, MirrorKind, Scheme, UnitView,
 };
@@ -338,7 +339,7 @@ impl Array {
                 // The checksum member out of the array: reads go on unverified (as `none`)
                 // until `replace` rebuilds its tables; nothing is suspect.
                 Err(_) if self.is_failed(self.ck_pos()) => {}
-                Err(why) => ck_suspects.push((self.ck_pos(), "checksum-chunk", why)),
+                Err(why) => ck_suspects.push((self.ck_pos(), EventKind::ChecksumChunk, why)),
             }
         }
         if diag.is_clean() && !erased.iter().any(|&e| e) && ck_suspects.is_empty() {
@@ -358,14 +359,20 @@ impl Array {
                 ck: ck_table,
             });
         }
-        let mut suspects: Vec<(usize, &'static str, String)> = diag
+        let mut suspects: Vec<(usize, EventKind, String)> = diag
             .findings
             .iter()
-            .map(|f| (f.position, f.kind.name(), crate::repair::evidence(&f.kind)))
+            .map(|f| {
+                (
+                    f.position,
+                    f.kind.event_kind(),
+                    crate::repair::evidence(&f.kind),
+                )
+            })
             .collect();
         for (p, &e) in erased.iter().enumerate() {
             if e && suspects.iter().all(|s| s.0 != p) {
-                suspects.push((p, "read-error", "read failed".into()));
+                suspects.push((p, EventKind::ReadError, "read failed".into()));
             }
         }
         suspects.extend(ck_suspects);

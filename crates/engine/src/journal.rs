@@ -28,16 +28,14 @@ use crate::{Array, EngineError};
 use std::collections::BTreeMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_disk::AlignedBuf;
-use stripeguard_integrity::JOURNAL_HEADER_BYTES;
+use stripeguard_format::journal::{JOURNAL_HEADER_SIZE, MAX_EXTENTS, TOUCHED_BYTES};
+use stripeguard_format::EventKind;
+use stripeguard_format::{JournalHeader, JournalKind, Record as _};
 
-const MAGIC: [u8; 8] = *b"SGJRNL\0\0";
-const VERSION: u32 = 1;
-const HEADER: usize = JOURNAL_HEADER_BYTES as usize;
+const HEADER: usize = JOURNAL_HEADER_SIZE;
 /// Record kinds (header byte 34).
-const SAVED: u8 = 0;
-const UNIT_WRITES: u8 = 1;
-/// Bytes of the touched-units bitmap (255 members at most).
-const TOUCHED_BYTES: usize = 32;
+const SAVED: u8 = JournalKind::Saved as u8;
+const UNIT_WRITES: u8 = JournalKind::UnitWrites as u8;
 
 /// One slot's bookkeeping.
 #[derive(Clone, Default)]
@@ -91,13 +89,6 @@ impl Drop for Saved<'_> {
     }
 }
 
-/// Most extents of one unit a new-bytes record holds.
-const MAX_EXTENTS: usize = 8;
-/// Where the extent table starts in the header.
-const EXTENTS_AT: usize = 88;
-/// Where the record's group (first sequence, records) is in the header.
-const GROUP_AT: usize = EXTENTS_AT + 8 * MAX_EXTENTS;
-
 /// What one record says (its payload follows the header).
 struct Record {
     kind: u8,
@@ -120,27 +111,23 @@ impl Record {
         let len = self.payload.len();
         // Whole sectors (a unit is whole sectors, so this stays inside the slot).
         let mut b = vec![0u8; HEADER + len.div_ceil(512) * 512];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(HEADER as u32).to_le_bytes());
-        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b[24..32].copy_from_slice(&self.stripe.to_le_bytes());
-        b[32..34].copy_from_slice(&(self.pos as u16).to_le_bytes());
-        b[34] = self.kind;
-        b[36..40].copy_from_slice(&crc32c(&self.payload).to_le_bytes());
-        b[40..48].copy_from_slice(&event.to_le_bytes());
-        b[48..52].copy_from_slice(&(self.extents.len() as u32).to_le_bytes());
-        b[52..56].copy_from_slice(&(len as u32).to_le_bytes());
-        b[56..56 + TOUCHED_BYTES].copy_from_slice(&self.touched);
-        for (i, (start, elen)) in self.extents.iter().enumerate() {
-            let at = EXTENTS_AT + 8 * i;
-            b[at..at + 4].copy_from_slice(&start.to_le_bytes());
-            b[at + 4..at + 8].copy_from_slice(&elen.to_le_bytes());
+        JournalHeader {
+            kind: if self.kind == SAVED {
+                JournalKind::Saved
+            } else {
+                JournalKind::UnitWrites
+            },
+            sequence: self.sequence,
+            stripe: self.stripe,
+            position: u16::try_from(self.pos).expect("a stripe has at most 255 positions"),
+            payload_crc: crc32c(&self.payload),
+            event,
+            extents: self.extents.clone(),
+            touched: self.touched,
+            round: self.group,
         }
-        b[GROUP_AT..GROUP_AT + 8].copy_from_slice(&self.group.0.to_le_bytes());
-        b[GROUP_AT + 8..GROUP_AT + 12].copy_from_slice(&self.group.1.to_le_bytes());
-        let crc = crc32c(&b[..HEADER - 4]);
-        b[HEADER - 4..HEADER].copy_from_slice(&crc.to_le_bytes());
+        .write_copy(&mut b[..HEADER])
+        .expect("a record has 1 to 8 extents");
         b[HEADER..HEADER + len].copy_from_slice(&self.payload);
         b
     }
@@ -148,50 +135,17 @@ impl Record {
     /// A valid record whose payload matches its CRC and whose extents fit a unit of `unit`
     /// bytes; never panics.
     fn decode(slot: &[u8], unit: usize) -> Option<Record> {
-        let h = slot.get(..HEADER)?;
-        let u32_at = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
-        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8"));
-        if h[0..8] != MAGIC
-            || u32_at(8) != VERSION
-            || u32_at(12) != HEADER as u32
-            || u32_at(HEADER - 4) != crc32c(&h[..HEADER - 4])
-            || h[35] != 0
-            || !matches!(h[34], SAVED | UNIT_WRITES)
-        {
-            return None;
-        }
-        let (count, len) = (u32_at(48) as usize, u32_at(52) as usize);
-        if count == 0 || count > MAX_EXTENTS {
-            return None;
-        }
-        let extents: Vec<(u32, u32)> = (0..count)
-            .map(|i| (u32_at(EXTENTS_AT + 8 * i), u32_at(EXTENTS_AT + 8 * i + 4)))
-            .collect();
-        let fits = extents
-            .iter()
-            .all(|&(start, elen)| elen > 0 && (start as u64 + elen as u64) <= unit as u64)
-            && extents.iter().map(|e| e.1 as u64).sum::<u64>() == len as u64;
-        let fits = fits
-            && match h[34] {
-                SAVED => extents == [(0, unit as u32)],
-                _ => true,
-            };
-        let payload = slot.get(HEADER..HEADER.checked_add(len)?)?;
-        let group = (u64_at(GROUP_AT), u32_at(GROUP_AT + 8));
-        let sequence = u64_at(16);
-        let in_group = group.1 >= 1 && sequence >= group.0 && sequence - group.0 < group.1 as u64;
-        if !fits || !in_group || u32_at(36) != crc32c(payload) {
-            return None;
-        }
+        let h = JournalHeader::read_copy(slot).ok()??;
+        let payload = h.payload_in(slot, unit as u64)?;
         Some(Record {
-            kind: h[34],
-            sequence: u64_at(16),
-            stripe: u64_at(24),
-            pos: u16::from_le_bytes([h[32], h[33]]) as usize,
-            extents,
+            kind: h.kind as u8,
+            sequence: h.sequence,
+            stripe: h.stripe,
+            pos: usize::from(h.position),
             payload: payload.to_vec(),
-            touched: h[56..56 + TOUCHED_BYTES].try_into().expect("32"),
-            group,
+            extents: h.extents,
+            touched: h.touched,
+            group: h.round,
         })
     }
 
@@ -354,7 +308,7 @@ impl Array {
         if missing.len() > self.sb.journal_slots as usize {
             self.events.lock().expect("lock").record(crate::repair::stripe_event(
                 stripe,
-                "journal-too-small",
+                EventKind::JournalTooSmall,
                 format!(
                     "{} data chunks of this stripe are missing but the journal has {} slots: written without it (a crash during this write may lose them)",
                     missing.len(),
@@ -647,7 +601,7 @@ impl Array {
                 self.settle_or_report(
                     *stripe,
                     Some((*pos, unit)),
-                    "resync-journal",
+                    EventKind::ResyncJournal,
                     "a degraded write was interrupted: parity recomputed from the data and the missing member's chunk from the journal",
                 )?;
                 continue;
@@ -668,14 +622,14 @@ impl Array {
                     self.recycle(image.units);
                     self.record_resync(
                         *stripe,
-                        "resync-journal",
+                        EventKind::ResyncJournal,
                         "a degraded write was interrupted: the missing member's chunk came from the journal, the stripe was made consistent around it".into(),
                     );
                 }
                 Err(EngineError::Unrecoverable { .. }) => self.settle_or_report(
                     *stripe,
                     Some((*pos, unit)),
-                    "resync-settled",
+                    EventKind::ResyncSettled,
                     "a degraded write was interrupted beyond what the parity decides: the missing member's chunk restored from the journal, the other data kept as on disk, parity recomputed",
                 )?,
                 Err(e) => return Err(e),

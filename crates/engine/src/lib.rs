@@ -49,7 +49,7 @@ pub use ckchunk::CK_CACHE_TABLES;
 pub use crash_campaign::{run_crash_campaign, CrashConfig, CrashReport};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
-pub use events::{unit_label, Counters, Event, EventAction};
+pub use events::{unit_label, Counters, Event, EventAction, EventKind, EventRole};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use export::ArrayExport;
 pub(crate) use journal::Interrupted;

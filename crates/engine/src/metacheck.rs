@@ -9,11 +9,13 @@
 //! overwritten; a damaged log entry is copied from a member whose copy of the same slot is
 //! valid, else cleared (the event is lost; the finding says so).
 
-use crate::events::{Event, EventAction};
+use crate::events::{Event, EventAction, EventKind, EventRole};
 use crate::{Array, EngineError};
 use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, OWNER_RECORD_OFFSET};
 
-const SLOT_BYTES: usize = 2048;
+use stripeguard_format::{
+    damaged, Checkpoint, EventEntry, IntentRecord, Owner, Record, StateRecord,
+};
 
 /// One damaged copy.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -48,14 +50,14 @@ impl Array {
             let check = |region: &'static str,
                          at: u64,
                          copy_bytes: usize,
-                         valid: &dyn Fn(&[u8]) -> bool,
+                         is_damaged: &dyn Fn(&[u8]) -> bool,
                          found: &mut Vec<MetadataFinding>| {
                 let mut b = vec![0u8; 2 * copy_bytes];
                 if d.read_at(at, &mut b).is_err() {
                     return;
                 }
                 for (j, c) in b.chunks(copy_bytes).enumerate() {
-                    if c.iter().any(|&x| x != 0) && !valid(c) {
+                    if is_damaged(c) {
                         found.push(MetadataFinding {
                             member: m,
                             region,
@@ -68,22 +70,22 @@ impl Array {
             check(
                 "owner",
                 OWNER_RECORD_OFFSET,
-                SLOT_BYTES,
-                &|c| crate::owner::Owner::decode(c).is_some(),
+                Owner::SIZE,
+                &damaged::<Owner>,
                 &mut found,
             );
             check(
                 "checkpoint",
                 CHECKPOINT_OFFSET,
-                SLOT_BYTES,
-                &|c| crate::scrub::Checkpoint::decode(c).is_some(),
+                Checkpoint::SIZE,
+                &damaged::<Checkpoint>,
                 &mut found,
             );
             check(
                 "intent",
                 INTENT_RECORD_OFFSET,
                 intent_copy,
-                &|c| crate::intent::decode(c).is_ok(),
+                &damaged::<IntentRecord>,
                 &mut found,
             );
             if self.sb.layout.state_bytes > 0 {
@@ -91,14 +93,14 @@ impl Array {
                     "state",
                     self.sb.layout.state_offset(),
                     (self.sb.layout.state_bytes / 2) as usize,
-                    &|c| stripeguard_integrity::StateRecord::decode(c).is_ok(),
+                    &damaged::<StateRecord>,
                     &mut found,
                 );
             }
             let mut log = vec![0u8; log_len];
             if d.read_at(log_at, &mut log).is_ok() {
-                for (j, e) in log.chunks(crate::evlog::ENTRY_BYTES).enumerate() {
-                    if e.iter().any(|&x| x != 0) && crate::evlog::decode(e).is_none() {
+                for (j, e) in log.chunks(EventEntry::SIZE).enumerate() {
+                    if damaged::<EventEntry>(e) {
                         found.push(MetadataFinding {
                             member: m,
                             region: "log",
@@ -125,7 +127,8 @@ impl Array {
                                 self.write_slot(
                                     OWNER_RECORD_OFFSET,
                                     o.sequence,
-                                    &o.encode(),
+                                    &o.to_copy(Owner::SIZE)
+                                        .expect("an owner record fits its slot"),
                                     true,
                                 )?;
                             }
@@ -135,7 +138,12 @@ impl Array {
                         let mut c = self.checkpoint().unwrap_or_default();
                         for _ in 0..2 {
                             c.sequence += 1;
-                            self.write_slot(CHECKPOINT_OFFSET, c.sequence, &c.encode(), false)?;
+                            self.write_slot(
+                                CHECKPOINT_OFFSET,
+                                c.sequence,
+                                &crate::scrub::checkpoint_bytes(&c),
+                                false,
+                            )?;
                         }
                     }
                     "intent" => {
@@ -147,14 +155,14 @@ impl Array {
                     _ => {}
                 }
             }
-            let eb = crate::evlog::ENTRY_BYTES;
+            let eb = EventEntry::SIZE;
             for f in found.iter_mut().filter(|f| f.region == "log") {
                 let j = f.copy as usize;
                 let good = logs
                     .iter()
                     .flatten()
                     .map(|l| &l[j * eb..(j + 1) * eb])
-                    .find(|e| crate::evlog::decode(e).is_some())
+                    .find(|e| EventEntry::intact(e))
                     .map(|e| e.to_vec())
                     .unwrap_or_else(|| vec![0u8; eb]);
                 if let Err(e) = self
@@ -176,8 +184,8 @@ impl Array {
                 stripe: 0,
                 member: f.member,
                 position: 0,
-                role: "member",
-                kind: "metadata",
+                role: EventRole::Member,
+                kind: EventKind::Metadata,
                 evidence: format!(
                     "{} copy {} of member {} is damaged (neither empty nor valid){}",
                     f.region,

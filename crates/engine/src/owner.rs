@@ -7,13 +7,8 @@
 use crate::{Array, EngineError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stripeguard_checksum::crc32c;
 use stripeguard_integrity::OWNER_RECORD_OFFSET;
 
-const MAGIC: [u8; 8] = *b"SGOWNER\0";
-const VERSION: u32 = 1;
-const SLOT_BYTES: usize = 2048;
-const CRC_AT: usize = SLOT_BYTES - 4;
 /// Milliseconds between heartbeats of a holder.
 pub const HEARTBEAT_MS: u32 = 5000;
 /// The longest heartbeat interval a reader honours (FORMAT.md §2.0): a record naming a longer
@@ -37,92 +32,14 @@ pub(crate) fn honoured_interval_ms(named: u32) -> u64 {
     named.clamp(1, MAX_HEARTBEAT_MS) as u64
 }
 
-/// One slot of the owner record.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Owner {
-    /// Incremented on every write.
-    pub sequence: u64,
-    /// Held (else free).
-    pub held: bool,
-    /// Holder's process id.
-    pub pid: u32,
-    /// Holder host's boot id.
-    #[serde(skip)]
-    pub boot_id: [u8; 16],
-    /// Random per assembly.
-    #[serde(skip)]
-    pub holder_id: [u8; 16],
-    /// Unix ms.
-    pub acquired_ms: u64,
-    /// Unix ms.
-    pub heartbeat_ms: u64,
-    /// Heartbeat interval.
-    pub interval_ms: u32,
-    /// Host name.
-    pub host: String,
-    /// Command line.
-    pub command: String,
-}
+use stripeguard_format::owner::OWNER_SLOT_BYTES as SLOT_BYTES;
+pub use stripeguard_format::Owner;
+use stripeguard_format::{Newest, Record};
 
-fn put(dst: &mut [u8], s: &str) {
-    let mut end = s.len().min(dst.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    dst[..end].copy_from_slice(&s.as_bytes()[..end]);
-}
-
-fn get(b: &[u8]) -> String {
-    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
-impl Owner {
-    pub(crate) fn encode(&self) -> [u8; SLOT_BYTES] {
-        let mut b = [0u8; SLOT_BYTES];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
-        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b[24] = self.held as u8;
-        b[28..32].copy_from_slice(&self.pid.to_le_bytes());
-        b[32..48].copy_from_slice(&self.boot_id);
-        b[48..64].copy_from_slice(&self.holder_id);
-        b[64..72].copy_from_slice(&self.acquired_ms.to_le_bytes());
-        b[72..80].copy_from_slice(&self.heartbeat_ms.to_le_bytes());
-        b[80..84].copy_from_slice(&self.interval_ms.to_le_bytes());
-        put(&mut b[88..152], &self.host);
-        put(&mut b[152..408], &self.command);
-        let crc = crc32c(&b[..CRC_AT]);
-        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        b
-    }
-
-    pub(crate) fn decode(b: &[u8]) -> Option<Owner> {
-        if b.len() < SLOT_BYTES
-            || b[0..8] != MAGIC
-            || b[8..12] != VERSION.to_le_bytes()
-            || b[12..16] != (SLOT_BYTES as u32).to_le_bytes()
-            || b[CRC_AT..SLOT_BYTES] != crc32c(&b[..CRC_AT]).to_le_bytes()
-            || b[24] > 1
-        {
-            return None;
-        }
-        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
-        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
-        Some(Owner {
-            sequence: u64_at(16),
-            held: b[24] == 1,
-            pid: u32_at(28),
-            boot_id: b[32..48].try_into().expect("16"),
-            holder_id: b[48..64].try_into().expect("16"),
-            acquired_ms: u64_at(64),
-            heartbeat_ms: u64_at(72),
-            interval_ms: u32_at(80),
-            host: get(&b[88..152]),
-            command: get(&b[152..408]),
-        })
-    }
+/// One encoded slot of `o`.
+fn slot_bytes(o: &Owner) -> Vec<u8> {
+    o.to_copy(SLOT_BYTES)
+        .expect("an owner record fits its slot")
 }
 
 /// Holder ids of the arrays this process has assembled and not yet dropped: a record naming this
@@ -155,13 +72,12 @@ fn host_name() -> String {
 impl Array {
     /// The newest valid owner record on any current member.
     pub fn owner(&self) -> Option<Owner> {
-        self.newest_slot(OWNER_RECORD_OFFSET, SLOT_BYTES, Owner::decode, |o| {
-            o.sequence
-        })
+        self.newest_record(OWNER_RECORD_OFFSET, SLOT_BYTES, |_: &Owner| true)
+            .record
     }
 
     fn write_owner(&self, o: &Owner) -> Result<(), EngineError> {
-        self.write_slot(OWNER_RECORD_OFFSET, o.sequence, &o.encode(), true)
+        self.write_slot(OWNER_RECORD_OFFSET, o.sequence, &slot_bytes(o), true)
     }
 
     /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.0). A holder
@@ -273,10 +189,9 @@ impl Array {
                 if d.read_at(OWNER_RECORD_OFFSET, &mut b).is_err() {
                     continue;
                 }
-                let newest = b
-                    .chunks(SLOT_BYTES)
-                    .filter_map(Owner::decode)
-                    .max_by_key(|r| r.sequence);
+                let mut newest = Newest::<Owner>::default();
+                newest.take(&b, SLOT_BYTES, |_| true);
+                let newest = newest.record;
                 if let Some(other) = newest.filter(|r| r.holder_id != o.holder_id && r.held) {
                     return Err(in_use(
                         &other,
@@ -361,7 +276,7 @@ impl Beater {
                         &failed,
                         OWNER_RECORD_OFFSET,
                         o.sequence,
-                        &o.encode(),
+                        &slot_bytes(o),
                         true,
                     );
                 }
@@ -435,12 +350,12 @@ mod tests {
             host: "node-é".into(),
             command: "stripeguard write m0 m1".into(),
         };
-        let b = o.encode();
-        assert_eq!(Owner::decode(&b), Some(o));
+        let b = slot_bytes(&o);
+        assert_eq!(Owner::read_copy(&b), Ok(Some(o)));
         for bit in (0..SLOT_BYTES * 8).step_by(7) {
-            let mut c = b;
+            let mut c = b.clone();
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(Owner::decode(&c).is_none(), "bit {bit}");
+            assert!(Owner::read_copy(&c).is_err(), "bit {bit}");
         }
     }
 

@@ -37,9 +37,9 @@ pub struct ReplaceSummary {
 fn target_checkpoint(target: &DiskRef) -> Option<Checkpoint> {
     let mut b = vec![0u8; 2 * SLOT_BYTES];
     target.read_at(CHECKPOINT_OFFSET, &mut b).ok()?;
-    b.chunks(SLOT_BYTES)
-        .filter_map(Checkpoint::decode)
-        .max_by_key(|c| c.sequence)
+    let mut newest = stripeguard_format::Newest::<Checkpoint>::default();
+    newest.take(&b, SLOT_BYTES, |_| true);
+    newest.record
 }
 
 /// Ends a replace's claim however it ends.
@@ -247,8 +247,11 @@ impl Array {
             // durable on the target before the members name it, so a replace killed between
             // the two writes never leaves the members naming an id its own target lacks (which
             // refused the same device as "another device").
-            let slot = (ck.sequence % 2) * SLOT_BYTES as u64;
-            target.write_at(CHECKPOINT_OFFSET + slot, &ck.encode())?;
+            let slot = stripeguard_format::slot_offset(ck.sequence, SLOT_BYTES);
+            target.write_at(
+                CHECKPOINT_OFFSET + slot,
+                &crate::scrub::checkpoint_bytes(&ck),
+            )?;
             target.flush()?;
             a.write_checkpoint(ck)?;
             Ok(())

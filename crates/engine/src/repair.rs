@@ -5,6 +5,7 @@ use crate::events::{Event, EventAction};
 use crate::{Array, EngineError, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
+use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{diagnose, Appendix, FindingKind, MirrorKind, Scheme, UnitView};
 use stripeguard_plan::Extent;
 
@@ -304,7 +305,7 @@ impl Array {
             ev.counters.unrecoverable += 1;
             ev.record(stripe_event(
                 stripe,
-                "unrecoverable",
+                EventKind::Unrecoverable,
                 reason.clone(),
                 EventAction::Unrecoverable,
             ));
@@ -374,7 +375,7 @@ impl Array {
     pub(crate) fn repair_stripe(
         &self,
         stripe: u64,
-        suspects: &[(usize, &'static str, String)],
+        suspects: &[(usize, EventKind, String)],
     ) -> Result<Image, EngineError> {
         self.repair_stripe_as(stripe, suspects, Interrupted::No)
     }
@@ -386,7 +387,7 @@ impl Array {
     pub(crate) fn repair_stripe_as(
         &self,
         stripe: u64,
-        suspects: &[(usize, &'static str, String)],
+        suspects: &[(usize, EventKind, String)],
         cause: Interrupted<'_>,
     ) -> Result<Image, EngineError> {
         if self.is_ck() {
@@ -414,15 +415,22 @@ impl Array {
             })
             .collect();
         let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
-        let mut findings: Vec<(usize, &'static str, String, bool)> = diag
+        let mut findings: Vec<(usize, EventKind, String, bool)> = diag
             .findings
             .iter()
-            .map(|f| (f.position, f.kind.name(), evidence(&f.kind), f.chunk_ok))
+            .map(|f| {
+                (
+                    f.position,
+                    f.kind.event_kind(),
+                    evidence(&f.kind),
+                    f.chunk_ok,
+                )
+            })
             .collect();
         if scheme == Scheme::None {
             for (pos, u) in units.iter().enumerate() {
                 if u.is_none() {
-                    findings.push((pos, "read-error", "read failed".into(), false));
+                    findings.push((pos, EventKind::ReadError, "read failed".into(), false));
                 }
             }
             if findings.is_empty() && suspects.is_empty() {
@@ -437,7 +445,7 @@ impl Array {
                     ev.counters.detected += 1;
                     ev.record(stripe_event(
                         stripe,
-                        "parity-mismatch",
+                        EventKind::ParityMismatch,
                         "the parity disagrees with the data; bare RAID cannot say which unit is wrong, so nothing was changed".into(),
                         EventAction::Mismatch,
                     ));
@@ -446,10 +454,11 @@ impl Array {
         }
         // Reconstructing around a member already known to have failed is degraded mode, not a
         // detection.
-        let news = |pos: usize, kind: &str| {
-            !(kind == "read-error" && self.is_failed(self.member_of(stripe, pos)))
+        let news = |pos: usize, kind: EventKind| {
+            !(kind == EventKind::ReadError && self.is_failed(self.member_of(stripe, pos)))
         };
-        let corruption = |pos: usize, kind: &str| !cause.may_have_left(pos) || kind == "identity";
+        let corruption =
+            |pos: usize, kind: EventKind| !cause.may_have_left(pos) || kind == EventKind::Identity;
         if suspects
             .iter()
             .any(|s| news(s.0, s.1) && corruption(s.0, s.1))
@@ -500,7 +509,7 @@ impl Array {
                     for p in extra {
                         findings.push((
                             p,
-                            "parity",
+                            EventKind::Parity,
                             "located by the erasure code's syndromes".into(),
                             false,
                         ));
@@ -592,8 +601,12 @@ impl Array {
                     stripe,
                     member: self.member_of(stripe, *pos),
                     position: *pos,
-                    role: if *pos < k { "data" } else { "parity" },
-                    kind,
+                    role: if *pos < k {
+                        EventRole::Data
+                    } else {
+                        EventRole::Parity
+                    },
+                    kind: *kind,
                     evidence: format!("{evidence} (in flight only: the unit on disk is correct)"),
                     action: EventAction::Reread,
                 });
@@ -601,17 +614,17 @@ impl Array {
         }
         for (pos, kind, evidence, chunk_ok) in findings {
             let member = self.member_of(stripe, pos);
-            if kind == "read-error" && self.is_failed(member) {
+            if kind == EventKind::ReadError && self.is_failed(member) {
                 // A failed member is reported once, when it fails, not in every stripe.
                 continue;
             }
             // A crash leaves units torn (checksum), behind (stale, outvoted) or missing; it never
             // leaves a unit that names another place. An identity finding in a resync is silent
             // corruption that happened to meet the crash, and is reported as such.
-            let crash_like = cause.may_have_left(pos) && kind != "identity";
+            let crash_like = cause.may_have_left(pos) && kind != EventKind::Identity;
             let (kind, evidence) = if crash_like {
                 (
-                    "resync",
+                    EventKind::Resync,
                     format!("{kind}: {evidence} (left by the interrupted write)"),
                 )
             } else {
@@ -632,7 +645,11 @@ impl Array {
                 stripe,
                 member,
                 position: pos,
-                role: if pos < k { "data" } else { "parity" },
+                role: if pos < k {
+                    EventRole::Data
+                } else {
+                    EventRole::Parity
+                },
                 kind,
                 evidence,
                 action,
@@ -649,7 +666,7 @@ impl Array {
 /// An event about a whole stripe rather than one of its units.
 pub(crate) fn stripe_event(
     stripe: u64,
-    kind: &'static str,
+    kind: EventKind,
     evidence: String,
     action: EventAction,
 ) -> Event {
@@ -657,14 +674,14 @@ pub(crate) fn stripe_event(
         stripe,
         member: 0,
         position: 0,
-        role: "stripe",
+        role: EventRole::Stripe,
         kind,
         evidence,
         action,
     }
 }
 
-fn describe(findings: &[(usize, &'static str, String, bool)]) -> String {
+fn describe(findings: &[(usize, EventKind, String, bool)]) -> String {
     findings
         .iter()
         .map(|f| format!("position {}: {}", f.0, f.1))

@@ -5,136 +5,17 @@
 
 use crate::{Array, EngineError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use stripeguard_checksum::crc32c;
 use stripeguard_integrity::CHECKPOINT_OFFSET;
 
-const MAGIC: [u8; 8] = *b"SGCHKPT\0";
-const VERSION: u32 = 1;
-pub(crate) const SLOT_BYTES: usize = 2048;
-const CRC_AT: usize = SLOT_BYTES - 4;
+pub(crate) use stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES as SLOT_BYTES;
+pub use stripeguard_format::Checkpoint;
+use stripeguard_format::Record;
 /// Stripes between checkpoint writes (and at most this much work is redone after a crash).
 pub(crate) const CHECKPOINT_EVERY: u64 = 256;
 
-/// Where a scrub and a rebuild stand (one slot of the checkpoint record, FORMAT.md §2.1a).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Checkpoint {
-    /// Incremented on every write.
-    pub sequence: u64,
-    /// A scrub ran (or is running).
-    pub scrub_ran: bool,
-    /// The scrub finished (else running or interrupted).
-    pub finished: bool,
-    /// First stripe not yet scrubbed.
-    pub next_stripe: u64,
-    /// Stripes in the array.
-    pub stripes: u64,
-    /// Unix seconds at the start.
-    pub started_unix: u64,
-    /// Unix seconds of the record (the end, when finished).
-    pub updated_unix: u64,
-    /// Units found wrong.
-    pub found: u64,
-    /// Units repaired.
-    pub repaired: u64,
-    /// Stripes that could not be repaired.
-    pub unrecoverable: u64,
-    /// `none`: stripes whose parity disagrees.
-    pub mismatches: u64,
-    /// The member a replace is rebuilding.
-    pub rebuild_member: Option<u16>,
-    /// The rebuild finished.
-    pub rebuild_finished: bool,
-    /// First stripe not yet rebuilt.
-    pub rebuild_next: u64,
-    /// Unix seconds the rebuild started.
-    pub rebuild_started_unix: u64,
-    /// Random id shared with the rebuild's target device.
-    #[serde(skip)]
-    pub rebuild_target: [u8; 16],
-}
-
-impl Checkpoint {
-    pub(crate) fn encode(&self) -> [u8; SLOT_BYTES] {
-        let mut b = [0u8; SLOT_BYTES];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
-        b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b[24] = match (self.scrub_ran, self.finished) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        };
-        let fields = [
-            self.next_stripe,
-            self.stripes,
-            self.started_unix,
-            self.updated_unix,
-            self.found,
-            self.repaired,
-            self.unrecoverable,
-            self.mismatches,
-        ];
-        for (i, v) in fields.iter().enumerate() {
-            b[32 + 8 * i..40 + 8 * i].copy_from_slice(&v.to_le_bytes());
-        }
-        b[96..98].copy_from_slice(&self.rebuild_member.unwrap_or(u16::MAX).to_le_bytes());
-        b[98] = match (self.rebuild_member, self.rebuild_finished) {
-            (None, _) => 0,
-            (Some(_), false) => 1,
-            (Some(_), true) => 2,
-        };
-        b[104..112].copy_from_slice(&self.rebuild_next.to_le_bytes());
-        b[112..120].copy_from_slice(&self.rebuild_started_unix.to_le_bytes());
-        b[120..136].copy_from_slice(&self.rebuild_target);
-        let crc = crc32c(&b[..CRC_AT]);
-        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        b
-    }
-
-    /// Parse one slot; `None` when it is empty or damaged. Never panics.
-    pub(crate) fn decode(b: &[u8]) -> Option<Checkpoint> {
-        if b.len() < SLOT_BYTES
-            || b[0..8] != MAGIC
-            || b[8..12] != VERSION.to_le_bytes()
-            || b[12..16] != (SLOT_BYTES as u32).to_le_bytes()
-            || b[CRC_AT..SLOT_BYTES] != crc32c(&b[..CRC_AT]).to_le_bytes()
-        {
-            return None;
-        }
-        let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let (scrub_ran, finished) = match b[24] {
-            0 => (false, false),
-            1 => (true, false),
-            2 => (true, true),
-            _ => return None,
-        };
-        let member = u16::from_le_bytes([b[96], b[97]]);
-        let (rebuild_member, rebuild_finished) = match b[98] {
-            0 => (None, false),
-            1 => (Some(member), false),
-            2 => (Some(member), true),
-            _ => return None,
-        };
-        Some(Checkpoint {
-            sequence: u(16),
-            scrub_ran,
-            finished,
-            next_stripe: u(32),
-            stripes: u(40),
-            started_unix: u(48),
-            updated_unix: u(56),
-            found: u(64),
-            repaired: u(72),
-            unrecoverable: u(80),
-            mismatches: u(88),
-            rebuild_member,
-            rebuild_finished,
-            rebuild_next: u(104),
-            rebuild_started_unix: u(112),
-            rebuild_target: b[120..136].try_into().expect("16 bytes"),
-        })
-    }
+/// One encoded slot of `c`.
+pub(crate) fn checkpoint_bytes(c: &Checkpoint) -> Vec<u8> {
+    c.to_copy(SLOT_BYTES).expect("a checkpoint fits its slot")
 }
 
 pub(crate) fn now_unix() -> u64 {
@@ -147,9 +28,8 @@ pub(crate) fn now_unix() -> u64 {
 impl Array {
     /// The newest valid checkpoint record on any current member, if one was ever written.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
-        self.newest_slot(CHECKPOINT_OFFSET, SLOT_BYTES, Checkpoint::decode, |c| {
-            c.sequence
-        })
+        self.newest_record(CHECKPOINT_OFFSET, SLOT_BYTES, |_: &Checkpoint| true)
+            .record
     }
 
     /// The last scrub's record, if a scrub ever ran.
@@ -159,7 +39,7 @@ impl Array {
 
     /// Write `r` to every current member, into the slot the previous record is not in.
     pub(crate) fn write_checkpoint(&self, r: &Checkpoint) -> Result<(), EngineError> {
-        self.write_slot(CHECKPOINT_OFFSET, r.sequence, &r.encode(), false)?;
+        self.write_slot(CHECKPOINT_OFFSET, r.sequence, &checkpoint_bytes(r), false)?;
         self.flush()
     }
 }

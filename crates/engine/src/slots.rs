@@ -16,7 +16,7 @@ pub(crate) fn write_slot_on(
     bytes: &[u8],
     flush: bool,
 ) -> Vec<(usize, DiskError)> {
-    let at = offset + (sequence % 2) * bytes.len() as u64;
+    let at = offset + stripeguard_format::slot_offset(sequence, bytes.len());
     disks
         .iter()
         .enumerate()

@@ -24,6 +24,7 @@
 use crate::events::{Event, EventAction};
 use crate::stripe_state::Inner;
 use crate::{Array, EngineError};
+use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{state_capacity, StateRecord, UntrustedRange};
 
 impl Array {
@@ -39,25 +40,9 @@ impl Array {
             return Ok(());
         }
         let copy = region / 2;
-        let mut best: Option<StateRecord> = None;
-        for (m, d) in self.members.all().iter().enumerate() {
-            if self.is_failed(m) {
-                continue;
-            }
-            let mut b = vec![0u8; region];
-            if d.read_at(at, &mut b).is_err() {
-                continue;
-            }
-            for c in b.chunks(copy) {
-                if let Ok(Some(r)) = StateRecord::decode(c) {
-                    if self.untrusted_fits(&r)
-                        && best.as_ref().is_none_or(|x| r.sequence > x.sequence)
-                    {
-                        best = Some(r);
-                    }
-                }
-            }
-        }
+        let best = self
+            .newest_record(at, copy, |r: &StateRecord| self.untrusted_fits(r))
+            .record;
         if best.is_none() && self.sb.untrusted_listed {
             return Err(EngineError::Assemble(format!(
                 "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a readable copy of the stripe-state record at byte {at} (FORMAT.md §2.1f); refusing to read blocks that may be listed"
@@ -146,7 +131,7 @@ impl Array {
         let ranges: Vec<UntrustedRange> = good.iter().map(|g| g.0).collect();
         self.record_ranges(
             &ranges,
-            "untrusted-verified",
+            EventKind::UntrustedVerified,
             "a scrub read the bytes its metadata vouched for before the settle and wrote them again",
             EventAction::Notice,
         );
@@ -220,7 +205,12 @@ impl Array {
             }
             u.dirty = true;
         }
-        self.record_ranges(ranges, "untrusted-cleared", why, EventAction::Notice);
+        self.record_ranges(
+            ranges,
+            EventKind::UntrustedCleared,
+            why,
+            EventAction::Notice,
+        );
     }
 
     /// List `ranges` durably before the stripe around them is re-sealed. `Ok(false)` when the
@@ -246,7 +236,7 @@ impl Array {
         drop(u);
         self.record_ranges(
             &fresh,
-            "untrusted",
+            EventKind::Untrusted,
             &format!("listed untrusted: {evidence}"),
             EventAction::Unrecoverable,
         );
@@ -305,7 +295,7 @@ impl Array {
     fn record_ranges(
         &self,
         ranges: &[UntrustedRange],
-        kind: &'static str,
+        kind: EventKind,
         evidence: &str,
         action: EventAction,
     ) {
@@ -315,7 +305,7 @@ impl Array {
                 stripe: r.stripe,
                 member: self.member_of(r.stripe, r.position as usize),
                 position: r.position as usize,
-                role: "data",
+                role: EventRole::Data,
                 kind,
                 evidence: format!("bytes {}..{}: {evidence}", r.offset, r.offset + r.len),
                 action,
@@ -519,7 +509,7 @@ impl Array {
         self.flush()?;
         self.record_ranges(
             &listed,
-            "untrusted-zeroed",
+            EventKind::UntrustedZeroed,
             "zero-filled by an operator (stripeguard clear); what they held is gone",
             EventAction::Notice,
         );

@@ -19,6 +19,7 @@
 
 use crate::{Appendix, AppendixError, Identity, MirrorKind, Role, Scheme};
 use serde::Serialize;
+use stripeguard_format::EventKind;
 
 /// One unit of a stripe as the diagnosis sees it.
 #[derive(Clone, Copy, Debug)]
@@ -88,15 +89,20 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    /// What the event log calls it.
+    pub fn event_kind(&self) -> EventKind {
+        match self {
+            FindingKind::ReadError => EventKind::ReadError,
+            FindingKind::Checksum { .. } => EventKind::Checksum,
+            FindingKind::Identity { .. } => EventKind::Identity,
+            FindingKind::Stale { .. } => EventKind::Stale,
+            FindingKind::Outvoted { .. } => EventKind::Outvoted,
+        }
+    }
+
     /// Short name for counters.
     pub fn name(&self) -> &'static str {
-        match self {
-            FindingKind::ReadError => "read-error",
-            FindingKind::Checksum { .. } => "checksum",
-            FindingKind::Identity { .. } => "identity",
-            FindingKind::Stale { .. } => "stale",
-            FindingKind::Outvoted { .. } => "outvoted",
-        }
+        self.event_kind().as_str()
     }
 }
 

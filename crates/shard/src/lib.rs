@@ -11,7 +11,8 @@
 mod decode;
 mod encode;
 mod error;
-pub mod format;
+/// The shard header (FORMAT.md §1) lives with every other on-disk record.
+pub use stripeguard_format::shard as format;
 
 pub use decode::{decode, verify, HeaderState, ShardReport, Status, VerifyReport};
 pub use encode::{encode, EncodeOptions, EncodeSummary, DEFAULT_MAX_BLOCK_BYTES};

@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
-use stripeguard_integrity::{
+use stripeguard_format::{
     Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
     Role, Scheme, StateRecord, Superblock, UntrustedRange, SUPERBLOCK_BYTES,
 };
@@ -31,7 +31,7 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
         created_unix_seconds: 1_800_000_000,
         cross_check: CrossCheck::All,
         layout,
-        journal_slots: stripeguard_integrity::JOURNAL_SLOTS,
+        journal_slots: stripeguard_format::JOURNAL_SLOTS,
         write_journal: false,
         untrusted_listed: false,
         member_table: (0..members)

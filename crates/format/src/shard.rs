@@ -1,6 +1,7 @@
 //! The shard header, byte for byte as in `FORMAT.md` section 1. Decoding never panics on any
 //! input: it returns `None` for anything that is not a valid version-1 header.
 
+use crate::cursor::{id_at, u16_at, u32_at, u64_at};
 use stripeguard_checksum::crc32c;
 
 /// Bytes in a header.
@@ -74,9 +75,9 @@ impl Header {
     /// Parse and validate; `None` when anything is off.
     pub fn decode(b: &[u8]) -> Option<Header> {
         let b: &[u8; HEADER_BYTES] = b.get(..HEADER_BYTES)?.try_into().ok()?;
-        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u16_at = |o: usize| u16_at(b, o);
+        let u32_at = |o: usize| u32_at(b, o);
+        let u64_at = |o: usize| u64_at(b, o);
         if b[0..8] != MAGIC || u32_at(124) != crc32c(&b[..124]) {
             return None;
         }
@@ -114,7 +115,7 @@ impl Header {
             index,
             block_bytes,
             file_bytes,
-            set_id: b[32..48].try_into().unwrap(),
+            set_id: id_at(b, 32),
             stripes,
             payload_crc: u32_at(56),
             file_name,
@@ -139,6 +140,43 @@ fn truncate_utf8(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+impl crate::Record for Header {
+    const NAME: &'static str = "shard header";
+    const MAGIC: &'static [u8] = &MAGIC;
+    const VERSION: u32 = VERSION as u32;
+    const SIZE: usize = HEADER_BYTES;
+    type Error = crate::FormatError;
+
+    fn write_copy(&self, copy: &mut [u8]) -> Result<(), crate::FormatError> {
+        if copy.len() != HEADER_BYTES {
+            return Err(crate::FormatError::Damaged {
+                record: Self::NAME,
+                why: "a header is 128 bytes",
+            });
+        }
+        copy.copy_from_slice(&self.encode());
+        Ok(())
+    }
+
+    fn read_copy(copy: &[u8]) -> Result<Option<Header>, crate::FormatError> {
+        if copy.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        Header::decode(copy)
+            .map(Some)
+            .ok_or(crate::FormatError::Damaged {
+                record: Self::NAME,
+                why: "not a valid version-1 header",
+            })
+    }
+
+    fn reseal(copy: &mut [u8]) {
+        if copy.len() >= HEADER_BYTES {
+            crate::cursor::seal_tail(&mut copy[..HEADER_BYTES]);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! While the record holds an entry the superblock's incompatible feature bit 2 is set, so a build
 //! that does not know the record refuses the array instead of reading a listed block as good.
 
-use crate::le::{u16_at, u32_at, u64_at};
+use crate::cursor::{u16_at, u32_at, u64_at};
 use stripeguard_checksum::crc32c;
 
 const MAGIC: [u8; 8] = *b"SGSTATE\0";
@@ -184,6 +184,35 @@ impl StateRecord {
             sequence: u64_at(b, 16),
             entries,
         }))
+    }
+}
+
+impl crate::Record for StateRecord {
+    const NAME: &'static str = "stripe-state record";
+    const MAGIC: &'static [u8] = &MAGIC;
+    const VERSION: u32 = VERSION;
+    const SIZE: usize = 0;
+    type Error = StateError;
+
+    fn write_copy(&self, copy: &mut [u8]) -> Result<(), StateError> {
+        copy.copy_from_slice(&self.encode(copy.len())?);
+        Ok(())
+    }
+
+    fn read_copy(copy: &[u8]) -> Result<Option<StateRecord>, StateError> {
+        StateRecord::decode(copy)
+    }
+
+    fn reseal(copy: &mut [u8]) {
+        if copy.len() >= 4 {
+            crate::cursor::seal_tail(copy);
+        }
+    }
+}
+
+impl crate::Sequenced for StateRecord {
+    fn sequence(&self) -> u64 {
+        self.sequence
     }
 }
 

@@ -29,7 +29,7 @@
 //! table together leaves both old and consistent with each other: the one fault this layout
 //! cannot see (Kroth & Yang say so; a test shows it).
 
-use crate::le::{u16_at, u32_at, u64_at};
+use crate::cursor::{u16_at, u32_at, u64_at};
 
 /// Bytes before the CRC list.
 pub const CK_HEADER_BYTES: usize = 48;
@@ -196,6 +196,59 @@ impl CkTable {
                 .map(|i| u32_at(b, CK_HEADER_BYTES + 4 * i))
                 .collect(),
         })
+    }
+}
+
+impl crate::Record for CkTable {
+    const NAME: &'static str = "checksum-chunk table";
+    const MAGIC: &'static [u8] = MAGIC;
+    const VERSION: u32 = LAYOUT as u32;
+    const SIZE: usize = 0;
+    type Error = CkError;
+
+    fn write_copy(&self, out: &mut [u8]) -> Result<(), CkError> {
+        if out.len() < used_bytes(self.units, self.blocks)
+            || self.crcs.len() != self.units * self.blocks
+        {
+            return Err(CkError::Short);
+        }
+        self.encode(out);
+        Ok(())
+    }
+
+    /// The table on its own: its shape, stripe and array are taken from its header (a reader
+    /// of a stripe checks them against what it expects with [`CkTable::decode`]).
+    fn read_copy(b: &[u8]) -> Result<Option<CkTable>, CkError> {
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if b.len() < CK_HEADER_BYTES {
+            return Err(CkError::Short);
+        }
+        let uuid = crate::cursor::id_at(b, 24);
+        CkTable::decode(
+            b,
+            u64_at(b, 16),
+            &uuid,
+            u16_at(b, 6) as usize,
+            u32_at(b, 8) as usize,
+        )
+        .map(Some)
+    }
+
+    fn reseal(b: &mut [u8]) {
+        if b.len() < CK_HEADER_BYTES {
+            return;
+        }
+        let end = CK_HEADER_BYTES.saturating_add(
+            (u16_at(b, 6) as usize)
+                .saturating_mul(u32_at(b, 8) as usize)
+                .saturating_mul(4),
+        );
+        if end.saturating_add(4) <= b.len() {
+            let crc = stripeguard_checksum::crc32c(&b[..end]);
+            b[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The member superblock and the metadata area, byte for byte as in `FORMAT.md` §2 and §2.1
 //! (format version 2).
 
-use crate::le::{u16_at, u32_at, u64_at};
+use crate::cursor::{u16_at, u32_at, u64_at};
 use crate::Scheme;
 use stripeguard_checksum::crc32c;
 
@@ -665,6 +665,43 @@ impl Superblock {
         }
         sb.validate()?;
         Ok(sb)
+    }
+}
+
+impl crate::Record for Superblock {
+    const NAME: &'static str = "superblock";
+    const MAGIC: &'static [u8] = &MAGIC;
+    const VERSION: u32 = VERSION;
+    const SIZE: usize = SUPERBLOCK_BYTES;
+    type Error = SuperblockError;
+
+    fn write_copy(&self, copy: &mut [u8]) -> Result<(), SuperblockError> {
+        self.validate()?;
+        if copy.len() != SUPERBLOCK_BYTES {
+            return Err(SuperblockError::Truncated(copy.len()));
+        }
+        copy.copy_from_slice(&self.encode());
+        Ok(())
+    }
+
+    fn read_copy(copy: &[u8]) -> Result<Option<Superblock>, SuperblockError> {
+        if copy.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        Superblock::decode(copy).map(Some)
+    }
+
+    fn reseal(copy: &mut [u8]) {
+        if copy.len() >= SUPERBLOCK_BYTES {
+            crate::cursor::seal_tail(&mut copy[..SUPERBLOCK_BYTES]);
+        }
+    }
+}
+
+/// The two copies are written in turn with the same generation; the newer generation wins.
+impl crate::Sequenced for Superblock {
+    fn sequence(&self) -> u64 {
+        self.generation
     }
 }
 

@@ -13,7 +13,7 @@
 //!
 //! A pure data appendix has no table (pure updates it with a blind write; see FORMAT.md).
 
-use crate::le::{u16_at, u32_at, u64_at};
+use crate::cursor::{u16_at, u32_at, u64_at};
 use crate::Scheme;
 use std::ops::Range;
 
@@ -352,6 +352,39 @@ impl Appendix {
         }
         let crc = combine_block_crcs(&computed, b);
         Ok((a, crc))
+    }
+}
+
+impl crate::Record for Appendix {
+    const NAME: &'static str = "appendix";
+    const MAGIC: &'static [u8] = &MAGIC;
+    const VERSION: u32 = VERSION as u32;
+    const SIZE: usize = 0;
+    type Error = AppendixError;
+
+    fn write_copy(&self, sector: &mut [u8]) -> Result<(), AppendixError> {
+        let need = APPENDIX_HEADER_BYTES
+            + self.entries.len() * self.scheme.entry_bytes()
+            + 4 * self.blocks.len()
+            + 4;
+        if sector.len() < need {
+            return Err(AppendixError::Size(sector.len()));
+        }
+        self.encode(sector);
+        Ok(())
+    }
+
+    fn read_copy(sector: &[u8]) -> Result<Option<Appendix>, AppendixError> {
+        if sector.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        Appendix::decode_appendix(sector).map(Some)
+    }
+
+    fn reseal(sector: &mut [u8]) {
+        if sector.len() >= 4 {
+            crate::cursor::seal_tail(sector);
+        }
     }
 }
 

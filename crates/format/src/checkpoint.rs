@@ -1,0 +1,183 @@
+//! The checkpoint record (FORMAT.md §2.3): where a scrub and a rebuild stand, so an interrupted
+//! one resumes. Two 2048-byte slots at byte 12288 of every member, written alternately.
+//!
+//! ```text
+//! offset size field
+//!      0    8 magic "SGCHKPT\0"
+//!      8    4 version 1
+//!     12    4 slot bytes 2048
+//!     16    8 sequence
+//!     24    1 scrub: 0 never ran, 1 running or interrupted, 2 finished; 25..32 zero
+//!     32    8 next stripe to scrub
+//!     40    8 stripes in the array
+//!     48    8 scrub started, Unix seconds
+//!     56    8 record written, Unix seconds
+//!     64    8 units found wrong
+//!     72    8 units repaired
+//!     80    8 stripes unrecoverable
+//!     88    8 mismatches (`none`)
+//!     96    2 member a replace rebuilds (0xffff: none)
+//!     98    1 rebuild: 0 none, 1 running, 2 finished; 99..104 zero
+//!    104    8 next stripe to rebuild
+//!    112    8 rebuild started, Unix seconds
+//!    120   16 rebuild target id (shared with the target device's own checkpoint)
+//!    136 1908 zero
+//!   2044    4 CRC-32C of bytes 0..2044
+//! ```
+
+use crate::cursor::{
+    id_at, put_u16, put_u32, put_u64, seal_tail, tail_sealed, u16_at, u32_at, u64_at,
+};
+use crate::{FormatError, Record, Sequenced};
+
+const SLOT_BYTES_U32: u32 = 2048;
+/// Bytes of one slot.
+pub const CHECKPOINT_SLOT_BYTES: usize = SLOT_BYTES_U32 as usize;
+
+/// Where a scrub and a rebuild stand (one slot of the checkpoint record).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Checkpoint {
+    /// Incremented on every write.
+    pub sequence: u64,
+    /// A scrub ran (or is running).
+    pub scrub_ran: bool,
+    /// The scrub finished (else running or interrupted).
+    pub finished: bool,
+    /// First stripe not yet scrubbed.
+    pub next_stripe: u64,
+    /// Stripes in the array.
+    pub stripes: u64,
+    /// Unix seconds at the start.
+    pub started_unix: u64,
+    /// Unix seconds of the record (the end, when finished).
+    pub updated_unix: u64,
+    /// Units found wrong.
+    pub found: u64,
+    /// Units repaired.
+    pub repaired: u64,
+    /// Stripes that could not be repaired.
+    pub unrecoverable: u64,
+    /// `none`: stripes whose parity disagrees.
+    pub mismatches: u64,
+    /// The member a replace is rebuilding.
+    pub rebuild_member: Option<u16>,
+    /// The rebuild finished.
+    pub rebuild_finished: bool,
+    /// First stripe not yet rebuilt.
+    pub rebuild_next: u64,
+    /// Unix seconds the rebuild started.
+    pub rebuild_started_unix: u64,
+    /// Random id shared with the rebuild's target device.
+    #[serde(skip)]
+    pub rebuild_target: [u8; 16],
+}
+
+const DAMAGED: fn(&'static str) -> FormatError = |why| FormatError::Damaged {
+    record: Checkpoint::NAME,
+    why,
+};
+
+impl Record for Checkpoint {
+    const NAME: &'static str = "checkpoint record";
+    const MAGIC: &'static [u8] = b"SGCHKPT\0";
+    const VERSION: u32 = 1;
+    const SIZE: usize = CHECKPOINT_SLOT_BYTES;
+    type Error = FormatError;
+
+    fn write_copy(&self, b: &mut [u8]) -> Result<(), FormatError> {
+        if b.len() != Self::SIZE {
+            return Err(DAMAGED("a slot is 2048 bytes"));
+        }
+        b.fill(0);
+        b[0..8].copy_from_slice(Self::MAGIC);
+        put_u32(b, 8, Self::VERSION);
+        put_u32(b, 12, SLOT_BYTES_U32);
+        put_u64(b, 16, self.sequence);
+        b[24] = match (self.scrub_ran, self.finished) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        let fields = [
+            self.next_stripe,
+            self.stripes,
+            self.started_unix,
+            self.updated_unix,
+            self.found,
+            self.repaired,
+            self.unrecoverable,
+            self.mismatches,
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            put_u64(b, 32 + 8 * i, *v);
+        }
+        put_u16(b, 96, self.rebuild_member.unwrap_or(u16::MAX));
+        b[98] = match (self.rebuild_member, self.rebuild_finished) {
+            (None, _) => 0,
+            (Some(_), false) => 1,
+            (Some(_), true) => 2,
+        };
+        put_u64(b, 104, self.rebuild_next);
+        put_u64(b, 112, self.rebuild_started_unix);
+        b[120..136].copy_from_slice(&self.rebuild_target);
+        seal_tail(b);
+        Ok(())
+    }
+
+    fn read_copy(b: &[u8]) -> Result<Option<Checkpoint>, FormatError> {
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if b.len() < Self::SIZE || &b[0..8] != Self::MAGIC {
+            return Err(DAMAGED("magic"));
+        }
+        let b = &b[..Self::SIZE];
+        if u32_at(b, 8) != Self::VERSION || u32_at(b, 12) != SLOT_BYTES_U32 {
+            return Err(DAMAGED("version or size"));
+        }
+        if !tail_sealed(b) {
+            return Err(DAMAGED("CRC"));
+        }
+        let (scrub_ran, finished) = match b[24] {
+            0 => (false, false),
+            1 => (true, false),
+            2 => (true, true),
+            _ => return Err(DAMAGED("scrub state")),
+        };
+        let member = u16_at(b, 96);
+        let (rebuild_member, rebuild_finished) = match b[98] {
+            0 => (None, false),
+            1 => (Some(member), false),
+            2 => (Some(member), true),
+            _ => return Err(DAMAGED("rebuild state")),
+        };
+        Ok(Some(Checkpoint {
+            sequence: u64_at(b, 16),
+            scrub_ran,
+            finished,
+            next_stripe: u64_at(b, 32),
+            stripes: u64_at(b, 40),
+            started_unix: u64_at(b, 48),
+            updated_unix: u64_at(b, 56),
+            found: u64_at(b, 64),
+            repaired: u64_at(b, 72),
+            unrecoverable: u64_at(b, 80),
+            mismatches: u64_at(b, 88),
+            rebuild_member,
+            rebuild_finished,
+            rebuild_next: u64_at(b, 104),
+            rebuild_started_unix: u64_at(b, 112),
+            rebuild_target: id_at(b, 120),
+        }))
+    }
+
+    fn reseal(b: &mut [u8]) {
+        seal_tail(b);
+    }
+}
+
+impl Sequenced for Checkpoint {
+    fn sequence(&self) -> u64 {
+        self.sequence
+    }
+}
