@@ -1,4 +1,4 @@
-//! Any bytes as a stripe-state record copy (FORMAT.md §2.1f): reject or accept, never panic;
+//! Any bytes as a stripe-state record copy (FORMAT.md §2.7): reject or accept, never panic;
 //! whatever is accepted round-trips.
 #![no_main]
 use libfuzzer_sys::fuzz_target;

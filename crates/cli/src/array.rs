@@ -975,6 +975,12 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
                 log.capacity,
                 log.dropped
             );
+            if log.not_understood > 0 {
+                println!(
+                    "{} entry(ies) written by a newer build hold codes this one does not know (skipped)",
+                    log.not_understood
+                );
+            }
         }
         for e in &fresh {
             if a.json {

@@ -399,7 +399,7 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
     }
     println!("{label}");
     println!(
-        "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O); \"engine\": the member I/Os and bytes the engine issues (checksum blocks and appendices, FORMAT.md §2.3a)",
+        "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O); \"engine\": the member I/Os and bytes the engine issues (checksum blocks and appendices, FORMAT.md §2.9.1)",
         report.k, report.m, format_size(report.chunk_bytes as usize), report.requests
     );
     if info.wrapped > 0 || info.clipped > 0 {

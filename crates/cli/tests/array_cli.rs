@@ -349,7 +349,7 @@ fn k1_refuses_pure_and_hybrid2_and_hybrid1_catches_a_flipped_bit() {
     create(d, &ms, "1M", &["--scheme", "hybrid1"]);
     let data = random_file(&d.join("A"), 4096, 3);
     ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
-    // Stripe 0's data chunk is on member (n - 1 + m) mod n = 0 (FORMAT.md §2.2).
+    // Stripe 0's data chunk is on member (n - 1 + m) mod n = 0 (FORMAT.md §2.8).
     let m0 = d.join("m0.img");
     let at = data_offset(&m0) + 100;
     let old = std::fs::read(&m0).unwrap()[at as usize];
@@ -376,7 +376,7 @@ fn two_lost_writes(d: &Path, scheme: &str, cross: &str) -> (Option<i32>, Vec<u8>
     random_file(&d.join("A64K"), 65536, 1);
     let b = random_file(&d.join("B4K"), 4096, 2);
     ok(&sg(&with(&["write"], &ms, &["-i", "A64K"]), d));
-    // Stripe 0: P on member 5, Q on member 0, data chunk 0 on member 1 (FORMAT.md §2.2).
+    // Stripe 0: P on member 5, Q on member 0, data chunk 0 on member 1 (FORMAT.md §2.8).
     let old1 = std::fs::read(d.join("m1.img")).unwrap();
     let old5 = std::fs::read(d.join("m5.img")).unwrap();
     ok(&sg(&with(&["write"], &ms, &["-i", "B4K"]), d));
@@ -482,7 +482,7 @@ fn none_status_check_reports_a_parity_that_disagrees() {
     ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
     let clean = sg(&with(&["status"], &ms, &["--check"]), d);
     assert_eq!(clean.status.code(), Some(0), "{clean:?}");
-    // Stripe 0's parity is on member n - 1 = 2 (FORMAT.md §2.2).
+    // Stripe 0's parity is on member n - 1 = 2 (FORMAT.md §2.8).
     let m2 = d.join("m2.img");
     let at = data_offset(&m2) + 10;
     let old = std::fs::read(&m2).unwrap()[at as usize];

@@ -112,7 +112,7 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
         let report = String::from_utf8_lossy(&back.stderr).into_owned();
         // Stripes the resync had to settle (more units interrupted than the parity decides:
         // a unit torn by the kill keeps its mix of old and new blocks, and the blocks that
-        // fail their checks are listed untrusted and refused; FORMAT.md §2.1b, §2.1f).
+        // fail their checks are listed untrusted and refused; FORMAT.md §2.4, §2.7).
         let settled: Vec<u64> = report
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -186,7 +186,7 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
     );
 }
 
-/// The same kills on an array made with `--journal` (FORMAT.md §2.1e): after the resync every
+/// The same kills on an array made with `--journal` (FORMAT.md §2.6): after the resync every
 /// 16 KiB chunk is entirely the old file's or entirely the new one's, with no exception for
 /// settled stripes, and the check is clean.
 #[test]

@@ -1,5 +1,5 @@
 //! Issue 30, items 2, 3, 4, 6 and 7, end to end: re-add never trusts a copy older than the
-//! moment its member left; a forged owner record (FORMAT.md §2.0) cannot hang a command, and
+//! moment its member left; a forged owner record (FORMAT.md §2.2) cannot hang a command, and
 //! every wait on another holder says what it waits for and until when (`--no-wait` refuses at
 //! once); a split-brain message with one side empty reads well; every writable holder beats its
 //! heartbeat, socket or not; a write refused with exit 3 closes the array clean. Each case
@@ -97,7 +97,7 @@ fn a_member_copy_older_than_its_leaving_is_rebuilt_in_full() {
     assert!(out.stdout == pattern(524288, 2));
 }
 
-/// Write a CRC-valid owner record (FORMAT.md §2.0) naming process 4242 on host "elsewhere"
+/// Write a CRC-valid owner record (FORMAT.md §2.2) naming process 4242 on host "elsewhere"
 /// into slot 0 of `member`, with a sequence above any record it holds.
 fn forge_owner(member: &Path, heartbeat_ms: u64, interval_ms: u32) {
     let sequence = owner_of(member).map_or(0, |o| o.0) + 1000;

@@ -250,7 +250,7 @@ fn an_interrupted_scrub_resumes_where_it_stopped() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Wait for the first checkpoint record (FORMAT.md §2.1a: two slots at byte 12288).
+    // Wait for the first checkpoint record (FORMAT.md §2.3: two slots at byte 12288).
     let written = (0..400).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let b = std::fs::read(d.join("m0")).unwrap();
@@ -400,7 +400,7 @@ fn without_local_locks_the_owner_record_refuses_a_second_process() {
         .spawn()
         .unwrap();
     let pid = first.id().to_string();
-    // Wait for its owner record (FORMAT.md §2.0: slots at 8192 and 10240, pid at +28).
+    // Wait for its owner record (FORMAT.md §2.2: slots at 8192 and 10240, pid at +28).
     let held = (0..400).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let b = std::fs::read(d.join("m0")).unwrap();

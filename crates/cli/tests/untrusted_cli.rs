@@ -1,4 +1,4 @@
-//! Untrusted blocks (FORMAT.md §2.1f), end to end: a stripe damaged beyond its redundancy stays
+//! Untrusted blocks (FORMAT.md §2.7), end to end: a stripe damaged beyond its redundancy stays
 //! refused after a resync settles it (it used to be re-sealed and read back wrong with exit 0),
 //! and every way out — a whole write, a scrub that finds the good bytes back, `clear` — works,
 //! while `replace` takes nothing off. The damage and the crash are made by hand at the offsets
@@ -29,7 +29,7 @@ fn random_file(path: &Path, len: usize, seed: u32) -> Vec<u8> {
     data
 }
 
-/// What a power cut in the middle of a write to region 0 leaves (FORMAT.md §2.1, §2.1b): every
+/// What a power cut in the middle of a write to region 0 leaves (FORMAT.md §2.1, §2.4): every
 /// superblock copy says dirty and the newest intent record copy has region 0's bit set.
 fn crash_by_hand(dir: &Path, ms: &[String]) {
     for m in ms {
@@ -197,7 +197,7 @@ fn every_way_out_of_the_untrusted_record() {
     let a = random_file(&d.join("A"), (6 * sd) as usize, 11);
     ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
     let unit = c + 512;
-    // Stripe 3: parity on member 0, data chunk i on member i + 1 (FORMAT.md §2.2). Block 1 of
+    // Stripe 3: parity on member 0, data chunk i on member i + 1 (FORMAT.md §2.8). Block 1 of
     // data chunks 0 and 1 damaged: two data units wrong, one parity.
     let at = D + 3 * unit + 4096 + 200;
     let good = peek(&d.join("m1"), at, 2);
@@ -321,7 +321,7 @@ fn every_way_out_of_the_untrusted_record() {
     assert_eq!(u64::from_le_bytes(sb[96..104].try_into().unwrap()), 1);
 }
 
-/// Member and byte offset of unit `pos` (`0..k` data, then parity) of `stripe` (FORMAT.md §2.2),
+/// Member and byte offset of unit `pos` (`0..k` data, then parity) of `stripe` (FORMAT.md §2.8),
 /// for an array of `n` members with `m` parity, units of `unit` bytes.
 fn unit_at(n: usize, m: usize, unit: u64, stripe: u64, pos: usize) -> (usize, u64) {
     let p = n - 1 - (stripe as usize % n);
@@ -626,7 +626,7 @@ fn status_of_a_held_array_lists_the_untrusted_ranges() {
         .unwrap();
     let input = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
     // The writer has opened its input; it takes the array right after. Watch its owner record
-    // (FORMAT.md §2.0) without locking anything (a status run meanwhile would take a shared
+    // (FORMAT.md §2.2) without locking anything (a status run meanwhile would take a shared
     // lock and make the writer's exclusive one fail).
     let held_by = || {
         let b = peek(&d.join(&ms[0]), 8192, 4096);

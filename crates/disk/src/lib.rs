@@ -161,7 +161,7 @@ pub trait Disk: Send + Sync {
         false
     }
     /// Whether another host may open this member too (a network export), so that no local
-    /// lock protects it and the owner record is the only guard (FORMAT.md §2.0).
+    /// lock protects it and the owner record is the only guard (FORMAT.md §2.2).
     fn shared_across_hosts(&self) -> bool {
         false
     }

@@ -301,7 +301,7 @@ pub struct LiveStatus {
     /// A replace the holder runs (or ran) on request (`stripeguard replace` while it serves).
     #[serde(default)]
     pub replace: Option<LiveReplace>,
-    /// Ranges listed untrusted (FORMAT.md §2.1f).
+    /// Ranges listed untrusted (FORMAT.md §2.7).
     #[serde(default)]
     pub untrusted: Vec<stripeguard_integrity::UntrustedRange>,
 }

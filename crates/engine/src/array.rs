@@ -39,7 +39,7 @@ pub struct ArrayConfig {
     pub first_read_map_bytes: u64,
     /// Parity appendices a first-read cross-checks against.
     pub cross_check: CrossCheck,
-    /// Every write goes through the journal first (FORMAT.md §2.1e): a chunk written but not
+    /// Every write goes through the journal first (FORMAT.md §2.6): a chunk written but not
     /// flushed reads back entirely old or entirely new after any crash, at the price of
     /// writing its bytes twice and a flush before each write goes in place.
     pub write_journal: bool,
@@ -81,7 +81,7 @@ impl ArrayConfig {
         })
     }
 
-    /// Bytes of one unit: the chunk and its appendix (FORMAT.md §2.3).
+    /// Bytes of one unit: the chunk and its appendix (FORMAT.md §2.9).
     pub fn unit_bytes(&self) -> u64 {
         self.chunk_bytes as u64
             + stripeguard_integrity::appendix_bytes_for(
@@ -106,10 +106,10 @@ pub struct AssembleOptions {
     pub first_read_map_bytes: u64,
     /// Mark the array dirty and allow writes (repairs are written back only when writable).
     pub writable: bool,
-    /// Heartbeat interval written into the owner record (FORMAT.md §2.0).
+    /// Heartbeat interval written into the owner record (FORMAT.md §2.2).
     pub heartbeat: std::time::Duration,
     /// Refuse at once when another host's holder may still hold the array, instead of waiting
-    /// to see whether its heartbeat moves (FORMAT.md §2.0).
+    /// to see whether its heartbeat moves (FORMAT.md §2.2).
     pub no_wait: bool,
 }
 
@@ -148,7 +148,7 @@ pub(crate) struct Meta {
     pub(crate) table: Vec<MemberSlot>,
     pub(crate) high_water: u64,
     pub(crate) state: ArrayState,
-    /// Incompatible feature bit 2: the stripe-state record may hold an entry (FORMAT.md §2.1f).
+    /// Incompatible feature bit 2: the stripe-state record may hold an entry (FORMAT.md §2.7).
     pub(crate) untrusted_listed: bool,
 }
 
@@ -181,7 +181,7 @@ impl Members {
 pub struct Array {
     pub(crate) sb: Superblock,
     pub(crate) geometry: Geometry,
-    /// What one I/O may move (FORMAT.md §2.3a): checksum blocks, the appendix alone.
+    /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
     pub(crate) gran: Granularity,
     /// Shared with the heartbeat thread (as are `failed` and `ownership`).
     pub(crate) members: Arc<Members>,
@@ -193,7 +193,7 @@ pub struct Array {
     pub(crate) seq: Mutex<SeqState>,
     pub(crate) meta: Mutex<Meta>,
     pub(crate) intent: Mutex<crate::intent::Intent>,
-    /// Listed untrusted blocks (FORMAT.md §2.1f). Lock order: before `meta`.
+    /// Listed untrusted blocks (FORMAT.md §2.7). Lock order: before `meta`.
     pub(crate) untrusted: crate::stripe_state::UntrustedSet,
     pub(crate) ownership: Arc<Mutex<Option<crate::owner::Owner>>>,
     /// The owner record's heartbeat thread while this process holds the array.
@@ -220,7 +220,7 @@ pub struct Array {
     /// caller then issues its I/O itself.
     pub(crate) callers: std::sync::atomic::AtomicUsize,
     /// Appendices this process verified or wrote, by (stripe, position): a read whose appendix
-    /// is here reads only its blocks (FORMAT.md §2.3a, "appendix cache"). Off (`None`) until
+    /// is here reads only its blocks (FORMAT.md §2.9.1, "appendix cache"). Off (`None`) until
     /// [`Array::enable_appendix_cache`].
     pub(crate) app_cache: Mutex<Option<AppendixCache>>,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
@@ -431,7 +431,7 @@ impl Array {
                 Ok((sb, _)) => {
                     let slot = reference.member_table[pos];
                     // A device a replace superseded carries the slot's older device number: it
-                    // holds old data however current its event count looks (FORMAT.md §2.1b).
+                    // holds old data however current its event count looks (FORMAT.md §2.4).
                     let own = sb.member_table.get(pos).map(|s| s.device);
                     if own.is_some_and(|d| d != slot.device) {
                         stale.push(pos);

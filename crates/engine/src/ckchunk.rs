@@ -1,4 +1,4 @@
-//! Kroth & Yang's checksum chunk in the engine (the `checksum-chunk` scheme; FORMAT.md §2.3b,
+//! Kroth & Yang's checksum chunk in the engine (the `checksum-chunk` scheme; FORMAT.md §2.10,
 //! the table's bytes in `stripeguard_integrity::cktable`).
 //!
 //! Data and parity units are bare chunks, planned and written as in `none`. The checksum member
@@ -522,7 +522,7 @@ impl Array {
                     rebuild(&mut full, &erased)?;
                     // After a crash the agreement may also be of units torn alike (data and
                     // parity both half new, block by block): the data is kept as it is, which
-                    // is a settle, as for every scheme (FORMAT.md §2.1b).
+                    // is a settle, as for every scheme (FORMAT.md §2.4).
                     // With the write journal the interrupted units are whole: a roll forward.
                     settled = matches!(cause, Interrupted::Unknown);
                     findings.push((

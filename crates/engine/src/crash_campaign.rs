@@ -7,7 +7,7 @@
 //! - a chunk written since must read back as one of the versions it held since the last flush
 //!   (entirely old or entirely new), unless its stripe was *settled* (more units interrupted
 //!   than the parity decides): then each checksum block reads old, new or refused — a block
-//!   that failed its check is listed untrusted (FORMAT.md §2.1f), so the chunk may mix old and
+//!   that failed its check is listed untrusted (FORMAT.md §2.7), so the chunk may mix old and
 //!   new blocks or be refused, never read re-sealed bytes (counted apart); a flushed chunk is
 //!   never refused — with the write journal, settled stripes and `none` too;
 //! - with `damaged_stripe`, a stripe damaged beyond its redundancy before the crashes never
@@ -50,7 +50,7 @@ pub struct CrashConfig {
     /// negative control.
     pub journal: bool,
     /// Chunk size: 4096 is one checksum block (whole-unit I/O); larger chunks have several, so
-    /// a partial write sends blocks and appendix as separate I/Os (FORMAT.md §2.3a) and a crash
+    /// a partial write sends blocks and appendix as separate I/Os (FORMAT.md §2.9.1) and a crash
     /// can land any subset of them.
     pub chunk_bytes: u32,
     /// Arrays with the write journal (`create --journal`): then every chunk written since the
@@ -84,7 +84,7 @@ pub struct CrashReport {
     /// Units a full check found wrong after the resync (must be 0).
     pub found_after_resync: u64,
     /// Chunks written since the last flush whose read is refused after the resync: blocks of
-    /// a settled stripe that failed their checks are listed untrusted (FORMAT.md §2.1f), so
+    /// a settled stripe that failed their checks are listed untrusted (FORMAT.md §2.7), so
     /// such a chunk reads old, new or refused. Must be 0 outside settled stripes.
     pub unreadable_chunks: u64,
     /// Refused reads of chunks outside settled stripes (must be 0).

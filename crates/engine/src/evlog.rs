@@ -1,4 +1,4 @@
-//! The durable event log (FORMAT.md §2.1c): a ring of 256-byte entries in every member's
+//! The durable event log (FORMAT.md §2.5): a ring of 256-byte entries in every member's
 //! metadata area, written in batches at each flush, so the evidence of what was found and done
 //! travels with the disks.
 
@@ -73,7 +73,7 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
     }
     let next = by_number.keys().next_back().map(|n| n + 1).unwrap_or(0);
     LogRead {
-        dropped: next.saturating_sub(by_number.len() as u64),
+        dropped: next.saturating_sub(by_number.len() as u64 + not_understood.len() as u64),
         entries: by_number.into_values().collect(),
         capacity,
         data_chunks: sb.data_chunks as usize,

@@ -1,4 +1,4 @@
-//! The write-intent record and resync (FORMAT.md §2.1b): no RAID write hole after a crash.
+//! The write-intent record and resync (FORMAT.md §2.4): no RAID write hole after a crash.
 //!
 //! Invariant: a stripe whose writes may not all be durable lies in a region whose bit is set in
 //! the durable record on every current member. A write sets (and persists) its region's bit
@@ -17,7 +17,7 @@ use stripeguard_format::EventKind;
 use stripeguard_format::{slot_offset, IntentRecord, Record};
 use stripeguard_integrity::{MetadataLayout, MirrorKind, Scheme, INTENT_RECORD_OFFSET};
 
-/// Array data per bit by default (FORMAT.md §2.1b).
+/// Array data per bit by default (FORMAT.md §2.4).
 pub const DEFAULT_REGION_BYTES: u64 = 64 << 20;
 
 /// In-memory state of the record.
@@ -35,7 +35,7 @@ pub(crate) struct Intent {
     disabled: bool,
     /// The superblock event count when the record was last written with no bit set and no
     /// member out (0: never, or by an older build). A member whose own count is below it may
-    /// have missed writes whose bits are cleared since: it cannot be re-added (FORMAT.md §2.1b).
+    /// have missed writes whose bits are cleared since: it cannot be re-added (FORMAT.md §2.4).
     cleared_at: u64,
 }
 
@@ -244,7 +244,7 @@ impl Array {
     }
 
     /// The event count at which the record was last empty with every member in (0: never
-    /// known): a returning member below it cannot be re-added (FORMAT.md §2.1b).
+    /// known): a returning member below it cannot be re-added (FORMAT.md §2.4).
     pub(crate) fn intent_cleared_at(&self) -> u64 {
         self.intent.lock().expect("lock").cleared_at
     }
@@ -338,7 +338,7 @@ impl Array {
         Ok(list.len() as u64)
     }
 
-    /// Make one stripe consistent after a crash (FORMAT.md §2.1b).
+    /// Make one stripe consistent after a crash (FORMAT.md §2.4).
     fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
         let _guard = self.locks[stripe as usize % self.locks.len()]
             .lock()
@@ -455,7 +455,7 @@ impl Array {
             .map(|u| u.unwrap_or_else(|| self.unit_buf()))
             .collect();
         // Every block that fails its own check is listed untrusted, durably, before the seal
-        // below would make it pass (FORMAT.md §2.1f): it then reads refused, never as good.
+        // below would make it pass (FORMAT.md §2.7): it then reads refused, never as good.
         if self.sb.scheme != Scheme::None {
             let ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
             if !self.list_untrusted(&ranges, evidence)? {
@@ -463,7 +463,7 @@ impl Array {
                 return Err(EngineError::Unrecoverable {
                     stripe,
                     reason: format!(
-                        "{} range(s) of its data fail their checks and the stripe-state record has no room to list them (FORMAT.md §2.1f): not settled, the stripe stays as the crash left it",
+                        "{} range(s) of its data fail their checks and the stripe-state record has no room to list them (FORMAT.md §2.7): not settled, the stripe stays as the crash left it",
                         ranges.len()
                     ),
                 });

@@ -75,7 +75,7 @@ impl Array {
             let _guard = self.locks[stripe as usize % self.locks.len()]
                 .lock()
                 .expect("lock");
-            // A listed untrusted block is refused before anything is read (FORMAT.md §2.1f).
+            // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
             self.refuse_untrusted_read(stripe, off, len)?;
             let plan = self.plan_one(Op::Read, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
@@ -182,7 +182,7 @@ impl Array {
         data: &[u8],
     ) -> Result<(), EngineError> {
         // Listed untrusted blocks the batch covers whole come off once it has landed; a write
-        // into part of one is refused before anything is written (FORMAT.md §2.1f).
+        // into part of one is refused before anything is written (FORMAT.md §2.7).
         let mut replaced = Vec::new();
         for &(stripe, off, len, _) in batch {
             replaced.extend(self.untrusted_covered(stripe, off, len)?);
@@ -844,7 +844,7 @@ impl Array {
             self.verify_untrusted_again(stripe)?;
         }
         self.repair_stripe(stripe, &[])?;
-        // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.1f).
+        // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.7).
         if let Some(e) = self.untrusted.of_stripe(stripe).first() {
             return Err(EngineError::Unrecoverable {
                 stripe,

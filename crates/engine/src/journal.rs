@@ -1,4 +1,4 @@
-//! The journal (FORMAT.md §2.1e): slots after the data area of every member, for two kinds of
+//! The journal (FORMAT.md §2.6): slots after the data area of every member, for two kinds of
 //! record.
 //!
 //! **Saved chunk** (every array): closes the write hole of a degraded array. With a member out,
@@ -216,7 +216,7 @@ impl Array {
     /// holding some while waiting for more could wait forever). Too few free, or a slot still
     /// holding a record of the same kind for one of these chunks: a flush first, which frees
     /// every slot whose write is done. So a chunk has at most one record of each kind: an older
-    /// record can never outlive a newer one of the same chunk (FORMAT.md §2.1e, "Freeing").
+    /// record can never outlive a newer one of the same chunk (FORMAT.md §2.6, "Freeing").
     /// Returns (slot, sequence) pairs. Caller holds the stripes' locks.
     fn take_slots(&self, wanted: &[(u64, u8, usize)]) -> Result<Vec<(usize, u64)>, EngineError> {
         let count = wanted.len();

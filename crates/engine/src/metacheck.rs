@@ -1,4 +1,4 @@
-//! Scrub of the metadata area (FORMAT.md §2.0–§2.1c): every member's two owner-record slots,
+//! Scrub of the metadata area (FORMAT.md §2.2–§2.5): every member's two owner-record slots,
 //! two checkpoint slots, two write-intent copies and every event-log entry are checked — a
 //! region that is neither empty (all zero) nor valid (magic, version, CRC) is damaged. The
 //! superblocks are checked and rewritten at every assembly already.

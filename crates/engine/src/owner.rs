@@ -1,4 +1,4 @@
-//! The owner record (FORMAT.md §2.0): who holds the array for writing, for members `flock`
+//! The owner record (FORMAT.md §2.2): who holds the array for writing, for members `flock`
 //! cannot protect (remote exports, filesystems whose locks do not cross hosts). Checked after
 //! the local locks at every writable assembly; written as held then, refreshed by heartbeats
 //! from a thread of the holder's own for as long as it holds the array (whatever the command:
@@ -11,7 +11,7 @@ use stripeguard_integrity::OWNER_RECORD_OFFSET;
 
 /// Milliseconds between heartbeats of a holder.
 pub const HEARTBEAT_MS: u32 = 5000;
-/// The longest heartbeat interval a reader honours (FORMAT.md §2.0): a record naming a longer
+/// The longest heartbeat interval a reader honours (FORMAT.md §2.2): a record naming a longer
 /// one (or none) is judged as if it named this, so no record can make an assembler wait more
 /// than two of these.
 pub const MAX_HEARTBEAT_MS: u32 = 60_000;
@@ -80,7 +80,7 @@ impl Array {
         self.write_slot(OWNER_RECORD_OFFSET, o.sequence, &slot_bytes(o), true)
     }
 
-    /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.0). A holder
+    /// Take the array for this process, or refuse naming the holder (FORMAT.md §2.2). A holder
     /// on another host that may be gone is waited for (two of its bounded intervals, said on
     /// stderr with the time the wait ends), or with `no_wait` refused at once.
     pub(crate) fn take_ownership(

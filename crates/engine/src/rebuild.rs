@@ -3,7 +3,7 @@
 //! so the survivors are checked as they are read (with RAID-6 and one member out there is still
 //! one parity to locate a silently wrong survivor: its corruption is repaired, never copied into
 //! the new member), and every rebuilt data chunk is checked against its copies where the scheme
-//! keeps checksums. The position is kept in the checkpoint record (FORMAT.md §2.1a) so an
+//! keeps checksums. The position is kept in the checkpoint record (FORMAT.md §2.3) so an
 //! interrupted replace resumes onto the same device.
 
 use crate::scrub::{now_unix, Checkpoint, CHECKPOINT_EVERY, SLOT_BYTES};
@@ -67,7 +67,7 @@ impl Array {
     /// in, and at most the event at which the slot was last current, so everything written to
     /// the array since it left lies in regions whose bits are still set (no bit is cleared
     /// while a member is out) and those stripes are all a re-add rebuilds. `Some(Err(why))`
-    /// when it must be rebuilt in full (FORMAT.md §2.1b); `older` in it says whether it is
+    /// when it must be rebuilt in full (FORMAT.md §2.4); `older` in it says whether it is
     /// behind (it holds nothing the array lacks) rather than written apart from the array.
     fn returning(&self, member: usize, target: &DiskRef) -> Option<Result<(), (bool, String)>> {
         let own = crate::array::read_superblock_of(target.as_ref()).ok()?;

@@ -1,5 +1,5 @@
 //! Scrub: read and check every stripe with every unit voting, repair what can be repaired, and
-//! keep the position in the checkpoint record (FORMAT.md §2.1a) so an interrupted scrub resumes
+//! keep the position in the checkpoint record (FORMAT.md §2.3) so an interrupted scrub resumes
 //! where it stopped. `status --check` is the same walk on a read-only assembly (`check_only`),
 //! which repairs and records nothing.
 

@@ -1,5 +1,5 @@
 //! Records kept in two slots written alternately (the owner record, the checkpoint, FORMAT.md
-//! §2.0 and §2.1a): a torn write can only hit the slot the newest record is not in.
+//! §2.2 and §2.3): a torn write can only hit the slot the newest record is not in.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use stripeguard_disk::{DiskError, DiskRef};

@@ -1,4 +1,4 @@
-//! The in-memory side of the stripe-state record (FORMAT.md §2.1f): the listed untrusted ranges,
+//! The in-memory side of the stripe-state record (FORMAT.md §2.7): the listed untrusted ranges,
 //! the record's sequence, and whether memory is ahead of the disk. It owns its lock and knows
 //! nothing of the array; `untrusted.rs` does the I/O and the rules around it.
 //!
@@ -24,7 +24,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     /// The entries with `fresh` ranges listed too, and the ranges that are new. Ranges of one
-    /// chunk stay disjoint (FORMAT.md §2.1f): a fresh range already covered by listed ones adds
+    /// chunk stay disjoint (FORMAT.md §2.7): a fresh range already covered by listed ones adds
     /// nothing; one that overlaps listed ranges without being covered replaces them with their
     /// union, which keeps an expected CRC only if it is one listed range's own (the union of
     /// bytes vouched for at different times has none to verify it against).

@@ -1,4 +1,4 @@
-//! Untrusted blocks (FORMAT.md §2.1f): the ranges of data chunks that a resync kept as they were
+//! Untrusted blocks (FORMAT.md §2.7): the ranges of data chunks that a resync kept as they were
 //! on disk without being able to verify them.
 //!
 //! A resync that cannot decide a stripe (more units interrupted or damaged than the code has
@@ -45,7 +45,7 @@ impl Array {
             .record;
         if best.is_none() && self.sb.untrusted_listed {
             return Err(EngineError::Assemble(format!(
-                "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a readable copy of the stripe-state record at byte {at} (FORMAT.md §2.1f); refusing to read blocks that may be listed"
+                "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a readable copy of the stripe-state record at byte {at} (FORMAT.md §2.7); refusing to read blocks that may be listed"
             )));
         }
         let mut u = self.untrusted.hold();
@@ -346,7 +346,7 @@ impl Array {
 
 pub(crate) fn untrusted_reason(e: &UntrustedRange) -> String {
     format!(
-        "bytes {}..{} of data chunk {} are listed untrusted (a resync could not verify them: FORMAT.md §2.1f); write them whole, or zero-fill them with `stripeguard clear --stripe {}`",
+        "bytes {}..{} of data chunk {} are listed untrusted (a resync could not verify them: FORMAT.md §2.7); write them whole, or zero-fill them with `stripeguard clear --stripe {}`",
         e.offset,
         e.offset + e.len,
         e.position,

@@ -49,7 +49,7 @@ fn round_trip_every_scheme_unaligned_multi_stripe() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     for scheme in Scheme::ENGINE {
         // 4 KiB chunks are one checksum block (whole-unit I/O); 8 KiB and 64 KiB chunks move
-        // only the blocks a request touches (FORMAT.md §2.3a).
+        // only the blocks a request touches (FORMAT.md §2.9.1).
         for (k, m, chunk) in [
             (4, 1, 4096),
             (6, 2, 4096),

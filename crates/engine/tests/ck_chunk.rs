@@ -1,4 +1,4 @@
-//! Kroth & Yang's checksum chunk (`checksum-chunk`, FORMAT.md §2.3b): damage put by hand at the
+//! Kroth & Yang's checksum chunk (`checksum-chunk`, FORMAT.md §2.10): damage put by hand at the
 //! offsets FORMAT.md gives — a data block, the table, the table's padding — is found and
 //! repaired while `none` returns the damage; the checksum member can be lost and rebuilt; and
 //! the layout's own blind spot (a lost write of a data unit together with its table) is shown
@@ -51,7 +51,7 @@ fn hand_damage_is_found_and_repaired_and_none_returns_it() {
         let data = pattern(cap, 3);
         a.write(0, &data).unwrap();
         a.close().unwrap();
-        // A block of data unit 2 of stripe 1 (FORMAT.md §2.2 gives its member).
+        // A block of data unit 2 of stripe 1 (FORMAT.md §2.8 gives its member).
         let a = open(&d);
         let g = *a.geometry();
         flip(&d, &a, g.member_of(1, 2), 1, 3 * 4096 + 17);

@@ -148,7 +148,7 @@ fn crash_campaign_write_journal_leaves_whole_chunks() {
     );
 }
 
-/// A stripe damaged beyond its redundancy before the crashes (FORMAT.md §2.1f): resyncs that
+/// A stripe damaged beyond its redundancy before the crashes (FORMAT.md §2.7): resyncs that
 /// settle it beside crashed writes list its failing blocks untrusted, so none of its chunks
 /// ever reads back as bytes nobody wrote — on every protected scheme, RAID-5 and RAID-6 (a
 /// settle used to re-seal them as good).

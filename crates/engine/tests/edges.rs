@@ -404,7 +404,7 @@ fn the_owner_record_guards_members_no_lock_can() {
     .unwrap();
     drop(a); // left held, by "this" process
     let hold_elsewhere = |heartbeat_ms: u64| {
-        // Rewrite the slots as another host's, re-sealed (FORMAT.md §2.0).
+        // Rewrite the slots as another host's, re-sealed (FORMAT.md §2.2).
         for m in &d {
             m.with_bytes_mut(|b| {
                 for slot in [8192usize, 8192 + 2048] {

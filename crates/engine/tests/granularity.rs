@@ -1,4 +1,4 @@
-//! Faults aimed at the block granularity of appendix layout 2 (FORMAT.md §2.3): a 4 KiB write
+//! Faults aimed at the block granularity of appendix layout 2 (FORMAT.md §2.9): a 4 KiB write
 //! sends the block and the appendix as separate I/Os, so each can be lost, torn or misdirected
 //! on its own. Each case writes 4 KiB into a full 6+2 array of 64 KiB chunks, then damages the
 //! member bytes by hand at the offsets FORMAT.md gives (no injector), reassembles and reads.
@@ -174,7 +174,7 @@ fn rdp_and_tier_too() {
     }
 }
 
-/// The appendix cache (FORMAT.md §2.3): with the array still open and the unit's appendix
+/// The appendix cache (FORMAT.md §2.9): with the array still open and the unit's appendix
 /// cached, a lost write of the block (old bytes put back on the member by hand) is caught by
 /// the cached table on the next read, and damage to the on-disk appendix alone leaves the data
 /// right and is found by a scrub.

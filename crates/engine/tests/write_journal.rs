@@ -1,4 +1,4 @@
-//! The write journal (`create --journal`, FORMAT.md §2.1e) where a crash meets a silent fault.
+//! The write journal (`create --journal`, FORMAT.md §2.6) where a crash meets a silent fault.
 //!
 //! The crash: a whole-chunk write to data unit 0 of stripe 1, not flushed, all of its I/Os
 //! landed except the second half of the chunk's blocks (torn). The silent fault: a byte of data
@@ -85,7 +85,7 @@ fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> 
     let first = (S as usize * k) * CHUNK;
     let img0 = &mut images[g.member_of(S, 0)];
     img0[base + CHUNK / 2..base + CHUNK].copy_from_slice(&old[first + CHUNK / 2..first + CHUNK]);
-    // The silent fault: a byte of data unit 2 (FORMAT.md §2.2: unit S at D + S * U).
+    // The silent fault: a byte of data unit 2 (FORMAT.md §2.8: unit S at D + S * U).
     images[g.member_of(S, 2)][base + 3 * 4096 + 17] ^= 0x5a;
     drop(a);
 
@@ -159,7 +159,7 @@ fn without_the_journal_the_fault_is_blamed_on_the_crash_or_returned() {
     assert_eq!(o.unit2_report(), (false, true), "{:?}", o.array.events());
     // RAID-5: two bad units are beyond the parity: the stripe is settled, and the blocks that
     // fail their checks — the torn half of chunk 0 and the flipped block of chunk 2 — are listed
-    // untrusted (FORMAT.md §2.1f): refused, never returned (a settle used to re-seal them and
+    // untrusted (FORMAT.md §2.7): refused, never returned (a settle used to re-seal them and
     // return the flipped byte). With the journal the same case reads whole and right (above).
     let o = crash_with_fault(Scheme::Hybrid1, 3, 1, false);
     assert!(o.read_chunks(0, 2).is_none(), "{:?}", o.array.events());

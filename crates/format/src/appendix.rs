@@ -1,4 +1,4 @@
-//! The appendix stored after every chunk, byte for byte as in `FORMAT.md` §2.3 (layout 2).
+//! The appendix stored after every chunk, byte for byte as in `FORMAT.md` §2.9 (layout 2).
 //!
 //! The appendix is self-checked on its own (its last field is the CRC-32C of everything before
 //! it) and covers its chunk through a **block table**: the CRC-32C of every `b`-byte checksum

@@ -1,4 +1,4 @@
-//! The checksum chunk's table (Kroth & Yang's RAID5C/RAID6C, `papers/001_…`; FORMAT.md §2.3b).
+//! The checksum chunk's table (Kroth & Yang's RAID5C/RAID6C, `papers/001_…`; FORMAT.md §2.10).
 //!
 //! An array of the `checksum-chunk` scheme has one member more than data and parity: the
 //! checksum member. Its unit of stripe `s` (at the same offset as every member's unit `s`)

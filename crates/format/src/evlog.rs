@@ -160,7 +160,7 @@ codes! {
         ResyncUnrecoverable = 13, "resync-unrecoverable";
         /// A degraded write found too few journal slots.
         JournalTooSmall = 14, "journal-too-small";
-        /// A range was listed as untrusted (FORMAT.md §2.6).
+        /// A range was listed as untrusted (FORMAT.md §2.7).
         Untrusted = 15, "untrusted";
         /// A listed range was taken off (written whole, or verified again).
         UntrustedCleared = 16, "untrusted-cleared";

@@ -1,4 +1,4 @@
-//! A journal slot's header (FORMAT.md §2.7): the first 4096 bytes of a slot, before the payload
+//! A journal slot's header (FORMAT.md §2.6): the first 4096 bytes of a slot, before the payload
 //! (the unit bytes it saves or the bytes of a write's I/Os to one unit).
 //!
 //! ```text

@@ -20,7 +20,7 @@ pub enum Scheme {
     HybridSeq,
     /// Kroth & Yang's checksum chunk (RAID5C/6C): no appendix; one more member holds, per
     /// stripe, the CRC-32C of every checksum block of every data and parity unit (FORMAT.md
-    /// §2.3b). Not one of Li & Lee's schemes: the simulator counts it with its own model.
+    /// §2.10). Not one of Li & Lee's schemes: the simulator counts it with its own model.
     ChecksumChunk,
 }
 

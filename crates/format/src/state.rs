@@ -1,4 +1,4 @@
-//! The stripe-state record (FORMAT.md §2.1f): which byte ranges of which data chunks must not be
+//! The stripe-state record (FORMAT.md §2.7): which byte ranges of which data chunks must not be
 //! trusted, byte for byte.
 //!
 //! A resync that cannot decide a stripe (more units interrupted or damaged than the code has
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn golden_bytes() {
-        // FORMAT.md §2.1f, byte for byte.
+        // FORMAT.md §2.7, byte for byte.
         let b = sample().encode(256).unwrap();
         let hex: String = b[..112].iter().map(|x| format!("{x:02x}")).collect();
         let expected = [

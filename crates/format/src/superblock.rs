@@ -17,7 +17,7 @@ pub const CHECKPOINT_OFFSET: u64 = 12288;
 pub const INTENT_RECORD_OFFSET: u64 = 16384;
 /// Members smaller than this get the small metadata area.
 pub const LARGE_MEMBER_BYTES: u64 = 256 << 20;
-/// Journal slots after the data area of a member of 256 MiB or more (FORMAT.md §2.1e); smaller
+/// Journal slots after the data area of a member of 256 MiB or more (FORMAT.md §2.6); smaller
 /// members get four.
 pub const JOURNAL_SLOTS: u32 = 8;
 /// Bytes of a journal slot's header, before the unit it holds.
@@ -37,7 +37,7 @@ pub struct MetadataLayout {
     pub intent_bytes: u64,
     /// Event log bytes (`L`).
     pub log_bytes: u64,
-    /// Stripe-state record bytes (`T`, §2.1f), after the event log; 0 in arrays made by builds
+    /// Stripe-state record bytes (`T`, §2.7), after the event log; 0 in arrays made by builds
     /// before the record (they list nothing and never settle a stripe that holds damage).
     pub state_bytes: u64,
 }
@@ -103,7 +103,7 @@ impl MetadataLayout {
     }
 }
 
-/// How many parity appendices a first-read cross-checks against (FORMAT.md §2.3).
+/// How many parity appendices a first-read cross-checks against (FORMAT.md §2.9).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CrossCheck {
@@ -201,11 +201,11 @@ pub struct MemberSlot {
 pub const MAX_CHUNK_BYTES: u32 = 16 << 20;
 /// Incompatible feature bit 0: appendix layout 2 with a per-block CRC table (FORMAT.md §2.1).
 pub const INCOMPAT_BLOCK_CRCS: u64 = 1;
-/// Incompatible feature bit 1: the write journal (FORMAT.md §2.1e): every write's new bytes are
+/// Incompatible feature bit 1: the write journal (FORMAT.md §2.6): every write's new bytes are
 /// in the journal before they go in place, and resync replays them. A reader that does not
 /// know it would resync without the replay, so it must refuse the array.
 pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
-/// Incompatible feature bit 2: the stripe-state record (FORMAT.md §2.1f) lists untrusted blocks.
+/// Incompatible feature bit 2: the stripe-state record (FORMAT.md §2.7) lists untrusted blocks.
 /// Set while it holds an entry: a reader that does not know the record would read a listed
 /// block as good (its appendix was re-sealed over it), so it must refuse the array.
 pub const INCOMPAT_UNTRUSTED: u64 = 4;
@@ -389,7 +389,7 @@ impl Superblock {
         self.chunk_bytes as u64 + self.appendix_bytes() as u64
     }
 
-    /// Bytes of the appendix after every chunk (`A·S`, FORMAT.md §2.3; 0 for `none`).
+    /// Bytes of the appendix after every chunk (`A·S`, FORMAT.md §2.9; 0 for `none`).
     pub fn appendix_bytes(&self) -> u32 {
         crate::appendix_bytes_for(
             self.scheme,
@@ -797,7 +797,7 @@ mod tests {
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(8)));
-        // Bit 2 (untrusted blocks listed, §2.1f) is known, and round-trips.
+        // Bit 2 (untrusted blocks listed, §2.7) is known, and round-trips.
         let mut sb = sample();
         for listed in [true, false] {
             sb.untrusted_listed = listed;

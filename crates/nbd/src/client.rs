@@ -15,7 +15,7 @@
 //! once as a medium error of that range: the engine repairs it from the other members.
 //!
 //! Remote members cannot be locked with `flock`; [`Disk::try_lock`] succeeds and the owner
-//! record (FORMAT.md §2.0) keeps a second host from assembling the same members.
+//! record (FORMAT.md §2.2) keeps a second host from assembling the same members.
 
 use crate::proto::{self, Request};
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! What each planned unit I/O really moves (FORMAT.md §2.3a).
+//! What each planned unit I/O really moves (FORMAT.md §2.9.1).
 //!
 //! The planner plans in the paper's unit — one chunk plus its appendix per I/O — because Li &
 //! Lee's Table II is normative for the simulator. The engine does not move whole units where the

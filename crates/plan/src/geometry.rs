@@ -1,4 +1,4 @@
-//! Array geometry and the left-symmetric layout (FORMAT.md §2.2).
+//! Array geometry and the left-symmetric layout (FORMAT.md §2.8).
 
 /// Shape of an array, as the planner needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -58,7 +58,7 @@ pub struct Tally {
     /// Full-stripe write pieces.
     pub full_stripe: u64,
     /// Member I/O as the engine issues it: extents of checksum blocks and appendices
-    /// (FORMAT.md §2.3a), 512-byte sectors, no coalescing across stripes.
+    /// (FORMAT.md §2.9.1), 512-byte sectors, no coalescing across stripes.
     pub member: crate::MemberIo,
 }
 

@@ -31,7 +31,7 @@
 //!   **merge** reads (and, when such a chunk is in first-read state and the plan has no
 //!   cross-check read, one **merge check** read of parity). Both are counted apart from the
 //!   paper's unit, so reports give the paper's count and the real one.
-//! - Every planned I/O also has an **extent** ([`Extent`], FORMAT.md §2.3a): the bytes of the unit
+//! - Every planned I/O also has an **extent** ([`Extent`], FORMAT.md §2.9.1): the bytes of the unit
 //!   the engine really moves (part of a chunk's checksum blocks, the appendix alone, or the whole
 //!   unit). [`PiecePlan::member_io`] is the byte-accurate count beside the paper's.
 

@@ -8,7 +8,7 @@
 //! - a write costs `b - a` data blocks plus the parity blocks it touches, and the reads the
 //!   cheaper of read-modify-write and reconstruct-write needs (multi-block access, Eq. 7);
 //! - a read costs `b - a` blocks; with a member failed (its role in the stripe follows the
-//!   left-symmetric rotation, FORMAT.md §2.2) the lost requested blocks are replaced by the
+//!   left-symmetric rotation, FORMAT.md §2.8) the lost requested blocks are replaced by the
 //!   surviving blocks their rebuild reads (degraded read, Eq. 8).
 //!
 //! Writes are counted as on a healthy array (a degraded write's reconstruction is not modelled).
