@@ -43,7 +43,9 @@ pub fn appendix_bytes_for(scheme: Scheme, k: usize, chunk_bytes: u32, sector_byt
     }
     let blocks = (chunk_bytes / block_bytes_for(chunk_bytes)) as usize;
     let need = APPENDIX_HEADER_BYTES + k * scheme.entry_bytes() + 4 * blocks + 4;
-    (need.div_ceil(sector_bytes as usize) * sector_bytes as usize) as u32
+    let bytes = need.div_ceil(sector_bytes as usize) * sector_bytes as usize;
+    // k ≤ 255 entries of ≤ 8 bytes and a chunk of ≤ 16 MiB (4096 blocks) need well under 4 GiB.
+    u32::try_from(bytes).expect("an appendix of a valid geometry is small")
 }
 
 /// The CRC-32C of every `block_bytes` block of `chunk`.
@@ -207,8 +209,10 @@ impl Appendix {
         sector[7] = index;
         sector[8..24].copy_from_slice(&self.identity.array_uuid);
         sector[24..26].copy_from_slice(&self.identity.member_index.to_le_bytes());
-        sector[26..28].copy_from_slice(&(self.entries.len() as u16).to_le_bytes());
-        sector[28..30].copy_from_slice(&(self.blocks.len() as u16).to_le_bytes());
+        let count =
+            |n: usize| u16::try_from(n).expect("≤ 255 entries, ≤ 4096 blocks (16 MiB chunks)");
+        sector[26..28].copy_from_slice(&count(self.entries.len()).to_le_bytes());
+        sector[28..30].copy_from_slice(&count(self.blocks.len()).to_le_bytes());
         sector[32..40].copy_from_slice(&self.identity.chunk_number.to_le_bytes());
         sector[40..48].copy_from_slice(&self.tag.to_le_bytes());
         sector[48..52].copy_from_slice(&self.buddy_crc.to_le_bytes());
@@ -389,6 +393,10 @@ impl crate::Record for Appendix {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

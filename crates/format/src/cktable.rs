@@ -128,8 +128,10 @@ impl CkTable {
         out.fill(0);
         out[0..4].copy_from_slice(MAGIC);
         out[4..6].copy_from_slice(&LAYOUT.to_le_bytes());
-        out[6..8].copy_from_slice(&(self.units as u16).to_le_bytes());
-        out[8..12].copy_from_slice(&(self.blocks as u32).to_le_bytes());
+        let units = u16::try_from(self.units).expect("a stripe has at most 255 units");
+        let blocks = u32::try_from(self.blocks).expect("a chunk has at most 4096 blocks");
+        out[6..8].copy_from_slice(&units.to_le_bytes());
+        out[8..12].copy_from_slice(&blocks.to_le_bytes());
         out[16..24].copy_from_slice(&self.stripe.to_le_bytes());
         out[24..40].copy_from_slice(&self.uuid);
         out[40..48].copy_from_slice(&self.writes.to_le_bytes());
@@ -253,6 +255,10 @@ impl crate::Record for CkTable {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 mod tests {
     use super::*;
 

@@ -127,7 +127,11 @@ impl Record for JournalHeader {
         b[34] = self.kind as u8;
         put_u32(b, 36, self.payload_crc);
         put_u64(b, 40, self.event);
-        put_u32(b, 48, self.extents.len() as u32);
+        put_u32(
+            b,
+            48,
+            u32::try_from(self.extents.len()).expect("1 to 8, checked above"),
+        );
         put_u32(b, 52, len);
         b[56..56 + TOUCHED_BYTES].copy_from_slice(&self.touched);
         for (i, (start, elen)) in self.extents.iter().enumerate() {

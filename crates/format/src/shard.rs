@@ -4,8 +4,9 @@
 use crate::cursor::{id_at, u16_at, u32_at, u64_at};
 use stripeguard_checksum::crc32c;
 
+const HEADER_BYTES_U16: u16 = 128;
 /// Bytes in a header.
-pub const HEADER_BYTES: usize = 128;
+pub const HEADER_BYTES: usize = HEADER_BYTES_U16 as usize;
 /// Magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"SGSHARD\0";
 /// The only version written and read.
@@ -55,7 +56,7 @@ impl Header {
         let mut h = [0u8; HEADER_BYTES];
         h[0..8].copy_from_slice(&MAGIC);
         h[8..10].copy_from_slice(&VERSION.to_le_bytes());
-        h[10..12].copy_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
+        h[10..12].copy_from_slice(&HEADER_BYTES_U16.to_le_bytes());
         h[12] = CODE_RS_CAUCHY;
         h[14..16].copy_from_slice(&self.k.to_le_bytes());
         h[16..18].copy_from_slice(&self.m.to_le_bytes());

@@ -90,12 +90,16 @@ impl StateRecord {
         if self.entries.len() > state_capacity(copy_bytes) {
             return Err(StateError::Full(self.entries.len()));
         }
+        let size = u32::try_from(copy_bytes).map_err(|_| StateError::Full(self.entries.len()))?;
+        // Fits: at most state_capacity(copy_bytes) entries, checked above.
+        let count =
+            u32::try_from(self.entries.len()).map_err(|_| StateError::Full(self.entries.len()))?;
         let mut b = vec![0u8; copy_bytes];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(copy_bytes as u32).to_le_bytes());
+        b[12..16].copy_from_slice(&size.to_le_bytes());
         b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b[24..28].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        b[24..28].copy_from_slice(&count.to_le_bytes());
         let mut sorted = self.entries.clone();
         sorted.sort_unstable();
         for (i, e) in sorted.iter().enumerate() {

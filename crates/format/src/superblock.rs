@@ -5,8 +5,9 @@ use crate::cursor::{u16_at, u32_at, u64_at};
 use crate::Scheme;
 use stripeguard_checksum::crc32c;
 
+const SUPERBLOCK_BYTES_U32: u32 = 4096;
 /// Bytes in one superblock copy.
-pub const SUPERBLOCK_BYTES: usize = 4096;
+pub const SUPERBLOCK_BYTES: usize = SUPERBLOCK_BYTES_U32 as usize;
 /// Where the two copies live on every member.
 pub const SUPERBLOCK_COPY_OFFSETS: [u64; 2] = [0, 4096];
 /// The owner record's region (reserved: zeros in this build).
@@ -216,7 +217,7 @@ pub const MAX_JOURNAL_SLOTS: u32 = 64;
 /// stripe takes a slot for every unit it changes and every missing chunk it saves (at most
 /// `2 * members`), and the next writes find room before a flush must free them.
 pub fn write_journal_slots(members: usize) -> u32 {
-    (8 * members).min(MAX_JOURNAL_SLOTS as usize) as u32
+    u32::try_from(8 * members).map_or(MAX_JOURNAL_SLOTS, |s| s.min(MAX_JOURNAL_SLOTS))
 }
 
 /// The erasure code of an array.
@@ -425,8 +426,10 @@ impl Superblock {
         if self.data_chunks == 0 || self.parity_chunks == 0 {
             return Err(g("k and m must both be at least 1"));
         }
-        let extra = self.scheme.extra_members() as u32;
-        if self.data_chunks as u32 + self.parity_chunks as u32 + extra != self.members as u32 {
+        let extra = u16::from(self.scheme.extra_members() == 1);
+        if u32::from(self.data_chunks) + u32::from(self.parity_chunks) + u32::from(extra)
+            != u32::from(self.members)
+        {
             return Err(g(if extra == 0 {
                 "members != data chunks + parity chunks"
             } else {
@@ -523,7 +526,7 @@ impl Superblock {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(SUPERBLOCK_BYTES as u32).to_le_bytes());
+        b[12..16].copy_from_slice(&SUPERBLOCK_BYTES_U32.to_le_bytes());
         b[16..32].copy_from_slice(&self.array_uuid);
         b[32..34].copy_from_slice(&self.member_index.to_le_bytes());
         b[34..36].copy_from_slice(&self.members.to_le_bytes());
@@ -587,7 +590,7 @@ impl Superblock {
             return Err(SuperblockError::BadMagic);
         }
         let version = u32_at(b, 8);
-        if version != VERSION || u32_at(b, 12) != SUPERBLOCK_BYTES as u32 {
+        if version != VERSION || u32_at(b, 12) != SUPERBLOCK_BYTES_U32 {
             return Err(SuperblockError::Version(version));
         }
         let stored = u32_at(b, CRC_AT);
@@ -706,6 +709,10 @@ impl crate::Sequenced for Superblock {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

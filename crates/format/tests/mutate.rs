@@ -4,6 +4,11 @@
 //! require: no panic; whatever is accepted validates and encodes back to a record that decodes
 //! to the same value. Bounded: `PROPTEST_CASES` (default 2000 per property) sets the run.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
 use stripeguard_format::{

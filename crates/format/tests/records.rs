@@ -437,7 +437,7 @@ fn event_log_entry_matches_format_md() {
 #[test]
 fn journal_header_matches_format_md() {
     let b = journal().to_copy(JournalHeader::SIZE).expect("encodes");
-    let mut extents = vec![0u8; 64];
+    let mut extents = [0u8; 64];
     extents[..16].copy_from_slice(&[0, 0, 0, 0, 0, 2, 0, 0, 0, 16, 0, 0, 0, 4, 0, 0]);
     assert_eq!(
         &b[88..152],

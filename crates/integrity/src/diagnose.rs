@@ -270,8 +270,9 @@ pub fn diagnose(
                 for &(p, has) in &claims {
                     if has != majority {
                         let kind = FindingKind::Outvoted {
-                            has: has as u32,
-                            majority: majority as u32,
+                            // CRCs: the claims are 32-bit values widened to u64.
+                            has: u32::try_from(has).expect("a CRC claim"),
+                            majority: u32::try_from(majority).expect("a CRC claim"),
                             about: i,
                         };
                         // A buddy's stale copy is only an appendix problem.

@@ -63,7 +63,8 @@ impl FirstReadMap {
     pub fn with_memory_bytes(bytes: u64) -> Self {
         let zone_chunks = 32 * 1024;
         let zone_bytes = zone_chunks / 8;
-        Self::new(zone_chunks, (bytes / zone_bytes).max(1) as usize)
+        let zones = usize::try_from((bytes / zone_bytes).max(1)).unwrap_or(usize::MAX);
+        Self::new(zone_chunks, zones)
     }
 
     /// Upper bound of the bitmap memory in bytes.

@@ -393,7 +393,9 @@ fn walk(
                 let mut chunks: Vec<&mut [u8]> = buf.chunks_mut(rec).map(|r| &mut r[..b]).collect();
                 code.reconstruct(&mut chunks, &erased)?;
             }
-            let remaining = (h.file_bytes - s * stripe_bytes).min(stripe_bytes) as usize;
+            // At most one stripe, k blocks of ≤ 64 MiB each, held in memory already.
+            let remaining = usize::try_from((h.file_bytes - s * stripe_bytes).min(stripe_bytes))
+                .expect("a stripe fits in memory");
             let mut left = remaining;
             for record in buf.chunks(rec).take(k) {
                 let take = left.min(b);

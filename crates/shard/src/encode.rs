@@ -44,7 +44,8 @@ pub struct EncodeSummary {
 fn pick_block(file_bytes: u64, k: usize) -> u32 {
     let per_shard = file_bytes.div_ceil(k as u64).max(1);
     let rounded = per_shard.div_ceil(64) * 64;
-    rounded.min(DEFAULT_MAX_BLOCK_BYTES as u64) as u32
+    u32::try_from(rounded.min(u64::from(DEFAULT_MAX_BLOCK_BYTES)))
+        .expect("at most the default block size")
 }
 
 /// Encode `input` into `k + m` shards in `out_dir` (created if missing).
@@ -132,9 +133,10 @@ pub fn encode(
         let set_id: [u8; 16] = rand::rng().random();
         for i in 0..n {
             let header = Header {
-                k: k as u16,
-                m: m as u16,
-                index: i as u16,
+                // k + m ≤ 255: ReedSolomon::new above refuses more.
+                k: u16::try_from(k).expect("k ≤ 255"),
+                m: u16::try_from(m).expect("m ≤ 255"),
+                index: u16::try_from(i).expect("i < k + m ≤ 255"),
                 block_bytes: block,
                 file_bytes,
                 set_id,

@@ -9,6 +9,11 @@
 //!
 //! Bounded: `PROPTEST_CASES` cases (default 2000, well under a second); `scripts/test` runs more.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
 use stripeguard_shard::format::{stripes_for, Header, HEADER_BYTES, MAX_BLOCK_BYTES};
