@@ -1610,6 +1610,4 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
     })
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use stripeguard_format::hex;

@@ -290,13 +290,31 @@ impl Array {
                 stripes.max(1),
             )));
         }
+        // Checked before narrowing: a count past the member table's bound is refused here, not
+        // wrapped into a valid-looking one.
+        let count = |v: usize, what: &str| {
+            u16::try_from(v)
+                .ok()
+                .filter(|&v| v <= stripeguard_format::MAX_MEMBERS)
+                .ok_or_else(|| {
+                    EngineError::Config(format!(
+                        "{what} {v}: an array has at most {} members",
+                        stripeguard_format::MAX_MEMBERS
+                    ))
+                })
+        };
+        let (members_n, data_n, parity_n) = (
+            count(n, "members")?,
+            count(cfg.data_chunks, "data chunks")?,
+            count(cfg.parity_chunks, "parity chunks")?,
+        );
         let uuid: [u8; 16] = rand::random();
         let sb = Superblock {
             array_uuid: uuid,
             member_index: 0,
-            members: n as u16,
-            data_chunks: cfg.data_chunks as u16,
-            parity_chunks: cfg.parity_chunks as u16,
+            members: members_n,
+            data_chunks: data_n,
+            parity_chunks: parity_n,
             code: cfg.code,
             scheme: cfg.scheme,
             sector_shift: cfg.sector_bytes.trailing_zeros() as u8,
@@ -1246,6 +1264,4 @@ fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
         )
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use stripeguard_format::hex;

@@ -249,9 +249,7 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use stripeguard_format::hex;
 
 /// Check every shard in `dir` without writing anything.
 pub fn verify(dir: &Path, progress: Progress) -> Result<VerifyReport, ShardError> {
