@@ -10,7 +10,7 @@ use crate::scrub::{now_unix, Checkpoint, CHECKPOINT_EVERY, SLOT_BYTES};
 use crate::{Array, EngineError};
 use std::sync::atomic::Ordering;
 use stripeguard_disk::DiskRef;
-use stripeguard_integrity::{MemberState, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
+use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
 
 /// What a replace did.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -182,7 +182,7 @@ impl Array {
         };
         if !same && !force && !readd && !older_copy {
             let mut sb = vec![0u8; SUPERBLOCK_BYTES];
-            if target.read_at(0, &mut sb).is_ok() && sb[..8] == *b"SGARRAY\0" {
+            if target.read_at(0, &mut sb).is_ok() && sb.starts_with(<Superblock as stripeguard_format::Record>::MAGIC) {
                 return cfg(format!(
                     "{} holds a stripeguard array{}; pass --force to overwrite it",
                     target.name(),
