@@ -15,7 +15,7 @@ use stripeguard_engine::{
     ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, campaign_cases,
     default_parity, open_member_paths, peek_uuid, read_log_of, run_campaign, run_demo, scrub,
     with_control_socket, Array, AssembleOptions, Checkpoint, Counters, CreateOnPaths, EngineError,
-    EventRole, LoggedEvent, ScrubOptions,
+    EventKind, EventRole, LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
 
@@ -478,7 +478,12 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             EventRole::Data | EventRole::Parity | EventRole::Checksum
         ) {
             if let Some(m) = by_member.get_mut(e.member as usize) {
-                *m.entry(e.kind.to_string()).or_default() += 1;
+                // The checksum member's damaged table counts as that member's checksum failure.
+                let class = match e.kind {
+                    EventKind::ChecksumChunk => EventKind::Checksum,
+                    k => k,
+                };
+                *m.entry(class.to_string()).or_default() += 1;
             }
         }
     }

@@ -494,3 +494,36 @@ fn none_status_check_reports_a_parity_that_disagrees() {
     let out = sg(&with(&["status"], &ms, &["--check"]), d);
     assert!(String::from_utf8_lossy(&out.stdout).contains("INCONSISTENT"));
 }
+
+/// The checksum member's findings are stored with their own role (FORMAT.md §2.5 role 5) and
+/// counted in its row of `status` (they were stored as "stripe" and skipped).
+#[test]
+fn the_checksum_members_findings_count_in_its_status_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(5);
+    create(
+        d,
+        &ms,
+        "400K",
+        &["--scheme", "checksum-chunk", "--parity", "1"],
+    );
+    random_file(&d.join("A"), 16384, 6);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    // Unit 0 of the checksum member (the last) begins with stripe 0's table: flip a byte of it.
+    let m4 = d.join("m4.img");
+    let at = data_offset(&m4) + 20;
+    let old = std::fs::read(&m4).unwrap()[at as usize];
+    poke(&m4, at, &[old ^ 0xff]);
+    let scrub = sg(&with(&["scrub"], &ms, &[]), d);
+    assert!(
+        String::from_utf8_lossy(&scrub.stdout).contains("1 repaired"),
+        "{scrub:?}"
+    );
+    let out = sg(&with(&["events"], &ms, &["--json"]), d);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(r#""role":"checksum""#), "{text}");
+    let out = sg(&with(&["status"], &ms, &["--json"]), d);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["logged_by_member"][4]["checksum"], 1, "{v}");
+}

@@ -182,7 +182,9 @@ impl Array {
         };
         if !same && !force && !readd && !older_copy {
             let mut sb = vec![0u8; SUPERBLOCK_BYTES];
-            if target.read_at(0, &mut sb).is_ok() && sb.starts_with(<Superblock as stripeguard_format::Record>::MAGIC) {
+            if target.read_at(0, &mut sb).is_ok()
+                && sb.starts_with(<Superblock as stripeguard_format::Record>::MAGIC)
+            {
                 return cfg(format!(
                     "{} holds a stripeguard array{}; pass --force to overwrite it",
                     target.name(),
