@@ -58,6 +58,15 @@ pub fn apply(
     }
     let at = map.offset_of(unit);
     let sector = map.sector_bytes;
+    // A buffer of `bytes` (at most a unit), or why it cannot be had.
+    let buffer = |bytes: u64| {
+        usize::try_from(bytes).map(|n| vec![0u8; n]).map_err(|_| {
+            AtRestError::Range(format!(
+                "a unit of {} bytes does not fit in memory",
+                map.unit_bytes
+            ))
+        })
+    };
     match fault {
         AtRest::BitRot => {
             let byte = rng.random_range(0..map.unit_bytes);
@@ -72,7 +81,7 @@ pub fn apply(
         }
         AtRest::TornWrite { sectors } => {
             let keep = sectors.clamp(1, map.unit_sectors() - 1);
-            let mut fresh = vec![0u8; (keep * sector) as usize];
+            let mut fresh = buffer(keep * sector)?;
             rng.fill(&mut fresh[..]);
             disk.write_at(at, &fresh)?;
             Ok(format!(
@@ -90,7 +99,7 @@ pub fn apply(
                     map.units
                 ));
             }
-            let mut bytes = vec![0u8; map.unit_bytes as usize];
+            let mut bytes = buffer(map.unit_bytes)?;
             disk.read_at(at, &mut bytes)?;
             disk.write_at(map.offset_of(victim) + shift_sectors * sector, &bytes)?;
             Ok(format!(
@@ -99,7 +108,7 @@ pub fn apply(
         }
         AtRest::Overwrite { count } => {
             let count = count.clamp(1, map.units - unit);
-            let mut bytes = vec![0u8; map.unit_bytes as usize];
+            let mut bytes = buffer(map.unit_bytes)?;
             for u in unit..unit + count {
                 rng.fill(&mut bytes[..]);
                 disk.write_at(map.offset_of(u), &bytes)?;

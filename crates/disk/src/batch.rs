@@ -65,16 +65,22 @@ pub fn submit(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
         let ring = slot
             .get_or_insert_with(|| IoUring::new(RING_ENTRIES).ok())
             .as_mut()?;
-        Some(run(ring, ios, &fds, &ptrs))
+        let (out, ring_failed) = run(ring, ios, &fds, &ptrs);
+        if ring_failed {
+            // Dropped so that the next call makes a new one.
+            *slot = None;
+        }
+        Some(out)
     })
 }
 
+/// The I/Os' results, and whether the ring itself failed.
 fn run(
     ring: &mut IoUring,
     ios: &[Io<'_>],
     fds: &[i32],
     ptrs: &[*mut u8],
-) -> Vec<Result<(), DiskError>> {
+) -> (Vec<Result<(), DiskError>>, bool) {
     let mut out: Vec<Result<(), DiskError>> = (0..ios.len()).map(|_| Ok(())).collect();
     // Bytes still to move per I/O (a short transfer is continued, as read_exact_at does).
     let mut done = vec![0usize; ios.len()];
@@ -90,14 +96,23 @@ fn run(
             let ptr = ptrs[i];
             let at = done[i];
             let fd = types::Fd(fds[i]);
-            let (p, n, o) = (ptr.wrapping_add(at), (len - at) as u32, off + at as u64);
+            // `submit` declines an I/O over u32::MAX bytes; were one here, the clamp would
+            // only make it a short transfer, continued below.
+            let n = u32::try_from(len - at).unwrap_or(u32::MAX);
+            let (p, o) = (ptr.wrapping_add(at), off + at as u64);
             let e = if write {
                 opcode::Write::new(fd, p as *const u8, n).offset(o).build()
             } else {
                 opcode::Read::new(fd, p, n).offset(o).build()
             };
-            // SAFETY: the buffers are borrowed by `ios` for this whole call, which waits for
-            // every entry it pushes before returning; the ring has room for `batch`.
+            // SAFETY: the entry names `fd`, which the disk gave for this I/O and which stays
+            // open while `ios` borrows the disk, and `n` bytes at `p`, inside the buffer `ios`
+            // borrows (exclusively for a read) for this whole call. The call reaps every entry
+            // it pushes before returning: waits interrupted by a signal are retried, and with
+            // at most RING_ENTRIES entries in flight the completion queue (twice that) cannot
+            // overflow, so io_uring_enter fails only when it accepted nothing (the early return
+            // below). The ring has room for `batch`: at most RING_ENTRIES, all reaped before
+            // the next batch is pushed.
             unsafe {
                 ring.submission()
                     .push(&e.user_data(i as u64))
@@ -118,10 +133,13 @@ fn run(
                         out[i] = Err(error(&ios[i], e.raw_os_error().unwrap_or(libc::EIO)));
                     }
                 }
-                RING.with(|c| *c.borrow_mut() = None);
-                return out;
+                return (out, true);
             }
             for c in ring.completion() {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "user_data is an index into `ios`, set from a usize above"
+                )]
                 let i = c.user_data() as usize;
                 left -= 1;
                 let r = c.result();
@@ -142,7 +160,7 @@ fn run(
         pending.retain(|i| !batch.contains(i));
         pending.extend(again);
     }
-    out
+    (out, false)
 }
 
 fn error(io: &Io<'_>, errno: i32) -> DiskError {
@@ -177,7 +195,7 @@ mod tests {
                 FileDisk::open(&p, false).unwrap()
             })
             .collect();
-        let data: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8 + 1; 8192]).collect();
+        let data: Vec<Vec<u8>> = (1..=3u8).map(|i| vec![i; 8192]).collect();
         let mut writes: Vec<Io<'_>> = disks
             .iter()
             .zip(&data)

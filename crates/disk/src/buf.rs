@@ -54,7 +54,8 @@ impl AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: ptr points to len initialised bytes owned by self.
+        // SAFETY: ptr points to len initialised (zeroed at allocation) bytes owned by self
+        // and freed only on drop; Layout::from_size_align checked len <= isize::MAX.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -23,12 +23,13 @@ pub struct CrashDisk {
 impl CrashDisk {
     /// A zeroed disk of `size` bytes.
     pub fn new(name: impl Into<String>, size: u64, sector_bytes: usize) -> Self {
+        let size = usize::try_from(size).expect("a crash disk's size fits in memory");
         CrashDisk {
             name: name.into(),
             sector_bytes,
             state: Mutex::new(State {
-                live: vec![0; size as usize],
-                durable: vec![0; size as usize],
+                live: vec![0; size],
+                durable: vec![0; size],
                 pending: Vec::new(),
             }),
         }
@@ -62,12 +63,20 @@ impl CrashDisk {
             match rng.random_range(0..4) {
                 0 | 1 => {}
                 2 => {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "pending writes were checked to be within the image, a Vec in memory"
+                    )]
                     let o = *off as usize;
                     img[o..o + data.len()].copy_from_slice(data);
                 }
                 _ => {
                     let sectors = data.len().div_ceil(self.sector_bytes);
                     let keep = (rng.random_range(0..=sectors) * self.sector_bytes).min(data.len());
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "pending writes were checked to be within the image, a Vec in memory"
+                    )]
                     let o = *off as usize;
                     img[o..o + keep].copy_from_slice(&data[..keep]);
                 }
@@ -92,6 +101,10 @@ impl Disk for CrashDisk {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         let st = self.state.lock().expect("lock");
         check_range(&self.name, "read", offset, buf.len(), st.live.len() as u64)?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "checked above to be within the image, a Vec in memory"
+        )]
         let o = offset as usize;
         buf.copy_from_slice(&st.live[o..o + buf.len()]);
         Ok(())
@@ -99,6 +112,10 @@ impl Disk for CrashDisk {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         let mut st = self.state.lock().expect("lock");
         check_range(&self.name, "write", offset, buf.len(), st.live.len() as u64)?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "checked above to be within the image, a Vec in memory"
+        )]
         let o = offset as usize;
         st.live[o..o + buf.len()].copy_from_slice(buf);
         st.pending.push((offset, buf.to_vec()));
@@ -108,6 +125,10 @@ impl Disk for CrashDisk {
         let mut st = self.state.lock().expect("lock");
         let st = &mut *st;
         for (off, data) in st.pending.drain(..) {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "pending writes were checked to be within the image, a Vec in memory"
+            )]
             let o = off as usize;
             st.durable[o..o + data.len()].copy_from_slice(&data);
         }

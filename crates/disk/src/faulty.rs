@@ -279,7 +279,14 @@ pub struct FaultyDisk {
 impl FaultyDisk {
     /// Wrap `inner`, whose units are laid out as `map`. Reads the whole disk once for the shadow.
     pub fn new(inner: DiskRef, map: UnitMap) -> Result<Self, DiskError> {
-        let mut shadow = vec![0u8; inner.size_bytes() as usize];
+        let size = usize::try_from(inner.size_bytes()).map_err(|_| DiskError::Failed {
+            name: inner.name().to_string(),
+            why: format!(
+                "{} bytes are too many to shadow in memory",
+                inner.size_bytes()
+            ),
+        })?;
+        let mut shadow = vec![0u8; size];
         inner.read_at(0, &mut shadow)?;
         Ok(FaultyDisk {
             inner,
@@ -351,11 +358,20 @@ impl FaultyDisk {
     pub fn corrupted_units(&self) -> Result<BTreeSet<u64>, DiskError> {
         let st = self.state.lock().expect("lock");
         let mut out = BTreeSet::new();
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "a unit lies on the disk, whose whole shadow is in memory"
+        )]
         let mut media = vec![0u8; self.map.unit_bytes as usize];
         for u in 0..self.map.units {
             let o = self.map.offset_of(u);
             self.inner.read_at(o, &mut media)?;
-            if media[..] != st.shadow[o as usize..(o + self.map.unit_bytes) as usize] {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "the read above succeeded, so the unit is within the disk and its shadow"
+            )]
+            let shadow = &st.shadow[o as usize..(o + self.map.unit_bytes) as usize];
+            if media[..] != *shadow {
                 out.insert(u);
             }
         }
@@ -436,7 +452,12 @@ impl Disk for FaultyDisk {
             buf.len(),
             self.inner.size_bytes(),
         )?;
-        st.shadow[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "checked above to be within the disk, whose whole shadow is in memory"
+        )]
+        let o = offset as usize;
+        st.shadow[o..o + buf.len()].copy_from_slice(buf);
         let sb = self.map.sector_bytes;
         let fault = self
             .map
@@ -459,7 +480,9 @@ impl Disk for FaultyDisk {
         match fault {
             Fault::LostWrite => Ok(()),
             Fault::TornWrite { sectors } => {
-                let n = ((sectors * sb) as usize).min(buf.len().saturating_sub(1));
+                let n = usize::try_from(sectors.saturating_mul(sb))
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len().saturating_sub(1));
                 self.inner.write_at(offset, &buf[..n])
             }
             Fault::MisdirectedWrite {

@@ -31,8 +31,12 @@ pub struct FileDisk {
 fn dio_alignment(file: &File) -> (usize, usize) {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
-    // SAFETY: statx fills the struct it is given; an all-zero statx is a valid value.
+    // SAFETY: libc::statx is a plain C struct of integers, for which all-zero bytes are a
+    // valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the life of `file`; the path is a NUL-terminated empty string,
+    // which AT_EMPTY_PATH makes refer to `fd` itself; `stx` is a valid, writable statx that
+    // outlives the call, and statx writes nothing else.
     let r = unsafe {
         libc::statx(
             fd,
@@ -50,7 +54,8 @@ fn dio_alignment(file: &File) -> (usize, usize) {
     }
     // A block device: its logical block size for both.
     let mut ssz: libc::c_int = 0;
-    // SAFETY: BLKSSZGET writes one int.
+    // SAFETY: `fd` is open for the life of `file`; BLKSSZGET writes one c_int through the
+    // pointer, which points to `ssz`, a live c_int (other files refuse it with ENOTTY).
     if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut ssz) } == 0 && ssz > 0 {
         return (ssz as usize, ssz as usize);
     }
@@ -147,9 +152,14 @@ impl Bounce {
         let a = offset_align as u64;
         let start = offset / a * a;
         let end = (offset + len as u64).div_ceil(a) * a;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "the cover is `len` (a buffer in memory) plus less than two alignment units"
+        )]
+        let cover = (end - start) as usize;
         Bounce {
             start,
-            buf: crate::AlignedBuf::zeroed((end - start) as usize, mem_align.max(offset_align)),
+            buf: crate::AlignedBuf::zeroed(cover, mem_align.max(offset_align)),
         }
     }
     fn region(&mut self) -> &mut [u8] {
@@ -177,6 +187,10 @@ impl Disk for FileDisk {
         self.file
             .read_exact_at(b.region(), start)
             .map_err(|e| self.err("read", offset, buf.len(), e))?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "less than one alignment unit, itself a usize"
+        )]
         let o = (offset - start) as usize;
         buf.copy_from_slice(&b.region()[o..o + buf.len()]);
         Ok(())
@@ -193,10 +207,15 @@ impl Disk for FileDisk {
         let mut b = Bounce::new(offset, buf.len(), self.offset_align, self.mem_align);
         let start = b.start;
         let cover = b.region().len();
-        let readable = (self.size.saturating_sub(start) as usize).min(cover);
+        let readable =
+            usize::try_from(self.size.saturating_sub(start)).map_or(cover, |n| n.min(cover));
         self.file
             .read_exact_at(&mut b.region()[..readable], start)
             .map_err(|e| self.err("write", offset, buf.len(), e))?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "less than one alignment unit, itself a usize"
+        )]
         let o = (offset - start) as usize;
         b.region()[o..o + buf.len()].copy_from_slice(buf);
         self.file
@@ -233,26 +252,21 @@ impl Disk for FileDisk {
     /// `flock(2)`: the lock belongs to this open file, so it ends with the process whatever
     /// way it ends (no stale lock after `kill -9`), and a second `open` in the same process
     /// conflicts like another process would. The holder is looked up in `/proc/locks`.
+    /// (std's `File::try_lock` and `try_lock_shared` are `flock` with `LOCK_NB` on Linux.)
     fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
-        use std::os::fd::AsRawFd;
-        let mode = if exclusive {
-            libc::LOCK_EX
+        let r = if exclusive {
+            self.file.try_lock()
         } else {
-            libc::LOCK_SH
+            self.file.try_lock_shared()
         };
-        // SAFETY: flock on a file descriptor this value owns.
-        let r = unsafe { libc::flock(self.file.as_raw_fd(), mode | libc::LOCK_NB) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(DiskError::Locked {
+        match r {
+            Ok(()) => Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => Err(DiskError::Locked {
                 name: self.name.clone(),
                 holder: self.lock_holder(),
-            });
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(self.err("lock", 0, 0, e)),
         }
-        Err(self.err("lock", 0, 0, e))
     }
 }
 
@@ -311,7 +325,9 @@ mod tests {
                 }
                 Err(e) => panic!("{e}"),
             };
-            let data: Vec<u8> = (0..5000u32).map(|i| (i * 31) as u8).collect();
+            let data: Vec<u8> = (0..5000u32)
+                .map(|i| u8::try_from(i * 31 % 256).unwrap())
+                .collect();
             d.write_at(4096 + 13, &data).unwrap();
             let mut back = vec![0u8; 5000];
             d.read_at(4096 + 13, &mut back).unwrap();

@@ -12,6 +12,8 @@
 //! All take `&self` and are safe to share between threads: the engine issues I/O to different
 //! members, and to different stripes of one member, concurrently.
 
+#![warn(clippy::unwrap_used)]
+
 mod at_rest;
 pub mod batch;
 mod buf;

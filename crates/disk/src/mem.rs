@@ -13,7 +13,8 @@ pub struct MemDisk {
 impl MemDisk {
     /// A zero-filled disk of `size` bytes.
     pub fn new(name: impl Into<String>, size: u64) -> Self {
-        Self::from_bytes(name, vec![0; size as usize])
+        let size = usize::try_from(size).expect("a memory disk's size fits in memory");
+        Self::from_bytes(name, vec![0; size])
     }
 
     /// A disk holding `bytes`.
@@ -45,6 +46,10 @@ impl Disk for MemDisk {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         let b = self.bytes.read().expect("lock");
         check_range(&self.name, "read", offset, buf.len(), b.len() as u64)?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "checked above to be within the image, a Vec in memory"
+        )]
         let o = offset as usize;
         buf.copy_from_slice(&b[o..o + buf.len()]);
         Ok(())
@@ -52,6 +57,10 @@ impl Disk for MemDisk {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         let mut b = self.bytes.write().expect("lock");
         check_range(&self.name, "write", offset, buf.len(), b.len() as u64)?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "checked above to be within the image, a Vec in memory"
+        )]
         let o = offset as usize;
         b[o..o + buf.len()].copy_from_slice(buf);
         Ok(())

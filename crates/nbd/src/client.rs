@@ -309,7 +309,12 @@ impl std::fmt::Debug for NbdDisk {
 }
 
 /// The largest payload one request carries (longer I/O is split).
-const MAX_REQUEST: usize = 4 << 20;
+const MAX_REQUEST: u32 = 4 << 20;
+
+/// The length of the next request of an I/O with `left` bytes still to move.
+fn next_request(left: usize) -> u32 {
+    u32::try_from(left).map_or(MAX_REQUEST, |n| n.min(MAX_REQUEST))
+}
 
 impl NbdDisk {
     /// Connect to `uri` (within its timeout) and learn the export's size.
@@ -540,12 +545,16 @@ fn client_handshake(c: &mut Conn, export: &str) -> Result<(u64, u16), ConnectErr
         flags |= proto::CLIENT_NO_ZEROES;
     }
     let mut m = flags.to_be_bytes().to_vec();
-    let mut d = (export.len() as u32).to_be_bytes().to_vec();
+    let too_long = |_| ConnectError::Refused(format!("an export name of {} bytes", export.len()));
+    let mut d = u32::try_from(export.len())
+        .map_err(too_long)?
+        .to_be_bytes()
+        .to_vec();
     d.extend_from_slice(export.as_bytes());
     d.extend_from_slice(&0u16.to_be_bytes());
     m.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
     m.extend_from_slice(&proto::OPT_GO.to_be_bytes());
-    m.extend_from_slice(&(d.len() as u32).to_be_bytes());
+    m.extend_from_slice(&u32::try_from(d.len()).map_err(too_long)?.to_be_bytes());
     m.extend_from_slice(&d);
     c.write_all(&m).map_err(io)?;
     let mut info = None;
@@ -610,20 +619,24 @@ impl Disk for NbdDisk {
         self.check("read", offset, buf.len())?;
         let mut done = 0;
         while done < buf.len() {
-            let n = (buf.len() - done).min(MAX_REQUEST);
+            let n = next_request(buf.len() - done);
             let at = offset + done as u64;
-            let data = self.request("read", proto::CMD_READ, 0, at, n as u32, &[])?;
-            buf[done..done + n].copy_from_slice(&data);
-            done += n;
+            let data = self.request("read", proto::CMD_READ, 0, at, n, &[])?;
+            buf[done..done + n as usize].copy_from_slice(&data);
+            done += n as usize;
         }
         Ok(())
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         self.check("write", offset, buf.len())?;
-        for (i, part) in buf.chunks(MAX_REQUEST).enumerate() {
-            let at = offset + (i * MAX_REQUEST) as u64;
-            self.request("write", proto::CMD_WRITE, 0, at, part.len() as u32, part)?;
+        let mut done = 0;
+        while done < buf.len() {
+            let n = next_request(buf.len() - done);
+            let at = offset + done as u64;
+            let part = &buf[done..done + n as usize];
+            self.request("write", proto::CMD_WRITE, 0, at, n, part)?;
+            done += n as usize;
         }
         Ok(())
     }

@@ -8,6 +8,9 @@
 //!
 //! [`Disk`]: stripeguard_disk::Disk
 
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
+
 pub mod client;
 pub mod proto;
 pub mod server;

@@ -258,7 +258,7 @@ pub fn handshake<S: Read + Write>(
                     continue;
                 }
                 let mut r = Vec::with_capacity(4 + export.name.len());
-                r.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
+                r.extend_from_slice(&frame_len(export.name.len())?.to_be_bytes());
                 r.extend_from_slice(export.name.as_bytes());
                 option_reply(s, option, REP_SERVER, &r)?;
                 option_reply(s, option, REP_ACK, &[])?;
@@ -341,10 +341,20 @@ fn option_reply<S: Write>(s: &mut S, option: u32, kind: u32, data: &[u8]) -> io:
     r.extend_from_slice(&REPLY_MAGIC.to_be_bytes());
     r.extend_from_slice(&option.to_be_bytes());
     r.extend_from_slice(&kind.to_be_bytes());
-    r.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    r.extend_from_slice(&frame_len(data.len())?.to_be_bytes());
     r.extend_from_slice(data);
     s.write_all(&r)?;
     s.flush()
+}
+
+/// `len` as an option frame's 32-bit length field; an error for anything longer.
+fn frame_len(len: usize) -> io::Result<u32> {
+    u32::try_from(len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{len} bytes do not fit an option reply"),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -367,7 +367,7 @@ impl Server {
                 let _ = s.set_nonblocking(false);
             }
             let now = self.stats.connections_now.load(Ordering::Relaxed);
-            if now as usize >= self.config.max_connections {
+            if now >= self.config.max_connections as u64 {
                 self.stats
                     .connections_refused
                     .fetch_add(1, Ordering::Relaxed);

@@ -3,6 +3,11 @@
 //! flags. Every one gets the protocol's error or a closed connection; none panics the server;
 //! and a well-behaved client connected at the same time is served throughout.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

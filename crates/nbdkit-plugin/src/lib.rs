@@ -25,6 +25,8 @@
 //! threads done) the array is flushed, marked clean and its ownership released (`Array::close`),
 //! as `serve` does when it stops.
 
+#![warn(clippy::unwrap_used)]
+
 use nbdkit::{Error, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -97,7 +99,10 @@ extern "C" {
 /// Log `msg` through nbdkit, where the operator of a background nbdkit will see it.
 fn log(msg: &str) {
     let text = std::ffi::CString::new(msg.replace('\0', " ")).expect("no NUL left");
-    // SAFETY: a "%s" format with one NUL-terminated string argument.
+    // SAFETY: nbdkit_error is printf-like and thread-safe, and this code runs only inside the
+    // nbdkit process that loaded the plugin and provides the symbol. The format is a
+    // NUL-terminated "%s" that takes exactly the one argument given, a NUL-terminated C string
+    // that `text` keeps alive until the call returns; nbdkit does not keep either pointer.
     unsafe { nbdkit_error(c"%s".as_ptr(), text.as_ptr()) }
 }
 

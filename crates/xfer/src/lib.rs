@@ -7,6 +7,8 @@
 //! through directory handles beneath its DIR (`beneath.rs`); with a key the whole session is
 //! sealed (`seal.rs`). The wire format is FORMAT.md §5.
 
+#![warn(clippy::unwrap_used)]
+
 pub mod attrs;
 pub mod beneath;
 pub mod manifest;
@@ -23,3 +25,8 @@ pub use send::{send, SendError, SendOptions, SendSummary};
 
 #[cfg(test)]
 mod injection_tests;
+
+/// A duration in nanoseconds, for the summaries' counters (saturating, at 584 years).
+pub(crate) fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

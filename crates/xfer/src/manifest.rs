@@ -170,10 +170,14 @@ fn check(
         r.problems.push(format!("cannot make it durable: {e}"));
         return r;
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "bs was checked to be at most 16 MiB when the manifest was parsed"
+    )]
     let mut buf = vec![0u8; bs as usize];
     for (i, want) in blocks.iter().enumerate() {
         let off = i as u64 * bs;
-        let n = (size - off).min(bs) as usize;
+        let n = crate::proto::block_len(size, off, bs);
         if let Err(e) = verify::read_back(&f, off, &mut buf[..n]) {
             r.problems
                 .push(format!("bytes {off}..{}: {e}", off + n as u64));

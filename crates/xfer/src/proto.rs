@@ -296,6 +296,11 @@ pub struct Attrs {
 }
 
 impl Attrs {
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "Linux caps an attribute's value at 64 KiB (XATTR_SIZE_MAX) and the list of \
+                  an entry's names at 64 KiB (XATTR_LIST_MAX), so their count and lengths fit"
+    )]
     fn encode_into(&self, v: &mut Vec<u8>) {
         match self.owner {
             Some((u, g)) => {
@@ -436,6 +441,17 @@ impl FileHeader {
     }
 }
 
+/// The length of the block at byte `off` of a `size`-byte file in blocks of `bs` bytes.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "at most `bs`, and a block size is at most MAX_BLOCK (16 MiB) wherever one is \
+              taken: FILE frames pass check_blocks, a sender picks one with block_size_for, a \
+              manifest's is checked when it is parsed"
+)]
+pub fn block_len(size: u64, off: u64, bs: u64) -> usize {
+    (size - off).min(bs) as usize
+}
+
 /// The smallest power-of-two block size from `want` up that keeps a file of `size` bytes within
 /// [`MAX_BLOCKS`], or `None` when the file is too large for the largest block size.
 pub fn block_size_for(size: u64, want: u32) -> Option<u32> {
@@ -468,7 +484,8 @@ pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
         Reply::Send(ranges) => {
             v.push(REPLY_SEND);
             let ranges = &ranges[..ranges.len().min(MAX_RANGES)];
-            v.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+            let count = u32::try_from(ranges.len()).expect("at most MAX_RANGES (65536)");
+            v.extend_from_slice(&count.to_le_bytes());
             for (a, b) in ranges {
                 v.extend_from_slice(&a.to_le_bytes());
                 v.extend_from_slice(&b.to_le_bytes());

@@ -310,10 +310,14 @@ fn device_hash(f: &File, size: u64, bs: u64) -> std::io::Result<[u8; 32]> {
     // One fdatasync covers the whole file; then each block is evicted and read back.
     f.sync_data()?;
     let mut list = blake3::Hasher::new();
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a checked FILE frame's block size: at most MAX_BLOCK (16 MiB)"
+    )]
     let mut buf = vec![0u8; bs as usize];
     let mut off = 0;
     while off < size {
-        let n = (size - off).min(bs) as usize;
+        let n = proto::block_len(size, off, bs);
         verify::read_back(f, off, &mut buf[..n])?;
         list.update(blake3::hash(&buf[..n]).as_bytes());
         off += n as u64;
@@ -544,7 +548,7 @@ fn session(
                     ));
                 }
                 let offset = index * o.bs;
-                let want = (o.size - offset).min(o.bs) as usize;
+                let want = proto::block_len(o.size, offset, o.bs);
                 if data.len() != want {
                     return Err(proto::malformed(
                         "BLOCK frame",
@@ -552,6 +556,10 @@ fn session(
                     ));
                 }
                 let tw = std::time::Instant::now();
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "index < blocks <= MAX_BLOCKS (checked above and by check_blocks)"
+                )]
                 let (byte, bit) = ((index / 8) as usize, 1u8 << (index % 8));
                 let first = o.written[byte] & bit == 0;
                 o.written[byte] |= bit;
@@ -572,7 +580,7 @@ fn session(
                 }
                 {
                     let mut s = summary.lock().expect("lock");
-                    s.ns_write += tw.elapsed().as_nanos() as u64;
+                    s.ns_write += crate::nanos(tw.elapsed());
                     s.bytes += data.len() as u64;
                 }
                 tx.send(Msg::Block { id, index, hash })
@@ -673,7 +681,7 @@ fn entry(
                     == rustix::fs::FileType::RegularFile
                     && st.st_size as u64 == h.size
                     && st.st_mtime == h.mtime_s
-                    && st.st_mtime_nsec as u32 == h.mtime_ns
+                    && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
                     && st.st_nlink == 1
                     && st.st_mode & 0o7777 == mode
                     && st.st_uid
@@ -720,7 +728,12 @@ fn entry(
             let file = Arc::new(file);
             let fresh = resumed.is_none();
             let finished = Arc::new(AtomicBool::new(false));
-            let verified = resumed.unwrap_or_else(|| vec![false; blocks as usize]);
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "at most MAX_BLOCKS: check_blocks passed above"
+            )]
+            let nblocks = blocks as usize;
+            let verified = resumed.unwrap_or_else(|| vec![false; nblocks]);
             let resumed_any = verified.iter().any(|&v| v);
             let o = Open {
                 file: Arc::clone(&file),
@@ -728,7 +741,7 @@ fn entry(
                 bs: u64::from(h.block_size),
                 blocks,
                 fresh,
-                written: vec![0; blocks.div_ceil(8) as usize],
+                written: vec![0; nblocks.div_ceil(8)],
                 dead: false,
                 finished: Arc::clone(&finished),
                 shown: proto::show(&h.path),
@@ -745,7 +758,7 @@ fn entry(
                 mtime,
                 hash: h.hash,
                 attrs,
-                hashes: vec![[0; 32]; blocks as usize],
+                hashes: vec![[0; 32]; nblocks],
                 verified_at_progress: verified.iter().filter(|&&v| v).count(),
                 verified,
                 resumed: resumed_any,
@@ -765,7 +778,7 @@ fn rehash_resumed(f: &mut VFile) -> std::io::Result<()> {
     for i in 0..f.hashes.len() {
         if f.hashes[i] == [0; 32] {
             let off = i as u64 * f.bs;
-            buf.resize((f.size - off).min(f.bs) as usize, 0);
+            buf.resize(proto::block_len(f.size, off, f.bs), 0);
             verify::read_back(&f.file, off, &mut buf)?;
             f.hashes[i] = *blake3::hash(&buf).as_bytes();
         }
@@ -935,7 +948,7 @@ impl Verifier {
             let outstanding = std::mem::take(&mut f.outstanding);
             for (index, want) in outstanding {
                 let off = index * f.bs;
-                let n = (f.size - off).min(f.bs) as usize;
+                let n = proto::block_len(f.size, off, f.bs);
                 let ok = if verify {
                     #[cfg(test)]
                     if let Some(h) = &self.opts.hook {
@@ -951,16 +964,21 @@ impl Verifier {
                     })?;
                     let th = std::time::Instant::now();
                     let ok = *blake3::hash(&buf).as_bytes() == want;
-                    ns_evict += t.evict.as_nanos() as u64;
-                    ns_read += (t.read_back + th.elapsed()).as_nanos() as u64;
+                    ns_evict += crate::nanos(t.evict);
+                    ns_read += crate::nanos(t.read_back + th.elapsed());
                     direct += u64::from(how == verify::ReadBack::Direct);
                     ok
                 } else {
                     true
                 };
                 if ok {
-                    f.verified[index as usize] = true;
-                    f.hashes[index as usize] = want;
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "a block of this file: index < blocks <= MAX_BLOCKS (checked on arrival)"
+                    )]
+                    let i = index as usize;
+                    f.verified[i] = true;
+                    f.hashes[i] = want;
                     ok_n += 1;
                 } else {
                     // It comes again; its attributes are set again after that write.
@@ -1074,7 +1092,7 @@ impl Verifier {
         s.blocks_mismatched += bad_n;
         s.direct_reads += direct;
         s.syncs += syncs;
-        s.ns_durable += durable.as_nanos() as u64;
+        s.ns_durable += crate::nanos(durable);
         s.ns_evict += ns_evict;
         s.ns_read_back_hash += ns_read;
         s.attr_problems.extend(problems);

@@ -43,7 +43,9 @@ fn noise_err(e: snow::Error) -> ProtoError {
 }
 
 fn write_msg(w: &mut impl Write, m: &[u8]) -> io::Result<()> {
-    w.write_all(&(m.len() as u16).to_le_bytes())?;
+    let len =
+        u16::try_from(m.len()).map_err(|_| io::Error::other("a handshake message over 64 KiB"))?;
+    w.write_all(&len.to_le_bytes())?;
     w.write_all(m)?;
     w.flush()
 }
@@ -216,7 +218,8 @@ impl<W: Write> SealedWriter<W> {
             .write_message(self.nonce, &self.plain, &mut self.wire[2..])
             .map_err(|e| io::Error::other(e.to_string()))?;
         self.nonce += 1;
-        self.wire[..2].copy_from_slice(&(n as u16).to_le_bytes());
+        let len = u16::try_from(n).map_err(|_| io::Error::other("a sealed message over 64 KiB"))?;
+        self.wire[..2].copy_from_slice(&len.to_le_bytes());
         self.inner.write_all(&self.wire[..n + 2])?;
         self.plain.clear();
         Ok(())
@@ -255,7 +258,9 @@ mod tests {
         });
         let s = (|| {
             let (_r, mut w) = initiate(a.try_clone().unwrap(), a, &ks, &hs, &hr)?;
-            let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+            let data: Vec<u8> = (0..200_000u32)
+                .map(|i| u8::try_from(i % 256).unwrap())
+                .collect();
             w.write_all(&data)?;
             w.flush()?;
             Ok(())
@@ -269,7 +274,10 @@ mod tests {
         s.unwrap();
         let got = r.unwrap();
         assert_eq!(got.len(), 200_000);
-        assert!(got.iter().enumerate().all(|(i, &b)| b == i as u8));
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| usize::from(b) == i % 256));
     }
 
     #[test]

@@ -537,12 +537,23 @@ impl Sender<'_> {
                 let f = self.flights.get_mut(&id).expect("listed");
                 let Some(i) = f.todo.pop_front() else { break };
                 let off = i * f.bs;
-                let n = (f.size - off).min(f.bs) as usize;
+                let n = proto::block_len(f.size, off, f.bs);
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "a block of this file: i < blocks <= MAX_BLOCKS (block_size_for)"
+                )]
+                let ix = i as usize;
                 let t = std::time::Instant::now();
                 let read = match (&f.data, &f.file) {
                     (Some(d), _) => {
                         buf.clear();
-                        buf.extend_from_slice(&d[off as usize..off as usize + n]);
+                        // A file of one block, held in memory: its only block is at 0.
+                        #[allow(
+                            clippy::cast_possible_truncation,
+                            reason = "`off` is within `d`, a file of one block held in memory"
+                        )]
+                        let off = off as usize;
+                        buf.extend_from_slice(&d[off..off + n]);
                         Ok(())
                     }
                     (None, Some(file)) => {
@@ -555,8 +566,8 @@ impl Sender<'_> {
                     }
                     (None, None) => Ok(()),
                 };
-                let ok = read.is_ok() && *blake3::hash(&buf).as_bytes() == f.hashes[i as usize];
-                self.summary.ns_read_hash += t.elapsed().as_nanos() as u64;
+                let ok = read.is_ok() && *blake3::hash(&buf).as_bytes() == f.hashes[ix];
+                self.summary.ns_read_hash += crate::nanos(t.elapsed());
                 if !ok {
                     // Changed (or vanished) since it was hashed: it must not land torn.
                     f.broken = Some(match read {
@@ -567,11 +578,11 @@ impl Sender<'_> {
                     self.end_if_idle(id)?;
                     break;
                 }
-                let mut p = proto::encode_block_header(id, i, &f.hashes[i as usize], n);
+                let mut p = proto::encode_block_header(id, i, &f.hashes[ix], n);
                 p.extend_from_slice(&buf);
                 let ts = std::time::Instant::now();
                 proto::write_frame(self.out, proto::T_BLOCK, &p).map_err(io)?;
-                self.summary.ns_send += ts.elapsed().as_nanos() as u64;
+                self.summary.ns_send += crate::nanos(ts.elapsed());
                 f.inflight.insert(i);
                 self.bytes_in_flight += n as u64;
                 self.summary.blocks_sent += 1;
@@ -631,7 +642,10 @@ impl Sender<'_> {
                             ));
                         }
                         let blocks = f.blocks();
-                        let mut have = vec![false; blocks as usize];
+                        // Blocks of a file this sender split with block_size_for: at most
+                        // MAX_BLOCKS, and a range is checked to be within them first.
+                        let index = |b: u64| usize::try_from(b).expect("at most MAX_BLOCKS");
+                        let mut have = vec![false; index(blocks)];
                         for (a, e) in ranges {
                             if e > blocks {
                                 return Err(proto::malformed(
@@ -639,11 +653,9 @@ impl Sender<'_> {
                                     format!("range {a}..{e} of {blocks} blocks"),
                                 ));
                             }
-                            have[a as usize..e as usize]
-                                .iter_mut()
-                                .for_each(|h| *h = true);
+                            have[index(a)..index(e)].iter_mut().for_each(|h| *h = true);
                         }
-                        f.todo = (0..blocks).filter(|&i| !have[i as usize]).collect();
+                        f.todo = (0..blocks).filter(|&i| !have[index(i)]).collect();
                     }
                     Reply::Skipped => {
                         let f = self.finish(id);
@@ -892,7 +904,7 @@ impl Prep<'_> {
             let t = std::time::Instant::now();
             if size <= u64::from(bs) {
                 // One block: read once, sent from memory.
-                let mut d = vec![0u8; size as usize];
+                let mut d = vec![0u8; proto::block_len(size, 0, u64::from(bs))];
                 if let Err(err) = file.read_exact_at(&mut d, 0) {
                     self.fail(
                         &e.remote,
@@ -916,7 +928,7 @@ impl Prep<'_> {
                     }
                 }
             }
-            self.ns_read_hash += t.elapsed().as_nanos() as u64;
+            self.ns_read_hash += crate::nanos(t.elapsed());
             h.hash = hash_of_list(&f.hashes);
             f.file = Some(file);
         } else {
@@ -978,11 +990,13 @@ fn open_source(e: &Entry) -> std::io::Result<File> {
 
 /// BLAKE3 of every block of the file.
 pub fn block_hashes(f: &File, size: u64, bs: u32) -> std::io::Result<Vec<[u8; 32]>> {
-    let mut out = Vec::with_capacity(size.div_ceil(u64::from(bs)) as usize);
+    // A capacity only (a count beyond usize could not be held anyway).
+    let blocks = size.div_ceil(u64::from(bs));
+    let mut out = Vec::with_capacity(usize::try_from(blocks).unwrap_or(0));
     let mut buf = vec![0u8; bs as usize];
     let mut off = 0u64;
     while off < size {
-        let n = (size - off).min(u64::from(bs)) as usize;
+        let n = proto::block_len(size, off, u64::from(bs));
         f.read_exact_at(&mut buf[..n], off)?;
         out.push(*blake3::hash(&buf[..n]).as_bytes());
         off += n as u64;

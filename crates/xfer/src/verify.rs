@@ -22,7 +22,8 @@ pub enum ReadBack {
 }
 
 fn page() -> u64 {
-    // SAFETY: sysconf has no preconditions.
+    // SAFETY: sysconf takes a name by value and touches no memory of ours; _SC_PAGESIZE is a
+    // name it knows.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
         p as u64
@@ -37,19 +38,13 @@ pub fn evict(f: &File, offset: u64, len: u64) -> io::Result<bool> {
     if len == 0 {
         return Ok(true);
     }
-    let fd = f.as_raw_fd();
-    // SAFETY: fadvise on our own descriptor.
-    let r = unsafe {
-        libc::posix_fadvise(
-            fd,
-            offset as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
+    // rustix's safe fadvise is the same fadvise64 system call posix_fadvise makes.
+    rustix::fs::fadvise(
+        f,
+        offset,
+        std::num::NonZeroU64::new(len),
+        rustix::fs::Advice::DontNeed,
+    )?;
     resident(f, offset, len).map(|n| n == 0)
 }
 
@@ -63,31 +58,38 @@ pub fn resident(f: &File, offset: u64, len: u64) -> io::Result<usize> {
     if end <= start {
         return Ok(0);
     }
-    let map_len = (end - start) as usize;
-    // SAFETY: a read-only shared mapping of our own file, unmapped below; mincore writes one
-    // byte per page into a vector of exactly that many bytes.
-    unsafe {
-        let p = libc::mmap(
+    let too_long = |_| io::Error::new(io::ErrorKind::InvalidInput, "a range too long to map");
+    let map_len = usize::try_from(end - start).map_err(too_long)?;
+    // `start` and `end` are multiples of the page size.
+    let pages = usize::try_from((end - start) / pg).map_err(too_long)?;
+    // SAFETY: a new mapping at an address the kernel chooses (null hint, no MAP_FIXED), so no
+    // existing memory is affected; read-only and shared, of our own open descriptor; it is
+    // only used through the mincore call below, never dereferenced.
+    let p = unsafe {
+        libc::mmap(
             std::ptr::null_mut(),
             map_len,
             libc::PROT_READ,
             libc::MAP_SHARED,
             f.as_raw_fd(),
             start as libc::off_t,
-        );
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let pages = map_len.div_ceil(pg as usize);
-        let mut vec = vec![0u8; pages];
-        let r = libc::mincore(p, map_len, vec.as_mut_ptr());
-        let e = io::Error::last_os_error();
-        libc::munmap(p, map_len);
-        if r != 0 {
-            return Err(e);
-        }
-        Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
     }
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `p` is the mapping of `map_len` bytes made above (page-aligned, as mmap
+    // returns it); mincore writes one byte per page of it, `pages` bytes, into `vec`, which
+    // holds exactly that many.
+    let r = unsafe { libc::mincore(p, map_len, vec.as_mut_ptr()) };
+    let e = io::Error::last_os_error();
+    // SAFETY: unmaps exactly the mapping made above, which nothing else refers to.
+    unsafe { libc::munmap(p, map_len) };
+    if r != 0 {
+        return Err(e);
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
 }
 
 /// Make `[offset, offset + buf.len())` of `f` durable, drop it from the page cache (proved),
@@ -133,43 +135,37 @@ pub fn read_direct(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         .read(true)
         .custom_flags(libc::O_DIRECT)
         .open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
-    let a = 4096u64;
+    const ALIGN: usize = 4096;
+    let a = ALIGN as u64;
     let start = offset / a * a;
     let end = (offset + buf.len() as u64).div_ceil(a) * a;
-    let n = (end - start) as usize;
-    let layout = std::alloc::Layout::from_size_align(n.max(1), 4096).expect("layout");
-    // SAFETY: allocated with this layout, freed below; read_at writes within it.
-    unsafe {
-        let p = std::alloc::alloc_zeroed(layout);
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
+    let n = usize::try_from(end - start)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a range too long to read"))?;
+    // An aligned region of a Vec as the bounce buffer: the same 4096-aligned, zeroed n bytes
+    // an aligned allocation gave, with no unsafe code.
+    let mut v = vec![0u8; n + ALIGN];
+    let addr = v.as_ptr() as usize;
+    let skip = addr.next_multiple_of(ALIGN) - addr;
+    let b = &mut v[skip..skip + n];
+    let mut got = 0;
+    while got < n {
+        match f.read_at(&mut b[got..], start + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        let b = std::slice::from_raw_parts_mut(p, n);
-        let mut got = 0;
-        let r = loop {
-            match f.read_at(&mut b[got..], start + got as u64) {
-                Ok(0) => break Ok(()),
-                Ok(k) => {
-                    got += k;
-                    if got == n {
-                        break Ok(());
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
-            }
-        };
-        let o = (offset - start) as usize;
-        let ok = r.and_then(|()| {
-            if got >= o + buf.len() {
-                buf.copy_from_slice(&b[o..o + buf.len()]);
-                Ok(())
-            } else {
-                Err(io::Error::from(io::ErrorKind::UnexpectedEof))
-            }
-        });
-        std::alloc::dealloc(p, layout);
-        ok
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "less than the 4096-byte alignment"
+    )]
+    let o = (offset - start) as usize;
+    if got >= o + buf.len() {
+        buf.copy_from_slice(&b[o..o + buf.len()]);
+        Ok(())
+    } else {
+        Err(io::Error::from(io::ErrorKind::UnexpectedEof))
     }
 }
 
@@ -183,7 +179,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let mut f = File::create(&p).unwrap();
-        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7) as u8).collect();
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| u8::try_from(i * 7 % 256).unwrap())
+            .collect();
         f.write_all(&data).unwrap();
         let f = File::options().read(true).write(true).open(&p).unwrap();
         assert!(
@@ -195,5 +193,36 @@ mod tests {
         assert_eq!(back, data);
         // tmpfs cannot drop pages it holds the only copy of: then O_DIRECT or a failed proof.
         eprintln!("read back: {how:?}");
+    }
+
+    #[test]
+    fn direct_reads_of_unaligned_ranges_come_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..20_000u32)
+            .map(|i| u8::try_from(i * 13 % 251).unwrap())
+            .collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = File::open(&p).unwrap();
+        for (off, len) in [
+            (0, 4096),
+            (13, 5000),
+            (4095, 2),
+            (8192, 11_808),
+            (19_999, 1),
+        ] {
+            let mut back = vec![0u8; len];
+            match read_direct(&f, off as u64, &mut back) {
+                Ok(()) => assert_eq!(back, data[off..off + len], "{off}+{len}"),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    eprintln!("skipping: this filesystem refuses O_DIRECT");
+                    return;
+                }
+                Err(e) => panic!("{off}+{len}: {e}"),
+            }
+        }
+        let mut past = vec![0u8; 10];
+        let e = read_direct(&f, 19_995, &mut past).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

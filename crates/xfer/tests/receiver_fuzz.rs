@@ -14,7 +14,7 @@ fn hello() -> Vec<u8> {
 
 fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = vec![kind];
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
     v.extend_from_slice(payload);
     v
 }
