@@ -1,6 +1,7 @@
 //! CRC-32C (Castagnoli, polynomial 0x1EDC6F41 reflected, init and xorout 0xFFFFFFFF): the only
 //! checksum stripeguard writes. It is computed by `crc-fast` (SIMD carry-less multiplication, at
 //! the speed of ISA-L's assembly); nothing else in the project computes a CRC by hand.
+#![forbid(unsafe_code)]
 
 use crc_fast::{CrcAlgorithm, Digest};
 

@@ -16,6 +16,7 @@
 //! parity alone: with `f` known erasures, `t` unknown errors can be found whenever
 //! `2t + f <= m` (Mann, Anderson & Rychlik, section 3.5). Beyond that bound a code says
 //! [`CodeError::CannotLocate`]; it never guesses.
+#![forbid(unsafe_code)]
 
 mod array;
 mod error;

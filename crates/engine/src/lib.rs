@@ -12,6 +12,7 @@
 //! Concurrency: requests to different stripes run in parallel; requests to one stripe are ordered
 //! by a stripe lock (a fixed table of mutexes indexed by stripe); the planner's state sits behind
 //! its own short-lived lock.
+#![forbid(unsafe_code)]
 
 mod admin;
 mod array;

@@ -252,7 +252,7 @@ impl Array {
             let slot = stripeguard_format::slot_offset(ck.sequence, SLOT_BYTES);
             target.write_at(
                 CHECKPOINT_OFFSET + slot,
-                &crate::scrub::checkpoint_bytes(&ck),
+                &crate::scrub::checkpoint_bytes(ck),
             )?;
             target.flush()?;
             a.write_checkpoint(ck)?;

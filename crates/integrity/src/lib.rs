@@ -13,6 +13,7 @@
 //! wrong place (aligned or not), read from the wrong place, rot bits, fail sectors with EIO, or
 //! fail whole. At most one unit per stripe is silently wrong, plus at most `m - 1` erasures; beyond
 //! that [`diagnose`] says so and nothing it cannot vouch for is returned.
+#![forbid(unsafe_code)]
 
 mod diagnose;
 mod firstread;

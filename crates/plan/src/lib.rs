@@ -34,6 +34,7 @@
 //! - Every planned I/O also has an **extent** ([`Extent`], FORMAT.md §2.9.1): the bytes of the unit
 //!   the engine really moves (part of a chunk's checksum blocks, the appendix alone, or the whole
 //!   unit). [`PiecePlan::member_io`] is the byte-accurate count beside the paper's.
+#![forbid(unsafe_code)]
 
 mod extent;
 mod geometry;

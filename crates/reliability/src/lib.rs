@@ -118,7 +118,7 @@
 //! optimistic. Errors arriving during a rebuild are ignored (the rebuild is short next to the
 //! scrub interval). MTTDL describes an exponential-ish tail; the mission probability is the number
 //! to plan with (Greenan, Plank & Wylie, "Mean time to meaningless", HotStorage '10).
-
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use serde::Serialize;
@@ -549,6 +549,11 @@ pub fn paper_approx_mttdl_hours(data: usize, parity: usize, lambda: f64) -> f64 
 /// `m ≥ k (e^{λT} − 1)`, or `None` past [`PARITY_MAX`].
 pub fn paper_rule_parity(data: usize, target_hours: f64, lambda: f64) -> Option<usize> {
     let m = (data as f64 * (lambda * target_hours).exp_m1()).ceil();
+    // NaN and anything past PARITY_MAX fail the test; what passes is a whole number in range.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "m is a whole number ≤ PARITY_MAX here"
+    )]
     (m <= PARITY_MAX as f64).then_some(m as usize)
 }
 

@@ -7,6 +7,7 @@
 //! Everything streams one stripe at a time: memory is `(k + m) x (block + 4)` bytes whatever the
 //! file size. Outputs are written to a temporary name, synced, and renamed into place, so an
 //! interrupted run never leaves a half-written file under the final name.
+#![forbid(unsafe_code)]
 
 mod decode;
 mod encode;
