@@ -1,6 +1,7 @@
 //! Creating and assembling arrays; superblock maintenance.
 
 use crate::events::EventLog;
+use crate::usize_of;
 use crate::{Counters, EngineError, Event};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -317,7 +318,7 @@ impl Array {
             parity_chunks: parity_n,
             code: cfg.code,
             scheme: cfg.scheme,
-            sector_shift: cfg.sector_bytes.trailing_zeros() as u8,
+            sector_shift: u8::try_from(cfg.sector_bytes.trailing_zeros()).expect("at most 32"),
             state: ArrayState::Clean,
             chunk_bytes: cfg.chunk_bytes,
             data_offset_bytes: data_offset,
@@ -388,7 +389,7 @@ impl Array {
                 let why: Vec<String> = members
                     .iter()
                     .zip(&found)
-                    .map(|(d, f)| format!("{}: {}", d.name(), f.as_ref().err().unwrap()))
+                    .filter_map(|(d, f)| f.as_ref().err().map(|e| format!("{}: {e}", d.name())))
                     .collect();
                 EngineError::Assemble(format!(
                     "no member has a valid superblock ({})",
@@ -670,7 +671,7 @@ impl Array {
     /// The cache holds at most 16 MiB of appendices whatever `entries` says (a 16 MiB chunk's
     /// appendix is 33 sectors).
     pub fn enable_appendix_cache(&self, entries: usize) {
-        let per = (self.gran.appendix as usize).max(1);
+        let per = usize_of(self.gran.appendix).max(1);
         let entries = entries.min(APPENDIX_CACHE_BYTES / per);
         *self.app_cache.lock().expect("lock") =
             std::num::NonZeroUsize::new(entries).map(lru::LruCache::new);
@@ -827,7 +828,7 @@ impl Array {
     /// A unit-sized buffer with unspecified contents (callers overwrite all of it).
     /// Aligned for direct I/O on every member, so no member I/O goes through a bounce copy.
     pub(crate) fn unit_buf(&self) -> AlignedBuf {
-        let unit = self.unit_bytes() as usize;
+        let unit = usize_of(self.unit_bytes());
         match self.pool.lock().expect("lock").pop() {
             Some(b) => b,
             None => AlignedBuf::zeroed(unit, self.mem_align),
@@ -836,7 +837,7 @@ impl Array {
 
     /// Return unit buffers to the pool (bounded: at most 16 stripes' worth are kept).
     pub(crate) fn recycle(&self, bufs: impl IntoIterator<Item = AlignedBuf>) {
-        let unit = self.unit_bytes() as usize;
+        let unit = usize_of(self.unit_bytes());
         let cap = 16 * self.geometry.n();
         let mut pool = self.pool.lock().expect("lock");
         for b in bufs {
@@ -949,7 +950,7 @@ impl Array {
                     continue;
                 }
                 let mut sb = self.sb.clone();
-                sb.member_index = i as u16;
+                sb.member_index = crate::index_u16(i);
                 sb.state = meta.state;
                 sb.sequence_high_water = meta.high_water;
                 sb.untrusted_listed = meta.untrusted_listed;
@@ -983,7 +984,7 @@ impl Array {
         for d in &self.members.all() {
             let mut at = OWNER_RECORD_OFFSET;
             while at < self.sb.data_offset_bytes {
-                let len = (self.sb.data_offset_bytes - at).min(zeros.len() as u64) as usize;
+                let len = usize_of((self.sb.data_offset_bytes - at).min(zeros.len() as u64));
                 d.write_at(at, &zeros[..len])?;
                 at += len as u64;
             }
@@ -996,12 +997,13 @@ impl Array {
         let k = self.geometry.k;
         Identity {
             array_uuid: self.sb.array_uuid,
-            member_index: self.geometry.member_of(stripe, pos) as u16,
+            member_index: crate::index_u16(self.geometry.member_of(stripe, pos)),
             chunk_number: stripe,
+            // Positions are below 255 (the member table's bound), so they fit a byte.
             role: if pos < k {
-                Role::Data(pos as u8)
+                Role::Data(u8::try_from(pos).expect("at most 255 positions"))
             } else {
-                Role::Parity((pos - k) as u8)
+                Role::Parity(u8::try_from(pos - k).expect("at most 255 positions"))
             },
         }
     }
@@ -1018,13 +1020,13 @@ impl Array {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), EngineError> {
         let g = self.geometry;
-        let c = g.chunk_bytes as usize;
+        let c = usize_of(g.chunk_bytes);
         let scheme = self.sb.scheme;
         let zero_tags = match scheme.mirror() {
             Some(MirrorKind::Checksum) => stripeguard_checksum::crc32c(&vec![0u8; c]) as u64,
             _ => 0,
         };
-        let unit = self.unit_bytes() as usize;
+        let unit = usize_of(self.unit_bytes());
         let mut buf = vec![0u8; unit];
         let total = g.stripes;
         let zero_table = self.is_ck().then(|| {
@@ -1069,7 +1071,7 @@ impl Array {
                             && g.k > 1
                             && scheme.mirror() == Some(MirrorKind::Checksum)
                         {
-                            zero_tags as u32
+                            crate::crc_of_tag(zero_tags)
                         } else {
                             0
                         },
@@ -1240,7 +1242,7 @@ fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), S
                 .iter()
                 .filter(|c| c.generation != sb.generation)
                 .count();
-            Ok((sb, (errors.len() + stale) as u8))
+            Ok((sb, u8::try_from(errors.len() + stale).unwrap_or(u8::MAX)))
         }
         None => Err(errors.first().cloned().unwrap_or_default()),
     }

@@ -6,6 +6,7 @@
 //! every read equal to the model, no damage left on any member after the scrub, and no event
 //! naming a unit that no fault touched.
 
+use crate::usize_of;
 use crate::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -237,8 +238,8 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
     let rig = build(cfg)?;
     let a = &rig.array;
     let g = *a.geometry();
-    let cap = a.capacity_bytes() as usize;
-    let c = g.chunk_bytes as usize;
+    let cap = usize_of(a.capacity_bytes());
+    let c = usize_of(g.chunk_bytes);
     let mut model = vec![0u8; cap];
     rng.fill(&mut model[..]);
     a.write(0, &model)?;
@@ -352,7 +353,7 @@ pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError>
                     // Pieces are written in stripe order and a refused stripe writes nothing:
                     // the stripes before it hold the new bytes.
                     let landed = (stripe * g.stripe_data_bytes()).saturating_sub(off as u64);
-                    let landed = (landed as usize).min(len);
+                    let landed = usize_of(landed).min(len);
                     model[off..off + landed].copy_from_slice(&data[..landed]);
                     rep.unrecoverable += 1;
                 }

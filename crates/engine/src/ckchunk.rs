@@ -26,6 +26,7 @@
 //! resync does not visit.
 
 use crate::repair::{stripe_event, Image};
+use crate::usize_of;
 use crate::{Array, EngineError, Event, EventAction, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
@@ -67,8 +68,8 @@ impl Array {
 
     /// Blocks per unit, and the table's bytes as read and written.
     pub(crate) fn ck_shape(&self) -> (usize, usize) {
-        let b = self.gran.block as usize;
-        let blocks = self.geometry.chunk_bytes as usize / b;
+        let b = usize_of(self.gran.block);
+        let blocks = usize_of(self.geometry.chunk_bytes) / b;
         let t = stripeguard_integrity::ck_table_bytes(self.geometry.n(), self.sb.chunk_bytes);
         (blocks, t)
     }
@@ -86,10 +87,10 @@ impl Array {
     /// The table of `stripe` for a zero-filled stripe or from whole units.
     pub(crate) fn ck_table_of(&self, stripe: u64, units: &[&[u8]]) -> CkTable {
         let (blocks, _) = self.ck_shape();
-        let b = self.gran.block as usize;
+        let b = usize_of(self.gran.block);
         let mut t = CkTable::new(stripe, self.sb.array_uuid, self.geometry.n(), blocks);
         for (u, bytes) in units.iter().enumerate() {
-            t.set_blocks(u, 0, &bytes[..self.geometry.chunk_bytes as usize], b);
+            t.set_blocks(u, 0, &bytes[..usize_of(self.geometry.chunk_bytes)], b);
         }
         t
     }
@@ -202,7 +203,7 @@ impl Array {
         let (_, tb) = self.ck_shape();
         let mut buf = self.ck_encode(t);
         let len = if whole {
-            let c = self.geometry.chunk_bytes as usize;
+            let c = usize_of(self.geometry.chunk_bytes);
             buf[tb..c].fill(0);
             c
         } else {
@@ -255,7 +256,7 @@ impl Array {
         stripe: u64,
     ) -> Result<(Result<CkTable, String>, bool, bool), EngineError> {
         let (blocks, tb) = self.ck_shape();
-        let c = self.geometry.chunk_bytes as usize;
+        let c = usize_of(self.geometry.chunk_bytes);
         let cached = self
             .ck
             .lock()
@@ -313,7 +314,7 @@ impl Array {
         read: &[(usize, Extent)],
         units: &[Option<AlignedBuf>],
     ) -> Vec<(usize, EventKind, String)> {
-        let b = self.gran.block as usize;
+        let b = usize_of(self.gran.block);
         let mut out = Vec::new();
         for &(pos, e) in read {
             let Some(u) = &units[pos] else { continue };
@@ -321,7 +322,7 @@ impl Array {
                 continue;
             }
             let (first, _) = e.blocks(&self.gran);
-            let bad = t.mismatches(pos, first, &u[e.lo as usize..e.hi as usize], b);
+            let bad = t.mismatches(pos, first, &u[usize_of(e.lo)..usize_of(e.hi)], b);
             if !bad.is_empty() {
                 out.push((
                     pos,
@@ -342,8 +343,8 @@ impl Array {
     ) -> Result<Image, EngineError> {
         let g = self.geometry;
         let (k, m, n) = (g.k, g.m, g.n());
-        let c = g.chunk_bytes as usize;
-        let b = self.gran.block as usize;
+        let c = usize_of(g.chunk_bytes);
+        let b = usize_of(self.gran.block);
         let all: Vec<usize> = (0..n).collect();
         let units = self.read_units(stripe, &all)?;
         let (table, disk_bad, dirty) = self.ck_load_whole(stripe)?;

@@ -17,6 +17,7 @@
 //! The negative control: the same crash image assembled read-only, without resync, and checked
 //! stripe by stripe finds inconsistent stripes.
 
+use crate::usize_of;
 use crate::{Array, ArrayConfig, AssembleOptions, EngineError};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -180,7 +181,7 @@ fn one_crash(
                     disks[mem].flush()?;
                 }
             }
-            let chunks = (cfg.stripes as usize * sd) / c;
+            let chunks = (usize_of(cfg.stripes) * sd) / c;
             // Per data chunk: every version it held since the last flush (the first durable).
             (disks, vec![vec![vec![0u8; c]]; chunks])
         }
@@ -205,7 +206,7 @@ fn one_crash(
     if !cfg.journal {
         array.disable_degraded_journal_for_campaign();
     }
-    let cap = array.capacity_bytes() as usize;
+    let cap = usize_of(array.capacity_bytes());
     let ops = rng.random_range(1..=cfg.ops);
     for _ in 0..ops {
         if rng.random_bool(0.15) {
@@ -219,7 +220,7 @@ fn one_crash(
             continue;
         }
         let (off, len) = if rng.random_bool(0.4) {
-            let s = rng.random_range(0..cfg.stripes as usize);
+            let s = rng.random_range(0..usize_of(cfg.stripes));
             let first = rng.random_range(0..k);
             let n = rng.random_range(1..=k - first);
             (s * sd + first * c, n * c)
@@ -243,7 +244,7 @@ fn one_crash(
             Ok(()) => off + len,
             Err(EngineError::Unrecoverable { stripe, .. }) => {
                 rep.refused_writes += 1;
-                ((stripe as usize) * sd).max(off)
+                (usize_of(stripe) * sd).max(off)
             }
             Err(e) => return Err(e),
         };
@@ -376,7 +377,7 @@ fn one_crash(
             if i < cfg.failed_members {
                 return Ok(images[i].clone()); // out of the array: as it was
             }
-            let mut b = vec![0u8; d.size_bytes() as usize];
+            let mut b = vec![0u8; usize_of(d.size_bytes())];
             d.read_at(0, &mut b).map(|()| b)
         })
         .collect::<Result<Vec<_>, _>>()?;

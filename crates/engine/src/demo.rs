@@ -2,6 +2,7 @@
 //! in a directory; write data, inject the fault into four stripes, read everything back, scrub,
 //! and tabulate what was injected, detected, located, repaired, and how many wrong bytes came back.
 
+use crate::usize_of;
 use crate::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -92,7 +93,7 @@ fn one_case(
     )?;
     let g = *array.geometry();
     let mut rng = rand::rngs::StdRng::seed_from_u64(kind as u64 * 31 + scheme.id() as u64);
-    let cap = array.capacity_bytes() as usize;
+    let cap = usize_of(array.capacity_bytes());
     let mut model = vec![0u8; cap];
     rng.fill(&mut model[..]);
     array.write(0, &model)?;
@@ -133,7 +134,7 @@ fn one_case(
         faulty[member].arm(s, fault)?;
         if kind.on_write() {
             // Overwrite the target chunk through the array: the fault fires on that write.
-            let off = (s * g.stripe_data_bytes() + g.chunk_bytes) as usize;
+            let off = usize_of(s * g.stripe_data_bytes() + g.chunk_bytes);
             let mut data = vec![0u8; CHUNK as usize];
             rng.fill(&mut data[..]);
             array.write(off as u64, &data)?;

@@ -95,7 +95,7 @@ impl EventLog {
         if self.unsaved.len() < EVENT_LOG_ENTRIES {
             let ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
+                .map(crate::millis)
                 .unwrap_or(0);
             self.unsaved.push((self.next_number, ms, e.clone()));
             self.next_number += 1;

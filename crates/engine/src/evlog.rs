@@ -3,6 +3,7 @@
 //! travels with the disks.
 
 use crate::events::Event;
+use crate::usize_of;
 use crate::{Array, EngineError};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -54,7 +55,7 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
     let capacity = len / ENTRY_BYTES as u64;
     let mut by_number: BTreeMap<u64, LoggedEvent> = BTreeMap::new();
     let mut not_understood = std::collections::BTreeSet::new();
-    let mut buf = vec![0u8; len as usize];
+    let mut buf = vec![0u8; usize_of(len)];
     for d in members {
         if d.read_at(at, &mut buf).is_err() {
             continue;

@@ -5,6 +5,7 @@
 //! through the engine, so parity, appendices and versions stay consistent and the range reads
 //! back as zeros (FORMAT.md §4).
 
+use crate::usize_of;
 use crate::{Array, EngineError};
 use std::sync::Arc;
 use stripeguard_nbd::{proto, Export, ExportError};
@@ -18,7 +19,7 @@ pub struct ArrayExport {
 impl ArrayExport {
     pub fn new(array: Arc<Array>) -> ArrayExport {
         // Zeroing goes in whole stripes where it can (no read-modify-write), a few MiB a step.
-        let stripe = array.geometry().stripe_data_bytes() as usize;
+        let stripe = usize_of(array.geometry().stripe_data_bytes());
         let step = stripe * (4usize << 20).div_ceil(stripe);
         ArrayExport {
             array,
@@ -60,7 +61,7 @@ impl Export for ArrayExport {
     fn block_sizes(&self) -> (u32, u32) {
         // The engine takes any byte range, but clients are asked for whole sectors; a request of
         // a whole chunk (a power of two) avoids reading the rest of the chunk first.
-        let chunk = self.array.geometry().chunk_bytes as u32;
+        let chunk = crate::in_unit_u32(self.array.geometry().chunk_bytes);
         let preferred = if chunk.is_power_of_two() {
             chunk.clamp(4096, proto::MAX_PAYLOAD_BYTES)
         } else {
@@ -100,7 +101,7 @@ impl Export for ArrayExport {
             let step = self.zeros.len() as u64;
             let n = (step - pos % step).min(end - pos);
             self.array
-                .write(pos, &self.zeros[..n as usize])
+                .write(pos, &self.zeros[..usize_of(n)])
                 .map_err(nbd_error)?;
             pos += n;
         }

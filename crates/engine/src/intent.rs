@@ -7,6 +7,7 @@
 //! unclean shutdown the first writable assembly resyncs every stripe of every set region.
 
 use crate::events::EventAction;
+use crate::usize_of;
 use crate::{Array, EngineError, Interrupted};
 use std::collections::HashMap;
 use stripeguard_checksum::crc32c;
@@ -58,7 +59,7 @@ impl Intent {
             bits,
             copy_bytes,
             sequence: 0,
-            set: vec![0; bits.div_ceil(8) as usize],
+            set: vec![0; usize_of(bits.div_ceil(8))],
             inflight: HashMap::new(),
             last_done_epoch: HashMap::new(),
             epoch: 0,
@@ -340,7 +341,7 @@ impl Array {
 
     /// Make one stripe consistent after a crash (FORMAT.md §2.4).
     fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
-        let _guard = self.locks[stripe as usize % self.locks.len()]
+        let _guard = self.locks[usize_of(stripe) % self.locks.len()]
             .lock()
             .expect("lock");
         if self.sb.scheme == Scheme::None {
@@ -370,7 +371,7 @@ impl Array {
             // A data unit is unreadable: the parity is all that knows it; leave it.
             return Ok(());
         }
-        let c = g.chunk_bytes as usize;
+        let c = usize_of(g.chunk_bytes);
         let chunks: Vec<&[u8]> = units[..g.k]
             .iter()
             .map(|u| &u.as_ref().expect("read")[..c])
@@ -436,7 +437,7 @@ impl Array {
         evidence: &str,
     ) -> Result<(), EngineError> {
         let g = self.geometry;
-        let (k, c) = (g.k, g.chunk_bytes as usize);
+        let (k, c) = (g.k, usize_of(g.chunk_bytes));
         let all: Vec<usize> = (0..g.n()).collect();
         let mut units = self.read_units(stripe, &all)?;
         if let Some((pos, bytes)) = known {

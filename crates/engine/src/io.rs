@@ -1,6 +1,7 @@
 //! Reads and writes: split into per-stripe pieces, plan each with the shared planner, execute.
 
 use crate::repair::Image;
+use crate::usize_of;
 use crate::{Array, EngineError};
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
@@ -51,7 +52,7 @@ impl Array {
         while pos < end {
             let stripe = pos / sd;
             let piece_end = ((stripe + 1) * sd).min(end);
-            f(stripe, pos, piece_end - pos, (pos - offset) as usize)?;
+            f(stripe, pos, piece_end - pos, usize_of(pos - offset))?;
             pos = piece_end;
         }
         Ok(())
@@ -72,7 +73,7 @@ impl Array {
         self.check_range(offset, buf.len() as u64)?;
         let _caller = Caller::enter(self);
         self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
-            let _guard = self.locks[stripe as usize % self.locks.len()]
+            let _guard = self.locks[usize_of(stripe) % self.locks.len()]
                 .lock()
                 .expect("lock");
             // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
@@ -84,8 +85,8 @@ impl Array {
             for i in plan.first..=plan.last {
                 let (lo, hi) = plan.chunk_range(i, c);
                 let chunk = units.units[i].as_ref().expect("read");
-                buf[o..o + (hi - lo) as usize].copy_from_slice(&chunk[lo as usize..hi as usize]);
-                o += (hi - lo) as usize;
+                buf[o..o + usize_of(hi - lo)].copy_from_slice(&chunk[usize_of(lo)..usize_of(hi)]);
+                o += usize_of(hi - lo);
             }
             self.recycle(units.units.into_iter().flatten());
             Ok(())
@@ -121,7 +122,7 @@ impl Array {
             let missing = (0..k)
                 .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
                 .count();
-            ((off + len - 1) % sd / c - off % sd / c + 1) as usize + m + 1 + missing
+            usize_of((off + len - 1) % sd / c - off % sd / c + 1) + m + 1 + missing
         };
         let slots = self.sb.journal_slots as usize;
         let mut rest = &pieces[..];
@@ -153,7 +154,7 @@ impl Array {
     ) -> Result<(), EngineError> {
         let mut locks: Vec<usize> = batch
             .iter()
-            .map(|p| p.0 as usize % self.locks.len())
+            .map(|p| usize_of(p.0) % self.locks.len())
             .collect();
         locks.sort_unstable();
         locks.dedup();
@@ -196,7 +197,7 @@ impl Array {
             saves.push(self.unverified_on_error(stripe, self.save_missing(stripe))?);
             plans.push((
                 self.plan_one(Op::Write, off, len),
-                &data[at..at + len as usize],
+                &data[at..at + usize_of(len)],
             ));
         }
         let mut ready = Vec::with_capacity(plans.len());
@@ -257,7 +258,7 @@ impl Array {
     fn gather(&self, plan: &PiecePlan) -> Result<Units, EngineError> {
         let g = self.geometry;
         let n = g.n();
-        let c = g.chunk_bytes as usize;
+        let c = usize_of(g.chunk_bytes);
         let scheme = self.sb.scheme;
         let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let mut erased = vec![false; n];
@@ -383,7 +384,7 @@ impl Array {
             ck,
         } = self.repair_stripe(plan.stripe, &suspects)?;
         let data_crc = if scheme.mirror() == Some(MirrorKind::Checksum) {
-            truth.iter().map(|t| t.map(|v| v as u32)).collect()
+            truth.iter().map(|t| t.map(crate::crc_of_tag)).collect()
         } else {
             vec![None; g.k]
         };
@@ -408,7 +409,7 @@ impl Array {
         let g = self.geometry;
         let gran = self.gran;
         let (k, m) = (g.k, g.m);
-        let c = g.chunk_bytes as usize;
+        let c = usize_of(g.chunk_bytes);
         let scheme = self.sb.scheme;
         let mode = plan.mode.expect("planned");
         let (first, last) = (plan.first, plan.last);
@@ -451,8 +452,8 @@ impl Array {
             };
             let e = plan.extent(&io, &gran);
             let (lo, hi) = plan.chunk_range(i, c as u64);
-            let (lo, hi) = (lo as usize, hi as usize);
-            let (wlo, whi) = (e.lo as usize, e.hi as usize);
+            let (lo, hi) = (usize_of(lo), usize_of(hi));
+            let (wlo, whi) = (usize_of(e.lo), usize_of(e.hi));
             // A unit without an appendix (`none`) written whole goes out from the caller's
             // bytes: no copy (FORMAT.md §2: a unit with an appendix is written in one I/O with
             // it, which a copy makes possible and is cheaper than a second I/O).
@@ -545,7 +546,7 @@ impl Array {
             },
             &gran,
         );
-        let (hlo, hhi) = (parity_extent.lo as usize, parity_extent.hi as usize);
+        let (hlo, hhi) = (usize_of(parity_extent.lo), usize_of(parity_extent.hi));
         match mode {
             Mode::Rmw => {
                 for j in 0..m {
@@ -555,7 +556,7 @@ impl Array {
                     // The delta is byte-local, so each chunk updates the parity over its own
                     // written blocks (the parity read covers their union).
                     for (i, n) in (first..=last).zip(&new) {
-                        let (lo, hi) = (n.e.lo as usize, n.e.hi as usize);
+                        let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
                         let change = [ChunkUpdate {
                             index: i,
                             old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
@@ -639,14 +640,14 @@ impl Array {
         }
         // Checksum-chunk arrays: the table's entries of every block written.
         let fresh = (self.is_ck() && self.writes_whole_stripe(plan)).then(|| {
-            let blocks = g.chunk_bytes as usize / gran.block as usize;
+            let blocks = usize_of(g.chunk_bytes) / usize_of(gran.block);
             stripeguard_integrity::CkTable::new(plan.stripe, self.sb.array_uuid, g.n(), blocks)
         });
         let mut ck_new = match have.ck.take().or(fresh) {
             Some(mut t) if self.is_ck() => {
-                let b = gran.block as usize;
+                let b = usize_of(gran.block);
                 for (i, n) in (first..=last).zip(&new) {
-                    let (lo, hi) = (n.e.lo as usize, n.e.hi as usize);
+                    let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
                     t.set_blocks(i, lo / b, &n.bytes()[lo..hi], b);
                 }
                 for (j, p) in parity.iter().enumerate() {
@@ -677,7 +678,7 @@ impl Array {
     /// Put a [`Array::prepare_write`] in place.
     fn commit_write(&self, ready: Prepared<'_>) -> Result<(), EngineError> {
         let g = self.geometry;
-        let c = g.chunk_bytes as usize;
+        let c = usize_of(g.chunk_bytes);
         let stripe = ready.stripe;
         self.write_units(stripe, &ready.writes(self))?;
         let Prepared {
@@ -747,7 +748,7 @@ pub(crate) struct Prepared<'d> {
 impl Prepared<'_> {
     /// Every in-place I/O: (position, byte within the unit, bytes).
     pub(crate) fn writes(&self, a: &Array) -> crate::journal::UnitWrites<'_> {
-        let c = a.geometry.chunk_bytes as usize;
+        let c = usize_of(a.geometry.chunk_bytes);
         let k = a.geometry.k;
         let mut writes: Vec<(usize, u64, &[u8])> = Vec::new();
         if let Some((pos, bytes)) = &self.buddy {
@@ -755,12 +756,12 @@ impl Prepared<'_> {
         }
         for (i, n) in (self.first..).zip(&self.new) {
             for (o, len) in n.e.ios(&a.gran) {
-                writes.push((i, o, &n.bytes()[o as usize..(o + len) as usize]));
+                writes.push((i, o, &n.bytes()[usize_of(o)..usize_of(o + len)]));
             }
         }
         for (j, p) in self.parity.iter().enumerate() {
             for (o, len) in self.parity_extent.ios(&a.gran) {
-                writes.push((k + j, o, &p[o as usize..(o + len) as usize]));
+                writes.push((k + j, o, &p[usize_of(o)..usize_of(o + len)]));
             }
         }
         if let Some(t) = &self.ck_bytes {
@@ -836,7 +837,7 @@ impl Array {
                 capacity: self.geometry.stripes,
             });
         }
-        let _guard = self.locks[stripe as usize % self.locks.len()]
+        let _guard = self.locks[usize_of(stripe) % self.locks.len()]
             .lock()
             .expect("lock");
         let before = self.counters().located;

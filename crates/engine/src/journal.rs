@@ -24,6 +24,7 @@
 //! A slot is freed (its header zeroed) by the first flush that began after its write completed,
 //! and all of them only after a resync has finished, so a crash during the resync replays again.
 
+use crate::usize_of;
 use crate::{Array, EngineError};
 use std::collections::BTreeMap;
 use stripeguard_checksum::crc32c;
@@ -36,6 +37,11 @@ const HEADER: usize = JOURNAL_HEADER_SIZE;
 /// Record kinds (header byte 34).
 const SAVED: u8 = JournalKind::Saved as u8;
 const UNIT_WRITES: u8 = JournalKind::UnitWrites as u8;
+
+/// A count of journal slots (at most MAX_JOURNAL_SLOTS, 64).
+fn slots_u32(n: usize) -> u32 {
+    u32::try_from(n).expect("at most 64 journal slots")
+}
 
 /// One slot's bookkeeping.
 #[derive(Clone, Default)]
@@ -335,10 +341,10 @@ impl Array {
                     sequence,
                     stripe,
                     pos,
-                    extents: vec![(0, image.units[pos].len() as u32)],
+                    extents: vec![(0, crate::in_unit_u32(image.units[pos].len()))],
                     payload: image.units[pos].to_vec(),
                     touched: [0; TOUCHED_BYTES],
-                    group: (taken[0].1, taken.len() as u32),
+                    group: (taken[0].1, slots_u32(taken.len())),
                 };
                 (slot, record, Vec::new())
             })
@@ -389,7 +395,8 @@ impl Array {
                         records.last_mut().expect("pushed")
                     }
                 };
-                r.extents.push((at as u32, bytes.len() as u32));
+                r.extents
+                    .push((crate::in_unit_u32(at), crate::in_unit_u32(bytes.len())));
                 r.payload.extend_from_slice(bytes);
             }
             for r in &mut records[from..] {
@@ -408,7 +415,7 @@ impl Array {
             array: self,
             slots: taken.iter().map(|t| t.0).collect(),
         };
-        let group = (taken[0].1, taken.len() as u32);
+        let group = (taken[0].1, slots_u32(taken.len()));
         let records: Vec<(usize, Record, Vec<usize>)> = records
             .into_iter()
             .zip(taken)
@@ -506,8 +513,8 @@ impl Array {
     /// Every valid record on any current member: saved chunks by (stripe, position), the newest
     /// of each; unit writes of whole rounds, in the order they were written.
     fn read_journal(&self) -> (BTreeMap<(u64, usize), Record>, Vec<Record>) {
-        let slot_bytes = self.sb.journal_slot_bytes() as usize;
-        let unit = self.unit_bytes() as usize;
+        let slot_bytes = usize_of(self.sb.journal_slot_bytes());
+        let unit = usize_of(self.unit_bytes());
         let g = self.geometry;
         let mut saved: BTreeMap<(u64, usize), Record> = BTreeMap::new();
         let mut redo: BTreeMap<u64, Record> = BTreeMap::new();
@@ -592,7 +599,7 @@ impl Array {
         self.clear_appendix_cache();
         for ((stripe, pos), r) in &saved {
             let unit = &r.payload;
-            let _guard = self.locks[*stripe as usize % self.locks.len()]
+            let _guard = self.locks[usize_of(*stripe) % self.locks.len()]
                 .lock()
                 .expect("lock");
             if self.sb.scheme == stripeguard_integrity::Scheme::None {

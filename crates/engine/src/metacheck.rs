@@ -10,6 +10,7 @@
 //! valid, else cleared (the event is lost; the finding says so).
 
 use crate::events::{Event, EventAction, EventKind, EventRole};
+use crate::usize_of;
 use crate::{Array, EngineError};
 use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, OWNER_RECORD_OFFSET};
 
@@ -39,7 +40,7 @@ impl Array {
         let intent_copy = (self.sb.layout.intent_bytes / 2) as usize;
         let (log_at, log_len) = (
             self.sb.layout.log_offset(),
-            self.sb.layout.log_bytes as usize,
+            usize_of(self.sb.layout.log_bytes),
         );
         let mut logs: Vec<Option<Vec<u8>>> = Vec::new();
         for (m, d) in self.members.all().iter().enumerate() {
@@ -157,7 +158,7 @@ impl Array {
             }
             let eb = EventEntry::SIZE;
             for f in found.iter_mut().filter(|f| f.region == "log") {
-                let j = f.copy as usize;
+                let j = usize_of(f.copy);
                 let good = logs
                     .iter()
                     .flatten()

@@ -49,7 +49,7 @@ static LIVE: std::sync::Mutex<Vec<[u8; 16]>> = std::sync::Mutex::new(Vec::new())
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(crate::millis)
         .unwrap_or(0)
 }
 
@@ -170,7 +170,8 @@ impl Array {
             holder_id: rand::random(),
             acquired_ms: now,
             heartbeat_ms: now,
-            interval_ms: interval.as_millis().clamp(1, MAX_HEARTBEAT_MS as u128) as u32,
+            interval_ms: u32::try_from(interval.as_millis().clamp(1, u128::from(MAX_HEARTBEAT_MS)))
+                .expect("clamped to MAX_HEARTBEAT_MS"),
             host: me_host,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         };
@@ -315,7 +316,7 @@ fn clock_utc(ms: u64) -> String {
 
 /// The time of day, UTC, `after` from now: when a wait that starts now ends.
 pub fn clock_utc_in(after: Duration) -> String {
-    clock_utc(now_ms() + after.as_millis() as u64)
+    clock_utc(now_ms().saturating_add(crate::millis(after)))
 }
 
 /// A process on this host that still runs: it has a `/proc` entry and is not a zombie (a

@@ -7,6 +7,7 @@
 //! interrupted replace resumes onto the same device.
 
 use crate::scrub::{now_unix, Checkpoint, CHECKPOINT_EVERY, SLOT_BYTES};
+use crate::usize_of;
 use crate::{Array, EngineError};
 use std::sync::atomic::Ordering;
 use stripeguard_disk::DiskRef;
@@ -156,7 +157,8 @@ impl Array {
         // Resume onto the same device, refuse another one, or start.
         let prev = self.checkpoint().unwrap_or_default();
         let mine = target_checkpoint(&target);
-        let running = prev.rebuild_member == Some(member as u16) && !prev.rebuild_finished;
+        let running =
+            prev.rebuild_member == Some(crate::index_u16(member)) && !prev.rebuild_finished;
         let same = running && mine.as_ref().map(|c| c.rebuild_target) == Some(prev.rebuild_target);
         if running && !same && !force {
             return cfg(format!(
@@ -196,7 +198,7 @@ impl Array {
             }
         }
         let mut ck = Checkpoint {
-            rebuild_member: Some(member as u16),
+            rebuild_member: Some(crate::index_u16(member)),
             rebuild_finished: false,
             rebuild_next: if same { prev.rebuild_next } else { 0 },
             rebuild_started_unix: if same {
@@ -281,7 +283,7 @@ impl Array {
             {
                 // Held through the write: a write to this stripe waits for it, then goes to the
                 // new device too.
-                let _guard = self.locks[s as usize % self.locks.len()]
+                let _guard = self.locks[usize_of(s) % self.locks.len()]
                     .lock()
                     .expect("lock");
                 *self.rebuilding.lock().expect("lock") = Some((member, Some(s)));

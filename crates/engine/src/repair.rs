@@ -2,6 +2,7 @@
 //! wrong ones from redundancy, check the rebuilt bytes, write them back, record events.
 
 use crate::events::{Event, EventAction};
+use crate::usize_of;
 use crate::{Array, EngineError, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
@@ -45,10 +46,10 @@ impl Array {
         let got = match (&self.io_pool, parts.as_slice()) {
             // A block and the appendix are two I/Os at different offsets: overlap them.
             (Some(pool), &[(a, alen), (b, blen)]) if self.alone() => {
-                let (lo, hi) = buf.split_at_mut(b as usize);
+                let (lo, hi) = buf.split_at_mut(usize_of(b));
                 let (first, second) = (
-                    &mut lo[a as usize..(a + alen) as usize],
-                    &mut hi[..blen as usize],
+                    &mut lo[usize_of(a)..usize_of(a + alen)],
+                    &mut hi[..usize_of(blen)],
                 );
                 let (r1, r2) = pool.install(|| {
                     rayon::join(
@@ -59,7 +60,7 @@ impl Array {
                 r1.and(r2)
             }
             _ => parts.iter().try_for_each(|&(at, len)| {
-                let (at, len) = (at as usize, len as usize);
+                let (at, len) = (usize_of(at), usize_of(len));
                 disk.read_at(base + at as u64, &mut buf[at..at + len])
             }),
         };
@@ -186,8 +187,8 @@ impl Array {
                 let mut consumed = 0u64;
                 for &(at, len) in &parts[i] {
                     let tail = std::mem::take(&mut rest);
-                    let (_, tail) = tail.split_at_mut((at - consumed) as usize);
-                    let (mine, after) = tail.split_at_mut(len as usize);
+                    let (_, tail) = tail.split_at_mut(usize_of(at - consumed));
+                    let (mine, after) = tail.split_at_mut(usize_of(len));
                     ios.push(batch::Io::Read(&*disks[i], base + at, mine));
                     owner.push(i);
                     rest = after;
@@ -344,7 +345,7 @@ impl Array {
                 identity: self.identity(stripe, pos),
                 tag: if checksum { 0 } else { tags[pos] },
                 buddy_crc: if checksum && k > 1 {
-                    tags[(pos + k - 1) % k] as u32
+                    crate::crc_of_tag(tags[(pos + k - 1) % k])
                 } else {
                     0
                 },
@@ -395,7 +396,7 @@ impl Array {
         }
         let g = self.geometry;
         let (k, m, n) = (g.k, g.m, g.n());
-        let c = g.chunk_bytes as usize;
+        let c = usize_of(g.chunk_bytes);
         let scheme = self.sb.scheme;
 
         let all: Vec<usize> = (0..n).collect();

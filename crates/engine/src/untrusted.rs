@@ -23,6 +23,7 @@
 
 use crate::events::{Event, EventAction};
 use crate::stripe_state::Inner;
+use crate::usize_of;
 use crate::{Array, EngineError};
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{state_capacity, StateRecord, UntrustedRange};
@@ -34,7 +35,7 @@ impl Array {
     pub(crate) fn load_untrusted(&self) -> Result<(), EngineError> {
         let (at, region) = (
             self.sb.layout.state_offset(),
-            self.sb.layout.state_bytes as usize,
+            usize_of(self.sb.layout.state_bytes),
         );
         if region == 0 {
             return Ok(());
@@ -85,9 +86,9 @@ impl Array {
         (lo / c..=(hi - 1) / c).map(move |pos| {
             let base = pos * c;
             (
-                pos as usize,
-                (lo.max(base) - base) as u32,
-                (hi.min(base + c) - base) as u32,
+                usize_of(pos),
+                crate::in_unit_u32(lo.max(base) - base),
+                crate::in_unit_u32(hi.min(base + c) - base),
             )
         })
     }
@@ -367,7 +368,7 @@ impl Array {
         trusted: Option<usize>,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
         use stripeguard_integrity::{combine_block_crcs, diagnose, Appendix, MirrorKind, UnitView};
-        let (k, c) = (self.geometry.k, self.geometry.chunk_bytes as usize);
+        let (k, c) = (self.geometry.k, usize_of(self.geometry.chunk_bytes));
         let scheme = self.sb.scheme;
         let b = self.sb.block_bytes() as usize;
         let mut out = Vec::new();
@@ -383,9 +384,9 @@ impl Array {
                 let crcs: Vec<u32> = (failing[i]..=failing[j]).map(table).collect();
                 ranges.push(UntrustedRange {
                     stripe,
-                    position: pos as u16,
-                    offset: (failing[i] * b) as u32,
-                    len: ((j - i + 1) * b) as u32,
+                    position: crate::index_u16(pos),
+                    offset: crate::in_unit_u32(failing[i] * b),
+                    len: crate::in_unit_u32((j - i + 1) * b),
                     expected_crc: Some(combine_block_crcs(&crcs, b)),
                 });
                 i = j + 1;
@@ -417,7 +418,7 @@ impl Array {
             .collect();
         let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
         let copies_say = |pos: usize| match scheme.mirror() {
-            Some(MirrorKind::Checksum) => diag.truth[pos].map(|t| t as u32),
+            Some(MirrorKind::Checksum) => diag.truth[pos].map(crate::crc_of_tag),
             _ => None,
         };
         for (pos, unit) in units.iter().enumerate().take(k) {
@@ -476,9 +477,9 @@ impl Array {
 fn whole(stripe: u64, pos: usize, c: usize, expected_crc: Option<u32>) -> UntrustedRange {
     UntrustedRange {
         stripe,
-        position: pos as u16,
+        position: crate::index_u16(pos),
         offset: 0,
-        len: c as u32,
+        len: crate::in_unit_u32(c),
         expected_crc,
     }
 }

@@ -3,6 +3,11 @@
 //! (`PiecePlan::member_io`: member I/Os and bytes) always, and the paper's unit count too where a
 //! chunk is a single checksum block (every planned I/O is then one member I/O).
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{CountingDisk, DiskRef, MemDisk};

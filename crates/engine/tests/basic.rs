@@ -1,5 +1,10 @@
 //! Round trips and single-fault detection for every scheme, with `none` as the negative control.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultyDisk, MemDisk};

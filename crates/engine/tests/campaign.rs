@@ -3,6 +3,11 @@
 //! writes in one stripe (a data unit and P) on m >= 2. Protected schemes return no wrong byte,
 //! leave no damage and accuse no healthy unit; `none` is shown returning wrong bytes under the
 //! silent faults.
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 use stripeguard_disk::FaultKind;
 use stripeguard_engine::{campaign_cases, run_campaign, Pattern};
 use stripeguard_integrity::Scheme;

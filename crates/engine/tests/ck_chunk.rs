@@ -4,6 +4,11 @@
 //! the layout's own blind spot (a lost write of a data unit together with its table) is shown
 //! returning the old bytes, as the paper says it must.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultyDisk, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig, AssembleOptions};

@@ -1,6 +1,11 @@
 //! Many threads on one array: writes to the same stripes are ordered by the stripe lock, writes
 //! to different stripes run in parallel, and every byte ends up as one of the writers left it.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig};

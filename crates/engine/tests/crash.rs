@@ -3,6 +3,11 @@
 //! flushed is lost, no chunk reads back as anything but one of its versions since the last
 //! flush, and a full check finds nothing; the same crashes without resync leave damage.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use stripeguard_engine::{run_crash_campaign, CrashConfig};
 use stripeguard_integrity::Scheme;
 

@@ -4,6 +4,11 @@
 //! bit flipped by hand inside a 4 KiB block of a data unit (FORMAT.md §2 offsets) is found and
 //! repaired by the next read. Skips where the directory has no O_DIRECT (tmpfs).
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use rand::{Rng, SeedableRng};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;

@@ -8,6 +8,11 @@
 //!    assembled apart (split brain) are refused; a member failed at run time is recorded.
 //! 4. `none`'s full check reports a stripe whose parity disagrees with its data.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use rand::SeedableRng;
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, FailedDisk, Fault, FaultyDisk, MemDisk};

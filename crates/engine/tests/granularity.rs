@@ -5,6 +5,11 @@
 //! Every detecting scheme returns the new bytes and records a detection; `none` (the negative
 //! control) returns wrong bytes under the same damage.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskRef, MemDisk};

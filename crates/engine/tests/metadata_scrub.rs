@@ -2,6 +2,11 @@
 //! record, the write-intent record and event-log entries are found (a check-only walk reports
 //! them), and a writable scrub rewrites them, after which a second scrub finds nothing.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskRef, MemDisk};
 use stripeguard_engine::{scrub, Array, ArrayConfig, AssembleOptions, ScrubOptions};

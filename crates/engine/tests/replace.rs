@@ -2,6 +2,11 @@
 //! (a silently wrong survivor is repaired, not copied; `none` copies it: the negative control),
 //! an interrupted replace resumed onto the same disk, and refused onto another.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, MemDisk};

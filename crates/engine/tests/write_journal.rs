@@ -14,6 +14,11 @@
 //! is lost before the resync. The journal replays the parity too, so the lost chunk comes back
 //! from a parity that matches; without it `none` returns wrong bytes and hybrid-seq loses it.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EventAction};

@@ -3,6 +3,11 @@
 //! returns no wrong byte and repairs what it finds, and `none` on the same codes is shown
 //! returning wrong bytes (the negative control). Chunks hold `p - 1` rows: 4 KiB for 4 data
 //! chunks (p = 5), 12 KiB for 6 (p = 7; three 4 KiB checksum blocks).
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 use stripeguard_disk::FaultKind;
 use stripeguard_engine::{campaign_cases, run_campaign, Pattern};
 use stripeguard_integrity::{CodeId, Scheme};
