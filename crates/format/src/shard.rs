@@ -124,6 +124,11 @@ impl Header {
     }
 }
 
+/// Whether a block record (the block, then the CRC-32C of the block: FORMAT.md §1) is intact.
+pub fn block_record_intact(record: &[u8]) -> bool {
+    crate::cursor::tail_sealed(record)
+}
+
 /// Stripes needed for `file_bytes` at `stripe_bytes` each (at least one).
 pub fn stripes_for(file_bytes: u64, stripe_bytes: u64) -> Option<u64> {
     if stripe_bytes == 0 {

@@ -15,7 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use stripeguard_checksum::{crc32c, Crc32c};
+use stripeguard_checksum::Crc32c;
 use stripeguard_codes::{CodeError, ErasureCode, Located, ReedSolomon};
 
 /// What the header of a shard file said.
@@ -341,8 +341,7 @@ fn walk(
                 .read_exact_at(record, off)
                 .map_err(ShardError::io(&src.path))?;
             src.digest.update(record);
-            let stored = u32::from_le_bytes(record[b..].try_into().unwrap());
-            if crc32c(&record[..b]) != stored {
+            if !crate::format::block_record_intact(record) {
                 set.reports[src.report].crc_bad_blocks += 1;
                 erased.push(i);
             }
