@@ -2,11 +2,16 @@
 //! checksum stripeguard writes. It is computed by `crc-fast` (SIMD carry-less multiplication, at
 //! the speed of ISA-L's assembly); nothing else in the project computes a CRC by hand.
 #![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
 
 use crc_fast::{CrcAlgorithm, Digest};
 
 /// CRC-32C of `data`.
 #[inline]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "crc-fast returns a CRC-32 in the low 32 bits of a u64"
+)]
 pub fn crc32c(data: &[u8]) -> u32 {
     crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32
 }
@@ -23,6 +28,10 @@ pub fn crc32c_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u32 {
 /// The CRC-32C of `a ‖ b` from the CRC-32C of `a`, of `b`, and `b`'s length (zlib's
 /// `crc32_combine`; O(log len), no data touched).
 #[inline]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "crc-fast returns a CRC-32 in the low 32 bits of a u64"
+)]
 pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     crc_fast::checksum_combine(CrcAlgorithm::Crc32Iscsi, crc_a as u64, crc_b as u64, len_b) as u32
 }
@@ -43,8 +52,8 @@ impl Crc32cAppend {
     pub fn new(len: u64) -> Self {
         let mut tables = Box::new([[0u32; 256]; 4]);
         for (j, t) in tables.iter_mut().enumerate() {
-            for (v, e) in t.iter_mut().enumerate() {
-                *e = crc32c_combine((v as u32) << (8 * j), 0, len);
+            for (v, e) in (0u32..).zip(t.iter_mut()) {
+                *e = crc32c_combine(v << (8 * j), 0, len);
             }
         }
         Crc32cAppend { len, tables }
@@ -70,10 +79,11 @@ impl Crc32cAppend {
     #[inline]
     pub fn combine(&self, crc_a: u32, crc_b: u32) -> u32 {
         let t = &self.tables;
-        t[0][crc_a as u8 as usize]
-            ^ t[1][(crc_a >> 8) as u8 as usize]
-            ^ t[2][(crc_a >> 16) as u8 as usize]
-            ^ t[3][(crc_a >> 24) as usize]
+        let [b0, b1, b2, b3] = crc_a.to_le_bytes();
+        t[0][usize::from(b0)]
+            ^ t[1][usize::from(b1)]
+            ^ t[2][usize::from(b2)]
+            ^ t[3][usize::from(b3)]
             ^ crc_b
     }
 }
@@ -92,6 +102,10 @@ impl Crc32c {
         self.0.update(data)
     }
     /// The CRC of everything appended so far.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "crc-fast returns a CRC-32 in the low 32 bits of a u64"
+    )]
     pub fn finish(&self) -> u32 {
         self.0.finalize() as u32
     }
@@ -109,6 +123,10 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "test data: an index pattern reduced to bytes, wrapping on purpose"
+    )]
     fn combine_is_the_crc_of_the_concatenation() {
         let data: Vec<u8> = (0..65536u32).map(|i| (i * 31 + 7) as u8).collect();
         let blocks: Vec<u32> = data.chunks(4096).map(crc32c).collect();

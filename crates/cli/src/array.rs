@@ -3,7 +3,7 @@
 
 use crate::exit;
 use crate::progress::{count_bar, updater};
-use crate::units::{format_size, parse_bytes, parse_shape, parse_size_f64};
+use crate::units::{format_bytes, format_size, parse_bytes, parse_shape, parse_size_f64};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -383,7 +383,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
             format_size(sb.chunk_bytes as usize),
             sb.stripes,
             cap,
-            format_size(cap as usize)
+            format_bytes(cap)
         );
     }
     Ok(ExitCode::from(crate::exit::OK))
@@ -945,7 +945,7 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
 fn since_ms(s: &str) -> Result<u64> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num
@@ -1047,6 +1047,11 @@ pub fn scrub_cmd(a: ScrubArgs) -> Result<ExitCode> {
     let array = assemble(&a.array, !a.check_only)?;
     let opts = ScrubOptions {
         restart: a.restart,
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "a positive finite rate (checked above); a fraction of a byte per second \
+                      is dropped and a rate beyond u64 saturates"
+        )]
         rate_bytes_per_second: a.rate.map(|r| (r * 1e6) as u64),
     };
     let bar = count_bar(if a.check_only {
@@ -1160,7 +1165,9 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
     if let Some(len) = known_len {
         array.check_range(a.offset, len)?;
     }
-    let step = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
+    let step = usize::try_from(array.geometry().stripe_data_bytes())
+        .context("a stripe of this array does not fit in memory")?
+        .max(4 << 20);
     let mut buf = vec![0u8; step];
     let bar = crate::progress::bytes_bar("writing");
     if let Some(len) = known_len {
@@ -1263,22 +1270,25 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
             None,
         ),
     };
-    let step = (4 << 20).max(array.geometry().stripe_data_bytes() as usize);
+    let step = usize::try_from(array.geometry().stripe_data_bytes())
+        .context("a stripe of this array does not fit in memory")?
+        .max(4 << 20);
     let mut buf = vec![0u8; step];
     let bar = crate::progress::bytes_bar("reading");
     bar.set_length(len);
     let mut done = 0u64;
     let mut failure = None;
     while done < len {
-        let n = (step as u64).min(len - done) as usize;
+        let n = usize::try_from(len - done).map_or(step, |left| left.min(step));
         if let Err(e) = array.read(a.offset + done, &mut buf[..n]) {
             // With --keep-partial, the stripes before the refused one are still worth having.
             if let (true, stripeguard_engine::EngineError::Unrecoverable { stripe, .. }) =
                 (a.keep_partial, &e)
             {
-                let good = (stripe * array.geometry().stripe_data_bytes())
-                    .saturating_sub(a.offset + done)
-                    .min(n as u64) as usize;
+                let good = usize::try_from(
+                    (stripe * array.geometry().stripe_data_bytes()).saturating_sub(a.offset + done),
+                )
+                .map_or(n, |g| g.min(n));
                 if good > 0 && array.read(a.offset + done, &mut buf[..good]).is_ok() {
                     out.write_all(&buf[..good]).context("writing output")?;
                     done += good as u64;

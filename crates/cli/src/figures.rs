@@ -45,7 +45,13 @@ pub fn draw(kind: &str, w: &Run, chunks: &[usize], out: &Path) -> Result<()> {
         .to_ascii_lowercase();
     let size = match kind {
         "tau" => (1100, 480),
-        "profiles" => (1300, 340 * chunks.len().max(1) as u32 + 60),
+        "profiles" => {
+            let rows = u32::try_from(chunks.len().max(1)).ok();
+            match rows.and_then(|r| r.checked_mul(340)?.checked_add(60)) {
+                Some(height) => (1300, height),
+                None => bail!("{} chunk sizes are too many for one figure", chunks.len()),
+            }
+        }
         other => bail!("unknown figure `{other}` (tau or profiles)"),
     };
     // Fail here with one line naming the file, not inside the backend with its debug value.
@@ -130,11 +136,22 @@ fn tau<DB: DrawingBackend>(w: &Run, root: &DrawingArea<DB, Shift>) -> Result<()>
             .x_desc("τ (data chunks touched)")
             .y_desc("increased disk I/Os (%)")
             .x_labels(k)
-            .x_label_formatter(&|x| format!("{}", x.round() as i64))
+            .x_label_formatter(&|x| {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "an axis tick between 0.8 and k + 0.2 (k data chunks)"
+                )]
+                let tick = x.round() as i64;
+                format!("{tick}")
+            })
             .draw()
             .map_err(err)?;
         for (si, (s, color)) in SCHEMES.into_iter().enumerate() {
             // Curves often coincide: earlier schemes are drawn wider so later ones show inside.
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "SCHEMES is a short constant list"
+            )]
             let width = 2 * (SCHEMES.len() - si) as u32;
             for fr in [false, true] {
                 let pts: Vec<(f64, f64)> = tau_curve(s, op, n, m, fr)
@@ -245,11 +262,14 @@ fn profiles<DB: DrawingBackend>(
             .disable_x_mesh()
             .x_labels(PROFILES.len() * 2 + 1)
             .x_label_formatter(&|x| {
-                let i = (x - 0.5).round();
-                if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < PROFILES.len() {
-                    PROFILES[i as usize].name.to_string()
-                } else {
-                    String::new()
+                // The profile whose bar is centred on this tick, if any.
+                match PROFILES
+                    .iter()
+                    .enumerate()
+                    .find(|&(i, _)| (x - 0.5 - i as f64).abs() < 1e-6)
+                {
+                    Some((_, p)) => p.name.to_string(),
+                    None => String::new(),
                 }
             })
             .y_desc("increased disk I/Os (%)")

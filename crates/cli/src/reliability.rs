@@ -539,7 +539,14 @@ where
         .x_desc("parity members M")
         .y_desc("MTTDL (years, log scale)")
         .x_labels(6)
-        .x_label_formatter(&|x| format!("{}", x.round() as i64))
+        .x_label_formatter(&|x| {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "an axis tick between 0.8 and 6.2"
+            )]
+            let tick = x.round() as i64;
+            format!("{tick}")
+        })
         .y_label_formatter(&|y| format!("{y:.0e}"))
         .draw()
         .map_err(err)?;

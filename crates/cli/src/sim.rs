@@ -1,7 +1,7 @@
 //! `stripeguard sim` and `stripeguard choose`: parse, call the simulator, print.
 
 use crate::progress::count_bar;
-use crate::units::{format_size, parse_size, parse_size_f64};
+use crate::units::{format_bytes, parse_size, parse_size_f64};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -326,7 +326,7 @@ fn print_codes(
     println!(
         "array: RAID-6, {} data + 2 parity, chunk {}; {} requests; {}; blocks of each code's layout (raid6, tier: a chunk; rdp: a cell, chunk / (p - 1)); writes counted healthy",
         report.k,
-        format_size(report.chunk_bytes as usize),
+        format_bytes(report.chunk_bytes),
         report.requests,
         match failed {
             Some(f) => format!("member {f} failed"),
@@ -400,7 +400,7 @@ fn print_report(report: &SimReport, info: &RunInfo, json_out: bool, csv: bool) {
     println!("{label}");
     println!(
         "array: RAID {} data + {} parity, chunk {}; {} requests; counts in the paper's unit (chunk + appendix = 1 I/O); \"engine\": the member I/Os and bytes the engine issues (checksum blocks and appendices, FORMAT.md §2.9.1)",
-        report.k, report.m, format_size(report.chunk_bytes as usize), report.requests
+        report.k, report.m, format_bytes(report.chunk_bytes), report.requests
     );
     if info.wrapped > 0 || info.clipped > 0 {
         println!(

@@ -56,6 +56,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
             v.round()
         ));
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "checked above: a whole number, not negative (no sign parses), at most 2^64, \
+                  which saturates to u64::MAX"
+    )]
     Ok(v as u64)
 }
 
@@ -67,6 +72,11 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 
 /// `4096` -> `4K`, `65536` -> `64K`, otherwise bytes.
 pub fn format_size(n: usize) -> String {
+    format_bytes(n as u64)
+}
+
+/// [`format_size`] for sizes that need not fit in memory (an array's capacity).
+pub fn format_bytes(n: u64) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}M", n >> 20)
     } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {

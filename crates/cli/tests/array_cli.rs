@@ -1,6 +1,11 @@
 //! The array commands end to end, as a user runs them: create, write, damage members with `dd`
 //! and `stripeguard inject`, read back, status --check. Includes the Kroth & Yang experiment.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 
 use common::{ok, poke, sg, with};

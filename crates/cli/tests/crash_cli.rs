@@ -6,6 +6,11 @@
 //! The negative control forgets each crash by hand (state byte and intent record) and shows the
 //! check then finding inconsistent stripes.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 
 use common::{ok, sg};

@@ -5,6 +5,11 @@
 //! heartbeat, socket or not; a write refused with exit 3 closes the array clean. Each case
 //! failed on the code before its fix.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 
 use common::poke;

@@ -3,6 +3,11 @@
 //! → ext4) across damaged members. Each test skips with a printed reason when a tool it needs is
 //! missing (scripts/install-deps installs them) or, for the filesystem, when not root.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 #[macro_use]
 mod nbd_common;
@@ -270,7 +275,7 @@ fn hex_encode(b: &[u8]) -> String {
 }
 
 fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// nbdfuse's file of the export, attached to a loop device; detached and unmounted on drop.

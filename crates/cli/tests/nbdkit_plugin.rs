@@ -6,6 +6,11 @@
 //! The plugin is a dev-dependency of this crate, so cargo builds the `.so` with these tests;
 //! they find it in the target directory they run from.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 #[macro_use]
 mod nbd_common;

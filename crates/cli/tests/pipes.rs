@@ -1,6 +1,11 @@
 //! Every command that prints ends quietly when its standard output is closed, as `cat` does
 //! (killed by SIGPIPE, or exit 141): never a panic, never exit 101.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -129,6 +134,8 @@ fn read_into_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
     assert!(bin().args(&w).current_dir(d).status().unwrap().success());
     let fifo = d.join("fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path `c`, which lives across the call, and
+    // nothing else of this process.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
     let reader = {
         let fifo = fifo.clone();

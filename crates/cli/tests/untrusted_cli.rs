@@ -4,6 +4,11 @@
 //! while `replace` takes nothing off. The damage and the crash are made by hand at the offsets
 //! FORMAT.md gives, not through our own injector.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 use common::{err_of, ok, peek, poke, sg, with};
 use std::path::Path;

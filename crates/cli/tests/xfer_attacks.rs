@@ -4,6 +4,11 @@
 //! trace (B11), and SIGKILL at random points of a transfer. Every wait is bounded: a hang is a
 //! failure (children are killed), never a stuck test run.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 
 use common::xfer::{frame, free_port, have, is_root, scratch, sg_bin};
@@ -75,17 +80,20 @@ fn spawn(cmd: &mut Command) -> Spawned {
     }
 }
 
+/// A child's pid as rustix's.
+fn pid_of(pid: u32) -> rustix::process::Pid {
+    rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).expect("a child's pid is not 0")
+}
+
 fn kill_group(pgid: u32) {
-    unsafe {
-        libc::kill(-(pgid as i32), libc::SIGKILL);
-    }
+    let _ = rustix::process::kill_process_group(pid_of(pgid), rustix::process::Signal::KILL);
 }
 
 /// Wait until no process of the group is left (bounded).
 fn group_gone(pgid: u32, secs: u64) -> bool {
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
-        if unsafe { libc::kill(-(pgid as i32), 0) } != 0 {
+        if rustix::process::test_kill_process_group(pid_of(pgid)).is_err() {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -1461,7 +1469,7 @@ fn kill_9_at_random_points_never_leaves_a_torn_file_under_its_name() {
         } else if only_receiver {
             match receiver_of(pid) {
                 Some(r) => {
-                    unsafe { libc::kill(r as i32, libc::SIGKILL) };
+                    let _ = rustix::process::kill_process(pid_of(r), rustix::process::Signal::KILL);
                     "the receiver"
                 }
                 None => {

@@ -4,6 +4,11 @@
 //! hook in a release binary, errors that name their path, hostile frames bounded before
 //! allocation, and both ends counting the same.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
 mod common;
 
 use common::xfer::{frame, have, is_root, same_tree, scratch, sg_bin};

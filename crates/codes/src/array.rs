@@ -49,11 +49,18 @@ pub(crate) struct Cell {
     pub row: u16,
 }
 
+/// A chunk or row index as a [`Cell`] coordinate. Every code checks its geometry first
+/// (`rdp::check_geometry`: `k + 2 <= 255` chunks, `p - 1 <= u16::MAX` rows), so this cannot
+/// fail for a constructed code.
+pub(crate) fn cell_index(i: usize) -> u16 {
+    u16::try_from(i).expect("cell coordinates fit u16 (check_geometry bounds chunks and rows)")
+}
+
 impl Cell {
     pub(crate) fn new(chunk: usize, row: usize) -> Cell {
         Cell {
-            chunk: chunk as u16,
-            row: row as u16,
+            chunk: cell_index(chunk),
+            row: cell_index(row),
         }
     }
     fn shifted(self, by: u16) -> Cell {
@@ -148,6 +155,10 @@ pub(crate) struct XorArray {
 /// Marker for "no second erasure" in a decode cache key.
 const NONE: u16 = u16::MAX;
 
+/// Why locking the decode cache cannot fail: it is held only for a map lookup or insert of
+/// plain keys and `Arc`s, which do not panic, so it is never poisoned.
+const DECODE_LOCK: &str = "decode cache lock poisoned (held only for a non-panicking get/insert)";
+
 impl XorArray {
     /// Compile `equations` (every parity cell defined exactly once; defined in an order where a
     /// cell is computed before it is read).
@@ -192,15 +203,16 @@ impl XorArray {
                 touched[d.chunk as usize][d.row as usize].push(equations[e].defines);
             }
         }
+        let k16 = cell_index(k);
         let updates = (0..k)
             .map(|j| {
                 let mut pairs: Vec<(Cell, u16)> = (0..rows)
-                    .flat_map(|r| touched[j][r].iter().map(move |&p| (p, r as u16)))
+                    .flat_map(|r| touched[j][r].iter().map(move |&p| (p, cell_index(r))))
                     .collect();
                 pairs.sort();
                 let mut runs: Vec<UpdateRun> = Vec::new();
                 for (p, r) in pairs {
-                    let parity = p.chunk - k as u16;
+                    let parity = p.chunk - k16;
                     if let Some(l) = runs.last_mut() {
                         if l.parity == parity
                             && l.parity_row + l.rows == p.row
@@ -426,15 +438,19 @@ impl XorArray {
 
     /// The decode schedule of a normalized, non-empty erasure list, built once.
     pub(crate) fn decode_schedule(&self, missing: &[usize]) -> Result<Arc<Schedule>, CodeError> {
+        // Normalized erasures are chunk indices, below `n = k + 2 <= 255`.
         let key = (
-            missing[0] as u16,
-            missing.get(1).map_or(NONE, |&b| b as u16),
+            cell_index(missing[0]),
+            missing.get(1).map_or(NONE, |&b| cell_index(b)),
         );
-        if let Some(s) = self.decode.lock().unwrap().get(&key) {
+        if let Some(s) = self.decode.lock().expect(DECODE_LOCK).get(&key) {
             return Ok(s.clone());
         }
         let s = Arc::new(build_decode(&self.equations, self.n(), self.rows, missing)?);
-        self.decode.lock().unwrap().insert(key, s.clone());
+        self.decode
+            .lock()
+            .expect(DECODE_LOCK)
+            .insert(key, s.clone());
         Ok(s)
     }
 

@@ -59,7 +59,8 @@ impl Grs {
     pub fn for_cauchy(k: usize, m: usize) -> Grs {
         let n = k + m;
         assert!(n <= 255);
-        let a: Vec<u8> = (0..n).map(|i| i as u8).collect();
+        let n8 = u8::try_from(n).expect("asserted n <= 255 just above");
+        let a: Vec<u8> = (0..n8).collect();
         let xs = &a[k..];
         let v: Vec<u8> = (0..n)
             .map(|i| {
@@ -74,7 +75,7 @@ impl Grs {
                 inv(prod)
             })
             .collect();
-        let beta = n as u8;
+        let beta = n8;
         let x: Vec<u8> = a.iter().map(|&ai| ai ^ beta).collect();
         let mut h = Matrix::zero(m, n);
         for r in 0..m {
@@ -331,7 +332,7 @@ mod tests {
             for j in 0..k {
                 g[(j, j)] = 1;
                 for r in 0..m {
-                    g[(k + r, j)] = inv(((k + r) ^ j) as u8);
+                    g[(k + r, j)] = inv(u8::try_from((k + r) ^ j).unwrap());
                 }
             }
             let prod = grs.check_matrix().mul(&g);

@@ -17,6 +17,7 @@
 //! `2t + f <= m` (Mann, Anderson & Rychlik, section 3.5). Beyond that bound a code says
 //! [`CodeError::CannotLocate`]; it never guesses.
 #![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
 
 mod array;
 mod error;

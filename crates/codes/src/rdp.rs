@@ -62,6 +62,9 @@ pub struct Rdp {
 /// like the other codes).
 pub(crate) const MAX_DATA: usize = 253;
 
+/// Largest prime `p` accepted: the `p - 1` rows of a chunk are numbered in a `u16` (`Cell`).
+pub(crate) const MAX_PRIME: usize = u16::MAX as usize + 1;
+
 /// Check `k` and `p` for an RDP-shaped code.
 pub(crate) fn check_geometry(k: usize, p: usize) -> Result<(), CodeError> {
     let bad = |reason| Err(CodeError::Geometry { k, m: 2, reason });
@@ -70,6 +73,9 @@ pub(crate) fn check_geometry(k: usize, p: usize) -> Result<(), CodeError> {
     }
     if p < 3 || !is_prime(p) {
         return bad("p must be a prime >= 3");
+    }
+    if p > MAX_PRIME {
+        return bad("p - 1 (the rows per chunk) must be at most 65535");
     }
     if p - 1 < k {
         return bad("p - 1 must be at least k (the data columns)");

@@ -30,11 +30,13 @@ impl ReedSolomon {
                 reason: "need k >= 1, m >= 1 and k + m <= 255",
             });
         }
+        // Positions are below k + m <= 255 (checked above), so each fits a byte.
+        let pos = |i: usize| u8::try_from(i).expect("positions are below k + m <= 255");
         let parity = Matrix::from_rows(
             m,
             k,
             (0..m)
-                .flat_map(|r| (0..k).map(move |j| field::inv(((k + r) ^ j) as u8)))
+                .flat_map(|r| (0..k).map(move |j| field::inv(pos(k + r) ^ pos(j))))
                 .collect(),
         );
         // P[r][j] = h[(k + r) ^ j] with h(s) = 1/s: a block of the 256 x 256 dyadic matrix,

@@ -88,6 +88,10 @@ pub(crate) struct Systematic {
     id: u64,
 }
 
+/// Why locking the plan cache cannot fail: it is held only for an LRU lookup or insert of plain
+/// keys and `Arc`s, which do not panic, so it is never poisoned.
+const PLAN_LOCK: &str = "decode plan cache lock poisoned (held only for a non-panicking get/put)";
+
 /// Source of [`Systematic::id`].
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -212,7 +216,7 @@ impl Systematic {
             fast_parity: None,
             dyadic: None,
             cache: Mutex::new(LruCache::with_hasher(
-                NonZeroUsize::new(DECODE_CACHE_ENTRIES).unwrap(),
+                const { NonZeroUsize::new(DECODE_CACHE_ENTRIES).expect("DECODE_CACHE_ENTRIES > 0") },
                 KeyHasher::default(),
             )),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -396,7 +400,7 @@ impl Systematic {
 
     /// The decode plan for a non-empty erasure set.
     fn plan_for(&self, key: ErasureKey) -> Arc<DecodePlan> {
-        if let Some(p) = self.cache.lock().unwrap().get(&key) {
+        if let Some(p) = self.cache.lock().expect(PLAN_LOCK).get(&key) {
             return p.clone();
         }
         let missing: Vec<usize> = (0..self.n())
@@ -429,7 +433,7 @@ impl Systematic {
             sources,
             tables: MulTables::new(&rebuild),
         });
-        self.cache.lock().unwrap().put(key, plan.clone());
+        self.cache.lock().expect(PLAN_LOCK).put(key, plan.clone());
         plan
     }
 

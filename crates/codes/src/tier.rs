@@ -161,11 +161,19 @@ pub fn parity_block_label(members: usize, j: usize) -> usize {
 
 /// The member (0-based) of logical data block `block` (0-based): stripe `block / (M - 2)`,
 /// member `block mod M`.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the remainder is below `members`, a usize"
+)]
 pub fn block_member(members: usize, block: u64) -> usize {
     (block % members as u64) as usize
 }
 
 /// The members (0-based) of `P` and `Q` of block-level stripe `stripe` (0-based).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "both are remainders modulo `members`, a usize"
+)]
 pub fn parity_members(members: usize, stripe: u64) -> (usize, usize) {
     let m = members as u64;
     let p = ((stripe % m) * (m - 2) + (m - 2)) % m;

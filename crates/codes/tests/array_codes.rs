@@ -2,6 +2,10 @@
 //! every shortened geometry of it, on every kernel; update and accumulate against re-encoding;
 //! Tier-code's Eq. 3 as printed failing the same test (the negative control); the paper's Eq. 4-5
 //! and Eq. 1-2 checked literally.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use stripeguard_codes::tier::{block_member, data_block_label, parity_block_label, parity_members};

@@ -1,6 +1,10 @@
 //! Exhaustive and property tests of every code: decode(encode(x) minus any <= m chunks) = x,
 //! update = re-encode, and locate finds every error pattern within 2t + f <= m without ever
 //! naming a healthy chunk.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, SeedableRng};

@@ -3,6 +3,10 @@
 //! Usage: layouts [--len BYTES] [--only recursive|cross] [--contig | --huge] K+M ...
 //! (`--contig`: inputs in one region, each 64 bytes after the last; `--stride BYTES`: chunk
 //! starts that far apart; `--huge`: that region on huge pages)   (default len 4096)
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: an index pattern reduced to bytes, wrapping on purpose"
+)]
 use std::time::Instant;
 use stripeguard_gf::dyadic::{cauchy_function, dyadic_block, DyadicProgram};
 use stripeguard_gf::{Kernel, Mode, MulTables};
@@ -58,7 +62,11 @@ fn main() {
             region = vec![0u8; k * stride + (4 << 20)];
             let base = region.as_mut_ptr();
             let pad = base.align_offset(2 << 20);
+            assert!(pad < 2 << 20, "no 2 MiB boundary found in the region");
             if huge {
+                // SAFETY: `pad < 2 MiB`, so `pad + k * stride + 2 MiB` stays within the region's
+                // `k * stride + 4 MiB` bytes: the range is mapped and ours. MADV_HUGEPAGE is only
+                // advice and never changes the contents.
                 unsafe {
                     libc::madvise(
                         base.add(pad) as *mut libc::c_void,

@@ -25,6 +25,9 @@ mod x86 {
 
     macro_rules! timed {
         ($($body:tt)*) => {
+            // SAFETY: the asm touches only the zmm registers it declares clobbered, no memory
+            // and no stack (`nostack`); its instructions (AVX-512F, GFNI) are those the
+            // `#[target_feature]` function this expands in enables, whose caller checked them.
             ns(|| unsafe {
                 for _ in 0..ITERS {
                     asm!($($body)*, out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
@@ -56,6 +59,8 @@ mod x86 {
     macro_rules! with_memory {
         ($($body:tt)*) => {{
             let d = LINES.0.as_ptr();
+            // SAFETY: as in `timed!`, and the only memory read is `LINES` through `d`, at most
+            // `[d + 384]` + 64 bytes, inside its 512.
             ns(move || unsafe {
                 for _ in 0..ITERS {
                     asm!($($body)*, d = in(reg) d,
@@ -68,6 +73,8 @@ mod x86 {
         }};
     }
 
+    /// # Safety
+    /// The CPU supports AVX-512F and GFNI.
     #[target_feature(enable = "avx512f,gfni")]
     unsafe fn run() {
         // Reported per instruction and relative to one affine product alone (a clock
@@ -220,13 +227,17 @@ mod x86 {
             ),
             24.0,
         );
-        loads_and_shuffles(&mut per);
+        // SAFETY: the features `loads_and_shuffles` needs are ours (the same target features).
+        unsafe { loads_and_shuffles(&mut per) };
     }
 
     /// The load side: a product whose matrix is broadcast from memory is also a vector load,
     /// and a shuffle may share the product's ports (on Zen 5 both hold: 2 vector loads and 2
     /// products or shuffles a cycle, so the cross kernel's 39 broadcast products and 8 data
     /// loads a block are bound by loads before products).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F and GFNI.
     #[target_feature(enable = "avx512f,gfni")]
     unsafe fn loads_and_shuffles(per: &mut impl FnMut(&str, f64, f64)) {
         per(

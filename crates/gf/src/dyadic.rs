@@ -86,6 +86,14 @@ pub(crate) enum Reg {
     Zero,
 }
 
+/// Region number `i` as a [`Reg`] index. Positions and region counts come from the caller's
+/// `h`, `rows` and `cols`, so this is checked: a program of more than 65536 regions of a kind
+/// (far beyond any GF(2^8) code, whose positions are below 256) is a caller bug and panics, as
+/// the constructors' other shape checks do.
+fn reg_index(i: usize) -> u16 {
+    u16::try_from(i).expect("dyadic program with more than 65536 regions of a kind")
+}
+
 /// One step of a program.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
@@ -284,12 +292,12 @@ impl DyadicProgram {
         let mut x = vec![None; n];
         for (j, &c) in cols.iter().enumerate() {
             assert!(x[c].is_none(), "column position repeated");
-            x[c] = Some(Reg::In(j as u16));
+            x[c] = Some(Reg::In(reg_index(j)));
         }
         let mut y = vec![None; n];
         for (i, &r) in rows.iter().enumerate() {
             assert!(y[r].is_none(), "row position repeated");
-            y[r] = Some(Reg::Out(i as u16));
+            y[r] = Some(Reg::Out(reg_index(i)));
         }
         let mut b = Builder::default();
         b.emit(h, &x, &y, add);
@@ -331,7 +339,7 @@ impl DyadicProgram {
     /// The cross layout (see the top of this file), when some column is present and `h` spans
     /// at least one 8-position block.
     pub fn cross(h: &[u8], rows: &[usize], cols: &[usize], add: bool) -> Option<Self> {
-        let dst: Vec<Reg> = (0..rows.len()).map(|i| Reg::Out(i as u16)).collect();
+        let dst: Vec<Reg> = (0..rows.len()).map(|i| Reg::Out(reg_index(i))).collect();
         let held: Vec<Option<Reg>> = dst.iter().map(|&r| add.then_some(r)).collect();
         let c = CrossParts::new(h, rows, cols, &dst, &held)?;
         Some(DyadicProgram {
@@ -385,9 +393,9 @@ impl DyadicProgram {
             return None;
         }
         // The sums `held + D x` go to scratch regions 0..r.
-        let dst: Vec<Reg> = (0..r).map(|i| Reg::Tmp(i as u16)).collect();
+        let dst: Vec<Reg> = (0..r).map(|i| Reg::Tmp(reg_index(i))).collect();
         let held: Vec<Option<Reg>> = (0..r)
-            .map(|i| Some(Reg::In((cols.len() + i) as u16)))
+            .map(|i| Some(Reg::In(reg_index(cols.len() + i))))
             .collect();
         let mut c = CrossParts::new(h, rows, cols, &dst, &held)?;
         let (mut products, mut cost) = (c.products, c.cost);
@@ -418,7 +426,7 @@ impl DyadicProgram {
             c.ops.push(Op::Dense {
                 table: c.tables.len() - 1,
                 ins: dst.clone(),
-                outs: (row0..row0 + g).map(|o| Reg::Out(o as u16)).collect(),
+                outs: (row0..row0 + g).map(|o| Reg::Out(reg_index(o))).collect(),
                 add: false,
             });
             row0 += g;
@@ -531,7 +539,7 @@ struct Builder {
 
 impl Builder {
     fn tmp(&mut self) -> Reg {
-        let r = Reg::Tmp(self.next_tmp as u16);
+        let r = Reg::Tmp(reg_index(self.next_tmp));
         self.next_tmp += 1;
         self.max_tmp = self.max_tmp.max(self.next_tmp);
         r
@@ -731,7 +739,7 @@ impl CrossParts {
                 }
             }
         }
-        let outs = (0..inv.rows()).map(|o| Reg::Out(o as u16)).collect();
+        let outs = (0..inv.rows()).map(|o| Reg::Out(reg_index(o))).collect();
         finish_with(pass, &mut self.tables, Finish::Dense, &m, outs);
         // A product and a sum per coefficient.
         Some((inv.rows() * width, 2 * inv.rows() * width))
@@ -818,7 +826,7 @@ impl CrossParts {
         let outs = bpos
             .iter()
             .chain(&l2)
-            .map(|&p| in_lost(p).map(|o| Reg::Out(o as u16)))
+            .map(|&p| in_lost(p).map(|o| Reg::Out(reg_index(o))))
             .collect::<Option<Vec<Reg>>>()?;
         // Nothing fails from here on, so the pass is changed only when the solve applies.
         // The walk's coefficients: every column block's, then the parity block's.
@@ -878,7 +886,7 @@ impl CrossParts {
                 blocks.len() - 1
             });
             assert!(blocks[b].1[c % 8] == zero, "column position repeated");
-            blocks[b].1[c % 8] = Reg::In(j as u16);
+            blocks[b].1[c % 8] = Reg::In(reg_index(j));
         }
         // Row groups: destination and addend per row `u` of each 8-row group.
         #[allow(clippy::type_complexity)]
@@ -932,7 +940,12 @@ impl CrossParts {
         for pack in packs {
             let mut shape = [0u8; 2];
             for (slot, &g) in pack.iter().enumerate() {
-                shape[slot] = rows[g] as u8;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "a group computes at most its 8 rows"
+                )]
+                let r = rows[g] as u8;
+                shape[slot] = r;
             }
             let (p, s) = block_work(shape);
             products += nb * p;
@@ -1029,8 +1042,8 @@ fn finish_with(
 
 /// `h(s) = 1 / s` over GF(2^8) (and 0 at 0): the dyadic function of ISA-L's Cauchy matrix.
 pub fn cauchy_function() -> Vec<u8> {
-    (0..256usize)
-        .map(|s| if s == 0 { 0 } else { field::inv(s as u8) })
+    (0..=255u8)
+        .map(|s| if s == 0 { 0 } else { field::inv(s) })
         .collect()
 }
 

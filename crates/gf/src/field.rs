@@ -8,6 +8,10 @@
 /// The reduction polynomial, including the x^8 term.
 pub const POLY: u16 = 0x11d;
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "x < 0x100 at the top of every iteration: bit 8 is cleared by the reduction"
+)]
 const fn build_exp() -> [u8; 512] {
     let mut exp = [0u8; 512];
     let mut x: u16 = 1;
@@ -26,9 +30,9 @@ const fn build_exp() -> [u8; 512] {
 
 const fn build_log(exp: &[u8; 512]) -> [u8; 256] {
     let mut log = [0u8; 256];
-    let mut i = 0;
+    let mut i: u8 = 0;
     while i < 255 {
-        log[exp[i] as usize] = i as u8;
+        log[exp[i as usize] as usize] = i;
         i += 1;
     }
     log
@@ -201,7 +205,7 @@ mod tests {
         fn affine(m: u64, x: u8) -> u8 {
             let mut r = 0u8;
             for i in 0..8 {
-                let row = (m >> (8 * (7 - i))) as u8;
+                let row = m.to_be_bytes()[i];
                 r |= (((row & x).count_ones() & 1) as u8) << i;
             }
             r

@@ -15,6 +15,14 @@
 //! - `scalar`: 256-byte multiplication-table rows; portable, and the reference.
 //! - `avx2`, `avx512`: split-nibble lookups with VPSHUFB (`c*x = lo[x & 15] ^ hi[x >> 4]`).
 //! - `gfni`: VGF2P8AFFINEQB, multiplication by `c` as an 8x8 bit matrix ([`field::affine_matrix`]).
+//!
+//! # Unsafe code
+//! Only the SIMD kernels (`kernel::{avx2, avx512, gfni, generic}`) are `unsafe`: intrinsics
+//! that need CPU features and raw-pointer loops without bounds checks. Each `unsafe fn` states
+//! its contract in a `# Safety` section and each `unsafe` block why it holds; the safe
+//! [`Kernel`] methods check shapes and lengths, and [`Kernel::new`] the CPU, before calling in.
+
+#![warn(clippy::unwrap_used)]
 
 pub mod dyadic;
 pub mod field;

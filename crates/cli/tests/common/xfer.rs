@@ -33,7 +33,7 @@ pub fn have(tool: &str) -> bool {
 /// A frame as a hostile peer would write it: u8 type, u32 length, payload.
 pub fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = vec![kind];
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
     v.extend_from_slice(payload);
     v
 }

@@ -46,9 +46,9 @@ pub struct Served {
 impl Served {
     /// SIGTERM, and the server's exit status and stderr.
     pub fn stop(mut self) -> (std::process::ExitStatus, String, String) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
+        let pid = i32::try_from(self.child.id()).unwrap();
+        let pid = rustix::process::Pid::from_raw(pid).expect("a child's pid is not 0");
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         let out = wait_timeout(&mut self.child, Duration::from_secs(60));
         let mut stdout = String::new();
         if let Some(mut o) = self.child.stdout.take() {

@@ -13,52 +13,94 @@ use core::arch::x86_64::*;
 #[derive(Clone, Copy)]
 pub(crate) struct Gfni(__m512i);
 
+// Every method's contract is the trait's: the CPU supports AVX-512F, AVX-512BW and GFNI (`Kernel::new` checked
+// it), plus the pointer or index requirements stated on each.
 impl Vector for Gfni {
     const BYTES: usize = 64;
     const MAX_GROUP: usize = 16;
     type Prep = __m512i;
     type Coef = __m512i;
 
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI; `p` is valid for reads of 64 bytes (any alignment).
     #[inline(always)]
     unsafe fn load(p: *const u8) -> Self {
-        Gfni(_mm512_loadu_si512(p as *const __m512i))
+        // SAFETY: AVX-512F+BW+GFNI and 64 readable bytes at `p` are our contract (unaligned load).
+        Gfni(unsafe { _mm512_loadu_si512(p as *const __m512i) })
     }
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI; `p` is valid for writes of 64 bytes (any alignment).
     #[inline(always)]
     unsafe fn store(p: *mut u8, v: Self) {
-        _mm512_storeu_si512(p as *mut __m512i, v.0)
+        // SAFETY: AVX-512F+BW+GFNI and 64 writable bytes at `p` are our contract (unaligned store).
+        unsafe { _mm512_storeu_si512(p as *mut __m512i, v.0) }
     }
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI.
     #[inline(always)]
     unsafe fn xor(a: Self, b: Self) -> Self {
-        Gfni(_mm512_xor_si512(a.0, b.0))
+        // SAFETY: AVX-512F+BW+GFNI is our contract; registers only.
+        Gfni(unsafe { _mm512_xor_si512(a.0, b.0) })
     }
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI.
     #[inline(always)]
     unsafe fn zero() -> Self {
-        Gfni(_mm512_setzero_si512())
+        // SAFETY: AVX-512F+BW+GFNI is our contract; registers only.
+        Gfni(unsafe { _mm512_setzero_si512() })
     }
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI.
     #[inline(always)]
     unsafe fn prep(x: Self) -> Self::Prep {
         x.0
     }
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI; `idx < t.inputs() * t.outputs()`.
     #[inline(always)]
     unsafe fn coef(t: &MulTables, idx: usize) -> Self::Coef {
-        _mm512_set1_epi64(*t.affine_ptr().add(idx) as i64)
+        // SAFETY: AVX-512F+BW+GFNI is our contract, and so is `idx` < the number of
+        // coefficients: entry `idx` of the affine matrices (a `u64`) is read.
+        unsafe { _mm512_set1_epi64(*t.affine_ptr().add(idx) as i64) }
     }
+    /// # Safety
+    /// The CPU supports AVX-512F+BW+GFNI.
     #[inline(always)]
     unsafe fn mul_by(x: Self::Prep, m: Self::Coef) -> Self {
-        Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(x, m))
+        // SAFETY: AVX-512F+BW+GFNI is our contract; registers only.
+        Gfni(unsafe { _mm512_gf2p8affine_epi64_epi8::<0>(x, m) })
     }
 }
 
+/// [`generic::dot`] compiled for AVX-512F+BW+GFNI.
+///
+/// # Safety
+/// The CPU supports AVX-512F+BW+GFNI, and the rest of [`generic::dot`]'s contract holds: region
+/// counts match `t`, every region has the same length, and for [`Mode::DeltaAdd`] `old` has
+/// one such region per input.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 pub(super) unsafe fn dot(t: &MulTables, i: &[&[u8]], o: &[&[u8]], out: &mut [&mut [u8]], m: Mode) {
-    generic::dot::<Gfni>(t, i, o, out, m)
+    // SAFETY: our contract is `generic::dot`'s for `Gfni`, whose features are enabled here.
+    unsafe { generic::dot::<Gfni>(t, i, o, out, m) }
 }
 
+/// [`generic::xor`] compiled for AVX-512F+BW+GFNI.
+///
+/// # Safety
+/// The CPU supports AVX-512F+BW+GFNI, and every input is `output.len()` bytes long.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 pub(super) unsafe fn xor(inputs: &[&[u8]], output: &mut [u8], accumulate: bool) {
-    generic::xor::<Gfni>(inputs, output, accumulate)
+    // SAFETY: our contract is `generic::xor`'s for `Gfni`, whose features are enabled here.
+    unsafe { generic::xor::<Gfni>(inputs, output, accumulate) }
 }
 
+/// [`generic::dyadic`] compiled for AVX-512F+BW+GFNI.
+///
+/// # Safety
+/// The CPU supports AVX-512F+BW+GFNI, and the rest of [`generic::dyadic`]'s contract holds: `ins` and
+/// `outs` match `p`, `len` is a multiple of 64, every input is readable and every output
+/// readable and writable for `len` bytes, `scratch` for `p.scratch_bytes()`, and no output
+/// or scratch region overlaps another region.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 pub(super) unsafe fn dyadic(
     p: &crate::dyadic::DyadicProgram,
@@ -67,5 +109,7 @@ pub(super) unsafe fn dyadic(
     len: usize,
     scratch: *mut u8,
 ) {
-    generic::dyadic::<Gfni>(p, ins, outs, len, scratch)
+    // SAFETY: our contract is `generic::dyadic`'s for `Gfni`, whose features are enabled
+    // here.
+    unsafe { generic::dyadic::<Gfni>(p, ins, outs, len, scratch) }
 }

@@ -127,8 +127,13 @@ pub enum KernelError {
     },
 }
 
+/// A kernel's dot product; `unsafe` to call: the CPU must support the kernel's instructions and
+/// the regions must fit the tables (see `generic::dot`).
 type DotFn = unsafe fn(&MulTables, &[&[u8]], &[&[u8]], &mut [&mut [u8]], Mode);
+/// A kernel's XOR; `unsafe` to call: the CPU must support the kernel's instructions and every
+/// input must be as long as the output.
 type XorFn = unsafe fn(&[&[u8]], &mut [u8], bool);
+/// A kernel's dyadic-program runner; `unsafe` to call (see `generic::dyadic`).
 type DyadicFn = unsafe fn(&DyadicProgram, &[*const u8], &[*mut u8], usize, *mut u8);
 
 /// One instruction set's region operations. Obtain with [`Kernel::new`] or [`Kernel::selected`].
@@ -267,8 +272,10 @@ impl Kernel {
             if scratch.len() < need {
                 scratch.resize(need, 0);
             }
-            // SAFETY: counts and lengths checked above; the scratch holds the program's regions;
-            // the CPU features were checked when `self` was built.
+            // SAFETY: counts and lengths checked above (`body` is a multiple of 64, so of every
+            // kernel's vector width); the scratch holds `p.scratch_bytes()`; outputs come from
+            // `&mut` borrows and scratch is ours, so neither overlaps anything; the CPU
+            // features were checked when `self` was built.
             unsafe { run(p, &ins, &outs, body, scratch.as_mut_ptr()) };
             if body < len {
                 // The last `len % 64` bytes: the same program over zero-padded copies.
@@ -288,7 +295,8 @@ impl Kernel {
                 let outs: smallvec::SmallVec<[*mut u8; 64]> = (0..outputs.len())
                     .map(|r| pout[64 * r..].as_mut_ptr())
                     .collect();
-                // SAFETY: as above, over 64-byte padded regions.
+                // SAFETY: as above, over 64-byte padded regions: the inputs' copies in `pin`,
+                // the outputs' in `pout`, disjoint halves of `pad`.
                 unsafe { run(p, &ins, &outs, 64, scratch.as_mut_ptr()) };
                 for (r, o) in outputs.iter_mut().enumerate() {
                     o[body..].copy_from_slice(&pout[64 * r..64 * r + tail]);
@@ -341,10 +349,20 @@ fn region_len(inputs: &[&[u8]], outputs: &[&mut [u8]], counts: (usize, usize), o
     len
 }
 
+/// The scalar kernel as a [`DotFn`].
+///
+/// # Safety
+/// None beyond the signature: the scalar kernel is safe code (it panics on mismatched shapes)
+/// and is `unsafe` only to share [`DotFn`] with the SIMD kernels.
 unsafe fn scalar_dot(t: &MulTables, i: &[&[u8]], o: &[&[u8]], out: &mut [&mut [u8]], m: Mode) {
     scalar::dot(t, i, o, out, m)
 }
 
+/// The scalar kernel as an [`XorFn`].
+///
+/// # Safety
+/// None beyond the signature: safe code, `unsafe` only to share [`XorFn`] with the SIMD
+/// kernels.
 unsafe fn scalar_xor(inputs: &[&[u8]], output: &mut [u8], accumulate: bool) {
     scalar::xor(inputs, output, accumulate)
 }

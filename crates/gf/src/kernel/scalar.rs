@@ -13,9 +13,9 @@ fn mul_table() -> &'static [[u8; 256]; 256] {
     static TABLE: OnceLock<Box<[[u8; 256]; 256]>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut t = Box::new([[0u8; 256]; 256]);
-        for c in 0..256 {
-            for x in 0..256 {
-                t[c][x] = mul(c as u8, x as u8);
+        for c in 0..=255u8 {
+            for x in 0..=255u8 {
+                t[usize::from(c)][usize::from(x)] = mul(c, x);
             }
         }
         t
@@ -73,8 +73,9 @@ fn xor_in_place(dst: &mut [u8], src: &[u8]) {
     let mut d = dst.chunks_exact_mut(8);
     let mut s = src.chunks_exact(8);
     for (d, s) in (&mut d).zip(&mut s) {
-        let v =
-            u64::from_ne_bytes(d.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
+        const EIGHT: &str = "chunks_exact(8) yields 8-byte chunks";
+        let v = u64::from_ne_bytes(d.try_into().expect(EIGHT))
+            ^ u64::from_ne_bytes(s.try_into().expect(EIGHT));
         d.copy_from_slice(&v.to_ne_bytes());
     }
     for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
