@@ -883,3 +883,68 @@ fn a_closed_stdout_ends_the_sender_quietly() {
     );
     assert_eq!(std::fs::read(d.path().join("dst/src/f")).unwrap(), b"f");
 }
+
+/// A file whose extended attributes exceed what a FILE frame carries (256 KiB, FORMAT.md §5)
+/// fails alone with that reason; the session and the other files go on (before: the sender
+/// sent the frame and the receiver ended the whole session as malformed). Needs an XFS loop
+/// mount: ext4 keeps a file's xattrs within one block.
+#[test]
+fn a_file_with_more_xattrs_than_a_frame_carries_fails_alone() {
+    if !is_root() || !have("mkfs.xfs") || !have("setfattr") {
+        eprintln!("skipping: it needs root, mkfs.xfs and setfattr");
+        return;
+    }
+    let d = scratch();
+    let img = d.path().join("xfs.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(320 << 20)
+        .unwrap();
+    ok(&Command::new("mkfs.xfs")
+        .args(["-q", "-f"])
+        .arg(&img)
+        .output()
+        .unwrap());
+    let mnt = d.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    if !Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipping: cannot mount a loop device here");
+        return;
+    }
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(mnt.clone());
+    let src = mnt.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("heavy"), b"h").unwrap();
+    std::fs::write(src.join("light"), b"l").unwrap();
+    let value = "x".repeat(60_000);
+    for i in 0..5 {
+        ok(&Command::new("setfattr")
+            .args(["-n", &format!("user.big{i}"), "-v", &value])
+            .arg(src.join("heavy"))
+            .output()
+            .unwrap());
+    }
+    let dst = d.path().join("dst");
+    let r = format!("{} --xattrs", rsh(&dst));
+    let out = send_paths(std::slice::from_ref(&src), &r, &["--xattrs"]);
+    assert_eq!(out.status.code(), Some(1), "{}", err_of(&out));
+    let s = sent(&out);
+    let f = s["failed"][0].as_str().unwrap();
+    assert!(
+        f.contains("src/heavy") && f.contains("extended attributes"),
+        "{s}"
+    );
+    assert_eq!(std::fs::read(dst.join("src/light")).unwrap(), b"l");
+}
