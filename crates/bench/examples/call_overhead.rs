@@ -1,6 +1,10 @@
 //! Profiling aid: nanoseconds per call of encode and reconstruct on tiny chunks, where the
 //! per-call work (argument checks, plan lookup, pointer tables) is all there is.
 //! Usage: call_overhead [k m len]
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 use stripeguard_codes::{ErasureCode, ReedSolomon};
 
 fn main() {

@@ -6,6 +6,10 @@
 //! [K M LEN] [--same] [--xor]` (default 64 10 4096; `--same`: every data chunk reads one of two
 //! buffers, so the data stays in L1 and only the instructions are timed; `--xor`: time the XOR
 //! of the data chunks instead, the ceiling the loads alone set).
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 use std::time::Duration;
 use stripeguard_bench::timing::best_rates_in_turns;
 use stripeguard_codes::{ErasureCode, ReedSolomon};

@@ -81,7 +81,8 @@ pub fn run(opts: &ArrayBenchOptions, mut progress: impl FnMut(&str)) -> Vec<Arra
         progress(scheme.name());
         let a = array(opts, scheme);
         let cap = a.capacity_bytes();
-        let mut fill = vec![0u8; cap as usize];
+        let mut fill =
+            vec![0u8; usize::try_from(cap).expect("the array's capacity fits in memory")];
         rand::rngs::StdRng::seed_from_u64(1).fill(&mut fill[..]);
         a.write(0, &fill).expect("fill");
         drop(fill);
@@ -353,13 +354,13 @@ pub fn concurrency(
     let cfg = ArrayConfig::new(k, m, Scheme::HybridSeq, opts.chunk_bytes, stripes);
     let a = Array::create(members, &cfg, true, &mut |_, _| {}).expect("array");
     // The region bits are set once, up front, so the requests measured carry no record write.
-    a.write(0, &vec![1u8; (stripe * stripes) as usize])
-        .expect("write");
+    let bytes = usize::try_from(stripe * stripes).expect("the array fits in memory");
+    a.write(0, &vec![1u8; bytes]).expect("write");
     let ms = io.as_secs_f64() * 1000.0;
     let mut out = Vec::new();
     for (name, write) in [("full-stripe write", true), ("4K read", false)] {
         counting.iter().for_each(|c| c.reset());
-        let data = vec![0x3cu8; stripe as usize];
+        let data = vec![0x3cu8; usize::try_from(stripe).expect("a stripe fits in memory")];
         let mut small = vec![0u8; 4096];
         let t = std::time::Instant::now();
         for r in 0..requests {

@@ -465,7 +465,7 @@ fn measure_shape(
                 &d[1 % k],
                 &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
             )
-            .unwrap();
+            .expect("accumulate into the code's own stripe shape");
         },
         isal!("isa-l ec_encode_data_update", |s: &mut Vec<Chunk>| {
             let (d, p) = s.split_at_mut(k);
@@ -483,6 +483,10 @@ fn measure_shape(
     // rmw: a read-modify-write of one chunk from its old and new contents. Ours fuses the
     // delta into the parity pass (`update`); ISA-L needs the delta first (xor_gen, then
     // ec_encode_data_update), the fastest way its API offers.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "test data: an index pattern reduced to bytes, wrapping on purpose"
+    )]
     let new_chunk: Vec<u8> = (0..chunk).map(|i| (i * 31 + 7) as u8).collect();
     let new_chunk = Chunk::from_slice(&new_chunk, CHUNK_ALIGN);
     #[cfg(feature = "isal")]
@@ -505,7 +509,7 @@ fn measure_shape(
                 &[change],
                 &mut p.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
             )
-            .unwrap();
+            .expect("update of the code's own stripe shape");
         },
         isal!("isa-l xor_gen + ec_encode_data_update", |s: &mut Vec<
             Chunk,
@@ -539,7 +543,7 @@ fn measure_shape(
                 &mut s.iter_mut().map(|x| &mut x[..]).collect::<Vec<_>>(),
                 &lost,
             )
-            .unwrap();
+            .expect("reconstruct at most m lost chunks of the code's own stripe");
         },
         isal!("isa-l decode (ec_encode_data)", |s: &mut Vec<Chunk>| {
             let (targets, rest) = s.split_at_mut(lost.len());
@@ -564,7 +568,9 @@ fn measure_shape(
             &mut |s| {
                 s[0][7] ^= 0x5a;
                 let views: Vec<&[u8]> = s.iter().map(|x| &x[..]).collect();
-                let found = code.locate(&views, &[]).unwrap();
+                let found = code
+                    .locate(&views, &[])
+                    .expect("one corrupt chunk is within the code's locating bound");
                 assert_eq!(found, stripeguard_codes::Located::Bad(vec![0]));
                 s[0][7] ^= 0x5a;
             },

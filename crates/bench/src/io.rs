@@ -104,7 +104,8 @@ impl Recording {
                 member: self.member,
                 write,
                 offset,
-                len: len as u32,
+                // Member I/Os are far below 4 GiB; one that were not would saturate, not wrap.
+                len: u32::try_from(len).unwrap_or(u32::MAX),
             });
         }
     }
@@ -210,7 +211,7 @@ fn one_array(
         let inner = FileDisk::open(p, direct).map_err(|e| e.to_string())?;
         members.push(Arc::new(Recording {
             inner,
-            member: i as u16,
+            member: u16::try_from(i).map_err(|_| format!("{n} members do not fit a u16"))?,
             data_offset,
             on: Arc::clone(&on),
             log: Arc::clone(&log),

@@ -2,6 +2,8 @@
 //! machines are shared and noisy); every speed claim is a ratio to a reference measured in the
 //! same run, never an absolute threshold.
 
+#![warn(clippy::unwrap_used)]
+
 pub mod array;
 pub mod codec;
 pub mod io;

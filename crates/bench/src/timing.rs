@@ -54,7 +54,12 @@ pub fn best_rates_in_turns(
                 let took = start.elapsed();
                 if took >= BATCH / 4 || calls >= 1 << 30 {
                     let scale = BATCH.as_secs_f64() / took.as_secs_f64().max(1e-9);
-                    break ((calls as f64 * scale).ceil() as u64).max(1);
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "a positive call count; `as` saturates, never wraps"
+                    )]
+                    let scaled = (calls as f64 * scale).ceil() as u64;
+                    break scaled.max(1);
                 }
                 calls *= 2;
             }

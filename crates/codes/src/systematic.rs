@@ -216,7 +216,7 @@ impl Systematic {
             fast_parity: None,
             dyadic: None,
             cache: Mutex::new(LruCache::with_hasher(
-                const { NonZeroUsize::new(DECODE_CACHE_ENTRIES).expect("DECODE_CACHE_ENTRIES > 0") },
+                const { NonZeroUsize::new(DECODE_CACHE_ENTRIES).expect("non-zero constant") },
                 KeyHasher::default(),
             )),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

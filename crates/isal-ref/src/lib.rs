@@ -3,14 +3,24 @@
 //! Only tests and the benchmark (feature `isal`) link this crate. Every function copies the
 //! caller's slices into raw pointer arrays; lengths are checked here so the FFI calls are sound.
 
+#![warn(clippy::unwrap_used)]
+
 use erasure_isa_l_sys as sys;
 use std::os::raw::c_int;
+
+/// `n` as the C `int` ISA-L takes for counts and lengths. Checked: a value that does not fit
+/// would reach the C side truncated, sizes that no longer match the buffers. Panics, like the
+/// other shape checks here (a caller bug: no code or region is that large).
+fn int(n: usize) -> c_int {
+    c_int::try_from(n).expect("count or length exceeds a C int")
+}
 
 /// ISA-L's `(k + m) x k` Cauchy generator (`gf_gen_cauchy1_matrix`), row-major.
 pub fn cauchy_matrix(k: usize, m: usize) -> Vec<u8> {
     let mut a = vec![0u8; (k + m) * k];
-    // SAFETY: `a` holds (k + m) * k bytes as the function requires.
-    unsafe { sys::gf_gen_cauchy1_matrix(a.as_mut_ptr(), (k + m) as c_int, k as c_int) };
+    let (rows, cols) = (int(k + m), int(k));
+    // SAFETY: `a` holds (k + m) * k bytes, the `rows x cols` matrix the function writes.
+    unsafe { sys::gf_gen_cauchy1_matrix(a.as_mut_ptr(), rows, cols) };
     a
 }
 
@@ -19,16 +29,17 @@ pub fn init_tables(k: usize, rows: usize, coeffs: &[u8]) -> Vec<u8> {
     assert_eq!(coeffs.len(), k * rows);
     let mut a = coeffs.to_vec();
     let mut t = vec![0u8; 32 * k * rows];
-    // SAFETY: sizes as documented by ISA-L: a is rows*k, tables are 32*k*rows.
-    unsafe { sys::ec_init_tables(k as c_int, rows as c_int, a.as_mut_ptr(), t.as_mut_ptr()) };
+    let (k_c, rows_c) = (int(k), int(rows));
+    // SAFETY: sizes as documented by ISA-L: a is rows*k (asserted), tables are 32*k*rows.
+    unsafe { sys::ec_init_tables(k_c, rows_c, a.as_mut_ptr(), t.as_mut_ptr()) };
     t
 }
 
-fn check(inputs: &[&[u8]], outputs: &[&mut [u8]]) -> usize {
+/// The common length of the regions, as a C `int` (panics if they differ or it does not fit).
+fn check(inputs: &[&[u8]], outputs: &[&mut [u8]]) -> c_int {
     let len = outputs.first().map_or(0, |o| o.len());
     assert!(inputs.iter().all(|i| i.len() == len) && outputs.iter().all(|o| o.len() == len));
-    assert!(len <= c_int::MAX as usize);
-    len
+    int(len)
 }
 
 /// `ec_encode_data`: `outputs = tables * inputs`.
@@ -37,12 +48,15 @@ pub fn encode_with_tables(tables: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [
     assert_eq!(tables.len(), 32 * inputs.len() * outputs.len());
     let mut ins: Vec<*mut u8> = inputs.iter().map(|i| i.as_ptr() as *mut u8).collect();
     let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
-    // SAFETY: every region is `len` bytes; ISA-L only reads the inputs.
+    let (k, rows) = (int(inputs.len()), int(outputs.len()));
+    // SAFETY: every region is `len` bytes (`check`), the tables 32 * k * rows (asserted), and
+    // the pointer arrays hold k and rows entries; ISA-L only reads the inputs and tables, so
+    // their `*mut` casts are never written through.
     unsafe {
         sys::ec_encode_data(
-            len as c_int,
-            inputs.len() as c_int,
-            outputs.len() as c_int,
+            len,
+            k,
+            rows,
             tables.as_ptr() as *mut u8,
             ins.as_mut_ptr(),
             outs.as_mut_ptr(),
@@ -62,13 +76,15 @@ pub fn update_with_tables(
     assert!(vec_i < k);
     assert_eq!(tables.len(), 32 * k * outputs.len());
     let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
-    // SAFETY: regions are `len` bytes; tables sized for k x rows.
+    let (k, rows, vec_i) = (int(k), int(outputs.len()), int(vec_i));
+    // SAFETY: regions are `len` bytes (`check`); tables sized for k x rows (asserted) and
+    // `vec_i < k`; ISA-L only reads `data` and the tables, never through their `*mut` casts.
     unsafe {
         sys::ec_encode_data_update(
-            len as c_int,
-            k as c_int,
-            outputs.len() as c_int,
-            vec_i as c_int,
+            len,
+            k,
+            rows,
+            vec_i,
             tables.as_ptr() as *mut u8,
             data.as_ptr() as *mut u8,
             outs.as_mut_ptr(),
@@ -98,8 +114,9 @@ pub fn xor2(a: &[u8], b: &[u8], output: &mut [u8]) {
         b.as_ptr() as *mut std::ffi::c_void,
         output.as_mut_ptr() as *mut std::ffi::c_void,
     ];
-    // SAFETY: three regions of `len` bytes; xor_gen reads the first two and writes the last.
-    let rc = unsafe { xor_gen(3, len as c_int, ptrs.as_mut_ptr()) };
+    // SAFETY: three regions of `len` bytes, 32-byte aligned (asserted); xor_gen reads the first
+    // two and writes the last (`output`, borrowed mutably).
+    let rc = unsafe { xor_gen(3, len, ptrs.as_mut_ptr()) };
     assert_eq!(rc, 0, "xor_gen failed");
 }
 
@@ -123,14 +140,15 @@ pub fn invert(matrix: &[u8], n: usize) -> Option<Vec<u8>> {
     assert_eq!(matrix.len(), n * n);
     let mut a = matrix.to_vec();
     let mut out = vec![0u8; n * n];
-    // SAFETY: both buffers are n*n bytes.
-    let rc = unsafe { sys::gf_invert_matrix(a.as_mut_ptr(), out.as_mut_ptr(), n as c_int) };
+    let n_c = int(n);
+    // SAFETY: both buffers are n*n bytes (asserted).
+    let rc = unsafe { sys::gf_invert_matrix(a.as_mut_ptr(), out.as_mut_ptr(), n_c) };
     (rc == 0).then_some(out)
 }
 
 /// ISA-L's field multiplication.
 pub fn gf_mul(a: u8, b: u8) -> u8 {
-    // SAFETY: pure function.
+    // SAFETY: takes and returns plain bytes, touching only ISA-L's static tables.
     unsafe { sys::gf_mul(a, b) }
 }
 

@@ -104,6 +104,10 @@ impl Extent {
     }
 
     /// The checksum blocks `[first, end)` of the chunk bytes.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "`lo <= hi <= chunk`, which `Granularity::new` takes as a u32"
+    )]
     pub fn blocks(&self, g: &Granularity) -> (usize, usize) {
         ((self.lo / g.block) as usize, (self.hi / g.block) as usize)
     }
@@ -254,8 +258,11 @@ pub(crate) fn lane_member_io(
     writes: u64,
 ) -> MemberIo {
     let c = gran.chunk;
-    let first = (start / c) as usize;
-    let last = ((end - 1) / c) as usize;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a piece lies in one stripe's data (end <= k * chunk): chunk indices below k"
+    )]
+    let (first, last) = ((start / c) as usize, ((end - 1) / c) as usize);
     let range = |i: usize| {
         let base = i as u64 * c;
         let lo = start.max(base) - base;

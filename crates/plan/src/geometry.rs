@@ -31,6 +31,10 @@ impl Geometry {
 
     /// The member holding position `pos` (`0..k` data, `k..n` parity) of `stripe`:
     /// parity `j` on `(p + j) mod n`, data `i` on `(p + m + i) mod n`, `p = n - 1 - stripe mod n`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a remainder modulo n, the member count (a usize)"
+    )]
     pub fn member_of(&self, stripe: u64, pos: usize) -> usize {
         let n = self.n();
         let p = n - 1 - (stripe % n as u64) as usize;
@@ -44,6 +48,10 @@ impl Geometry {
     /// `p = n - 1 - stripe mod n`, the member of parity 0 in `stripe`; with
     /// [`Geometry::member_in`] it finds members without a division per unit.
     #[inline]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a remainder modulo n, the member count (a usize)"
+    )]
     pub fn rotation(&self, stripe: u64) -> usize {
         self.n() - 1 - (stripe % self.n() as u64) as usize
     }
@@ -65,6 +73,10 @@ impl Geometry {
     }
 
     /// Inverse of [`Geometry::member_of`]: the stripe position member `member` holds in `stripe`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a remainder modulo n, the member count (a usize)"
+    )]
     pub fn position_of(&self, stripe: u64, member: usize) -> usize {
         let n = self.n();
         let p = n - 1 - (stripe % n as u64) as usize;

@@ -82,11 +82,13 @@ pub struct LanePlanner {
 
 impl LanePlanner {
     /// A counting planner for `schemes` (lane `l` is `schemes[l]`), or `None` when the geometry
-    /// has more than [`MAX_MEMBERS`] members or there are more than [`MAX_LANES`] schemes.
+    /// has more than [`MAX_MEMBERS`] members or there are more than [`MAX_LANES`] schemes, or
+    /// its chunk size does not fit the `u32` that [`Granularity`] takes.
     pub fn new(g: Geometry, schemes: &[Scheme]) -> Option<Self> {
         if g.n() > MAX_MEMBERS || schemes.is_empty() || schemes.len() > MAX_LANES {
             return None;
         }
+        let chunk = u32::try_from(g.chunk_bytes).ok()?;
         assert!(g.k >= 1 && g.m >= 1 && g.chunk_bytes > 0);
         let lane_mask = |f: &dyn Fn(Scheme) -> bool| {
             schemes
@@ -104,7 +106,7 @@ impl LanePlanner {
             tallies: vec![Tally::default(); schemes.len()],
             grans: schemes
                 .iter()
-                .map(|&s| Granularity::new(s, g.k, g.chunk_bytes as u32, 512))
+                .map(|&s| Granularity::new(s, g.k, chunk, 512))
                 .collect(),
             prev_reads: [0; MAX_LANES],
             prev_writes: [0; MAX_LANES],
@@ -152,10 +154,17 @@ impl LanePlanner {
         let g = self.g;
         let (k, m, n) = (g.k, g.m, g.n());
         let c = g.chunk_bytes;
-        let first = (start / c) as usize;
-        let last = ((end - 1) / c) as usize;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "a piece lies in one stripe's data (end <= k * chunk): chunk indices below k"
+        )]
+        let (first, last) = ((start / c) as usize, ((end - 1) / c) as usize);
         let tau = last + 1 - first;
         let full = tau == k;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "`stripe * k` indexes `bits`, one byte per data chunk, held in memory"
+        )]
         let base = (stripe * k as u64) as usize;
         let chunks = &mut bits[base..base + k];
         let all = self.all;
@@ -329,12 +338,20 @@ impl LanePlanner {
 
 /// Bits `lo..hi` (at most 64).
 #[inline]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "hi <= 64: the bits above 64 are masked off"
+)]
 fn mask(lo: usize, hi: usize) -> u64 {
     (((1u128 << hi) - 1) & !((1u128 << lo) - 1)) as u64
 }
 
 /// `x` (an `n`-bit set) rotated left by `p < n` within `n` bits.
 #[inline]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "n <= 64: the bits above n are masked off"
+)]
 fn rotate(x: u64, p: usize, n: usize) -> u64 {
     let x = x as u128;
     (((x << p) | (x >> (n - p))) & ((1u128 << n) - 1)) as u64

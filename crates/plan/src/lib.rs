@@ -36,6 +36,9 @@
 //!   unit). [`PiecePlan::member_io`] is the byte-accurate count beside the paper's.
 #![forbid(unsafe_code)]
 
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
+
 mod extent;
 mod geometry;
 pub mod lanes;

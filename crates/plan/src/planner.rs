@@ -345,6 +345,10 @@ impl<S: ReadState> Ctx<'_, S> {
         self.map.is_first_read(id)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a piece lies in one stripe's data (end <= k * chunk): chunk indices below k"
+    )]
     fn plan_piece(&mut self, op: Op, stripe: u64, start: u64, end: u64, p: &mut PiecePlan) {
         let g = self.g;
         let (k, m) = (g.k, g.m);

@@ -120,6 +120,8 @@
 //! to plan with (Greenan, Plank & Wylie, "Mean time to meaningless", HotStorage '10).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
 
 use serde::Serialize;
 
@@ -547,6 +549,11 @@ pub fn paper_approx_mttdl_hours(data: usize, parity: usize, lambda: f64) -> f64 
 
 /// The paper's prescriptive rule, Eq. 2 corrected (`R = k/n ≤ e^{−λT}`): the smallest `m` with
 /// `m ≥ k (e^{λT} − 1)`, or `None` past [`PARITY_MAX`].
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "m is a whole number checked <= PARITY_MAX first (NaN fails the check); only a \
+              negative λT could make it negative, which saturates to 0"
+)]
 pub fn paper_rule_parity(data: usize, target_hours: f64, lambda: f64) -> Option<usize> {
     let m = (data as f64 * (lambda * target_hours).exp_m1()).ceil();
     // NaN and anything past PARITY_MAX fail the test; what passes is a whole number in range.

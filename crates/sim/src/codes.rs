@@ -98,13 +98,22 @@ impl CodeSim {
         for (cost, counts) in &mut self.lanes {
             let bpc = cost.blocks_per_chunk as u128;
             let nd = cost.data_blocks as u64;
-            let first = (r.offset as u128 * bpc / c) as u64;
-            let end = ((r.offset + r.len) as u128 * bpc).div_ceil(c) as u64;
+            // Block numbers are byte offsets scaled by `bpc / c`: blocks per chunk (1, or an
+            // array code's rows, a few dozen) over its bytes (512 or more), so they fit a u64.
+            const FITS: &str = "block numbers fit a u64";
+            let first = u64::try_from(r.offset as u128 * bpc / c).expect(FITS);
+            let end = u64::try_from(((r.offset + r.len) as u128 * bpc).div_ceil(c)).expect(FITS);
             let mut lbn = first;
             while lbn < end {
                 let stripe = lbn / nd;
-                let a = (lbn - stripe * nd) as usize;
-                let b = ((end - stripe * nd).min(nd)) as usize;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "both are at most nd, the data blocks of a stripe (a usize)"
+                )]
+                let (a, b) = (
+                    (lbn - stripe * nd) as usize,
+                    ((end - stripe * nd).min(nd)) as usize,
+                );
                 match r.op {
                     Op::Write => {
                         let (reads, writes) = cost.write(a, b);

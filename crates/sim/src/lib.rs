@@ -7,6 +7,11 @@
 //!   ([`stripeguard_plan::Planner`]'s rules; all schemes in one pass through
 //!   [`stripeguard_plan::LanePlanner`]) and counts disk I/Os, paper and real.
 //! - [`choose`]: the quantitative rule (Eq. 7–9 with the odd-n correction).
+//!
+//! The one `unsafe` block is the x86-64 cache prefetch in [`Simulator::replay_batch`] (no stable
+//! safe API exists; see its SAFETY comment).
+
+#![warn(clippy::unwrap_used)]
 
 pub mod analysis;
 pub mod choose;

@@ -32,7 +32,10 @@ impl Fit {
         let offset = match self {
             Fit::Wrap => (r.offset % capacity) / 512 * 512,
             Fit::Scale { extent } => {
-                ((r.offset as u128 * capacity as u128 / extent.max(1) as u128) as u64) / 512 * 512
+                let scaled = r.offset as u128 * capacity as u128 / extent.max(1) as u128;
+                // Below `capacity` for an offset within `extent`; one past it saturates here
+                // and the `min` below clamps it into the array.
+                u64::try_from(scaled).unwrap_or(u64::MAX) / 512 * 512
             }
         };
         let offset = offset.min(capacity - 1);
@@ -163,6 +166,10 @@ struct LaneState<'a> {
 
 impl ReadState for LaneState<'_> {
     #[inline]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a data chunk id below the length of the in-memory flat map"
+    )]
     fn is_first_read(&mut self, chunk: u64) -> bool {
         match self.map {
             SharedMap::Flat(v) => (v[chunk as usize] >> self.lane) & 1 == 0,
@@ -170,6 +177,10 @@ impl ReadState for LaneState<'_> {
         }
     }
     #[inline]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a data chunk id below the length of the in-memory flat map"
+    )]
     fn mark_read(&mut self, chunk: u64) {
         match self.map {
             SharedMap::Flat(v) => v[chunk as usize] |= 1 << self.lane,
@@ -177,6 +188,10 @@ impl ReadState for LaneState<'_> {
         }
     }
     #[inline]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a data chunk id below the length of the in-memory flat map"
+    )]
     fn mark_written(&mut self, chunk: u64) {
         match self.map {
             SharedMap::Flat(v) => v[chunk as usize] &= !(1 << self.lane),
@@ -204,11 +219,18 @@ pub struct Simulator {
 
 impl Simulator {
     /// One planner per scheme; first-read state of at most `map_bytes` per scheme.
+    ///
+    /// Panics if the chunk size does not fit a `u32`, as chunk sizes do everywhere else
+    /// ([`ArrayShape::geometry`](crate::ArrayShape::geometry) refuses such a shape).
     pub fn new(geometry: Geometry, schemes: &[Scheme], map_bytes: u64) -> Self {
         let n = geometry.n();
+        let chunk = u32::try_from(geometry.chunk_bytes).expect("chunk size fits a u32");
         let chunks = geometry.stripes * geometry.k as u64;
-        let map = if schemes.len() <= 8 && chunks <= map_bytes * schemes.len() as u64 {
-            SharedMap::Flat(vec![0u8; chunks as usize])
+        let flat = usize::try_from(chunks)
+            .ok()
+            .filter(|_| schemes.len() <= 8 && chunks <= map_bytes * schemes.len() as u64);
+        let map = if let Some(len) = flat {
+            SharedMap::Flat(vec![0u8; len])
         } else {
             SharedMap::PerLane(
                 schemes
@@ -232,7 +254,7 @@ impl Simulator {
                     planner: Planner::new(geometry, s, map_bytes),
                     scheme: s,
                     counts: Tally::default(),
-                    gran: Granularity::new(s, geometry.k, geometry.chunk_bytes as u32, 512),
+                    gran: Granularity::new(s, geometry.k, chunk, 512),
                     last_read: vec![u64::MAX; n],
                     last_write: vec![u64::MAX; n],
                 })
@@ -370,8 +392,8 @@ impl Simulator {
         for (i, r) in requests.iter().enumerate() {
             if let (SharedMap::Flat(v), Some(next)) = (&self.map, requests.get(i + AHEAD)) {
                 // The data chunk id of an array byte is offset / chunk (stripe * k + index).
-                let id = (next.offset / chunk) as usize;
-                if id < v.len() {
+                let id = usize::try_from(next.offset / chunk).ok();
+                if let Some(id) = id.filter(|&id| id < v.len()) {
                     prefetch(&v[id]);
                 }
             }
@@ -409,7 +431,8 @@ impl Simulator {
 #[inline(always)]
 fn prefetch(x: &u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults and has no architectural effect.
+    // SAFETY: `_mm_prefetch` needs only SSE, part of every x86-64 CPU (the target's baseline);
+    // a prefetch is a hint: it never faults, even on a bad address, and changes no state.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         _mm_prefetch::<_MM_HINT_T0>(x as *const u8 as *const i8);

@@ -42,6 +42,12 @@ impl ArrayShape {
                 self.chunk_bytes
             )));
         }
+        if u32::try_from(self.chunk_bytes).is_err() {
+            return Err(RunError::Shape(format!(
+                "chunk size {} does not fit 32 bits (chunks are at most 4 GiB - 512 bytes)",
+                self.chunk_bytes
+            )));
+        }
         let k = n - m;
         let stripe = (k as u64).saturating_mul(self.chunk_bytes);
         if self.capacity_bytes < stripe {

@@ -160,6 +160,10 @@ impl Synthetic {
         }
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a whole number of sectors in 1..=64 x mean; `as` saturates anyway"
+    )]
     fn size(&mut self, mean: f64) -> u64 {
         let u: f64 = self.rng.random_range(f64::EPSILON..1.0);
         let x = (-u.ln() * mean).min(64.0 * mean);

@@ -1,5 +1,9 @@
 //! The simulator's counts equal the engine's, measured with counting disks under every member,
 //! for the shared DiskSim trace and a synthetic workload, every scheme.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
 
 use std::sync::Arc;
 use stripeguard_disk::{CountingDisk, DiskRef, MemDisk};

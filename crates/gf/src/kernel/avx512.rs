@@ -11,8 +11,8 @@ use core::arch::x86_64::*;
 #[derive(Clone, Copy)]
 pub(crate) struct Avx512(__m512i);
 
-// Every method's contract is the trait's: the CPU supports AVX-512F and AVX-512BW (`Kernel::new` checked
-// it), plus the pointer or index requirements stated on each.
+// Every method's contract is the trait's: the CPU supports AVX-512F and AVX-512BW (`Kernel::new`
+// checked it), plus the pointer or index requirements stated on each.
 impl Vector for Avx512 {
     const BYTES: usize = 64;
     const MAX_GROUP: usize = 16;

@@ -482,10 +482,10 @@ static ZEROS: [u8; ZERO_BYTES] = [0; ZERO_BYTES];
 /// The CPU has `V`'s features; `ins.len() == p.inputs()` and `outs.len() == p.outputs()`;
 /// `len` is a multiple of `V::BYTES`; every `ins[i]` is valid for reads and every `outs[o]` for
 /// reads and writes of `len` bytes; `scratch` is valid for reads and writes of
-/// `p.scratch_bytes()` bytes; no output or scratch region overlaps another region. (`Kernel::dyadic`
-/// checks the counts and lengths and provides the scratch.) `p` itself is trusted: its
-/// constructors only emit ops whose registers, tables and shapes fit it (`DyadicProgram`'s
-/// invariant, relied on by every `SAFETY` comment below).
+/// `p.scratch_bytes()` bytes; no output or scratch region overlaps another region.
+/// (`Kernel::dyadic` checks the counts and lengths and provides the scratch.) `p` itself is
+/// trusted: its constructors only emit ops whose registers, tables and shapes fit it
+/// (`DyadicProgram`'s invariant, relied on by every `SAFETY` comment below).
 #[inline(always)]
 pub(crate) unsafe fn dyadic<V: Vector>(
     p: &DyadicProgram,

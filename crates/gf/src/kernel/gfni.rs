@@ -13,8 +13,8 @@ use core::arch::x86_64::*;
 #[derive(Clone, Copy)]
 pub(crate) struct Gfni(__m512i);
 
-// Every method's contract is the trait's: the CPU supports AVX-512F, AVX-512BW and GFNI (`Kernel::new` checked
-// it), plus the pointer or index requirements stated on each.
+// Every method's contract is the trait's: the CPU supports AVX-512F, AVX-512BW and GFNI
+// (`Kernel::new` checked it), plus the pointer or index requirements stated on each.
 impl Vector for Gfni {
     const BYTES: usize = 64;
     const MAX_GROUP: usize = 16;
@@ -97,10 +97,10 @@ pub(super) unsafe fn xor(inputs: &[&[u8]], output: &mut [u8], accumulate: bool) 
 /// [`generic::dyadic`] compiled for AVX-512F+BW+GFNI.
 ///
 /// # Safety
-/// The CPU supports AVX-512F+BW+GFNI, and the rest of [`generic::dyadic`]'s contract holds: `ins` and
-/// `outs` match `p`, `len` is a multiple of 64, every input is readable and every output
-/// readable and writable for `len` bytes, `scratch` for `p.scratch_bytes()`, and no output
-/// or scratch region overlaps another region.
+/// The CPU supports AVX-512F+BW+GFNI, and the rest of [`generic::dyadic`]'s contract holds: `ins`
+/// and `outs` match `p`, `len` is a multiple of 64, every input is readable and every output
+/// readable and writable for `len` bytes, `scratch` for `p.scratch_bytes()`, and no output or
+/// scratch region overlaps another region.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 pub(super) unsafe fn dyadic(
     p: &crate::dyadic::DyadicProgram,
