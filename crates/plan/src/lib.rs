@@ -35,8 +35,6 @@
 //!   the engine really moves (part of a chunk's checksum blocks, the appendix alone, or the whole
 //!   unit). [`PiecePlan::member_io`] is the byte-accurate count beside the paper's.
 #![forbid(unsafe_code)]
-
-#![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 
 mod extent;

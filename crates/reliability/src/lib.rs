@@ -120,7 +120,6 @@
 //! to plan with (Greenan, Plank & Wylie, "Mean time to meaningless", HotStorage '10).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 
 use serde::Serialize;
@@ -556,11 +555,6 @@ pub fn paper_approx_mttdl_hours(data: usize, parity: usize, lambda: f64) -> f64 
 )]
 pub fn paper_rule_parity(data: usize, target_hours: f64, lambda: f64) -> Option<usize> {
     let m = (data as f64 * (lambda * target_hours).exp_m1()).ceil();
-    // NaN and anything past PARITY_MAX fail the test; what passes is a whole number in range.
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "m is a whole number ≤ PARITY_MAX here"
-    )]
     (m <= PARITY_MAX as f64).then_some(m as usize)
 }
 
