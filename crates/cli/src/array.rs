@@ -501,6 +501,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                    "member_table": array.member_table(), "last_scrub": last_scrub,
                    "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
                    "log_entries": log.entries.len(), "log_dropped": log.dropped,
+                   "log_not_understood": log.not_understood,
                    "checked": a.check, "counters": counters_json(&c), "events": array.events(),
                    "untrusted": untrusted,
                    "unrecoverable": unrecoverable})

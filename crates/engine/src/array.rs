@@ -438,6 +438,19 @@ impl Array {
                 members.len()
             )));
         }
+        // A superblock that describes more than any member holds is wrong, not the members: a
+        // member shorter than the rest is taken out (truncated), but all of them short means the
+        // stripes or geometry fields cannot be believed (FORMAT.md §2.1: a valid copy describes a
+        // possible array). Refused before anything is read from the data area or written.
+        let need = reference.member_bytes();
+        let largest = members.iter().map(|d| d.size_bytes()).max().unwrap_or(0);
+        if largest < need {
+            return Err(EngineError::Assemble(format!(
+                "the superblock describes {} stripes of {}-byte units ({need} bytes per member with the metadata area and journal), but the largest member holds {largest} bytes: its stripes or geometry fields are wrong (FORMAT.md §2.1)",
+                reference.stripes,
+                reference.unit_bytes()
+            )));
+        }
 
         // Which members are current (FORMAT.md §2.1): the newest superblock's member table and
         // every member's own event count decide.
@@ -557,8 +570,11 @@ impl Array {
             }
         }
         let logged = array.event_log();
-        array.events.lock().expect("lock").next_number =
-            logged.entries.last().map(|e| e.number + 1).unwrap_or(0);
+        array.events.lock().expect("lock").next_number = logged
+            .entries
+            .last()
+            .map(|e| e.number.saturating_add(1))
+            .unwrap_or(0);
         array.load_intent_sequence();
         array.load_untrusted()?;
         if opts.writable {

@@ -98,7 +98,7 @@ impl EventLog {
                 .map(crate::millis)
                 .unwrap_or(0);
             self.unsaved.push((self.next_number, ms, e.clone()));
-            self.next_number += 1;
+            self.next_number = self.next_number.saturating_add(1);
         }
         if self.recent.len() == EVENT_LOG_ENTRIES {
             self.recent.pop_front();

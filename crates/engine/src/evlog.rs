@@ -72,7 +72,11 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
             }
         }
     }
-    let next = by_number.keys().next_back().map(|n| n + 1).unwrap_or(0);
+    let next = by_number
+        .keys()
+        .next_back()
+        .map(|n| n.saturating_add(1))
+        .unwrap_or(0);
     LogRead {
         dropped: next.saturating_sub(by_number.len() as u64 + not_understood.len() as u64),
         entries: by_number.into_values().collect(),

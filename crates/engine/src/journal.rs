@@ -113,7 +113,7 @@ struct Record {
 }
 
 impl Record {
-    fn encode(&self, event: u64) -> Vec<u8> {
+    fn encode(&self, event: u64, array_uuid: [u8; 16]) -> Vec<u8> {
         let len = self.payload.len();
         // Whole sectors (a unit is whole sectors, so this stays inside the slot).
         let mut b = vec![0u8; HEADER + len.div_ceil(512) * 512];
@@ -131,6 +131,7 @@ impl Record {
             extents: self.extents.clone(),
             touched: self.touched,
             round: self.group,
+            array_uuid,
         }
         .write_copy(&mut b[..HEADER])
         .expect("a record has 1 to 8 extents");
@@ -140,8 +141,11 @@ impl Record {
 
     /// A valid record whose payload matches its CRC and whose extents fit a unit of `unit`
     /// bytes; never panics.
-    fn decode(slot: &[u8], unit: usize) -> Option<Record> {
+    fn decode(slot: &[u8], unit: usize, array_uuid: &[u8; 16]) -> Option<Record> {
         let h = JournalHeader::read_copy(slot).ok()??;
+        if !h.belongs_to(array_uuid) {
+            return None;
+        }
         let payload = h.payload_in(slot, unit as u64)?;
         Some(Record {
             kind: h.kind as u8,
@@ -280,7 +284,7 @@ impl Array {
             let mut j = self.journal.lock().expect("lock");
             for (slot, record, members) in records {
                 j.slots[*slot].on = members.clone();
-                let bytes = record.encode(event);
+                let bytes = record.encode(event, self.sb.array_uuid);
                 let at = self.journal_slot_offset(*slot);
                 let bytes = std::sync::Arc::new(bytes);
                 for m in (0..n).filter(|&m| on(members, m)) {
@@ -527,9 +531,14 @@ impl Array {
                 if d.read_at(self.journal_slot_offset(s), &mut b).is_err() {
                     continue;
                 }
-                let Some(r) = Record::decode(&b, unit) else {
+                let Some(r) = Record::decode(&b, unit, &self.sb.array_uuid) else {
                     continue;
                 };
+                // Unit-writes records exist only in arrays with the write journal (feature bit
+                // 1): one found elsewhere is not this array's and is never replayed.
+                if r.kind == UNIT_WRITES && !self.sb.write_journal {
+                    continue;
+                }
                 let positions = match r.kind {
                     SAVED => g.k,
                     _ => g.n() + self.sb.scheme.extra_members(),

@@ -46,7 +46,7 @@ impl Array {
             .record;
         if best.is_none() && self.sb.untrusted_listed {
             return Err(EngineError::Assemble(format!(
-                "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a readable copy of the stripe-state record at byte {at} (FORMAT.md §2.7); refusing to read blocks that may be listed"
+                "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a copy of the stripe-state record at byte {at} that is both intact and possible for this array (every copy is damaged, or lists a stripe, position or range the array does not have: FORMAT.md §2.7); refusing to read blocks that may be listed"
             )));
         }
         let mut u = self.untrusted.hold();

@@ -15,7 +15,7 @@
 
 use rand::SeedableRng;
 use std::sync::Arc;
-use stripeguard_disk::{DiskRef, FailedDisk, Fault, FaultyDisk, MemDisk};
+use stripeguard_disk::{Disk, DiskRef, FailedDisk, Fault, FaultyDisk, MemDisk};
 use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError};
 use stripeguard_integrity::{CrossCheck, MemberState, MetadataLayout, Scheme};
 
@@ -477,4 +477,58 @@ fn a_misdirected_write_inside_a_dirty_stripe_is_reported_as_corruption_not_crash
     let mut back = vec![0u8; data.len()];
     a.read(0, &mut back).unwrap();
     assert_eq!(back, data);
+}
+
+/// Outside attack (issue 32): a superblock whose stripes field (CRC recomputed, on every member,
+/// both copies) describes more than the members hold is refused at assembly, naming the field.
+/// Before, the array assembled, a scrub read past the members' end, took two of them out, and
+/// left an array no command could assemble.
+#[test]
+fn a_superblock_describing_more_than_the_members_hold_is_refused() {
+    use stripeguard_format::{Record, Superblock};
+    let cfg = ArrayConfig::new(3, 1, Scheme::Hybrid1, CHUNK, STRIPES);
+    let m = mems(Scheme::Hybrid1, 4);
+    create(&m, &cfg).unwrap();
+    for d in &m {
+        for at in [0u64, 4096] {
+            let mut b = vec![0u8; 4096];
+            d.read_at(at, &mut b).unwrap();
+            b[56..64].copy_from_slice(&(STRIPES * 40).to_le_bytes());
+            Superblock::reseal(&mut b);
+            d.write_at(at, &b).unwrap();
+        }
+    }
+    let err = assemble(refs(&m)).err().expect("refused");
+    assert!(err.to_string().contains("stripes or geometry"), "{err}");
+}
+
+/// Outside attack (issue 32): an intact event-log entry numbered u64::MAX on one member (a
+/// forged or damaged log) must not panic any command (it did: "attempt to add with overflow").
+#[test]
+fn an_event_numbered_u64_max_does_not_panic() {
+    use stripeguard_format::{EventAction, EventEntry, EventKind, EventRole, Record};
+    let cfg = ArrayConfig::new(3, 1, Scheme::Hybrid1, CHUNK, STRIPES);
+    let m = mems(Scheme::Hybrid1, 4);
+    create(&m, &cfg).unwrap();
+    let a = assemble(refs(&m)).unwrap();
+    let log_at = a.superblock().layout.log_offset();
+    a.close().unwrap();
+    let e = EventEntry {
+        number: u64::MAX,
+        time_unix_ms: 1,
+        stripe: 0,
+        member: 0,
+        position: 0,
+        role: EventRole::Data,
+        kind: EventKind::Checksum,
+        evidence: "forged".into(),
+        action: EventAction::Notice,
+    };
+    m[3].write_at(log_at, &e.to_copy(EventEntry::SIZE).unwrap())
+        .unwrap();
+    let a = assemble(refs(&m)).unwrap();
+    a.write(0, &bytes(4096, 1)).unwrap();
+    a.flush().unwrap();
+    assert!(a.event_log().entries.iter().any(|x| x.number == u64::MAX));
+    a.close().unwrap();
 }

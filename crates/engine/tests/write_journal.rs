@@ -317,3 +317,52 @@ fn a_journal_round_cut_short_is_not_replayed() {
         }
     }
 }
+
+/// Outside attack (issue 32): a valid unit-writes record put into every member's journal slot 0
+/// of a dirty array is replayed only when it is this array's: never in an array without the
+/// write journal (feature bit 1), never when it names another array (a slot copied from one).
+/// Before, both were replayed and `read` returned the record's bytes as the data.
+#[test]
+fn a_journal_record_that_is_not_this_arrays_is_never_replayed() {
+    use stripeguard_format::{JournalHeader, JournalKind, Record};
+    for (write_journal, uuid_of_other) in [(false, false), (true, true)] {
+        let (d, a, old) = written(Scheme::None, 3, 1, write_journal, 5);
+        // Dirty: open, with a write in flight's bookkeeping on disk.
+        a.write(0, &old[..CHUNK]).unwrap();
+        let sb = a.superblock().clone();
+        let g = *a.geometry();
+        let mut images: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
+        drop(a);
+        let payload = vec![0xAAu8; 4096];
+        let header = JournalHeader {
+            kind: JournalKind::UnitWrites,
+            sequence: 1,
+            stripe: 1,
+            position: 0,
+            payload_crc: stripeguard_checksum::crc32c(&payload),
+            event: sb.generation,
+            extents: vec![(0, 4096)],
+            touched: [1; 32],
+            round: (1, 1),
+            array_uuid: if uuid_of_other {
+                [0x99; 16]
+            } else {
+                sb.array_uuid
+            },
+        };
+        let mut slot = header.to_copy(JournalHeader::SIZE).unwrap();
+        slot.extend_from_slice(&payload);
+        let at = sb.journal_offset() as usize;
+        for img in &mut images {
+            img[at..at + slot.len()].copy_from_slice(&slot);
+        }
+        let array = reassemble(images);
+        let mut got = vec![0u8; 4096];
+        let first = g.k * CHUNK;
+        array.read(first as u64, &mut got).unwrap();
+        assert!(
+            got == old[first..first + 4096],
+            "write journal {write_journal}, another array's record {uuid_of_other}: replayed"
+        );
+    }
+}

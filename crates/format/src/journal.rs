@@ -19,7 +19,8 @@
 //!     88   64 extents: (start u32, length u32) in the unit, in payload order; unused zero
 //!    152    8 round: first sequence
 //!    160    4 round: records (the record's sequence is within the round)
-//!    164 3928 zero
+//!    164   16 array uuid (zeros in records of builds before it: accepted as unknown)
+//!    180 3912 zero
 //!   4092    4 CRC-32C of bytes 0..4092
 //! ```
 
@@ -36,6 +37,7 @@ pub const MAX_EXTENTS: usize = 8;
 pub const TOUCHED_BYTES: usize = 32;
 const EXTENTS_AT: usize = 88;
 const ROUND_AT: usize = EXTENTS_AT + 8 * MAX_EXTENTS;
+const UUID_AT: usize = ROUND_AT + 12;
 
 /// What a slot holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +70,8 @@ pub struct JournalHeader {
     pub touched: [u8; TOUCHED_BYTES],
     /// The round: its first sequence and its number of records.
     pub round: (u64, u32),
+    /// The array the record belongs to; zeros in records of builds before the field.
+    pub array_uuid: [u8; 16],
 }
 
 const DAMAGED: fn(&'static str) -> FormatError = |why| FormatError::Damaged {
@@ -76,6 +80,11 @@ const DAMAGED: fn(&'static str) -> FormatError = |why| FormatError::Damaged {
 };
 
 impl JournalHeader {
+    /// Whether the record may belong to array `uuid`: it names it, or it predates the field.
+    pub fn belongs_to(&self, uuid: &[u8; 16]) -> bool {
+        self.array_uuid == *uuid || self.array_uuid == [0; 16]
+    }
+
     /// Payload bytes (the sum of the extents' lengths).
     pub fn payload_bytes(&self) -> u64 {
         self.extents.iter().map(|e| u64::from(e.1)).sum()
@@ -140,6 +149,7 @@ impl Record for JournalHeader {
         }
         put_u64(b, ROUND_AT, self.round.0);
         put_u32(b, ROUND_AT + 8, self.round.1);
+        b[UUID_AT..UUID_AT + 16].copy_from_slice(&self.array_uuid);
         seal_tail(b);
         Ok(())
     }
@@ -203,6 +213,7 @@ impl Record for JournalHeader {
             extents,
             touched,
             round,
+            array_uuid: crate::cursor::id_at(h, UUID_AT),
         }))
     }
 

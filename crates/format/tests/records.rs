@@ -221,6 +221,7 @@ fn journal() -> JournalHeader {
         extents: vec![(0, 512), (4096, 1024)],
         touched: [0b101; 32],
         round: (4, 3),
+        array_uuid: [3; 16],
     }
 }
 
@@ -462,6 +463,7 @@ fn journal_header_matches_format_md() {
             ("touched", vec![0b101; 32]),
             ("group first", le(4, 8)),
             ("group records", le(3, 4)),
+            ("array uuid", vec![3; 16]),
         ],
     );
 }
