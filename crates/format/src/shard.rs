@@ -66,8 +66,7 @@ impl Header {
         h[32..48].copy_from_slice(&self.set_id);
         h[48..56].copy_from_slice(&self.stripes.to_le_bytes());
         h[56..60].copy_from_slice(&self.payload_crc.to_le_bytes());
-        let name = truncate_utf8(&self.file_name, NAME_BYTES);
-        h[64..64 + name.len()].copy_from_slice(name.as_bytes());
+        crate::cursor::put_text(&mut h[64..64 + NAME_BYTES], &self.file_name);
         let crc = crc32c(&h[..124]);
         h[124..128].copy_from_slice(&crc.to_le_bytes());
         h
@@ -105,11 +104,7 @@ impl Header {
         if !valid {
             return None;
         }
-        let name_end = b[64..120]
-            .iter()
-            .position(|&c| c == 0)
-            .unwrap_or(NAME_BYTES);
-        let file_name = String::from_utf8_lossy(&b[64..64 + name_end]).into_owned();
+        let file_name = crate::cursor::text_at(&b[64..64 + NAME_BYTES]);
         Some(Header {
             k,
             m,
@@ -135,17 +130,6 @@ pub fn stripes_for(file_bytes: u64, stripe_bytes: u64) -> Option<u64> {
         return None;
     }
     Some(file_bytes.div_ceil(stripe_bytes).max(1))
-}
-
-fn truncate_utf8(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 impl crate::Record for Header {
