@@ -12,6 +12,8 @@ pub use stripeguard_format::Checkpoint;
 use stripeguard_format::Record;
 /// Stripes between checkpoint writes (and at most this much work is redone after a crash).
 pub(crate) const CHECKPOINT_EVERY: u64 = 256;
+/// Seconds between checkpoint writes at most, however few stripes went by.
+pub(crate) const CHECKPOINT_SECONDS: u64 = 10;
 
 /// One encoded slot of `c`.
 pub(crate) fn checkpoint_bytes(c: &Checkpoint) -> Vec<u8> {
@@ -145,6 +147,14 @@ pub fn scrub(
     // The metadata area first: a damaged checkpoint copy is rewritten before this scrub's own
     // checkpoints go into its slots.
     summary.metadata = array.scrub_metadata(writable)?;
+    // A repaired checkpoint slot was written at a higher sequence than the one this scrub
+    // started from: this scrub's records must still be the newest.
+    if let Some(now) = array.checkpoint() {
+        rec.sequence = rec.sequence.max(now.sequence);
+    }
+    // Progress is saved every CHECKPOINT_EVERY stripes and at least every CHECKPOINT_SECONDS, so a
+    // slow or small scrub killed midway resumes too.
+    let mut saved_at = Instant::now();
     for s in start..stripes {
         if skip.contains(&s) {
             continue;
@@ -158,8 +168,11 @@ pub fn scrub(
             Err(e) => return Err(e),
         }
         rec.next_stripe = s + 1;
-        if (s + 1) % CHECKPOINT_EVERY == 0 && s + 1 < stripes {
+        let due = (s + 1) % CHECKPOINT_EVERY == 0
+            || saved_at.elapsed() >= Duration::from_secs(CHECKPOINT_SECONDS);
+        if due && s + 1 < stripes {
             save(&mut rec, false)?;
+            saved_at = Instant::now();
         }
         if let Some(rate) = opts.rate_bytes_per_second.filter(|&r| r > 0) {
             let due =

@@ -133,3 +133,53 @@ fn the_resync_rewrites_an_intent_copy_the_crash_tore() {
     let s = scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
     assert!(s.metadata.is_empty(), "{:?}", s.metadata);
 }
+
+/// Outside attack (issue 32): a writable scrub that repairs a damaged checkpoint slot leaves its
+/// own record the newest (the repair rewrote the previous scrub's record at a higher sequence
+/// than this scrub's final one, so `status` showed the previous scrub).
+#[test]
+fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
+    let stripes = 16;
+    let unit = 4096 + 512;
+    let size = MetadataLayout::member_bytes_for(stripes, unit);
+    let d: Vec<Arc<MemDisk>> = (0..4)
+        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
+        .collect();
+    let refs = || -> Vec<DiskRef> { d.iter().map(|x| x.clone() as DiskRef).collect() };
+    let a = Array::create(
+        refs(),
+        &ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes),
+        true,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    // A first scrub, whose record a later one must supersede.
+    scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
+    let first = a.last_scrub().unwrap();
+    a.close().unwrap();
+    // Damage the slot the first scrub's record is not in, on one member.
+    let other = CHECKPOINT_OFFSET + ((first.sequence + 1) % 2) * 2048;
+    let mut b = [0u8; 1];
+    d[1].read_at(other + 40, &mut b).unwrap();
+    d[1].write_at(other + 40, &[b[0] ^ 1]).unwrap();
+    let a = Array::assemble(refs(), &AssembleOptions::default()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let s = scrub(
+        &a,
+        &ScrubOptions {
+            restart: true,
+            ..ScrubOptions::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(!s.metadata.is_empty(), "the damaged slot was found");
+    let last = a.last_scrub().unwrap();
+    assert!(last.finished && last.next_stripe == stripes);
+    // The sleep above puts a second between the two scrubs' starts.
+    assert!(
+        last.started_unix > first.started_unix,
+        "this scrub's record is the newest: {last:?} after {first:?}"
+    );
+    a.close().unwrap();
+}
