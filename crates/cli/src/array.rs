@@ -1000,7 +1000,8 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
                     e.member,
                     stripeguard_engine::unit_label(e.role, e.position as usize, log.data_chunks),
                     e.kind,
-                    e.evidence,
+                    // Evidence is stored text: terminal escapes in it are shown, not obeyed.
+                    stripeguard_xfer::proto::printable(e.evidence.as_bytes()),
                     e.action
                 );
             }

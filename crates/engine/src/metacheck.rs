@@ -29,6 +29,9 @@ pub struct MetadataFinding {
     pub copy: u64,
     /// Rewritten from a good copy (else only reported).
     pub repaired: bool,
+    /// Repaired by clearing: no member held a valid copy to rewrite it from (a log entry, whose
+    /// event is then lost).
+    pub cleared: bool,
 }
 
 impl Array {
@@ -64,6 +67,7 @@ impl Array {
                             region,
                             copy: j as u64,
                             repaired: false,
+                            cleared: false,
                         });
                     }
                 }
@@ -107,6 +111,7 @@ impl Array {
                             region: "log",
                             copy: j as u64,
                             repaired: false,
+                            cleared: false,
                         });
                     }
                 }
@@ -164,8 +169,9 @@ impl Array {
                     .flatten()
                     .map(|l| &l[j * eb..(j + 1) * eb])
                     .find(|e| EventEntry::intact(e))
-                    .map(|e| e.to_vec())
-                    .unwrap_or_else(|| vec![0u8; eb]);
+                    .map(|e| e.to_vec());
+                f.cleared = good.is_none();
+                let good = good.unwrap_or_else(|| vec![0u8; eb]);
                 if let Err(e) = self
                     .members
                     .get(f.member)
@@ -188,14 +194,16 @@ impl Array {
                 role: EventRole::Member,
                 kind: EventKind::Metadata,
                 evidence: format!(
-                    "{} copy {} of member {} is damaged (neither empty nor valid){}",
+                    "{} {} {} of member {} is damaged (neither empty nor valid){}",
                     f.region,
+                    if f.region == "log" { "slot" } else { "copy" },
                     f.copy,
                     f.member,
-                    if f.repaired {
-                        "; rewritten from a good copy"
-                    } else {
-                        ""
+                    match (f.repaired, f.cleared) {
+                        (true, false) => "; rewritten from a good copy",
+                        (true, true) =>
+                            "; cleared: no member holds a valid copy (the event is lost)",
+                        (false, _) => "",
                     }
                 ),
                 action: if f.repaired {

@@ -183,3 +183,41 @@ fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
     );
     a.close().unwrap();
 }
+
+/// Outside attack (issue 32): a log entry damaged on every member is cleared, and the finding
+/// says so (it claimed "rewritten from a good copy" when there was none).
+#[test]
+fn a_log_entry_damaged_everywhere_is_reported_cleared() {
+    let stripes = 16;
+    let unit = 4096 + 512;
+    let size = MetadataLayout::member_bytes_for(stripes, unit);
+    let d: Vec<Arc<MemDisk>> = (0..4)
+        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
+        .collect();
+    let refs = || -> Vec<DiskRef> { d.iter().map(|x| x.clone() as DiskRef).collect() };
+    let a = Array::create(
+        refs(),
+        &ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes),
+        true,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
+    let log_at = a.superblock().layout.log_offset();
+    a.close().unwrap();
+    // Entry slot 0 (the first event) damaged on every member.
+    for m in &d {
+        let mut b = [0u8; 1];
+        m.read_at(log_at + 70, &mut b).unwrap();
+        if b[0] == 0 {
+            b[0] = 0x20;
+        }
+        m.write_at(log_at + 70, &[b[0] ^ 0x01]).unwrap();
+    }
+    let a = Array::assemble(refs(), &AssembleOptions::default()).unwrap();
+    let found = a.scrub_metadata(true).unwrap();
+    let logs: Vec<_> = found.iter().filter(|f| f.region == "log").collect();
+    assert_eq!(logs.len(), 4, "{found:?}");
+    assert!(logs.iter().all(|f| f.repaired && f.cleared), "{found:?}");
+    a.close().unwrap();
+}
