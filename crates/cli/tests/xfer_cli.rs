@@ -12,7 +12,7 @@ mod common;
 
 use common::xfer::{frame, free_port, have, is_root, same_tree, scratch, sg_bin};
 use common::{err_of, ok};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn tree(root: &Path) {
@@ -458,22 +458,11 @@ fn a_receiver_that_cannot_verify_ends_the_transfer_with_the_reason() {
     std::fs::write(src.join("x"), vec![1u8; 300_000]).unwrap();
     let mnt = d.path().join("ramfs");
     std::fs::create_dir_all(&mnt).unwrap();
-    if !Command::new("mount")
-        .args(["-t", "ramfs", "ramfs"])
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success())
-    {
+    let Some(_u) = common::xfer::mount(&["-t".as_ref(), "ramfs".as_ref(), "ramfs".as_ref()], &mnt)
+    else {
         eprintln!("skipped: cannot mount ramfs here");
         return;
-    }
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(mnt.clone());
+    };
     let rsh = format!(
         "{} recv --stdio --dir {}",
         sg_bin(),

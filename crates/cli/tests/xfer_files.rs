@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::xfer::{frame, have, is_root, same_tree, scratch, sg_bin};
+use common::xfer::{frame, have, is_root, mount, same_tree, scratch, sg_bin, Mounted};
 use common::{err_of, ok};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -205,23 +205,10 @@ fn one_bad_file_fails_alone_and_names_its_path() {
         .unwrap());
     let mnt = d.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    if !Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&img)
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success())
-    {
+    let Some(_u) = mount(&["-o".as_ref(), "loop".as_ref(), img.as_os_str()], &mnt) else {
         eprintln!("skipping the ENOSPC part: cannot mount a loop device here");
         return;
-    }
-    struct Umount(PathBuf);
-    impl Drop for Umount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Umount(mnt.clone());
+    };
     let big_src = d.path().join("bigsrc");
     std::fs::create_dir_all(&big_src).unwrap();
     std::fs::write(big_src.join("big"), vec![7u8; 40 << 20]).unwrap();
@@ -246,7 +233,7 @@ fn one_bad_file_fails_alone_and_names_its_path() {
         .arg(&ro)
         .output()
         .unwrap());
-    let _u2 = Umount(ro.clone());
+    let _u2 = Mounted(ro.clone());
     ok(&Command::new("mount")
         .args(["-o", "remount,ro,bind"])
         .arg(&ro)
@@ -907,23 +894,10 @@ fn a_file_with_more_xattrs_than_a_frame_carries_fails_alone() {
         .unwrap());
     let mnt = d.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    if !Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&img)
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success())
-    {
+    let Some(_u) = mount(&["-o".as_ref(), "loop".as_ref(), img.as_os_str()], &mnt) else {
         eprintln!("skipping: cannot mount a loop device here");
         return;
-    }
-    struct Umount(PathBuf);
-    impl Drop for Umount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Umount(mnt.clone());
+    };
     let src = mnt.join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("heavy"), b"h").unwrap();

@@ -134,25 +134,26 @@ fn the_resync_rewrites_an_intent_copy_the_crash_tore() {
     assert!(s.metadata.is_empty(), "{:?}", s.metadata);
 }
 
+/// A 3 + 1 hybrid-seq array of `stripes` 4 KiB chunks on memory members, and the members.
+fn small_array(stripes: u64) -> (Vec<Arc<MemDisk>>, Array) {
+    let size = MetadataLayout::member_bytes_for(stripes, 4096 + 512);
+    let d: Vec<Arc<MemDisk>> = (0..4)
+        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
+        .collect();
+    let refs: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
+    let cfg = ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes);
+    let a = Array::create(refs, &cfg, true, &mut |_, _| {}).unwrap();
+    (d, a)
+}
+
 /// Outside attack (issue 32): a writable scrub that repairs a damaged checkpoint slot leaves its
 /// own record the newest (the repair rewrote the previous scrub's record at a higher sequence
 /// than this scrub's final one, so `status` showed the previous scrub).
 #[test]
 fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
     let stripes = 16;
-    let unit = 4096 + 512;
-    let size = MetadataLayout::member_bytes_for(stripes, unit);
-    let d: Vec<Arc<MemDisk>> = (0..4)
-        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
-        .collect();
+    let (d, a) = small_array(stripes);
     let refs = || -> Vec<DiskRef> { d.iter().map(|x| x.clone() as DiskRef).collect() };
-    let a = Array::create(
-        refs(),
-        &ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes),
-        true,
-        &mut |_, _| {},
-    )
-    .unwrap();
     // A first scrub, whose record a later one must supersede.
     scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
     let first = a.last_scrub().unwrap();
@@ -189,19 +190,8 @@ fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
 #[test]
 fn a_log_entry_damaged_everywhere_is_reported_cleared() {
     let stripes = 16;
-    let unit = 4096 + 512;
-    let size = MetadataLayout::member_bytes_for(stripes, unit);
-    let d: Vec<Arc<MemDisk>> = (0..4)
-        .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
-        .collect();
+    let (d, a) = small_array(stripes);
     let refs = || -> Vec<DiskRef> { d.iter().map(|x| x.clone() as DiskRef).collect() };
-    let a = Array::create(
-        refs(),
-        &ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes),
-        true,
-        &mut |_, _| {},
-    )
-    .unwrap();
     scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
     let log_at = a.superblock().layout.log_offset();
     a.close().unwrap();

@@ -25,9 +25,7 @@
 //!   2044    4 CRC-32C of bytes 0..2044
 //! ```
 
-use crate::cursor::{
-    id_at, put_u16, put_u32, put_u64, seal_tail, tail_sealed, u16_at, u32_at, u64_at,
-};
+use crate::cursor::{id_at, put_u16, put_u64, seal_tail, u16_at, u64_at};
 use crate::{FormatError, Record, Sequenced};
 
 const SLOT_BYTES_U32: u32 = 2048;
@@ -88,10 +86,7 @@ impl Record for Checkpoint {
         if b.len() != Self::SIZE {
             return Err(DAMAGED("a slot is 2048 bytes"));
         }
-        b.fill(0);
-        b[0..8].copy_from_slice(Self::MAGIC);
-        put_u32(b, 8, Self::VERSION);
-        put_u32(b, 12, SLOT_BYTES_U32);
+        crate::put_copy_header::<Self>(b, SLOT_BYTES_U32);
         put_u64(b, 16, self.sequence);
         b[24] = match (self.scrub_ran, self.finished) {
             (false, _) => 0,
@@ -125,19 +120,9 @@ impl Record for Checkpoint {
     }
 
     fn read_copy(b: &[u8]) -> Result<Option<Checkpoint>, FormatError> {
-        if b.iter().all(|&x| x == 0) {
+        let Some(b) = crate::open_copy::<Self>(b)? else {
             return Ok(None);
-        }
-        if b.len() < Self::SIZE || &b[0..8] != Self::MAGIC {
-            return Err(DAMAGED("magic"));
-        }
-        let b = &b[..Self::SIZE];
-        if u32_at(b, 8) != Self::VERSION || u32_at(b, 12) != SLOT_BYTES_U32 {
-            return Err(DAMAGED("version or size"));
-        }
-        if !tail_sealed(b) {
-            return Err(DAMAGED("CRC"));
-        }
+        };
         let (scrub_ran, finished) = match b[24] {
             0 => (false, false),
             1 => (true, false),

@@ -17,7 +17,7 @@
 //!   copy-4  4 CRC-32C of bytes 0..copy-4
 //! ```
 
-use crate::cursor::{put_u32, put_u64, seal_tail, tail_sealed, u32_at, u64_at};
+use crate::cursor::{put_u64, seal_tail, u64_at};
 use crate::{FormatError, Record, Sequenced};
 
 /// Bytes before the bitmap.
@@ -76,10 +76,7 @@ impl Record for IntentRecord {
         {
             return Err(DAMAGED("the bitmap does not fit the copy"));
         }
-        b.fill(0);
-        b[0..8].copy_from_slice(Self::MAGIC);
-        put_u32(b, 8, Self::VERSION);
-        put_u32(b, 12, size);
+        crate::put_copy_header::<Self>(b, size);
         put_u64(b, 16, self.sequence);
         put_u64(b, 24, self.stripes_per_bit);
         put_u64(b, 32, self.bits);
@@ -92,18 +89,12 @@ impl Record for IntentRecord {
     }
 
     fn read_copy(b: &[u8]) -> Result<Option<IntentRecord>, FormatError> {
-        if b.iter().all(|&x| x == 0) {
-            return Ok(None);
-        }
         let n = b.len();
-        if n < INTENT_HEADER_BYTES + 4 || &b[0..8] != Self::MAGIC {
-            return Err(DAMAGED("magic"));
-        }
-        if u32_at(b, 8) != Self::VERSION || u32::try_from(n) != Ok(u32_at(b, 12)) {
-            return Err(DAMAGED("version or size"));
-        }
-        if !tail_sealed(b) {
-            return Err(DAMAGED("CRC"));
+        let Some(b) = crate::open_copy::<Self>(b)? else {
+            return Ok(None);
+        };
+        if n < INTENT_HEADER_BYTES + 4 {
+            return Err(DAMAGED("shorter than its header"));
         }
         let (per_bit, bits) = (u64_at(b, 24), u64_at(b, 32));
         if per_bit == 0 || bits > intent_capacity_bits(n) {

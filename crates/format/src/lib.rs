@@ -171,6 +171,40 @@ pub fn damaged<T: Record>(copy: &[u8]) -> bool {
     }
 }
 
+/// Start a copy of a record whose header is magic (8 bytes), version (u32) and copy size (u32):
+/// the owner, checkpoint and write-intent records. The rest of the copy is zeroed.
+pub(crate) fn put_copy_header<T: Record>(b: &mut [u8], size: u32) {
+    b.fill(0);
+    b[0..8].copy_from_slice(T::MAGIC);
+    cursor::put_u32(b, 8, T::VERSION);
+    cursor::put_u32(b, 12, size);
+}
+
+/// Open a copy of such a record: `Ok(None)` when empty (all zero), else the copy (its first
+/// [`Record::SIZE`] bytes, or all of it for records the array sizes) once magic, version, size
+/// and CRC hold.
+pub(crate) fn open_copy<T: Record>(b: &[u8]) -> Result<Option<&[u8]>, FormatError> {
+    let damaged = |why| FormatError::Damaged {
+        record: T::NAME,
+        why,
+    };
+    if b.iter().all(|&x| x == 0) {
+        return Ok(None);
+    }
+    let n = if T::SIZE > 0 { T::SIZE } else { b.len() };
+    if b.len() < n || n < 20 || &b[0..8] != T::MAGIC {
+        return Err(damaged("magic"));
+    }
+    let b = &b[..n];
+    if cursor::u32_at(b, 8) != T::VERSION || u32::try_from(n) != Ok(cursor::u32_at(b, 12)) {
+        return Err(damaged("version or size"));
+    }
+    if !cursor::tail_sealed(b) {
+        return Err(damaged("CRC"));
+    }
+    Ok(Some(b))
+}
+
 /// A record kept in two copies (or slots) written alternately: the valid one with the higher
 /// sequence is the record, so a torn write can only hit the copy the newest is not in.
 pub trait Sequenced: Record {

@@ -19,9 +19,7 @@
 //!   2044    4 CRC-32C of bytes 0..2044
 //! ```
 
-use crate::cursor::{
-    id_at, put_text, put_u32, put_u64, seal_tail, tail_sealed, text_at, u32_at, u64_at,
-};
+use crate::cursor::{id_at, put_text, put_u32, put_u64, seal_tail, text_at, u32_at, u64_at};
 use crate::{FormatError, Record, Sequenced};
 
 const SLOT_BYTES_U32: u32 = 2048;
@@ -71,10 +69,7 @@ impl Record for Owner {
         if b.len() != Self::SIZE {
             return Err(DAMAGED("a slot is 2048 bytes"));
         }
-        b.fill(0);
-        b[0..8].copy_from_slice(Self::MAGIC);
-        put_u32(b, 8, Self::VERSION);
-        put_u32(b, 12, SLOT_BYTES_U32);
+        crate::put_copy_header::<Self>(b, SLOT_BYTES_U32);
         put_u64(b, 16, self.sequence);
         b[24] = u8::from(self.held);
         put_u32(b, 28, self.pid);
@@ -90,19 +85,9 @@ impl Record for Owner {
     }
 
     fn read_copy(b: &[u8]) -> Result<Option<Owner>, FormatError> {
-        if b.iter().all(|&x| x == 0) {
+        let Some(b) = crate::open_copy::<Self>(b)? else {
             return Ok(None);
-        }
-        if b.len() < Self::SIZE || &b[0..8] != Self::MAGIC {
-            return Err(DAMAGED("magic"));
-        }
-        let b = &b[..Self::SIZE];
-        if u32_at(b, 8) != Self::VERSION || u32_at(b, 12) as usize != Self::SIZE {
-            return Err(DAMAGED("version or size"));
-        }
-        if !tail_sealed(b) {
-            return Err(DAMAGED("CRC"));
-        }
+        };
         if b[24] > 1 {
             return Err(DAMAGED("held is neither 0 nor 1"));
         }

@@ -9,6 +9,9 @@
     reason = "test values are small and known"
 )]
 
+mod common;
+
+use common::{cases, value};
 use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
 use stripeguard_format::{
@@ -53,23 +56,6 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
     }
 }
 
-/// A field-shaped value: boundaries more often than chance would give them.
-fn value(kind: u8, width: usize, raw: u64) -> u64 {
-    let max = if width == 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * width)) - 1
-    };
-    match kind % 6 {
-        0 => 0,
-        1 => max,
-        2 => 1,
-        3 => max / 2 + 1,
-        4 => raw % 300,
-        _ => raw & max,
-    }
-}
-
 fn poke(b: &mut [u8], at: usize, width: usize, v: u64) {
     let at = at.min(b.len() - width);
     b[at..at + width].copy_from_slice(&v.to_le_bytes()[..width]);
@@ -78,13 +64,6 @@ fn poke(b: &mut [u8], at: usize, width: usize, v: u64) {
 fn reseal_superblock(b: &mut [u8]) {
     let crc = crc32c(&b[..SUPERBLOCK_BYTES - 4]);
     b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(2000)
 }
 
 proptest! {

@@ -13,6 +13,9 @@
 //! on raw bytes) must then hold: no panic, and whatever is accepted round-trips.
 //! `PROPTEST_CASES` sets the run (scripts/test runs it longer in release).
 
+mod common;
+
+use common::{cases, value};
 use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
 use stripeguard_format::*;
@@ -655,23 +658,6 @@ fn newest_takes_the_higher_sequence_and_reports_damage() {
 
 // ---------------------------------------------------------------- mutation harness
 
-/// A field-shaped value: boundaries more often than chance would give them.
-fn value(kind: u8, width: usize, raw: u64) -> u64 {
-    let max = if width == 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * width)) - 1
-    };
-    match kind % 6 {
-        0 => 0,
-        1 => max,
-        2 => 1,
-        3 => max / 2 + 1,
-        4 => raw % 300,
-        _ => raw & max,
-    }
-}
-
 /// Poke `pokes` (offset, width, kind, raw) into `valid`, re-seal, and check the promise.
 fn mutated<T: Record + PartialEq + std::fmt::Debug>(valid: &[u8], pokes: &[(usize, u8, u8, u64)]) {
     let mut b = valid.to_vec();
@@ -686,13 +672,6 @@ fn mutated<T: Record + PartialEq + std::fmt::Debug>(valid: &[u8], pokes: &[(usiz
     if let Err(e) = check_round_trip::<T>(&b) {
         panic!("{e}");
     }
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000)
 }
 
 fn pokes() -> impl Strategy<Value = Vec<(usize, u8, u8, u64)>> {

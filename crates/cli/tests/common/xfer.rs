@@ -1,6 +1,7 @@
 //! What the transfer's end-to-end tests share (xfer_cli, xfer_files, xfer_attacks).
 
-use std::path::Path;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The binary under test: this build's, or another named by `STRIPEGUARD_TEST_BIN` (how these
@@ -57,4 +58,24 @@ pub fn same_tree(a: &Path, b: &Path) {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// A mount that is unmounted when dropped.
+pub struct Mounted(pub PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `mount ARGS... DIR`, unmounted when the result drops; `None` (the caller skips, saying why)
+/// when this machine cannot mount it.
+pub fn mount(args: &[&OsStr], dir: &Path) -> Option<Mounted> {
+    Command::new("mount")
+        .args(args)
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| Mounted(dir.to_path_buf()))
 }
