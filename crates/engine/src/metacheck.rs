@@ -133,8 +133,7 @@ impl Array {
                                 self.write_slot(
                                     OWNER_RECORD_OFFSET,
                                     o.sequence,
-                                    &o.to_copy(Owner::SIZE)
-                                        .expect("an owner record fits its slot"),
+                                    &crate::owner::slot_bytes(o),
                                     true,
                                 )?;
                             }

@@ -37,7 +37,7 @@ pub use stripeguard_format::Owner;
 use stripeguard_format::{Newest, Record};
 
 /// One encoded slot of `o`.
-fn slot_bytes(o: &Owner) -> Vec<u8> {
+pub(crate) fn slot_bytes(o: &Owner) -> Vec<u8> {
     o.to_copy(SLOT_BYTES)
         .expect("an owner record fits its slot")
 }

@@ -950,24 +950,23 @@ impl Prep<'_> {
                 Some(file) => crate::attrs::read_fd(file, self.opts.owner, self.opts.xattrs),
                 None => crate::attrs::read(&e.local, self.opts.owner, self.opts.xattrs),
             };
-            let xattr_bytes = |a: &crate::proto::Attrs| -> usize {
-                a.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum()
-            };
-            match read {
+            match read.map(|a| {
+                let bytes: usize = a.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum();
+                (a, bytes)
+            }) {
                 // The receiver refuses a FILE frame carrying more (FORMAT.md §5): this file fails
                 // alone, with the reason, instead of ending the session as a malformed frame.
-                Ok(a) if xattr_bytes(&a) > crate::proto::MAX_XATTR_BYTES => {
+                Ok((_, bytes)) if bytes > crate::proto::MAX_XATTR_BYTES => {
                     self.fail(
                         &e.remote,
                         format!(
-                            "its extended attributes total {} bytes, more than the {} a transfer carries per file",
-                            xattr_bytes(&a),
+                            "its extended attributes total {bytes} bytes, more than the {} a transfer carries per file",
                             crate::proto::MAX_XATTR_BYTES
                         ),
                     );
                     return None;
                 }
-                Ok(a) => h.attrs = a,
+                Ok((a, _)) => h.attrs = a,
                 Err(err) => {
                     self.fail(&e.remote, format!("cannot read its attributes: {err}"));
                     return None;
