@@ -10,14 +10,17 @@ use serde_json::json;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use stripeguard_campaign::{campaign_cases, run_campaign, run_demo};
 use stripeguard_disk::{Disk, DiskError, FaultKind, FileDisk};
 use stripeguard_engine::{
-    ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, campaign_cases,
-    default_parity, open_member_paths, peek_uuid, read_log_of, run_campaign, run_demo, scrub,
-    with_control_socket, Array, AssembleOptions, Checkpoint, Counters, CreateOnPaths, EngineError,
-    EventKind, EventRole, LoggedEvent, ScrubOptions,
+    read_log_of, scrub, Array, AssembleOptions, Checkpoint, Counters, EngineError, EventKind,
+    EventRole, LoggedEvent, ScrubOptions,
 };
 use stripeguard_integrity::{Scheme, Superblock};
+use stripeguard_ops::{
+    ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, default_parity,
+    open_member_paths, peek_uuid, with_control_socket, CreateOnPaths,
+};
 
 fn parse_scheme(s: &str) -> Result<Scheme, String> {
     s.parse()
@@ -865,7 +868,7 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
         }
     };
     let size = array.superblock().member_bytes();
-    let created = !stripeguard_engine::member_exists(&a.with);
+    let created = !stripeguard_ops::member_exists(&a.with);
     // The slot's own device is already open (and locked) by the array: the same handle.
     let held = if own_slot {
         array.member_disk(a.member).filter(|d| d.size_bytes() > 0)
@@ -878,7 +881,7 @@ pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
         FileDisk::create(&a.with, size, a.array.direct)
             .map(|d| std::sync::Arc::new(d) as stripeguard_disk::DiskRef)
     } else {
-        stripeguard_engine::open_member(&a.with, a.array.direct)
+        stripeguard_ops::open_member(&a.with, a.array.direct)
     }
     .with_context(|| format!("cannot open {}", a.with.display()))?;
     let bar = count_bar("rebuilding");
@@ -1399,8 +1402,8 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode> {
     }
     println!(
         "stripeguard demo: RAID-6 ({} data + {} parity member files, 4K chunks); each fault injected into 4 stripes,\nthen the whole array is read back and scrubbed.\n",
-        stripeguard_engine::DEMO_DATA,
-        stripeguard_engine::DEMO_PARITY
+        stripeguard_campaign::DEMO_DATA,
+        stripeguard_campaign::DEMO_PARITY
     );
     println!(
         "{:<14} {:<28} {:>8} {:>8} {:>8} {:>8} {:>11}",
@@ -1447,20 +1450,21 @@ fn crash_campaign(
             if k == 1 && scheme.mirror() == Some(stripeguard_integrity::MirrorKind::Checksum) {
                 continue;
             }
-            let rep = stripeguard_engine::run_crash_campaign(&stripeguard_engine::CrashConfig {
-                data_chunks: k,
-                parity_chunks: m,
-                scheme,
-                stripes: a.stripes,
-                crashes: a.ops,
-                ops: 80,
-                seed: a.seed.wrapping_add((i * 100 + j) as u64),
-                failed_members: a.degraded as usize,
-                journal: true,
-                chunk_bytes: 16384,
-                write_journal: a.journal,
-                damaged_stripe: false,
-            })?;
+            let rep =
+                stripeguard_campaign::run_crash_campaign(&stripeguard_campaign::CrashConfig {
+                    data_chunks: k,
+                    parity_chunks: m,
+                    scheme,
+                    stripes: a.stripes,
+                    crashes: a.ops,
+                    ops: 80,
+                    seed: a.seed.wrapping_add((i * 100 + j) as u64),
+                    failed_members: a.degraded as usize,
+                    journal: true,
+                    chunk_bytes: 16384,
+                    write_journal: a.journal,
+                    damaged_stripe: false,
+                })?;
             let ok = rep.flushed_bytes_lost == 0
                 && (!a.journal || rep.mixed_chunks == 0)
                 && rep.wrong_bytes == 0
@@ -1597,7 +1601,7 @@ pub fn campaign(a: CampaignArgs) -> Result<ExitCode> {
                 if *ok { "yes" } else { "NO" }
             );
         }
-        let tot = |f: &dyn Fn(&stripeguard_engine::CampaignReport) -> u64, none: bool| -> u64 {
+        let tot = |f: &dyn Fn(&stripeguard_campaign::CampaignReport) -> u64, none: bool| -> u64 {
             rows.iter()
                 .filter(|r| (r.4 == Scheme::None) == none)
                 .map(|r| f(&r.5))

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use stripeguard_engine::with_control_socket_and;
-use stripeguard_engine::ArrayExport;
-use stripeguard_nbd::{Listener, Server, ServerConfig};
+use stripeguard_ops::with_control_socket_and;
+use stripeguard_serve::ArrayExport;
+use stripeguard_serve::{Listener, Server, ServerConfig};
 
 #[derive(Args)]
 pub struct ServeArgs {

@@ -178,6 +178,11 @@ impl Members {
     }
 }
 
+/// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
+/// appendices; a partial read of a unit whose appendix is cached is one I/O): the number
+/// [`Array::enable_appendix_cache`] is given by every caller that assembles an array to serve.
+pub const APPENDIX_CACHE_ENTRIES: usize = 16384;
+
 /// An assembled array.
 pub struct Array {
     pub(crate) sb: Superblock,
@@ -1025,7 +1030,7 @@ impl Array {
     }
 
     /// Byte offset of `stripe`'s unit on every member.
-    pub(crate) fn unit_offset(&self, stripe: u64) -> u64 {
+    pub fn unit_offset(&self, stripe: u64) -> u64 {
         self.sb.data_offset_bytes + stripe * self.unit_bytes()
     }
 
@@ -1233,7 +1238,7 @@ pub(crate) fn unit_map(sb: &Superblock) -> UnitMap {
 }
 
 /// The best valid superblock of a member.
-pub(crate) fn read_superblock_of(d: &dyn stripeguard_disk::Disk) -> Result<Superblock, String> {
+pub fn read_superblock_of(d: &dyn stripeguard_disk::Disk) -> Result<Superblock, String> {
     read_superblock(d).map(|(sb, _)| sb)
 }
 

@@ -57,16 +57,11 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-mod admin;
 mod array;
-mod campaign;
 mod ckchunk;
-mod crash_campaign;
-mod demo;
 mod error;
 mod events;
 mod evlog;
-mod export;
 mod intent;
 mod io;
 mod journal;
@@ -79,23 +74,14 @@ mod slots;
 mod stripe_state;
 mod untrusted;
 
-pub use admin::{
-    ask_holder, ask_holder_replace, assemble_paths, assemble_paths_with, control_socket_path,
-    default_parity, member_exists, open_member, open_member_paths, open_replacement, peek_uuid,
-    with_control_socket, with_control_socket_and, CreateOnPaths, LiveReplace, LiveStatus,
+pub use array::{
+    member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions, MemberHealth,
     APPENDIX_CACHE_ENTRIES,
 };
-pub use array::{member_unit_map, Array, ArrayConfig, AssembleOptions, MemberHealth};
-pub use campaign::{
-    campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
-};
 pub use ckchunk::CK_CACHE_TABLES;
-pub use crash_campaign::{run_crash_campaign, CrashConfig, CrashReport};
-pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use error::EngineError;
 pub use events::{unit_label, Counters, Event, EventAction, EventKind, EventRole};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
-pub use export::ArrayExport;
 pub(crate) use journal::Interrupted;
 pub use metacheck::MetadataFinding;
 pub use owner::{clock_utc_in, heartbeat_interval, Owner, HEARTBEAT_MS, MAX_HEARTBEAT_MS};

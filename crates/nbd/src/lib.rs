@@ -1,10 +1,7 @@
-//! `stripeguard serve`: the array as a block device over the Network Block Device protocol.
-//!
-//! [`proto`] is the wire format (FORMAT.md §4), [`server`] the accept loop, connections and
-//! worker pool over any [`Export`], and [`client`] an NBD client that is a [`Disk`], so a member
-//! of an array can be an export of another host's server. This crate sits below the engine: the
-//! engine opens NBD members through [`client`] and binds its array to [`Export`]
-//! (`stripeguard_engine::ArrayExport`).
+//! The Network Block Device protocol below the engine: [`proto`] is the wire format (FORMAT.md
+//! §4) and [`client`] an NBD client that is a [`Disk`], so a member of an array can be an export
+//! of another host's server. The server (`stripeguard serve`) is `stripeguard_serve`, above the
+//! engine.
 //!
 //! [`Disk`]: stripeguard_disk::Disk
 
@@ -13,7 +10,5 @@
 
 pub mod client;
 pub mod proto;
-pub mod server;
 
 pub use client::{is_uri, NbdDisk};
-pub use server::{Export, ExportError, Listener, Server, ServerConfig, Stats, Stream};

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Every request goes through the same engine calls as `stripeguard serve`: the array is
-//! assembled with [`stripeguard_engine::assemble_paths`], and reads, writes, flushes, trims and
+//! assembled with [`stripeguard_ops::assemble_paths`], and reads, writes, flushes, trims and
 //! zeroes are [`ArrayExport`]'s [`Export`] methods, so what FORMAT.md §4 says of each NBD command
 //! holds here too. A READ returns only bytes that passed the scheme's checks or were rebuilt and
 //! re-checked; an unrecoverable stripe is `EIO` for that request only. FLUSH is the engine's
@@ -35,8 +35,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use stripeguard_engine::{assemble_paths, with_control_socket_and, Array, ArrayExport};
-use stripeguard_nbd::{proto, Export, ExportError};
+use stripeguard_engine::Array;
+use stripeguard_nbd::proto;
+use stripeguard_ops::{assemble_paths, with_control_socket_and};
+use stripeguard_serve::{ArrayExport, Export, ExportError};
 
 /// What `members=` and `direct=` said.
 struct Config {

@@ -8,8 +8,8 @@
     clippy::cast_possible_truncation,
     reason = "test values are small and known"
 )]
+use stripeguard_campaign::{campaign_cases, run_campaign, Pattern};
 use stripeguard_disk::FaultKind;
-use stripeguard_engine::{campaign_cases, run_campaign, Pattern};
 use stripeguard_integrity::{CodeId, Scheme};
 
 #[test]

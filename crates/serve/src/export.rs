@@ -1,14 +1,19 @@
-//! The array as an NBD export (the server is `stripeguard_nbd::server`): every READ goes through
+//! The array as an NBD export (the server is [`crate::server`]): every READ goes through
 //! the engine's checks (a silently wrong chunk is repaired and the client gets the right bytes;
 //! an unrecoverable stripe is `EIO` for that request only), FLUSH and FUA are the engine's flush
 //! (every completed write durable, on every member), and TRIM and WRITE_ZEROES write zeros
 //! through the engine, so parity, appendices and versions stay consistent and the range reads
 //! back as zeros (FORMAT.md §4).
 
-use crate::usize_of;
-use crate::{Array, EngineError};
+use crate::server::{Export, ExportError};
 use std::sync::Arc;
-use stripeguard_nbd::{proto, Export, ExportError};
+use stripeguard_engine::{Array, EngineError};
+use stripeguard_nbd::proto;
+
+/// `v` as a memory length (the engine is built for 64-bit targets only).
+fn usize_of(v: u64) -> usize {
+    usize::try_from(v).expect("a 64-bit target: usize holds every u64")
+}
 
 /// The engine's array as an NBD export.
 pub struct ArrayExport {
@@ -61,13 +66,16 @@ impl Export for ArrayExport {
     fn block_sizes(&self) -> (u32, u32) {
         // The engine takes any byte range, but clients are asked for whole sectors; a request of
         // a whole chunk (a power of two) avoids reading the rest of the chunk first.
-        let chunk = crate::in_unit_u32(self.array.geometry().chunk_bytes);
+        let chunk = self.array.geometry().chunk_bytes;
         let preferred = if chunk.is_power_of_two() {
-            chunk.clamp(4096, proto::MAX_PAYLOAD_BYTES)
+            chunk.clamp(4096, u64::from(proto::MAX_PAYLOAD_BYTES))
         } else {
             4096
         };
-        (512, preferred)
+        (
+            512,
+            u32::try_from(preferred).unwrap_or(proto::MAX_PAYLOAD_BYTES),
+        )
     }
 
     fn description(&self) -> String {

@@ -7,12 +7,12 @@
 //! naming a unit that no fault touched.
 
 use crate::usize_of;
-use crate::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, MemDisk};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use stripeguard_format::EventRole;
 use stripeguard_integrity::{CodeId, CrossCheck, MirrorKind, Scheme};
 
@@ -228,7 +228,7 @@ fn build(cfg: &CampaignConfig) -> Result<Rig, EngineError> {
     let members = faulty.iter().map(|f| f.clone() as DiskRef).collect();
     let array = Array::assemble(members, &AssembleOptions::default())?;
     // As the commands and the server run: faults must be caught with verified appendices cached.
-    array.enable_appendix_cache(crate::admin::APPENDIX_CACHE_ENTRIES);
+    array.enable_appendix_cache(stripeguard_engine::APPENDIX_CACHE_ENTRIES);
     Ok(Rig { array, faulty })
 }
 

@@ -7,12 +7,20 @@
 //! - [`open_member_paths`] / [`assemble_paths`]: a member that cannot be opened becomes a failed
 //!   member (the engine decides whether the array survives it).
 //!
-//! The full check of every stripe is [`crate::scrub`] on a read-only assembly.
+//! The full check of every stripe is [`stripeguard_engine::scrub`] on a read-only assembly.
+//!
+//! This crate sits above the engine: it opens paths and URIs (the engine takes `Disk`s), creates
+//! and removes files, and runs the control socket; the engine does none of that.
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
 
-use crate::{Array, ArrayConfig, AssembleOptions, EngineError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, FileDisk};
+use stripeguard_engine::{
+    read_superblock_of, unit_label, Array, ArrayConfig, AssembleOptions, EngineError,
+    APPENDIX_CACHE_ENTRIES,
+};
 use stripeguard_integrity::{
     CodeId, CrossCheck, Scheme, Superblock, SuperblockError, MAX_MEMBERS, SUPERBLOCK_BYTES,
 };
@@ -257,10 +265,6 @@ fn refuse_duplicate_paths(paths: &[PathBuf]) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
-/// appendices; a partial read of a unit whose appendix is cached is one I/O).
-pub const APPENDIX_CACHE_ENTRIES: usize = 16384;
-
 /// Where the process holding array `uuid` answers `status` and `events` (FORMAT.md §3): under
 /// `/run/stripeguard` when it can be made (root), else the temporary directory.
 pub fn control_socket_path(uuid: &[u8; 16]) -> PathBuf {
@@ -399,7 +403,7 @@ pub fn with_control_socket_and<R>(
                                                 "stripe {} member {} ({}): {} — {}",
                                                 e.stripe,
                                                 e.member,
-                                                crate::unit_label(e.role, e.position, array.sb.data_chunks as usize),
+                                                unit_label(e.role, e.position, usize::from(array.superblock().data_chunks)),
                                                 e.kind,
                                                 e.evidence
                                             )
@@ -463,7 +467,7 @@ fn start_replace<'scope>(
         .filter(|t| !t.is_empty())
         .ok_or("replace MEMBER TARGET: TARGET is missing")?
         .to_string();
-    if !array.writable {
+    if !array.is_writable() {
         return Err("this holder has the array read-only".into());
     }
     if state
@@ -474,8 +478,9 @@ fn start_replace<'scope>(
     {
         return Err("a replace is already running in this holder".into());
     }
-    let (disk, created) = open_replacement(Path::new(&target), array.sb.member_bytes(), false)
-        .map_err(|e| format!("cannot open {target}: {e}"))?;
+    let (disk, created) =
+        open_replacement(Path::new(&target), array.superblock().member_bytes(), false)
+            .map_err(|e| format!("cannot open {target}: {e}"))?;
     *state.lock().expect("lock") = Some(LiveReplace {
         member,
         target: target.clone(),
@@ -572,6 +577,6 @@ pub fn ask_holder(uuid: &[u8; 16]) -> Result<LiveStatus, String> {
 pub fn peek_uuid(paths: &[PathBuf]) -> Option<[u8; 16]> {
     open_member_paths(paths, false)
         .iter()
-        .find_map(|d| crate::array::read_superblock_of(d.as_ref()).ok())
+        .find_map(|d| read_superblock_of(d.as_ref()).ok())
         .map(|sb| sb.array_uuid)
 }

@@ -11,7 +11,6 @@
 //! connection, let the requests already read finish and be answered (a client that does not
 //! read its replies is cut off after 10 s), then return; the caller flushes and closes the array.
 
-use crate::proto::{self, ExportInfo, Handshake, Request};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -21,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use stripeguard_nbd::proto::{self, ExportInfo, Handshake, Request};
 
 /// What the server serves: one block device. The engine's array implements it
 /// ([`crate::ArrayExport`]); tests use a memory image.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stripeguard_nbd::proto::{self, Request};
-use stripeguard_nbd::{Export, ExportError, Listener, Server, ServerConfig};
+use stripeguard_serve::{Export, ExportError, Listener, Server, ServerConfig};
 
 const SIZE: u64 = 1 << 20;
 

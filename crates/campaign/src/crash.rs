@@ -18,12 +18,12 @@
 //! stripe by stripe finds inconsistent stripes.
 
 use crate::usize_of;
-use crate::{Array, ArrayConfig, AssembleOptions, EngineError};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use stripeguard_disk::{CrashDisk, Disk, DiskRef, MemDisk};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError};
 use stripeguard_format::EventKind;
 use stripeguard_integrity::Scheme;
 
@@ -112,7 +112,7 @@ pub struct CrashReport {
 }
 
 fn array_members_snapshot(a: &Array) -> Vec<DiskRef> {
-    a.members.all()
+    (0..).map_while(|i| a.member_disk(i)).collect()
 }
 
 /// Run `cfg.crashes` crashes.
@@ -350,8 +350,9 @@ fn one_crash(
         + (after.unrecoverable - before.unrecoverable);
     // Blocks the resync listed untrusted are zero-filled (the operator's `clear`), so the next
     // round starts from a whole array.
+    let untrusted: BTreeSet<u64> = array.untrusted().iter().map(|r| r.stripe).collect();
     for s in 0..cfg.stripes {
-        if !array.untrusted.of_stripe(s).is_empty() {
+        if untrusted.contains(&s) {
             array.clear_untrusted(s)?;
         }
     }

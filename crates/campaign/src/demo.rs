@@ -3,12 +3,12 @@
 //! and tabulate what was injected, detected, located, repaired, and how many wrong bytes came back.
 
 use crate::usize_of;
-use crate::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, FileDisk};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use stripeguard_integrity::Scheme;
 
 /// One row of the demo table.

@@ -8,7 +8,7 @@
     reason = "test values are small and known"
 )]
 
-use stripeguard_engine::{run_crash_campaign, CrashConfig};
+use stripeguard_campaign::{run_crash_campaign, CrashConfig};
 use stripeguard_integrity::Scheme;
 
 #[test]

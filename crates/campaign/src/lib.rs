@@ -1,0 +1,23 @@
+//! Campaigns over the engine, using only its public interface: the fault campaign ([`fault`]:
+//! seeded reads and writes with silent faults and failed members), the crash campaign
+//! ([`crash`]: power cuts on simulated disks, reassembly with resync, a model of what was
+//! flushed) and `stripeguard demo` ([`demo`]). Each returns a report; what must hold is decided
+//! by its caller (the CLI's pass rules, the tests).
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
+
+pub mod crash;
+pub mod demo;
+pub mod fault;
+
+pub use crash::{run_crash_campaign, CrashConfig, CrashReport};
+pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
+pub use fault::{
+    campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
+};
+
+/// `v` as a memory index or length (the engine, which these campaigns drive, is built for 64-bit
+/// targets only).
+pub(crate) fn usize_of(v: u64) -> usize {
+    usize::try_from(v).expect("a 64-bit target: usize holds every u64")
+}

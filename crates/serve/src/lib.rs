@@ -1,0 +1,15 @@
+//! `stripeguard serve`: the array as a block device over the Network Block Device protocol.
+//!
+//! [`server`] is the accept loop, connections and worker pool over any [`Export`]; [`export`]
+//! binds the engine's array to it ([`ArrayExport`]). The wire format and the client (an NBD
+//! export as a member of an array) are `stripeguard_nbd`, below the engine; this crate sits above
+//! it, so the engine never links a listening socket.
+
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]
+
+pub mod export;
+pub mod server;
+
+pub use export::ArrayExport;
+pub use server::{Export, ExportError, Listener, Server, ServerConfig, Stats, Stream};
