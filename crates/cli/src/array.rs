@@ -659,7 +659,7 @@ fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCo
     if asked.is_err() && !a.array.no_wait {
         eprintln!(
             "stripeguard: the array is in use by {who}, which does not answer status yet; waiting up to 5 s, until {}, for it to open its control socket (--no-wait does not wait)",
-            stripeguard_engine::clock_utc_in(std::time::Duration::from_secs(5))
+            stripeguard_ops::clock_utc_in(std::time::Duration::from_secs(5))
         );
         for _ in 0..50 {
             if asked.is_ok() {

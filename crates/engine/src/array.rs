@@ -1,8 +1,11 @@
 //! Creating and assembling arrays; superblock maintenance.
 
+use crate::env::{Env, EnvRef, RealEnv};
+use crate::error::EngineError;
+use crate::events::Counters;
+use crate::events::Event;
 use crate::events::EventLog;
-use crate::usize_of;
-use crate::{Counters, EngineError, Event};
+use crate::num::usize_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use stripeguard_codes::ErasureCode;
@@ -44,6 +47,11 @@ pub struct ArrayConfig {
     /// flushed reads back entirely old or entirely new after any crash, at the price of
     /// writing its bytes twice and a flush before each write goes in place.
     pub write_journal: bool,
+    /// The clock, randomness and host the array uses (the machine's by default).
+    pub env: EnvRef,
+    /// Lock every member with `flock` (off where flock does not cross hosts: the owner record
+    /// is then the only guard, FORMAT.md §2.2).
+    pub local_locks: bool,
 }
 
 impl ArrayConfig {
@@ -61,6 +69,8 @@ impl ArrayConfig {
             first_read_map_bytes: 1 << 20,
             cross_check: CrossCheck::One,
             write_journal: false,
+            env: RealEnv::shared(),
+            local_locks: true,
         }
     }
 
@@ -112,6 +122,10 @@ pub struct AssembleOptions {
     /// Refuse at once when another host's holder may still hold the array, instead of waiting
     /// to see whether its heartbeat moves (FORMAT.md §2.2).
     pub no_wait: bool,
+    /// The clock, randomness and host the array uses (the machine's by default).
+    pub env: EnvRef,
+    /// Lock every member with `flock` (see [`ArrayConfig::local_locks`]).
+    pub local_locks: bool,
 }
 
 impl Default for AssembleOptions {
@@ -119,8 +133,10 @@ impl Default for AssembleOptions {
         AssembleOptions {
             first_read_map_bytes: 64 << 20,
             writable: true,
-            heartbeat: crate::owner::heartbeat_interval(),
+            heartbeat: std::time::Duration::from_millis(u64::from(crate::owner::HEARTBEAT_MS)),
             no_wait: false,
+            env: RealEnv::shared(),
+            local_locks: true,
         }
     }
 }
@@ -239,6 +255,8 @@ pub struct Array {
     pub(crate) rebuilding: Mutex<Option<(usize, Option<u64>)>>,
     /// Asks a running replace to stop at its next stripe (it resumes when run again).
     pub(crate) cancel: std::sync::atomic::AtomicBool,
+    /// The clock, randomness and host (given at create or assembly).
+    env: EnvRef,
 }
 
 impl Array {
@@ -253,7 +271,7 @@ impl Array {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Array, EngineError> {
         let n = cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members();
-        lock_members(&members, true)?;
+        lock_members(&members, true, cfg.local_locks)?;
         if members.len() != n {
             return Err(EngineError::Config(format!(
                 "{} members given for k + m{} = {n}",
@@ -314,7 +332,7 @@ impl Array {
             count(cfg.data_chunks, "data chunks")?,
             count(cfg.parity_chunks, "parity chunks")?,
         );
-        let uuid: [u8; 16] = rand::random();
+        let uuid: [u8; 16] = crate::env::random(cfg.env.as_ref());
         let sb = Superblock {
             array_uuid: uuid,
             member_index: 0,
@@ -330,10 +348,7 @@ impl Array {
             stripes,
             sequence_high_water: SEQUENCE_RESERVATION,
             generation: 1,
-            created_unix_seconds: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            created_unix_seconds: crate::env::unix_seconds(cfg.env.as_ref()),
             cross_check: cfg.cross_check,
             layout,
             journal_slots: slots,
@@ -355,7 +370,13 @@ impl Array {
             })
         })?;
         check_chunk_rows(cfg)?;
-        let array = Array::from_parts(sb, members, true, cfg.first_read_map_bytes)?;
+        let array = Array::from_parts(
+            sb,
+            members,
+            true,
+            cfg.first_read_map_bytes,
+            EnvRef::clone(&cfg.env),
+        )?;
         if !fresh {
             array.zero_metadata_regions()?;
         }
@@ -372,7 +393,7 @@ impl Array {
         if members.is_empty() {
             return Err(EngineError::Assemble("no members given".into()));
         }
-        lock_members(&members, opts.writable)?;
+        lock_members(&members, opts.writable, opts.local_locks)?;
         let mut found: Vec<Result<(Superblock, u8), String>> = Vec::new();
         for d in &members {
             found.push(read_superblock(d.as_ref()));
@@ -557,7 +578,13 @@ impl Array {
             .unwrap_or(SEQUENCE_RESERVATION);
         let mut sb = reference;
         sb.sequence_high_water = high_water;
-        let array = Array::from_parts(sb, members, opts.writable, opts.first_read_map_bytes)?;
+        let array = Array::from_parts(
+            sb,
+            members,
+            opts.writable,
+            opts.first_read_map_bytes,
+            EnvRef::clone(&opts.env),
+        )?;
         {
             let mut health = array.health.lock().expect("lock");
             let mut meta = array.meta.lock().expect("lock");
@@ -600,6 +627,7 @@ impl Array {
         members: Vec<DiskRef>,
         writable: bool,
         map_bytes: u64,
+        env: EnvRef,
     ) -> Result<Array, EngineError> {
         let k = sb.data_chunks as usize;
         let m = sb.parity_chunks as usize;
@@ -621,11 +649,7 @@ impl Array {
             })
             .collect();
         let io_pool = if members.iter().all(|d| d.prefers_parallel()) {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(members.len().clamp(2, 64))
-                .thread_name(|i| format!("sg-io-{i}"))
-                .build()
-                .ok()
+            env.io_pool(members.len().clamp(2, 64))
         } else {
             None
         };
@@ -660,7 +684,8 @@ impl Array {
                 untrusted_listed: sb.untrusted_listed,
             }),
             untrusted: crate::stripe_state::UntrustedSet::new(sb.layout.state_bytes),
-            events: Mutex::new(EventLog::default()),
+            events: Mutex::new(EventLog::new(EnvRef::clone(&env))),
+            env,
             code,
             geometry,
             members: Arc::new(Members::new(members)),
@@ -726,6 +751,16 @@ impl Array {
                 c.pop(&(stripe, p));
             }
         }
+    }
+
+    /// The environment the array was given.
+    pub(crate) fn env(&self) -> &dyn Env {
+        self.env.as_ref()
+    }
+
+    /// The environment's handle (for a thread of the array's own).
+    pub(crate) fn env_ref(&self) -> &EnvRef {
+        &self.env
     }
 
     /// The superblock (member index 0's view).
@@ -906,7 +941,7 @@ impl Array {
             role: EventRole::Member,
             kind: EventKind::MemberFailed,
             evidence: why.reason(),
-            action: crate::EventAction::RebuiltDegraded,
+            action: crate::events::EventAction::RebuiltDegraded,
         });
         true
     }
@@ -971,7 +1006,7 @@ impl Array {
                     continue;
                 }
                 let mut sb = self.sb.clone();
-                sb.member_index = crate::index_u16(i);
+                sb.member_index = crate::num::index_u16(i);
                 sb.state = meta.state;
                 sb.sequence_high_water = meta.high_water;
                 sb.untrusted_listed = meta.untrusted_listed;
@@ -1018,7 +1053,7 @@ impl Array {
         let k = self.geometry.k;
         Identity {
             array_uuid: self.sb.array_uuid,
-            member_index: crate::index_u16(self.geometry.member_of(stripe, pos)),
+            member_index: crate::num::index_u16(self.geometry.member_of(stripe, pos)),
             chunk_number: stripe,
             // Positions are below 255 (the member table's bound), so they fit a byte.
             role: if pos < k {
@@ -1092,7 +1127,7 @@ impl Array {
                             && g.k > 1
                             && scheme.mirror() == Some(MirrorKind::Checksum)
                         {
-                            crate::crc_of_tag(zero_tags)
+                            crate::num::crc_of_tag(zero_tags)
                         } else {
                             0
                         },
@@ -1176,9 +1211,9 @@ impl Array {
 /// Lock every member (exclusively for a process that may write, shared for one that only
 /// looks) before reading its superblock, so two writers never share an array. A member that
 /// cannot be locked for another reason (unreadable, absent) is left to the superblock read.
-fn lock_members(members: &[DiskRef], exclusive: bool) -> Result<(), EngineError> {
+fn lock_members(members: &[DiskRef], exclusive: bool, local: bool) -> Result<(), EngineError> {
     // Where flock does not cross hosts (NFS and the like) the owner record is the only guard.
-    if std::env::var_os("STRIPEGUARD_NO_LOCAL_LOCKS").is_some_and(|v| v == "1") {
+    if !local {
         return Ok(());
     }
     for d in members {

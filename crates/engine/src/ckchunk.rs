@@ -25,9 +25,13 @@
 //! covered by the write-intent record until a flush writes them, so a crash leaves nothing a
 //! resync does not visit.
 
+use crate::array::Array;
+use crate::error::EngineError;
+use crate::events::Event;
+use crate::events::EventAction;
+use crate::num::usize_of;
+use crate::repair::Interrupted;
 use crate::repair::{stripe_event, Image};
-use crate::usize_of;
-use crate::{Array, EngineError, Event, EventAction, Interrupted};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::{EventKind, EventRole};

@@ -1,7 +1,7 @@
 use stripeguard_disk::DiskError;
 use stripeguard_integrity::SuperblockError;
 
-/// Why an array operation failed. A repaired corruption is an [`crate::Event`], not an error.
+/// Why an array operation failed. A repaired corruption is an [`crate::events::Event`], not an error.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// A member could not be used.

@@ -63,8 +63,9 @@ pub struct Counters {
 /// Most recent events kept in memory.
 pub const EVENT_LOG_ENTRIES: usize = 4096;
 
-#[derive(Default)]
 pub(crate) struct EventLog {
+    /// Where an event's time comes from.
+    env: crate::env::EnvRef,
     pub(crate) counters: Counters,
     pub(crate) recent: VecDeque<Event>,
     /// Recorded but not yet in the durable log: (entry number, Unix ms, event).
@@ -74,6 +75,16 @@ pub(crate) struct EventLog {
 }
 
 impl EventLog {
+    pub(crate) fn new(env: crate::env::EnvRef) -> EventLog {
+        EventLog {
+            env,
+            counters: Counters::default(),
+            recent: VecDeque::new(),
+            unsaved: Vec::new(),
+            next_number: 0,
+        }
+    }
+
     pub(crate) fn record(&mut self, e: Event) {
         let c = &mut self.counters;
         match e.action {
@@ -93,10 +104,7 @@ impl EventLog {
             }
         }
         if self.unsaved.len() < EVENT_LOG_ENTRIES {
-            let ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(crate::millis)
-                .unwrap_or(0);
+            let ms = crate::env::unix_millis(self.env.as_ref());
             self.unsaved.push((self.next_number, ms, e.clone()));
             self.next_number = self.next_number.saturating_add(1);
         }

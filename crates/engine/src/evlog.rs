@@ -2,9 +2,10 @@
 //! metadata area, written in batches at each flush, so the evidence of what was found and done
 //! travels with the disks.
 
+use crate::array::Array;
+use crate::error::EngineError;
 use crate::events::Event;
-use crate::usize_of;
-use crate::{Array, EngineError};
+use crate::num::usize_of;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stripeguard_disk::DiskRef;

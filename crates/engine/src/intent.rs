@@ -6,9 +6,11 @@
 //! last write completed before the flush began; a clean close clears everything. After an
 //! unclean shutdown the first writable assembly resyncs every stripe of every set region.
 
+use crate::array::Array;
+use crate::error::EngineError;
 use crate::events::EventAction;
-use crate::usize_of;
-use crate::{Array, EngineError, Interrupted};
+use crate::num::usize_of;
+use crate::repair::Interrupted;
 use std::collections::HashMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_codes::Located;

@@ -1,8 +1,9 @@
 //! Reads and writes: split into per-stripe pieces, plan each with the shared planner, execute.
 
+use crate::array::Array;
+use crate::error::EngineError;
+use crate::num::usize_of;
 use crate::repair::Image;
-use crate::usize_of;
-use crate::{Array, EngineError};
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
@@ -384,7 +385,10 @@ impl Array {
             ck,
         } = self.repair_stripe(plan.stripe, &suspects)?;
         let data_crc = if scheme.mirror() == Some(MirrorKind::Checksum) {
-            truth.iter().map(|t| t.map(crate::crc_of_tag)).collect()
+            truth
+                .iter()
+                .map(|t| t.map(crate::num::crc_of_tag))
+                .collect()
         } else {
             vec![None; g.k]
         };

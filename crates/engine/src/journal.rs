@@ -24,8 +24,9 @@
 //! A slot is freed (its header zeroed) by the first flush that began after its write completed,
 //! and all of them only after a resync has finished, so a crash during the resync replays again.
 
-use crate::usize_of;
-use crate::{Array, EngineError};
+use crate::array::Array;
+use crate::error::EngineError;
+use crate::num::usize_of;
 use std::collections::BTreeMap;
 use stripeguard_checksum::crc32c;
 use stripeguard_disk::AlignedBuf;
@@ -170,37 +171,6 @@ impl Record {
     }
 }
 
-/// What a resync knows of the writes a crash interrupted in one stripe.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Interrupted<'a> {
-    /// Not a resync: whatever is wrong is silent corruption.
-    No,
-    /// A resync without the write journal: any unit may be what the crash left.
-    Unknown,
-    /// A resync with the write journal: only these positions had a write in flight (all false
-    /// when none did).
-    Only(&'a [bool]),
-}
-
-impl Interrupted<'_> {
-    /// Whether an undecidable stripe is the crash's to settle: a resync without the write
-    /// journal. With it, the replay has put every interrupted write's I/Os in place, so the
-    /// stripe is whole and consistent unless something beyond the crash damaged it: settling
-    /// would bless that damage, so it stays unrecoverable.
-    pub(crate) fn settles(self) -> bool {
-        matches!(self, Interrupted::Unknown)
-    }
-
-    /// Whether a finding at stripe position `pos` may be what the crash left.
-    pub(crate) fn may_have_left(self, pos: usize) -> bool {
-        match self {
-            Interrupted::No => false,
-            Interrupted::Unknown => true,
-            Interrupted::Only(mask) => mask.get(pos).copied().unwrap_or(false),
-        }
-    }
-}
-
 /// A write's in-place I/Os: (position, byte within the unit, bytes).
 pub(crate) type UnitWrites<'a> = Vec<(usize, u64, &'a [u8])>;
 
@@ -324,7 +294,7 @@ impl Array {
                     missing.len(),
                     self.sb.journal_slots
                 ),
-                crate::EventAction::Notice,
+                crate::events::EventAction::Notice,
             ));
             return Ok(None);
         }
@@ -345,7 +315,7 @@ impl Array {
                     sequence,
                     stripe,
                     pos,
-                    extents: vec![(0, crate::in_unit_u32(image.units[pos].len()))],
+                    extents: vec![(0, crate::num::in_unit_u32(image.units[pos].len()))],
                     payload: image.units[pos].to_vec(),
                     touched: [0; TOUCHED_BYTES],
                     group: (taken[0].1, slots_u32(taken.len())),
@@ -399,8 +369,10 @@ impl Array {
                         records.last_mut().expect("pushed")
                     }
                 };
-                r.extents
-                    .push((crate::in_unit_u32(at), crate::in_unit_u32(bytes.len())));
+                r.extents.push((
+                    crate::num::in_unit_u32(at),
+                    crate::num::in_unit_u32(bytes.len()),
+                ));
                 r.payload.extend_from_slice(bytes);
             }
             for r in &mut records[from..] {
@@ -627,9 +599,9 @@ impl Array {
             *self.stand_in.lock().expect("lock") =
                 Some((*stripe, *pos, AlignedBuf::from_slice(unit, self.mem_align)));
             let cause = match touched.get(stripe) {
-                Some(mask) => crate::Interrupted::Only(mask),
-                None if self.sb.write_journal => crate::Interrupted::Only(&[]),
-                None => crate::Interrupted::Unknown,
+                Some(mask) => crate::repair::Interrupted::Only(mask),
+                None if self.sb.write_journal => crate::repair::Interrupted::Only(&[]),
+                None => crate::repair::Interrupted::Unknown,
             };
             let decided = self.repair_stripe_as(*stripe, &[], cause);
             *self.stand_in.lock().expect("lock") = None;

@@ -9,9 +9,10 @@
 //! overwritten; a damaged log entry is copied from a member whose copy of the same slot is
 //! valid, else cleared (the event is lost; the finding says so).
 
+use crate::array::Array;
+use crate::error::EngineError;
 use crate::events::{Event, EventAction, EventKind, EventRole};
-use crate::usize_of;
-use crate::{Array, EngineError};
+use crate::num::usize_of;
 use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, OWNER_RECORD_OFFSET};
 
 use stripeguard_format::{

@@ -4,9 +4,11 @@
 //! from a thread of the holder's own for as long as it holds the array (whatever the command:
 //! a `read` or a `replace` without a control socket too), and written as free at a clean close.
 
-use crate::{Array, EngineError};
+use crate::array::Array;
+use crate::env::{unix_millis, EnvRef};
+use crate::error::EngineError;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use stripeguard_integrity::OWNER_RECORD_OFFSET;
 
 /// Milliseconds between heartbeats of a holder.
@@ -15,16 +17,6 @@ pub const HEARTBEAT_MS: u32 = 5000;
 /// one (or none) is judged as if it named this, so no record can make an assembler wait more
 /// than two of these.
 pub const MAX_HEARTBEAT_MS: u32 = 60_000;
-
-/// The heartbeat interval this process writes into its record: [`HEARTBEAT_MS`], or
-/// `STRIPEGUARD_HEARTBEAT_MS` when set (tests use a short one), at most [`MAX_HEARTBEAT_MS`].
-pub fn heartbeat_interval() -> Duration {
-    let ms = std::env::var("STRIPEGUARD_HEARTBEAT_MS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(HEARTBEAT_MS);
-    Duration::from_millis(ms.clamp(1, MAX_HEARTBEAT_MS) as u64)
-}
 
 /// The interval a reader judges a record by: the one it names, bounded to
 /// `1..=MAX_HEARTBEAT_MS`.
@@ -46,29 +38,6 @@ pub(crate) fn slot_bytes(o: &Owner) -> Vec<u8> {
 /// process is live only if its id is here (an array dropped without `close` is a crash).
 static LIVE: std::sync::Mutex<Vec<[u8; 16]>> = std::sync::Mutex::new(Vec::new());
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(crate::millis)
-        .unwrap_or(0)
-}
-
-fn boot_id() -> [u8; 16] {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let hex: Vec<u8> = text.bytes().filter(|c| c.is_ascii_hexdigit()).collect();
-    let mut id = [0u8; 16];
-    for (i, pair) in hex.chunks(2).take(16).enumerate() {
-        id[i] = u8::from_str_radix(std::str::from_utf8(pair).unwrap_or("0"), 16).unwrap_or(0);
-    }
-    id
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 impl Array {
     /// The newest valid owner record on any current member.
     pub fn owner(&self) -> Option<Owner> {
@@ -88,8 +57,8 @@ impl Array {
         interval: Duration,
         no_wait: bool,
     ) -> Result<(), EngineError> {
-        let me_host = host_name();
-        let me_boot = boot_id();
+        let env = self.env();
+        let me = env.host();
         let in_use = |o: &Owner, why: String| {
             EngineError::Assemble(format!(
                 "the array is in use by process {} on {} ({}), {why}",
@@ -97,19 +66,19 @@ impl Array {
             ))
         };
         if let Some(o) = self.owner().filter(|o| o.held) {
-            let here = o.host == me_host && o.boot_id == me_boot;
+            let here = o.host == me.name && o.boot_id == me.boot_id;
             if here {
-                let alive = if o.pid == std::process::id() {
+                let alive = if o.pid == me.pid {
                     LIVE.lock().expect("lock").contains(&o.holder_id)
                 } else {
-                    process_alive(o.pid)
+                    env.process_alive(o.pid)
                 };
                 if alive {
                     return Err(in_use(&o, "by its owner record".into()));
                 }
                 // The holder died without closing: taking over is safe on this host.
             } else {
-                let now = now_ms();
+                let now = unix_millis(env);
                 let interval_ms = honoured_interval_ms(o.interval_ms);
                 // A heartbeat ahead of this host's clock says nothing about when it was
                 // written: only the sequence can tell (a live holder moves it every interval).
@@ -153,7 +122,7 @@ impl Array {
                     span(wait),
                     clock_utc(now + wait)
                 );
-                std::thread::sleep(Duration::from_millis(wait));
+                env.sleep(Duration::from_millis(wait));
                 if let Some(again) = self.owner() {
                     if again.sequence != o.sequence && again.held {
                         return Err(in_use(&again, "its heartbeat still moves".into()));
@@ -161,19 +130,19 @@ impl Array {
                 }
             }
         }
-        let now = now_ms();
+        let now = unix_millis(env);
         let o = Owner {
             sequence: self.owner().map(|o| o.sequence).unwrap_or(0) + 1,
             held: true,
-            pid: std::process::id(),
-            boot_id: me_boot,
-            holder_id: rand::random(),
+            pid: me.pid,
+            boot_id: me.boot_id,
+            holder_id: crate::env::random(env),
             acquired_ms: now,
             heartbeat_ms: now,
             interval_ms: u32::try_from(interval.as_millis().clamp(1, u128::from(MAX_HEARTBEAT_MS)))
                 .expect("clamped to MAX_HEARTBEAT_MS"),
-            host: me_host,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
+            host: me.name,
+            command: me.command,
         };
         self.write_owner(&o)?;
         // Members that no lock protects (another host's exports): two assemblies that read
@@ -181,7 +150,7 @@ impl Array {
         // member: if any holds another holder's newer record, this one backs off (both may, if
         // their writes interleaved member by member; neither writes data).
         if self.members.all().iter().any(|d| d.shared_across_hosts()) {
-            std::thread::sleep(Duration::from_millis(300));
+            env.sleep(Duration::from_millis(300));
             for (i, d) in self.members.all().iter().enumerate() {
                 if self.is_failed(i) {
                     continue;
@@ -228,7 +197,7 @@ impl Array {
             LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
             o.sequence += 1;
             o.held = false;
-            o.heartbeat_ms = now_ms();
+            o.heartbeat_ms = unix_millis(self.env());
             self.write_owner(&o)?;
         }
         Ok(())
@@ -247,11 +216,12 @@ pub(crate) struct Beater {
 impl Beater {
     fn start(array: &Array, every: Duration) -> Beater {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (flag, ownership, members, failed) = (
+        let (flag, ownership, members, failed, env) = (
             stop.clone(),
             array.ownership.clone(),
             array.members.clone(),
             array.failed.clone(),
+            EnvRef::clone(array.env_ref()),
         );
         let thread = std::thread::Builder::new()
             .name("sg-heartbeat".into())
@@ -269,7 +239,7 @@ impl Beater {
                     let mut mine = ownership.lock().expect("lock");
                     let Some(o) = mine.as_mut() else { return };
                     o.sequence += 1;
-                    o.heartbeat_ms = now_ms();
+                    o.heartbeat_ms = unix_millis(env.as_ref());
                     // A member whose write fails here is left to the holder's own I/O to take
                     // out (this thread cannot update the member table); the others still beat.
                     let _ = crate::slots::write_slot_on(
@@ -309,28 +279,9 @@ fn span(ms: u64) -> String {
 }
 
 /// Unix milliseconds as the time of day, UTC (`14:03:07 UTC`).
-fn clock_utc(ms: u64) -> String {
+pub fn clock_utc(ms: u64) -> String {
     let s = (ms / 1000) % 86_400;
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
-}
-
-/// The time of day, UTC, `after` from now: when a wait that starts now ends.
-pub fn clock_utc_in(after: Duration) -> String {
-    clock_utc(now_ms().saturating_add(crate::millis(after)))
-}
-
-/// A process on this host that still runs: it has a `/proc` entry and is not a zombie (a
-/// killed holder whose parent has not reaped it yet holds nothing).
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses, so the state follows
-        // the last `)`.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
@@ -370,8 +321,11 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods, reason = "the test watches a real process")]
     fn a_zombie_holds_nothing() {
-        assert!(super::process_alive(std::process::id()));
+        use crate::env::RealEnv;
+        let env = RealEnv::shared();
+        assert!(env.process_alive(std::process::id()));
         let mut c = std::process::Command::new("true").spawn().unwrap();
         let pid = c.id();
         // Not reaped yet: a zombie until wait().
@@ -379,8 +333,8 @@ mod tests {
         {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(!super::process_alive(pid));
+        assert!(!env.process_alive(pid));
         c.wait().unwrap();
-        assert!(!super::process_alive(pid));
+        assert!(!env.process_alive(pid));
     }
 }

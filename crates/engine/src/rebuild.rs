@@ -6,9 +6,10 @@
 //! keeps checksums. The position is kept in the checkpoint record (FORMAT.md §2.3) so an
 //! interrupted replace resumes onto the same device.
 
-use crate::scrub::{now_unix, Checkpoint, CHECKPOINT_EVERY, SLOT_BYTES};
-use crate::usize_of;
-use crate::{Array, EngineError};
+use crate::array::Array;
+use crate::error::EngineError;
+use crate::num::usize_of;
+use crate::scrub::{Checkpoint, CHECKPOINT_EVERY, SLOT_BYTES};
 use std::sync::atomic::Ordering;
 use stripeguard_disk::DiskRef;
 use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
@@ -158,7 +159,7 @@ impl Array {
         let prev = self.checkpoint().unwrap_or_default();
         let mine = target_checkpoint(&target);
         let running =
-            prev.rebuild_member == Some(crate::index_u16(member)) && !prev.rebuild_finished;
+            prev.rebuild_member == Some(crate::num::index_u16(member)) && !prev.rebuild_finished;
         let same = running && mine.as_ref().map(|c| c.rebuild_target) == Some(prev.rebuild_target);
         if running && !same && !force {
             return cfg(format!(
@@ -198,18 +199,18 @@ impl Array {
             }
         }
         let mut ck = Checkpoint {
-            rebuild_member: Some(crate::index_u16(member)),
+            rebuild_member: Some(crate::num::index_u16(member)),
             rebuild_finished: false,
             rebuild_next: if same { prev.rebuild_next } else { 0 },
             rebuild_started_unix: if same {
                 prev.rebuild_started_unix
             } else {
-                now_unix()
+                crate::env::unix_seconds(self.env())
             },
             rebuild_target: if same {
                 prev.rebuild_target
             } else {
-                rand::random()
+                crate::env::random(self.env())
             },
             ..prev
         };

@@ -1,9 +1,10 @@
 //! Full-stripe diagnosis and repair: read every unit, let every surviving unit vote, rebuild the
 //! wrong ones from redundancy, check the rebuilt bytes, write them back, record events.
 
+use crate::array::Array;
+use crate::error::EngineError;
 use crate::events::{Event, EventAction};
-use crate::usize_of;
-use crate::{Array, EngineError, Interrupted};
+use crate::num::usize_of;
 use stripeguard_codes::Located;
 use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
 use stripeguard_format::{EventKind, EventRole};
@@ -345,7 +346,7 @@ impl Array {
                 identity: self.identity(stripe, pos),
                 tag: if checksum { 0 } else { tags[pos] },
                 buddy_crc: if checksum && k > 1 {
-                    crate::crc_of_tag(tags[(pos + k - 1) % k])
+                    crate::num::crc_of_tag(tags[(pos + k - 1) % k])
                 } else {
                     0
                 },
@@ -715,5 +716,36 @@ pub(crate) fn evidence(kind: &FindingKind) -> String {
         } => format!(
             "CRC of data chunk {about} is {has:#010x} here, {majority:#010x} in the majority of copies"
         ),
+    }
+}
+
+/// What a resync knows of the writes a crash interrupted in one stripe.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Interrupted<'a> {
+    /// Not a resync: whatever is wrong is silent corruption.
+    No,
+    /// A resync without the write journal: any unit may be what the crash left.
+    Unknown,
+    /// A resync with the write journal: only these positions had a write in flight (all false
+    /// when none did).
+    Only(&'a [bool]),
+}
+
+impl Interrupted<'_> {
+    /// Whether an undecidable stripe is the crash's to settle: a resync without the write
+    /// journal. With it, the replay has put every interrupted write's I/Os in place, so the
+    /// stripe is whole and consistent unless something beyond the crash damaged it: settling
+    /// would bless that damage, so it stays unrecoverable.
+    pub(crate) fn settles(self) -> bool {
+        matches!(self, Interrupted::Unknown)
+    }
+
+    /// Whether a finding at stripe position `pos` may be what the crash left.
+    pub(crate) fn may_have_left(self, pos: usize) -> bool {
+        match self {
+            Interrupted::No => false,
+            Interrupted::Unknown => true,
+            Interrupted::Only(mask) => mask.get(pos).copied().unwrap_or(false),
+        }
     }
 }

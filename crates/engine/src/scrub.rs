@@ -3,8 +3,10 @@
 //! where it stopped. `status --check` is the same walk on a read-only assembly (`check_only`),
 //! which repairs and records nothing.
 
-use crate::{Array, EngineError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use crate::array::Array;
+use crate::env::unix_seconds;
+use crate::error::EngineError;
+use std::time::Duration;
 use stripeguard_integrity::CHECKPOINT_OFFSET;
 
 pub(crate) use stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES as SLOT_BYTES;
@@ -18,13 +20,6 @@ pub(crate) const CHECKPOINT_SECONDS: u64 = 10;
 /// One encoded slot of `c`.
 pub(crate) fn checkpoint_bytes(c: &Checkpoint) -> Vec<u8> {
     c.to_copy(SLOT_BYTES).expect("a checkpoint fits its slot")
-}
-
-pub(crate) fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Array {
@@ -70,7 +65,7 @@ pub struct ScrubSummary {
     /// (a half-finished write is not corruption).
     pub awaiting_resync: u64,
     /// Damaged copies in the members' metadata areas (owner, checkpoint, intent, log).
-    pub metadata: Vec<crate::MetadataFinding>,
+    pub metadata: Vec<crate::metacheck::MetadataFinding>,
 }
 
 /// Scrub `array`: every stripe from where the last interrupted scrub stopped (or from 0), every
@@ -99,7 +94,7 @@ pub fn scrub(
     let mut rec = resume.clone().unwrap_or(Checkpoint {
         scrub_ran: true,
         stripes,
-        started_unix: now_unix(),
+        started_unix: unix_seconds(array.env()),
         // The rebuild part stays as it was.
         ..prev
             .clone()
@@ -122,7 +117,8 @@ pub fn scrub(
         ..ScrubSummary::default()
     };
     let stripe_bytes = array.geometry().n() as u64 * array.unit_bytes();
-    let began = Instant::now();
+    let env = array.env();
+    let began = env.monotonic();
     // Totals = what the resumed record carried + what this run's counters added.
     let carried = rec.clone();
     let save = |rec: &mut Checkpoint, finished: bool| -> Result<(), EngineError> {
@@ -131,7 +127,7 @@ pub fn scrub(
         rec.repaired = carried.repaired + (c.repaired - base.repaired);
         rec.mismatches = carried.mismatches + (c.mismatches - base.mismatches);
         rec.finished = finished;
-        rec.updated_unix = now_unix();
+        rec.updated_unix = unix_seconds(env);
         rec.sequence += 1;
         if writable {
             array.write_checkpoint(rec)?;
@@ -154,7 +150,7 @@ pub fn scrub(
     }
     // Progress is saved every CHECKPOINT_EVERY stripes and at least every CHECKPOINT_SECONDS, so a
     // slow or small scrub killed midway resumes too.
-    let mut saved_at = Instant::now();
+    let mut saved_at = env.monotonic();
     for s in start..stripes {
         if skip.contains(&s) {
             continue;
@@ -169,16 +165,16 @@ pub fn scrub(
         }
         rec.next_stripe = s + 1;
         let due = (s + 1) % CHECKPOINT_EVERY == 0
-            || saved_at.elapsed() >= Duration::from_secs(CHECKPOINT_SECONDS);
+            || env.monotonic() - saved_at >= Duration::from_secs(CHECKPOINT_SECONDS);
         if due && s + 1 < stripes {
             save(&mut rec, false)?;
-            saved_at = Instant::now();
+            saved_at = env.monotonic();
         }
         if let Some(rate) = opts.rate_bytes_per_second.filter(|&r| r > 0) {
             let due =
                 Duration::from_secs_f64(((s + 1 - start) * stripe_bytes) as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(began.elapsed()) {
-                std::thread::sleep(wait);
+            if let Some(wait) = due.checked_sub(env.monotonic() - began) {
+                env.sleep(wait);
             }
         }
         if s % 64 == 63 || s + 1 == stripes {

@@ -21,10 +21,11 @@
 //! write that is not yet flushed (`dirty`); the superblocks carry bit 2 whenever the record on
 //! disk may hold an entry.
 
+use crate::array::Array;
+use crate::error::EngineError;
 use crate::events::{Event, EventAction};
+use crate::num::usize_of;
 use crate::stripe_state::Inner;
-use crate::usize_of;
-use crate::{Array, EngineError};
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{state_capacity, StateRecord, UntrustedRange};
 
@@ -87,8 +88,8 @@ impl Array {
             let base = pos * c;
             (
                 usize_of(pos),
-                crate::in_unit_u32(lo.max(base) - base),
-                crate::in_unit_u32(hi.min(base + c) - base),
+                crate::num::in_unit_u32(lo.max(base) - base),
+                crate::num::in_unit_u32(hi.min(base + c) - base),
             )
         })
     }
@@ -384,9 +385,9 @@ impl Array {
                 let crcs: Vec<u32> = (failing[i]..=failing[j]).map(table).collect();
                 ranges.push(UntrustedRange {
                     stripe,
-                    position: crate::index_u16(pos),
-                    offset: crate::in_unit_u32(failing[i] * b),
-                    len: crate::in_unit_u32((j - i + 1) * b),
+                    position: crate::num::index_u16(pos),
+                    offset: crate::num::in_unit_u32(failing[i] * b),
+                    len: crate::num::in_unit_u32((j - i + 1) * b),
                     expected_crc: Some(combine_block_crcs(&crcs, b)),
                 });
                 i = j + 1;
@@ -418,7 +419,7 @@ impl Array {
             .collect();
         let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
         let copies_say = |pos: usize| match scheme.mirror() {
-            Some(MirrorKind::Checksum) => diag.truth[pos].map(crate::crc_of_tag),
+            Some(MirrorKind::Checksum) => diag.truth[pos].map(crate::num::crc_of_tag),
             _ => None,
         };
         for (pos, unit) in units.iter().enumerate().take(k) {
@@ -477,9 +478,9 @@ impl Array {
 fn whole(stripe: u64, pos: usize, c: usize, expected_crc: Option<u32>) -> UntrustedRange {
     UntrustedRange {
         stripe,
-        position: crate::index_u16(pos),
+        position: crate::num::index_u16(pos),
         offset: 0,
-        len: crate::in_unit_u32(c),
+        len: crate::num::in_unit_u32(c),
         expected_crc,
     }
 }

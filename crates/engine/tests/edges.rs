@@ -9,6 +9,10 @@
 //! 4. `none`'s full check reports a stripe whose parity disagrees with its data.
 
 #![allow(
+    clippy::disallowed_methods,
+    reason = "the owner-record test compares with this real process and clock"
+)]
+#![allow(
     clippy::cast_possible_truncation,
     reason = "test values are small and known"
 )]

@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskRef, MemDisk};
-use stripeguard_engine::{scrub, Array, ArrayConfig, AssembleOptions, ScrubOptions};
+use stripeguard_engine::{
+    scrub, Array, ArrayConfig, AssembleOptions, EnvRef, ScrubOptions, SimEnv,
+};
 use stripeguard_integrity::{
     MetadataLayout, Scheme, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, OWNER_RECORD_OFFSET,
 };
@@ -134,14 +136,18 @@ fn the_resync_rewrites_an_intent_copy_the_crash_tore() {
     assert!(s.metadata.is_empty(), "{:?}", s.metadata);
 }
 
-/// A 3 + 1 hybrid-seq array of `stripes` 4 KiB chunks on memory members, and the members.
-fn small_array(stripes: u64) -> (Vec<Arc<MemDisk>>, Array) {
+/// A 3 + 1 hybrid-seq array of `stripes` 4 KiB chunks on memory members in a simulated
+/// environment, and the members.
+fn small_array(stripes: u64, env: &EnvRef) -> (Vec<Arc<MemDisk>>, Array) {
     let size = MetadataLayout::member_bytes_for(stripes, 4096 + 512);
     let d: Vec<Arc<MemDisk>> = (0..4)
         .map(|i| Arc::new(MemDisk::new(format!("m{i}"), size)))
         .collect();
     let refs: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
-    let cfg = ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes);
+    let cfg = ArrayConfig {
+        env: env.clone(),
+        ..ArrayConfig::new(3, 1, Scheme::HybridSeq, 4096, stripes)
+    };
     let a = Array::create(refs, &cfg, true, &mut |_, _| {}).unwrap();
     (d, a)
 }
@@ -152,7 +158,8 @@ fn small_array(stripes: u64) -> (Vec<Arc<MemDisk>>, Array) {
 #[test]
 fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
     let stripes = 16;
-    let (d, a) = small_array(stripes);
+    let env = SimEnv::shared(1);
+    let (d, a) = small_array(stripes, &env);
     let refs = || -> Vec<DiskRef> { d.iter().map(|x| x.clone() as DiskRef).collect() };
     // A first scrub, whose record a later one must supersede.
     scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
@@ -163,8 +170,12 @@ fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
     let mut b = [0u8; 1];
     d[1].read_at(other + 40, &mut b).unwrap();
     d[1].write_at(other + 40, &[b[0] ^ 1]).unwrap();
-    let a = Array::assemble(refs(), &AssembleOptions::default()).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let opts = AssembleOptions {
+        env: env.clone(),
+        ..AssembleOptions::default()
+    };
+    let a = Array::assemble(refs(), &opts).unwrap();
+    env.sleep(std::time::Duration::from_millis(1100));
     let s = scrub(
         &a,
         &ScrubOptions {
@@ -177,7 +188,7 @@ fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
     assert!(!s.metadata.is_empty(), "the damaged slot was found");
     let last = a.last_scrub().unwrap();
     assert!(last.finished && last.next_stripe == stripes);
-    // The sleep above puts a second between the two scrubs' starts.
+    // The (virtual) sleep above puts a second between the two scrubs' starts.
     assert!(
         last.started_unix > first.started_unix,
         "this scrub's record is the newest: {last:?} after {first:?}"
@@ -190,7 +201,7 @@ fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
 #[test]
 fn a_log_entry_damaged_everywhere_is_reported_cleared() {
     let stripes = 16;
-    let (d, a) = small_array(stripes);
+    let (d, a) = small_array(stripes, &SimEnv::shared(2));
     let refs = || -> Vec<DiskRef> { d.iter().map(|x| x.clone() as DiskRef).collect() };
     scrub(&a, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
     let log_at = a.superblock().layout.log_offset();

@@ -16,10 +16,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, FileDisk};
 use stripeguard_engine::{
-    read_superblock_of, unit_label, Array, ArrayConfig, AssembleOptions, EngineError,
-    APPENDIX_CACHE_ENTRIES,
+    clock_utc, read_superblock_of, unit_label, Array, ArrayConfig, AssembleOptions, EngineError,
+    RealEnv, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
 };
 use stripeguard_integrity::{
     CodeId, CrossCheck, Scheme, Superblock, SuperblockError, MAX_MEMBERS, SUPERBLOCK_BYTES,
@@ -110,6 +111,8 @@ impl CreateOnPaths {
             first_read_map_bytes: 1 << 20,
             cross_check: self.cross_check,
             write_journal: self.write_journal,
+            env: RealEnv::shared(),
+            local_locks: local_locks(),
         })
     }
 
@@ -230,9 +233,42 @@ pub fn assemble_paths_with(
     opts: &AssembleOptions,
 ) -> Result<Array, EngineError> {
     refuse_duplicate_paths(paths)?;
-    let array = Array::assemble(open_member_paths(paths, direct), opts)?;
+    let opts = AssembleOptions {
+        heartbeat: heartbeat_interval().unwrap_or(opts.heartbeat),
+        local_locks: opts.local_locks && local_locks(),
+        ..opts.clone()
+    };
+    let array = Array::assemble(open_member_paths(paths, direct), &opts)?;
     array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
     Ok(array)
+}
+
+/// The heartbeat interval `STRIPEGUARD_HEARTBEAT_MS` asks for (tests use a short one), bounded
+/// to `1..=MAX_HEARTBEAT_MS`; `None` when unset (the engine's default then).
+fn heartbeat_interval() -> Option<Duration> {
+    let ms = std::env::var("STRIPEGUARD_HEARTBEAT_MS")
+        .ok()?
+        .trim()
+        .parse::<u32>()
+        .ok()?;
+    Some(Duration::from_millis(u64::from(
+        ms.clamp(1, MAX_HEARTBEAT_MS),
+    )))
+}
+
+/// Whether members are locked with `flock`: not with `STRIPEGUARD_NO_LOCAL_LOCKS=1`, for
+/// filesystems whose locks do not cross hosts (FORMAT.md §2.2).
+fn local_locks() -> bool {
+    std::env::var_os("STRIPEGUARD_NO_LOCAL_LOCKS").is_none_or(|v| v != "1")
+}
+
+/// The time of day, UTC, `after` from now: when a wait that starts now ends.
+pub fn clock_utc_in(after: Duration) -> String {
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_add(after);
+    clock_utc(u64::try_from(at.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// One file or device named twice in a member list (the same path, or two names of one
