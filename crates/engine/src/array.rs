@@ -1,15 +1,19 @@
 //! Creating and assembling arrays; superblock maintenance.
 
+use crate::ckcache::{CkCache, CK_CACHE_TABLES};
 use crate::env::{Env, EnvRef, RealEnv};
 use crate::error::EngineError;
 use crate::events::Counters;
 use crate::events::Event;
 use crate::events::EventLog;
+use crate::heartbeat::{Beater, HEARTBEAT_MS};
+use crate::members::{MemberHealth, Members};
 use crate::num::usize_of;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use stripeguard_codes::ErasureCode;
 use stripeguard_disk::{AlignedBuf, DiskError, DiskRef, UnitMap};
+use stripeguard_format::Owner;
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{
     Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
@@ -133,25 +137,12 @@ impl Default for AssembleOptions {
         AssembleOptions {
             first_read_map_bytes: 64 << 20,
             writable: true,
-            heartbeat: std::time::Duration::from_millis(u64::from(crate::owner::HEARTBEAT_MS)),
+            heartbeat: std::time::Duration::from_millis(u64::from(HEARTBEAT_MS)),
             no_wait: false,
             env: RealEnv::shared(),
             local_locks: true,
         }
     }
-}
-
-/// A member's state.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct MemberHealth {
-    /// Index in the array.
-    pub index: usize,
-    /// Its name (path).
-    pub name: String,
-    /// `None` when healthy; otherwise why it is out of the array.
-    pub failed: Option<String>,
-    /// Superblock copies that were damaged or stale at assembly (and rewritten when writable).
-    pub superblock_copies_fixed: u8,
 }
 
 pub(crate) struct SeqState {
@@ -169,31 +160,6 @@ pub(crate) struct Meta {
     pub(crate) untrusted_listed: bool,
 }
 
-/// The members' handles. A slot changes only when `replace` puts a new device in it, which it
-/// does while the array serves I/O; everyone else takes a handle per access.
-pub(crate) struct Members(std::sync::RwLock<Vec<DiskRef>>);
-
-impl Members {
-    pub(crate) fn new(d: Vec<DiskRef>) -> Members {
-        Members(std::sync::RwLock::new(d))
-    }
-    /// Member `i`'s handle.
-    pub(crate) fn get(&self, i: usize) -> DiskRef {
-        self.0.read().expect("lock")[i].clone()
-    }
-    /// Every member's handle, as of now.
-    pub(crate) fn all(&self) -> Vec<DiskRef> {
-        self.0.read().expect("lock").clone()
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.0.read().expect("lock").len()
-    }
-    /// Put `d` in slot `i`.
-    pub(crate) fn set(&self, i: usize, d: DiskRef) {
-        self.0.write().expect("lock")[i] = d;
-    }
-}
-
 /// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
 /// appendices; a partial read of a unit whose appendix is cached is one I/O): the number
 /// [`Array::enable_appendix_cache`] is given by every caller that assembles an array to serve.
@@ -205,10 +171,8 @@ pub struct Array {
     pub(crate) geometry: Geometry,
     /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
     pub(crate) gran: Granularity,
-    /// Shared with the heartbeat thread (as are `failed` and `ownership`).
+    /// Shared with the heartbeat thread (as is `ownership`).
     pub(crate) members: Arc<Members>,
-    pub(crate) failed: Arc<Vec<AtomicBool>>,
-    pub(crate) health: Mutex<Vec<MemberHealth>>,
     pub(crate) code: Box<dyn ErasureCode>,
     pub(crate) planner: Mutex<Planner>,
     pub(crate) locks: Box<[Mutex<()>]>,
@@ -217,9 +181,9 @@ pub struct Array {
     pub(crate) intent: Mutex<crate::intent::Intent>,
     /// Listed untrusted blocks (FORMAT.md §2.7). Lock order: before `meta`.
     pub(crate) untrusted: crate::stripe_state::UntrustedSet,
-    pub(crate) ownership: Arc<Mutex<Option<crate::owner::Owner>>>,
+    pub(crate) ownership: Arc<Mutex<Option<Owner>>>,
     /// The owner record's heartbeat thread while this process holds the array.
-    pub(crate) beater: Mutex<Option<crate::owner::Beater>>,
+    pub(crate) beater: Mutex<Option<Beater>>,
     pub(crate) journal: Mutex<crate::journal::Journal>,
     /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
     pub(crate) stand_in: Mutex<Option<(u64, usize, AlignedBuf)>>,
@@ -246,7 +210,7 @@ pub struct Array {
     /// [`Array::enable_appendix_cache`].
     pub(crate) app_cache: Mutex<Option<AppendixCache>>,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
-    pub(crate) ck: Mutex<crate::ckchunk::CkCache>,
+    pub(crate) ck: Mutex<CkCache>,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
     /// device although the member still counts as out for reads: a stripe already rebuilt stays
     /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
@@ -586,20 +550,16 @@ impl Array {
             EnvRef::clone(&opts.env),
         )?;
         {
-            let mut health = array.health.lock().expect("lock");
             let mut meta = array.meta.lock().expect("lock");
             for (pos, why) in &unusable {
-                array.failed[*pos].store(true, Ordering::Relaxed);
-                health[*pos].failed = Some(why.clone());
+                array.members.take_out(*pos, why.clone());
                 let slot = &mut meta.table[*pos];
                 if slot.state == MemberState::Active {
                     // Current at the newest event count; it leaves now.
                     slot.state = MemberState::Missing;
                 }
             }
-            for (h, f) in health.iter_mut().zip(fixes) {
-                h.superblock_copies_fixed = f;
-            }
+            array.members.note_superblock_fixes(fixes);
         }
         let logged = array.event_log();
         array.events.lock().expect("lock").next_number = logged
@@ -638,16 +598,6 @@ impl Array {
             chunk_bytes: sb.chunk_bytes as u64,
             stripes: sb.stripes,
         };
-        let health = members
-            .iter()
-            .enumerate()
-            .map(|(index, d)| MemberHealth {
-                index,
-                name: d.name().to_string(),
-                failed: None,
-                superblock_copies_fixed: 0,
-            })
-            .collect();
         let io_pool = if members.iter().all(|d| d.prefers_parallel()) {
             env.io_pool(members.len().clamp(2, 64))
         } else {
@@ -658,8 +608,6 @@ impl Array {
             .with_local_parity(code.parity_is_byte_local());
         Ok(Array {
             gran,
-            failed: Arc::new(members.iter().map(|_| AtomicBool::new(false)).collect()),
-            health: Mutex::new(health),
             planner: Mutex::new(
                 Planner::new(geometry, sb.scheme, map_bytes).with_cross_check(sb.cross_check),
             ),
@@ -695,13 +643,11 @@ impl Array {
             io_pool,
             callers: std::sync::atomic::AtomicUsize::new(0),
             app_cache: Mutex::new(None),
-            ck: Mutex::new(crate::ckchunk::CkCache::new(
-                if sb.scheme.extra_members() > 0 {
-                    crate::ckchunk::CK_CACHE_TABLES
-                } else {
-                    0
-                },
-            )),
+            ck: Mutex::new(CkCache::new(if sb.scheme.extra_members() > 0 {
+                CK_CACHE_TABLES
+            } else {
+                0
+            })),
             rebuilding: Mutex::new(None),
             cancel: std::sync::atomic::AtomicBool::new(false),
             sb,
@@ -804,7 +750,7 @@ impl Array {
     }
     /// Members' state.
     pub fn health(&self) -> Vec<MemberHealth> {
-        self.health.lock().expect("lock").clone()
+        self.members.health()
     }
     /// Totals of what was found and repaired.
     pub fn counters(&self) -> Counters {
@@ -904,14 +850,14 @@ impl Array {
     }
 
     pub(crate) fn is_failed(&self, member: usize) -> bool {
-        self.failed[member].load(Ordering::Relaxed)
+        self.members.is_out(member)
     }
 
     /// Take a member out of the array after an I/O error that is not a bad sector. When the
     /// array is writable, the other members' superblocks record it as failed before this
     /// returns, so a member that missed writes is never taken for current (FORMAT.md §2.1).
     pub(crate) fn fail_member(&self, member: usize, why: &DiskError) -> Result<(), EngineError> {
-        if self.failed[member].load(Ordering::Relaxed) {
+        if self.members.is_out(member) {
             return self.check_survivable();
         }
         self.clear_appendix_cache();
@@ -925,7 +871,7 @@ impl Array {
 
     /// Set `member`'s failed flag, health, event and table entry; false if it was failed already.
     fn mark_failed(&self, member: usize, why: &DiskError, meta: &mut Meta) -> bool {
-        if self.failed[member].swap(true, Ordering::Relaxed) {
+        if !self.members.take_out(member, why.reason()) {
             return false;
         }
         let slot = &mut meta.table[member];
@@ -933,7 +879,6 @@ impl Array {
             slot.state = MemberState::Failed;
             slot.last_event = self.generation.load(Ordering::Relaxed);
         }
-        self.health.lock().expect("lock")[member].failed = Some(why.reason());
         self.events.lock().expect("lock").record(Event {
             stripe: 0,
             member,
@@ -948,12 +893,7 @@ impl Array {
 
     fn check_survivable(&self) -> Result<(), EngineError> {
         // The checksum member holds no data: without it reads go unverified, not lost.
-        let failed = self
-            .failed
-            .iter()
-            .take(self.geometry.n())
-            .filter(|f| f.load(Ordering::Relaxed))
-            .count();
+        let failed = self.members.out_among(self.geometry.n());
         if failed > self.geometry.m {
             return Err(EngineError::TooManyFailed {
                 failed,
@@ -1198,10 +1138,7 @@ impl Array {
         bytes: &[u8],
         flush: bool,
     ) -> Result<(), EngineError> {
-        let disks = self.members.all();
-        for (i, e) in
-            crate::slots::write_slot_on(&disks, &self.failed, offset, sequence, bytes, flush)
-        {
+        for (i, e) in self.members.write_slot(offset, sequence, bytes, flush) {
             self.fail_member(i, &e)?;
         }
         Ok(())

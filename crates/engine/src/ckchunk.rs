@@ -26,6 +26,7 @@
 //! resync does not visit.
 
 use crate::array::Array;
+use crate::ckcache::CkCache;
 use crate::error::EngineError;
 use crate::events::Event;
 use crate::events::EventAction;
@@ -37,25 +38,6 @@ use stripeguard_disk::AlignedBuf;
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{CkTable, Scheme};
 use stripeguard_plan::Extent;
-
-/// Tables the stripe cache keeps by default (`Array::set_checksum_cache`).
-pub const CK_CACHE_TABLES: usize = 4096;
-
-/// The most memory the stripe cache's tables may hold.
-const CK_CACHE_BYTES: usize = 16 << 20;
-
-/// The stripe cache: tables by stripe, with whether each is newer than the one on disk.
-pub(crate) struct CkCache {
-    lru: Option<lru::LruCache<u64, (CkTable, bool)>>,
-}
-
-impl CkCache {
-    pub(crate) fn new(tables: usize) -> CkCache {
-        CkCache {
-            lru: std::num::NonZeroUsize::new(tables).map(lru::LruCache::new),
-        }
-    }
-}
 
 /// What the repair found about one unit (position, kind, evidence, chunk bytes were right).
 type CkFinding = (usize, EventKind, String, bool);
@@ -84,7 +66,7 @@ impl Array {
         self.ck_write_back()?;
         let (blocks, _) = self.ck_shape();
         let per = 4 * self.geometry.n() * blocks + 64;
-        *self.ck.lock().expect("lock") = CkCache::new(tables.min(CK_CACHE_BYTES / per));
+        *self.ck.lock().expect("lock") = CkCache::bounded(tables, per);
         Ok(())
     }
 
@@ -116,10 +98,8 @@ impl Array {
     /// The table of `stripe`: the cached one, else read and checked (its CRC, its stripe, its
     /// array). `Ok(Err(why))`: there is no valid table (unreadable, torn, misdirected).
     pub(crate) fn ck_load(&self, stripe: u64) -> Result<Result<CkTable, String>, EngineError> {
-        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
-            if let Some((t, _)) = l.get(&stripe) {
-                return Ok(Ok(t.clone()));
-            }
+        if let Some(t) = self.ck.lock().expect("lock").get(stripe) {
+            return Ok(Ok(t));
         }
         let (_, tb) = self.ck_shape();
         let e = Extent {
@@ -150,21 +130,17 @@ impl Array {
     /// table is written at once.
     fn ck_cache_put(&self, stripe: u64, t: CkTable, dirty: bool) -> Result<(), EngineError> {
         let mut cache = self.ck.lock().expect("lock");
-        let Some(l) = cache.lru.as_mut() else {
+        if !cache.is_on() {
             drop(cache);
             return if dirty {
                 self.ck_write(stripe, &t)
             } else {
                 Ok(())
             };
-        };
-        // Keep a dirty entry dirty when a clean copy of the same table comes by.
-        let dirty = dirty || l.peek(&stripe).is_some_and(|(_, d)| *d);
-        if let Some((old_stripe, (old, true))) = l.push(stripe, (t, dirty)) {
-            if old_stripe != stripe {
-                // Written under the cache lock: no newer copy of it can be written meanwhile.
-                self.ck_write(old_stripe, &old)?;
-            }
+        }
+        if let Some((old_stripe, old)) = cache.put(stripe, t, dirty) {
+            // Written under the cache lock: no newer copy of it can be written meanwhile.
+            self.ck_write(old_stripe, &old)?;
         }
         Ok(())
     }
@@ -185,18 +161,14 @@ impl Array {
         whole: bool,
     ) -> Result<(), EngineError> {
         self.ck_write_as(stripe, t, whole)?;
-        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
-            l.put(stripe, (t.clone(), false));
-        }
+        self.ck.lock().expect("lock").put_clean(stripe, t.clone());
         Ok(())
     }
 
     /// `t` was written with its stripe's units (the write journal's write-through): cache
     /// it clean.
     pub(crate) fn ck_written(&self, stripe: u64, t: CkTable) {
-        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
-            l.put(stripe, (t, false));
-        }
+        self.ck.lock().expect("lock").put_clean(stripe, t);
     }
 
     fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
@@ -223,31 +195,15 @@ impl Array {
         if !self.is_ck() || !self.writable {
             return Ok(());
         }
-        let mut cache = self.ck.lock().expect("lock");
-        let Some(l) = cache.lru.as_mut() else {
-            return Ok(());
-        };
-        for (&s, (t, dirty)) in l.iter_mut() {
-            if *dirty {
-                self.ck_write(s, t)?;
-                *dirty = false;
-            }
-        }
-        Ok(())
+        self.ck
+            .lock()
+            .expect("lock")
+            .write_back(|s, t| self.ck_write(s, t))
     }
 
     /// Forget every cached table (a member failed or was replaced: they are re-read).
     pub(crate) fn ck_clear_clean(&self) {
-        if let Some(l) = self.ck.lock().expect("lock").lru.as_mut() {
-            let clean: Vec<u64> = l
-                .iter()
-                .filter(|(_, (_, d))| !*d)
-                .map(|(s, _)| *s)
-                .collect();
-            for s in clean {
-                l.pop(&s);
-            }
-        }
+        self.ck.lock().expect("lock").clear_clean();
     }
 
     /// For a repair: the table of `stripe` and whether the checksum member's unit needs
@@ -261,13 +217,7 @@ impl Array {
     ) -> Result<(Result<CkTable, String>, bool, bool), EngineError> {
         let (blocks, tb) = self.ck_shape();
         let c = usize_of(self.geometry.chunk_bytes);
-        let cached = self
-            .ck
-            .lock()
-            .expect("lock")
-            .lru
-            .as_mut()
-            .and_then(|l| l.peek(&stripe).cloned());
+        let cached = self.ck.lock().expect("lock").peek(stripe);
         let whole = Extent {
             lo: 0,
             hi: c as u64,

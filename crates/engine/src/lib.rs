@@ -16,34 +16,41 @@
 #![warn(clippy::unwrap_used)]
 
 mod array;
+mod checkpoint;
+mod ckcache;
 mod ckchunk;
 mod env;
 mod error;
 mod events;
 mod evlog;
+mod heartbeat;
 mod intent;
 mod io;
 mod journal;
+mod members;
 mod metacheck;
 mod num;
 mod owner;
 mod rebuild;
 mod repair;
+mod resync;
 mod scrub;
-mod slots;
 mod stripe_state;
 mod untrusted;
 
 pub use array::{
-    member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions, MemberHealth,
+    member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions,
     APPENDIX_CACHE_ENTRIES,
 };
-pub use ckchunk::CK_CACHE_TABLES;
+pub use ckcache::CK_CACHE_TABLES;
 pub use env::{Env, EnvRef, Host, RealEnv, SimEnv};
 pub use error::EngineError;
 pub use events::{unit_label, Counters, Event, EventAction, EventKind, EventRole};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
+pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
+pub use members::MemberHealth;
 pub use metacheck::MetadataFinding;
-pub use owner::{clock_utc, Owner, HEARTBEAT_MS, MAX_HEARTBEAT_MS};
+pub use owner::clock_utc;
 pub use rebuild::ReplaceSummary;
 pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};
+pub use stripeguard_format::Owner;

@@ -134,7 +134,7 @@ impl Array {
                                 self.write_slot(
                                     OWNER_RECORD_OFFSET,
                                     o.sequence,
-                                    &crate::owner::slot_bytes(o),
+                                    &crate::heartbeat::slot_bytes(o),
                                     true,
                                 )?;
                             }
@@ -147,7 +147,7 @@ impl Array {
                             self.write_slot(
                                 CHECKPOINT_OFFSET,
                                 c.sequence,
-                                &crate::scrub::checkpoint_bytes(&c),
+                                &crate::checkpoint::checkpoint_bytes(&c),
                                 false,
                             )?;
                         }

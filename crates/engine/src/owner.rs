@@ -7,16 +7,9 @@
 use crate::array::Array;
 use crate::env::{unix_millis, EnvRef};
 use crate::error::EngineError;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use stripeguard_integrity::OWNER_RECORD_OFFSET;
-
-/// Milliseconds between heartbeats of a holder.
-pub const HEARTBEAT_MS: u32 = 5000;
-/// The longest heartbeat interval a reader honours (FORMAT.md §2.2): a record naming a longer
-/// one (or none) is judged as if it named this, so no record can make an assembler wait more
-/// than two of these.
-pub const MAX_HEARTBEAT_MS: u32 = 60_000;
 
 /// The interval a reader judges a record by: the one it names, bounded to
 /// `1..=MAX_HEARTBEAT_MS`.
@@ -24,15 +17,8 @@ pub(crate) fn honoured_interval_ms(named: u32) -> u64 {
     named.clamp(1, MAX_HEARTBEAT_MS) as u64
 }
 
-use stripeguard_format::owner::OWNER_SLOT_BYTES as SLOT_BYTES;
-pub use stripeguard_format::Owner;
-use stripeguard_format::{Newest, Record};
-
-/// One encoded slot of `o`.
-pub(crate) fn slot_bytes(o: &Owner) -> Vec<u8> {
-    o.to_copy(SLOT_BYTES)
-        .expect("an owner record fits its slot")
-}
+use crate::heartbeat::{slot_bytes, Beater, MAX_HEARTBEAT_MS, SLOT_BYTES};
+use stripeguard_format::{Newest, Owner};
 
 /// Holder ids of the arrays this process has assembled and not yet dropped: a record naming this
 /// process is live only if its id is here (an array dropped without `close` is a crash).
@@ -173,7 +159,12 @@ impl Array {
         LIVE.lock().expect("lock").push(o.holder_id);
         let every = Duration::from_millis(o.interval_ms as u64);
         *self.ownership.lock().expect("lock") = Some(o);
-        *self.beater.lock().expect("lock") = Some(Beater::start(self, every));
+        *self.beater.lock().expect("lock") = Some(Beater::start(
+            Arc::clone(&self.ownership),
+            Arc::clone(&self.members),
+            EnvRef::clone(self.env_ref()),
+            every,
+        ));
         Ok(())
     }
 
@@ -204,69 +195,6 @@ impl Array {
     }
 }
 
-/// The holder's heartbeat: a thread of its own that rewrites the owner record every interval
-/// while the array is held, whatever the command does meanwhile (a `read`, a `replace` that
-/// runs for hours, a holder whose control socket could not bind). It stops when the array is
-/// closed or dropped.
-pub(crate) struct Beater {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Beater {
-    fn start(array: &Array, every: Duration) -> Beater {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (flag, ownership, members, failed, env) = (
-            stop.clone(),
-            array.ownership.clone(),
-            array.members.clone(),
-            array.failed.clone(),
-            EnvRef::clone(array.env_ref()),
-        );
-        let thread = std::thread::Builder::new()
-            .name("sg-heartbeat".into())
-            .spawn(move || {
-                let (lock, cv) = &*flag;
-                let mut stopped = lock.lock().expect("lock");
-                loop {
-                    stopped = cv
-                        .wait_timeout_while(stopped, every, |s| !*s)
-                        .expect("lock")
-                        .0;
-                    if *stopped {
-                        return;
-                    }
-                    let mut mine = ownership.lock().expect("lock");
-                    let Some(o) = mine.as_mut() else { return };
-                    o.sequence += 1;
-                    o.heartbeat_ms = unix_millis(env.as_ref());
-                    // A member whose write fails here is left to the holder's own I/O to take
-                    // out (this thread cannot update the member table); the others still beat.
-                    let _ = crate::slots::write_slot_on(
-                        &members.all(),
-                        &failed,
-                        OWNER_RECORD_OFFSET,
-                        o.sequence,
-                        &slot_bytes(o),
-                        true,
-                    );
-                }
-            })
-            .ok();
-        Beater { stop, thread }
-    }
-
-    /// Stop the thread and wait for it (at most the beat it is writing).
-    fn stop(mut self) {
-        let (lock, cv) = &*self.stop;
-        *lock.lock().expect("lock") = true;
-        cv.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A span of milliseconds in words.
 fn span(ms: u64) -> String {
     match ms {
@@ -287,6 +215,7 @@ pub fn clock_utc(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stripeguard_format::Record;
 
     #[test]
     fn records_round_trip_and_flips_are_rejected() {

@@ -7,11 +7,12 @@
 //! interrupted replace resumes onto the same device.
 
 use crate::array::Array;
+use crate::checkpoint::{CHECKPOINT_EVERY, SLOT_BYTES};
 use crate::error::EngineError;
 use crate::num::usize_of;
-use crate::scrub::{Checkpoint, CHECKPOINT_EVERY, SLOT_BYTES};
 use std::sync::atomic::Ordering;
 use stripeguard_disk::DiskRef;
+use stripeguard_format::Checkpoint;
 use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
 
 /// What a replace did.
@@ -245,7 +246,6 @@ impl Array {
         // device back from an earlier failure may hold one): a later resync must not replay it.
         self.clear_journal_of(member)?;
         self.clear_appendix_cache();
-        self.health.lock().expect("lock")[member].name = target.name().to_string();
         let save = |a: &Array, ck: &mut Checkpoint| -> Result<(), EngineError> {
             ck.sequence += 1;
             // The target carries the same record: its id is how a resume recognises it. It is
@@ -255,7 +255,7 @@ impl Array {
             let slot = stripeguard_format::slot_offset(ck.sequence, SLOT_BYTES);
             target.write_at(
                 CHECKPOINT_OFFSET + slot,
-                &crate::scrub::checkpoint_bytes(ck),
+                &crate::checkpoint::checkpoint_bytes(ck),
             )?;
             target.flush()?;
             a.write_checkpoint(ck)?;
@@ -330,8 +330,7 @@ impl Array {
         self.write_untrusted_to(&target)?;
 
         // The new member is current from here on.
-        self.failed[member].store(false, Ordering::Relaxed);
-        self.health.lock().expect("lock")[member].failed = None;
+        self.members.put_back(member);
         {
             let mut meta = self.meta.lock().expect("lock");
             meta.table[member].state = MemberState::Active;

@@ -1,0 +1,374 @@
+//! The write-intent life cycle and resync (FORMAT.md §2.4): a write claims its region
+//! ([`Array::intent_begin`]: the bit durable before its first unit write), a flush makes every
+//! completed write durable and clears the idle regions, and after an unclean shutdown the
+//! first writable assembly replays the journal and makes every stripe of every dirty region
+//! consistent ([`Array::resync`]), settling what the redundancy cannot decide. The record's
+//! state is [`Intent`]; this file writes it to the members.
+
+use crate::array::Array;
+use crate::error::EngineError;
+use crate::events::EventAction;
+use crate::intent::{Durable, InFlight, Intent};
+use crate::num::usize_of;
+use crate::repair::Interrupted;
+use stripeguard_checksum::crc32c;
+use stripeguard_codes::Located;
+use stripeguard_disk::AlignedBuf;
+use stripeguard_format::EventKind;
+use stripeguard_format::IntentRecord;
+use stripeguard_integrity::{MirrorKind, Scheme, INTENT_RECORD_OFFSET};
+
+impl Array {
+    /// Claim `stripe`'s region for a write: its bit is durable on every member before this
+    /// returns.
+    pub(crate) fn intent_begin(&self, stripe: u64) -> Result<InFlight<'_>, EngineError> {
+        let (region, persisted) = {
+            let mut i = self.intent.lock().expect("lock");
+            let (region, newly) = i.claim(stripe);
+            let persisted = if newly {
+                self.persist_intent(&mut i)
+            } else {
+                Ok(())
+            };
+            (region, persisted)
+        };
+        // The claim ends when this is dropped, also when the record could not be written.
+        let claim = InFlight::new(&self.intent, region);
+        persisted?;
+        Ok(claim)
+    }
+
+    /// Benchmarks only: run without the write-intent record (a crash then leaves stripes that
+    /// no resync will visit). Measures what the record costs.
+    #[doc(hidden)]
+    pub fn disable_write_intent_for_benchmark(&self) {
+        self.intent.lock().expect("lock").disable();
+    }
+
+    /// Array data one bit of the write-intent record covers, in stripes.
+    pub fn intent_region_stripes(&self) -> u64 {
+        self.intent.lock().expect("lock").stripes_per_bit()
+    }
+
+    /// Make every completed write durable, then clear the bits of regions that are settled and
+    /// idle: nothing in flight and no write completed since the flush before this one (clearing
+    /// a bit that the next write sets again costs two record writes for nothing; md also clears
+    /// lazily).
+    pub fn flush(&self) -> Result<(), EngineError> {
+        self.flush_and_clear(false)
+    }
+
+    /// [`Array::flush`]; with `all` (closing: nothing can be in flight), clear every bit.
+    pub(crate) fn flush_and_clear(&self, all: bool) -> Result<(), EngineError> {
+        let epoch = self.intent.lock().expect("lock").next_epoch();
+        let idle = self.idle_journal_slots();
+        self.save_events()?;
+        self.flush_members()?;
+        if !self.writable {
+            return Ok(());
+        }
+        self.free_journal_slots(idle)?;
+        if all {
+            // Closing: the next run's sequence starts again from 1, so no record of this one
+            // may survive (a freeing has no flush of its own).
+            self.flush_members()?;
+        }
+        // Listed blocks that writes replaced come off only now that those writes are durable.
+        self.settle_untrusted_after_flush()?;
+        // While a member is out, no bit is cleared: the set bits are then the regions written
+        // since it left, which is what a re-add of that member rebuilds (md's write-intent
+        // bitmap keeps its bits for a missing member the same way).
+        if self.members.any_out() {
+            return Ok(());
+        }
+        let mut i = self.intent.lock().expect("lock");
+        if i.clear_idle(epoch, all) {
+            self.persist_intent(&mut i)?;
+        }
+        Ok(())
+    }
+
+    /// Write the record to every current member (the copy the newest is not in) and flush.
+    pub(crate) fn persist_intent(&self, i: &mut Intent) -> Result<(), EngineError> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
+        // Empty with every member in: every member holds every write made so far, so a member
+        // that leaves later and comes back needs at least this event count to be re-added.
+        let every_member_in = !self.members.any_out();
+        let (at, bytes) = i.next_copy(generation, every_member_in);
+        let at = INTENT_RECORD_OFFSET + at;
+        // Every member at once: a record update waits for one write and one flush.
+        self.each_member(None, |_, d| d.write_at(at, &bytes).and_then(|()| d.flush()))
+    }
+
+    /// Continue the record from the newest copy on the members ([`Intent::take_over`]).
+    pub(crate) fn load_intent_sequence(&self) {
+        let found = self.read_intent();
+        let degraded = self.members.any_out();
+        self.intent
+            .lock()
+            .expect("lock")
+            .take_over(&found, degraded);
+    }
+
+    /// The stripes of the regions whose bits are set now (in this process's record, which holds
+    /// every bit of the record on the members and the ones set since).
+    pub(crate) fn intent_stripes(&self) -> Vec<u64> {
+        self.intent
+            .lock()
+            .expect("lock")
+            .stripes(self.geometry.stripes)
+    }
+
+    /// The event count at which the record was last empty with every member in (0: never
+    /// known): a returning member below it cannot be re-added (FORMAT.md §2.4).
+    pub(crate) fn intent_cleared_at(&self) -> u64 {
+        self.intent.lock().expect("lock").cleared_at()
+    }
+
+    /// The newest record on any current member.
+    fn read_intent(&self) -> Durable {
+        let copy = self.intent.lock().expect("lock").copy_bytes();
+        Durable::from_newest(
+            self.newest_record::<IntentRecord>(INTENT_RECORD_OFFSET, copy, |_| true),
+        )
+    }
+
+    /// The stripes a resync would visit: those of the dirty regions when the array was not
+    /// closed cleanly, else none.
+    pub fn awaiting_resync(&self) -> Vec<u64> {
+        if !self.was_unclean() {
+            return vec![];
+        }
+        self.dirty_stripes()
+    }
+
+    fn dirty_stripes(&self) -> Vec<u64> {
+        self.read_intent().stripes(self.geometry.stripes)
+    }
+
+    /// After an unclean shutdown: make every stripe of every dirty region consistent, then
+    /// clear the record. Returns the number of stripes resynced.
+    pub(crate) fn resync(&self) -> Result<u64, EngineError> {
+        // First the stripes whose missing chunk a degraded write saved: their parity may no
+        // longer match it, so it is rebuilt from the saved copy, not from the parity.
+        let touched = self.replay_journal()?;
+        // Every stripe of the dirty regions, and every stripe a record named (a record is
+        // only written inside a dirty region; one outside is checked all the same).
+        let mut list = self.dirty_stripes();
+        list.extend(touched.keys().copied());
+        list.sort_unstable();
+        list.dedup();
+        for &s in &list {
+            // With the write journal every write in flight is named: what else is wrong in
+            // the stripe is silent corruption.
+            let cause = match touched.get(&s) {
+                Some(mask) => Interrupted::Only(mask),
+                None if self.sb.write_journal => Interrupted::Only(&[]),
+                None => Interrupted::Unknown,
+            };
+            self.resync_stripe(s, cause)?;
+        }
+        // Only now: a crash during the resync replays the journal again.
+        self.clear_journal()?;
+        {
+            let mut i = self.intent.lock().expect("lock");
+            // With a member out the bits stay: they are what its re-add must rebuild.
+            if !self.members.any_out() {
+                i.clear_all();
+            }
+            self.flush_members()?;
+            // Both copies: the one the crash was writing may be torn, which is the crash's
+            // doing, not damage for a later check to find.
+            self.persist_intent(&mut i)?;
+            self.persist_intent(&mut i)?;
+        }
+        self.events.lock().expect("lock").counters.resynced += list.len() as u64;
+        Ok(list.len() as u64)
+    }
+
+    /// Make one stripe consistent after a crash (FORMAT.md §2.4).
+    fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
+        let _guard = self.locks[usize_of(stripe) % self.locks.len()]
+            .lock()
+            .expect("lock");
+        if self.sb.scheme == Scheme::None {
+            return self.recompute_parity(stripe, "resync: parity recomputed from the data");
+        }
+        // Checksum-chunk: the table and the parity decide (a unit that disagrees with the table
+        // is rolled back from the parity; a table behind data that the parity agrees with is
+        // recomputed); what they cannot decide is settled like every scheme below.
+        match self.repair_stripe_as(stripe, &[], cause) {
+            Ok(_) => Ok(()),
+            // A stripe no interrupted write touched is not the crash's to settle: it stays
+            // unrecoverable, as a read would find it (counted and logged by the diagnosis).
+            Err(EngineError::Unrecoverable { .. }) if !cause.settles() => Ok(()),
+            // Degraded and undecidable, or no room to list what it cannot verify: the stripe
+            // stays unreadable (reads say so); the rest of the array must still come up.
+            Err(EngineError::Unrecoverable { .. }) => self.settle(stripe),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Re-encode the parity of `stripe` from its data units as they are and write it.
+    fn recompute_parity(&self, stripe: u64, evidence: &str) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let all: Vec<usize> = (0..g.n()).collect();
+        let units = self.read_units(stripe, &all)?;
+        if units[..g.k].iter().any(|u| u.is_none()) {
+            // A data unit is unreadable: the parity is all that knows it; leave it.
+            return Ok(());
+        }
+        let c = usize_of(g.chunk_bytes);
+        let chunks: Vec<&[u8]> = units[..g.k]
+            .iter()
+            .map(|u| &u.as_ref().expect("read")[..c])
+            .collect();
+        if units.iter().all(|u| u.is_some()) {
+            let every: Vec<&[u8]> = units
+                .iter()
+                .map(|u| &u.as_ref().expect("read")[..c])
+                .collect();
+            if matches!(self.code.locate(&every, &[]), Ok(Located::Consistent)) {
+                return Ok(());
+            }
+        }
+        let mut parity: Vec<Vec<u8>> = (0..g.m).map(|_| vec![0u8; c]).collect();
+        let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+        self.code.encode(&chunks, &mut views)?;
+        let writes: Vec<(usize, u64, &[u8])> = parity
+            .iter()
+            .enumerate()
+            .map(|(j, p)| (g.k + j, 0, &p[..]))
+            .collect();
+        self.write_units(stripe, &writes)?;
+        self.record_resync(stripe, EventKind::Resync, evidence.to_string());
+        Ok(())
+    }
+
+    /// A stripe the votes cannot decide: keep every data unit as it is on disk, give each the
+    /// truth of its own bytes, recompute the parity, seal and write everything.
+    fn settle(&self, stripe: u64) -> Result<(), EngineError> {
+        self.settle_or_report(
+            stripe,
+            None,
+            EventKind::ResyncSettled,
+            "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed",
+        )
+    }
+
+    /// [`Array::settle_with`]; a stripe it cannot settle (an unreadable data unit, no room to
+    /// list what fails its checks) stays as it is, reported: the rest of the array comes up.
+    pub(crate) fn settle_or_report(
+        &self,
+        stripe: u64,
+        known: Option<(usize, &[u8])>,
+        kind: EventKind,
+        evidence: &str,
+    ) -> Result<(), EngineError> {
+        match self.settle_with(stripe, known, kind, evidence) {
+            Err(EngineError::Unrecoverable { reason, .. }) => {
+                self.record_resync(stripe, EventKind::ResyncUnrecoverable, reason);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// [`Array::settle`], with data position `known.0`'s unit taken from `known.1` instead of
+    /// the disk (a missing member's chunk saved in the journal before a degraded write).
+    pub(crate) fn settle_with(
+        &self,
+        stripe: u64,
+        known: Option<(usize, &[u8])>,
+        kind: EventKind,
+        evidence: &str,
+    ) -> Result<(), EngineError> {
+        let g = self.geometry;
+        let (k, c) = (g.k, usize_of(g.chunk_bytes));
+        let all: Vec<usize> = (0..g.n()).collect();
+        let mut units = self.read_units(stripe, &all)?;
+        if let Some((pos, bytes)) = known {
+            let mut u = self.unit_buf();
+            u.copy_from_slice(bytes);
+            units[pos] = Some(u);
+        }
+        if units[..k].iter().any(|u| u.is_none()) {
+            return Err(EngineError::Unrecoverable {
+                stripe,
+                reason: "resync cannot settle a stripe with an unreadable data unit".into(),
+            });
+        }
+        let mut units: Vec<AlignedBuf> = units
+            .into_iter()
+            .map(|u| u.unwrap_or_else(|| self.unit_buf()))
+            .collect();
+        // Every block that fails its own check is listed untrusted, durably, before the seal
+        // below would make it pass (FORMAT.md §2.7): it then reads refused, never as good.
+        if self.sb.scheme != Scheme::None {
+            let ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
+            if !self.list_untrusted(&ranges, evidence)? {
+                self.recycle(units);
+                return Err(EngineError::Unrecoverable {
+                    stripe,
+                    reason: format!(
+                        "{} range(s) of its data fail their checks and the stripe-state record has no room to list them (FORMAT.md §2.7): not settled, the stripe stays as the crash left it",
+                        ranges.len()
+                    ),
+                });
+            }
+        }
+        let tags: Vec<u64> = match self.sb.scheme.mirror() {
+            Some(MirrorKind::Checksum) => {
+                units[..k].iter().map(|u| crc32c(&u[..c]) as u64).collect()
+            }
+            Some(MirrorKind::Version) => {
+                let seq = self.next_sequence()?;
+                vec![seq; k]
+            }
+            None => vec![0; k],
+        };
+        let (data, parity) = units.split_at_mut(k);
+        let chunks: Vec<&[u8]> = data.iter().map(|u| &u[..c]).collect();
+        let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+        self.code.encode(&chunks, &mut views)?;
+        if self.sb.scheme.has_appendix() {
+            for (pos, u) in units.iter_mut().enumerate() {
+                let (chunk, sector) = u.split_at_mut(c);
+                self.seal(stripe, pos, &tags, chunk, sector);
+            }
+        }
+        let writes: Vec<(usize, u64, &[u8])> = units
+            .iter()
+            .enumerate()
+            .map(|(p, u)| (p, 0, &u[..]))
+            .collect();
+        self.write_units(stripe, &writes)?;
+        if self.is_ck() {
+            let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
+            let t = self.ck_table_of(stripe, &views);
+            self.ck_write_now(stripe, &t, false)?;
+        }
+        for i in 0..k {
+            let id = g.data_chunk_id(stripe, i);
+            self.planner
+                .lock()
+                .expect("lock")
+                .map_mut()
+                .mark_written(id);
+        }
+        self.record_resync(stripe, kind, evidence.to_string());
+        Ok(())
+    }
+
+    pub(crate) fn record_resync(&self, stripe: u64, kind: EventKind, evidence: String) {
+        self.events
+            .lock()
+            .expect("lock")
+            .record(crate::repair::stripe_event(
+                stripe,
+                kind,
+                evidence,
+                EventAction::Resynced,
+            ));
+    }
+}
