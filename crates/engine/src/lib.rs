@@ -27,6 +27,7 @@ mod heartbeat;
 mod intent;
 mod io;
 mod journal;
+mod journaling;
 mod members;
 mod metacheck;
 mod num;
