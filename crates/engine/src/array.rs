@@ -167,58 +167,58 @@ pub const APPENDIX_CACHE_ENTRIES: usize = 16384;
 
 /// An assembled array.
 pub struct Array {
-    pub(crate) sb: Superblock,
-    pub(crate) geometry: Geometry,
+    sb: Superblock,
+    geometry: Geometry,
     /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
-    pub(crate) gran: Granularity,
+    gran: Granularity,
     /// Shared with the heartbeat thread (as is `ownership`).
-    pub(crate) members: Arc<Members>,
-    pub(crate) code: Box<dyn ErasureCode>,
-    pub(crate) planner: Mutex<Planner>,
-    pub(crate) locks: Box<[Mutex<()>]>,
-    pub(crate) seq: Mutex<SeqState>,
-    pub(crate) meta: Mutex<Meta>,
-    pub(crate) intent: Mutex<crate::intent::Intent>,
+    members: Arc<Members>,
+    code: Box<dyn ErasureCode>,
+    planner: Mutex<Planner>,
+    locks: Box<[Mutex<()>]>,
+    seq: Mutex<SeqState>,
+    meta: Mutex<Meta>,
+    intent: Mutex<crate::intent::Intent>,
     /// Listed untrusted blocks (FORMAT.md §2.7). Lock order: before `meta`.
-    pub(crate) untrusted: crate::stripe_state::UntrustedSet,
-    pub(crate) ownership: Arc<Mutex<Option<Owner>>>,
+    untrusted: crate::stripe_state::UntrustedSet,
+    ownership: Arc<Mutex<Option<Owner>>>,
     /// The owner record's heartbeat thread while this process holds the array.
-    pub(crate) beater: Mutex<Option<Beater>>,
-    pub(crate) journal: Mutex<crate::journal::Journal>,
+    beater: Mutex<Option<Beater>>,
+    journal: Mutex<crate::journal::Journal>,
     /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
-    pub(crate) stand_in: Mutex<Option<(u64, usize, AlignedBuf)>>,
-    pub(crate) events: Mutex<EventLog>,
-    pub(crate) writable: bool,
-    pub(crate) generation: std::sync::atomic::AtomicU64,
+    stand_in: Mutex<Option<(u64, usize, AlignedBuf)>>,
+    events: Mutex<EventLog>,
+    writable: bool,
+    generation: std::sync::atomic::AtomicU64,
     /// Recycled unit buffers: allocating a fresh chunk-sized buffer per I/O makes the allocator
     /// map and unmap pages on every request (measured: hybrid1 full-stripe writes at 0.13x of
     /// none instead of 0.66x).
-    pub(crate) pool: Mutex<Vec<AlignedBuf>>,
+    pool: Mutex<Vec<AlignedBuf>>,
     /// Alignment of unit buffers: the largest any member needs for direct I/O.
-    pub(crate) mem_align: usize,
+    mem_align: usize,
     /// Issue the units of one piece from several threads (every member is a file or device):
     /// a fixed pool of one thread per member, made once (a thread spawned per unit cost more
     /// than a 4 KiB direct I/O).
-    pub(crate) io_pool: Option<rayon::ThreadPool>,
+    io_pool: Option<rayon::ThreadPool>,
     /// User requests in progress. The pool overlaps one request's member I/O; with several
     /// callers at once (a queue depth above 1) they already overlap, and the pool's hand-offs
     /// and idle spinning cost more than they save (measured: docs/PERFORMANCE.md), so each
     /// caller then issues its I/O itself.
-    pub(crate) callers: std::sync::atomic::AtomicUsize,
+    callers: std::sync::atomic::AtomicUsize,
     /// Appendices this process verified or wrote, by (stripe, position): a read whose appendix
     /// is here reads only its blocks (FORMAT.md §2.9.1, "appendix cache"). Off (`None`) until
     /// [`Array::enable_appendix_cache`].
-    pub(crate) app_cache: Mutex<Option<AppendixCache>>,
+    app_cache: Mutex<Option<AppendixCache>>,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
-    pub(crate) ck: Mutex<CkCache>,
+    ck: Mutex<CkCache>,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
     /// device although the member still counts as out for reads: a stripe already rebuilt stays
     /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
     /// write too). So a replace can run while the array serves writes.
     /// (member, the stripe the replace itself is writing, whose unit it writes once itself).
-    pub(crate) rebuilding: Mutex<Option<(usize, Option<u64>)>>,
+    rebuilding: Mutex<Option<(usize, Option<u64>)>>,
     /// Asks a running replace to stop at its next stripe (it resumes when run again).
-    pub(crate) cancel: std::sync::atomic::AtomicBool,
+    cancel: std::sync::atomic::AtomicBool,
     /// The clock, randomness and host (given at create or assembly).
     env: EnvRef,
 }
@@ -697,6 +697,91 @@ impl Array {
                 c.pop(&(stripe, p));
             }
         }
+    }
+
+    /// The superblock as this process keeps it (member index 0's view).
+    pub(crate) fn sb(&self) -> &Superblock {
+        &self.sb
+    }
+
+    pub(crate) fn gran(&self) -> &Granularity {
+        &self.gran
+    }
+
+    pub(crate) fn members(&self) -> &Arc<Members> {
+        &self.members
+    }
+
+    pub(crate) fn code(&self) -> &dyn ErasureCode {
+        self.code.as_ref()
+    }
+
+    pub(crate) fn planner(&self) -> &Mutex<Planner> {
+        &self.planner
+    }
+
+    pub(crate) fn locks(&self) -> &[Mutex<()>] {
+        &self.locks
+    }
+
+    pub(crate) fn meta(&self) -> &Mutex<Meta> {
+        &self.meta
+    }
+
+    pub(crate) fn intent(&self) -> &Mutex<crate::intent::Intent> {
+        &self.intent
+    }
+
+    pub(crate) fn untrusted_set(&self) -> &crate::stripe_state::UntrustedSet {
+        &self.untrusted
+    }
+
+    pub(crate) fn ownership(&self) -> &Arc<Mutex<Option<Owner>>> {
+        &self.ownership
+    }
+
+    pub(crate) fn beater(&self) -> &Mutex<Option<Beater>> {
+        &self.beater
+    }
+
+    pub(crate) fn journal(&self) -> &Mutex<crate::journal::Journal> {
+        &self.journal
+    }
+
+    pub(crate) fn stand_in(&self) -> &Mutex<Option<(u64, usize, AlignedBuf)>> {
+        &self.stand_in
+    }
+
+    pub(crate) fn log(&self) -> &Mutex<EventLog> {
+        &self.events
+    }
+
+    pub(crate) fn generation(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.generation
+    }
+
+    pub(crate) fn mem_align(&self) -> usize {
+        self.mem_align
+    }
+
+    pub(crate) fn io_pool(&self) -> &Option<rayon::ThreadPool> {
+        &self.io_pool
+    }
+
+    pub(crate) fn callers(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.callers
+    }
+
+    pub(crate) fn ck(&self) -> &Mutex<CkCache> {
+        &self.ck
+    }
+
+    pub(crate) fn rebuilding(&self) -> &Mutex<Option<(usize, Option<u64>)>> {
+        &self.rebuilding
+    }
+
+    pub(crate) fn cancel(&self) -> &std::sync::atomic::AtomicBool {
+        &self.cancel
     }
 
     /// The environment the array was given.

@@ -44,19 +44,19 @@ type CkFinding = (usize, EventKind, String, bool);
 
 impl Array {
     pub(crate) fn is_ck(&self) -> bool {
-        self.sb.scheme == Scheme::ChecksumChunk
+        self.sb().scheme == Scheme::ChecksumChunk
     }
 
     /// The stripe position of the table (the checksum member).
     pub(crate) fn ck_pos(&self) -> usize {
-        self.geometry.n()
+        self.geometry().n()
     }
 
     /// Blocks per unit, and the table's bytes as read and written.
     pub(crate) fn ck_shape(&self) -> (usize, usize) {
-        let b = usize_of(self.gran.block);
-        let blocks = usize_of(self.geometry.chunk_bytes) / b;
-        let t = stripeguard_integrity::ck_table_bytes(self.geometry.n(), self.sb.chunk_bytes);
+        let b = usize_of(self.gran().block);
+        let blocks = usize_of(self.geometry().chunk_bytes) / b;
+        let t = stripeguard_integrity::ck_table_bytes(self.geometry().n(), self.sb().chunk_bytes);
         (blocks, t)
     }
 
@@ -65,18 +65,18 @@ impl Array {
     pub fn set_checksum_cache(&self, tables: usize) -> Result<(), EngineError> {
         self.ck_write_back()?;
         let (blocks, _) = self.ck_shape();
-        let per = 4 * self.geometry.n() * blocks + 64;
-        *self.ck.lock().expect("lock") = CkCache::bounded(tables, per);
+        let per = 4 * self.geometry().n() * blocks + 64;
+        *self.ck().lock().expect("lock") = CkCache::bounded(tables, per);
         Ok(())
     }
 
     /// The table of `stripe` for a zero-filled stripe or from whole units.
     pub(crate) fn ck_table_of(&self, stripe: u64, units: &[&[u8]]) -> CkTable {
         let (blocks, _) = self.ck_shape();
-        let b = usize_of(self.gran.block);
-        let mut t = CkTable::new(stripe, self.sb.array_uuid, self.geometry.n(), blocks);
+        let b = usize_of(self.gran().block);
+        let mut t = CkTable::new(stripe, self.sb().array_uuid, self.geometry().n(), blocks);
         for (u, bytes) in units.iter().enumerate() {
-            t.set_blocks(u, 0, &bytes[..usize_of(self.geometry.chunk_bytes)], b);
+            t.set_blocks(u, 0, &bytes[..usize_of(self.geometry().chunk_bytes)], b);
         }
         t
     }
@@ -84,7 +84,13 @@ impl Array {
     /// Decode `stripe`'s table from its bytes on the checksum member.
     fn ck_decode(&self, b: &[u8], stripe: u64) -> Result<CkTable, stripeguard_integrity::CkError> {
         let (blocks, _) = self.ck_shape();
-        CkTable::decode(b, stripe, &self.sb.array_uuid, self.geometry.n(), blocks)
+        CkTable::decode(
+            b,
+            stripe,
+            &self.sb().array_uuid,
+            self.geometry().n(),
+            blocks,
+        )
     }
 
     /// Encode `t` into a buffer of the table's `T` bytes (a unit buffer: aligned).
@@ -98,7 +104,7 @@ impl Array {
     /// The table of `stripe`: the cached one, else read and checked (its CRC, its stripe, its
     /// array). `Ok(Err(why))`: there is no valid table (unreadable, torn, misdirected).
     pub(crate) fn ck_load(&self, stripe: u64) -> Result<Result<CkTable, String>, EngineError> {
-        if let Some(t) = self.ck.lock().expect("lock").get(stripe) {
+        if let Some(t) = self.ck().lock().expect("lock").get(stripe) {
             return Ok(Ok(t));
         }
         let (_, tb) = self.ck_shape();
@@ -129,7 +135,7 @@ impl Array {
     /// Put `t` in the cache (writing back a dirty table it evicts); without a cache, a dirty
     /// table is written at once.
     fn ck_cache_put(&self, stripe: u64, t: CkTable, dirty: bool) -> Result<(), EngineError> {
-        let mut cache = self.ck.lock().expect("lock");
+        let mut cache = self.ck().lock().expect("lock");
         if !cache.is_on() {
             drop(cache);
             return if dirty {
@@ -161,14 +167,14 @@ impl Array {
         whole: bool,
     ) -> Result<(), EngineError> {
         self.ck_write_as(stripe, t, whole)?;
-        self.ck.lock().expect("lock").put_clean(stripe, t.clone());
+        self.ck().lock().expect("lock").put_clean(stripe, t.clone());
         Ok(())
     }
 
     /// `t` was written with its stripe's units (the write journal's write-through): cache
     /// it clean.
     pub(crate) fn ck_written(&self, stripe: u64, t: CkTable) {
-        self.ck.lock().expect("lock").put_clean(stripe, t);
+        self.ck().lock().expect("lock").put_clean(stripe, t);
     }
 
     fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
@@ -179,7 +185,7 @@ impl Array {
         let (_, tb) = self.ck_shape();
         let mut buf = self.ck_encode(t);
         let len = if whole {
-            let c = usize_of(self.geometry.chunk_bytes);
+            let c = usize_of(self.geometry().chunk_bytes);
             buf[tb..c].fill(0);
             c
         } else {
@@ -192,10 +198,10 @@ impl Array {
 
     /// Write every dirty table (before a flush of the members).
     pub(crate) fn ck_write_back(&self) -> Result<(), EngineError> {
-        if !self.is_ck() || !self.writable {
+        if !self.is_ck() || !self.is_writable() {
             return Ok(());
         }
-        self.ck
+        self.ck()
             .lock()
             .expect("lock")
             .write_back(|s, t| self.ck_write(s, t))
@@ -203,7 +209,7 @@ impl Array {
 
     /// Forget every cached table (a member failed or was replaced: they are re-read).
     pub(crate) fn ck_clear_clean(&self) {
-        self.ck.lock().expect("lock").clear_clean();
+        self.ck().lock().expect("lock").clear_clean();
     }
 
     /// For a repair: the table of `stripe` and whether the checksum member's unit needs
@@ -216,8 +222,8 @@ impl Array {
         stripe: u64,
     ) -> Result<(Result<CkTable, String>, bool, bool), EngineError> {
         let (blocks, tb) = self.ck_shape();
-        let c = usize_of(self.geometry.chunk_bytes);
-        let cached = self.ck.lock().expect("lock").peek(stripe);
+        let c = usize_of(self.geometry().chunk_bytes);
+        let cached = self.ck().lock().expect("lock").peek(stripe);
         let whole = Extent {
             lo: 0,
             hi: c as u64,
@@ -240,7 +246,7 @@ impl Array {
             });
         };
         // Everything after the table's own bytes is zero (its padding to `T` included).
-        let used = stripeguard_integrity::cktable::used_bytes(self.geometry.n(), blocks);
+        let used = stripeguard_integrity::cktable::used_bytes(self.geometry().n(), blocks);
         let tail_bad = buf[used..c].iter().any(|&x| x != 0);
         let disk = self.ck_decode(&buf[..tb], stripe);
         self.recycle([buf]);
@@ -268,14 +274,14 @@ impl Array {
         read: &[(usize, Extent)],
         units: &[Option<AlignedBuf>],
     ) -> Vec<(usize, EventKind, String)> {
-        let b = usize_of(self.gran.block);
+        let b = usize_of(self.gran().block);
         let mut out = Vec::new();
         for &(pos, e) in read {
             let Some(u) = &units[pos] else { continue };
             if e.hi <= e.lo {
                 continue;
             }
-            let (first, _) = e.blocks(&self.gran);
+            let (first, _) = e.blocks(self.gran());
             let bad = t.mismatches(pos, first, &u[usize_of(e.lo)..usize_of(e.hi)], b);
             if !bad.is_empty() {
                 out.push((
@@ -295,10 +301,10 @@ impl Array {
         suspects: &[(usize, EventKind, String)],
         cause: Interrupted<'_>,
     ) -> Result<Image, EngineError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let (k, m, n) = (g.k, g.m, g.n());
         let c = usize_of(g.chunk_bytes);
-        let b = usize_of(self.gran.block);
+        let b = usize_of(self.gran().block);
         let all: Vec<usize> = (0..n).collect();
         let units = self.read_units(stripe, &all)?;
         let (table, disk_bad, dirty) = self.ck_load_whole(stripe)?;
@@ -327,14 +333,14 @@ impl Array {
         let consistent = |full: &[AlignedBuf], skip: &[usize]| -> Result<Located, EngineError> {
             let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
             Ok(self
-                .code
+                .code()
                 .locate(&chunks, skip)
                 .unwrap_or(Located::Bad(Vec::new())))
         };
         let rebuild = |full: &mut Vec<AlignedBuf>, bad: &[usize]| -> Result<(), EngineError> {
             if !bad.is_empty() {
                 let mut views: Vec<&mut [u8]> = full.iter_mut().map(|u| &mut u[..c]).collect();
-                self.code.reconstruct(&mut views, bad)?;
+                self.code().reconstruct(&mut views, bad)?;
             }
             Ok(())
         };
@@ -390,7 +396,7 @@ impl Array {
                         if wrong.is_empty() && erased.len() < m {
                             if let Located::Bad(_) = consistent(&full, &erased)? {
                                 if !cause.settles() {
-                                    let mut ev = self.events.lock().expect("lock");
+                                    let mut ev = self.log().lock().expect("lock");
                                     ev.counters.detected += 1;
                                     ev.record(stripe_event(
                                         stripe,
@@ -542,20 +548,20 @@ impl Array {
                 .iter()
                 .any(|f| self.counts_as_news(stripe, f, cause))
         {
-            self.events.lock().expect("lock").counters.detected += 1;
+            self.log().lock().expect("lock").counters.detected += 1;
         }
         // Write back what was wrong, then the table.
         for &(pos, _, _, _) in &findings {
-            if pos < n && self.writable {
+            if pos < n && self.is_writable() {
                 self.write_unit(stripe, pos, 0, &full[pos][..c])?;
             }
         }
-        if rewrite_table && self.writable {
+        if rewrite_table && self.is_writable() {
             self.ck_write_now(stripe, &table, true)?;
         }
         for p in (0..k).filter(|p| findings.iter().any(|f| f.0 == *p)) {
             let id = g.data_chunk_id(stripe, p);
-            self.planner
+            self.planner()
                 .lock()
                 .expect("lock")
                 .map_mut()
@@ -590,7 +596,7 @@ impl Array {
         findings: Vec<CkFinding>,
         cause: Interrupted<'_>,
     ) {
-        let g = self.geometry;
+        let g = self.geometry();
         let role = |pos: usize| {
             if pos < g.k {
                 EventRole::Data
@@ -600,7 +606,7 @@ impl Array {
                 EventRole::Checksum
             }
         };
-        let mut ev = self.events.lock().expect("lock");
+        let mut ev = self.log().lock().expect("lock");
         // A unit suspected because the table was wrong is innocent: the finding is the table's.
         let table_at_fault = findings.iter().any(|f| f.0 == g.n());
         for (pos, kind, evidence) in suspects {
@@ -630,7 +636,7 @@ impl Array {
                     format!("{kind}: {evidence} (left by the interrupted write)"),
                     EventAction::Resynced,
                 )
-            } else if !self.writable {
+            } else if !self.is_writable() {
                 (kind, evidence, EventAction::FoundReadOnly)
             } else if self.is_failed(member) {
                 (kind, evidence, EventAction::RebuiltDegraded)

@@ -90,20 +90,20 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
 impl Array {
     /// Append the events recorded since the last save to every current member's log.
     pub(crate) fn save_events(&self) -> Result<(), EngineError> {
-        if !self.writable {
+        if !self.is_writable() {
             return Ok(());
         }
         let unsaved: Vec<(u64, u64, Event)> =
-            std::mem::take(&mut self.events.lock().expect("lock").unsaved);
+            std::mem::take(&mut self.log().lock().expect("lock").unsaved);
         if unsaved.is_empty() {
             return Ok(());
         }
-        let (at, len) = (self.sb.layout.log_offset(), self.sb.layout.log_bytes);
+        let (at, len) = (self.sb().layout.log_offset(), self.sb().layout.log_bytes);
         let capacity = len / ENTRY_BYTES as u64;
         for (number, time, e) in &unsaved {
             let bytes = encode(*number, *time, e);
             let off = at + (number % capacity) * ENTRY_BYTES as u64;
-            for (i, d) in self.members.all().iter().enumerate() {
+            for (i, d) in self.members().all().iter().enumerate() {
                 if self.is_failed(i) {
                     continue;
                 }
@@ -118,14 +118,14 @@ impl Array {
     /// The durable event log as the current members hold it.
     pub fn event_log(&self) -> LogRead {
         let current: Vec<DiskRef> = self
-            .members
+            .members()
             .all()
             .iter()
             .enumerate()
             .filter(|(i, _)| !self.is_failed(*i))
             .map(|(_, d)| d.clone())
             .collect();
-        read_log(&current, &self.sb)
+        read_log(&current, self.sb())
     }
 }
 

@@ -47,7 +47,7 @@ impl Array {
         len: u64,
         mut f: impl FnMut(u64, u64, u64, usize) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
-        let sd = self.geometry.stripe_data_bytes();
+        let sd = self.geometry().stripe_data_bytes();
         let mut pos = offset;
         let end = offset + len;
         while pos < end {
@@ -61,7 +61,7 @@ impl Array {
 
     fn plan_one(&self, op: Op, offset: u64, len: u64) -> PiecePlan {
         let mut out = None;
-        self.planner
+        self.planner()
             .lock()
             .expect("lock")
             .plan(op, offset, len, |p| out = Some(p.clone()));
@@ -74,14 +74,14 @@ impl Array {
         self.check_range(offset, buf.len() as u64)?;
         let _caller = Caller::enter(self);
         self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
-            let _guard = self.locks[usize_of(stripe) % self.locks.len()]
+            let _guard = self.locks()[usize_of(stripe) % self.locks().len()]
                 .lock()
                 .expect("lock");
             // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
             self.refuse_untrusted_read(stripe, off, len)?;
             let plan = self.plan_one(Op::Read, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
-            let c = self.geometry.chunk_bytes;
+            let c = self.geometry().chunk_bytes;
             let mut o = at;
             for i in plan.first..=plan.last {
                 let (lo, hi) = plan.chunk_range(i, c);
@@ -96,7 +96,7 @@ impl Array {
 
     /// Write `data` at array byte `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
-        if !self.writable {
+        if !self.is_writable() {
             return Err(EngineError::Config(
                 "the array was assembled read-only".into(),
             ));
@@ -108,7 +108,7 @@ impl Array {
             pieces.push((stripe, off, len, at));
             Ok(())
         })?;
-        if !self.sb.write_journal {
+        if !self.sb().write_journal {
             return pieces
                 .chunks(1)
                 .try_for_each(|piece| self.write_batch(piece, data));
@@ -117,15 +117,18 @@ impl Array {
         // slots hold, each batch's records written and flushed in one round (one flush a batch,
         // not one a stripe). Slots a piece takes: one per unit it writes (its chunks, the
         // parity, a buddy's appendix or the checksum table), one per missing chunk it saves.
-        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
-        let (k, m) = (self.geometry.k, self.geometry.m);
+        let (sd, c) = (
+            self.geometry().stripe_data_bytes(),
+            self.geometry().chunk_bytes,
+        );
+        let (k, m) = (self.geometry().k, self.geometry().m);
         let slots_for = |&(stripe, off, len, _): &(u64, u64, u64, usize)| {
             let missing = (0..k)
                 .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
                 .count();
             usize_of((off + len - 1) % sd / c - off % sd / c + 1) + m + 1 + missing
         };
-        let slots = self.sb.journal_slots as usize;
+        let slots = self.sb().journal_slots as usize;
         let mut rest = &pieces[..];
         while !rest.is_empty() {
             // A piece takes at most 2n <= slots: every batch takes at least one.
@@ -155,13 +158,13 @@ impl Array {
     ) -> Result<(), EngineError> {
         let mut locks: Vec<usize> = batch
             .iter()
-            .map(|p| usize_of(p.0) % self.locks.len())
+            .map(|p| usize_of(p.0) % self.locks().len())
             .collect();
         locks.sort_unstable();
         locks.dedup();
         let _guards: Vec<_> = locks
             .iter()
-            .map(|&l| self.locks[l].lock().expect("lock"))
+            .map(|&l| self.locks()[l].lock().expect("lock"))
             .collect();
         self.write_batch_locked(batch, data)
     }
@@ -208,7 +211,7 @@ impl Array {
             ready.push(self.unverified_on_error(plan.stripe, prepared)?);
         }
         // Every in-place I/O of the batch is durable in the journal before any is issued.
-        let journaled = if self.sb.write_journal {
+        let journaled = if self.sb().write_journal {
             let writes: Vec<(u64, crate::journal::UnitWrites<'_>)> =
                 ready.iter().map(|r| (r.stripe, r.writes(self))).collect();
             self.journal_writes(&writes)?
@@ -228,7 +231,7 @@ impl Array {
     /// Whether `plan` writes every byte of its stripe (a full-stripe plan may also be one whose
     /// first and last chunks are written in part, with merge reads).
     fn writes_whole_stripe(&self, plan: &PiecePlan) -> bool {
-        let (k, c) = (self.geometry.k, self.geometry.chunk_bytes);
+        let (k, c) = (self.geometry().k, self.geometry().chunk_bytes);
         plan.mode == Some(Mode::FullStripe)
             && plan.first == 0
             && plan.last + 1 == k
@@ -245,9 +248,9 @@ impl Array {
         r: Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         if r.is_err() {
-            let mut planner = self.planner.lock().expect("lock");
-            for i in 0..self.geometry.k {
-                let id = self.geometry.data_chunk_id(stripe, i);
+            let mut planner = self.planner().lock().expect("lock");
+            for i in 0..self.geometry().k {
+                let id = self.geometry().data_chunk_id(stripe, i);
                 planner.map_mut().mark_written(id);
             }
         }
@@ -257,15 +260,15 @@ impl Array {
     /// Read the plan's extents and check them; on any failed check or erasure, repair the
     /// stripe and take the units whole from the repaired image.
     fn gather(&self, plan: &PiecePlan) -> Result<Units, EngineError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let n = g.n();
         let c = usize_of(g.chunk_bytes);
-        let scheme = self.sb.scheme;
+        let scheme = self.sb().scheme;
         let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let mut erased = vec![false; n];
         let mut wanted: Vec<(usize, Extent)> = Vec::with_capacity(plan.reads.len());
         for io in &plan.reads {
-            let e = plan.extent(io, &self.gran);
+            let e = plan.extent(io, self.gran());
             match wanted.iter_mut().find(|w| w.0 == io.pos) {
                 Some(w) => w.1 = union(w.1, e),
                 None => wanted.push((io.pos, e)),
@@ -275,7 +278,7 @@ impl Array {
         // its blocks are checked against the cached table (see `Array::enable_appendix_cache`).
         let mut cached: Vec<Option<std::sync::Arc<[u8]>>> = (0..n).map(|_| None).collect();
         for (pos, e) in wanted.iter_mut() {
-            if e.appendix && !e.is_whole(&self.gran) {
+            if e.appendix && !e.is_whole(self.gran()) {
                 if let Some(a) = self.cached_appendix(plan.stripe, *pos) {
                     cached[*pos] = Some(a);
                     e.appendix = false;
@@ -303,7 +306,7 @@ impl Array {
                     _ if erased[p] => UnitView::Erased,
                     (Some(b), Some(app)) => UnitView::Partial {
                         chunk: &b[..c],
-                        blocks: e.blocks(&self.gran),
+                        blocks: e.blocks(self.gran()),
                         appendix: app,
                     },
                     (None, Some(app)) => UnitView::Partial {
@@ -314,13 +317,13 @@ impl Array {
                     // Nothing to read (cannot happen with today's plans; say so rather than
                     // call it an erasure).
                     (None, None) => UnitView::NotRead,
-                    (Some(b), None) if e.is_whole(&self.gran) || !e.appendix => UnitView::Read {
+                    (Some(b), None) if e.is_whole(self.gran()) || !e.appendix => UnitView::Read {
                         chunk: &b[..c],
                         appendix: &b[c..],
                     },
                     (Some(b), None) => UnitView::Partial {
                         chunk: &b[..c],
-                        blocks: e.blocks(&self.gran),
+                        blocks: e.blocks(self.gran()),
                         appendix: &b[c..],
                     },
                 };
@@ -410,11 +413,11 @@ impl Array {
         mut have: Units,
         data: &'d [u8],
     ) -> Result<Prepared<'d>, EngineError> {
-        let g = self.geometry;
-        let gran = self.gran;
+        let g = self.geometry();
+        let gran = self.gran();
         let (k, m) = (g.k, g.m);
         let c = usize_of(g.chunk_bytes);
-        let scheme = self.sb.scheme;
+        let scheme = self.sb().scheme;
         let mode = plan.mode.expect("planned");
         let (first, last) = (plan.first, plan.last);
         debug_assert!(!have.erased.iter().any(|&e| e));
@@ -454,7 +457,7 @@ impl Array {
                 pos: i,
                 purpose: Purpose::User,
             };
-            let e = plan.extent(&io, &gran);
+            let e = plan.extent(&io, gran);
             let (lo, hi) = plan.chunk_range(i, c as u64);
             let (lo, hi) = (usize_of(lo), usize_of(hi));
             let (wlo, whi) = (usize_of(e.lo), usize_of(e.hi));
@@ -463,7 +466,7 @@ impl Array {
             // it, which a copy makes possible and is cheaper than a second I/O).
             if gran.appendix == 0
                 && (lo, hi) == (0, c)
-                && (data[at..].as_ptr() as usize).is_multiple_of(self.mem_align)
+                && (data[at..].as_ptr() as usize).is_multiple_of(self.mem_align())
             {
                 new.push(NewChunk {
                     buf: None,
@@ -498,7 +501,7 @@ impl Array {
             } else if self.block_bytes_of(i) == 0 {
                 stripeguard_checksum::crc32c(&u[..c])
             } else {
-                let b = self.sb.block_bytes() as usize;
+                let b = self.sb().block_bytes() as usize;
                 let old = have.appendices.get(i).and_then(|a| a.as_ref());
                 match old {
                     Some(a) if !(wlo == 0 && whi == c) => {
@@ -548,7 +551,7 @@ impl Array {
                 pos: k,
                 purpose: Purpose::Parity,
             },
-            &gran,
+            gran,
         );
         let (hlo, hhi) = (usize_of(parity_extent.lo), usize_of(parity_extent.hi));
         match mode {
@@ -568,7 +571,7 @@ impl Array {
                         }];
                         let mut views: Vec<&mut [u8]> =
                             parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
-                        self.code.update(&change, &mut views)?;
+                        self.code().update(&change, &mut views)?;
                     }
                 } else {
                     // An array code's diagonals mix rows: whole chunks.
@@ -582,7 +585,7 @@ impl Array {
                         .collect();
                     let mut views: Vec<&mut [u8]> =
                         parity.iter_mut().map(|p| &mut p[..c]).collect();
-                    self.code.update(&changes, &mut views)?;
+                    self.code().update(&changes, &mut views)?;
                 }
             }
             _ => {
@@ -599,19 +602,19 @@ impl Array {
                     })
                     .collect();
                 let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
-                self.code.encode(&datas, &mut views)?;
+                self.code().encode(&datas, &mut views)?;
             }
         }
 
         // Parity metadata, the buddy's copy, then the writes.
         let mut buddy: Option<(usize, AlignedBuf)> = None;
         if mirror.is_some() {
-            let b = self.sb.block_bytes() as usize;
+            let b = self.sb().block_bytes() as usize;
             for (j, p) in parity.iter_mut().enumerate() {
                 let mut a = self.appendix(plan.stripe, k + j, &tags);
                 let old = have.appendices.get(k + j).and_then(|a| a.as_ref());
                 match old {
-                    Some(o) if !parity_extent.is_whole(&gran) => {
+                    Some(o) if !parity_extent.is_whole(gran) => {
                         a.blocks = o.blocks.clone();
                         for t in (hlo / b)..(hhi / b) {
                             a.blocks[t] = stripeguard_checksum::crc32c(&p[t * b..(t + 1) * b]);
@@ -645,7 +648,7 @@ impl Array {
         // Checksum-chunk arrays: the table's entries of every block written.
         let fresh = (self.is_ck() && self.writes_whole_stripe(plan)).then(|| {
             let blocks = usize_of(g.chunk_bytes) / usize_of(gran.block);
-            stripeguard_integrity::CkTable::new(plan.stripe, self.sb.array_uuid, g.n(), blocks)
+            stripeguard_integrity::CkTable::new(plan.stripe, self.sb().array_uuid, g.n(), blocks)
         });
         let mut ck_new = match have.ck.take().or(fresh) {
             Some(mut t) if self.is_ck() => {
@@ -668,12 +671,15 @@ impl Array {
             parity,
             parity_extent,
             buddy,
-            ck_bytes: ck_new.as_mut().filter(|_| self.sb.write_journal).map(|t| {
-                // With the write journal the table is an in-place I/O of the write like
-                // the parity (journaled, then written through), not a dirty cache entry.
-                t.writes = t.writes.wrapping_add(1);
-                self.ck_encode(t)
-            }),
+            ck_bytes: ck_new
+                .as_mut()
+                .filter(|_| self.sb().write_journal)
+                .map(|t| {
+                    // With the write journal the table is an in-place I/O of the write like
+                    // the parity (journaled, then written through), not a dirty cache entry.
+                    t.writes = t.writes.wrapping_add(1);
+                    self.ck_encode(t)
+                }),
             ck_new,
             old: have.units,
         })
@@ -681,7 +687,7 @@ impl Array {
 
     /// Put a [`Array::prepare_write`] in place.
     fn commit_write(&self, ready: Prepared<'_>) -> Result<(), EngineError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let c = usize_of(g.chunk_bytes);
         let stripe = ready.stripe;
         self.write_units(stripe, &ready.writes(self))?;
@@ -703,7 +709,7 @@ impl Array {
             (Some(t), None) => self.ck_store(stripe, t)?,
             _ => {}
         }
-        if self.sb.scheme.mirror().is_some() {
+        if self.sb().scheme.mirror().is_some() {
             let live = |pos: usize| !self.is_failed(g.member_of(stripe, pos));
             for (i, n) in (first..).zip(new.iter()) {
                 if let (Some(b), true) = (&n.buf, live(i)) {
@@ -752,19 +758,19 @@ pub(crate) struct Prepared<'d> {
 impl Prepared<'_> {
     /// Every in-place I/O: (position, byte within the unit, bytes).
     pub(crate) fn writes(&self, a: &Array) -> crate::journal::UnitWrites<'_> {
-        let c = usize_of(a.geometry.chunk_bytes);
-        let k = a.geometry.k;
+        let c = usize_of(a.geometry().chunk_bytes);
+        let k = a.geometry().k;
         let mut writes: Vec<(usize, u64, &[u8])> = Vec::new();
         if let Some((pos, bytes)) = &self.buddy {
             writes.push((*pos, c as u64, &bytes[c..]));
         }
         for (i, n) in (self.first..).zip(&self.new) {
-            for (o, len) in n.e.ios(&a.gran) {
+            for (o, len) in n.e.ios(a.gran()) {
                 writes.push((i, o, &n.bytes()[usize_of(o)..usize_of(o + len)]));
             }
         }
         for (j, p) in self.parity.iter().enumerate() {
-            for (o, len) in self.parity_extent.ios(&a.gran) {
+            for (o, len) in self.parity_extent.ios(a.gran()) {
                 writes.push((k + j, o, &p[usize_of(o)..usize_of(o + len)]));
             }
         }
@@ -802,7 +808,8 @@ struct Caller<'a>(&'a Array);
 
 impl<'a> Caller<'a> {
     fn enter(a: &'a Array) -> Self {
-        a.callers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        a.callers()
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Caller(a)
     }
 }
@@ -810,7 +817,7 @@ impl<'a> Caller<'a> {
 impl Drop for Caller<'_> {
     fn drop(&mut self) {
         self.0
-            .callers
+            .callers()
             .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
@@ -834,23 +841,23 @@ impl Array {
     /// Read every unit of `stripe`, diagnose with every unit voting, and repair what is wrong
     /// (the scrub of one stripe). Returns the number of units found wrong.
     pub fn scrub_stripe(&self, stripe: u64) -> Result<u64, EngineError> {
-        if stripe >= self.geometry.stripes {
+        if stripe >= self.geometry().stripes {
             return Err(EngineError::OutOfRange {
                 offset: stripe,
                 len: 1,
-                capacity: self.geometry.stripes,
+                capacity: self.geometry().stripes,
             });
         }
-        let _guard = self.locks[usize_of(stripe) % self.locks.len()]
+        let _guard = self.locks()[usize_of(stripe) % self.locks().len()]
             .lock()
             .expect("lock");
         let before = self.counters().located;
-        if self.writable {
+        if self.is_writable() {
             self.verify_untrusted_again(stripe)?;
         }
         self.repair_stripe(stripe, &[])?;
         // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.7).
-        if let Some(e) = self.untrusted.of_stripe(stripe).first() {
+        if let Some(e) = self.untrusted_set().of_stripe(stripe).first() {
             return Err(EngineError::Unrecoverable {
                 stripe,
                 reason: crate::untrusted::untrusted_reason(e),

@@ -20,11 +20,11 @@ impl Array {
     /// write hole is then open, and a torn chunk may mix old and new blocks).
     #[doc(hidden)]
     pub fn disable_degraded_journal_for_campaign(&self) {
-        self.journal.lock().expect("lock").disable();
+        self.journal().lock().expect("lock").disable();
     }
 
     fn journal_slot_offset(&self, slot: usize) -> u64 {
-        self.sb.journal_offset() + slot as u64 * self.sb.journal_slot_bytes()
+        self.sb().journal_offset() + slot as u64 * self.sb().journal_slot_bytes()
     }
 
     /// Take a free slot for each of `wanted` (stripe, kind, position), all at once (a writer
@@ -38,14 +38,14 @@ impl Array {
         // Other writers' slots free as they finish; a bound keeps a shape the slots cannot hold
         // (a member failed while a batch was being put together) from flushing forever.
         for _ in 0..10_000 {
-            if let Some(taken) = self.journal.lock().expect("lock").try_take(wanted) {
+            if let Some(taken) = self.journal().lock().expect("lock").try_take(wanted) {
                 return Ok(taken);
             }
             self.flush()?;
         }
         Err(EngineError::Config(format!(
             "the write journal's {} slots stayed full: {count} were needed at once",
-            self.sb.journal_slots
+            self.sb().journal_slots
         )))
     }
 
@@ -53,15 +53,15 @@ impl Array {
     /// empty) and flush those members: every copy at once, then every flush at once, so the
     /// records are durable after about one write and one flush.
     fn put_records(&self, records: &[(usize, Record, Vec<usize>)]) -> Result<(), EngineError> {
-        let event = self.generation.load(std::sync::atomic::Ordering::Relaxed);
-        let n = self.members.len();
+        let event = self.generation().load(std::sync::atomic::Ordering::Relaxed);
+        let n = self.members().len();
         let on = |members: &Vec<usize>, m: usize| members.is_empty() || members.contains(&m);
         let mut jobs: Vec<(usize, SlotWrite)> = Vec::new();
         {
-            let mut j = self.journal.lock().expect("lock");
+            let mut j = self.journal().lock().expect("lock");
             for (slot, record, members) in records {
                 j.set_copies(*slot, members.clone());
-                let bytes = record.encode(event, self.sb.array_uuid);
+                let bytes = record.encode(event, self.sb().array_uuid);
                 let at = self.journal_slot_offset(*slot);
                 let bytes = std::sync::Arc::new(bytes);
                 for m in (0..n).filter(|&m| on(members, m)) {
@@ -79,7 +79,7 @@ impl Array {
     /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
     /// Caller holds the stripe lock.
     pub(crate) fn save_missing(&self, stripe: u64) -> Result<Option<Saved<'_>>, EngineError> {
-        let g = self.geometry;
+        let g = self.geometry();
         // Every missing data chunk, even one the write overwrites whole: if the write is cut
         // short, the chunk then reads back as its old contents (an unflushed write may be lost,
         // never garbled), where without the saved copy the stripe could not be decided at all.
@@ -87,19 +87,19 @@ impl Array {
             .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
             .collect();
         if missing.is_empty()
-            || self.sb.journal_slots == 0
-            || self.journal.lock().expect("lock").is_disabled()
+            || self.sb().journal_slots == 0
+            || self.journal().lock().expect("lock").is_disabled()
         {
             return Ok(None);
         }
-        if missing.len() > self.sb.journal_slots as usize {
-            self.events.lock().expect("lock").record(crate::repair::stripe_event(
+        if missing.len() > self.sb().journal_slots as usize {
+            self.log().lock().expect("lock").record(crate::repair::stripe_event(
                 stripe,
                 EventKind::JournalTooSmall,
                 format!(
                     "{} data chunks of this stripe are missing but the journal has {} slots: written without it (a crash during this write may lose them)",
                     missing.len(),
-                    self.sb.journal_slots
+                    self.sb().journal_slots
                 ),
                 crate::events::EventAction::Notice,
             ));
@@ -109,7 +109,7 @@ impl Array {
         let image = self.repair_stripe(stripe, &[])?;
         let wanted: Vec<(u64, u8, usize)> = missing.iter().map(|&p| (stripe, SAVED, p)).collect();
         let taken = self.take_slots(&wanted)?;
-        let saved = Saved::new(&self.journal, &taken);
+        let saved = Saved::new(self.journal(), &taken);
         let records: Vec<(usize, Record, Vec<usize>)> = taken
             .iter()
             .zip(&missing)
@@ -141,11 +141,11 @@ impl Array {
         &self,
         batch: &[(u64, UnitWrites<'_>)],
     ) -> Result<Option<Saved<'_>>, EngineError> {
-        if !self.sb.write_journal || self.journal.lock().expect("lock").is_disabled() {
+        if !self.sb().write_journal || self.journal().lock().expect("lock").is_disabled() {
             return Ok(None);
         }
-        let g = self.geometry;
-        let n = self.members.len();
+        let g = self.geometry();
+        let n = self.members().len();
         // A record per unit (more when a unit has more than MAX_EXTENTS pieces); sequences
         // are given when the slots are taken.
         let mut records: Vec<Record> = Vec::new();
@@ -191,7 +191,7 @@ impl Array {
             .map(|r| (r.stripe, UNIT_WRITES, r.pos))
             .collect();
         let taken = self.take_slots(&wanted)?;
-        let saved = Saved::new(&self.journal, &taken);
+        let saved = Saved::new(self.journal(), &taken);
         let group = (taken[0].1, slots_u32(taken.len()));
         let records: Vec<(usize, Record, Vec<usize>)> = records
             .into_iter()
@@ -217,7 +217,7 @@ impl Array {
     /// The slots a flush beginning now may free: their writes are done, so the flush makes
     /// them durable. (Taken before the flush: a write that ends during it is not yet durable.)
     pub(crate) fn idle_journal_slots(&self) -> Vec<(usize, u64)> {
-        self.journal.lock().expect("lock").idle()
+        self.journal().lock().expect("lock").idle()
     }
 
     /// After a flush: free `idle` ([`Array::idle_journal_slots`] from before it), zeroing
@@ -227,12 +227,12 @@ impl Array {
     /// is the chunk *before* its write: replayed after the write was flushed it would undo it,
     /// so its zeroing is flushed before the flush that freed it returns.
     pub(crate) fn free_journal_slots(&self, idle: Vec<(usize, u64)>) -> Result<(), EngineError> {
-        let (freed, undo) = self.journal.lock().expect("lock").start_freeing(idle);
+        let (freed, undo) = self.journal().lock().expect("lock").start_freeing(idle);
         if freed.is_empty() {
             return Ok(());
         }
         let zeros = vec![0u8; HEADER];
-        let jobs: Vec<(usize, u64)> = (0..self.members.len())
+        let jobs: Vec<(usize, u64)> = (0..self.members().len())
             .flat_map(|m| {
                 freed
                     .iter()
@@ -242,7 +242,7 @@ impl Array {
             .collect();
         let zeroed = self.member_jobs(&jobs, |_, d, &at| d.write_at(at, &zeros));
         // Free even when a member failed: its zeroing no longer matters.
-        self.journal
+        self.journal()
             .lock()
             .expect("lock")
             .free(freed.iter().map(|(s, _)| *s));
@@ -257,8 +257,8 @@ impl Array {
     /// are not records of this array's last run).
     pub(crate) fn clear_journal_of(&self, member: usize) -> Result<(), EngineError> {
         let zeros = vec![0u8; HEADER];
-        let d = self.members.get(member);
-        for s in 0..self.sb.journal_slots as usize {
+        let d = self.members().get(member);
+        for s in 0..self.sb().journal_slots as usize {
             d.write_at(self.journal_slot_offset(s), &zeros)?;
         }
         Ok(())
@@ -267,31 +267,31 @@ impl Array {
     /// Every valid record on any current member: saved chunks by (stripe, position), the newest
     /// of each; unit writes of whole rounds, in the order they were written.
     fn read_journal(&self) -> (BTreeMap<(u64, usize), Record>, Vec<Record>) {
-        let slot_bytes = usize_of(self.sb.journal_slot_bytes());
+        let slot_bytes = usize_of(self.sb().journal_slot_bytes());
         let unit = usize_of(self.unit_bytes());
-        let g = self.geometry;
+        let g = self.geometry();
         let mut saved: BTreeMap<(u64, usize), Record> = BTreeMap::new();
         let mut redo: BTreeMap<u64, Record> = BTreeMap::new();
         let mut b = vec![0u8; slot_bytes];
-        for (m, d) in self.members.all().iter().enumerate() {
+        for (m, d) in self.members().all().iter().enumerate() {
             if self.is_failed(m) {
                 continue;
             }
-            for s in 0..self.sb.journal_slots as usize {
+            for s in 0..self.sb().journal_slots as usize {
                 if d.read_at(self.journal_slot_offset(s), &mut b).is_err() {
                     continue;
                 }
-                let Some(r) = Record::decode(&b, unit, &self.sb.array_uuid) else {
+                let Some(r) = Record::decode(&b, unit, &self.sb().array_uuid) else {
                     continue;
                 };
                 // Unit-writes records exist only in arrays with the write journal (feature bit
                 // 1): one found elsewhere is not this array's and is never replayed.
-                if r.kind == UNIT_WRITES && !self.sb.write_journal {
+                if r.kind == UNIT_WRITES && !self.sb().write_journal {
                     continue;
                 }
                 let positions = match r.kind {
                     SAVED => g.k,
-                    _ => g.n() + self.sb.scheme.extra_members(),
+                    _ => g.n() + self.sb().scheme.extra_members(),
                 };
                 if r.stripe >= g.stripes || r.pos >= positions {
                     continue;
@@ -326,7 +326,7 @@ impl Array {
     /// they change. The slots stay until the resync is done ([`Array::clear_journal`]).
     pub(crate) fn replay_journal(&self) -> Result<Touched, EngineError> {
         let (mut saved, redo) = self.read_journal();
-        let n = self.geometry.n() + self.sb.scheme.extra_members();
+        let n = self.geometry().n() + self.sb().scheme.extra_members();
         let mut touched = Touched::new();
         for r in &redo {
             let mask = touched.entry(r.stripe).or_insert_with(|| vec![false; n]);
@@ -347,7 +347,7 @@ impl Array {
                 continue;
             }
             let base = self.unit_offset(r.stripe);
-            let d = self.members.get(member);
+            let d = self.members().get(member);
             if let Err(e) = r
                 .pieces()
                 .try_for_each(|(at, bytes)| d.write_at(base + at as u64, bytes))
@@ -358,10 +358,10 @@ impl Array {
         self.clear_appendix_cache();
         for ((stripe, pos), r) in &saved {
             let unit = &r.payload;
-            let _guard = self.locks[usize_of(*stripe) % self.locks.len()]
+            let _guard = self.locks()[usize_of(*stripe) % self.locks().len()]
                 .lock()
                 .expect("lock");
-            if self.sb.scheme == stripeguard_integrity::Scheme::None {
+            if self.sb().scheme == stripeguard_integrity::Scheme::None {
                 // Bare RAID has no votes: the parity is recomputed from the data as it is and
                 // the saved chunk (md's rule, with the chunk md would have lost).
                 self.settle_or_report(
@@ -374,15 +374,18 @@ impl Array {
             }
             // With the saved copy standing in for the missing unit, the stripe is diagnosed as
             // if no member were out: the votes roll the interrupted write forward or back.
-            *self.stand_in.lock().expect("lock") =
-                Some((*stripe, *pos, AlignedBuf::from_slice(unit, self.mem_align)));
+            *self.stand_in().lock().expect("lock") = Some((
+                *stripe,
+                *pos,
+                AlignedBuf::from_slice(unit, self.mem_align()),
+            ));
             let cause = match touched.get(stripe) {
                 Some(mask) => crate::repair::Interrupted::Only(mask),
-                None if self.sb.write_journal => crate::repair::Interrupted::Only(&[]),
+                None if self.sb().write_journal => crate::repair::Interrupted::Only(&[]),
                 None => crate::repair::Interrupted::Unknown,
             };
             let decided = self.repair_stripe_as(*stripe, &[], cause);
-            *self.stand_in.lock().expect("lock") = None;
+            *self.stand_in().lock().expect("lock") = None;
             match decided {
                 Ok(image) => {
                     self.recycle(image.units);
@@ -408,7 +411,7 @@ impl Array {
     /// sequence starts again from 1, so no record of this one may survive).
     pub(crate) fn clear_journal(&self) -> Result<(), EngineError> {
         self.flush_members()?;
-        let all = self.journal.lock().expect("lock").all_to_free();
+        let all = self.journal().lock().expect("lock").all_to_free();
         self.free_journal_slots(all)?;
         self.flush_members()
     }

@@ -39,15 +39,15 @@ impl Array {
     /// Check every current member's metadata copies; with `repair` (and a writable array),
     /// rewrite the damaged ones. Findings are events of kind `metadata`.
     pub fn scrub_metadata(&self, repair: bool) -> Result<Vec<MetadataFinding>, EngineError> {
-        let repair = repair && self.writable;
+        let repair = repair && self.is_writable();
         let mut found = Vec::new();
-        let intent_copy = (self.sb.layout.intent_bytes / 2) as usize;
+        let intent_copy = (self.sb().layout.intent_bytes / 2) as usize;
         let (log_at, log_len) = (
-            self.sb.layout.log_offset(),
-            usize_of(self.sb.layout.log_bytes),
+            self.sb().layout.log_offset(),
+            usize_of(self.sb().layout.log_bytes),
         );
         let mut logs: Vec<Option<Vec<u8>>> = Vec::new();
-        for (m, d) in self.members.all().iter().enumerate() {
+        for (m, d) in self.members().all().iter().enumerate() {
             if self.is_failed(m) {
                 logs.push(None);
                 continue;
@@ -94,11 +94,11 @@ impl Array {
                 &damaged::<IntentRecord>,
                 &mut found,
             );
-            if self.sb.layout.state_bytes > 0 {
+            if self.sb().layout.state_bytes > 0 {
                 check(
                     "state",
-                    self.sb.layout.state_offset(),
-                    (self.sb.layout.state_bytes / 2) as usize,
+                    self.sb().layout.state_offset(),
+                    (self.sb().layout.state_bytes / 2) as usize,
                     &damaged::<StateRecord>,
                     &mut found,
                 );
@@ -127,7 +127,7 @@ impl Array {
             for region in regions {
                 match region {
                     "owner" => {
-                        let mut mine = self.ownership.lock().expect("lock");
+                        let mut mine = self.ownership().lock().expect("lock");
                         if let Some(o) = mine.as_mut() {
                             for _ in 0..2 {
                                 o.sequence += 1;
@@ -153,7 +153,7 @@ impl Array {
                         }
                     }
                     "intent" => {
-                        let mut i = self.intent.lock().expect("lock");
+                        let mut i = self.intent().lock().expect("lock");
                         self.persist_intent(&mut i)?;
                         self.persist_intent(&mut i)?;
                     }
@@ -173,7 +173,7 @@ impl Array {
                 f.cleared = good.is_none();
                 let good = good.unwrap_or_else(|| vec![0u8; eb]);
                 if let Err(e) = self
-                    .members
+                    .members()
                     .get(f.member)
                     .write_at(log_at + (j * eb) as u64, &good)
                 {
@@ -182,10 +182,10 @@ impl Array {
             }
             for f in found.iter_mut() {
                 f.repaired =
-                    !(f.region == "owner" && self.ownership.lock().expect("lock").is_none());
+                    !(f.region == "owner" && self.ownership().lock().expect("lock").is_none());
             }
         }
-        let mut ev = self.events.lock().expect("lock");
+        let mut ev = self.log().lock().expect("lock");
         for f in &found {
             ev.record(Event {
                 stripe: 0,

@@ -135,9 +135,9 @@ impl Array {
         // "free" at the same moment both write. Wait out the other's write, then look at every
         // member: if any holds another holder's newer record, this one backs off (both may, if
         // their writes interleaved member by member; neither writes data).
-        if self.members.all().iter().any(|d| d.shared_across_hosts()) {
+        if self.members().all().iter().any(|d| d.shared_across_hosts()) {
             env.sleep(Duration::from_millis(300));
-            for (i, d) in self.members.all().iter().enumerate() {
+            for (i, d) in self.members().all().iter().enumerate() {
                 if self.is_failed(i) {
                     continue;
                 }
@@ -158,10 +158,10 @@ impl Array {
         }
         LIVE.lock().expect("lock").push(o.holder_id);
         let every = Duration::from_millis(o.interval_ms as u64);
-        *self.ownership.lock().expect("lock") = Some(o);
-        *self.beater.lock().expect("lock") = Some(Beater::start(
-            Arc::clone(&self.ownership),
-            Arc::clone(&self.members),
+        *self.ownership().lock().expect("lock") = Some(o);
+        *self.beater().lock().expect("lock") = Some(Beater::start(
+            Arc::clone(self.ownership()),
+            Arc::clone(self.members()),
             EnvRef::clone(self.env_ref()),
             every,
         ));
@@ -170,20 +170,20 @@ impl Array {
 
     /// Forget this array's holder id (it was dropped: closed or crashed) and stop its heartbeat.
     pub(crate) fn forget_ownership(&self) {
-        if let Some(b) = self.beater.lock().expect("lock").take() {
+        if let Some(b) = self.beater().lock().expect("lock").take() {
             b.stop();
         }
-        if let Some(o) = self.ownership.lock().expect("lock").as_ref() {
+        if let Some(o) = self.ownership().lock().expect("lock").as_ref() {
             LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
         }
     }
 
     /// Mark the array free (a clean close).
     pub(crate) fn release_ownership(&self) -> Result<(), EngineError> {
-        if let Some(b) = self.beater.lock().expect("lock").take() {
+        if let Some(b) = self.beater().lock().expect("lock").take() {
             b.stop();
         }
-        let mut mine = self.ownership.lock().expect("lock");
+        let mut mine = self.ownership().lock().expect("lock");
         if let Some(mut o) = mine.take() {
             LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
             o.sequence += 1;

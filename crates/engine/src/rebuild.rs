@@ -50,7 +50,7 @@ struct RebuildingGuard<'a>(&'a Array);
 
 impl Drop for RebuildingGuard<'_> {
     fn drop(&mut self) {
-        *self.0.rebuilding.lock().expect("lock") = None;
+        *self.0.rebuilding().lock().expect("lock") = None;
     }
 }
 
@@ -58,8 +58,8 @@ impl Array {
     /// Ask a replace running on another thread to stop at its next stripe; its position is
     /// kept, so `replace` onto the same device resumes it.
     pub fn cancel_rebuild(&self) {
-        if self.rebuilding.lock().expect("lock").is_some() {
-            self.cancel.store(true, Ordering::Relaxed);
+        if self.rebuilding().lock().expect("lock").is_some() {
+            self.cancel().store(true, Ordering::Relaxed);
         }
     }
 
@@ -75,9 +75,9 @@ impl Array {
     fn returning(&self, member: usize, target: &DiskRef) -> Option<Result<(), (bool, String)>> {
         let own = crate::array::read_superblock_of(target.as_ref()).ok()?;
         let cleared_at = self.intent_cleared_at();
-        let meta = self.meta.lock().expect("lock");
+        let meta = self.meta().lock().expect("lock");
         let slot = meta.table[member];
-        let ours = own.array_uuid == self.sb.array_uuid
+        let ours = own.array_uuid == self.sb().array_uuid
             && own.member_index as usize == member
             && own
                 .member_table
@@ -120,9 +120,9 @@ impl Array {
         force: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
-        let n = self.members.len();
+        let n = self.members().len();
         let cfg = |s: String| Err(EngineError::Config(s));
-        if !self.writable {
+        if !self.is_writable() {
             return cfg("replace needs the array assembled for writing".into());
         }
         if member >= n {
@@ -133,10 +133,10 @@ impl Array {
         if !self.is_failed(member) && !force {
             return cfg(format!(
                 "member {member} ({}) is healthy; pass --force to retire it anyway",
-                self.members.get(member).name()
+                self.members().get(member).name()
             ));
         }
-        let need = self.sb.member_bytes();
+        let need = self.sb().member_bytes();
         if target.size_bytes() < need {
             return cfg(format!(
                 "{} ({} bytes) is too small: a member of this array needs {need} bytes",
@@ -146,15 +146,15 @@ impl Array {
         }
         target.try_lock(true)?;
         {
-            let mut r = self.rebuilding.lock().expect("lock");
+            let mut r = self.rebuilding().lock().expect("lock");
             if let Some((m, _)) = *r {
                 return cfg(format!("a replace of member {m} is running; one at a time"));
             }
             *r = Some((member, None));
-            self.cancel.store(false, Ordering::Relaxed);
+            self.cancel().store(false, Ordering::Relaxed);
         }
         let _rebuilding = RebuildingGuard(self);
-        let stripes = self.geometry.stripes;
+        let stripes = self.geometry().stripes;
 
         // Resume onto the same device, refuse another one, or start.
         let prev = self.checkpoint().unwrap_or_default();
@@ -222,7 +222,7 @@ impl Array {
             self.fail_member(
                 member,
                 &stripeguard_disk::DiskError::Failed {
-                    name: self.members.get(member).name().to_string(),
+                    name: self.members().get(member).name().to_string(),
                     why: "being replaced".into(),
                 },
             )?;
@@ -233,7 +233,7 @@ impl Array {
             (0..stripes).collect()
         };
         {
-            let mut meta = self.meta.lock().expect("lock");
+            let mut meta = self.meta().lock().expect("lock");
             if meta.table[member].state != MemberState::Rebuilding && !readd {
                 // Another device takes the slot: the one that held it can never be re-added.
                 meta.table[member].device = meta.table[member].device.wrapping_add(1);
@@ -241,7 +241,7 @@ impl Array {
             meta.table[member].state = MemberState::Rebuilding;
             self.write_superblocks_locked(&mut meta)?;
         }
-        self.members.set(member, target.clone());
+        self.members().set(member, target.clone());
         // What the target's journal slots hold is not a record of this array's last run (a
         // device back from an earlier failure may hold one): a later resync must not replay it.
         self.clear_journal_of(member)?;
@@ -271,9 +271,9 @@ impl Array {
             let pos = if member == self.ck_pos() && self.is_ck() {
                 self.ck_pos()
             } else {
-                self.geometry.position_of(s, member)
+                self.geometry().position_of(s, member)
             };
-            if self.cancel.swap(false, Ordering::Relaxed) {
+            if self.cancel().swap(false, Ordering::Relaxed) {
                 target.flush()?;
                 ck.rebuild_next = s;
                 save(self, &mut ck)?;
@@ -284,12 +284,12 @@ impl Array {
             {
                 // Held through the write: a write to this stripe waits for it, then goes to the
                 // new device too.
-                let _guard = self.locks[usize_of(s) % self.locks.len()]
+                let _guard = self.locks()[usize_of(s) % self.locks().len()]
                     .lock()
                     .expect("lock");
-                *self.rebuilding.lock().expect("lock") = Some((member, Some(s)));
+                *self.rebuilding().lock().expect("lock") = Some((member, Some(s)));
                 let image = self.repair_stripe(s, &[]);
-                *self.rebuilding.lock().expect("lock") = Some((member, None));
+                *self.rebuilding().lock().expect("lock") = Some((member, None));
                 let image = match image {
                     Ok(i) => i,
                     Err(e) => {
@@ -299,13 +299,13 @@ impl Array {
                         return Err(e);
                     }
                 };
-                if pos == self.geometry.n() {
+                if pos == self.geometry().n() {
                     let t = image
                         .ck
                         .as_ref()
                         .expect("a checksum-chunk repair returns its table");
                     let enc = self.ck_encode(t);
-                    let tb = stripeguard_integrity::ck_table_bytes(pos, self.sb.chunk_bytes);
+                    let tb = stripeguard_integrity::ck_table_bytes(pos, self.sb().chunk_bytes);
                     let w = target.write_at(self.unit_offset(s), &enc[..tb]);
                     self.recycle([enc]);
                     w?;
@@ -330,9 +330,9 @@ impl Array {
         self.write_untrusted_to(&target)?;
 
         // The new member is current from here on.
-        self.members.put_back(member);
+        self.members().put_back(member);
         {
-            let mut meta = self.meta.lock().expect("lock");
+            let mut meta = self.meta().lock().expect("lock");
             meta.table[member].state = MemberState::Active;
             self.write_superblocks_locked(&mut meta)?;
         }

@@ -30,7 +30,7 @@ impl Array {
     ) -> Result<Option<AlignedBuf>, EngineError> {
         let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
-            let stand_in = self.stand_in.lock().expect("lock");
+            let stand_in = self.stand_in().lock().expect("lock");
             return Ok(match stand_in.as_ref() {
                 Some((s, p, unit)) if *s == stripe && *p == pos => {
                     let mut buf = self.unit_buf();
@@ -41,10 +41,10 @@ impl Array {
             });
         }
         let mut buf = self.unit_buf();
-        let disk = self.members.get(member);
+        let disk = self.members().get(member);
         let base = self.unit_offset(stripe);
-        let parts: Vec<(u64, u64)> = e.ios(&self.gran).collect();
-        let got = match (&self.io_pool, parts.as_slice()) {
+        let parts: Vec<(u64, u64)> = e.ios(self.gran()).collect();
+        let got = match (&self.io_pool(), parts.as_slice()) {
             // A block and the appendix are two I/Os at different offsets: overlap them.
             (Some(pool), &[(a, alen), (b, blen)]) if self.alone() => {
                 let (lo, hi) = buf.split_at_mut(usize_of(b));
@@ -82,7 +82,7 @@ impl Array {
 
     /// Whether at most one user request is in progress (see `Array::callers`).
     fn alone(&self) -> bool {
-        self.callers.load(std::sync::atomic::Ordering::Relaxed) <= 1
+        self.callers().load(std::sync::atomic::Ordering::Relaxed) <= 1
     }
 
     /// Read units `positions` of `stripe` (distinct) whole.
@@ -91,7 +91,7 @@ impl Array {
         stripe: u64,
         positions: &[usize],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
-        let whole = Extent::whole(&self.gran);
+        let whole = Extent::whole(self.gran());
         let list: Vec<(usize, Extent)> = positions.iter().map(|&p| (p, whole)).collect();
         self.read_extents(stripe, &list)
     }
@@ -106,7 +106,7 @@ impl Array {
         if let Some(done) = self.read_extents_batched(stripe, list) {
             return done;
         }
-        match &self.io_pool {
+        match &self.io_pool() {
             Some(pool) if list.len() >= 2 && self.alone() => pool.install(|| {
                 use rayon::prelude::*;
                 list.par_iter()
@@ -132,7 +132,7 @@ impl Array {
         if let Some(done) = self.write_units_batched(stripe, writes) {
             return done;
         }
-        match &self.io_pool {
+        match &self.io_pool() {
             Some(pool) if writes.len() >= 2 && self.alone() => pool.install(|| {
                 use rayon::prelude::*;
                 writes
@@ -153,11 +153,11 @@ impl Array {
         stripe: u64,
         positions: impl Iterator<Item = usize>,
     ) -> Option<Vec<DiskRef>> {
-        self.io_pool.as_ref()?;
+        self.io_pool().as_ref()?;
         positions
             .map(|p| {
                 let m = self.member_of(stripe, p);
-                (!self.is_failed(m)).then(|| self.members.get(m))
+                (!self.is_failed(m)).then(|| self.members().get(m))
             })
             .collect()
     }
@@ -171,7 +171,7 @@ impl Array {
     ) -> Option<Result<Vec<Option<AlignedBuf>>, EngineError>> {
         let parts: Vec<Vec<(u64, u64)>> = list
             .iter()
-            .map(|(_, e)| e.ios(&self.gran).collect())
+            .map(|(_, e)| e.ios(self.gran()).collect())
             .collect();
         if parts.iter().map(Vec::len).sum::<usize>() < 2 {
             return None;
@@ -268,14 +268,14 @@ impl Array {
         let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
             // Out of the array, unless a replace is filling its new device.
-            let to_new = matches!(*self.rebuilding.lock().expect("lock"),
+            let to_new = matches!(*self.rebuilding().lock().expect("lock"),
                 Some((m, busy)) if m == member && busy != Some(stripe));
             if !to_new {
                 return Ok(());
             }
         }
         let off = self.unit_offset(stripe) + byte_in_unit;
-        if let Err(e) = self.members.get(member).write_at(off, bytes) {
+        if let Err(e) = self.members().get(member).write_at(off, bytes) {
             self.fail_member(member, &e)?;
         }
         Ok(())
@@ -303,7 +303,7 @@ impl Array {
         cause: Interrupted<'_>,
     ) -> EngineError {
         if !cause.settles() {
-            let mut ev = self.events.lock().expect("lock");
+            let mut ev = self.log().lock().expect("lock");
             ev.counters.unrecoverable += 1;
             ev.record(stripe_event(
                 stripe,
@@ -319,26 +319,26 @@ impl Array {
     /// the checksum member (the last) for position `k + m` of a checksum-chunk array.
     #[inline]
     pub(crate) fn member_of(&self, stripe: u64, pos: usize) -> usize {
-        if pos == self.geometry.n() {
+        if pos == self.geometry().n() {
             pos
         } else {
-            self.geometry.member_of(stripe, pos)
+            self.geometry().member_of(stripe, pos)
         }
     }
 
     /// The checksum block size of position `pos`'s appendix table (0 = none: a pure data unit).
     pub(crate) fn block_bytes_of(&self, pos: usize) -> u32 {
-        if pos < self.geometry.k && self.sb.scheme == Scheme::Pure {
+        if pos < self.geometry().k && self.sb().scheme == Scheme::Pure {
             0
         } else {
-            self.sb.block_bytes()
+            self.sb().block_bytes()
         }
     }
 
     /// The appendix of position `pos` of `stripe` given the truth about the data chunks.
     pub(crate) fn appendix(&self, stripe: u64, pos: usize, tags: &[u64]) -> Appendix {
-        let k = self.geometry.k;
-        let scheme = self.sb.scheme;
+        let k = self.geometry().k;
+        let scheme = self.sb().scheme;
         let checksum = scheme.mirror() == Some(MirrorKind::Checksum);
         if pos < k {
             Appendix {
@@ -395,10 +395,10 @@ impl Array {
         if self.is_ck() {
             return self.repair_ck(stripe, suspects, cause);
         }
-        let g = self.geometry;
+        let g = self.geometry();
         let (k, m, n) = (g.k, g.m, g.n());
         let c = usize_of(g.chunk_bytes);
-        let scheme = self.sb.scheme;
+        let scheme = self.sb().scheme;
 
         let all: Vec<usize> = (0..n).collect();
         let units = self.read_units(stripe, &all)?;
@@ -440,10 +440,10 @@ impl Array {
                 // codeword (md's `check`).
                 let chunks: Vec<&[u8]> = units.iter().flatten().map(|u| &u[..c]).collect();
                 if !matches!(
-                    self.code.locate(&chunks, &[]),
+                    self.code().locate(&chunks, &[]),
                     Ok(Located::Consistent | Located::Unchecked)
                 ) {
-                    let mut ev = self.events.lock().expect("lock");
+                    let mut ev = self.log().lock().expect("lock");
                     ev.counters.detected += 1;
                     ev.record(stripe_event(
                         stripe,
@@ -468,7 +468,7 @@ impl Array {
                 .iter()
                 .any(|f| news(f.0, f.1) && corruption(f.0, f.1))
         {
-            self.events.lock().expect("lock").counters.detected += 1;
+            self.log().lock().expect("lock").counters.detected += 1;
         }
         let mut bad: Vec<usize> = findings.iter().filter(|f| !f.3).map(|f| f.0).collect();
         let self_bad: Vec<usize> = diag
@@ -503,7 +503,7 @@ impl Array {
         // the arbiter when checksum copies tie).
         if n - bad.len() > k && scheme != Scheme::None {
             let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
-            match self.code.locate(&chunks, &bad) {
+            match self.code().locate(&chunks, &bad) {
                 Ok(Located::Consistent) | Ok(Located::Unchecked) => {}
                 Ok(Located::Bad(extra))
                     if bad.len() + extra.len() <= m && scheme != Scheme::None =>
@@ -547,7 +547,7 @@ impl Array {
         bad.dedup();
         if !bad.is_empty() {
             let mut views: Vec<&mut [u8]> = full.iter_mut().map(|u| &mut u[..c]).collect();
-            self.code.reconstruct(&mut views, &bad)?;
+            self.code().reconstruct(&mut views, &bad)?;
         }
 
         // The truth about every data chunk, and a check of every rebuilt data chunk against it.
@@ -584,19 +584,19 @@ impl Array {
                 let (chunk, sector) = full[pos].split_at_mut(c);
                 self.seal(stripe, pos, &tags, chunk, sector);
             }
-            if self.writable {
+            if self.is_writable() {
                 self.write_unit(stripe, pos, 0, &full[pos])?;
             }
             if pos < k {
                 let id = g.data_chunk_id(stripe, pos);
-                self.planner
+                self.planner()
                     .lock()
                     .expect("lock")
                     .map_mut()
                     .mark_written(id);
             }
         }
-        let mut ev = self.events.lock().expect("lock");
+        let mut ev = self.log().lock().expect("lock");
         for (pos, kind, evidence) in suspects {
             if findings.iter().all(|f| f.0 != *pos) {
                 ev.record(Event {
@@ -634,7 +634,7 @@ impl Array {
             };
             let action = if crash_like {
                 EventAction::Resynced
-            } else if !self.writable {
+            } else if !self.is_writable() {
                 EventAction::FoundReadOnly
             } else if self.is_failed(member) {
                 EventAction::RebuiltDegraded

@@ -23,7 +23,7 @@ impl Array {
     /// returns.
     pub(crate) fn intent_begin(&self, stripe: u64) -> Result<InFlight<'_>, EngineError> {
         let (region, persisted) = {
-            let mut i = self.intent.lock().expect("lock");
+            let mut i = self.intent().lock().expect("lock");
             let (region, newly) = i.claim(stripe);
             let persisted = if newly {
                 self.persist_intent(&mut i)
@@ -33,7 +33,7 @@ impl Array {
             (region, persisted)
         };
         // The claim ends when this is dropped, also when the record could not be written.
-        let claim = InFlight::new(&self.intent, region);
+        let claim = InFlight::new(self.intent(), region);
         persisted?;
         Ok(claim)
     }
@@ -42,12 +42,12 @@ impl Array {
     /// no resync will visit). Measures what the record costs.
     #[doc(hidden)]
     pub fn disable_write_intent_for_benchmark(&self) {
-        self.intent.lock().expect("lock").disable();
+        self.intent().lock().expect("lock").disable();
     }
 
     /// Array data one bit of the write-intent record covers, in stripes.
     pub fn intent_region_stripes(&self) -> u64 {
-        self.intent.lock().expect("lock").stripes_per_bit()
+        self.intent().lock().expect("lock").stripes_per_bit()
     }
 
     /// Make every completed write durable, then clear the bits of regions that are settled and
@@ -60,11 +60,11 @@ impl Array {
 
     /// [`Array::flush`]; with `all` (closing: nothing can be in flight), clear every bit.
     pub(crate) fn flush_and_clear(&self, all: bool) -> Result<(), EngineError> {
-        let epoch = self.intent.lock().expect("lock").next_epoch();
+        let epoch = self.intent().lock().expect("lock").next_epoch();
         let idle = self.idle_journal_slots();
         self.save_events()?;
         self.flush_members()?;
-        if !self.writable {
+        if !self.is_writable() {
             return Ok(());
         }
         self.free_journal_slots(idle)?;
@@ -78,10 +78,10 @@ impl Array {
         // While a member is out, no bit is cleared: the set bits are then the regions written
         // since it left, which is what a re-add of that member rebuilds (md's write-intent
         // bitmap keeps its bits for a missing member the same way).
-        if self.members.any_out() {
+        if self.members().any_out() {
             return Ok(());
         }
-        let mut i = self.intent.lock().expect("lock");
+        let mut i = self.intent().lock().expect("lock");
         if i.clear_idle(epoch, all) {
             self.persist_intent(&mut i)?;
         }
@@ -90,10 +90,10 @@ impl Array {
 
     /// Write the record to every current member (the copy the newest is not in) and flush.
     pub(crate) fn persist_intent(&self, i: &mut Intent) -> Result<(), EngineError> {
-        let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
+        let generation = self.generation().load(std::sync::atomic::Ordering::Relaxed);
         // Empty with every member in: every member holds every write made so far, so a member
         // that leaves later and comes back needs at least this event count to be re-added.
-        let every_member_in = !self.members.any_out();
+        let every_member_in = !self.members().any_out();
         let (at, bytes) = i.next_copy(generation, every_member_in);
         let at = INTENT_RECORD_OFFSET + at;
         // Every member at once: a record update waits for one write and one flush.
@@ -103,8 +103,8 @@ impl Array {
     /// Continue the record from the newest copy on the members ([`Intent::take_over`]).
     pub(crate) fn load_intent_sequence(&self) {
         let found = self.read_intent();
-        let degraded = self.members.any_out();
-        self.intent
+        let degraded = self.members().any_out();
+        self.intent()
             .lock()
             .expect("lock")
             .take_over(&found, degraded);
@@ -113,21 +113,21 @@ impl Array {
     /// The stripes of the regions whose bits are set now (in this process's record, which holds
     /// every bit of the record on the members and the ones set since).
     pub(crate) fn intent_stripes(&self) -> Vec<u64> {
-        self.intent
+        self.intent()
             .lock()
             .expect("lock")
-            .stripes(self.geometry.stripes)
+            .stripes(self.geometry().stripes)
     }
 
     /// The event count at which the record was last empty with every member in (0: never
     /// known): a returning member below it cannot be re-added (FORMAT.md §2.4).
     pub(crate) fn intent_cleared_at(&self) -> u64 {
-        self.intent.lock().expect("lock").cleared_at()
+        self.intent().lock().expect("lock").cleared_at()
     }
 
     /// The newest record on any current member.
     fn read_intent(&self) -> Durable {
-        let copy = self.intent.lock().expect("lock").copy_bytes();
+        let copy = self.intent().lock().expect("lock").copy_bytes();
         Durable::from_newest(
             self.newest_record::<IntentRecord>(INTENT_RECORD_OFFSET, copy, |_| true),
         )
@@ -143,7 +143,7 @@ impl Array {
     }
 
     fn dirty_stripes(&self) -> Vec<u64> {
-        self.read_intent().stripes(self.geometry.stripes)
+        self.read_intent().stripes(self.geometry().stripes)
     }
 
     /// After an unclean shutdown: make every stripe of every dirty region consistent, then
@@ -163,7 +163,7 @@ impl Array {
             // the stripe is silent corruption.
             let cause = match touched.get(&s) {
                 Some(mask) => Interrupted::Only(mask),
-                None if self.sb.write_journal => Interrupted::Only(&[]),
+                None if self.sb().write_journal => Interrupted::Only(&[]),
                 None => Interrupted::Unknown,
             };
             self.resync_stripe(s, cause)?;
@@ -171,9 +171,9 @@ impl Array {
         // Only now: a crash during the resync replays the journal again.
         self.clear_journal()?;
         {
-            let mut i = self.intent.lock().expect("lock");
+            let mut i = self.intent().lock().expect("lock");
             // With a member out the bits stay: they are what its re-add must rebuild.
-            if !self.members.any_out() {
+            if !self.members().any_out() {
                 i.clear_all();
             }
             self.flush_members()?;
@@ -182,16 +182,16 @@ impl Array {
             self.persist_intent(&mut i)?;
             self.persist_intent(&mut i)?;
         }
-        self.events.lock().expect("lock").counters.resynced += list.len() as u64;
+        self.log().lock().expect("lock").counters.resynced += list.len() as u64;
         Ok(list.len() as u64)
     }
 
     /// Make one stripe consistent after a crash (FORMAT.md §2.4).
     fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
-        let _guard = self.locks[usize_of(stripe) % self.locks.len()]
+        let _guard = self.locks()[usize_of(stripe) % self.locks().len()]
             .lock()
             .expect("lock");
-        if self.sb.scheme == Scheme::None {
+        if self.sb().scheme == Scheme::None {
             return self.recompute_parity(stripe, "resync: parity recomputed from the data");
         }
         // Checksum-chunk: the table and the parity decide (a unit that disagrees with the table
@@ -211,7 +211,7 @@ impl Array {
 
     /// Re-encode the parity of `stripe` from its data units as they are and write it.
     fn recompute_parity(&self, stripe: u64, evidence: &str) -> Result<(), EngineError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let all: Vec<usize> = (0..g.n()).collect();
         let units = self.read_units(stripe, &all)?;
         if units[..g.k].iter().any(|u| u.is_none()) {
@@ -228,13 +228,13 @@ impl Array {
                 .iter()
                 .map(|u| &u.as_ref().expect("read")[..c])
                 .collect();
-            if matches!(self.code.locate(&every, &[]), Ok(Located::Consistent)) {
+            if matches!(self.code().locate(&every, &[]), Ok(Located::Consistent)) {
                 return Ok(());
             }
         }
         let mut parity: Vec<Vec<u8>> = (0..g.m).map(|_| vec![0u8; c]).collect();
         let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
-        self.code.encode(&chunks, &mut views)?;
+        self.code().encode(&chunks, &mut views)?;
         let writes: Vec<(usize, u64, &[u8])> = parity
             .iter()
             .enumerate()
@@ -283,7 +283,7 @@ impl Array {
         kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let (k, c) = (g.k, usize_of(g.chunk_bytes));
         let all: Vec<usize> = (0..g.n()).collect();
         let mut units = self.read_units(stripe, &all)?;
@@ -304,7 +304,7 @@ impl Array {
             .collect();
         // Every block that fails its own check is listed untrusted, durably, before the seal
         // below would make it pass (FORMAT.md §2.7): it then reads refused, never as good.
-        if self.sb.scheme != Scheme::None {
+        if self.sb().scheme != Scheme::None {
             let ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
             if !self.list_untrusted(&ranges, evidence)? {
                 self.recycle(units);
@@ -317,7 +317,7 @@ impl Array {
                 });
             }
         }
-        let tags: Vec<u64> = match self.sb.scheme.mirror() {
+        let tags: Vec<u64> = match self.sb().scheme.mirror() {
             Some(MirrorKind::Checksum) => {
                 units[..k].iter().map(|u| crc32c(&u[..c]) as u64).collect()
             }
@@ -330,8 +330,8 @@ impl Array {
         let (data, parity) = units.split_at_mut(k);
         let chunks: Vec<&[u8]> = data.iter().map(|u| &u[..c]).collect();
         let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
-        self.code.encode(&chunks, &mut views)?;
-        if self.sb.scheme.has_appendix() {
+        self.code().encode(&chunks, &mut views)?;
+        if self.sb().scheme.has_appendix() {
             for (pos, u) in units.iter_mut().enumerate() {
                 let (chunk, sector) = u.split_at_mut(c);
                 self.seal(stripe, pos, &tags, chunk, sector);
@@ -350,7 +350,7 @@ impl Array {
         }
         for i in 0..k {
             let id = g.data_chunk_id(stripe, i);
-            self.planner
+            self.planner()
                 .lock()
                 .expect("lock")
                 .map_mut()
@@ -361,7 +361,7 @@ impl Array {
     }
 
     pub(crate) fn record_resync(&self, stripe: u64, kind: EventKind, evidence: String) {
-        self.events
+        self.log()
             .lock()
             .expect("lock")
             .record(crate::repair::stripe_event(

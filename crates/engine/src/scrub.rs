@@ -47,7 +47,7 @@ pub fn scrub(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ScrubSummary, EngineError> {
     let stripes = array.geometry().stripes;
-    let writable = array.writable;
+    let writable = array.is_writable();
     let prev = array.checkpoint();
     let resume = match &prev {
         Some(r)

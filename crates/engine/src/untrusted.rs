@@ -35,8 +35,8 @@ impl Array {
     /// say which blocks must not be returned.
     pub(crate) fn load_untrusted(&self) -> Result<(), EngineError> {
         let (at, region) = (
-            self.sb.layout.state_offset(),
-            usize_of(self.sb.layout.state_bytes),
+            self.sb().layout.state_offset(),
+            usize_of(self.sb().layout.state_bytes),
         );
         if region == 0 {
             return Ok(());
@@ -45,12 +45,12 @@ impl Array {
         let best = self
             .newest_record(at, copy, |r: &StateRecord| self.untrusted_fits(r))
             .record;
-        if best.is_none() && self.sb.untrusted_listed {
+        if best.is_none() && self.sb().untrusted_listed {
             return Err(EngineError::Assemble(format!(
                 "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a copy of the stripe-state record at byte {at} that is both intact and possible for this array (every copy is damaged, or lists a stripe, position or range the array does not have: FORMAT.md §2.7); refusing to read blocks that may be listed"
             )));
         }
-        let mut u = self.untrusted.hold();
+        let mut u = self.untrusted_set().hold();
         if let Some(r) = best {
             u.sequence = r.sequence;
             u.entries = r.entries.into_iter().collect();
@@ -58,14 +58,14 @@ impl Array {
         // Entries on disk with the bit clear (cleared by hand, or by a tool that rewrote the
         // superblock): the next superblock write sets it again.
         if !u.entries.is_empty() {
-            self.meta.lock().expect("lock").untrusted_listed = true;
+            self.meta().lock().expect("lock").untrusted_listed = true;
         }
         Ok(())
     }
 
     /// Whether every entry of `r` names a data chunk range of this array.
     fn untrusted_fits(&self, r: &StateRecord) -> bool {
-        let g = self.geometry;
+        let g = self.geometry();
         r.entries.iter().all(|e| {
             e.stripe < g.stripes
                 && (e.position as usize) < g.k
@@ -75,13 +75,16 @@ impl Array {
 
     /// Every listed range, in order.
     pub fn untrusted(&self) -> Vec<UntrustedRange> {
-        self.untrusted.all()
+        self.untrusted_set().all()
     }
 
     /// The data chunks a piece of `len > 0` bytes at array byte `off` (within one stripe)
     /// touches: (position, first byte, end byte) within each chunk.
     fn piece_chunks(&self, off: u64, len: u64) -> impl Iterator<Item = (usize, u32, u32)> {
-        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
+        let (sd, c) = (
+            self.geometry().stripe_data_bytes(),
+            self.geometry().chunk_bytes,
+        );
         let lo = off % sd;
         let hi = lo + len;
         (lo / c..=(hi - 1) / c).map(move |pos| {
@@ -103,7 +106,7 @@ impl Array {
     /// and it leaves the bytes, their seal and the parity consistent. Nothing else of the stripe
     /// is taken as it is: a fault elsewhere in it is found and repaired, or refused, as usual.
     pub(crate) fn verify_untrusted_again(&self, stripe: u64) -> Result<(), EngineError> {
-        let listed = self.untrusted.of_stripe(stripe);
+        let listed = self.untrusted_set().of_stripe(stripe);
         let checkable: Vec<UntrustedRange> = listed
             .into_iter()
             .filter(|e| e.expected_crc.is_some())
@@ -125,7 +128,10 @@ impl Array {
             })
             .collect();
         self.recycle(units.into_iter().flatten());
-        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
+        let (sd, c) = (
+            self.geometry().stripe_data_bytes(),
+            self.geometry().chunk_bytes,
+        );
         for (e, bytes) in &good {
             let at = stripe * sd + e.position as u64 * c + e.offset as u64;
             self.write_piece_locked(stripe, at, bytes)?;
@@ -148,11 +154,15 @@ impl Array {
         off: u64,
         len: u64,
     ) -> Result<(), EngineError> {
-        if self.untrusted.is_empty() {
+        if self.untrusted_set().is_empty() {
             return Ok(());
         }
         for (pos, lo, hi) in self.piece_chunks(off, len) {
-            if let Some(e) = self.untrusted.overlapping(stripe, pos, lo, hi).first() {
+            if let Some(e) = self
+                .untrusted_set()
+                .overlapping(stripe, pos, lo, hi)
+                .first()
+            {
                 return Err(EngineError::Unrecoverable {
                     stripe,
                     reason: untrusted_reason(e),
@@ -171,12 +181,12 @@ impl Array {
         off: u64,
         len: u64,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
-        if self.untrusted.is_empty() {
+        if self.untrusted_set().is_empty() {
             return Ok(vec![]);
         }
         let mut covered = Vec::new();
         for (pos, lo, hi) in self.piece_chunks(off, len) {
-            let hit = self.untrusted.overlapping(stripe, pos, lo, hi);
+            let hit = self.untrusted_set().overlapping(stripe, pos, lo, hi);
             if let Some(e) = hit.iter().find(|e| !e.covered_by(lo, hi)) {
                 return Err(EngineError::Unrecoverable {
                     stripe,
@@ -201,7 +211,7 @@ impl Array {
             return;
         }
         {
-            let mut u = self.untrusted.hold();
+            let mut u = self.untrusted_set().hold();
             for r in ranges {
                 u.entries.remove(r);
             }
@@ -222,7 +232,7 @@ impl Array {
         ranges: &[UntrustedRange],
         evidence: &str,
     ) -> Result<bool, EngineError> {
-        let mut u = self.untrusted.hold();
+        let mut u = self.untrusted_set().hold();
         let (entries, fresh) = u.with_listed(ranges);
         if fresh.is_empty() {
             return Ok(true);
@@ -248,11 +258,11 @@ impl Array {
     /// After a flush made every completed write durable: write the record if entries were taken
     /// off, and clear the feature bit once it is empty.
     pub(crate) fn settle_untrusted_after_flush(&self) -> Result<(), EngineError> {
-        let mut u = self.untrusted.hold();
+        let mut u = self.untrusted_set().hold();
         if u.dirty {
             self.persist_untrusted(&mut u)?;
         }
-        if u.entries.is_empty() && self.meta.lock().expect("lock").untrusted_listed {
+        if u.entries.is_empty() && self.meta().lock().expect("lock").untrusted_listed {
             self.set_untrusted_bit(false)?;
         }
         Ok(())
@@ -265,7 +275,7 @@ impl Array {
         &self,
         target: &stripeguard_disk::DiskRef,
     ) -> Result<(), EngineError> {
-        let u = self.untrusted.hold();
+        let u = self.untrusted_set().hold();
         if u.copy_bytes == 0 {
             return Ok(());
         }
@@ -276,7 +286,7 @@ impl Array {
         let bytes = record
             .encode(u.copy_bytes)
             .map_err(|e| EngineError::Config(e.to_string()))?;
-        let at = self.sb.layout.state_offset();
+        let at = self.sb().layout.state_offset();
         target.write_at(at, &bytes)?;
         target.write_at(at + u.copy_bytes as u64, &bytes)?;
         target.flush()?;
@@ -285,7 +295,7 @@ impl Array {
 
     /// Write the record into both copies on every current member (a scrub found one damaged).
     pub(crate) fn rewrite_untrusted_copies(&self) -> Result<(), EngineError> {
-        let mut u = self.untrusted.hold();
+        let mut u = self.untrusted_set().hold();
         if u.copy_bytes == 0 {
             return Ok(());
         }
@@ -301,7 +311,7 @@ impl Array {
         evidence: &str,
         action: EventAction,
     ) {
-        let mut ev = self.events.lock().expect("lock");
+        let mut ev = self.log().lock().expect("lock");
         for r in ranges {
             ev.record(Event {
                 stripe: r.stripe,
@@ -331,13 +341,13 @@ impl Array {
                 "refusing to write an invalid stripe-state record: {e}"
             )));
         }
-        self.write_slot(self.sb.layout.state_offset(), u.sequence, &bytes, true)?;
+        self.write_slot(self.sb().layout.state_offset(), u.sequence, &bytes, true)?;
         u.dirty = false;
         Ok(())
     }
 
     fn set_untrusted_bit(&self, on: bool) -> Result<(), EngineError> {
-        let mut meta = self.meta.lock().expect("lock");
+        let mut meta = self.meta().lock().expect("lock");
         if meta.untrusted_listed != on {
             meta.untrusted_listed = on;
             self.write_superblocks_locked(&mut meta)?;
@@ -369,9 +379,9 @@ impl Array {
         trusted: Option<usize>,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
         use stripeguard_integrity::{combine_block_crcs, diagnose, Appendix, MirrorKind, UnitView};
-        let (k, c) = (self.geometry.k, usize_of(self.geometry.chunk_bytes));
-        let scheme = self.sb.scheme;
-        let b = self.sb.block_bytes() as usize;
+        let (k, c) = (self.geometry().k, usize_of(self.geometry().chunk_bytes));
+        let scheme = self.sb().scheme;
+        let b = self.sb().block_bytes() as usize;
         let mut out = Vec::new();
         // Contiguous failing blocks become one range whose CRC is the combination of theirs.
         let runs = |pos: usize, failing: &[usize], table: &dyn Fn(usize) -> u32| {
@@ -491,19 +501,22 @@ impl Array {
     /// Listed bytes are never accepted as good. Returns the ranges zero-filled (none listed: an
     /// error naming the stripe).
     pub fn clear_untrusted(&self, stripe: u64) -> Result<Vec<UntrustedRange>, EngineError> {
-        if stripe >= self.geometry.stripes {
+        if stripe >= self.geometry().stripes {
             return Err(EngineError::Config(format!(
                 "stripe {stripe} is beyond the array, which has {} stripes",
-                self.geometry.stripes
+                self.geometry().stripes
             )));
         }
-        let listed = self.untrusted.of_stripe(stripe);
+        let listed = self.untrusted_set().of_stripe(stripe);
         if listed.is_empty() {
             return Err(EngineError::Config(format!(
                 "stripe {stripe} has no blocks listed untrusted (`stripeguard status` lists them)"
             )));
         }
-        let (sd, c) = (self.geometry.stripe_data_bytes(), self.geometry.chunk_bytes);
+        let (sd, c) = (
+            self.geometry().stripe_data_bytes(),
+            self.geometry().chunk_bytes,
+        );
         for e in &listed {
             let at = stripe * sd + e.position as u64 * c + e.offset as u64;
             self.write(at, &vec![0u8; e.len as usize])?;
