@@ -1,4 +1,4 @@
-//! The fault injector: every fault of DESIGN.md's table, on a schedule ("the next write to unit
+//! The fault injector: every fault of docs/DESIGN.md's table, on a schedule ("the next write to unit
 //! `u`"), applied to the wrapped disk, with a log of what fired.
 //!
 //! It also keeps a **shadow** image: what the disk would hold had every write landed as issued.
@@ -82,7 +82,7 @@ pub enum Fault {
     MemberFailure,
 }
 
-/// The fault kinds of DESIGN.md's table.
+/// The fault kinds of docs/DESIGN.md's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {

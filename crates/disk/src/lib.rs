@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`FileDisk`] | a regular file or a block device (positional I/O, O_DIRECT optional) |
 //! | [`MemDisk`] | members in memory (tests, benchmarks, the simulator's agreement test) |
-//! | [`FaultyDisk`] | injects every fault of DESIGN.md's table on a schedule and records what it did |
+//! | [`FaultyDisk`] | injects every fault of docs/DESIGN.md's table on a schedule and records what it did |
 //! | [`CountingDisk`] | counts I/Os and bytes (the engine's counts must equal the planner's) |
 //! | [`CrashDisk`] | keeps a durable and a live image; a crash keeps a random subset of unflushed writes |
 //! | [`FailedDisk`] | a member that could not be opened: every I/O fails, so assembly runs degraded |

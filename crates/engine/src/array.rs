@@ -866,7 +866,7 @@ impl Array {
     pub(crate) fn flush_members(&self) -> Result<(), EngineError> {
         // The stripe cache's dirty checksum tables reach the disk before the flush.
         self.ck_write_back()?;
-        // A failed flush is fatal for that member (STYLE.md habit 3).
+        // A failed flush is fatal for that member (docs/STYLE.md habit 3).
         self.each_member(None, |_, d| d.flush())
     }
 

@@ -1,5 +1,5 @@
 //! The stripeguard array engine: an array over member disks that never returns silently wrong
-//! data (within the fault model of DESIGN.md: at most one silently wrong unit per stripe plus at
+//! data (within the fault model of docs/DESIGN.md: at most one silently wrong unit per stripe plus at
 //! most `m - 1` erasures; beyond it, a read fails with an error naming the stripe).
 //!
 //! The engine executes the planner's per-stripe plans ([`stripeguard_plan`]): it reads the units

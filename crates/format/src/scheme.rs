@@ -1,4 +1,4 @@
-//! The integrity schemes and which primitives each one uses (DESIGN.md, "Integrity schemes").
+//! The integrity schemes and which primitives each one uses (docs/DESIGN.md, "Integrity schemes").
 
 use serde::Serialize;
 use std::fmt;

@@ -8,7 +8,7 @@
 //!   with a bounded number of resident bitmaps.
 //! - [`diagnose`]: given every unit of a stripe, decide which are wrong and what the truth is.
 //!
-//! ## Assumptions about the media (the fault model, DESIGN.md)
+//! ## Assumptions about the media (the fault model, docs/DESIGN.md)
 //! A disk may silently lose a write, tear it (a prefix of its sectors lands), write it to the
 //! wrong place (aligned or not), read from the wrong place, rot bits, fail sectors with EIO, or
 //! fail whole. At most one unit per stripe is silently wrong, plus at most `m - 1` erasures; beyond
