@@ -616,3 +616,19 @@ pub fn peek_uuid(paths: &[PathBuf]) -> Option<[u8; 16]> {
         .find_map(|d| read_superblock_of(d.as_ref()).ok())
         .map(|sb| sb.array_uuid)
 }
+
+/// The panic policy of a stripeguard process (docs/DESIGN.md, "Panics"): a panic on any thread
+/// prints its message, then aborts the process. The array is left as a crash leaves it — dirty,
+/// resynced at the next assembly — instead of running on with a dead worker thread (its
+/// in-flight accounting lost) or a poisoned lock that every later caller trips over. Called
+/// first thing by `main`.
+pub fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!(
+            "stripeguard: internal error (a bug: please report it); aborting — an array this process held is left as after a crash and is resynced at its next assembly"
+        );
+        std::process::abort();
+    }));
+}
