@@ -9,6 +9,7 @@ use crate::events::EventLog;
 use crate::heartbeat::{Beater, HEARTBEAT_MS};
 use crate::members::{MemberHealth, Members};
 use crate::num::usize_of;
+use crate::units::Units;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use stripeguard_codes::ErasureCode;
@@ -108,12 +109,6 @@ impl ArrayConfig {
     }
 }
 
-/// The most memory the appendix cache's entries may hold.
-const APPENDIX_CACHE_BYTES: usize = 16 << 20;
-
-/// Verified appendices by (stripe, position), least recently used dropped first.
-pub(crate) type AppendixCache = lru::LruCache<(u64, usize), std::sync::Arc<[u8]>>;
-
 /// Options for assembling an existing array.
 #[derive(Clone, Debug)]
 pub struct AssembleOptions {
@@ -190,25 +185,8 @@ pub struct Array {
     events: Mutex<EventLog>,
     writable: bool,
     generation: std::sync::atomic::AtomicU64,
-    /// Recycled unit buffers: allocating a fresh chunk-sized buffer per I/O makes the allocator
-    /// map and unmap pages on every request (measured: hybrid1 full-stripe writes at 0.13x of
-    /// none instead of 0.66x).
-    pool: Mutex<Vec<AlignedBuf>>,
-    /// Alignment of unit buffers: the largest any member needs for direct I/O.
-    mem_align: usize,
-    /// Issue the units of one piece from several threads (every member is a file or device):
-    /// a fixed pool of one thread per member, made once (a thread spawned per unit cost more
-    /// than a 4 KiB direct I/O).
-    io_pool: Option<rayon::ThreadPool>,
-    /// User requests in progress. The pool overlaps one request's member I/O; with several
-    /// callers at once (a queue depth above 1) they already overlap, and the pool's hand-offs
-    /// and idle spinning cost more than they save (measured: docs/PERFORMANCE.md), so each
-    /// caller then issues its I/O itself.
-    callers: std::sync::atomic::AtomicUsize,
-    /// Appendices this process verified or wrote, by (stripe, position): a read whose appendix
-    /// is here reads only its blocks (FORMAT.md §2.9.1, "appendix cache"). Off (`None`) until
-    /// [`Array::enable_appendix_cache`].
-    app_cache: Mutex<Option<AppendixCache>>,
+    /// Unit buffers, the I/O thread pool and the appendix cache.
+    units: Units,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
     ck: Mutex<CkCache>,
     /// The member a replace is rebuilding. Every write of one of its units reaches the new
@@ -604,6 +582,7 @@ impl Array {
             None
         };
         let mem_align = members.iter().map(|d| d.mem_align()).max().unwrap_or(1);
+        let units = Units::new(usize_of(sb.unit_bytes()), mem_align, geometry.n(), io_pool);
         let gran = Granularity::new(sb.scheme, k, sb.chunk_bytes, sb.sector_bytes())
             .with_local_parity(code.parity_is_byte_local());
         Ok(Array {
@@ -638,11 +617,7 @@ impl Array {
             geometry,
             members: Arc::new(Members::new(members)),
             generation: std::sync::atomic::AtomicU64::new(sb.generation),
-            pool: Mutex::new(Vec::new()),
-            mem_align,
-            io_pool,
-            callers: std::sync::atomic::AtomicUsize::new(0),
-            app_cache: Mutex::new(None),
+            units,
             ck: Mutex::new(CkCache::new(if sb.scheme.extra_members() > 0 {
                 CK_CACHE_TABLES
             } else {
@@ -663,40 +638,15 @@ impl Array {
     /// The cache holds at most 16 MiB of appendices whatever `entries` says (a 16 MiB chunk's
     /// appendix is 33 sectors).
     pub fn enable_appendix_cache(&self, entries: usize) {
-        let per = usize_of(self.gran.appendix).max(1);
-        let entries = entries.min(APPENDIX_CACHE_BYTES / per);
-        *self.app_cache.lock().expect("lock") =
-            std::num::NonZeroUsize::new(entries).map(lru::LruCache::new);
+        self.units
+            .enable_appendix_cache(entries, usize_of(self.gran.appendix));
     }
 
+    /// Forget every cached appendix and clean checksum table (a member failed or was
+    /// replaced: they are re-read).
     pub(crate) fn clear_appendix_cache(&self) {
         self.ck_clear_clean();
-        if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
-            c.clear();
-        }
-    }
-
-    pub(crate) fn cached_appendix(&self, stripe: u64, pos: usize) -> Option<std::sync::Arc<[u8]>> {
-        self.app_cache
-            .lock()
-            .expect("lock")
-            .as_mut()?
-            .get(&(stripe, pos))
-            .cloned()
-    }
-
-    pub(crate) fn remember_appendix(&self, stripe: u64, pos: usize, bytes: &[u8]) {
-        if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
-            c.put((stripe, pos), bytes.into());
-        }
-    }
-
-    pub(crate) fn forget_appendices(&self, stripe: u64, positions: impl Iterator<Item = usize>) {
-        if let Some(c) = self.app_cache.lock().expect("lock").as_mut() {
-            for p in positions {
-                c.pop(&(stripe, p));
-            }
-        }
+        self.units.clear_appendices();
     }
 
     /// The superblock as this process keeps it (member index 0's view).
@@ -760,16 +710,8 @@ impl Array {
         &self.generation
     }
 
-    pub(crate) fn mem_align(&self) -> usize {
-        self.mem_align
-    }
-
-    pub(crate) fn io_pool(&self) -> &Option<rayon::ThreadPool> {
-        &self.io_pool
-    }
-
-    pub(crate) fn callers(&self) -> &std::sync::atomic::AtomicUsize {
-        &self.callers
+    pub(crate) fn units(&self) -> &Units {
+        &self.units
     }
 
     pub(crate) fn ck(&self) -> &Mutex<CkCache> {
@@ -897,8 +839,9 @@ impl Array {
         let members = self.members.all();
         let live: Vec<&(usize, T)> = jobs.iter().filter(|(m, _)| !self.is_failed(*m)).collect();
         let run = |&&(m, ref job): &&(usize, T)| (m, op(m, &members[m], job));
-        let results: Vec<(usize, Result<(), DiskError>)> = match &self.io_pool {
-            Some(pool) if live.len() >= 2 => pool.install(|| {
+        let results: Vec<(usize, Result<(), DiskError>)> = match self.units.pool_for_all(live.len())
+        {
+            Some(pool) => pool.install(|| {
                 use rayon::prelude::*;
                 live.par_iter().with_max_len(1).map(run).collect()
             }),
@@ -915,23 +858,12 @@ impl Array {
     /// A unit-sized buffer with unspecified contents (callers overwrite all of it).
     /// Aligned for direct I/O on every member, so no member I/O goes through a bounce copy.
     pub(crate) fn unit_buf(&self) -> AlignedBuf {
-        let unit = usize_of(self.unit_bytes());
-        match self.pool.lock().expect("lock").pop() {
-            Some(b) => b,
-            None => AlignedBuf::zeroed(unit, self.mem_align),
-        }
+        self.units.buf()
     }
 
     /// Return unit buffers to the pool (bounded: at most 16 stripes' worth are kept).
     pub(crate) fn recycle(&self, bufs: impl IntoIterator<Item = AlignedBuf>) {
-        let unit = usize_of(self.unit_bytes());
-        let cap = 16 * self.geometry.n();
-        let mut pool = self.pool.lock().expect("lock");
-        for b in bufs {
-            if b.len() == unit && pool.len() < cap {
-                pool.push(b);
-            }
-        }
+        self.units.recycle(bufs);
     }
 
     pub(crate) fn is_failed(&self, member: usize) -> bool {

@@ -279,7 +279,7 @@ impl Array {
         let mut cached: Vec<Option<std::sync::Arc<[u8]>>> = (0..n).map(|_| None).collect();
         for (pos, e) in wanted.iter_mut() {
             if e.appendix && !e.is_whole(self.gran()) {
-                if let Some(a) = self.cached_appendix(plan.stripe, *pos) {
+                if let Some(a) = self.units().cached_appendix(plan.stripe, *pos) {
                     cached[*pos] = Some(a);
                     e.appendix = false;
                 }
@@ -350,7 +350,7 @@ impl Array {
         if diag.is_clean() && !erased.iter().any(|&e| e) && ck_suspects.is_empty() {
             for &(p, e) in &to_read {
                 if let (true, Some(b), Some(_)) = (e.appendix, &units[p], &diag.appendices[p]) {
-                    self.remember_appendix(plan.stripe, p, &b[c..]);
+                    self.units().remember_appendix(plan.stripe, p, &b[c..]);
                 }
             }
         }
@@ -466,7 +466,7 @@ impl Array {
             // it, which a copy makes possible and is cheaper than a second I/O).
             if gran.appendix == 0
                 && (lo, hi) == (0, c)
-                && (data[at..].as_ptr() as usize).is_multiple_of(self.mem_align())
+                && (data[at..].as_ptr() as usize).is_multiple_of(self.units().mem_align())
             {
                 new.push(NewChunk {
                     buf: None,
@@ -713,17 +713,17 @@ impl Array {
             let live = |pos: usize| !self.is_failed(g.member_of(stripe, pos));
             for (i, n) in (first..).zip(new.iter()) {
                 if let (Some(b), true) = (&n.buf, live(i)) {
-                    self.remember_appendix(stripe, i, &b[c..]);
+                    self.units().remember_appendix(stripe, i, &b[c..]);
                 }
             }
             for (j, p) in parity.iter().enumerate() {
                 if live(g.k + j) {
-                    self.remember_appendix(stripe, g.k + j, &p[c..]);
+                    self.units().remember_appendix(stripe, g.k + j, &p[c..]);
                 }
             }
             if let Some((pos, bytes)) = &buddy {
                 if live(*pos) {
-                    self.remember_appendix(stripe, *pos, &bytes[c..]);
+                    self.units().remember_appendix(stripe, *pos, &bytes[c..]);
                 }
             }
         }
@@ -803,22 +803,19 @@ impl NewChunk<'_> {
     }
 }
 
-/// A user request in progress, counted in `Array::callers` while it lives.
+/// A user request in progress, counted by the array's unit I/O while it lives.
 struct Caller<'a>(&'a Array);
 
 impl<'a> Caller<'a> {
     fn enter(a: &'a Array) -> Self {
-        a.callers()
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        a.units().enter();
         Caller(a)
     }
 }
 
 impl Drop for Caller<'_> {
     fn drop(&mut self) {
-        self.0
-            .callers()
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.units().leave();
     }
 }
 

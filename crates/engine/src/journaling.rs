@@ -377,7 +377,7 @@ impl Array {
             *self.stand_in().lock().expect("lock") = Some((
                 *stripe,
                 *pos,
-                AlignedBuf::from_slice(unit, self.mem_align()),
+                AlignedBuf::from_slice(unit, self.units().mem_align()),
             ));
             let cause = match touched.get(stripe) {
                 Some(mask) => crate::repair::Interrupted::Only(mask),

@@ -37,6 +37,7 @@ mod repair;
 mod resync;
 mod scrub;
 mod stripe_state;
+mod units;
 mod untrusted;
 
 pub use array::{

@@ -44,9 +44,9 @@ impl Array {
         let disk = self.members().get(member);
         let base = self.unit_offset(stripe);
         let parts: Vec<(u64, u64)> = e.ios(self.gran()).collect();
-        let got = match (&self.io_pool(), parts.as_slice()) {
+        let got = match (self.units().pool_for(parts.len()), parts.as_slice()) {
             // A block and the appendix are two I/Os at different offsets: overlap them.
-            (Some(pool), &[(a, alen), (b, blen)]) if self.alone() => {
+            (Some(pool), &[(a, alen), (b, blen)]) => {
                 let (lo, hi) = buf.split_at_mut(usize_of(b));
                 let (first, second) = (
                     &mut lo[usize_of(a)..usize_of(a + alen)],
@@ -80,11 +80,6 @@ impl Array {
         Ok(Some(buf))
     }
 
-    /// Whether at most one user request is in progress (see `Array::callers`).
-    fn alone(&self) -> bool {
-        self.callers().load(std::sync::atomic::Ordering::Relaxed) <= 1
-    }
-
     /// Read units `positions` of `stripe` (distinct) whole.
     pub(crate) fn read_units(
         &self,
@@ -106,8 +101,8 @@ impl Array {
         if let Some(done) = self.read_extents_batched(stripe, list) {
             return done;
         }
-        match &self.io_pool() {
-            Some(pool) if list.len() >= 2 && self.alone() => pool.install(|| {
+        match self.units().pool_for(list.len()) {
+            Some(pool) => pool.install(|| {
                 use rayon::prelude::*;
                 list.par_iter()
                     .with_max_len(1)
@@ -128,12 +123,13 @@ impl Array {
         stripe: u64,
         writes: &[(usize, u64, &[u8])],
     ) -> Result<(), EngineError> {
-        self.forget_appendices(stripe, writes.iter().map(|w| w.0));
+        self.units()
+            .forget_appendices(stripe, writes.iter().map(|w| w.0));
         if let Some(done) = self.write_units_batched(stripe, writes) {
             return done;
         }
-        match &self.io_pool() {
-            Some(pool) if writes.len() >= 2 && self.alone() => pool.install(|| {
+        match self.units().pool_for(writes.len()) {
+            Some(pool) => pool.install(|| {
                 use rayon::prelude::*;
                 writes
                     .par_iter()
@@ -153,7 +149,9 @@ impl Array {
         stripe: u64,
         positions: impl Iterator<Item = usize>,
     ) -> Option<Vec<DiskRef>> {
-        self.io_pool().as_ref()?;
+        if !self.units().parallel() {
+            return None;
+        }
         positions
             .map(|p| {
                 let m = self.member_of(stripe, p);
@@ -264,7 +262,7 @@ impl Array {
         byte_in_unit: u64,
         bytes: &[u8],
     ) -> Result<(), EngineError> {
-        self.forget_appendices(stripe, std::iter::once(pos));
+        self.units().forget_appendices(stripe, std::iter::once(pos));
         let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
             // Out of the array, unless a replace is filling its new device.

@@ -4,6 +4,11 @@
 //! run back up (the 18 of the landed main before issue 33) fails here with the file, the module
 //! and both layers named.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this test reads the engine's source files and docs/DESIGN.md"
+)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
