@@ -32,15 +32,12 @@ use crate::events::Event;
 use crate::events::EventAction;
 use crate::num::usize_of;
 use crate::repair::Interrupted;
-use crate::repair::{stripe_event, Image};
+use crate::repair::{stripe_event, Finding, Image};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{CkTable, Scheme};
 use stripeguard_plan::Extent;
-
-/// What the repair found about one unit (position, kind, evidence, chunk bytes were right).
-type CkFinding = (usize, EventKind, String, bool);
 
 impl Array {
     pub(crate) fn is_ck(&self) -> bool {
@@ -320,9 +317,9 @@ impl Array {
                 erased.len()
             )));
         }
-        let mut findings: Vec<CkFinding> = erased
+        let mut findings: Vec<Finding> = erased
             .iter()
-            .map(|&p| (p, EventKind::ReadError, "read failed".to_string(), false))
+            .map(|&p| Finding::new(p, EventKind::ReadError, "read failed".into(), false))
             .collect();
         let mismatched = |t: &CkTable, full: &[AlignedBuf], p: usize| -> Vec<usize> {
             t.mismatches(p, 0, &full[p][..c], b)
@@ -349,7 +346,7 @@ impl Array {
         let mut settled = false;
         let mut out_table = None;
         if disk_bad && table.is_ok() {
-            findings.push((
+            findings.push(Finding::new(
                 n,
                 EventKind::ChecksumChunk,
                 "the checksum member's unit differs from the table this holder holds, or is damaged outside the table".into(),
@@ -383,7 +380,7 @@ impl Array {
                     if bad.iter().all(|&p| mismatched(&t, &full, p).is_empty()) {
                         decided = true;
                         for (p, blocks) in &wrong {
-                            findings.push((
+                            findings.push(Finding::new(
                                 *p,
                                 EventKind::Checksum,
                                 format!(
@@ -444,7 +441,7 @@ impl Array {
                     if agrees {
                         decided = true;
                         for (p, blocks) in wrong.iter().filter(|w| cold.contains(&w.0)) {
-                            findings.push((
+                            findings.push(Finding::new(
                                 *p,
                                 EventKind::Checksum,
                                 format!(
@@ -453,7 +450,7 @@ impl Array {
                                 false,
                             ));
                         }
-                        findings.push((
+                        findings.push(Finding::new(
                             n,
                             EventKind::ChecksumChunk,
                             "the checksum chunk was behind the interrupted write (recomputed)"
@@ -486,7 +483,7 @@ impl Array {
                     // is a settle, as for every scheme (FORMAT.md §2.4).
                     // With the write journal the interrupted units are whole: a roll forward.
                     settled = matches!(cause, Interrupted::Unknown);
-                    findings.push((
+                    findings.push(Finding::new(
                         n,
                         EventKind::ChecksumChunk,
                         format!(
@@ -503,7 +500,7 @@ impl Array {
             Err(why) => {
                 let out = self.is_failed(n);
                 if !out {
-                    findings.push((n, EventKind::ChecksumChunk, why, false));
+                    findings.push(Finding::new(n, EventKind::ChecksumChunk, why, false));
                 }
                 let mut bad = erased.clone();
                 if n - erased.len() > k {
@@ -511,7 +508,7 @@ impl Array {
                         Located::Consistent | Located::Unchecked => {}
                         Located::Bad(extra) if !extra.is_empty() && bad.len() + extra.len() <= m => {
                             for p in extra {
-                                findings.push((
+                                findings.push(Finding::new(
                                     p,
                                     EventKind::Parity,
                                     "located by the erasure code's syndromes (no checksum chunk to compare with)".into(),
@@ -540,9 +537,9 @@ impl Array {
                 self.ck_table_of(stripe, &views)
             }
         };
-        let suspected = suspects
-            .iter()
-            .any(|s| self.counts_as_news(stripe, &(s.0, s.1, String::new(), false), cause));
+        let suspected = suspects.iter().any(|s| {
+            self.counts_as_news(stripe, &Finding::new(s.0, s.1, String::new(), false), cause)
+        });
         if suspected
             || findings
                 .iter()
@@ -551,7 +548,7 @@ impl Array {
             self.log().lock().expect("lock").counters.detected += 1;
         }
         // Write back what was wrong, then the table.
-        for &(pos, _, _, _) in &findings {
+        for &Finding { pos, .. } in &findings {
             if pos < n && self.is_writable() {
                 self.write_unit(stripe, pos, 0, &full[pos][..c])?;
             }
@@ -559,7 +556,7 @@ impl Array {
         if rewrite_table && self.is_writable() {
             self.ck_write_now(stripe, &table, true)?;
         }
-        for p in (0..k).filter(|p| findings.iter().any(|f| f.0 == *p)) {
+        for p in (0..k).filter(|p| findings.iter().any(|f| f.pos == *p)) {
             let id = g.data_chunk_id(stripe, p);
             self.planner()
                 .lock()
@@ -584,16 +581,17 @@ impl Array {
     }
 
     /// A finding is news unless it is a member already known to be out.
-    fn counts_as_news(&self, stripe: u64, f: &CkFinding, cause: Interrupted<'_>) -> bool {
-        let known_out = f.1 == EventKind::ReadError && self.is_failed(self.member_of(stripe, f.0));
-        !known_out && !cause.may_have_left(f.0)
+    fn counts_as_news(&self, stripe: u64, f: &Finding, cause: Interrupted<'_>) -> bool {
+        let known_out =
+            f.kind == EventKind::ReadError && self.is_failed(self.member_of(stripe, f.pos));
+        !known_out && !cause.may_have_left(f.pos)
     }
 
     fn record_ck_findings(
         &self,
         stripe: u64,
         suspects: &[(usize, EventKind, String)],
-        findings: Vec<CkFinding>,
+        findings: Vec<Finding>,
         cause: Interrupted<'_>,
     ) {
         let g = self.geometry();
@@ -608,12 +606,12 @@ impl Array {
         };
         let mut ev = self.log().lock().expect("lock");
         // A unit suspected because the table was wrong is innocent: the finding is the table's.
-        let table_at_fault = findings.iter().any(|f| f.0 == g.n());
+        let table_at_fault = findings.iter().any(|f| f.pos == g.n());
         for (pos, kind, evidence) in suspects {
             if table_at_fault && *pos < g.n() {
                 continue;
             }
-            if findings.iter().all(|f| f.0 != *pos) {
+            if findings.iter().all(|f| f.pos != *pos) {
                 ev.record(Event {
                     stripe,
                     member: self.member_of(stripe, *pos),
@@ -625,7 +623,13 @@ impl Array {
                 });
             }
         }
-        for (pos, kind, evidence, _) in findings {
+        for Finding {
+            pos,
+            kind,
+            evidence,
+            ..
+        } in findings
+        {
             let member = self.member_of(stripe, pos);
             if kind == EventKind::ReadError && self.is_failed(member) {
                 continue;

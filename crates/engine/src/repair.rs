@@ -415,11 +415,11 @@ impl Array {
             })
             .collect();
         let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
-        let mut findings: Vec<(usize, EventKind, String, bool)> = diag
+        let mut findings: Vec<Finding> = diag
             .findings
             .iter()
             .map(|f| {
-                (
+                Finding::new(
                     f.position,
                     f.kind.event_kind(),
                     evidence(&f.kind),
@@ -430,7 +430,12 @@ impl Array {
         if scheme == Scheme::None {
             for (pos, u) in units.iter().enumerate() {
                 if u.is_none() {
-                    findings.push((pos, EventKind::ReadError, "read failed".into(), false));
+                    findings.push(Finding::new(
+                        pos,
+                        EventKind::ReadError,
+                        "read failed".into(),
+                        false,
+                    ));
                 }
             }
             if findings.is_empty() && suspects.is_empty() {
@@ -464,11 +469,15 @@ impl Array {
             .any(|s| news(s.0, s.1) && corruption(s.0, s.1))
             || findings
                 .iter()
-                .any(|f| news(f.0, f.1) && corruption(f.0, f.1))
+                .any(|f| news(f.pos, f.kind) && corruption(f.pos, f.kind))
         {
             self.log().lock().expect("lock").counters.detected += 1;
         }
-        let mut bad: Vec<usize> = findings.iter().filter(|f| !f.3).map(|f| f.0).collect();
+        let mut bad: Vec<usize> = findings
+            .iter()
+            .filter(|f| !f.chunk_ok)
+            .map(|f| f.pos)
+            .collect();
         let self_bad: Vec<usize> = diag
             .findings
             .iter()
@@ -507,7 +516,7 @@ impl Array {
                     if bad.len() + extra.len() <= m && scheme != Scheme::None =>
                 {
                     for p in extra {
-                        findings.push((
+                        findings.push(Finding::new(
                             p,
                             EventKind::Parity,
                             "located by the erasure code's syndromes".into(),
@@ -573,7 +582,7 @@ impl Array {
         // Write back the rebuilt units and the stale appendices.
         let tags: Vec<u64> = truth.iter().map(|t| t.unwrap_or(0)).collect();
         let mut rewritten = Vec::new();
-        for &(pos, _, _, _) in &findings {
+        for &Finding { pos, .. } in &findings {
             if rewritten.contains(&pos) {
                 continue;
             }
@@ -596,7 +605,7 @@ impl Array {
         }
         let mut ev = self.log().lock().expect("lock");
         for (pos, kind, evidence) in suspects {
-            if findings.iter().all(|f| f.0 != *pos) {
+            if findings.iter().all(|f| f.pos != *pos) {
                 ev.record(Event {
                     stripe,
                     member: self.member_of(stripe, *pos),
@@ -612,7 +621,13 @@ impl Array {
                 });
             }
         }
-        for (pos, kind, evidence, chunk_ok) in findings {
+        for Finding {
+            pos,
+            kind,
+            evidence,
+            chunk_ok,
+        } in findings
+        {
             let member = self.member_of(stripe, pos);
             if kind == EventKind::ReadError && self.is_failed(member) {
                 // A failed member is reported once, when it fails, not in every stripe.
@@ -681,10 +696,33 @@ pub(crate) fn stripe_event(
     }
 }
 
-fn describe(findings: &[(usize, EventKind, String, bool)]) -> String {
+/// What a repair found about one unit of a stripe.
+#[derive(Clone, Debug)]
+pub(crate) struct Finding {
+    /// Its stripe position.
+    pub(crate) pos: usize,
+    pub(crate) kind: EventKind,
+    /// What showed it.
+    pub(crate) evidence: String,
+    /// Its chunk bytes were right (only its appendix or table entry was wrong).
+    pub(crate) chunk_ok: bool,
+}
+
+impl Finding {
+    pub(crate) fn new(pos: usize, kind: EventKind, evidence: String, chunk_ok: bool) -> Finding {
+        Finding {
+            pos,
+            kind,
+            evidence,
+            chunk_ok,
+        }
+    }
+}
+
+fn describe(findings: &[Finding]) -> String {
     findings
         .iter()
-        .map(|f| format!("position {}: {}", f.0, f.1))
+        .map(|f| format!("position {}: {}", f.pos, f.kind))
         .collect::<Vec<_>>()
         .join(", ")
 }
