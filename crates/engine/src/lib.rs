@@ -16,6 +16,7 @@
 #![warn(clippy::unwrap_used)]
 
 mod array;
+mod assembly;
 mod checkpoint;
 mod ckcache;
 mod ckchunk;

@@ -1,0 +1,281 @@
+//! Which members make the array (FORMAT.md §2.1), decided from their superblocks alone: the
+//! array most of the given members belong to, its newest superblock as the reference, every
+//! member checked against it (same array, same geometry, in index order, none claiming another's
+//! slot, not all too small), and which members are current — the newest superblock's member
+//! table and each member's own event count decide; a member recorded as gone that wrote on is a
+//! split brain and refused. Pure: `Array::assemble` reads the superblocks and acts on the verdict.
+
+use crate::error::EngineError;
+use stripeguard_format::hex;
+use stripeguard_integrity::{MemberState, Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS};
+
+/// What assembly goes on with.
+pub(crate) struct Verdict {
+    /// The newest superblock of the array most members belong to.
+    pub(crate) reference: Superblock,
+    /// Per member: superblock copies found damaged or stale.
+    pub(crate) fixes: Vec<u8>,
+    /// Members that cannot be used, with why (at most `m`).
+    pub(crate) unusable: Vec<(usize, String)>,
+}
+
+/// Decide from `found` (each member's best superblock and its damaged copies, or why it has
+/// none), the members' `names` and `sizes` in the order given.
+pub(crate) fn decide(
+    names: &[String],
+    sizes: &[u64],
+    found: &[Result<(Superblock, u8), String>],
+) -> Result<Verdict, EngineError> {
+    let reference = reference(names, found)?;
+    let fixes = check_members(names, sizes, found, &reference)?;
+    let unusable = unusable(names, found, &reference)?;
+    Ok(Verdict {
+        reference,
+        fixes,
+        unusable,
+    })
+}
+
+/// The array is the one most of the given members belong to (so a single foreign member is
+/// the one named), and its newest superblock speaks for it.
+fn reference(
+    names: &[String],
+    found: &[Result<(Superblock, u8), String>],
+) -> Result<Superblock, EngineError> {
+    let votes = |uuid: &[u8; 16]| {
+        found
+            .iter()
+            .filter(|f| matches!(f, Ok((sb, _)) if &sb.array_uuid == uuid))
+            .count()
+    };
+    found
+        .iter()
+        .filter_map(|f| f.as_ref().ok())
+        .max_by_key(|(sb, _)| (votes(&sb.array_uuid), sb.generation))
+        .map(|(sb, _)| sb.clone())
+        .ok_or_else(|| {
+            let why: Vec<String> = names
+                .iter()
+                .zip(found)
+                .filter_map(|(d, f)| f.as_ref().err().map(|e| format!("{d}: {e}")))
+                .collect();
+            EngineError::Assemble(format!(
+                "no member has a valid superblock ({})",
+                why.join("; ")
+            ))
+        })
+}
+
+/// Every member with a superblock is of the reference's array and geometry, in its index's
+/// position; all of them are given, and not all too small. Returns each member's damaged or
+/// stale superblock copies.
+fn check_members(
+    names: &[String],
+    sizes: &[u64],
+    found: &[Result<(Superblock, u8), String>],
+    reference: &Superblock,
+) -> Result<Vec<u8>, EngineError> {
+    let n = reference.members as usize;
+    let mut seen = vec![None::<usize>; n];
+    let mut fixes = vec![0u8; n];
+    for (pos, (d, f)) in names.iter().zip(found).enumerate() {
+        let Ok((sb, fixed)) = f else { continue };
+        if sb.array_uuid != reference.array_uuid {
+            return Err(EngineError::Assemble(format!(
+                "{} belongs to another array (uuid {}; the other members' is {})",
+                d,
+                hex(&sb.array_uuid),
+                hex(&reference.array_uuid)
+            )));
+        }
+        if !same_geometry(sb, reference) {
+            return Err(EngineError::Assemble(format!(
+                "{}: its superblock disagrees with the others about the geometry",
+                d
+            )));
+        }
+        let idx = sb.member_index as usize;
+        if let Some(other) = seen[idx] {
+            return Err(EngineError::Assemble(format!(
+                "{} and {} both claim member index {idx}",
+                names[other], d
+            )));
+        }
+        seen[idx] = Some(pos);
+        if idx != pos {
+            return Err(EngineError::Assemble(format!(
+                "{} is member {idx} but was given in position {pos}; list members in index order",
+                d
+            )));
+        }
+        fixes[pos] = *fixed;
+    }
+    if names.len() != n {
+        return Err(EngineError::Assemble(format!(
+            "the array has {n} members but {} were given",
+            names.len()
+        )));
+    }
+    // A superblock that describes more than any member holds is wrong, not the members: a
+    // member shorter than the rest is taken out (truncated), but all of them short means the
+    // stripes or geometry fields cannot be believed (FORMAT.md §2.1: a valid copy describes a
+    // possible array). Refused before anything is read from the data area or written.
+    let need = reference.member_bytes();
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    if largest < need {
+        return Err(EngineError::Assemble(format!(
+            "the superblock describes {} stripes of {}-byte units ({need} bytes per member with the metadata area and journal), but the largest member holds {largest} bytes: its stripes or geometry fields are wrong (FORMAT.md §2.1)",
+            reference.stripes,
+            reference.unit_bytes()
+        )));
+    }
+    Ok(fixes)
+}
+
+/// The members that cannot be used (unreadable, superseded or stale), at most `m` of them;
+/// a split brain refused.
+fn unusable(
+    names: &[String],
+    found: &[Result<(Superblock, u8), String>],
+    reference: &Superblock,
+) -> Result<Vec<(usize, String)>, EngineError> {
+    let n = reference.members as usize;
+    // Which members are current (FORMAT.md §2.1): the newest superblock's member table and
+    // every member's own event count decide.
+    let mut unusable: Vec<(usize, String)> = Vec::new();
+    let mut stale: Vec<usize> = Vec::new();
+    let mut split: Vec<usize> = Vec::new();
+    for (pos, f) in found.iter().enumerate() {
+        match f {
+            Err(why) => unusable.push((pos, why.clone())),
+            Ok((sb, _)) => {
+                let slot = reference.member_table[pos];
+                // A device a replace superseded carries the slot's older device number: it
+                // holds old data however current its event count looks (FORMAT.md §2.4).
+                let own = sb.member_table.get(pos).map(|s| s.device);
+                if own.is_some_and(|d| d != slot.device) {
+                    stale.push(pos);
+                    unusable.push((
+                        pos,
+                        format!(
+                            "superseded: a replace put another device into slot {pos} (device number {}; this one is {}), so it holds old data; give the device that replaced it",
+                            slot.device,
+                            own.unwrap_or_default()
+                        ),
+                    ));
+                    continue;
+                }
+                if slot.state == MemberState::Active {
+                    continue;
+                }
+                if sb.generation <= slot.last_event {
+                    stale.push(pos);
+                    unusable.push((
+                        pos,
+                        format!(
+                            "stale: {} since event {} while the array went on to event {} (its superblock is at {}); it missed writes and needs a rebuild (replace it)",
+                            slot.state.name(),
+                            slot.last_event,
+                            reference.generation,
+                            sb.generation
+                        ),
+                    ));
+                } else {
+                    split.push(pos);
+                }
+            }
+        }
+    }
+    if !split.is_empty() {
+        let side = |list: &[usize]| -> String {
+            let names = list
+                .iter()
+                .map(|&p| {
+                    let g = found[p].as_ref().map(|(sb, _)| sb.generation).unwrap_or(0);
+                    format!("{} (event {g})", names[p])
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let word = if list.len() == 1 { "member" } else { "members" };
+            format!("{word} {names}")
+        };
+        let current: Vec<usize> = (0..n)
+            .filter(|p| found[*p].is_ok() && !split.contains(p) && !stale.contains(p))
+            .collect();
+        return Err(EngineError::Assemble(if current.is_empty() {
+            // Every member the newest superblock counts as current is absent or stale: one
+            // side of the split is all that was given.
+            format!(
+                "split brain: {} {} written after the newest superblock (event {}) recorded {} as gone, and no member given is current by that superblock (the side that wrote it is absent or stale); refusing to guess which side holds the data — give the other side's members too, or assemble the side you trust alone and replace the others",
+                side(&split),
+                if split.len() == 1 { "was" } else { "were" },
+                reference.generation,
+                if split.len() == 1 { "it" } else { "them" },
+            )
+        } else {
+            format!(
+                "split brain: {} and {} were assembled and written apart (each side recorded the other as gone); refusing to guess which side holds the data — assemble one side alone and replace the other's members",
+                side(&current),
+                side(&split)
+            )
+        }));
+    }
+    let m = reference.parity_chunks as usize;
+    if unusable.len() > m {
+        let why: Vec<String> = unusable
+            .iter()
+            .map(|(p, w)| format!("{}: {w}", names[*p]))
+            .collect();
+        return Err(EngineError::Assemble(format!(
+            "{} members are unusable but the array survives at most {m}: {}",
+            unusable.len(),
+            why.join("; ")
+        )));
+    }
+    Ok(unusable)
+}
+
+/// The best valid superblock copy of a member, and how many copies were damaged or stale.
+pub(crate) fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superblock, u8), String> {
+    let mut copies = Vec::new();
+    let mut errors = Vec::new();
+    for off in SUPERBLOCK_COPY_OFFSETS {
+        let mut b = vec![0u8; SUPERBLOCK_BYTES];
+        match d.read_at(off, &mut b) {
+            Err(e) => errors.push(e.reason()),
+            Ok(()) => match Superblock::decode(&b) {
+                Ok(sb) => copies.push(sb),
+                Err(e) => errors.push(e.to_string()),
+            },
+        }
+    }
+    let best = copies.iter().max_by_key(|sb| sb.generation).cloned();
+    match best {
+        Some(sb) => {
+            let stale = copies
+                .iter()
+                .filter(|c| c.generation != sb.generation)
+                .count();
+            Ok((sb, u8::try_from(errors.len() + stale).unwrap_or(u8::MAX)))
+        }
+        None => Err(errors.first().cloned().unwrap_or_default()),
+    }
+}
+
+fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
+    (a.members, a.data_chunks, a.parity_chunks, a.code, a.scheme)
+        == (b.members, b.data_chunks, b.parity_chunks, b.code, b.scheme)
+        && (a.cross_check, a.layout, a.journal_slots, a.write_journal)
+            == (b.cross_check, b.layout, b.journal_slots, b.write_journal)
+        && (
+            a.sector_shift,
+            a.chunk_bytes,
+            a.data_offset_bytes,
+            a.stripes,
+        ) == (
+            b.sector_shift,
+            b.chunk_bytes,
+            b.data_offset_bytes,
+            b.stripes,
+        )
+}
