@@ -5,7 +5,7 @@
 //! a `read` or a `replace` without a control socket too), and written as free at a clean close.
 
 use crate::array::Array;
-use crate::env::{unix_millis, EnvRef};
+use crate::env::{unix_millis, EnvRef, Host};
 use crate::error::EngineError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,76 +45,8 @@ impl Array {
     ) -> Result<(), EngineError> {
         let env = self.env();
         let me = env.host();
-        let in_use = |o: &Owner, why: String| {
-            EngineError::Assemble(format!(
-                "the array is in use by process {} on {} ({}), {why}",
-                o.pid, o.host, o.command
-            ))
-        };
         if let Some(o) = self.owner().filter(|o| o.held) {
-            let here = o.host == me.name && o.boot_id == me.boot_id;
-            if here {
-                let alive = if o.pid == me.pid {
-                    LIVE.lock().expect("lock").contains(&o.holder_id)
-                } else {
-                    env.process_alive(o.pid)
-                };
-                if alive {
-                    return Err(in_use(&o, "by its owner record".into()));
-                }
-                // The holder died without closing: taking over is safe on this host.
-            } else {
-                let now = unix_millis(env);
-                let interval_ms = honoured_interval_ms(o.interval_ms);
-                // A heartbeat ahead of this host's clock says nothing about when it was
-                // written: only the sequence can tell (a live holder moves it every interval).
-                let future = o.heartbeat_ms > now;
-                let age = now.saturating_sub(o.heartbeat_ms);
-                if !future && age < 3 * interval_ms {
-                    return Err(in_use(
-                        &o,
-                        format!(
-                            "its last heartbeat {} ago (it beats every {}); if that host is down, try again in {} s",
-                            span(age),
-                            span(interval_ms),
-                            (3 * interval_ms - age).div_ceil(1000)
-                        ),
-                    ));
-                }
-                let wait = 2 * interval_ms;
-                let why = if future {
-                    format!(
-                        "its last heartbeat is {} in the future by this host's clock, so only its sequence can tell whether it still beats",
-                        span(o.heartbeat_ms - now)
-                    )
-                } else {
-                    format!("its last heartbeat was {} ago", span(age))
-                };
-                if no_wait {
-                    return Err(in_use(
-                        &o,
-                        format!(
-                            "{why}; not waiting (--no-wait): it is taken over once its sequence stays still for {} (two of its heartbeat intervals)",
-                            span(wait)
-                        ),
-                    ));
-                }
-                // Wait and look again (a live holder, whatever its clock, moves the sequence).
-                eprintln!(
-                    "stripeguard: the array's owner record names process {} on {} ({}); {why}: waiting {}, until {}, to see whether its sequence moves (it is taken over if not; --no-wait refuses instead)",
-                    o.pid,
-                    o.host,
-                    o.command,
-                    span(wait),
-                    clock_utc(now + wait)
-                );
-                env.sleep(Duration::from_millis(wait));
-                if let Some(again) = self.owner() {
-                    if again.sequence != o.sequence && again.held {
-                        return Err(in_use(&again, "its heartbeat still moves".into()));
-                    }
-                }
-            }
+            self.judge_holder(&o, &me, no_wait)?;
         }
         let now = unix_millis(env);
         let o = Owner {
@@ -168,6 +100,77 @@ impl Array {
         Ok(())
     }
 
+    /// Whether the array, held by `o` by its owner record, may be taken by this process `me`:
+    /// a holder on this host that no longer runs may be taken over; one elsewhere is judged by
+    /// its heartbeat and waited for (two of its intervals) unless `no_wait`.
+    fn judge_holder(&self, o: &Owner, me: &Host, no_wait: bool) -> Result<(), EngineError> {
+        let env = self.env();
+        let here = o.host == me.name && o.boot_id == me.boot_id;
+        if here {
+            let alive = if o.pid == me.pid {
+                LIVE.lock().expect("lock").contains(&o.holder_id)
+            } else {
+                env.process_alive(o.pid)
+            };
+            if alive {
+                return Err(in_use(o, "by its owner record".into()));
+            }
+            // The holder died without closing: taking over is safe on this host.
+        } else {
+            let now = unix_millis(env);
+            let interval_ms = honoured_interval_ms(o.interval_ms);
+            // A heartbeat ahead of this host's clock says nothing about when it was
+            // written: only the sequence can tell (a live holder moves it every interval).
+            let future = o.heartbeat_ms > now;
+            let age = now.saturating_sub(o.heartbeat_ms);
+            if !future && age < 3 * interval_ms {
+                return Err(in_use(
+                        o,
+                        format!(
+                            "its last heartbeat {} ago (it beats every {}); if that host is down, try again in {} s",
+                            span(age),
+                            span(interval_ms),
+                            (3 * interval_ms - age).div_ceil(1000)
+                        ),
+                    ));
+            }
+            let wait = 2 * interval_ms;
+            let why = if future {
+                format!(
+                        "its last heartbeat is {} in the future by this host's clock, so only its sequence can tell whether it still beats",
+                        span(o.heartbeat_ms - now)
+                    )
+            } else {
+                format!("its last heartbeat was {} ago", span(age))
+            };
+            if no_wait {
+                return Err(in_use(
+                        o,
+                        format!(
+                            "{why}; not waiting (--no-wait): it is taken over once its sequence stays still for {} (two of its heartbeat intervals)",
+                            span(wait)
+                        ),
+                    ));
+            }
+            // Wait and look again (a live holder, whatever its clock, moves the sequence).
+            eprintln!(
+                    "stripeguard: the array's owner record names process {} on {} ({}); {why}: waiting {}, until {}, to see whether its sequence moves (it is taken over if not; --no-wait refuses instead)",
+                    o.pid,
+                    o.host,
+                    o.command,
+                    span(wait),
+                    clock_utc(now + wait)
+                );
+            env.sleep(Duration::from_millis(wait));
+            if let Some(again) = self.owner() {
+                if again.sequence != o.sequence && again.held {
+                    return Err(in_use(&again, "its heartbeat still moves".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Forget this array's holder id (it was dropped: closed or crashed) and stop its heartbeat.
     pub(crate) fn forget_ownership(&self) {
         if let Some(b) = self.beater().lock().expect("lock").take() {
@@ -193,6 +196,14 @@ impl Array {
         }
         Ok(())
     }
+}
+
+/// The refusal naming holder `o`.
+fn in_use(o: &Owner, why: String) -> EngineError {
+    EngineError::Assemble(format!(
+        "the array is in use by process {} on {} ({}), {why}",
+        o.pid, o.host, o.command
+    ))
 }
 
 /// A span of milliseconds in words.
