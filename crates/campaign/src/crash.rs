@@ -457,3 +457,58 @@ fn one_crash(
         .collect::<Result<Vec<_>, _>>()?;
     Ok((images, next_versions))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_names_each_broken_rule_and_knows_its_exceptions() {
+        let cases = crash_cases(&[(3, 1)], &[Scheme::Pure], 1, 8, 1, false, false);
+        let mut cfg = cases[0].clone();
+        let mut rep = CrashReport {
+            mixed_chunks: 4,
+            unreadable_chunks: 2,
+            found_after_resync: 1,
+            ..CrashReport::default()
+        };
+        assert_eq!(rep.verdict(&cfg), Err(vec!["found_after_resync"]));
+        cfg.failed_members = 1;
+        assert_eq!(rep.verdict(&cfg), Ok(()));
+        cfg.write_journal = true;
+        assert_eq!(
+            rep.verdict(&cfg),
+            Err(vec!["mixed_chunks", "unreadable_chunks"])
+        );
+        rep = CrashReport {
+            flushed_bytes_lost: 1,
+            ..CrashReport::default()
+        };
+        assert_eq!(rep.verdict(&cfg), Err(vec!["flushed_bytes_lost"]));
+    }
+
+    #[test]
+    fn crash_cases_skip_what_create_refuses_and_keep_their_seeds() {
+        let cases = crash_cases(
+            &[(1, 1), (3, 1)],
+            &[Scheme::None, Scheme::Pure],
+            5,
+            8,
+            10,
+            true,
+            false,
+        );
+        let got: Vec<_> = cases
+            .iter()
+            .map(|c| (c.data_chunks, c.scheme, c.seed, c.failed_members))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, Scheme::None, 10, 1),
+                (3, Scheme::None, 110, 1),
+                (3, Scheme::Pure, 111, 1)
+            ]
+        );
+    }
+}

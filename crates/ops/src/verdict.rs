@@ -94,3 +94,52 @@ pub fn logged_by_member(log: &LogRead, members: usize) -> Vec<BTreeMap<String, u
     }
     by_member
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_unrecoverable_outranks_what_was_found() {
+        let mut s = ScrubSummary::default();
+        let mut c = Counters::default();
+        assert_eq!(scrub_verdict(&s, &c), Verdict::Clean);
+        s.awaiting_resync = 2;
+        assert_eq!(scrub_verdict(&s, &c), Verdict::Found);
+        s.awaiting_resync = 0;
+        c.mismatches = 1;
+        assert_eq!(scrub_verdict(&s, &c), Verdict::Found);
+        s.unrecoverable.push("stripe 3".into());
+        assert_eq!(scrub_verdict(&s, &c), Verdict::Unrecoverable);
+    }
+
+    #[test]
+    fn a_holder_asked_for_a_check_is_not_a_clean_result() {
+        let mut live = LiveStatus {
+            pid: 1,
+            command: String::new(),
+            detected: 0,
+            located: 0,
+            repaired: 0,
+            unrecoverable: 0,
+            resynced: 0,
+            out: vec![],
+            recent_events: vec![],
+            front_end: vec![],
+            replace: None,
+            untrusted: vec![],
+        };
+        assert_eq!(live.verdict(false), Verdict::Clean);
+        assert_eq!(live.verdict(true), Verdict::NotChecked);
+        live.out.push((2, "gone".into()));
+        assert_eq!(live.verdict(false), Verdict::Found);
+        live.untrusted.push(stripeguard_integrity::UntrustedRange {
+            stripe: 3,
+            position: 0,
+            offset: 0,
+            len: 4096,
+            expected_crc: None,
+        });
+        assert_eq!(live.verdict(true), Verdict::Unrecoverable);
+    }
+}
