@@ -17,7 +17,7 @@
 //! The negative control: the same crash image assembled read-only, without resync, and checked
 //! stripe by stripe finds inconsistent stripes.
 
-use crate::usize_of;
+use crate::{create_accepts, usize_of};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -109,6 +109,79 @@ pub struct CrashReport {
     /// Negative control: what a check without resync found (units wrong, stripes inconsistent
     /// or unrecoverable).
     pub inconsistent_without_resync: u64,
+}
+
+impl CrashReport {
+    /// What must hold after a run of `cfg`: nothing flushed lost or refused, no wrong byte, no
+    /// chunk refused outside settled stripes, no write refused, no byte of a damaged stripe read
+    /// as good, and a full check that finds nothing after the resync (degraded arrays excepted);
+    /// with the write journal also no mixed and no refused chunk anywhere. `Err` names the
+    /// fields that broke their rule.
+    pub fn verdict(&self, cfg: &CrashConfig) -> Result<(), Vec<&'static str>> {
+        let wj = cfg.write_journal;
+        let rules = [
+            ("flushed_bytes_lost", self.flushed_bytes_lost == 0),
+            ("mixed_chunks", !wj || self.mixed_chunks == 0),
+            ("wrong_bytes", self.wrong_bytes == 0),
+            ("unreadable_unsettled", self.unreadable_unsettled == 0),
+            ("flushed_refused", self.flushed_refused == 0),
+            ("unreadable_chunks", !wj || self.unreadable_chunks == 0),
+            ("refused_writes", self.refused_writes == 0),
+            ("damaged_read_as_good", self.damaged_read_as_good == 0),
+            (
+                "found_after_resync",
+                cfg.failed_members > 0 || self.found_after_resync == 0,
+            ),
+        ];
+        let broken: Vec<&'static str> = rules
+            .iter()
+            .filter(|(_, held)| !held)
+            .map(|(field, _)| *field)
+            .collect();
+        if broken.is_empty() {
+            Ok(())
+        } else {
+            Err(broken)
+        }
+    }
+}
+
+/// The crash campaign of `stripeguard campaign --crash`: one case per shape `(k, m)` and
+/// scheme that `create` accepts, each `crashes` crashes of at most 80 operations on arrays of
+/// `stripes` stripes of 16 KiB chunks; one member out from the start when `degraded`, the
+/// write journal when `write_journal`. Case `(i, j)` (shape, scheme) is seeded `seed + 100 i + j`.
+pub fn crash_cases(
+    shapes: &[(usize, usize)],
+    schemes: &[Scheme],
+    crashes: u64,
+    stripes: u64,
+    seed: u64,
+    degraded: bool,
+    write_journal: bool,
+) -> Vec<CrashConfig> {
+    let mut cases = Vec::new();
+    for (i, &(k, m)) in shapes.iter().enumerate() {
+        for (j, &scheme) in schemes.iter().enumerate() {
+            if !create_accepts(k, scheme) {
+                continue;
+            }
+            cases.push(CrashConfig {
+                data_chunks: k,
+                parity_chunks: m,
+                scheme,
+                stripes,
+                crashes,
+                ops: 80,
+                seed: seed.wrapping_add((i * 100 + j) as u64),
+                failed_members: usize::from(degraded),
+                journal: true,
+                chunk_bytes: 16384,
+                write_journal,
+                damaged_stripe: false,
+            });
+        }
+    }
+    cases
 }
 
 fn array_members_snapshot(a: &Array) -> Vec<DiskRef> {
@@ -383,4 +456,59 @@ fn one_crash(
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((images, next_versions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_names_each_broken_rule_and_knows_its_exceptions() {
+        let cases = crash_cases(&[(3, 1)], &[Scheme::Pure], 1, 8, 1, false, false);
+        let mut cfg = cases[0].clone();
+        let mut rep = CrashReport {
+            mixed_chunks: 4,
+            unreadable_chunks: 2,
+            found_after_resync: 1,
+            ..CrashReport::default()
+        };
+        assert_eq!(rep.verdict(&cfg), Err(vec!["found_after_resync"]));
+        cfg.failed_members = 1;
+        assert_eq!(rep.verdict(&cfg), Ok(()));
+        cfg.write_journal = true;
+        assert_eq!(
+            rep.verdict(&cfg),
+            Err(vec!["mixed_chunks", "unreadable_chunks"])
+        );
+        rep = CrashReport {
+            flushed_bytes_lost: 1,
+            ..CrashReport::default()
+        };
+        assert_eq!(rep.verdict(&cfg), Err(vec!["flushed_bytes_lost"]));
+    }
+
+    #[test]
+    fn crash_cases_skip_what_create_refuses_and_keep_their_seeds() {
+        let cases = crash_cases(
+            &[(1, 1), (3, 1)],
+            &[Scheme::None, Scheme::Pure],
+            5,
+            8,
+            10,
+            true,
+            false,
+        );
+        let got: Vec<_> = cases
+            .iter()
+            .map(|c| (c.data_chunks, c.scheme, c.seed, c.failed_members))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, Scheme::None, 10, 1),
+                (3, Scheme::None, 110, 1),
+                (3, Scheme::Pure, 111, 1)
+            ]
+        );
+    }
 }

@@ -2,11 +2,11 @@
 //! with faults injected within the paper's assumptions (at most one silently wrong unit per
 //! stripe, plus the failed members), a check after every operation, and a scrub at the end.
 //!
-//! What it asserts is returned in [`CampaignReport`] (the caller decides what must hold):
-//! every read equal to the model, no damage left on any member after the scrub, and no event
-//! naming a unit that no fault touched.
+//! What it asserts is returned in [`CampaignReport`], and [`CampaignCase::passed`] says what
+//! must hold: every read equal to the model, no damage left on any member after the scrub, and
+//! no event naming a unit that no fault touched.
 
-use crate::usize_of;
+use crate::{create_accepts, usize_of};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,7 +81,7 @@ pub struct CampaignCase {
 pub fn campaign_cases(shapes: &[(usize, usize)], schemes: &[Scheme]) -> Vec<CampaignCase> {
     let mut cases = Vec::new();
     for &(k, m) in shapes {
-        let accepted = |s: Scheme| !(k == 1 && s.mirror() == Some(MirrorKind::Checksum));
+        let accepted = |s: Scheme| create_accepts(k, s);
         let failures = if m > 1 { vec![0, m - 1] } else { vec![0] };
         for failed in failures {
             for kind in FaultKind::ALL {

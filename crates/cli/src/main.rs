@@ -1,8 +1,8 @@
 //! The `stripeguard` command: parses arguments, calls the library crates, prints. No decisions
 //! are made here.
 
-mod array;
 mod bench;
+mod cmd;
 mod codes;
 mod figures;
 mod progress;
@@ -34,6 +34,18 @@ pub(crate) mod exit {
     /// `send`/`recv`: the transfer failed as a whole (connection, key, protocol, the
     /// receiving directory); 1 means some files failed and the rest landed.
     pub const TRANSFER: u8 = 5;
+
+    /// The status of a command that ends with a verdict (`status`, `scrub`).
+    pub fn of(v: stripeguard_ops::Verdict) -> std::process::ExitCode {
+        use stripeguard_ops::Verdict;
+        std::process::ExitCode::from(match v {
+            Verdict::Clean => OK,
+            Verdict::Found => FOUND,
+            Verdict::Unrecoverable => UNRECOVERABLE,
+            // What was shown is not the check that was asked for.
+            Verdict::NotChecked => USAGE,
+        })
+    }
 }
 
 const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request); 5 send/recv: the session failed as a whole (1: some files failed, the rest landed). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
@@ -50,29 +62,29 @@ struct Cli {
 enum Command {
     /// Show what stripeguard catches: every scheme against every fault kind, on small arrays in a
     /// temporary directory (the README's main job).
-    Demo(array::DemoArgs),
+    Demo(cmd::demo::DemoArgs),
     /// Create an array over member files or block devices.
-    Create(array::CreateArgs),
+    Create(cmd::create::CreateArgs),
     /// Show an array's geometry and members; with --check, read and check every stripe.
     ///
     /// Exit status: 0 healthy, 1 damage found (repairable) or degraded, 3 unrecoverable, 2 error.
-    Status(array::StatusArgs),
+    Status(cmd::status::StatusArgs),
     /// Read and check every stripe with every unit voting, repair what can be repaired, and keep
     /// the position so an interrupted scrub resumes (`--check-only`: repair nothing).
     ///
     /// Exit status: 0 clean, 1 something found (and repaired unless --check-only), 3 unrecoverable.
-    Scrub(array::ScrubArgs),
+    Scrub(cmd::scrub::ScrubArgs),
     /// Rebuild a failed, missing, stale or retired member onto a new file or device, checking the
     /// survivors as they are read; resumable.
-    Replace(array::ReplaceArgs),
+    Replace(cmd::replace::ReplaceArgs),
     /// Zero-fill the blocks of a stripe that a resync listed as untrusted (it could not verify
     /// them), so the stripe is whole again; the bytes they held are gone. `status` lists them.
     ///
     /// Exit status: 0 cleared, 2 nothing listed in that stripe or another error.
-    Clear(array::ClearArgs),
+    Clear(cmd::clear::ClearArgs),
     /// Print the durable event log (what was found and done, with its evidence); --follow
     /// watches it and --exec runs a command per new event.
-    Events(array::EventsArgs),
+    Events(cmd::events::EventsArgs),
     /// Serve the array as a block device over NBD (a unix socket or loopback by default);
     /// SIGTERM or Ctrl-C stops it cleanly.
     ///
@@ -93,13 +105,13 @@ enum Command {
     /// device (not the page cache). Exit status: 0 intact, 1 some file failed.
     VerifyManifest(xfer::VerifyManifestArgs),
     /// Write a file (or standard input) into the array at an offset.
-    Write(array::WriteArgs),
+    Write(cmd::rw::WriteArgs),
     /// Read from the array to a file (or standard output), repairing what it finds.
-    Read(array::ReadArgs),
+    Read(cmd::rw::ReadArgs),
     /// Put a fault into a member file of a stopped array (for demos and tests).
-    Inject(array::InjectArgs),
+    Inject(cmd::inject::InjectArgs),
     /// Run the fault campaign: seeded random I/O with injected faults against a model.
-    Campaign(array::CampaignArgs),
+    Campaign(cmd::campaign::CampaignArgs),
     /// Replay a block trace (or a synthetic Table III workload) through every integrity scheme's
     /// planner and count disk I/Os; or draw the paper's figures (--figure tau|profiles).
     Sim(sim::SimArgs),
@@ -124,6 +136,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A panic is a bug: it aborts the whole process (docs/DESIGN.md, "Panics").
+    stripeguard_ops::abort_on_panic();
     // A closed stdout (`stripeguard ... | head`) ends the command as it ends `cat`: killed by
     // SIGPIPE, no message. Rust ignores SIGPIPE by default, which turns every later print into a
     // panic. (A long-running server that must outlive its clients ignores it again.)
@@ -133,22 +147,22 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo(a) => array::demo(a),
-        Command::Create(a) => array::create(a),
-        Command::Status(a) => array::status(a),
-        Command::Scrub(a) => array::scrub_cmd(a),
-        Command::Events(a) => array::events(a),
-        Command::Replace(a) => array::replace(a),
-        Command::Clear(a) => array::clear(a),
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Create(a) => cmd::create::run(a),
+        Command::Status(a) => cmd::status::run(a),
+        Command::Scrub(a) => cmd::scrub::run(a),
+        Command::Events(a) => cmd::events::run(a),
+        Command::Replace(a) => cmd::replace::run(a),
+        Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),
         Command::Send(a) => xfer::send_cmd(a),
         Command::Recv(a) => xfer::recv(a),
         Command::Keygen(a) => xfer::keygen(a),
         Command::VerifyManifest(a) => xfer::verify_manifest(a),
-        Command::Write(a) => array::write(a),
-        Command::Read(a) => array::read(a),
-        Command::Inject(a) => array::inject(a),
-        Command::Campaign(a) => array::campaign(a),
+        Command::Write(a) => cmd::rw::write(a),
+        Command::Read(a) => cmd::rw::read(a),
+        Command::Inject(a) => cmd::inject::run(a),
+        Command::Campaign(a) => cmd::campaign::run(a),
         Command::Sim(a) => sim::sim(a),
         Command::Choose(a) => sim::choose(a),
         Command::Bench(b) => bench::run(b),

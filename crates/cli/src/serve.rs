@@ -1,6 +1,6 @@
 //! `stripeguard serve`: parse, assemble, hand the array to the NBD server, print.
 
-use crate::array::{assemble, MembersArgs};
+use crate::cmd::shared::{assemble, MembersArgs};
 use crate::exit;
 use anyhow::{bail, Context, Result};
 use clap::Args;

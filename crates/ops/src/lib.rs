@@ -6,6 +6,10 @@
 //!   `create` fails; a member that already holds any stripeguard array is refused without `force`.
 //! - [`open_member_paths`] / [`assemble_paths`]: a member that cannot be opened becomes a failed
 //!   member (the engine decides whether the array survives it).
+//! - [`Replacement`]: the device a replace rebuilds onto, for `replace` here and for a holder
+//!   asked over its control socket alike.
+//! - [`Verdict`]: what `status`, a scrub and a holder's live status come to ([`status_verdict`],
+//!   [`scrub_verdict`], [`LiveStatus::verdict`]); the CLI maps it to its exit status.
 //!
 //! The full check of every stripe is [`stripeguard_engine::scrub`] on a read-only assembly.
 //!
@@ -20,11 +24,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, FileDisk};
 use stripeguard_engine::{
     clock_utc, read_superblock_of, unit_label, Array, ArrayConfig, AssembleOptions, EngineError,
-    RealEnv, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
+    RealEnv, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
 };
+
+mod verdict;
 use stripeguard_integrity::{
     CodeId, CrossCheck, Scheme, Superblock, SuperblockError, MAX_MEMBERS, SUPERBLOCK_BYTES,
 };
+pub use verdict::{logged_by_member, scrub_verdict, status_verdict, Verdict};
 
 /// Largest chunk `create` accepts (FORMAT.md §2).
 pub const MAX_CHUNK_BYTES: u64 = stripeguard_integrity::MAX_CHUNK_BYTES as u64;
@@ -359,20 +366,65 @@ pub struct LiveReplace {
     pub ok: bool,
 }
 
-/// Open the device a replace rebuilds onto: an existing file, device or NBD export, or a new
-/// file of `size` bytes (then `created`).
-pub fn open_replacement(
-    path: &Path,
-    size: u64,
-    direct: bool,
-) -> Result<(DiskRef, bool), EngineError> {
-    if member_exists(path) {
-        Ok((open_member(path, direct)?, false))
-    } else {
-        Ok((
-            Arc::new(FileDisk::create(path, size, direct)?) as DiskRef,
-            true,
-        ))
+/// The device a replace rebuilds onto, opened; a file opening it made is removed again when the
+/// replace fails before the array's checkpoint records the rebuild onto it.
+pub struct Replacement {
+    disk: DiskRef,
+    created: Option<PathBuf>,
+}
+
+impl Replacement {
+    /// Open `path` to rebuild `member` onto. With `own_slot` (the path is the one the array was
+    /// given for that member: the device coming back, a re-add the engine checks) the handle
+    /// the array already holds open and locked, when it holds one; else an existing file,
+    /// device or NBD export; else a new file of the member size.
+    pub fn open(
+        array: &Array,
+        member: usize,
+        path: &Path,
+        own_slot: bool,
+        direct: bool,
+    ) -> Result<Self, EngineError> {
+        if let Some(disk) = own_slot
+            .then(|| array.member_disk(member))
+            .flatten()
+            .filter(|d| d.size_bytes() > 0)
+        {
+            return Ok(Self {
+                disk,
+                created: None,
+            });
+        }
+        if member_exists(path) {
+            return Ok(Self {
+                disk: open_member(path, direct)?,
+                created: None,
+            });
+        }
+        let size = array.superblock().member_bytes();
+        Ok(Self {
+            disk: Arc::new(FileDisk::create(path, size, direct)?) as DiskRef,
+            created: Some(path.to_path_buf()),
+        })
+    }
+
+    /// Rebuild `member` onto it (`progress(done, total)` by stripe). When the replace fails, a
+    /// file [`Replacement::open`] made is removed again unless the array's checkpoint records
+    /// the rebuild onto it (the next replace resumes there).
+    pub fn run(
+        self,
+        array: &Array,
+        member: usize,
+        force: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<ReplaceSummary, EngineError> {
+        let result = array.replace(member, self.disk, force, progress);
+        if let (Err(_), Some(p)) = (&result, &self.created) {
+            if array.checkpoint().and_then(|c| c.rebuild_member).is_none() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        result
     }
 }
 
@@ -514,9 +566,8 @@ fn start_replace<'scope>(
     {
         return Err("a replace is already running in this holder".into());
     }
-    let (disk, created) =
-        open_replacement(Path::new(&target), array.superblock().member_bytes(), false)
-            .map_err(|e| format!("cannot open {target}: {e}"))?;
+    let replacement = Replacement::open(array, member, Path::new(&target), false, false)
+        .map_err(|e| format!("cannot open {target}: {e}"))?;
     *state.lock().expect("lock") = Some(LiveReplace {
         member,
         target: target.clone(),
@@ -524,7 +575,7 @@ fn start_replace<'scope>(
         ..LiveReplace::default()
     });
     scope.spawn(move || {
-        let result = array.replace(member, disk, force, &mut |done, total| {
+        let result = replacement.run(array, member, force, &mut |done, total| {
             if let Some(r) = state.lock().expect("lock").as_mut() {
                 r.done = done;
                 r.total = total;
@@ -553,12 +604,7 @@ fn start_replace<'scope>(
                     sum.survivors_repaired
                 ));
             }
-            Err(e) => {
-                if created && array.checkpoint().and_then(|c| c.rebuild_member).is_none() {
-                    let _ = std::fs::remove_file(&target);
-                }
-                r.outcome = Some(e.to_string());
-            }
+            Err(e) => r.outcome = Some(e.to_string()),
         }
     });
     Ok(())

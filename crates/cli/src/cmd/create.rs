@@ -1,0 +1,149 @@
+//! `stripeguard create`: make an array over member files or block devices (files created where
+//! missing), and print its geometry.
+
+use crate::progress::{count_bar, updater};
+use crate::units::{format_bytes, format_size, parse_bytes, parse_size_f64};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use stripeguard_format::hex;
+use stripeguard_integrity::Scheme;
+use stripeguard_ops::{default_parity, CreateOnPaths};
+
+fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    s.parse()
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Member files or block devices, in order (files that do not exist are created with --size).
+    #[arg(required = true, num_args = 2..)]
+    members: Vec<PathBuf>,
+    /// Size of each member file to create (e.g. 64M).
+    #[arg(long, value_parser = parse_bytes)]
+    size: Option<u64>,
+    /// RAID level: 5 (one parity) or 6 (two). Default: 6 with 6 or more members, else 5.
+    #[arg(long, conflicts_with = "parity")]
+    level: Option<u8>,
+    /// Parity members (any k + m with Reed-Solomon), instead of --level.
+    #[arg(long)]
+    parity: Option<usize>,
+    /// Integrity scheme: none, pure, hybrid1, hybrid2, hybrid-seq, checksum-chunk (Kroth & Yang:
+    /// the last member holds each stripe's block CRCs), or auto (the paper's rule from
+    /// --avg-write: hybrid1 for small writes, hybrid2 for large ones).
+    #[arg(long, default_value = "hybrid-seq")]
+    scheme: String,
+    /// The workload's average write size, for --scheme auto (decimals allowed: 7.04K).
+    #[arg(long, value_parser = parse_size_f64)]
+    avg_write: Option<f64>,
+    /// Chunk size.
+    #[arg(long, default_value = "64K", value_parser = parse_bytes)]
+    chunk: u64,
+    /// Sector size (the appendix is one sector): 512 or 4096.
+    #[arg(long, default_value = "512", value_parser = parse_bytes)]
+    sector: u64,
+    /// Parity appendices a first-read is cross-checked against: `one` (P only: the paper's
+    /// cost, one extra read) or `all` (every parity: m extra reads; also catches a data unit and
+    /// P that both lost a write while Q holds the newer version).
+    #[arg(long, default_value = "one")]
+    cross_check: stripeguard_integrity::CrossCheck,
+    /// Overwrite members that already hold a stripeguard array.
+    #[arg(long)]
+    force: bool,
+    /// Erasure code: xor (RAID-5), raid6 (Linux md P+Q), rs (Reed-Solomon, any parity count),
+    /// or the XOR-only RAID-6 codes rdp and tier (a chunk holds p-1 rows: the chunk size must be
+    /// a multiple of them). Default: xor for one parity, raid6 for two, rs for more.
+    #[arg(long)]
+    code: Option<String>,
+    /// Journal every write's I/Os (data and parity) before they go in place (like md's write
+    /// journal): after a crash a chunk written but not flushed reads back entirely old or
+    /// entirely new, the write hole is closed (a member lost before the resync costs nothing
+    /// more), and a fault the resync finds is repaired and reported as corruption. Costs m + 1
+    /// more copies of each write and a flush before it goes in place; at most 32 members.
+    #[arg(long)]
+    journal: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: CreateArgs) -> Result<ExitCode> {
+    let n = a.members.len();
+    let parity = match (a.level, a.parity) {
+        (Some(5), _) => 1,
+        (Some(6), _) => 2,
+        (Some(l), _) => bail!("--level {l} is not supported (use 5 or 6, or --parity M)"),
+        (None, Some(m)) => m,
+        (None, None) => {
+            // The checksum member is neither data nor parity.
+            let extra = parse_scheme(&a.scheme).map_or(0, |s| s.extra_members());
+            default_parity(n - extra.min(n))
+        }
+    };
+    let scheme: Scheme = if a.scheme == "auto" {
+        let avg = a.avg_write.context(
+            "--scheme auto needs --avg-write SIZE (or run `stripeguard choose --trace FILE`)",
+        )?;
+        let rule = stripeguard_sim::choose_by_rule(n, parity, a.chunk, avg);
+        if !a.json {
+            println!("scheme auto: {}", rule.reason);
+        }
+        rule.scheme
+    } else {
+        parse_scheme(&a.scheme).map_err(anyhow::Error::msg)?
+    };
+    let code =
+        match a.code.as_deref() {
+            None => None,
+            Some(name) => Some(stripeguard_integrity::CodeId::from_name(name).with_context(
+                || format!("unknown code `{name}` (choose xor, raid6, rs, rdp or tier)"),
+            )?),
+        };
+    let req = CreateOnPaths {
+        paths: a.members.clone(),
+        size_bytes: a.size,
+        parity,
+        scheme,
+        chunk_bytes: a.chunk,
+        sector_bytes: a.sector,
+        cross_check: a.cross_check,
+        force: a.force,
+        code,
+        write_journal: a.journal,
+    };
+    let bar = count_bar("initialising stripes");
+    let result = req.run(&mut updater(&bar));
+    bar.finish_and_clear();
+    let array = result?;
+    let m = parity;
+    let sb = array.superblock().clone();
+    let cap = array.capacity_bytes();
+    array.close()?;
+    if a.json {
+        println!(
+            "{}",
+            json!({"uuid": hex(&sb.array_uuid), "members": n, "data_chunks": sb.data_chunks, "parity_chunks": m,
+                   "code": sb.code.name(), "scheme": sb.scheme.name(), "chunk_bytes": sb.chunk_bytes,
+                   "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes, "capacity_bytes": cap,
+                   "write_journal": sb.write_journal})
+        );
+    } else {
+        println!(
+            "created array {}: {} data + {} parity ({}){}, scheme {}{}, chunk {}, {} stripes, capacity {} bytes ({})",
+            hex(&sb.array_uuid),
+            sb.data_chunks,
+            m,
+            sb.code.name(),
+            if sb.scheme.extra_members() > 0 { " + a checksum member" } else { "" },
+            sb.scheme.name(),
+            if sb.write_journal { ", write journal" } else { "" },
+            format_size(sb.chunk_bytes as usize),
+            sb.stripes,
+            cap,
+            format_bytes(cap)
+        );
+    }
+    Ok(ExitCode::from(crate::exit::OK))
+}

@@ -1,0 +1,77 @@
+//! `stripeguard status` of an array another process holds: what that process reports over its
+//! control socket.
+
+use crate::cmd::status::{print_untrusted, StatusArgs};
+use crate::exit;
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::process::ExitCode;
+use stripeguard_format::hex;
+use stripeguard_ops::{ask_holder, peek_uuid};
+
+/// `status` of an array another process holds: what that process says over its control
+/// socket (the array itself is not taken from it).
+pub(super) fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCode> {
+    let who = stripeguard_disk::holder_words(holder);
+    let uuid = peek_uuid(&a.array.members).with_context(|| {
+        format!("{name} is in use by {who}, and no member has a readable superblock")
+    })?;
+    // A holder opens its control socket once it has assembled the array (after its locks, its
+    // superblock update and any resync): give one that is starting up a few seconds.
+    let mut asked = ask_holder(&uuid);
+    if asked.is_err() && !a.array.no_wait {
+        eprintln!(
+            "stripeguard: the array is in use by {who}, which does not answer status yet; waiting up to 5 s, until {}, for it to open its control socket (--no-wait does not wait)",
+            stripeguard_ops::clock_utc_in(std::time::Duration::from_secs(5))
+        );
+        for _ in 0..50 {
+            if asked.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            asked = ask_holder(&uuid);
+        }
+    }
+    let live = asked.map_err(|why| {
+        anyhow::anyhow!("{name} is in use by {who}, which does not answer status ({why}); try again when it finishes")
+    })?;
+    if a.check {
+        eprintln!(
+            "stripeguard: not checked: the array is in use by {who} and --check needs it; showing what the holder has found so far (run the check when it finishes, or `stripeguard scrub --check-only` then)"
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({"in_use_by": live.pid, "command": live.command, "untrusted": live.untrusted,
+                   "live": live, "checked": false})
+        );
+    } else {
+        println!(
+            "array {} in use by process {} ({})",
+            hex(&uuid),
+            live.pid,
+            live.command
+        );
+        println!(
+            "  live: {} failed check(s), {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s), {} stripe(s) resynced",
+            live.detected, live.located, live.repaired, live.unrecoverable, live.resynced
+        );
+        if !live.front_end.is_empty() {
+            let parts: Vec<String> = live
+                .front_end
+                .iter()
+                .map(|(k, v)| format!("{} {v}", k.replace('_', " ")))
+                .collect();
+            println!("  serving: {}", parts.join(", "));
+        }
+        for (m, why) in &live.out {
+            println!("  member {m} out of the array: {why}");
+        }
+        print_untrusted(&live.untrusted, None);
+        for e in &live.recent_events {
+            println!("  {e}");
+        }
+    }
+    Ok(exit::of(live.verdict(a.check)))
+}

@@ -1,0 +1,17 @@
+//! The array commands, one file each: its arguments and a `run` that parses, calls the library
+//! crates and prints. What they decide (verdicts, exit statuses, orchestration) is in
+//! `stripeguard-ops` and `stripeguard-campaign`.
+
+pub mod campaign;
+pub mod clear;
+mod crash;
+pub mod create;
+pub mod demo;
+pub mod events;
+pub mod inject;
+mod live;
+pub mod replace;
+pub mod rw;
+pub mod scrub;
+pub mod shared;
+pub mod status;

@@ -1,0 +1,165 @@
+//! `stripeguard replace`: rebuild a member onto a new file or device here, or ask the process
+//! holding the array to do it while it serves, and follow its progress.
+
+use crate::cmd::shared::{assemble, counters_json, print_events, MembersArgs};
+use crate::exit;
+use crate::progress::{count_bar, updater};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use stripeguard_ops::{ask_holder, ask_holder_replace, peek_uuid, Replacement};
+
+#[derive(Args)]
+pub struct ReplaceArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// The member to rebuild (its index: its position in the member list).
+    #[arg(long)]
+    member: usize,
+    /// The new file or block device (a file that does not exist is created at the member size).
+    #[arg(long)]
+    with: PathBuf,
+    /// Retire a healthy member, overwrite a device holding an array, or abandon an interrupted
+    /// replace onto another device.
+    #[arg(long)]
+    force: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `replace` of an array another process holds: ask it over its control socket, then follow
+/// its progress in its status until it finishes.
+fn via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
+    let target = match a.with.to_str() {
+        Some(t) if stripeguard_nbd::is_uri(t) => t.to_string(),
+        _ => {
+            // The holder runs elsewhere (its own working directory): an absolute path.
+            let parent = a.with.parent().filter(|p| !p.as_os_str().is_empty());
+            let dir = std::fs::canonicalize(parent.unwrap_or(std::path::Path::new(".")))
+                .with_context(|| format!("cannot resolve {}", a.with.display()))?;
+            let name = a
+                .with
+                .file_name()
+                .with_context(|| format!("{} names no file", a.with.display()))?;
+            dir.join(name).display().to_string()
+        }
+    };
+    ask_holder_replace(uuid, a.member, &target, a.force)
+        .map_err(|e| anyhow::anyhow!("the process holding the array refused the replace: {e}"))?;
+    eprintln!("stripeguard: the array is in use; the process holding it rebuilds member {} onto {target} while it goes on serving", a.member);
+    let bar = count_bar("rebuilding");
+    let last = loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let live = ask_holder(uuid)
+            .map_err(|e| anyhow::anyhow!("lost the holder while it rebuilt: {e}"))?;
+        let Some(r) = live.replace else {
+            bail!("the holder reports no replace");
+        };
+        bar.set_length(r.total.max(1));
+        bar.set_position(r.done);
+        if !r.running {
+            break r;
+        }
+    };
+    bar.finish_and_clear();
+    let outcome = last.outcome.unwrap_or_default();
+    if a.json {
+        println!(
+            "{}",
+            json!({"via_holder": true, "ok": last.ok, "outcome": outcome})
+        );
+    } else {
+        println!("{outcome}");
+    }
+    if last.ok {
+        Ok(ExitCode::from(exit::OK))
+    } else {
+        bail!("{outcome}")
+    }
+}
+
+pub fn run(a: ReplaceArgs) -> Result<ExitCode> {
+    // The slot's own path again is the device coming back (a re-add, which the engine checks);
+    // another member's path is a mistake.
+    let own_slot = a.array.members.get(a.member) == Some(&a.with);
+    if !own_slot && a.array.members.iter().any(|m| m == &a.with) && !a.force {
+        bail!(
+            "{} is already a member of the array; give a new device",
+            a.with.display()
+        );
+    }
+    let array = match assemble(&a.array, true) {
+        Ok(array) => array,
+        Err(e) => {
+            // Held by a process on this host that answers its control socket (a running
+            // `serve`): it runs the replace while it goes on serving.
+            if let Some(uuid) = peek_uuid(&a.array.members) {
+                if ask_holder(&uuid).is_ok() {
+                    return via_holder(&a, &uuid);
+                }
+            }
+            return Err(e);
+        }
+    };
+    let target = Replacement::open(&array, a.member, &a.with, own_slot, a.array.direct)
+        .with_context(|| format!("cannot open {}", a.with.display()))?;
+    let bar = count_bar("rebuilding");
+    let started = std::time::Instant::now();
+    let result = target.run(&array, a.member, a.force, &mut updater(&bar));
+    bar.finish_and_clear();
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = array.close();
+            return Err(e.into());
+        }
+    };
+    if a.json {
+        println!(
+            "{}",
+            json!({"summary": summary, "counters": counters_json(&array.counters()), "events": array.events()})
+        );
+    } else {
+        if summary.resumed_at > 0 {
+            println!(
+                "resumed an interrupted replace at stripe {}",
+                summary.resumed_at
+            );
+        }
+        if let Some(why) = &summary.full_rebuild_reason {
+            println!(
+                "member {} ({}) is this slot's own device back, but it is rebuilt in full, not re-added: {why}",
+                summary.member,
+                a.with.display()
+            );
+        }
+        if summary.readded {
+            println!(
+                "member {} ({}) is the device that left, back: re-added through the write-intent record ({} of {} stripes were written while it was out)",
+                summary.member,
+                a.with.display(),
+                summary.stripes_to_rebuild,
+                array.geometry().stripes
+            );
+        }
+        println!(
+            "rebuilt member {} onto {}: {} stripes in {:.1} s; {} silently wrong survivor unit(s) found and repaired on the way",
+            summary.member,
+            a.with.display(),
+            summary.stripes_rebuilt,
+            started.elapsed().as_secs_f64(),
+            summary.survivors_repaired
+        );
+        print_events(&array, true);
+        println!(
+            "from now on give {} in place of the old member {}",
+            a.with.display(),
+            a.member
+        );
+    }
+    array.close()?;
+    Ok(ExitCode::from(exit::OK))
+}

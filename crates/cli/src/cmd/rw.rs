@@ -1,0 +1,249 @@
+//! `stripeguard write` and `stripeguard read`: stream a file or standard input into the array
+//! at an offset, or the array out to a file or standard output, and report what was repaired.
+
+use crate::cmd::shared::{assemble, counters_json, print_events, MembersArgs};
+use crate::units::parse_bytes;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use stripeguard_engine::{Array, EngineError};
+use stripeguard_ops::with_control_socket;
+
+#[derive(Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// Array byte offset to write at.
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    offset: u64,
+    /// File to write (default: standard input).
+    #[arg(long, short = 'i')]
+    input: Option<PathBuf>,
+    /// Print the report as JSON (on stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// Array byte offset to read from.
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    offset: u64,
+    /// Bytes to read (default: to the end of the array).
+    #[arg(long, value_parser = parse_bytes)]
+    length: Option<u64>,
+    /// Output file (default: standard output). Written to a temporary file beside it and
+    /// renamed when every byte was read, so a failed read leaves no partial file; a device or
+    /// FIFO (`/dev/null`, a named pipe) is written in place.
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    /// On failure, keep the bytes read before the bad stripe in --output.
+    #[arg(long, requires = "output")]
+    keep_partial: bool,
+    /// Print the report as JSON (on stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Bytes per request: a stripe's data, at least 4 MiB (requests stay stripe-sized, memory
+/// bounded).
+fn step_of(array: &Array) -> Result<usize> {
+    Ok(usize::try_from(array.geometry().stripe_data_bytes())
+        .context("a stripe of this array does not fit in memory")?
+        .max(4 << 20))
+}
+
+/// What a read or write found, on stderr (stdout may carry the data): everything with
+/// `--json`, else a line and the first events when something was found.
+fn report(array: &Array, what: &str, bytes: u64, json_out: bool) {
+    let c = array.counters();
+    if json_out {
+        eprintln!(
+            "{}",
+            json!({"op": what, "bytes": bytes, "counters": counters_json(&c), "events": array.events()})
+        );
+    } else if c.located > 0 || c.detected > 0 {
+        eprintln!(
+            "stripeguard: {what} {bytes} bytes; detected {} failed check(s), located {} unit(s), repaired {}:",
+            c.detected, c.located, c.repaired
+        );
+        print_events(array, false);
+    }
+}
+
+pub fn write(a: WriteArgs) -> Result<ExitCode> {
+    // Stream the input in steps of a few MiB: memory stays bounded whatever its size.
+    let (mut input, known_len): (Box<dyn Read>, Option<u64>) = match &a.input {
+        Some(p) => {
+            let f =
+                std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let len = f.metadata().ok().map(|m| m.len());
+            (Box::new(f), len)
+        }
+        None => (Box::new(std::io::stdin().lock()), None),
+    };
+    let array = assemble(&a.array, true)?;
+    if let Some(len) = known_len {
+        array.check_range(a.offset, len)?;
+    }
+    let step = step_of(&array)?;
+    let mut buf = vec![0u8; step];
+    let bar = crate::progress::bytes_bar("writing");
+    if let Some(len) = known_len {
+        bar.set_length(len);
+    }
+    let mut done = 0u64;
+    // While it writes, `status` from another process asks this one over the control socket.
+    let written = with_control_socket(&array, || -> Result<()> {
+        loop {
+            // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
+            let mut got = 0;
+            while got < step {
+                let n = input.read(&mut buf[got..]).context("reading the input")?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            if got == 0 {
+                break;
+            }
+            let at = a.offset.saturating_add(done);
+            array.check_range(at, got as u64)?;
+            array.write(at, &buf[..got])?;
+            done += got as u64;
+            bar.set_position(done);
+        }
+        Ok(())
+    });
+    bar.finish_and_clear();
+    if let Err(e) = written {
+        // A refused write (an unrecoverable stripe, exit 3; a range or input error) wrote none
+        // of the stripe it refused and every piece before it whole: close clean, as after any
+        // finished write, so nothing is left dirty for a resync to settle. An I/O error may
+        // have left a stripe half-written: that one stays dirty for the resync.
+        let refused = match e.downcast_ref::<EngineError>() {
+            Some(
+                EngineError::Unrecoverable { .. }
+                | EngineError::Config(_)
+                | EngineError::OutOfRange { .. },
+            )
+            | None => true,
+            Some(_) => false,
+        };
+        if refused {
+            report(&array, "wrote", done, a.json);
+            array.close()?;
+        }
+        return Err(e);
+    }
+    report(&array, "wrote", done, a.json);
+    array.close()?;
+    Ok(ExitCode::from(crate::exit::OK))
+}
+
+pub fn read(a: ReadArgs) -> Result<ExitCode> {
+    let array = assemble(&a.array, true)?;
+    let cap = array.capacity_bytes();
+    let len = a.length.unwrap_or(cap.saturating_sub(a.offset));
+    array.check_range(a.offset, len)?;
+    // To a temporary file beside the output, renamed when every byte is in: a failed read never
+    // leaves a file that looks complete.
+    // A device, FIFO or socket (`--output /dev/null`, a pipe) is written in place: renaming a
+    // temporary file over it would replace the device node with a regular file.
+    let special = a
+        .output
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            let t = m.file_type();
+            (
+                t.is_dir(),
+                t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket(),
+            )
+        });
+    if let (Some(p), Some((true, _))) = (&a.output, special) {
+        bail!("--output {} is a directory", p.display());
+    }
+    let (mut out, temp): (Box<dyn Write>, Option<tempfile::NamedTempFile>) = match &a.output {
+        Some(p) if matches!(special, Some((false, true))) => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .with_context(|| format!("cannot write to {}", p.display()))?;
+            (Box::new(std::io::BufWriter::new(f)), None)
+        }
+        Some(p) => {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let t = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+            let f = t.reopen().context("reopening the temporary output")?;
+            (Box::new(std::io::BufWriter::new(f)), Some(t))
+        }
+        None => (
+            Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            None,
+        ),
+    };
+    let step = step_of(&array)?;
+    let mut buf = vec![0u8; step];
+    let bar = crate::progress::bytes_bar("reading");
+    bar.set_length(len);
+    let mut done = 0u64;
+    let mut failure = None;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(step, |left| left.min(step));
+        if let Err(e) = array.read(a.offset + done, &mut buf[..n]) {
+            // With --keep-partial, the stripes before the refused one are still worth having.
+            if let (true, stripeguard_engine::EngineError::Unrecoverable { stripe, .. }) =
+                (a.keep_partial, &e)
+            {
+                let good = usize::try_from(
+                    (stripe * array.geometry().stripe_data_bytes()).saturating_sub(a.offset + done),
+                )
+                .map_or(n, |g| g.min(n));
+                if good > 0 && array.read(a.offset + done, &mut buf[..good]).is_ok() {
+                    out.write_all(&buf[..good]).context("writing output")?;
+                    done += good as u64;
+                }
+            }
+            failure = Some(e);
+            break;
+        }
+        out.write_all(&buf[..n]).context("writing output")?;
+        done += n as u64;
+        bar.inc(n as u64);
+    }
+    out.flush().context("writing output")?;
+    drop(out);
+    bar.finish_and_clear();
+    if let (Some(t), Some(p)) = (temp, &a.output) {
+        if failure.is_none() || a.keep_partial {
+            t.persist(p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+        }
+    }
+    if let Some(e) = failure {
+        report(&array, "read", done, a.json);
+        array.close()?;
+        if a.keep_partial {
+            eprintln!(
+                "stripeguard: kept the {done} bytes read before the failure in {}",
+                a.output.as_deref().unwrap_or(Path::new("-")).display()
+            );
+        }
+        return Err(e.into());
+    }
+    report(&array, "read", len, a.json);
+    array.close()?;
+    Ok(ExitCode::from(crate::exit::OK))
+}

@@ -1,0 +1,104 @@
+//! What more than one array command uses: the member list and its assembly, and the printing of
+//! counters, events and ages.
+
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use stripeguard_engine::{Array, AssembleOptions, Counters};
+use stripeguard_ops::assemble_paths_with;
+
+#[derive(Args)]
+pub struct MembersArgs {
+    /// The array's member files or block devices, in member order.
+    #[arg(required = true)]
+    pub(crate) members: Vec<PathBuf>,
+    /// Open members with O_DIRECT (reads reach the device, not the page cache).
+    #[arg(long)]
+    pub(crate) direct: bool,
+    /// Refuse at once when another process may hold the array, instead of waiting for it (a
+    /// holder on another host whose heartbeat looks stale is otherwise watched for two of its
+    /// heartbeat intervals, at most 2 minutes; `status` otherwise gives a holder that is
+    /// starting up 5 s to answer).
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+}
+
+/// Assemble the array on the members given, warning on stderr of each member out of it.
+pub(crate) fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
+    let opts = AssembleOptions {
+        writable,
+        no_wait: a.no_wait,
+        ..AssembleOptions::default()
+    };
+    let array = assemble_paths_with(&a.members, a.direct, &opts)?;
+    for h in array.health() {
+        if let Some(why) = &h.failed {
+            eprintln!(
+                "stripeguard: WARNING: member {} ({}) is out of the array: {why}; running DEGRADED{}",
+                h.index,
+                h.name,
+                if writable {
+                    " — the other members' superblocks now record it as gone, so it will not be taken back as current; replace it"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    Ok(array)
+}
+
+/// The counters as JSON.
+pub(super) fn counters_json(c: &Counters) -> serde_json::Value {
+    serde_json::to_value(c).expect("serializable")
+}
+
+/// Events shown in human output (all of them are in `--json`).
+const EVENTS_SHOWN: usize = 20;
+
+/// Print the first events: to stderr for read/write (whose stdout may carry data), to stdout
+/// for status.
+pub(super) fn print_events(array: &Array, to_stdout: bool) {
+    let events = array.events();
+    let k = array.superblock().data_chunks as usize;
+    let mut lines = Vec::new();
+    if events.len() > EVENTS_SHOWN {
+        lines.push(format!(
+            "  (first {EVENTS_SHOWN} of {} events; --json lists them all)",
+            events.len()
+        ));
+    }
+    for e in events.into_iter().take(EVENTS_SHOWN) {
+        lines.push(format!(
+            "  stripe {} member {} ({}): {} — {} [{:?}]",
+            e.stripe,
+            e.member,
+            stripeguard_engine::unit_label(e.role, e.position, k),
+            e.kind,
+            e.evidence,
+            e.action
+        ));
+    }
+    for l in lines {
+        if to_stdout {
+            println!("{l}");
+        } else {
+            eprintln!("{l}");
+        }
+    }
+}
+
+/// A Unix time as an age (`90 s ago`, `12 min ago`, `3 h ago`, `2 days ago`).
+pub(super) fn ago(t: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(t);
+    let s = now.saturating_sub(t);
+    match s {
+        0..=119 => format!("{s} s ago"),
+        120..=7199 => format!("{} min ago", s / 60),
+        7200..=172_799 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86400),
+    }
+}

@@ -1,0 +1,277 @@
+//! `stripeguard status`: an array's geometry, members, last scrub and per-member fault counts,
+//! with `--check` a read-only check of every stripe; an array another process holds is asked.
+
+use crate::cmd::live::live_status;
+use crate::cmd::shared::{ago, counters_json, print_events, MembersArgs};
+use crate::exit;
+use crate::progress::{count_bar, updater};
+use crate::units::format_size;
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+use std::process::ExitCode;
+use stripeguard_disk::DiskError;
+use stripeguard_engine::{scrub, Checkpoint, Counters, EngineError, ScrubOptions};
+use stripeguard_format::hex;
+use stripeguard_integrity::Superblock;
+use stripeguard_ops::{ask_holder, assemble_paths, logged_by_member, status_verdict};
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub(super) array: MembersArgs,
+    /// Also read and check every stripe (read-only: reports damage, repairs nothing).
+    #[arg(long)]
+    pub(super) check: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+pub fn run(a: StatusArgs) -> Result<ExitCode> {
+    let array = match assemble_paths(&a.array.members, a.array.direct, false) {
+        Ok(array) => array,
+        Err(EngineError::Disk(DiskError::Locked { name, holder })) => {
+            return live_status(&a, &name, holder);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Members no flock reaches (NBD exports): the owner record says who holds the array, and a
+    // holder on this host answers over its control socket.
+    if let Some(o) = array
+        .owner()
+        .filter(|o| o.held && o.pid != std::process::id())
+    {
+        if ask_holder(&array.superblock().array_uuid).is_ok() {
+            drop(array);
+            return live_status(&a, "the array", Some(o.pid));
+        }
+    }
+    for h in array.health() {
+        if let Some(why) = &h.failed {
+            eprintln!(
+                "stripeguard: WARNING: member {} ({}) is out of the array: {why}",
+                h.index, h.name
+            );
+        }
+    }
+    let sb = array.superblock().clone();
+    let mut unrecoverable = Vec::new();
+    let awaiting = array.awaiting_resync().len();
+    if a.check {
+        let bar = count_bar("checking stripes");
+        let summary = scrub(&array, &ScrubOptions::default(), &mut updater(&bar));
+        bar.finish_and_clear();
+        unrecoverable = summary?.unrecoverable;
+    }
+    let last_scrub = array.last_scrub();
+    let c = array.counters();
+    let health = array.health();
+    let untrusted = array.untrusted();
+    // Per member and fault class, over the whole durable log (zpool status' error columns).
+    let log = array.event_log();
+    let by_member = logged_by_member(&log, health.len());
+    let degraded = health.iter().filter(|h| h.failed.is_some()).count();
+    if a.json {
+        println!(
+            "{}",
+            json!({"uuid": hex(&sb.array_uuid), "scheme": sb.scheme.name(), "code": sb.code.name(),
+                   "data_chunks": sb.data_chunks, "parity_chunks": sb.parity_chunks,
+                   "chunk_bytes": sb.chunk_bytes, "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes,
+                   "capacity_bytes": array.capacity_bytes(),
+                   "state": format!("{:?}", sb.state).to_lowercase(), "members": health,
+                   "cross_check": sb.cross_check, "event_count": sb.generation,
+                   "write_journal": sb.write_journal, "journal_slots": sb.journal_slots,
+                   "member_table": array.member_table(), "last_scrub": last_scrub,
+                   "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
+                   "log_entries": log.entries.len(), "log_dropped": log.dropped,
+                   "log_not_understood": log.not_understood,
+                   "checked": a.check, "counters": counters_json(&c), "events": array.events(),
+                   "untrusted": untrusted,
+                   "unrecoverable": unrecoverable})
+        );
+    } else {
+        println!("array {}", hex(&sb.array_uuid));
+        println!(
+            "  {} data + {} parity ({}), scheme {}, chunk {}, sector {}, {} stripes, capacity {} bytes",
+            sb.data_chunks,
+            sb.parity_chunks,
+            sb.code.name(),
+            sb.scheme.name(),
+            format_size(sb.chunk_bytes as usize),
+            sb.sector_bytes(),
+            sb.stripes,
+            array.capacity_bytes()
+        );
+        println!(
+            "  cross-check: {}, write journal: {}, event count {}",
+            sb.cross_check.name(),
+            if sb.write_journal { "on" } else { "off" },
+            sb.generation
+        );
+        println!("  scan: {}", scan_line(last_scrub.as_ref()));
+        print_untrusted(&untrusted, Some(array.geometry()));
+        if array.was_unclean() {
+            println!(
+                "  not closed cleanly: {awaiting} stripe(s) in regions awaiting resync (the next command that may write resyncs them first){}",
+                if a.check { "; the check skipped them" } else { "" }
+            );
+        }
+        println!(
+            "  state: {}",
+            state_line(&sb, degraded, a.check.then_some(&c), unrecoverable.len())
+        );
+        const CLASSES: [&str; 7] = [
+            "read-error",
+            "checksum",
+            "identity",
+            "stale",
+            "outvoted",
+            "parity",
+            "resync",
+        ];
+        println!(
+            "  {:<10} {:<40} {:<8} {}",
+            "member",
+            "",
+            "state",
+            CLASSES.map(|c| format!("{c:>10}")).join("")
+        );
+        for h in &health {
+            let counts: String = CLASSES
+                .map(|c| format!("{:>10}", by_member[h.index].get(c).copied().unwrap_or(0)))
+                .join("");
+            let state = if h.failed.is_some() { "OUT" } else { "ONLINE" };
+            println!("  member {:>3} {:<40} {state:<8} {counts}", h.index, h.name);
+        }
+        println!(
+            "  (counts from the event log: {} entries, {} older ones overwritten; `stripeguard events` lists them)",
+            log.entries.len(),
+            log.dropped
+        );
+        for h in &health {
+            let st = match &h.failed {
+                None if h.superblock_copies_fixed > 0 => format!(
+                    "ok ({} superblock copy damaged or stale)",
+                    h.superblock_copies_fixed
+                ),
+                None => "ok".to_string(),
+                Some(w) => format!("FAILED: {w}"),
+            };
+            if h.failed.is_some() || h.superblock_copies_fixed > 0 {
+                println!("  member {:>3}  {:<40} {st}", h.index, h.name);
+            }
+        }
+        if a.check {
+            println!(
+                "  check: {} stripes, {} damaged unit(s) located, {} stripe(s) with parity disagreeing with data, {} unrecoverable stripe(s)",
+                sb.stripes,
+                c.located,
+                c.mismatches,
+                unrecoverable.len()
+            );
+            for (k, v) in &c.by_kind {
+                println!("    {k}: {v}");
+            }
+            print_events(&array, true);
+            for u in &unrecoverable {
+                println!("  {u}");
+            }
+        }
+    }
+    Ok(exit::of(status_verdict(
+        &array,
+        a.check,
+        unrecoverable.len(),
+        awaiting,
+    )))
+}
+
+/// The listed untrusted ranges, as `status` shows them (with the member of each when the
+/// geometry is at hand).
+pub(super) fn print_untrusted(
+    untrusted: &[stripeguard_integrity::UntrustedRange],
+    geometry: Option<&stripeguard_plan::Geometry>,
+) {
+    if untrusted.is_empty() {
+        return;
+    }
+    println!(
+        "  untrusted: {} range(s) a resync could not verify; reads of them are refused until a write covers them whole, a scrub verifies them again, or `stripeguard clear --stripe S` zero-fills them:",
+        untrusted.len()
+    );
+    for r in untrusted {
+        let member = geometry
+            .map(|g| format!(" (member {})", g.member_of(r.stripe, r.position as usize)))
+            .unwrap_or_default();
+        println!(
+            "    stripe {} data chunk {}{member} bytes {}..{}{}",
+            r.stripe,
+            r.position,
+            r.offset,
+            r.offset + r.len,
+            if r.expected_crc.is_some() {
+                ""
+            } else {
+                " (no CRC to verify it against: only a write or clear takes it off)"
+            }
+        );
+    }
+}
+
+/// The last scrub, like `zpool status`' scan line.
+fn scan_line(r: Option<&Checkpoint>) -> String {
+    let Some(r) = r else {
+        return "no scrub has run".into();
+    };
+    let when = |t: u64| format!("{} (Unix seconds {t})", ago(t));
+    if r.finished {
+        format!(
+            "scrub finished {}: {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s){}",
+            when(r.updated_unix),
+            r.found,
+            r.repaired,
+            r.unrecoverable,
+            if r.mismatches > 0 {
+                format!(", {} stripe(s) with parity disagreeing", r.mismatches)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        format!(
+            "scrub interrupted at stripe {} of {} ({}); `stripeguard scrub` resumes it",
+            r.next_stripe,
+            r.stripes,
+            when(r.updated_unix)
+        )
+    }
+}
+
+/// The array's state in words: what the superblock says, and what a check found.
+fn state_line(
+    sb: &Superblock,
+    degraded: usize,
+    check: Option<&Counters>,
+    unrecoverable: usize,
+) -> String {
+    let mut words = vec![format!("{:?}", sb.state).to_lowercase()];
+    if degraded > 0 {
+        words.push(format!("DEGRADED ({degraded} member(s) out)"));
+    }
+    if let Some(c) = check {
+        if unrecoverable > 0 {
+            words.push(format!("UNRECOVERABLE ({unrecoverable} stripe(s))"));
+        }
+        if c.located > 0 {
+            words.push(format!("DAMAGED ({} unit(s) found wrong)", c.located));
+        }
+        if c.mismatches > 0 {
+            words.push(format!(
+                "INCONSISTENT ({} stripe(s) whose parity disagrees with the data)",
+                c.mismatches
+            ));
+        }
+    }
+    words.join(", ")
+}
