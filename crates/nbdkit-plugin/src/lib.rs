@@ -181,8 +181,9 @@ struct Connection {
 
 impl Connection {
     /// Run one engine call. A panic (a broken invariant in the engine) must not unwind into
-    /// nbdkit's C frames, which would abort the process and every other connection: it fails
-    /// this request with `EIO`, as an unrecoverable stripe would.
+    /// nbdkit's C frames; by the panic policy (docs/DESIGN.md, "Panics") it aborts the
+    /// process after saying so, leaving the array as a crash does, rather than serving on from
+    /// an engine whose state a half-done operation may have broken.
     fn call<T>(
         &self,
         what: &str,
@@ -196,10 +197,12 @@ impl Connection {
         };
         let r = match catch_unwind(AssertUnwindSafe(|| f(&held.export))) {
             Ok(r) => r.map_err(nbdkit_error_of),
-            Err(_) => Err(Error::new(
-                libc::EIO,
-                format!("{what}: the engine panicked; the request failed"),
-            )),
+            Err(_) => {
+                eprintln!(
+                    "stripeguard-nbdkit: {what}: internal error in the engine (a bug: please report it); aborting — the array is left as after a crash and is resynced at its next assembly"
+                );
+                std::process::abort();
+            }
         };
         if r.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
