@@ -189,14 +189,6 @@ pub struct Array {
     units: Units,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
     ck: Mutex<CkCache>,
-    /// The member a replace is rebuilding. Every write of one of its units reaches the new
-    /// device although the member still counts as out for reads: a stripe already rebuilt stays
-    /// current, one not yet rebuilt is rebuilt from the other members later (which hold that
-    /// write too). So a replace can run while the array serves writes.
-    /// (member, the stripe the replace itself is writing, whose unit it writes once itself).
-    rebuilding: Mutex<Option<(usize, Option<u64>)>>,
-    /// Asks a running replace to stop at its next stripe (it resumes when run again).
-    cancel: std::sync::atomic::AtomicBool,
     /// The clock, randomness and host (given at create or assembly).
     env: EnvRef,
 }
@@ -458,8 +450,6 @@ impl Array {
             } else {
                 0
             })),
-            rebuilding: Mutex::new(None),
-            cancel: std::sync::atomic::AtomicBool::new(false),
             sb,
             writable,
         })
@@ -551,14 +541,6 @@ impl Array {
 
     pub(crate) fn ck(&self) -> &Mutex<CkCache> {
         &self.ck
-    }
-
-    pub(crate) fn rebuilding(&self) -> &Mutex<Option<(usize, Option<u64>)>> {
-        &self.rebuilding
-    }
-
-    pub(crate) fn cancel(&self) -> &std::sync::atomic::AtomicBool {
-        &self.cancel
     }
 
     /// The environment the array was given.

@@ -28,6 +28,27 @@ pub(crate) struct Members {
     disks: RwLock<Vec<DiskRef>>,
     out: Vec<AtomicBool>,
     health: Mutex<Vec<MemberHealth>>,
+    /// The member a replace is rebuilding. Every write of one of its units reaches the new
+    /// device although the member still counts as out for reads: a stripe already rebuilt
+    /// stays current, one not yet rebuilt is rebuilt from the other members later (which hold
+    /// that write too). So a replace can run while the array serves writes.
+    /// (member, the stripe the replace itself is writing, whose unit it writes once itself).
+    rebuilding: Mutex<Option<(usize, Option<u64>)>>,
+    /// Asks a running replace to stop at its next stripe (it resumes when run again).
+    cancel: AtomicBool,
+}
+
+/// A replace's claim on the member set; dropped, no member is being rebuilt.
+pub(crate) struct RebuildClaim<'a>(&'a Members);
+
+impl Drop for RebuildClaim<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .rebuilding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
 }
 
 impl Members {
@@ -46,7 +67,57 @@ impl Members {
             out: disks.iter().map(|_| AtomicBool::new(false)).collect(),
             disks: RwLock::new(disks),
             health: Mutex::new(health),
+            rebuilding: Mutex::new(None),
+            cancel: AtomicBool::new(false),
         }
+    }
+
+    /// A replace of `member` begins (one at a time: `Err` names the member already being
+    /// rebuilt).
+    pub(crate) fn begin_rebuild(&self, member: usize) -> Result<RebuildClaim<'_>, usize> {
+        let mut r = self
+            .rebuilding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((m, _)) = *r {
+            return Err(m);
+        }
+        *r = Some((member, None));
+        self.cancel.store(false, Ordering::Relaxed);
+        Ok(RebuildClaim(self))
+    }
+
+    /// The replace is writing (`Some`) or done writing (`None`) the rebuilt unit of `stripe`
+    /// itself.
+    pub(crate) fn rebuilding_stripe(&self, member: usize, stripe: Option<u64>) {
+        *self
+            .rebuilding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((member, stripe));
+    }
+
+    /// Whether a write of `member`'s unit of `stripe` goes to the device a replace is
+    /// filling (every stripe but the one the replace is writing itself).
+    pub(crate) fn writes_reach(&self, member: usize, stripe: u64) -> bool {
+        matches!(*self.rebuilding.lock().unwrap_or_else(PoisonError::into_inner),
+            Some((m, busy)) if m == member && busy != Some(stripe))
+    }
+
+    /// Ask a running replace to stop at its next stripe.
+    pub(crate) fn cancel_rebuild(&self) {
+        if self
+            .rebuilding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+        {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the running replace was asked to stop (the request is taken).
+    pub(crate) fn take_cancel(&self) -> bool {
+        self.cancel.swap(false, Ordering::Relaxed)
     }
 
     /// Member `i`'s handle.

@@ -10,7 +10,6 @@ use crate::array::Array;
 use crate::checkpoint::{CHECKPOINT_EVERY, SLOT_BYTES};
 use crate::error::EngineError;
 use crate::num::usize_of;
-use std::sync::atomic::Ordering;
 use stripeguard_disk::DiskRef;
 use stripeguard_format::Checkpoint;
 use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
@@ -45,22 +44,11 @@ fn target_checkpoint(target: &DiskRef) -> Option<Checkpoint> {
     newest.record
 }
 
-/// Ends a replace's claim however it ends.
-struct RebuildingGuard<'a>(&'a Array);
-
-impl Drop for RebuildingGuard<'_> {
-    fn drop(&mut self) {
-        *self.0.rebuilding().lock().expect("lock") = None;
-    }
-}
-
 impl Array {
     /// Ask a replace running on another thread to stop at its next stripe; its position is
     /// kept, so `replace` onto the same device resumes it.
     pub fn cancel_rebuild(&self) {
-        if self.rebuilding().lock().expect("lock").is_some() {
-            self.cancel().store(true, Ordering::Relaxed);
-        }
+        self.members().cancel_rebuild();
     }
 
     /// Whether `target` is the device that left slot `member`, back: `None` when it is not
@@ -145,15 +133,11 @@ impl Array {
             ));
         }
         target.try_lock(true)?;
-        {
-            let mut r = self.rebuilding().lock().expect("lock");
-            if let Some((m, _)) = *r {
-                return cfg(format!("a replace of member {m} is running; one at a time"));
-            }
-            *r = Some((member, None));
-            self.cancel().store(false, Ordering::Relaxed);
-        }
-        let _rebuilding = RebuildingGuard(self);
+        // Ends the replace's claim however it ends.
+        let _rebuilding = match self.members().begin_rebuild(member) {
+            Ok(claim) => claim,
+            Err(m) => return cfg(format!("a replace of member {m} is running; one at a time")),
+        };
         let stripes = self.geometry().stripes;
 
         // Resume onto the same device, refuse another one, or start.
@@ -273,7 +257,7 @@ impl Array {
             } else {
                 self.geometry().position_of(s, member)
             };
-            if self.cancel().swap(false, Ordering::Relaxed) {
+            if self.members().take_cancel() {
                 target.flush()?;
                 ck.rebuild_next = s;
                 save(self, &mut ck)?;
@@ -287,9 +271,9 @@ impl Array {
                 let _guard = self.locks()[usize_of(s) % self.locks().len()]
                     .lock()
                     .expect("lock");
-                *self.rebuilding().lock().expect("lock") = Some((member, Some(s)));
+                self.members().rebuilding_stripe(member, Some(s));
                 let image = self.repair_stripe(s, &[]);
-                *self.rebuilding().lock().expect("lock") = Some((member, None));
+                self.members().rebuilding_stripe(member, None);
                 let image = match image {
                     Ok(i) => i,
                     Err(e) => {

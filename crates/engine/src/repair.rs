@@ -266,9 +266,7 @@ impl Array {
         let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
             // Out of the array, unless a replace is filling its new device.
-            let to_new = matches!(*self.rebuilding().lock().expect("lock"),
-                Some((m, busy)) if m == member && busy != Some(stripe));
-            if !to_new {
+            if !self.members().writes_reach(member, stripe) {
                 return Ok(());
             }
         }
