@@ -108,6 +108,91 @@ impl Array {
         force: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
+        self.check_replace(member, &target, force)?;
+        target.try_lock(true)?;
+        // Ends the replace's claim however it ends.
+        let _rebuilding = match self.members().begin_rebuild(member) {
+            Ok(claim) => claim,
+            Err(m) => {
+                return Err(EngineError::Config(format!(
+                    "a replace of member {m} is running; one at a time"
+                )))
+            }
+        };
+        let plan = self.plan_replace(member, &target, force)?;
+        let mut ck = plan.checkpoint;
+        let start = ck.rebuild_next;
+        let todo: Vec<u64> = if plan.readd {
+            self.intent_stripes()
+        } else {
+            (0..self.geometry().stripes).collect()
+        };
+        self.take_slot(member, &target, plan.readd)?;
+        self.save_rebuild(&target, &mut ck)?;
+
+        let located_before = self.counters().located;
+        let total = todo.len() as u64;
+        let mut visited = 0u64;
+        for &s in todo.iter().filter(|&&s| s >= start) {
+            if self.members().take_cancel() {
+                target.flush()?;
+                ck.rebuild_next = s;
+                self.save_rebuild(&target, &mut ck)?;
+                return Err(EngineError::Config(format!(
+                    "replace interrupted at stripe {s} of {} (the holder is stopping); run it again onto the same device to resume",
+                    self.geometry().stripes
+                )));
+            }
+            // A stripe that cannot be rebuilt stops the replace with its position saved; a
+            // failed write to the target stops it at once.
+            if let Err(e) = self.rebuild_onto(s, member, &target)? {
+                ck.rebuild_next = s;
+                self.save_rebuild(&target, &mut ck)?;
+                return Err(e);
+            }
+            ck.rebuild_next = s + 1;
+            visited += 1;
+            if visited.is_multiple_of(CHECKPOINT_EVERY) && s + 1 < self.geometry().stripes {
+                target.flush()?;
+                self.save_rebuild(&target, &mut ck)?;
+            }
+            if visited.is_multiple_of(64) {
+                progress(visited, total);
+            }
+        }
+        progress(total, total);
+        target.flush()?;
+        // Its metadata area carries the listed untrusted blocks like every other member's.
+        self.write_untrusted_to(&target)?;
+
+        // The new member is current from here on.
+        self.members().put_back(member);
+        {
+            let mut meta = self.meta().lock().expect("lock");
+            meta.table[member].state = MemberState::Active;
+            self.write_superblocks_locked(&mut meta)?;
+        }
+        ck.rebuild_finished = true;
+        self.save_rebuild(&target, &mut ck)?;
+        Ok(ReplaceSummary {
+            member,
+            resumed_at: start,
+            stripes_rebuilt: visited,
+            survivors_repaired: self.counters().located - located_before,
+            readded: plan.readd,
+            stripes_to_rebuild: total,
+            full_rebuild_reason: plan.full_rebuild_reason,
+        })
+    }
+
+    /// Refuse a replace that cannot start: a read-only array, no such member, a healthy member
+    /// without `force`, a target too small.
+    fn check_replace(
+        &self,
+        member: usize,
+        target: &DiskRef,
+        force: bool,
+    ) -> Result<(), EngineError> {
         let n = self.members().len();
         let cfg = |s: String| Err(EngineError::Config(s));
         if !self.is_writable() {
@@ -132,17 +217,21 @@ impl Array {
                 target.size_bytes()
             ));
         }
-        target.try_lock(true)?;
-        // Ends the replace's claim however it ends.
-        let _rebuilding = match self.members().begin_rebuild(member) {
-            Ok(claim) => claim,
-            Err(m) => return cfg(format!("a replace of member {m} is running; one at a time")),
-        };
-        let stripes = self.geometry().stripes;
+        Ok(())
+    }
 
-        // Resume onto the same device, refuse another one, or start.
+    /// Resume onto the same device, refuse another one, re-add the device that left, or start
+    /// a full rebuild (refusing to overwrite another array without `force`).
+    fn plan_replace(
+        &self,
+        member: usize,
+        target: &DiskRef,
+        force: bool,
+    ) -> Result<ReplacePlan, EngineError> {
+        let cfg = |s: String| Err(EngineError::Config(s));
+        let stripes = self.geometry().stripes;
         let prev = self.checkpoint().unwrap_or_default();
-        let mine = target_checkpoint(&target);
+        let mine = target_checkpoint(target);
         let running =
             prev.rebuild_member == Some(crate::num::index_u16(member)) && !prev.rebuild_finished;
         let same = running && mine.as_ref().map(|c| c.rebuild_target) == Some(prev.rebuild_target);
@@ -156,7 +245,7 @@ impl Array {
         // The device that left, back: a re-add through the write-intent record. (Not while
         // a full rebuild of this slot onto another device is under way.)
         let back = if self.is_failed(member) && (same || !running) {
-            self.returning(member, &target)
+            self.returning(member, target)
         } else {
             None
         };
@@ -183,7 +272,7 @@ impl Array {
                 ));
             }
         }
-        let mut ck = Checkpoint {
+        let checkpoint = Checkpoint {
             rebuild_member: Some(crate::num::index_u16(member)),
             rebuild_finished: false,
             rebuild_next: if same { prev.rebuild_next } else { 0 },
@@ -199,9 +288,16 @@ impl Array {
             },
             ..prev
         };
-        let start = ck.rebuild_next;
+        Ok(ReplacePlan {
+            checkpoint,
+            readd,
+            full_rebuild_reason,
+        })
+    }
 
-        // The old member is out (erased for every read) while the new one fills.
+    /// Put `target` into slot `member`: the old member out (erased for every read) while the
+    /// new one fills, the member table saying so.
+    fn take_slot(&self, member: usize, target: &DiskRef, readd: bool) -> Result<(), EngineError> {
         if !self.is_failed(member) {
             self.fail_member(
                 member,
@@ -211,11 +307,6 @@ impl Array {
                 },
             )?;
         }
-        let todo: Vec<u64> = if readd {
-            self.intent_stripes()
-        } else {
-            (0..stripes).collect()
-        };
         {
             let mut meta = self.meta().lock().expect("lock");
             if meta.table[member].state != MemberState::Rebuilding && !readd {
@@ -230,106 +321,72 @@ impl Array {
         // device back from an earlier failure may hold one): a later resync must not replay it.
         self.clear_journal_of(member)?;
         self.clear_appendix_cache();
-        let save = |a: &Array, ck: &mut Checkpoint| -> Result<(), EngineError> {
-            ck.sequence += 1;
-            // The target carries the same record: its id is how a resume recognises it. It is
-            // durable on the target before the members name it, so a replace killed between
-            // the two writes never leaves the members naming an id its own target lacks (which
-            // refused the same device as "another device").
-            let slot = stripeguard_format::slot_offset(ck.sequence, SLOT_BYTES);
-            target.write_at(
-                CHECKPOINT_OFFSET + slot,
-                &crate::checkpoint::checkpoint_bytes(ck),
-            )?;
-            target.flush()?;
-            a.write_checkpoint(ck)?;
-            Ok(())
-        };
-        save(self, &mut ck)?;
-
-        let located_before = self.counters().located;
-        let total = todo.len() as u64;
-        let mut visited = 0u64;
-        for &s in todo.iter().filter(|&&s| s >= start) {
-            // The checksum member's unit is the stripe's table.
-            let pos = if member == self.ck_pos() && self.is_ck() {
-                self.ck_pos()
-            } else {
-                self.geometry().position_of(s, member)
-            };
-            if self.members().take_cancel() {
-                target.flush()?;
-                ck.rebuild_next = s;
-                save(self, &mut ck)?;
-                return Err(EngineError::Config(format!(
-                    "replace interrupted at stripe {s} of {stripes} (the holder is stopping); run it again onto the same device to resume"
-                )));
-            }
-            {
-                // Held through the write: a write to this stripe waits for it, then goes to the
-                // new device too.
-                let _guard = self.locks()[usize_of(s) % self.locks().len()]
-                    .lock()
-                    .expect("lock");
-                self.members().rebuilding_stripe(member, Some(s));
-                let image = self.repair_stripe(s, &[]);
-                self.members().rebuilding_stripe(member, None);
-                let image = match image {
-                    Ok(i) => i,
-                    Err(e) => {
-                        drop(_guard);
-                        ck.rebuild_next = s;
-                        save(self, &mut ck)?;
-                        return Err(e);
-                    }
-                };
-                if pos == self.geometry().n() {
-                    let t = image
-                        .ck
-                        .as_ref()
-                        .expect("a checksum-chunk repair returns its table");
-                    let enc = self.ck_encode(t);
-                    let tb = stripeguard_integrity::ck_table_bytes(pos, self.sb().chunk_bytes);
-                    let w = target.write_at(self.unit_offset(s), &enc[..tb]);
-                    self.recycle([enc]);
-                    w?;
-                } else {
-                    target.write_at(self.unit_offset(s), &image.units[pos])?;
-                }
-                self.recycle(image.units);
-            }
-            ck.rebuild_next = s + 1;
-            visited += 1;
-            if visited.is_multiple_of(CHECKPOINT_EVERY) && s + 1 < stripes {
-                target.flush()?;
-                save(self, &mut ck)?;
-            }
-            if visited.is_multiple_of(64) {
-                progress(visited, total);
-            }
-        }
-        progress(total, total);
-        target.flush()?;
-        // Its metadata area carries the listed untrusted blocks like every other member's.
-        self.write_untrusted_to(&target)?;
-
-        // The new member is current from here on.
-        self.members().put_back(member);
-        {
-            let mut meta = self.meta().lock().expect("lock");
-            meta.table[member].state = MemberState::Active;
-            self.write_superblocks_locked(&mut meta)?;
-        }
-        ck.rebuild_finished = true;
-        save(self, &mut ck)?;
-        Ok(ReplaceSummary {
-            member,
-            resumed_at: start,
-            stripes_rebuilt: visited,
-            survivors_repaired: self.counters().located - located_before,
-            readded: readd,
-            stripes_to_rebuild: total,
-            full_rebuild_reason,
-        })
+        Ok(())
     }
+
+    /// Write the replace's checkpoint. The target carries the same record: its id is how a
+    /// resume recognises it. It is durable on the target before the members name it, so a
+    /// replace killed between the two writes never leaves the members naming an id its own
+    /// target lacks (which refused the same device as "another device").
+    fn save_rebuild(&self, target: &DiskRef, ck: &mut Checkpoint) -> Result<(), EngineError> {
+        ck.sequence += 1;
+        let slot = stripeguard_format::slot_offset(ck.sequence, SLOT_BYTES);
+        target.write_at(
+            CHECKPOINT_OFFSET + slot,
+            &crate::checkpoint::checkpoint_bytes(ck),
+        )?;
+        target.flush()?;
+        self.write_checkpoint(ck)
+    }
+
+    /// Rebuild `member`'s unit of stripe `s` (the stripe checked whole, every survivor
+    /// voting) and write it to `target`. The stripe lock is held through the write: a write to
+    /// this stripe waits for it, then goes to the new device too. The inner error is the
+    /// stripe's (it could not be rebuilt), the outer one the target's.
+    fn rebuild_onto(
+        &self,
+        s: u64,
+        member: usize,
+        target: &DiskRef,
+    ) -> Result<Result<(), EngineError>, EngineError> {
+        // The checksum member's unit is the stripe's table.
+        let pos = if member == self.ck_pos() && self.is_ck() {
+            self.ck_pos()
+        } else {
+            self.geometry().position_of(s, member)
+        };
+        let _guard = self.locks()[usize_of(s) % self.locks().len()]
+            .lock()
+            .expect("lock");
+        self.members().rebuilding_stripe(member, Some(s));
+        let image = self.repair_stripe(s, &[]);
+        self.members().rebuilding_stripe(member, None);
+        let image = match image {
+            Ok(i) => i,
+            Err(e) => return Ok(Err(e)),
+        };
+        if pos == self.geometry().n() {
+            let t = image
+                .ck
+                .as_ref()
+                .expect("a checksum-chunk repair returns its table");
+            let enc = self.ck_encode(t);
+            let tb = stripeguard_integrity::ck_table_bytes(pos, self.sb().chunk_bytes);
+            let w = target.write_at(self.unit_offset(s), &enc[..tb]);
+            self.recycle([enc]);
+            w?;
+        } else {
+            target.write_at(self.unit_offset(s), &image.units[pos])?;
+        }
+        self.recycle(image.units);
+        Ok(Ok(()))
+    }
+}
+
+/// How a replace goes on: the checkpoint it starts or resumes from, whether it re-adds the
+/// device that left, and why a returning device is rebuilt in full.
+struct ReplacePlan {
+    checkpoint: Checkpoint,
+    readd: bool,
+    full_rebuild_reason: Option<String>,
 }
