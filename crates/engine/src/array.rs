@@ -204,106 +204,8 @@ impl Array {
         fresh: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Array, EngineError> {
-        let n = cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members();
         lock_members(&members, true, cfg.local_locks)?;
-        if members.len() != n {
-            return Err(EngineError::Config(format!(
-                "{} members given for k + m{} = {n}",
-                members.len(),
-                if cfg.scheme.extra_members() > 0 {
-                    " + the checksum member"
-                } else {
-                    ""
-                }
-            )));
-        }
-        if cfg.sector_bytes != 512 && cfg.sector_bytes != 4096 {
-            return Err(EngineError::Config(
-                "sector size must be 512 or 4096".into(),
-            ));
-        }
-        let unit = cfg.unit_bytes();
-        let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
-        let layout = MetadataLayout::for_member(smallest);
-        let data_offset = layout.data_offset();
-        if cfg.write_journal && 2 * n > stripeguard_integrity::MAX_JOURNAL_SLOTS as usize {
-            return Err(EngineError::Config(format!(
-                "a write journal holds one stripe's units and saved chunks at once (twice the members) in at most {} slots: at most {} members, this array has {n}",
-                stripeguard_integrity::MAX_JOURNAL_SLOTS,
-                stripeguard_integrity::MAX_JOURNAL_SLOTS / 2
-            )));
-        }
-        let slots = cfg.journal_slots().unwrap_or(layout.journal_slots());
-        let journal = slots as u64 * (stripeguard_integrity::JOURNAL_HEADER_BYTES + unit);
-        let fits = smallest.saturating_sub(data_offset).saturating_sub(journal) / unit.max(1);
-        let stripes = cfg.stripes.unwrap_or(fits);
-        if stripes == 0 || stripes > fits {
-            let small = members
-                .iter()
-                .min_by_key(|d| d.size_bytes())
-                .map(|d| d.name().to_string())
-                .unwrap_or_default();
-            return Err(EngineError::Config(format!(
-                "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area and the {journal}-byte journal ({slots} slots of a unit each)",
-                stripes.max(1),
-            )));
-        }
-        // Checked before narrowing: a count past the member table's bound is refused here, not
-        // wrapped into a valid-looking one.
-        let count = |v: usize, what: &str| {
-            u16::try_from(v)
-                .ok()
-                .filter(|&v| v <= stripeguard_format::MAX_MEMBERS)
-                .ok_or_else(|| {
-                    EngineError::Config(format!(
-                        "{what} {v}: an array has at most {} members",
-                        stripeguard_format::MAX_MEMBERS
-                    ))
-                })
-        };
-        let (members_n, data_n, parity_n) = (
-            count(n, "members")?,
-            count(cfg.data_chunks, "data chunks")?,
-            count(cfg.parity_chunks, "parity chunks")?,
-        );
-        let uuid: [u8; 16] = crate::env::random(cfg.env.as_ref());
-        let sb = Superblock {
-            array_uuid: uuid,
-            member_index: 0,
-            members: members_n,
-            data_chunks: data_n,
-            parity_chunks: parity_n,
-            code: cfg.code,
-            scheme: cfg.scheme,
-            sector_shift: u8::try_from(cfg.sector_bytes.trailing_zeros()).expect("at most 32"),
-            state: ArrayState::Clean,
-            chunk_bytes: cfg.chunk_bytes,
-            data_offset_bytes: data_offset,
-            stripes,
-            sequence_high_water: SEQUENCE_RESERVATION,
-            generation: 1,
-            created_unix_seconds: crate::env::unix_seconds(cfg.env.as_ref()),
-            cross_check: cfg.cross_check,
-            layout,
-            journal_slots: slots,
-            write_journal: cfg.write_journal,
-            untrusted_listed: false,
-            member_table: vec![
-                MemberSlot {
-                    state: MemberState::Active,
-                    device: 0,
-                    last_event: 1,
-                };
-                n
-            ],
-        };
-        sb.validate().map_err(|e| {
-            EngineError::Config(match e {
-                stripeguard_integrity::SuperblockError::Geometry(why) => why.to_string(),
-                other => other.to_string(),
-            })
-        })?;
-        check_chunk_rows(cfg)?;
+        let sb = new_superblock(cfg, &members)?;
         let array = Array::from_parts(
             sb,
             members,
@@ -977,6 +879,108 @@ impl Array {
         }
         Ok(())
     }
+}
+
+/// `v` as a stored member count, refused (naming `what`) past the member table's bound: checked
+/// before narrowing, not wrapped into a valid-looking one.
+fn count(v: usize, what: &str) -> Result<u16, EngineError> {
+    u16::try_from(v)
+        .ok()
+        .filter(|&v| v <= stripeguard_format::MAX_MEMBERS)
+        .ok_or_else(|| {
+            EngineError::Config(format!(
+                "{what} {v}: an array has at most {} members",
+                stripeguard_format::MAX_MEMBERS
+            ))
+        })
+}
+
+/// The superblock a new array on `members` gets from `cfg`: its geometry checked (member count,
+/// sector size, journal slots, stripes that fit the smallest member, the member table's bound),
+/// a fresh uuid from the environment.
+fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, EngineError> {
+    let n = cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members();
+    if members.len() != n {
+        return Err(EngineError::Config(format!(
+            "{} members given for k + m{} = {n}",
+            members.len(),
+            if cfg.scheme.extra_members() > 0 {
+                " + the checksum member"
+            } else {
+                ""
+            }
+        )));
+    }
+    if cfg.sector_bytes != 512 && cfg.sector_bytes != 4096 {
+        return Err(EngineError::Config(
+            "sector size must be 512 or 4096".into(),
+        ));
+    }
+    let unit = cfg.unit_bytes();
+    let smallest = members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
+    let layout = MetadataLayout::for_member(smallest);
+    let data_offset = layout.data_offset();
+    if cfg.write_journal && 2 * n > stripeguard_integrity::MAX_JOURNAL_SLOTS as usize {
+        return Err(EngineError::Config(format!(
+            "a write journal holds one stripe's units and saved chunks at once (twice the members) in at most {} slots: at most {} members, this array has {n}",
+            stripeguard_integrity::MAX_JOURNAL_SLOTS,
+            stripeguard_integrity::MAX_JOURNAL_SLOTS / 2
+        )));
+    }
+    let slots = cfg.journal_slots().unwrap_or(layout.journal_slots());
+    let journal = slots as u64 * (stripeguard_integrity::JOURNAL_HEADER_BYTES + unit);
+    let fits = smallest.saturating_sub(data_offset).saturating_sub(journal) / unit.max(1);
+    let stripes = cfg.stripes.unwrap_or(fits);
+    if stripes == 0 || stripes > fits {
+        let small = members
+            .iter()
+            .min_by_key(|d| d.size_bytes())
+            .map(|d| d.name().to_string())
+            .unwrap_or_default();
+        return Err(EngineError::Config(format!(
+            "{small} ({smallest} bytes) is too small for {} stripe(s) of {unit}-byte units after the {data_offset}-byte metadata area and the {journal}-byte journal ({slots} slots of a unit each)",
+            stripes.max(1),
+        )));
+    }
+    let uuid: [u8; 16] = crate::env::random(cfg.env.as_ref());
+    let sb = Superblock {
+        array_uuid: uuid,
+        member_index: 0,
+        members: count(n, "members")?,
+        data_chunks: count(cfg.data_chunks, "data chunks")?,
+        parity_chunks: count(cfg.parity_chunks, "parity chunks")?,
+        code: cfg.code,
+        scheme: cfg.scheme,
+        sector_shift: u8::try_from(cfg.sector_bytes.trailing_zeros()).expect("at most 32"),
+        state: ArrayState::Clean,
+        chunk_bytes: cfg.chunk_bytes,
+        data_offset_bytes: data_offset,
+        stripes,
+        sequence_high_water: SEQUENCE_RESERVATION,
+        generation: 1,
+        created_unix_seconds: crate::env::unix_seconds(cfg.env.as_ref()),
+        cross_check: cfg.cross_check,
+        layout,
+        journal_slots: slots,
+        write_journal: cfg.write_journal,
+        untrusted_listed: false,
+        member_table: vec![
+            MemberSlot {
+                state: MemberState::Active,
+                device: 0,
+                last_event: 1,
+            };
+            n
+        ],
+    };
+    sb.validate().map_err(|e| {
+        EngineError::Config(match e {
+            stripeguard_integrity::SuperblockError::Geometry(why) => why.to_string(),
+            other => other.to_string(),
+        })
+    })?;
+    check_chunk_rows(cfg)?;
+    Ok(sb)
 }
 
 /// Lock every member (exclusively for a process that may write, shared for one that only
