@@ -445,7 +445,14 @@ pub fn with_control_socket_and<R>(
     use std::sync::atomic::{AtomicBool, Ordering};
     let path = control_socket_path(&array.superblock().array_uuid);
     let _ = std::fs::remove_file(&path);
-    let Ok(listener) = UnixListener::bind(&path) else {
+    // Mode 0600 (FORMAT.md §3): set by the umask around bind, never by a chmod of the path,
+    // which a user who can write the socket's directory (the temporary directory) could swap
+    // for a symlink. Another thread creating a file in this instant gets a stricter mode, never
+    // a looser one.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = UnixListener::bind(&path);
+    rustix::process::umask(old);
+    let Ok(listener) = bound else {
         return body();
     };
     if listener.set_nonblocking(true).is_err() {
@@ -503,6 +510,13 @@ pub fn with_control_socket_and<R>(
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }
+                            req if req.starts_with("replace ") && !may_change(&conn) => {
+                                serde_json::json!({ "error": format!(
+                                    "only root or the holder's user (uid {}) may ask it to replace a member",
+                                    rustix::process::geteuid().as_raw()
+                                ) })
+                                .to_string()
+                            }
                             req if req.starts_with("replace ") => {
                                 match start_replace(array, req, replacing, s) {
                                     Ok(()) => "{\"started\":true}".to_string(),
@@ -530,6 +544,18 @@ pub fn with_control_socket_and<R>(
     });
     let _ = std::fs::remove_file(&path);
     out
+}
+
+/// Whether the peer of `conn` may change the array's state: root, or the holder's own user
+/// (by the kernel's peer credentials; a peer whose credentials cannot be read may not).
+fn may_change(conn: &std::os::unix::net::UnixStream) -> bool {
+    rustix::net::sockopt::socket_peercred(conn)
+        .is_ok_and(|c| peer_may_change(c.uid.as_raw(), rustix::process::geteuid().as_raw()))
+}
+
+/// The rule of [`may_change`]: root, or the holder's user.
+fn peer_may_change(peer: u32, holder: u32) -> bool {
+    peer == 0 || peer == holder
 }
 
 /// `replace MEMBER TARGET`: check it and start the replace on a thread of the holder's scope.
@@ -677,4 +703,16 @@ pub fn abort_on_panic() {
         );
         std::process::abort();
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_root_or_the_holders_user_may_change_the_array() {
+        use super::peer_may_change;
+        assert!(peer_may_change(0, 1000));
+        assert!(peer_may_change(1000, 1000));
+        assert!(!peer_may_change(65534, 1000));
+        assert!(!peer_may_change(65534, 0));
+    }
 }
