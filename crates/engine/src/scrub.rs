@@ -48,37 +48,7 @@ pub fn scrub(
 ) -> Result<ScrubSummary, EngineError> {
     let stripes = array.geometry().stripes;
     let writable = array.is_writable();
-    let prev = array.checkpoint();
-    let resume = match &prev {
-        Some(r)
-            if writable
-                && r.scrub_ran
-                && !opts.restart
-                && !r.finished
-                && r.next_stripe < stripes =>
-        {
-            Some(r.clone())
-        }
-        _ => None,
-    };
-    let mut rec = resume.clone().unwrap_or(Checkpoint {
-        scrub_ran: true,
-        stripes,
-        started_unix: unix_seconds(array.env()),
-        // The rebuild part stays as it was.
-        ..prev
-            .clone()
-            .map(|p| Checkpoint {
-                rebuild_member: p.rebuild_member,
-                rebuild_finished: p.rebuild_finished,
-                rebuild_next: p.rebuild_next,
-                rebuild_started_unix: p.rebuild_started_unix,
-                rebuild_target: p.rebuild_target,
-                ..Checkpoint::default()
-            })
-            .unwrap_or_default()
-    });
-    rec.sequence = prev.map(|r| r.sequence).unwrap_or(0);
+    let mut rec = starting_record(array, opts);
     let start = rec.next_stripe;
     let base = array.counters();
     let mut summary = ScrubSummary {
@@ -154,4 +124,44 @@ pub fn scrub(
     save(&mut rec, true)?;
     summary.record = rec;
     Ok(summary)
+}
+
+/// The record a scrub starts from: the unfinished one it resumes (writable, not `restart`), or
+/// a new one keeping the rebuild part of the record as it was; its sequence continues the
+/// newest record's.
+fn starting_record(array: &Array, opts: &ScrubOptions) -> Checkpoint {
+    let stripes = array.geometry().stripes;
+    let writable = array.is_writable();
+    let prev = array.checkpoint();
+    let resume = match &prev {
+        Some(r)
+            if writable
+                && r.scrub_ran
+                && !opts.restart
+                && !r.finished
+                && r.next_stripe < stripes =>
+        {
+            Some(r.clone())
+        }
+        _ => None,
+    };
+    let mut rec = resume.unwrap_or(Checkpoint {
+        scrub_ran: true,
+        stripes,
+        started_unix: unix_seconds(array.env()),
+        // The rebuild part stays as it was.
+        ..prev
+            .clone()
+            .map(|p| Checkpoint {
+                rebuild_member: p.rebuild_member,
+                rebuild_finished: p.rebuild_finished,
+                rebuild_next: p.rebuild_next,
+                rebuild_started_unix: p.rebuild_started_unix,
+                rebuild_target: p.rebuild_target,
+                ..Checkpoint::default()
+            })
+            .unwrap_or_default()
+    });
+    rec.sequence = prev.map(|r| r.sequence).unwrap_or(0);
+    rec
 }
