@@ -159,3 +159,44 @@ fn read_into_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
         "the FIFO was replaced"
     );
 }
+
+/// `events --follow` into a pipe whose reader went away ends within a poll interval or two,
+/// although it has nothing to write (no SIGPIPE would come until the next event); before, it
+/// ran until the next event (outside comparison, issue 33).
+#[test]
+fn events_follow_ends_when_its_reader_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = ["m0", "m1", "m2", "m3"];
+    let mut create = vec!["create"];
+    create.extend(ms);
+    create.extend(["--size", "300K", "--chunk", "4K"]);
+    assert!(bin()
+        .args(&create)
+        .current_dir(d)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let mut args = vec!["events"];
+    args.extend(ms);
+    args.push("--follow");
+    let mut child = bin()
+        .args(&args)
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(20) {
+            child.kill().unwrap();
+            panic!("events --follow ran on with its reader gone");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

@@ -126,6 +126,25 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
         }
         std::io::stdout().flush().ok();
         std::thread::sleep(std::time::Duration::from_secs(1));
+        if reader_gone() {
+            // `events --follow | head -1`: nothing more is written until the next event, so
+            // no SIGPIPE would end it; the closed pipe does, as it ends `tail -f`.
+            break;
+        }
     }
     Ok(ExitCode::from(exit::OK))
+}
+
+/// Whether standard output is a pipe or socket whose reader has gone (poll says POLLERR or
+/// POLLHUP on the write end).
+fn reader_gone() -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let out = std::io::stdout();
+    let mut fds = [PollFd::new(&out, PollFlags::OUT)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&now)).is_ok()
+        && fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
 }
