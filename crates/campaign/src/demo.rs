@@ -2,12 +2,12 @@
 //! in a directory; write data, inject the fault into four stripes, read everything back, scrub,
 //! and tabulate what was injected, detected, located, repaired, and how many wrong bytes came back.
 
-use crate::usize_of;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, FileDisk};
+use stripeguard_engine::usize_of;
 use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
 use stripeguard_integrity::Scheme;
 

@@ -17,12 +17,6 @@ pub use fault::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
 };
 
-/// `v` as a memory index or length (the engine, which these campaigns drive, is built for 64-bit
-/// targets only).
-pub(crate) fn usize_of(v: u64) -> usize {
-    usize::try_from(v).expect("a 64-bit target: usize holds every u64")
-}
-
 /// Whether `create` accepts `scheme` on `k` data chunks: checksum mirroring keeps a copy of each
 /// chunk's checksum on a buddy data chunk, so it needs two or more.
 pub(crate) fn create_accepts(k: usize, scheme: stripeguard_integrity::Scheme) -> bool {

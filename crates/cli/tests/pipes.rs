@@ -34,6 +34,17 @@ fn into_closed_pipe(args: &[&str], dir: &Path) {
     assert!(quiet, "{args:?} ended with {:?}: {err}", out.status);
 }
 
+/// A 3 + 1 array of four 300 KiB member files in `d`; their names.
+fn create_array(d: &Path) -> [&'static str; 4] {
+    let ms = ["m0", "m1", "m2", "m3"];
+    let mut create = vec!["create"];
+    create.extend(ms);
+    create.extend(["--size", "300K", "--chunk", "4K"]);
+    let out = bin().args(&create).current_dir(d).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ms
+}
+
 fn libc_sigpipe() -> i32 {
     13
 }
@@ -42,17 +53,7 @@ fn libc_sigpipe() -> i32 {
 fn every_printing_command_survives_a_closed_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ms = ["m0", "m1", "m2", "m3"];
-    let mut create = vec!["create"];
-    create.extend(ms);
-    create.extend(["--size", "300K", "--chunk", "4K"]);
-    assert!(bin()
-        .args(&create)
-        .current_dir(d)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    let ms = create_array(d);
     std::fs::write(d.join("f"), vec![7u8; 100_000]).unwrap();
     let enc = bin()
         .args([
@@ -167,17 +168,7 @@ fn read_into_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
 fn events_follow_ends_when_its_reader_goes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ms = ["m0", "m1", "m2", "m3"];
-    let mut create = vec!["create"];
-    create.extend(ms);
-    create.extend(["--size", "300K", "--chunk", "4K"]);
-    assert!(bin()
-        .args(&create)
-        .current_dir(d)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    let ms = create_array(d);
     let mut args = vec!["events"];
     args.extend(ms);
     args.push("--follow");

@@ -53,6 +53,7 @@ pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use members::MemberHealth;
 pub use metacheck::MetadataFinding;
+pub use num::usize_of;
 pub use owner::clock_utc;
 pub use rebuild::ReplaceSummary;
 pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};

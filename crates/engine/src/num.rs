@@ -10,8 +10,9 @@ const _: () = assert!(
 );
 
 /// `v` as a memory index or length (checked; infallible on the 64-bit targets the assertion
-/// above requires).
-pub(crate) fn usize_of(v: u64) -> usize {
+/// above requires). Public: the crates above the engine (campaigns, the server) index memory
+/// by the engine's byte counts too.
+pub fn usize_of(v: u64) -> usize {
     usize::try_from(v).expect("a 64-bit target: usize holds every u64")
 }
 

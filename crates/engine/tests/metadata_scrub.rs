@@ -70,29 +70,13 @@ fn scrub_finds_and_rewrites_damaged_metadata_copies() {
 
     // Writable scrub: rewritten; a second scrub finds nothing.
     let a = Array::assemble(refs(), &AssembleOptions::default()).unwrap();
-    let s = scrub(
-        &a,
-        &ScrubOptions {
-            restart: true,
-            ..ScrubOptions::default()
-        },
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let s = scrub_from_start(&a);
     assert!(
         !s.metadata.is_empty() && s.metadata.iter().all(|f| f.repaired),
         "{:?}",
         s.metadata
     );
-    let again = scrub(
-        &a,
-        &ScrubOptions {
-            restart: true,
-            ..ScrubOptions::default()
-        },
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let again = scrub_from_start(&a);
     assert!(again.metadata.is_empty(), "{:?}", again.metadata);
     a.close().unwrap();
     let a = Array::assemble(refs(), &ro).unwrap();
@@ -176,15 +160,7 @@ fn a_scrub_that_repairs_a_checkpoint_slot_is_still_the_last_scrub() {
     };
     let a = Array::assemble(refs(), &opts).unwrap();
     env.sleep(std::time::Duration::from_millis(1100));
-    let s = scrub(
-        &a,
-        &ScrubOptions {
-            restart: true,
-            ..ScrubOptions::default()
-        },
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let s = scrub_from_start(&a);
     assert!(!s.metadata.is_empty(), "the damaged slot was found");
     let last = a.last_scrub().unwrap();
     assert!(last.finished && last.next_stripe == stripes);
@@ -221,4 +197,17 @@ fn a_log_entry_damaged_everywhere_is_reported_cleared() {
     assert_eq!(logs.len(), 4, "{found:?}");
     assert!(logs.iter().all(|f| f.repaired && f.cleared), "{found:?}");
     a.close().unwrap();
+}
+
+/// A writable scrub of the whole array from its first stripe (not resuming an earlier one).
+fn scrub_from_start(a: &Array) -> stripeguard_engine::ScrubSummary {
+    scrub(
+        a,
+        &ScrubOptions {
+            restart: true,
+            ..ScrubOptions::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap()
 }

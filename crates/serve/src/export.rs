@@ -7,13 +7,8 @@
 
 use crate::server::{Export, ExportError};
 use std::sync::Arc;
-use stripeguard_engine::{Array, EngineError};
+use stripeguard_engine::{usize_of, Array, EngineError};
 use stripeguard_nbd::proto;
-
-/// `v` as a memory length (the engine is built for 64-bit targets only).
-fn usize_of(v: u64) -> usize {
-    usize::try_from(v).expect("a 64-bit target: usize holds every u64")
-}
 
 /// The engine's array as an NBD export.
 pub struct ArrayExport {
