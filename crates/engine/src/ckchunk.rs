@@ -28,16 +28,16 @@
 use crate::array::Array;
 use crate::ckcache::CkCache;
 use crate::error::EngineError;
-use crate::events::Event;
-use crate::events::EventAction;
+use crate::events::{stripe_event, EventAction};
+use crate::layout::{
+    Checked, Decided, Finding, Image, InHand, Interrupted, Layout, NewWrite, Reads, Sealed, Suspect,
+};
 use crate::num::usize_of;
-use crate::repair::Interrupted;
-use crate::repair::{stripe_event, Finding, Image};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
-use stripeguard_format::{EventKind, EventRole};
+use stripeguard_format::EventKind;
 use stripeguard_integrity::{CkTable, Scheme};
-use stripeguard_plan::Extent;
+use stripeguard_plan::{Extent, PiecePlan};
 
 impl Array {
     pub(crate) fn is_ck(&self) -> bool {
@@ -290,372 +290,449 @@ impl Array {
         }
         out
     }
+}
 
-    /// Diagnose and repair a whole stripe of a checksum-chunk array (see the module comment).
-    pub(crate) fn repair_ck(
+/// The checksum-member layout (see the module comment).
+pub(crate) struct ChecksumMember;
+
+impl Layout for ChecksumMember {
+    fn check(&self, a: &Array, stripe: u64, got: &Reads<'_>) -> Result<Checked, EngineError> {
+        let (k, n) = (a.geometry().k, a.geometry().n());
+        let mut out = Checked {
+            clean: true,
+            suspects: Vec::new(),
+            truth: vec![None; k],
+            data_crc: vec![None; n],
+            appendices: vec![None; n],
+            table: None,
+        };
+        // A write of every byte of the stripe rewrites every entry: it needs no table.
+        if got.erased.iter().any(|&e| e) || got.whole_stripe_write {
+            return Ok(out);
+        }
+        match a.ck_load(stripe)? {
+            Ok(t) => {
+                out.suspects = a.ck_check(&t, got.read, got.units);
+                out.table = Some(t);
+            }
+            // The checksum member out of the array: reads go on unverified (as `none`) until
+            // `replace` rebuilds its tables; nothing is suspect.
+            Err(_) if a.is_failed(a.ck_pos()) => {}
+            Err(why) => out
+                .suspects
+                .push((a.ck_pos(), EventKind::ChecksumChunk, why)),
+        }
+        out.clean = out.suspects.is_empty();
+        Ok(out)
+    }
+
+    fn decide(
         &self,
+        a: &Array,
         stripe: u64,
-        suspects: &[(usize, EventKind, String)],
+        units: Vec<Option<AlignedBuf>>,
+        suspects: &[Suspect],
         cause: Interrupted<'_>,
-    ) -> Result<Image, EngineError> {
-        let g = self.geometry();
+    ) -> Result<Decided, EngineError> {
+        let g = a.geometry();
         let (k, m, n) = (g.k, g.m, g.n());
-        let c = usize_of(g.chunk_bytes);
-        let b = usize_of(self.gran().block);
-        let all: Vec<usize> = (0..n).collect();
-        let units = self.read_units(stripe, &all)?;
-        let (table, disk_bad, dirty) = self.ck_load_whole(stripe)?;
+        let (table, disk_bad, dirty) = a.ck_load_whole(stripe)?;
         let erased: Vec<usize> = (0..n).filter(|&p| units[p].is_none()).collect();
-        let mut full: Vec<AlignedBuf> = units
-            .into_iter()
-            .map(|u| u.unwrap_or_else(|| self.unit_buf()))
-            .collect();
-        let fail = |reason: String| self.unrecoverable(stripe, reason, cause);
         if erased.len() > m {
-            return Err(fail(format!(
+            let why = format!(
                 "{} units are unreadable but the code rebuilds at most {m}",
                 erased.len()
-            )));
+            );
+            return Err(a.unrecoverable(stripe, why, cause));
         }
-        let mut findings: Vec<Finding> = erased
+        let full: Vec<AlignedBuf> = units
+            .into_iter()
+            .map(|u| u.unwrap_or_else(|| a.unit_buf()))
+            .collect();
+        let findings = erased
             .iter()
             .map(|&p| Finding::new(p, EventKind::ReadError, "read failed".into(), false))
             .collect();
-        let mismatched = |t: &CkTable, full: &[AlignedBuf], p: usize| -> Vec<usize> {
-            t.mismatches(p, 0, &full[p][..c], b)
+        let mut r = CkRepair {
+            a,
+            stripe,
+            cause,
+            full,
+            erased,
+            findings,
+            // A dirty table is written with the repair (whole: the scrub leaves the unit clean).
+            rewrite_table: dirty,
+            settled: false,
         };
-        // Whether the parity equations hold over every unit, the erased ones left out.
-        // (A code that cannot say where it is wrong says so with an error: inconsistent, no
-        // position named.)
-        let consistent = |full: &[AlignedBuf], skip: &[usize]| -> Result<Located, EngineError> {
-            let chunks: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
-            Ok(self
-                .code()
-                .locate(&chunks, skip)
-                .unwrap_or(Located::Bad(Vec::new())))
-        };
-        let rebuild = |full: &mut Vec<AlignedBuf>, bad: &[usize]| -> Result<(), EngineError> {
-            if !bad.is_empty() {
-                let mut views: Vec<&mut [u8]> = full.iter_mut().map(|u| &mut u[..c]).collect();
-                self.code().reconstruct(&mut views, bad)?;
-            }
-            Ok(())
-        };
-        // A dirty table is written with the repair (whole: the scrub leaves the unit clean).
-        let mut rewrite_table = dirty;
-        let mut settled = false;
-        let mut out_table = None;
         if disk_bad && table.is_ok() {
-            findings.push(Finding::new(
+            r.findings.push(Finding::new(
                 n,
                 EventKind::ChecksumChunk,
                 "the checksum member's unit differs from the table this holder holds, or is damaged outside the table".into(),
                 false,
             ));
-            rewrite_table = true;
+            r.rewrite_table = true;
         }
-        match table {
-            Ok(t) => {
-                let wrong: Vec<(usize, Vec<usize>)> = (0..n)
-                    .filter(|p| !erased.contains(p))
-                    .map(|p| (p, mismatched(&t, &full, p)))
-                    .filter(|(_, bad)| !bad.is_empty())
-                    .collect();
-                let mut bad: Vec<usize> = erased.clone();
-                bad.extend(wrong.iter().map(|w| w.0));
-                bad.sort_unstable();
-                let mut decided = false;
-                // The table is behind the stripe (recomputed from it below).
-                let mut behind = false;
-                if bad.len() <= m {
-                    let saved: Vec<(usize, AlignedBuf)> = bad
-                        .iter()
-                        .map(|&p| {
-                            let mut s = self.unit_buf();
-                            s.copy_from_slice(&full[p]);
-                            (p, s)
-                        })
-                        .collect();
-                    rebuild(&mut full, &bad)?;
-                    if bad.iter().all(|&p| mismatched(&t, &full, p).is_empty()) {
-                        decided = true;
-                        for (p, blocks) in &wrong {
-                            findings.push(Finding::new(
-                                *p,
-                                EventKind::Checksum,
-                                format!(
-                                    "block(s) {blocks:?} disagree with the checksum chunk; rebuilt from the others, it agrees"
-                                ),
-                                false,
-                            ));
-                        }
-                        // Nothing disagreed: check the parity with what is left to spare.
-                        if wrong.is_empty() && erased.len() < m {
-                            if let Located::Bad(_) = consistent(&full, &erased)? {
-                                if !cause.settles() {
-                                    let mut ev = self.log().lock().expect("lock");
-                                    ev.counters.detected += 1;
-                                    ev.record(stripe_event(
-                                        stripe,
-                                        EventKind::ParityMismatch,
-                                        "every unit agrees with the checksum chunk but the parity equations do not hold: a lost write of a data unit and its checksum chunk together, which this layout cannot locate; nothing was changed".into(),
-                                        EventAction::Mismatch,
-                                    ));
-                                }
-                            }
-                        }
-                    } else {
-                        for (p, s) in saved {
-                            full[p].copy_from_slice(&s);
-                            self.recycle([s]);
-                        }
-                    }
-                }
-                // With the write journal the table can be behind only for the units a write
-                // had in flight (their bytes are whole again: the resync wrote them): a unit
-                // that disagrees with it and had none is wrong, whatever else is. It is rebuilt
-                // around the others as they are, and must then agree with the table.
-                let cold: Vec<usize> = wrong
-                    .iter()
-                    .map(|w| w.0)
-                    .filter(|&p| !cause.may_have_left(p))
-                    .chain(erased.iter().copied())
-                    .collect();
-                if !decided
-                    && matches!(cause, Interrupted::Only(_))
-                    && cold.len() < bad.len()
-                    && cold.len() <= m
-                {
-                    let saved: Vec<(usize, AlignedBuf)> = cold
-                        .iter()
-                        .map(|&p| {
-                            let mut s = self.unit_buf();
-                            s.copy_from_slice(&full[p]);
-                            (p, s)
-                        })
-                        .collect();
-                    rebuild(&mut full, &cold)?;
-                    let agrees = cold.iter().all(|&p| mismatched(&t, &full, p).is_empty())
-                        && (n - cold.len() <= k
-                            || matches!(consistent(&full, &cold)?, Located::Consistent));
-                    if agrees {
-                        decided = true;
-                        for (p, blocks) in wrong.iter().filter(|w| cold.contains(&w.0)) {
-                            findings.push(Finding::new(
-                                *p,
-                                EventKind::Checksum,
-                                format!(
-                                    "block(s) {blocks:?} disagree with the checksum chunk and no write was in flight to this unit; rebuilt from the others, it agrees"
-                                ),
-                                false,
-                            ));
-                        }
-                        findings.push(Finding::new(
-                            n,
-                            EventKind::ChecksumChunk,
-                            "the checksum chunk was behind the interrupted write (recomputed)"
-                                .into(),
-                            false,
-                        ));
-                        rewrite_table = true;
-                        behind = true;
-                        self.recycle(saved.into_iter().map(|s| s.1));
-                    } else {
-                        for (p, s) in saved {
-                            full[p].copy_from_slice(&s);
-                            self.recycle([s]);
-                        }
-                    }
-                }
-                if !decided {
-                    // The table may be the stale one: then the parity agrees with the data.
-                    let agrees = n - erased.len() > k
-                        && matches!(consistent(&full, &erased)?, Located::Consistent);
-                    if !agrees {
-                        return Err(fail(format!(
-                            "units {:?} disagree with the checksum chunk and the parity cannot decide which are wrong",
-                            wrong.iter().map(|w| w.0).collect::<Vec<_>>()
-                        )));
-                    }
-                    rebuild(&mut full, &erased)?;
-                    // After a crash the agreement may also be of units torn alike (data and
-                    // parity both half new, block by block): the data is kept as it is, which
-                    // is a settle, as for every scheme (FORMAT.md §2.4).
-                    // With the write journal the interrupted units are whole: a roll forward.
-                    settled = matches!(cause, Interrupted::Unknown);
-                    findings.push(Finding::new(
-                        n,
-                        EventKind::ChecksumChunk,
-                        format!(
-                            "the checksum chunk disagrees with units {:?} whose parity agrees with the data: its own write was lost or torn",
-                            wrong.iter().map(|w| w.0).collect::<Vec<_>>()
-                        ),
-                        false,
-                    ));
-                    rewrite_table = true;
-                } else if !behind {
-                    out_table = Some(t);
-                }
-            }
+        let kept = match table {
+            Ok(t) => r.with_table(t)?,
             Err(why) => {
-                let out = self.is_failed(n);
-                if !out {
-                    findings.push(Finding::new(n, EventKind::ChecksumChunk, why, false));
-                }
-                let mut bad = erased.clone();
-                if n - erased.len() > k {
-                    match consistent(&full, &erased)? {
-                        Located::Consistent | Located::Unchecked => {}
-                        Located::Bad(extra) if !extra.is_empty() && bad.len() + extra.len() <= m => {
-                            for p in extra {
-                                findings.push(Finding::new(
-                                    p,
-                                    EventKind::Parity,
-                                    "located by the erasure code's syndromes (no checksum chunk to compare with)".into(),
-                                    false,
-                                ));
-                                bad.push(p);
-                            }
-                        }
-                        Located::Bad(extra) => {
-                            return Err(fail(format!(
-                                "no valid checksum chunk, and the parity equations name positions {extra:?}"
-                            )))
-                        }
-                    }
-                }
-                bad.sort_unstable();
-                rebuild(&mut full, &bad)?;
-                // With the checksum member out there is nothing to write it to.
-                rewrite_table = !out;
-            }
-        }
-        let table = match out_table {
-            Some(t) => t,
-            None => {
-                let views: Vec<&[u8]> = full.iter().map(|u| &u[..c]).collect();
-                self.ck_table_of(stripe, &views)
+                r.without_table(why)?;
+                None
             }
         };
-        let suspected = suspects.iter().any(|s| {
-            self.counts_as_news(stripe, &Finding::new(s.0, s.1, String::new(), false), cause)
+        let table = kept.unwrap_or_else(|| {
+            let c = usize_of(g.chunk_bytes);
+            let views: Vec<&[u8]> = r.full.iter().map(|u| &u[..c]).collect();
+            a.ck_table_of(stripe, &views)
         });
-        if suspected
-            || findings
-                .iter()
-                .any(|f| self.counts_as_news(stripe, f, cause))
-        {
-            self.log().lock().expect("lock").counters.detected += 1;
-        }
-        // Write back what was wrong, then the table.
-        for &Finding { pos, .. } in &findings {
-            if pos < n && self.is_writable() {
-                self.write_unit(stripe, pos, 0, &full[pos][..c])?;
-            }
-        }
-        if rewrite_table && self.is_writable() {
-            self.ck_write_now(stripe, &table, true)?;
-        }
-        for p in (0..k).filter(|p| findings.iter().any(|f| f.pos == *p)) {
-            let id = g.data_chunk_id(stripe, p);
-            self.planner()
-                .lock()
-                .expect("lock")
-                .map_mut()
-                .mark_written(id);
-        }
-        if settled {
-            self.record_resync(
-                stripe,
-                EventKind::ResyncSettled,
-                "units disagree with the checksum chunk and the parity agrees with the data as it is: data kept as on disk (a unit torn by the crash may mix old and new blocks), checksum chunk recomputed".into(),
-            );
-        } else {
-            self.record_ck_findings(stripe, suspects, findings, cause);
-        }
-        Ok(Image {
-            units: full,
-            truth: vec![None; k],
-            ck: Some(table),
+        a.count_detection(stripe, suspects, &r.findings, cause);
+        Ok(Decided {
+            image: Image {
+                units: r.full,
+                truth: vec![None; k],
+                ck: Some(table),
+            },
+            findings: r.findings,
+            rewrite_table: r.rewrite_table,
+            settled: r.settled.then(|| {
+                "units disagree with the checksum chunk and the parity agrees with the data as it is: data kept as on disk (a unit torn by the crash may mix old and new blocks), checksum chunk recomputed".into()
+            }),
         })
     }
 
-    /// A finding is news unless it is a member already known to be out.
-    fn counts_as_news(&self, stripe: u64, f: &Finding, cause: Interrupted<'_>) -> bool {
-        let known_out =
-            f.kind == EventKind::ReadError && self.is_failed(self.member_of(stripe, f.pos));
-        !known_out && !cause.may_have_left(f.pos)
+    fn reseal(&self, _: &Array, _: u64, _: usize, _: &mut [u8], _: &[u64]) {}
+
+    fn finish_repair(&self, a: &Array, stripe: u64, d: &Decided) -> Result<(), EngineError> {
+        match &d.image.ck {
+            Some(t) if d.rewrite_table && a.is_writable() => a.ck_write_now(stripe, t, true),
+            _ => Ok(()),
+        }
     }
 
-    fn record_ck_findings(
+    fn seal_write(
         &self,
-        stripe: u64,
-        suspects: &[(usize, EventKind, String)],
-        findings: Vec<Finding>,
-        cause: Interrupted<'_>,
-    ) {
-        let g = self.geometry();
-        let role = |pos: usize| {
-            if pos < g.k {
-                EventRole::Data
-            } else if pos < g.n() {
-                EventRole::Parity
-            } else {
-                EventRole::Checksum
-            }
+        a: &Array,
+        plan: &PiecePlan,
+        have: &mut InHand,
+        w: &mut NewWrite<'_>,
+    ) -> Result<Sealed, EngineError> {
+        let g = a.geometry();
+        let gran = a.gran();
+        let b = usize_of(gran.block);
+        let fresh = || {
+            let blocks = usize_of(g.chunk_bytes) / b;
+            CkTable::new(plan.stripe, a.sb().array_uuid, g.n(), blocks)
         };
-        let mut ev = self.log().lock().expect("lock");
-        // A unit suspected because the table was wrong is innocent: the finding is the table's.
-        let table_at_fault = findings.iter().any(|f| f.pos == g.n());
-        for (pos, kind, evidence) in suspects {
-            if table_at_fault && *pos < g.n() {
-                continue;
-            }
-            if findings.iter().all(|f| f.pos != *pos) {
-                ev.record(Event {
-                    stripe,
-                    member: self.member_of(stripe, *pos),
-                    position: *pos,
-                    role: role(*pos),
-                    kind: *kind,
-                    evidence: format!("{evidence} (in flight only: the unit on disk is correct)"),
-                    action: EventAction::Reread,
-                });
-            }
+        // A write of the whole stripe starts a new table; any other found the stripe's.
+        let mut t = match have.table.take() {
+            Some(t) => t,
+            None if a.writes_whole_stripe(plan) => fresh(),
+            None => return Ok(Sealed::InUnits),
+        };
+        for (i, n) in (w.first..).zip(&w.new) {
+            let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
+            t.set_blocks(i, lo / b, &n.bytes()[lo..hi], b);
         }
-        for Finding {
-            pos,
-            kind,
-            evidence,
-            ..
-        } in findings
+        let (hlo, hhi) = (usize_of(w.parity_extent.lo), usize_of(w.parity_extent.hi));
+        for (j, p) in w.parity.iter().enumerate() {
+            t.set_blocks(g.k + j, hlo / b, &p[hlo..hhi], b);
+        }
+        // With the write journal the table is an in-place I/O of the write like the parity
+        // (journaled, then written through), not a dirty cache entry.
+        let bytes = a.sb().write_journal.then(|| {
+            t.writes = t.writes.wrapping_add(1);
+            a.ck_encode(&t)
+        });
+        Ok(Sealed::Table(t, bytes))
+    }
+
+    fn committed(&self, a: &Array, w: &NewWrite<'_>, sealed: Sealed) -> Result<(), EngineError> {
+        match sealed {
+            Sealed::Table(t, Some(written)) => {
+                a.ck_written(w.stripe, t);
+                a.recycle([written]);
+                Ok(())
+            }
+            Sealed::Table(t, None) => a.ck_store(w.stripe, t),
+            _ => Ok(()),
+        }
+    }
+
+    fn seal_settled(&self, _: &Array, _: u64, _: &mut [AlignedBuf]) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn finish_settled(
+        &self,
+        a: &Array,
+        stripe: u64,
+        units: &[AlignedBuf],
+    ) -> Result<(), EngineError> {
+        let c = usize_of(a.geometry().chunk_bytes);
+        let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
+        let t = a.ck_table_of(stripe, &views);
+        a.ck_write_now(stripe, &t, false)
+    }
+}
+
+/// A whole stripe of a checksum-member array being decided (see the module comment).
+struct CkRepair<'a, 'c> {
+    a: &'a Array,
+    stripe: u64,
+    cause: Interrupted<'c>,
+    /// Every unit, erased ones zero-filled.
+    full: Vec<AlignedBuf>,
+    erased: Vec<usize>,
+    findings: Vec<Finding>,
+    rewrite_table: bool,
+    /// A resync kept the data as it is.
+    settled: bool,
+}
+
+impl CkRepair<'_, '_> {
+    fn chunk(&self) -> usize {
+        usize_of(self.a.geometry().chunk_bytes)
+    }
+
+    fn fail(&self, reason: String) -> EngineError {
+        self.a.unrecoverable(self.stripe, reason, self.cause)
+    }
+
+    /// The blocks of unit `p` that disagree with `t`.
+    fn mismatched(&self, t: &CkTable, p: usize) -> Vec<usize> {
+        let b = usize_of(self.a.gran().block);
+        t.mismatches(p, 0, &self.full[p][..self.chunk()], b)
+    }
+
+    /// Whether the parity equations hold over every unit, `skip` left out. (A code that cannot
+    /// say where it is wrong says so with an error: inconsistent, no position named.)
+    fn consistent(&self, skip: &[usize]) -> Located {
+        let c = self.chunk();
+        let chunks: Vec<&[u8]> = self.full.iter().map(|u| &u[..c]).collect();
+        self.a
+            .code()
+            .locate(&chunks, skip)
+            .unwrap_or(Located::Bad(Vec::new()))
+    }
+
+    fn rebuild(&mut self, bad: &[usize]) -> Result<(), EngineError> {
+        if !bad.is_empty() {
+            let c = self.chunk();
+            let mut views: Vec<&mut [u8]> = self.full.iter_mut().map(|u| &mut u[..c]).collect();
+            self.a.code().reconstruct(&mut views, bad)?;
+        }
+        Ok(())
+    }
+
+    /// Rebuild `bad` from the others and keep the result if `accept` says so; else put the
+    /// units back as they were. Returns whether it was kept.
+    fn rebuild_if(
+        &mut self,
+        bad: &[usize],
+        accept: impl Fn(&Self) -> bool,
+    ) -> Result<bool, EngineError> {
+        let saved: Vec<(usize, AlignedBuf)> = bad
+            .iter()
+            .map(|&p| {
+                let mut s = self.a.unit_buf();
+                s.copy_from_slice(&self.full[p]);
+                (p, s)
+            })
+            .collect();
+        self.rebuild(bad)?;
+        let kept = accept(self);
+        for (p, s) in saved {
+            if !kept {
+                self.full[p].copy_from_slice(&s);
+            }
+            self.a.recycle([s]);
+        }
+        Ok(kept)
+    }
+
+    /// With a valid table `t`: decide which side is wrong. Returns the table to keep, or
+    /// `None` when it is recomputed from the stripe as decided.
+    fn with_table(&mut self, t: CkTable) -> Result<Option<CkTable>, EngineError> {
+        let n = self.a.geometry().n();
+        let wrong: Vec<(usize, Vec<usize>)> = (0..n)
+            .filter(|p| !self.erased.contains(p))
+            .map(|p| (p, self.mismatched(&t, p)))
+            .filter(|(_, bad)| !bad.is_empty())
+            .collect();
+        if self.units_wrong(&t, &wrong)? {
+            return Ok(Some(t));
+        }
+        if self.cold_units_wrong(&t, &wrong)? {
+            return Ok(None);
+        }
+        self.table_stale(&wrong)?;
+        Ok(None)
+    }
+
+    /// The table is right: the units that disagree with it (and the erased ones), at most
+    /// `m`, rebuilt from the others, agree with it.
+    fn units_wrong(
+        &mut self,
+        t: &CkTable,
+        wrong: &[(usize, Vec<usize>)],
+    ) -> Result<bool, EngineError> {
+        let m = self.a.geometry().m;
+        let mut bad = self.erased.clone();
+        bad.extend(wrong.iter().map(|w| w.0));
+        bad.sort_unstable();
+        if bad.len() > m
+            || !self.rebuild_if(&bad, |r| bad.iter().all(|&p| r.mismatched(t, p).is_empty()))?
         {
-            let member = self.member_of(stripe, pos);
-            if kind == EventKind::ReadError && self.is_failed(member) {
-                continue;
-            }
-            let (kind, evidence, action) = if cause.may_have_left(pos) {
-                (
-                    EventKind::Resync,
-                    format!("{kind}: {evidence} (left by the interrupted write)"),
-                    EventAction::Resynced,
-                )
-            } else if !self.is_writable() {
-                (kind, evidence, EventAction::FoundReadOnly)
-            } else if self.is_failed(member) {
-                (kind, evidence, EventAction::RebuiltDegraded)
-            } else {
-                (kind, evidence, EventAction::Repaired)
-            };
-            ev.record(Event {
-                stripe,
-                member,
-                position: pos,
-                role: role(pos),
-                kind,
-                evidence,
-                action,
-            });
+            return Ok(false);
         }
+        for (p, blocks) in wrong {
+            self.findings.push(Finding::new(
+                *p,
+                EventKind::Checksum,
+                format!(
+                    "block(s) {blocks:?} disagree with the checksum chunk; rebuilt from the others, it agrees"
+                ),
+                false,
+            ));
+        }
+        // Nothing disagreed: check the parity with what is left to spare.
+        if wrong.is_empty()
+            && self.erased.len() < m
+            && matches!(self.consistent(&self.erased), Located::Bad(_))
+            && !self.cause.settles()
+        {
+            let mut ev = self.a.log().lock().expect("lock");
+            ev.counters.detected += 1;
+            ev.record(stripe_event(
+                self.stripe,
+                EventKind::ParityMismatch,
+                "every unit agrees with the checksum chunk but the parity equations do not hold: a lost write of a data unit and its checksum chunk together, which this layout cannot locate; nothing was changed".into(),
+                EventAction::Mismatch,
+            ));
+        }
+        Ok(true)
+    }
+
+    /// With the write journal the table can be behind only for the units a write had in
+    /// flight (their bytes are whole again: the resync wrote them): a unit that disagrees with
+    /// it and had none is wrong, whatever else is. It is rebuilt around the others as they are,
+    /// and must then agree with the table; the table is then recomputed.
+    fn cold_units_wrong(
+        &mut self,
+        t: &CkTable,
+        wrong: &[(usize, Vec<usize>)],
+    ) -> Result<bool, EngineError> {
+        let g = self.a.geometry();
+        let (k, m, n) = (g.k, g.m, g.n());
+        let cause = self.cause;
+        let cold: Vec<usize> = wrong
+            .iter()
+            .map(|w| w.0)
+            .filter(|&p| !cause.may_have_left(p))
+            .chain(self.erased.iter().copied())
+            .collect();
+        if !matches!(cause, Interrupted::Only(_))
+            || cold.len() >= self.erased.len() + wrong.len()
+            || cold.len() > m
+        {
+            return Ok(false);
+        }
+        let agrees = |r: &Self| {
+            cold.iter().all(|&p| r.mismatched(t, p).is_empty())
+                && (n - cold.len() <= k || matches!(r.consistent(&cold), Located::Consistent))
+        };
+        if !self.rebuild_if(&cold, agrees)? {
+            return Ok(false);
+        }
+        for (p, blocks) in wrong.iter().filter(|w| cold.contains(&w.0)) {
+            self.findings.push(Finding::new(
+                *p,
+                EventKind::Checksum,
+                format!(
+                    "block(s) {blocks:?} disagree with the checksum chunk and no write was in flight to this unit; rebuilt from the others, it agrees"
+                ),
+                false,
+            ));
+        }
+        self.findings.push(Finding::new(
+            n,
+            EventKind::ChecksumChunk,
+            "the checksum chunk was behind the interrupted write (recomputed)".into(),
+            false,
+        ));
+        self.rewrite_table = true;
+        Ok(true)
+    }
+
+    /// The table may be the stale one (its own write lost or torn): then the parity agrees
+    /// with the data, and the table is recomputed. Anything else is unrecoverable.
+    fn table_stale(&mut self, wrong: &[(usize, Vec<usize>)]) -> Result<(), EngineError> {
+        let g = self.a.geometry();
+        let (k, n) = (g.k, g.n());
+        let positions: Vec<usize> = wrong.iter().map(|w| w.0).collect();
+        let agrees = n - self.erased.len() > k
+            && matches!(self.consistent(&self.erased), Located::Consistent);
+        if !agrees {
+            return Err(self.fail(format!(
+                "units {positions:?} disagree with the checksum chunk and the parity cannot decide which are wrong"
+            )));
+        }
+        let erased = self.erased.clone();
+        self.rebuild(&erased)?;
+        // After a crash the agreement may also be of units torn alike (data and parity both
+        // half new, block by block): the data is kept as it is, which is a settle, as for
+        // every scheme (FORMAT.md §2.4). With the write journal the interrupted units are
+        // whole: a roll forward.
+        self.settled = matches!(self.cause, Interrupted::Unknown);
+        self.findings.push(Finding::new(
+            n,
+            EventKind::ChecksumChunk,
+            format!(
+                "the checksum chunk disagrees with units {positions:?} whose parity agrees with the data: its own write was lost or torn"
+            ),
+            false,
+        ));
+        self.rewrite_table = true;
+        Ok(())
+    }
+
+    /// No valid table (unreadable, torn, misdirected, or its member out): the parity alone
+    /// decides, locating one more wrong unit where it has redundancy to spare; the table is
+    /// recomputed (and rewritten unless its member is out).
+    fn without_table(&mut self, why: String) -> Result<(), EngineError> {
+        let g = self.a.geometry();
+        let (k, m, n) = (g.k, g.m, g.n());
+        let out = self.a.is_failed(n);
+        if !out {
+            self.findings
+                .push(Finding::new(n, EventKind::ChecksumChunk, why, false));
+        }
+        let mut bad = self.erased.clone();
+        if n - self.erased.len() > k {
+            match self.consistent(&self.erased) {
+                Located::Consistent | Located::Unchecked => {}
+                Located::Bad(extra) if !extra.is_empty() && bad.len() + extra.len() <= m => {
+                    for p in extra {
+                        self.findings.push(Finding::new(
+                            p,
+                            EventKind::Parity,
+                            "located by the erasure code's syndromes (no checksum chunk to compare with)".into(),
+                            false,
+                        ));
+                        bad.push(p);
+                    }
+                }
+                Located::Bad(extra) => {
+                    return Err(self.fail(format!(
+                        "no valid checksum chunk, and the parity equations name positions {extra:?}"
+                    )))
+                }
+            }
+        }
+        bad.sort_unstable();
+        self.rebuild(&bad)?;
+        // With the checksum member out there is nothing to write it to.
+        self.rewrite_table = !out;
+        Ok(())
     }
 }

@@ -115,6 +115,24 @@ impl EventLog {
     }
 }
 
+/// An event about a whole stripe rather than one of its units.
+pub(crate) fn stripe_event(
+    stripe: u64,
+    kind: EventKind,
+    evidence: String,
+    action: EventAction,
+) -> Event {
+    Event {
+        stripe,
+        member: 0,
+        position: 0,
+        role: EventRole::Stripe,
+        kind,
+        evidence,
+        action,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -128,3 +146,4 @@ mod tests {
         assert_eq!(unit_label(EventRole::Stripe, 0, 6), "stripe");
     }
 }
+

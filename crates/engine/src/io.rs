@@ -2,29 +2,13 @@
 
 use crate::array::Array;
 use crate::error::EngineError;
+use crate::layout::{Image, InHand, NewChunk, NewWrite, Reads, Sealed};
 use crate::num::usize_of;
-use crate::repair::Image;
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
-use stripeguard_integrity::{
-    block_crcs, combine_block_crcs, diagnose, Appendix, Diagnosis, MirrorKind, Scheme, UnitView,
-};
+use stripeguard_integrity::MirrorKind;
 use stripeguard_plan::{Extent, Mode, Op, PiecePlan, Purpose, UnitIo};
-
-/// The units one piece has in hand: read from disk (only their planned extents), or taken
-/// whole from a repaired image.
-struct Units {
-    units: Vec<Option<AlignedBuf>>,
-    erased: Vec<bool>,
-    truth: Vec<Option<u64>>,
-    data_crc: Vec<Option<u32>>,
-    /// The appendix of every unit read that passed its checks (its block table is what a
-    /// partial seal keeps for the blocks it does not rewrite). Empty after a repair.
-    appendices: Vec<Option<Appendix>>,
-    /// The stripe's checksum-chunk table (checksum-chunk arrays).
-    ck: Option<stripeguard_integrity::CkTable>,
-}
 
 impl Array {
     /// An error unless `len` bytes at `offset` lie within the array (no overflow on any input).
@@ -213,13 +197,13 @@ impl Array {
         // Every in-place I/O of the batch is durable in the journal before any is issued.
         let journaled = if self.sb().write_journal {
             let writes: Vec<(u64, crate::journal::UnitWrites<'_>)> =
-                ready.iter().map(|r| (r.stripe, r.writes(self))).collect();
+                ready.iter().map(|r| (r.stripe(), r.writes(self))).collect();
             self.journal_writes(&writes)?
         } else {
             None
         };
         for r in ready {
-            let stripe = r.stripe;
+            let stripe = r.stripe();
             let done = self.commit_write(r);
             self.unverified_on_error(stripe, done)?;
         }
@@ -230,7 +214,7 @@ impl Array {
 
     /// Whether `plan` writes every byte of its stripe (a full-stripe plan may also be one whose
     /// first and last chunks are written in part, with merge reads).
-    fn writes_whole_stripe(&self, plan: &PiecePlan) -> bool {
+    pub(crate) fn writes_whole_stripe(&self, plan: &PiecePlan) -> bool {
         let (k, c) = (self.geometry().k, self.geometry().chunk_bytes);
         plan.mode == Some(Mode::FullStripe)
             && plan.first == 0
@@ -259,11 +243,8 @@ impl Array {
 
     /// Read the plan's extents and check them; on any failed check or erasure, repair the
     /// stripe and take the units whole from the repaired image.
-    fn gather(&self, plan: &PiecePlan) -> Result<Units, EngineError> {
-        let g = self.geometry();
-        let n = g.n();
-        let c = usize_of(g.chunk_bytes);
-        let scheme = self.sb().scheme;
+    fn gather(&self, plan: &PiecePlan) -> Result<InHand, EngineError> {
+        let n = self.geometry().n();
         let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let mut erased = vec![false; n];
         let mut wanted: Vec<(usize, Extent)> = Vec::with_capacity(plan.reads.len());
@@ -299,160 +280,86 @@ impl Array {
                 None => erased[pos] = true,
             }
         }
-        let diag: Diagnosis = {
-            let mut views: Vec<UnitView<'_>> = vec![UnitView::NotRead; n];
-            for &(p, e) in &wanted {
-                views[p] = match (&units[p], &cached[p]) {
-                    _ if erased[p] => UnitView::Erased,
-                    (Some(b), Some(app)) => UnitView::Partial {
-                        chunk: &b[..c],
-                        blocks: e.blocks(self.gran()),
-                        appendix: app,
-                    },
-                    (None, Some(app)) => UnitView::Partial {
-                        chunk: &[],
-                        blocks: (0, 0),
-                        appendix: app,
-                    },
-                    // Nothing to read (cannot happen with today's plans; say so rather than
-                    // call it an erasure).
-                    (None, None) => UnitView::NotRead,
-                    (Some(b), None) if e.is_whole(self.gran()) || !e.appendix => UnitView::Read {
-                        chunk: &b[..c],
-                        appendix: &b[c..],
-                    },
-                    (Some(b), None) => UnitView::Partial {
-                        chunk: &b[..c],
-                        blocks: e.blocks(self.gran()),
-                        appendix: &b[c..],
-                    },
-                };
-            }
-            diagnose(scheme, g.k, &views, |p| self.identity(plan.stripe, p))
+        let got = Reads {
+            wanted: &wanted,
+            read: &to_read,
+            units: &units,
+            cached: &cached,
+            erased: &erased,
+            whole_stripe_write: self.writes_whole_stripe(plan),
         };
-        // Checksum-chunk arrays: the blocks read against the stripe's table.
-        let mut ck_table = None;
-        let mut ck_suspects = Vec::new();
-        // A write of every byte of the stripe rewrites every entry: it needs no table.
-        let full_write = self.writes_whole_stripe(plan);
-        if self.is_ck() && !erased.iter().any(|&e| e) && !full_write {
-            match self.ck_load(plan.stripe)? {
-                Ok(t) => {
-                    ck_suspects = self.ck_check(&t, &to_read, &units);
-                    ck_table = Some(t);
-                }
-                // The checksum member out of the array: reads go on unverified (as `none`)
-                // until `replace` rebuilds its tables; nothing is suspect.
-                Err(_) if self.is_failed(self.ck_pos()) => {}
-                Err(why) => ck_suspects.push((self.ck_pos(), EventKind::ChecksumChunk, why)),
-            }
-        }
-        if diag.is_clean() && !erased.iter().any(|&e| e) && ck_suspects.is_empty() {
-            for &(p, e) in &to_read {
-                if let (true, Some(b), Some(_)) = (e.appendix, &units[p], &diag.appendices[p]) {
-                    self.units().remember_appendix(plan.stripe, p, &b[c..]);
-                }
-            }
-        }
-        if diag.is_clean() && !erased.iter().any(|&e| e) && ck_suspects.is_empty() {
-            return Ok(Units {
+        let checked = self.layout().check(self, plan.stripe, &got)?;
+        if checked.clean && !erased.iter().any(|&e| e) {
+            return Ok(InHand {
                 units,
                 erased,
-                truth: diag.truth,
-                data_crc: diag.data_crc,
-                appendices: diag.appendices,
-                ck: ck_table,
+                truth: checked.truth,
+                data_crc: checked.data_crc,
+                appendices: checked.appendices,
+                table: checked.table,
             });
         }
-        let mut suspects: Vec<(usize, EventKind, String)> = diag
-            .findings
-            .iter()
-            .map(|f| {
-                (
-                    f.position,
-                    f.kind.event_kind(),
-                    crate::repair::evidence(&f.kind),
-                )
-            })
-            .collect();
+        let mut suspects = checked.suspects;
         for (p, &e) in erased.iter().enumerate() {
             if e && suspects.iter().all(|s| s.0 != p) {
                 suspects.push((p, EventKind::ReadError, "read failed".into()));
             }
         }
-        suspects.extend(ck_suspects);
         self.recycle(units.into_iter().flatten());
-        let Image {
-            units: full,
-            truth,
-            ck,
-        } = self.repair_stripe(plan.stripe, &suspects)?;
-        let data_crc = if scheme.mirror() == Some(MirrorKind::Checksum) {
+        let Image { units, truth, ck } = self.repair_stripe(plan.stripe, &suspects)?;
+        let data_crc = if self.sb().scheme.mirror() == Some(MirrorKind::Checksum) {
             truth
                 .iter()
                 .map(|t| t.map(crate::num::crc_of_tag))
                 .collect()
         } else {
-            vec![None; g.k]
+            vec![None; self.geometry().k]
         };
-        Ok(Units {
-            units: full.into_iter().map(Some).collect(),
+        Ok(InHand {
+            units: units.into_iter().map(Some).collect(),
             erased: vec![false; n],
             truth,
             data_crc,
             appendices: Vec::new(),
-            ck,
+            table: ck,
         })
     }
 
-    /// Everything a write of `data` by `plan` will put in place (its new chunks, parity,
-    /// appendices, checksum table), from the units `have` in hand; nothing is written yet.
+    /// Everything a write of `data` by `plan` will put in place (its new chunks, parity and
+    /// their integrity metadata), from the units `have` in hand; nothing is written yet.
     fn prepare_write<'d>(
         &self,
         plan: &PiecePlan,
-        mut have: Units,
+        mut have: InHand,
         data: &'d [u8],
     ) -> Result<Prepared<'d>, EngineError> {
-        let g = self.geometry();
-        let gran = self.gran();
-        let (k, m) = (g.k, g.m);
-        let c = usize_of(g.chunk_bytes);
-        let scheme = self.sb().scheme;
-        let mode = plan.mode.expect("planned");
-        let (first, last) = (plan.first, plan.last);
         debug_assert!(!have.erased.iter().any(|&e| e));
-        // After a repair every unit is whole in memory; otherwise only the planned extents are.
-        let whole_in_hand = have.appendices.is_empty();
+        let new = self.new_chunks(plan, &have, data);
+        let (parity, parity_extent) = self.new_parity(plan, &mut have, &new)?;
+        let mut w = NewWrite {
+            stripe: plan.stripe,
+            first: plan.first,
+            new,
+            parity,
+            parity_extent,
+        };
+        let sealed = self.layout().seal_write(self, plan, &mut have, &mut w)?;
+        Ok(Prepared {
+            w,
+            sealed,
+            old: have.units,
+        })
+    }
 
-        // Metadata known before the data: the truth about untouched chunks, and for versioned
-        // schemes the new version / sequence of the touched ones.
-        let mirror = scheme.mirror();
-        let mut tags: Vec<u64> = (0..k)
-            .map(|i| {
-                have.truth[i]
-                    .or_else(|| have.data_crc.get(i).copied().flatten().map(u64::from))
-                    .unwrap_or(0)
-            })
-            .collect();
-        if mirror == Some(MirrorKind::Version) {
-            let seq = if scheme == Scheme::HybridSeq {
-                Some(self.next_sequence()?)
-            } else {
-                None
-            };
-            for t in &mut tags[first..=last] {
-                *t = seq.unwrap_or(*t + 1);
-            }
-        }
-
-        // New data units: the written blocks (old bytes merged in around the request), and
-        // their block tables — the old table with the written blocks recomputed, or a whole new
-        // one when the whole chunk is written. The appendices are encoded once every chunk's
-        // CRC is known (a checksum-mirroring buddy copy needs its neighbour's).
-        let mut new: Vec<NewChunk<'_>> = Vec::with_capacity(last + 1 - first);
-        let mut crcs: Vec<u32> = Vec::with_capacity(last + 1 - first);
+    /// The new data units of a write: its bytes, with the old bytes merged in around the
+    /// request where the parity computation needs them.
+    fn new_chunks<'d>(&self, plan: &PiecePlan, have: &InHand, data: &'d [u8]) -> Vec<NewChunk<'d>> {
+        let gran = self.gran();
+        let c = usize_of(self.geometry().chunk_bytes);
+        let mode = plan.mode.expect("planned");
+        let mut new = Vec::with_capacity(plan.last + 1 - plan.first);
         let mut at = 0usize;
-        for i in first..=last {
+        for i in plan.first..=plan.last {
             let io = UnitIo {
                 pos: i,
                 purpose: Purpose::User,
@@ -460,7 +367,6 @@ impl Array {
             let e = plan.extent(&io, gran);
             let (lo, hi) = plan.chunk_range(i, c as u64);
             let (lo, hi) = (usize_of(lo), usize_of(hi));
-            let (wlo, whi) = (usize_of(e.lo), usize_of(e.hi));
             // A unit without an appendix (`none`) written whole goes out from the caller's
             // bytes: no copy (FORMAT.md §2: a unit with an appendix is written in one I/O with
             // it, which a copy makes possible and is cheaper than a second I/O).
@@ -472,9 +378,7 @@ impl Array {
                     buf: None,
                     user: Some(&data[at..at + c]),
                     e,
-                    table: Vec::new(),
                 });
-                crcs.push(0);
                 at += c;
                 continue;
             }
@@ -483,7 +387,7 @@ impl Array {
             // (RMW: the parity delta covers only them), or all of them (the parity is re-encoded
             // from whole chunks).
             let (flo, fhi) = if mode == Mode::Rmw && gran.local_parity {
-                (wlo, whi)
+                (usize_of(e.lo), usize_of(e.hi))
             } else {
                 (0, c)
             };
@@ -495,56 +399,28 @@ impl Array {
             }
             u[lo..hi].copy_from_slice(&data[at..at + hi - lo]);
             at += hi - lo;
-            let mut table = Vec::new();
-            let crc = if mirror.is_none() {
-                0
-            } else if self.block_bytes_of(i) == 0 {
-                stripeguard_checksum::crc32c(&u[..c])
-            } else {
-                let b = self.sb().block_bytes() as usize;
-                let old = have.appendices.get(i).and_then(|a| a.as_ref());
-                match old {
-                    Some(a) if !(wlo == 0 && whi == c) => {
-                        table = a.blocks.clone();
-                        for (j, t) in table.iter_mut().enumerate().take(whi / b).skip(wlo / b) {
-                            *t = stripeguard_checksum::crc32c(&u[j * b..(j + 1) * b]);
-                        }
-                    }
-                    _ => {
-                        if wlo != 0 || whi != c {
-                            // Only after a repair: the whole old chunk is in hand.
-                            debug_assert!(whole_in_hand);
-                            let old = have.units[i].as_ref().expect("repaired");
-                            u[..wlo].copy_from_slice(&old[..wlo]);
-                            u[whi..c].copy_from_slice(&old[whi..c]);
-                        }
-                        table = block_crcs(&u[..c], b);
-                    }
-                }
-                combine_block_crcs(&table, b)
-            };
-            crcs.push(crc);
             new.push(NewChunk {
                 buf: Some(u),
                 user: None,
                 e,
-                table,
             });
         }
-        if mirror == Some(MirrorKind::Checksum) {
-            for (t, &crc) in tags[first..=last].iter_mut().zip(&crcs) {
-                *t = crc as u64;
-            }
-        }
-        for (i, n) in (first..=last).zip(new.iter_mut()) {
-            if let (Some(_), Some(u)) = (mirror, n.buf.as_mut()) {
-                let mut a = self.appendix(plan.stripe, i, &tags);
-                a.blocks = std::mem::take(&mut n.table);
-                a.encode(&mut u[c..]);
-            }
-        }
+        new
+    }
 
-        // Parity: a delta over the written bytes (RMW), or re-encoded whole.
+    /// The new parity units of a write and what of them is written: a delta over the written
+    /// bytes (RMW), or re-encoded whole.
+    fn new_parity(
+        &self,
+        plan: &PiecePlan,
+        have: &mut InHand,
+        new: &[NewChunk<'_>],
+    ) -> Result<(Vec<AlignedBuf>, Extent), EngineError> {
+        let g = self.geometry();
+        let gran = self.gran();
+        let (k, m) = (g.k, g.m);
+        let c = usize_of(g.chunk_bytes);
+        let (first, last) = (plan.first, plan.last);
         let mut parity: Vec<AlignedBuf> = Vec::with_capacity(m);
         let parity_extent = plan.extent(
             &UnitIo {
@@ -553,256 +429,109 @@ impl Array {
             },
             gran,
         );
-        let (hlo, hhi) = (usize_of(parity_extent.lo), usize_of(parity_extent.hi));
-        match mode {
-            Mode::Rmw => {
-                for j in 0..m {
-                    parity.push(have.units[k + j].take().expect("RMW reads parity"));
-                }
-                if gran.local_parity {
-                    // The delta is byte-local, so each chunk updates the parity over its own
-                    // written blocks (the parity read covers their union).
-                    for (i, n) in (first..=last).zip(&new) {
-                        let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
-                        let change = [ChunkUpdate {
-                            index: i,
-                            old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
-                            new: &n.bytes()[lo..hi],
-                        }];
-                        let mut views: Vec<&mut [u8]> =
-                            parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
-                        self.code().update(&change, &mut views)?;
+        if plan.mode != Some(Mode::Rmw) {
+            for _ in 0..m {
+                parity.push(self.unit_buf());
+            }
+            let datas: Vec<&[u8]> = (0..k)
+                .map(|i| {
+                    if (first..=last).contains(&i) {
+                        &new[i - first].bytes()[..c]
+                    } else {
+                        &have.units[i].as_ref().expect("RCW reads untouched data")[..c]
                     }
-                } else {
-                    // An array code's diagonals mix rows: whole chunks.
-                    let changes: Vec<ChunkUpdate<'_>> = (first..=last)
-                        .zip(&new)
-                        .map(|(i, n)| ChunkUpdate {
-                            index: i,
-                            old: &have.units[i].as_ref().expect("RMW reads old data")[..c],
-                            new: &n.bytes()[..c],
-                        })
-                        .collect();
-                    let mut views: Vec<&mut [u8]> =
-                        parity.iter_mut().map(|p| &mut p[..c]).collect();
-                    self.code().update(&changes, &mut views)?;
-                }
-            }
-            _ => {
-                for _ in 0..m {
-                    parity.push(self.unit_buf());
-                }
-                let datas: Vec<&[u8]> = (0..k)
-                    .map(|i| {
-                        if (first..=last).contains(&i) {
-                            &new[i - first].bytes()[..c]
-                        } else {
-                            &have.units[i].as_ref().expect("RCW reads untouched data")[..c]
-                        }
-                    })
-                    .collect();
-                let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
-                self.code().encode(&datas, &mut views)?;
-            }
+                })
+                .collect();
+            let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+            self.code().encode(&datas, &mut views)?;
+            return Ok((parity, parity_extent));
         }
-
-        // Parity metadata, the buddy's copy, then the writes.
-        let mut buddy: Option<(usize, AlignedBuf)> = None;
-        if mirror.is_some() {
-            let b = self.sb().block_bytes() as usize;
-            for (j, p) in parity.iter_mut().enumerate() {
-                let mut a = self.appendix(plan.stripe, k + j, &tags);
-                let old = have.appendices.get(k + j).and_then(|a| a.as_ref());
-                match old {
-                    Some(o) if !parity_extent.is_whole(gran) => {
-                        a.blocks = o.blocks.clone();
-                        for t in (hlo / b)..(hhi / b) {
-                            a.blocks[t] = stripeguard_checksum::crc32c(&p[t * b..(t + 1) * b]);
-                        }
-                    }
-                    _ => a.blocks = block_crcs(&p[..c], b),
-                }
-                a.encode(&mut p[c..]);
-            }
-            for w in &plan.writes {
-                if !matches!(w.purpose, Purpose::BuddyAppendix | Purpose::Buddy) {
-                    continue;
-                }
-                // Only the buddy's appendix changes: its copy of the previous chunk's CRC.
-                let mut a = self.appendix(plan.stripe, w.pos, &tags);
-                if a.block_bytes != 0 {
-                    let old = have.appendices.get(w.pos).and_then(|a| a.as_ref());
-                    a.blocks = match old {
-                        Some(o) => o.blocks.clone(),
-                        None => {
-                            let u = have.units[w.pos].as_ref().expect("the buddy was read");
-                            block_crcs(&u[..c], b)
-                        }
-                    };
-                }
-                let mut sector = self.unit_buf();
-                a.encode(&mut sector[c..]);
-                buddy = Some((w.pos, sector));
-            }
+        for j in 0..m {
+            parity.push(have.units[k + j].take().expect("RMW reads parity"));
         }
-        // Checksum-chunk arrays: the table's entries of every block written.
-        let fresh = (self.is_ck() && self.writes_whole_stripe(plan)).then(|| {
-            let blocks = usize_of(g.chunk_bytes) / usize_of(gran.block);
-            stripeguard_integrity::CkTable::new(plan.stripe, self.sb().array_uuid, g.n(), blocks)
-        });
-        let mut ck_new = match have.ck.take().or(fresh) {
-            Some(mut t) if self.is_ck() => {
-                let b = usize_of(gran.block);
-                for (i, n) in (first..=last).zip(&new) {
-                    let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
-                    t.set_blocks(i, lo / b, &n.bytes()[lo..hi], b);
-                }
-                for (j, p) in parity.iter().enumerate() {
-                    t.set_blocks(k + j, hlo / b, &p[hlo..hhi], b);
-                }
-                Some(t)
+        if gran.local_parity {
+            // The delta is byte-local, so each chunk updates the parity over its own written
+            // blocks (the parity read covers their union).
+            for (i, n) in (first..=last).zip(new) {
+                let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
+                let change = [ChunkUpdate {
+                    index: i,
+                    old: &have.units[i].as_ref().expect("RMW reads old data")[lo..hi],
+                    new: &n.bytes()[lo..hi],
+                }];
+                let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[lo..hi]).collect();
+                self.code().update(&change, &mut views)?;
             }
-            _ => None,
-        };
-        Ok(Prepared {
-            stripe: plan.stripe,
-            first,
-            new,
-            parity,
-            parity_extent,
-            buddy,
-            ck_bytes: ck_new
-                .as_mut()
-                .filter(|_| self.sb().write_journal)
-                .map(|t| {
-                    // With the write journal the table is an in-place I/O of the write like
-                    // the parity (journaled, then written through), not a dirty cache entry.
-                    t.writes = t.writes.wrapping_add(1);
-                    self.ck_encode(t)
-                }),
-            ck_new,
-            old: have.units,
-        })
+        } else {
+            // An array code's diagonals mix rows: whole chunks.
+            let changes: Vec<ChunkUpdate<'_>> = (first..=last)
+                .zip(new)
+                .map(|(i, n)| ChunkUpdate {
+                    index: i,
+                    old: &have.units[i].as_ref().expect("RMW reads old data")[..c],
+                    new: &n.bytes()[..c],
+                })
+                .collect();
+            let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+            self.code().update(&changes, &mut views)?;
+        }
+        Ok((parity, parity_extent))
     }
 
     /// Put a [`Array::prepare_write`] in place.
     fn commit_write(&self, ready: Prepared<'_>) -> Result<(), EngineError> {
-        let g = self.geometry();
-        let c = usize_of(g.chunk_bytes);
-        let stripe = ready.stripe;
-        self.write_units(stripe, &ready.writes(self))?;
-        let Prepared {
-            first,
-            new,
-            parity,
-            buddy,
-            ck_new,
-            ck_bytes,
-            old,
-            ..
-        } = ready;
-        match (ck_new, ck_bytes) {
-            (Some(t), Some(written)) => {
-                self.ck_written(stripe, t);
-                self.recycle([written]);
-            }
-            (Some(t), None) => self.ck_store(stripe, t)?,
-            _ => {}
-        }
-        if self.sb().scheme.mirror().is_some() {
-            let live = |pos: usize| !self.is_failed(g.member_of(stripe, pos));
-            for (i, n) in (first..).zip(new.iter()) {
-                if let (Some(b), true) = (&n.buf, live(i)) {
-                    self.units().remember_appendix(stripe, i, &b[c..]);
-                }
-            }
-            for (j, p) in parity.iter().enumerate() {
-                if live(g.k + j) {
-                    self.units().remember_appendix(stripe, g.k + j, &p[c..]);
-                }
-            }
-            if let Some((pos, bytes)) = &buddy {
-                if live(*pos) {
-                    self.units().remember_appendix(stripe, *pos, &bytes[c..]);
-                }
-            }
-        }
+        self.write_units(ready.w.stripe, &ready.writes(self))?;
+        let Prepared { w, sealed, old } = ready;
+        let done = self.layout().committed(self, &w, sealed);
         self.recycle(
-            new.into_iter()
+            w.new
+                .into_iter()
                 .filter_map(|n| n.buf)
-                .chain(parity)
-                .chain(buddy.map(|b| b.1))
+                .chain(w.parity)
                 .chain(old.into_iter().flatten()),
         );
-        Ok(())
+        done
     }
 }
 
 /// A write ready to go in place ([`Array::prepare_write`]).
 pub(crate) struct Prepared<'d> {
-    pub(crate) stripe: u64,
-    /// Position of `new[0]`.
-    first: usize,
-    new: Vec<NewChunk<'d>>,
-    parity: Vec<AlignedBuf>,
-    parity_extent: Extent,
-    /// The buddy's rewritten appendix (position, unit buffer with it at the chunk's end).
-    buddy: Option<(usize, AlignedBuf)>,
-    ck_new: Option<stripeguard_integrity::CkTable>,
-    /// With the write journal: `ck_new` encoded, written with the units.
-    ck_bytes: Option<AlignedBuf>,
+    w: NewWrite<'d>,
+    sealed: Sealed,
     /// The units read for it (returned to the pool after).
     old: Vec<Option<AlignedBuf>>,
 }
 
 impl Prepared<'_> {
+    pub(crate) fn stripe(&self) -> u64 {
+        self.w.stripe
+    }
+
     /// Every in-place I/O: (position, byte within the unit, bytes).
     pub(crate) fn writes(&self, a: &Array) -> crate::journal::UnitWrites<'_> {
         let c = usize_of(a.geometry().chunk_bytes);
         let k = a.geometry().k;
+        let w = &self.w;
         let mut writes: Vec<(usize, u64, &[u8])> = Vec::new();
-        if let Some((pos, bytes)) = &self.buddy {
+        if let Sealed::Buddy(pos, bytes) = &self.sealed {
             writes.push((*pos, c as u64, &bytes[c..]));
         }
-        for (i, n) in (self.first..).zip(&self.new) {
+        for (i, n) in (w.first..).zip(&w.new) {
             for (o, len) in n.e.ios(a.gran()) {
                 writes.push((i, o, &n.bytes()[usize_of(o)..usize_of(o + len)]));
             }
         }
-        for (j, p) in self.parity.iter().enumerate() {
-            for (o, len) in self.parity_extent.ios(a.gran()) {
+        for (j, p) in w.parity.iter().enumerate() {
+            for (o, len) in w.parity_extent.ios(a.gran()) {
                 writes.push((k + j, o, &p[usize_of(o)..usize_of(o + len)]));
             }
         }
-        if let Some(t) = &self.ck_bytes {
+        if let Sealed::Table(_, Some(t)) = &self.sealed {
             writes.push((a.ck_pos(), 0, &t[..a.ck_shape().1]));
         }
         writes
     }
 }
-
-/// A new data unit of a write: built in a unit buffer, or (a whole chunk without an appendix)
-/// the caller's own bytes.
-struct NewChunk<'d> {
-    buf: Option<AlignedBuf>,
-    user: Option<&'d [u8]>,
-    /// What of it is written.
-    e: Extent,
-    /// Its block table, until the appendix is encoded.
-    table: Vec<u32>,
-}
-
-impl NewChunk<'_> {
-    /// The unit's bytes (the chunk alone when borrowed).
-    fn bytes(&self) -> &[u8] {
-        match (&self.buf, self.user) {
-            (Some(b), _) => b,
-            (None, Some(u)) => u,
-            (None, None) => unreachable!("a new chunk has bytes"),
-        }
-    }
-}
-
 /// A user request in progress, counted by the array's unit I/O while it lives.
 struct Caller<'a>(&'a Array);
 

@@ -22,7 +22,7 @@
 //! torn chunk, and a member lost before the resync costs only its redundancy. A record that did
 //! not become durable has nothing in place behind it. What the diagnosis then finds is damage:
 //! repaired as a read would, reported as silent corruption where no record names the unit
-//! ([`Interrupted`]), never settled.
+//! ([`Interrupted`](crate::layout::Interrupted)), never settled.
 //!
 //! A slot is freed (its header zeroed) by the first flush that began after its write completed,
 //! and all of them only after a resync has finished, so a crash during the resync replays again.

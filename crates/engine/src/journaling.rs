@@ -93,7 +93,7 @@ impl Array {
             return Ok(None);
         }
         if missing.len() > self.sb().journal_slots as usize {
-            self.log().lock().expect("lock").record(crate::repair::stripe_event(
+            self.log().lock().expect("lock").record(crate::events::stripe_event(
                 stripe,
                 EventKind::JournalTooSmall,
                 format!(
@@ -380,9 +380,9 @@ impl Array {
                 AlignedBuf::from_slice(unit, self.units().mem_align()),
             ));
             let cause = match touched.get(stripe) {
-                Some(mask) => crate::repair::Interrupted::Only(mask),
-                None if self.sb().write_journal => crate::repair::Interrupted::Only(&[]),
-                None => crate::repair::Interrupted::Unknown,
+                Some(mask) => crate::layout::Interrupted::Only(mask),
+                None if self.sb().write_journal => crate::layout::Interrupted::Only(&[]),
+                None => crate::layout::Interrupted::Unknown,
             };
             let decided = self.repair_stripe_as(*stripe, &[], cause);
             *self.stand_in().lock().expect("lock") = None;

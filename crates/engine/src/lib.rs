@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 
+mod appendix;
 mod array;
 mod assembly;
 mod checkpoint;
@@ -29,6 +30,7 @@ mod intent;
 mod io;
 mod journal;
 mod journaling;
+mod layout;
 mod members;
 mod metacheck;
 mod num;
@@ -38,6 +40,7 @@ mod repair;
 mod resync;
 mod scrub;
 mod stripe_state;
+mod unitio;
 mod units;
 mod untrusted;
 

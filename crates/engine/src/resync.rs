@@ -9,14 +9,13 @@ use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::EventAction;
 use crate::intent::{Durable, InFlight, Intent};
+use crate::layout::Interrupted;
 use crate::num::usize_of;
-use crate::repair::Interrupted;
-use stripeguard_checksum::crc32c;
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
 use stripeguard_format::IntentRecord;
-use stripeguard_integrity::{MirrorKind, Scheme, INTENT_RECORD_OFFSET};
+use stripeguard_integrity::{Scheme, INTENT_RECORD_OFFSET};
 
 impl Array {
     /// Claim `stripe`'s region for a write: its bit is durable on every member before this
@@ -317,37 +316,19 @@ impl Array {
                 });
             }
         }
-        let tags: Vec<u64> = match self.sb().scheme.mirror() {
-            Some(MirrorKind::Checksum) => {
-                units[..k].iter().map(|u| crc32c(&u[..c]) as u64).collect()
-            }
-            Some(MirrorKind::Version) => {
-                let seq = self.next_sequence()?;
-                vec![seq; k]
-            }
-            None => vec![0; k],
-        };
         let (data, parity) = units.split_at_mut(k);
         let chunks: Vec<&[u8]> = data.iter().map(|u| &u[..c]).collect();
         let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
         self.code().encode(&chunks, &mut views)?;
-        if self.sb().scheme.has_appendix() {
-            for (pos, u) in units.iter_mut().enumerate() {
-                let (chunk, sector) = u.split_at_mut(c);
-                self.seal(stripe, pos, &tags, chunk, sector);
-            }
-        }
+        let layout = self.layout();
+        layout.seal_settled(self, stripe, &mut units)?;
         let writes: Vec<(usize, u64, &[u8])> = units
             .iter()
             .enumerate()
             .map(|(p, u)| (p, 0, &u[..]))
             .collect();
         self.write_units(stripe, &writes)?;
-        if self.is_ck() {
-            let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
-            let t = self.ck_table_of(stripe, &views);
-            self.ck_write_now(stripe, &t, false)?;
-        }
+        layout.finish_settled(self, stripe, &units)?;
         for i in 0..k {
             let id = g.data_chunk_id(stripe, i);
             self.planner()
@@ -364,7 +345,7 @@ impl Array {
         self.log()
             .lock()
             .expect("lock")
-            .record(crate::repair::stripe_event(
+            .record(crate::events::stripe_event(
                 stripe,
                 kind,
                 evidence,

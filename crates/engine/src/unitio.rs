@@ -1,0 +1,280 @@
+//! Unit I/O: the extents of a stripe's units read and written on their members, concurrently
+//! when the members are files or devices (one io_uring batch, or the I/O pool), and the one
+//! rule for which member holds a stripe position. A read that fails is an erasure (`None`); a
+//! member whose I/O fails for any reason but a medium error is failed here.
+
+use crate::array::Array;
+use crate::error::EngineError;
+use crate::num::usize_of;
+use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
+use stripeguard_plan::Extent;
+
+impl Array {
+    /// Read extent `e` of unit `pos` of `stripe` into a unit-sized buffer, at the extent's own
+    /// offsets (the rest of the buffer holds nothing meaningful). `Ok(None)` = erasure.
+    pub(crate) fn read_extent(
+        &self,
+        stripe: u64,
+        pos: usize,
+        e: Extent,
+    ) -> Result<Option<AlignedBuf>, EngineError> {
+        let member = self.member_of(stripe, pos);
+        if self.is_failed(member) {
+            let stand_in = self.stand_in().lock().expect("lock");
+            return Ok(match stand_in.as_ref() {
+                Some((s, p, unit)) if *s == stripe && *p == pos => {
+                    let mut buf = self.unit_buf();
+                    buf.copy_from_slice(unit);
+                    Some(buf)
+                }
+                _ => None,
+            });
+        }
+        let mut buf = self.unit_buf();
+        let disk = self.members().get(member);
+        let base = self.unit_offset(stripe);
+        let parts: Vec<(u64, u64)> = e.ios(self.gran()).collect();
+        let got = match (self.units().pool_for(parts.len()), parts.as_slice()) {
+            // A block and the appendix are two I/Os at different offsets: overlap them.
+            (Some(pool), &[(a, alen), (b, blen)]) => {
+                let (lo, hi) = buf.split_at_mut(usize_of(b));
+                let (first, second) = (
+                    &mut lo[usize_of(a)..usize_of(a + alen)],
+                    &mut hi[..usize_of(blen)],
+                );
+                let (r1, r2) = pool.install(|| {
+                    rayon::join(
+                        || disk.read_at(base + a, first),
+                        || disk.read_at(base + b, second),
+                    )
+                });
+                r1.and(r2)
+            }
+            _ => parts.iter().try_for_each(|&(at, len)| {
+                let (at, len) = (usize_of(at), usize_of(len));
+                disk.read_at(base + at as u64, &mut buf[at..at + len])
+            }),
+        };
+        match got {
+            Ok(()) => {}
+            Err(DiskError::Medium { .. }) => {
+                self.recycle([buf]);
+                return Ok(None);
+            }
+            Err(e) => {
+                self.recycle([buf]);
+                self.fail_member(member, &e)?;
+                return Ok(None);
+            }
+        }
+        Ok(Some(buf))
+    }
+
+    /// Read units `positions` of `stripe` (distinct) whole.
+    pub(crate) fn read_units(
+        &self,
+        stripe: u64,
+        positions: &[usize],
+    ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
+        let whole = Extent::whole(self.gran());
+        let list: Vec<(usize, Extent)> = positions.iter().map(|&p| (p, whole)).collect();
+        self.read_extents(stripe, &list)
+    }
+
+    /// Read extents of units of `stripe` (distinct positions), concurrently when the members
+    /// are files or devices: a piece's I/O to different members overlaps instead of queueing.
+    pub(crate) fn read_extents(
+        &self,
+        stripe: u64,
+        list: &[(usize, Extent)],
+    ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
+        if let Some(done) = self.read_extents_batched(stripe, list) {
+            return done;
+        }
+        match self.units().pool_for(list.len()) {
+            Some(pool) => pool.install(|| {
+                use rayon::prelude::*;
+                list.par_iter()
+                    .with_max_len(1)
+                    .map(|&(p, e)| self.read_extent(stripe, p, e))
+                    .collect()
+            }),
+            _ => list
+                .iter()
+                .map(|&(p, e)| self.read_extent(stripe, p, e))
+                .collect(),
+        }
+    }
+
+    /// Write several units (position, byte within the unit, bytes) of `stripe`, concurrently
+    /// when the members are files or devices.
+    pub(crate) fn write_units(
+        &self,
+        stripe: u64,
+        writes: &[(usize, u64, &[u8])],
+    ) -> Result<(), EngineError> {
+        self.units()
+            .forget_appendices(stripe, writes.iter().map(|w| w.0));
+        if let Some(done) = self.write_units_batched(stripe, writes) {
+            return done;
+        }
+        match self.units().pool_for(writes.len()) {
+            Some(pool) => pool.install(|| {
+                use rayon::prelude::*;
+                writes
+                    .par_iter()
+                    .with_max_len(1)
+                    .try_for_each(|&(p, at, b)| self.write_unit(stripe, p, at, b))
+            }),
+            _ => writes
+                .iter()
+                .try_for_each(|&(p, at, b)| self.write_unit(stripe, p, at, b)),
+        }
+    }
+
+    /// The members of `positions` of `stripe`, when a batch may go to them: members that want
+    /// parallel I/O (files and devices with O_DIRECT), none of them failed.
+    fn batchable(
+        &self,
+        stripe: u64,
+        positions: impl Iterator<Item = usize>,
+    ) -> Option<Vec<DiskRef>> {
+        if !self.units().parallel() {
+            return None;
+        }
+        positions
+            .map(|p| {
+                let m = self.member_of(stripe, p);
+                (!self.is_failed(m)).then(|| self.members().get(m))
+            })
+            .collect()
+    }
+
+    /// [`Array::read_extents`] as one io_uring batch (`stripeguard_disk::batch`): every part of
+    /// every unit submitted at once from this thread. `None` when it cannot go that way.
+    fn read_extents_batched(
+        &self,
+        stripe: u64,
+        list: &[(usize, Extent)],
+    ) -> Option<Result<Vec<Option<AlignedBuf>>, EngineError>> {
+        let parts: Vec<Vec<(u64, u64)>> = list
+            .iter()
+            .map(|(_, e)| e.ios(self.gran()).collect())
+            .collect();
+        if parts.iter().map(Vec::len).sum::<usize>() < 2 {
+            return None;
+        }
+        let disks = self.batchable(stripe, list.iter().map(|l| l.0))?;
+        let base = self.unit_offset(stripe);
+        let mut bufs: Vec<AlignedBuf> = list.iter().map(|_| self.unit_buf()).collect();
+        let mut owner = Vec::new();
+        let results = {
+            let mut ios: Vec<batch::Io<'_>> = Vec::new();
+            for (i, buf) in bufs.iter_mut().enumerate() {
+                // The parts of a unit are ascending and disjoint: cut the buffer between them.
+                let mut rest: &mut [u8] = &mut buf[..];
+                let mut consumed = 0u64;
+                for &(at, len) in &parts[i] {
+                    let tail = std::mem::take(&mut rest);
+                    let (_, tail) = tail.split_at_mut(usize_of(at - consumed));
+                    let (mine, after) = tail.split_at_mut(usize_of(len));
+                    ios.push(batch::Io::Read(&*disks[i], base + at, mine));
+                    owner.push(i);
+                    rest = after;
+                    consumed = at + len;
+                }
+            }
+            batch::submit(&mut ios)
+        };
+        let Some(results) = results else {
+            self.recycle(bufs);
+            return None;
+        };
+        let mut failed: Vec<Option<DiskError>> = (0..list.len()).map(|_| None).collect();
+        for (r, &i) in results.into_iter().zip(&owner) {
+            if let (Err(e), None) = (r, &failed[i]) {
+                failed[i] = Some(e);
+            }
+        }
+        let mut out = Vec::with_capacity(list.len());
+        for (i, buf) in bufs.into_iter().enumerate() {
+            match failed[i].take() {
+                None => out.push(Some(buf)),
+                Some(e) => {
+                    self.recycle([buf]);
+                    if !matches!(e, DiskError::Medium { .. }) {
+                        let m = self.member_of(stripe, list[i].0);
+                        if let Err(err) = self.fail_member(m, &e) {
+                            return Some(Err(err));
+                        }
+                    }
+                    out.push(None);
+                }
+            }
+        }
+        Some(Ok(out))
+    }
+
+    /// [`Array::write_units`] as one io_uring batch. `None` when it cannot go that way.
+    fn write_units_batched(
+        &self,
+        stripe: u64,
+        writes: &[(usize, u64, &[u8])],
+    ) -> Option<Result<(), EngineError>> {
+        if writes.len() < 2 {
+            return None;
+        }
+        let disks = self.batchable(stripe, writes.iter().map(|w| w.0))?;
+        let base = self.unit_offset(stripe);
+        let mut ios: Vec<batch::Io<'_>> = writes
+            .iter()
+            .zip(&disks)
+            .map(|(&(_, at, b), d)| batch::Io::Write(&**d, base + at, b))
+            .collect();
+        let results = batch::submit(&mut ios)?;
+        drop(ios);
+        for (r, &(p, _, _)) in results.into_iter().zip(writes) {
+            if let Err(e) = r {
+                let m = self.member_of(stripe, p);
+                if let Err(err) = self.fail_member(m, &e) {
+                    return Some(Err(err));
+                }
+            }
+        }
+        Some(Ok(()))
+    }
+
+    /// Write `bytes` at `byte_in_unit` of unit `pos` of `stripe`, unless its member has failed.
+    pub(crate) fn write_unit(
+        &self,
+        stripe: u64,
+        pos: usize,
+        byte_in_unit: u64,
+        bytes: &[u8],
+    ) -> Result<(), EngineError> {
+        self.units().forget_appendices(stripe, std::iter::once(pos));
+        let member = self.member_of(stripe, pos);
+        if self.is_failed(member) {
+            // Out of the array, unless a replace is filling its new device.
+            if !self.members().writes_reach(member, stripe) {
+                return Ok(());
+            }
+        }
+        let off = self.unit_offset(stripe) + byte_in_unit;
+        if let Err(e) = self.members().get(member).write_at(off, bytes) {
+            self.fail_member(member, &e)?;
+        }
+        Ok(())
+    }
+
+    /// The member holding position `pos` of `stripe`: the geometry's for data and parity, and
+    /// the checksum member (the last) for position `k + m` of a checksum-chunk array.
+    #[inline]
+    pub(crate) fn member_of(&self, stripe: u64, pos: usize) -> usize {
+        if pos == self.geometry().n() {
+            pos
+        } else {
+            self.geometry().member_of(stripe, pos)
+        }
+    }
+}
