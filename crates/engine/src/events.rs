@@ -146,4 +146,3 @@ mod tests {
         assert_eq!(unit_label(EventRole::Stripe, 0, 6), "stripe");
     }
 }
-
