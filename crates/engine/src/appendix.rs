@@ -266,6 +266,49 @@ impl Layout for Appendices {
     fn finish_settled(&self, _: &Array, _: u64, _: &[AlignedBuf]) -> Result<(), EngineError> {
         Ok(())
     }
+
+    fn write_back(&self, _: &Array) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn initialise(
+        &self,
+        a: &Array,
+        fresh: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), EngineError> {
+        let g = a.geometry();
+        let c = usize_of(g.chunk_bytes);
+        let scheme = a.sb().scheme;
+        // The truth about an all-zero chunk: version 0, or the CRC of its zeros.
+        let zero = match scheme.mirror() {
+            Some(MirrorKind::Checksum) => stripeguard_checksum::crc32c(&vec![0u8; c]) as u64,
+            _ => 0,
+        };
+        let tags = vec![zero; g.k];
+        let mut buf = vec![0u8; usize_of(a.unit_bytes())];
+        for s in 0..g.stripes {
+            // Fresh members already hold the zero chunks; without appendices, nothing else.
+            if !(fresh && !scheme.has_appendix()) {
+                let off = a.unit_offset(s);
+                for pos in 0..g.n() {
+                    buf.fill(0);
+                    if scheme.has_appendix() {
+                        let (chunk, sector) = buf.split_at_mut(c);
+                        a.seal(s, pos, &tags, chunk, sector);
+                    }
+                    let disk = a.members().get(g.member_of(s, pos));
+                    if fresh {
+                        disk.write_at(off + c as u64, &buf[c..])?;
+                    } else {
+                        disk.write_at(off, &buf)?;
+                    }
+                }
+            }
+            crate::layout::report(progress, s, g.stripes);
+        }
+        Ok(())
+    }
 }
 
 /// Every unit of `stripe` read whole (`None`: erased), diagnosed with every unit voting.

@@ -12,16 +12,16 @@ use crate::members::{MemberHealth, Members};
 use crate::num::usize_of;
 use crate::units::Units;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use stripeguard_codes::ErasureCode;
 use stripeguard_disk::{AlignedBuf, DiskError, DiskRef, UnitMap};
 use stripeguard_format::Owner;
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{
-    Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
-    MirrorKind, Role, Scheme, Superblock, OWNER_RECORD_OFFSET, SUPERBLOCK_COPY_OFFSETS,
+    ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout, Role,
+    Scheme, Superblock, OWNER_RECORD_OFFSET, SUPERBLOCK_COPY_OFFSETS,
 };
-use stripeguard_plan::{Geometry, Granularity, Planner};
+use stripeguard_plan::{Geometry, Granularity, Op, PiecePlan, Planner};
 
 /// Sequence numbers reserved per superblock update (hybrid-seq).
 pub const SEQUENCE_RESERVATION: u64 = 1 << 20;
@@ -216,7 +216,7 @@ impl Array {
         if !fresh {
             array.zero_metadata_regions()?;
         }
-        array.initialise(fresh, progress)?;
+        array.layout().initialise(&array, fresh, progress)?;
         array.write_superblocks(ArrayState::Dirty)?;
         Ok(array)
     }
@@ -393,12 +393,50 @@ impl Array {
         self.code.as_ref()
     }
 
-    pub(crate) fn planner(&self) -> &Mutex<Planner> {
-        &self.planner
+    /// The plan of one stripe piece (`offset`, `len` within one stripe) for `op`.
+    pub(crate) fn plan_piece(&self, op: Op, offset: u64, len: u64) -> PiecePlan {
+        let mut out = None;
+        self.planner
+            .lock()
+            .expect("lock")
+            .plan(op, offset, len, |p| out = Some(p.clone()));
+        out.expect("a range within one stripe is one piece")
     }
 
-    pub(crate) fn locks(&self) -> &[Mutex<()>] {
-        &self.locks
+    /// The data chunks at `positions` of `stripe` go back to first-read state: their next
+    /// access cross-checks them again (they were rewritten, or a piece that read them failed).
+    pub(crate) fn forget_verified(&self, stripe: u64, positions: impl IntoIterator<Item = usize>) {
+        let mut planner = self.planner.lock().expect("lock");
+        for pos in positions {
+            let id = self.geometry.data_chunk_id(stripe, pos);
+            planner.map_mut().mark_written(id);
+        }
+    }
+
+    /// The lock of `stripe`: every read, write, repair, resync and rebuild of a stripe holds
+    /// it (a fixed table of mutexes, shared by stripes with the same index modulo its size).
+    pub(crate) fn lock_stripe(&self, stripe: u64) -> MutexGuard<'_, ()> {
+        self.locks[usize_of(stripe) % self.locks.len()]
+            .lock()
+            .expect("lock")
+    }
+
+    /// The locks of every stripe of `stripes`, taken in the table's order (so two callers
+    /// can never wait for each other).
+    pub(crate) fn lock_stripes(
+        &self,
+        stripes: impl IntoIterator<Item = u64>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut slots: Vec<usize> = stripes
+            .into_iter()
+            .map(|s| usize_of(s) % self.locks.len())
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots
+            .iter()
+            .map(|&l| self.locks[l].lock().expect("lock"))
+            .collect()
     }
 
     pub(crate) fn meta(&self) -> &Mutex<Meta> {
@@ -526,7 +564,7 @@ impl Array {
     /// Flush every current member (a failed flush takes the member out).
     pub(crate) fn flush_members(&self) -> Result<(), EngineError> {
         // The stripe cache's dirty checksum tables reach the disk before the flush.
-        self.ck_write_back()?;
+        self.layout().write_back(self)?;
         // A failed flush is fatal for that member (docs/STYLE.md habit 3).
         self.each_member(None, |_, d| d.flush())
     }
@@ -743,93 +781,6 @@ impl Array {
     /// Byte offset of `stripe`'s unit on every member.
     pub fn unit_offset(&self, stripe: u64) -> u64 {
         self.sb.data_offset_bytes + stripe * self.unit_bytes()
-    }
-
-    /// Write every stripe as all-zero data with valid appendices.
-    fn initialise(
-        &self,
-        fresh: bool,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), EngineError> {
-        let g = self.geometry;
-        let c = usize_of(g.chunk_bytes);
-        let scheme = self.sb.scheme;
-        let zero_tags = match scheme.mirror() {
-            Some(MirrorKind::Checksum) => stripeguard_checksum::crc32c(&vec![0u8; c]) as u64,
-            _ => 0,
-        };
-        let unit = usize_of(self.unit_bytes());
-        let mut buf = vec![0u8; unit];
-        let total = g.stripes;
-        let zero_table = self.is_ck().then(|| {
-            let zero = vec![0u8; c];
-            let units: Vec<&[u8]> = (0..g.n()).map(|_| &zero[..]).collect();
-            self.ck_table_of(0, &units)
-        });
-        for s in 0..total {
-            if let Some(t) = &zero_table {
-                let mut t = t.clone();
-                t.stripe = s;
-                let enc = self.ck_encode(&t);
-                let tb = stripeguard_integrity::ck_table_bytes(g.n(), self.sb.chunk_bytes);
-                let off = self.unit_offset(s);
-                let w = if fresh {
-                    self.members.get(self.ck_pos()).write_at(off, &enc[..tb])
-                } else {
-                    let mut unit = vec![0u8; unit];
-                    unit[..tb].copy_from_slice(&enc[..tb]);
-                    self.members.get(self.ck_pos()).write_at(off, &unit)
-                };
-                self.recycle([enc]);
-                w?;
-            }
-            if fresh && !scheme.has_appendix() {
-                if s % 64 == 63 || s + 1 == total {
-                    progress(s + 1, total);
-                }
-                continue;
-            }
-            for pos in 0..g.n() {
-                buf.fill(0);
-                if scheme.has_appendix() {
-                    let identity = self.identity(s, pos);
-                    let mut a = Appendix {
-                        scheme,
-                        identity,
-                        block_bytes: self.block_bytes_of(pos),
-                        blocks: vec![],
-                        tag: 0,
-                        buddy_crc: if pos < g.k
-                            && g.k > 1
-                            && scheme.mirror() == Some(MirrorKind::Checksum)
-                        {
-                            crate::num::crc_of_tag(zero_tags)
-                        } else {
-                            0
-                        },
-                        entries: if pos < g.k {
-                            vec![]
-                        } else {
-                            vec![zero_tags; g.k]
-                        },
-                    };
-                    let (chunk, sector) = buf.split_at_mut(c);
-                    a.seal(chunk, sector);
-                }
-                let member = g.member_of(s, pos);
-                let off = self.unit_offset(s);
-                let w = if fresh {
-                    self.members.get(member).write_at(off + c as u64, &buf[c..])
-                } else {
-                    self.members.get(member).write_at(off, &buf)
-                };
-                w?;
-            }
-            if s % 64 == 63 || s + 1 == total {
-                progress(s + 1, total);
-            }
-        }
-        Ok(())
     }
 }
 

@@ -195,7 +195,7 @@ impl Array {
 
     /// Write every dirty table (before a flush of the members).
     pub(crate) fn ck_write_back(&self) -> Result<(), EngineError> {
-        if !self.is_ck() || !self.is_writable() {
+        if !self.is_writable() {
             return Ok(());
         }
         self.ck()
@@ -472,6 +472,48 @@ impl Layout for ChecksumMember {
         let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
         let t = a.ck_table_of(stripe, &views);
         a.ck_write_now(stripe, &t, false)
+    }
+
+    fn write_back(&self, a: &Array) -> Result<(), EngineError> {
+        a.ck_write_back()
+    }
+
+    fn initialise(
+        &self,
+        a: &Array,
+        fresh: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), EngineError> {
+        let g = a.geometry();
+        let c = usize_of(g.chunk_bytes);
+        let (_, tb) = a.ck_shape();
+        let zero = vec![0u8; c];
+        let zeros: Vec<&[u8]> = (0..g.n()).map(|_| &zero[..]).collect();
+        let mut t = a.ck_table_of(0, &zeros);
+        let ck = a.members().get(a.ck_pos());
+        for s in 0..g.stripes {
+            let off = a.unit_offset(s);
+            t.stripe = s;
+            let enc = a.ck_encode(&t);
+            // Fresh members read as zeros: only the table's bytes; else the whole unit, and
+            // the zero chunks.
+            let w = if fresh {
+                ck.write_at(off, &enc[..tb])
+            } else {
+                let mut unit = zero.clone();
+                unit[..tb].copy_from_slice(&enc[..tb]);
+                ck.write_at(off, &unit)
+            };
+            a.recycle([enc]);
+            w?;
+            if !fresh {
+                for pos in 0..g.n() {
+                    a.members().get(g.member_of(s, pos)).write_at(off, &zero)?;
+                }
+            }
+            crate::layout::report(progress, s, g.stripes);
+        }
+        Ok(())
     }
 }
 

@@ -43,27 +43,16 @@ impl Array {
         Ok(())
     }
 
-    fn plan_one(&self, op: Op, offset: u64, len: u64) -> PiecePlan {
-        let mut out = None;
-        self.planner()
-            .lock()
-            .expect("lock")
-            .plan(op, offset, len, |p| out = Some(p.clone()));
-        out.expect("one piece")
-    }
-
     /// Read `buf.len()` bytes at array byte `offset`. Every byte returned passed the scheme's
     /// checks (or was rebuilt and re-checked).
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.check_range(offset, buf.len() as u64)?;
         let _caller = Caller::enter(self);
         self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
-            let _guard = self.locks()[usize_of(stripe) % self.locks().len()]
-                .lock()
-                .expect("lock");
+            let _guard = self.lock_stripe(stripe);
             // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
             self.refuse_untrusted_read(stripe, off, len)?;
-            let plan = self.plan_one(Op::Read, off, len);
+            let plan = self.plan_piece(Op::Read, off, len);
             let units = self.unverified_on_error(stripe, self.gather(&plan))?;
             let c = self.geometry().chunk_bytes;
             let mut o = at;
@@ -140,16 +129,7 @@ impl Array {
         batch: &[(u64, u64, u64, usize)],
         data: &[u8],
     ) -> Result<(), EngineError> {
-        let mut locks: Vec<usize> = batch
-            .iter()
-            .map(|p| usize_of(p.0) % self.locks().len())
-            .collect();
-        locks.sort_unstable();
-        locks.dedup();
-        let _guards: Vec<_> = locks
-            .iter()
-            .map(|&l| self.locks()[l].lock().expect("lock"))
-            .collect();
+        let _guards = self.lock_stripes(batch.iter().map(|p| p.0));
         self.write_batch_locked(batch, data)
     }
 
@@ -184,7 +164,7 @@ impl Array {
             // Degraded: save the missing member's chunk before the parity changes.
             saves.push(self.unverified_on_error(stripe, self.save_missing(stripe))?);
             plans.push((
-                self.plan_one(Op::Write, off, len),
+                self.plan_piece(Op::Write, off, len),
                 &data[at..at + usize_of(len)],
             ));
         }
@@ -232,11 +212,7 @@ impl Array {
         r: Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         if r.is_err() {
-            let mut planner = self.planner().lock().expect("lock");
-            for i in 0..self.geometry().k {
-                let id = self.geometry().data_chunk_id(stripe, i);
-                planner.map_mut().mark_written(id);
-            }
+            self.forget_verified(stripe, 0..self.geometry().k);
         }
         r
     }
@@ -574,9 +550,7 @@ impl Array {
                 capacity: self.geometry().stripes,
             });
         }
-        let _guard = self.locks()[usize_of(stripe) % self.locks().len()]
-            .lock()
-            .expect("lock");
+        let _guard = self.lock_stripe(stripe);
         let before = self.counters().located;
         if self.is_writable() {
             self.verify_untrusted_again(stripe)?;

@@ -358,9 +358,7 @@ impl Array {
         self.clear_appendix_cache();
         for ((stripe, pos), r) in &saved {
             let unit = &r.payload;
-            let _guard = self.locks()[usize_of(*stripe) % self.locks().len()]
-                .lock()
-                .expect("lock");
+            let _guard = self.lock_stripe(*stripe);
             if self.sb().scheme == stripeguard_integrity::Scheme::None {
                 // Bare RAID has no votes: the parity is recomputed from the data as it is and
                 // the saved chunk (md's rule, with the chunk md would have lost).

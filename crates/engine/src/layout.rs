@@ -70,6 +70,19 @@ pub(crate) trait Layout: Sync {
         units: &mut [AlignedBuf],
     ) -> Result<(), EngineError>;
 
+    /// Before the members are flushed: write what this holder keeps of the metadata in memory
+    /// only (dirty checksum tables).
+    fn write_back(&self, a: &Array) -> Result<(), EngineError>;
+
+    /// Write every stripe of a new array as all-zero data with valid metadata. `fresh`: the
+    /// members read as zeros already (new files), so zero chunks need not be written.
+    fn initialise(
+        &self,
+        a: &Array,
+        fresh: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), EngineError>;
+
     /// After a settled stripe's units are written: write what else vouches for them.
     fn finish_settled(
         &self,
@@ -77,6 +90,13 @@ pub(crate) trait Layout: Sync {
         stripe: u64,
         units: &[AlignedBuf],
     ) -> Result<(), EngineError>;
+}
+
+/// Report the progress of an initialisation every 64 stripes and at the end.
+pub(crate) fn report(progress: &mut dyn FnMut(u64, u64), stripe: u64, total: u64) {
+    if stripe % 64 == 63 || stripe + 1 == total {
+        progress(stripe + 1, total);
+    }
 }
 
 /// What a piece has read, for [`Layout::check`].

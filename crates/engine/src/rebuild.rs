@@ -9,7 +9,6 @@
 use crate::array::Array;
 use crate::checkpoint::{CHECKPOINT_EVERY, SLOT_BYTES};
 use crate::error::EngineError;
-use crate::num::usize_of;
 use stripeguard_disk::DiskRef;
 use stripeguard_format::Checkpoint;
 use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
@@ -349,15 +348,8 @@ impl Array {
         member: usize,
         target: &DiskRef,
     ) -> Result<Result<(), EngineError>, EngineError> {
-        // The checksum member's unit is the stripe's table.
-        let pos = if member == self.ck_pos() && self.is_ck() {
-            self.ck_pos()
-        } else {
-            self.geometry().position_of(s, member)
-        };
-        let _guard = self.locks()[usize_of(s) % self.locks().len()]
-            .lock()
-            .expect("lock");
+        let pos = self.position_of(s, member);
+        let _guard = self.lock_stripe(s);
         self.members().rebuilding_stripe(member, Some(s));
         let image = self.repair_stripe(s, &[]);
         self.members().rebuilding_stripe(member, None);

@@ -76,10 +76,7 @@ impl Array {
             }
         }
         layout.finish_repair(self, stripe, d)?;
-        let mut planner = self.planner().lock().expect("lock");
-        for &pos in rewritten.iter().filter(|&&p| p < g.k) {
-            planner.map_mut().mark_written(g.data_chunk_id(stripe, pos));
-        }
+        self.forget_verified(stripe, rewritten.into_iter().filter(|&p| p < g.k));
         Ok(())
     }
 

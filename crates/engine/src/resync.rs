@@ -187,9 +187,7 @@ impl Array {
 
     /// Make one stripe consistent after a crash (FORMAT.md §2.4).
     fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
-        let _guard = self.locks()[usize_of(stripe) % self.locks().len()]
-            .lock()
-            .expect("lock");
+        let _guard = self.lock_stripe(stripe);
         if self.sb().scheme == Scheme::None {
             return self.recompute_parity(stripe, "resync: parity recomputed from the data");
         }
@@ -329,14 +327,7 @@ impl Array {
             .collect();
         self.write_units(stripe, &writes)?;
         layout.finish_settled(self, stripe, &units)?;
-        for i in 0..k {
-            let id = g.data_chunk_id(stripe, i);
-            self.planner()
-                .lock()
-                .expect("lock")
-                .map_mut()
-                .mark_written(id);
-        }
+        self.forget_verified(stripe, 0..k);
         self.record_resync(stripe, kind, evidence.to_string());
         Ok(())
     }

@@ -267,6 +267,15 @@ impl Array {
         Ok(())
     }
 
+    /// The stripe position member `member` holds in `stripe` ([`Array::member_of`] inverted).
+    pub(crate) fn position_of(&self, stripe: u64, member: usize) -> usize {
+        if member == self.geometry().n() {
+            member
+        } else {
+            self.geometry().position_of(stripe, member)
+        }
+    }
+
     /// The member holding position `pos` of `stripe`: the geometry's for data and parity, and
     /// the checksum member (the last) for position `k + m` of a checksum-chunk array.
     #[inline]

@@ -692,6 +692,9 @@ fn entry(
                 {
                     if let Some(f) = root.open_file(&parent, name) {
                         if device_hash(&f, h.size, u64::from(h.block_size)).ok() == Some(h.hash) {
+                            // A partial or progress left beside it is stale: a run killed
+                            // after landing the file and before removing its progress.
+                            root.remove_partial(&h.path);
                             summary.lock().expect("lock").skipped += 1;
                             return Ok(Entry::Reply(Reply::Skipped));
                         }
