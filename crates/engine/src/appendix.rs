@@ -289,7 +289,7 @@ impl Layout for Appendices {
         let mut buf = vec![0u8; usize_of(a.unit_bytes())];
         for s in 0..g.stripes {
             // Fresh members already hold the zero chunks; without appendices, nothing else.
-            if !(fresh && !scheme.has_appendix()) {
+            if !fresh || scheme.has_appendix() {
                 let off = a.unit_offset(s);
                 for pos in 0..g.n() {
                     buf.fill(0);
