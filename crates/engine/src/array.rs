@@ -895,6 +895,14 @@ fn count(v: usize, what: &str) -> Result<u16, EngineError> {
         })
 }
 
+/// Whether [`Array::create`] accepts `scheme` on `k` (at least 1) data chunks: checksum mirroring
+/// keeps a copy of each chunk's checksum on a buddy data chunk, so it needs two or more. `create`
+/// refuses any other shape through the superblock's own check, which asks the same rule
+/// ([`Scheme::fits_data_chunks`]); callers that pick shapes (the campaigns) ask this.
+pub fn create_accepts(k: usize, scheme: Scheme) -> bool {
+    scheme.fits_data_chunks(k)
+}
+
 /// The superblock a new array on `members` gets from `cfg`: its geometry checked (member count,
 /// sector size, journal slots, stripes that fit the smallest member, the member table's bound),
 /// a fresh uuid from the environment.
