@@ -17,14 +17,13 @@
 //! The negative control: the same crash image assembled read-only, without resync, and checked
 //! stripe by stripe finds inconsistent stripes.
 
-use crate::create_accepts;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use stripeguard_disk::{CrashDisk, Disk, DiskRef, MemDisk};
 use stripeguard_engine::usize_of;
-use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError};
+use stripeguard_engine::{create_accepts, Array, ArrayConfig, AssembleOptions, EngineError};
 use stripeguard_format::EventKind;
 use stripeguard_integrity::Scheme;
 

@@ -6,14 +6,15 @@
 //! must hold: every read equal to the model, no damage left on any member after the scrub, and
 //! no event naming a unit that no fault touched.
 
-use crate::create_accepts;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultKind, FaultyDisk, MemDisk};
 use stripeguard_engine::usize_of;
-use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError, EventAction};
+use stripeguard_engine::{
+    create_accepts, Array, ArrayConfig, AssembleOptions, EngineError, EventAction,
+};
 use stripeguard_format::EventRole;
 use stripeguard_integrity::{CodeId, CrossCheck, MirrorKind, Scheme};
 

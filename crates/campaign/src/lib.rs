@@ -16,9 +16,3 @@ pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};
 pub use fault::{
     campaign_cases, run_campaign, CampaignCase, CampaignConfig, CampaignReport, Pattern,
 };
-
-/// Whether `create` accepts `scheme` on `k` data chunks: checksum mirroring keeps a copy of each
-/// chunk's checksum on a buddy data chunk, so it needs two or more.
-pub(crate) fn create_accepts(k: usize, scheme: stripeguard_integrity::Scheme) -> bool {
-    !(k == 1 && scheme.mirror() == Some(stripeguard_integrity::MirrorKind::Checksum))
-}

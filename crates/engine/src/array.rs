@@ -146,7 +146,7 @@ pub(crate) struct SeqState {
 }
 
 /// What the superblocks say beyond the geometry: the member table and the sequence mark last
-/// written. Lock order: `seq` before `meta`; health and events are leaves.
+/// written.
 pub(crate) struct Meta {
     pub(crate) table: Vec<MemberSlot>,
     pub(crate) high_water: u64,
@@ -161,33 +161,47 @@ pub(crate) struct Meta {
 pub const APPENDIX_CACHE_ENTRIES: usize = 16384;
 
 /// An assembled array.
+///
+/// Its locks are taken in the order of the numbered list in docs/DESIGN.md ("Lock order.",
+/// under "Inside the engine"); each lock field below gives its number there.
 pub struct Array {
     sb: Superblock,
     geometry: Geometry,
     /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
     gran: Granularity,
-    /// Shared with the heartbeat thread (as is `ownership`).
+    /// Shared with the heartbeat thread (as is `ownership`). Its locks: lock order 12 (leaves).
     members: Arc<Members>,
     code: Box<dyn ErasureCode>,
+    /// Lock order 12 (a leaf).
     planner: Mutex<Planner>,
+    /// The stripe locks, a stripe's at its index modulo their count: lock order 1.
     locks: Box<[Mutex<()>]>,
+    /// Lock order 7.
     seq: Mutex<SeqState>,
+    /// Lock order 9.
     meta: Mutex<Meta>,
+    /// Lock order 5.
     intent: Mutex<crate::intent::Intent>,
-    /// Listed untrusted blocks (FORMAT.md §2.7). Lock order: before `meta`.
+    /// Listed untrusted blocks (FORMAT.md §2.7). Lock order 6.
     untrusted: crate::stripe_state::UntrustedSet,
+    /// Lock order 4.
     ownership: Arc<Mutex<Option<Owner>>>,
-    /// The owner record's heartbeat thread while this process holds the array.
+    /// The owner record's heartbeat thread while this process holds the array. Lock order 2.
     beater: Mutex<Option<Beater>>,
+    /// Lock order 12 (a leaf).
     journal: Mutex<crate::journal::Journal>,
     /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
+    /// Lock order 10.
     stand_in: Mutex<Option<(u64, usize, AlignedBuf)>>,
+    /// Lock order 11.
     events: Mutex<EventLog>,
     writable: bool,
     generation: std::sync::atomic::AtomicU64,
-    /// Unit buffers, the I/O thread pool and the appendix cache.
+    /// Unit buffers, the I/O thread pool and the appendix cache. Its locks: lock order 12
+    /// (leaves); waiting for its pool: see the list.
     units: Units,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
+    /// Lock order 8.
     ck: Mutex<CkCache>,
     /// The clock, randomness and host (given at create or assembly).
     env: EnvRef,
@@ -844,6 +858,14 @@ fn count(v: usize, what: &str) -> Result<u16, EngineError> {
                 stripeguard_format::MAX_MEMBERS
             ))
         })
+}
+
+/// Whether [`Array::create`] accepts `scheme` on `k` (at least 1) data chunks: checksum mirroring
+/// keeps a copy of each chunk's checksum on a buddy data chunk, so it needs two or more. `create`
+/// refuses any other shape through the superblock's own check, which asks the same rule
+/// ([`Scheme::fits_data_chunks`]); callers that pick shapes (the campaigns) ask this.
+pub fn create_accepts(k: usize, scheme: Scheme) -> bool {
+    scheme.fits_data_chunks(k)
 }
 
 /// The superblock a new array on `members` gets from `cfg`: its geometry checked (member count,

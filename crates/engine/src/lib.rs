@@ -45,7 +45,7 @@ mod units;
 mod untrusted;
 
 pub use array::{
-    member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions,
+    create_accepts, member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions,
     APPENDIX_CACHE_ENTRIES,
 };
 pub use ckcache::CK_CACHE_TABLES;

@@ -378,48 +378,51 @@ impl Array {
         units: &[stripeguard_disk::AlignedBuf],
         trusted: Option<usize>,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
-        use stripeguard_integrity::{combine_block_crcs, diagnose, Appendix, MirrorKind, UnitView};
+        if self.is_ck() {
+            return self.unverified_against_ck_table(stripe, units, trusted);
+        }
+        Ok(self.unverified_by_diagnosis(stripe, units, trusted))
+    }
+
+    /// [`Array::unverified_ranges`] of a checksum-chunk array: each data chunk's blocks against
+    /// the stripe's table; every chunk whole when there is no valid table.
+    fn unverified_against_ck_table(
+        &self,
+        stripe: u64,
+        units: &[stripeguard_disk::AlignedBuf],
+        trusted: Option<usize>,
+    ) -> Result<Vec<UntrustedRange>, EngineError> {
+        let (k, c) = (self.geometry().k, usize_of(self.geometry().chunk_bytes));
+        let b = self.sb().block_bytes() as usize;
+        let table = self.ck_load(stripe)?;
+        let mut out = Vec::new();
+        for (pos, unit) in units.iter().enumerate().take(k) {
+            if Some(pos) == trusted {
+                continue;
+            }
+            match &table {
+                Ok(t) => {
+                    let failing = t.mismatches(pos, 0, &unit[..c], b);
+                    out.extend(failing_runs(stripe, pos, &failing, b, &|j| t.crc(pos, j)));
+                }
+                Err(_) => out.push(whole(stripe, pos, c, None)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Array::unverified_ranges`] of an array whose units carry appendices: the stripe
+    /// diagnosed with every unit voting; a chunk its copies outvote or tie over is listed
+    /// whole, every other one is checked against its own table.
+    fn unverified_by_diagnosis(
+        &self,
+        stripe: u64,
+        units: &[stripeguard_disk::AlignedBuf],
+        trusted: Option<usize>,
+    ) -> Vec<UntrustedRange> {
+        use stripeguard_integrity::{diagnose, FindingKind, MirrorKind, UnitView};
         let (k, c) = (self.geometry().k, usize_of(self.geometry().chunk_bytes));
         let scheme = self.sb().scheme;
-        let b = self.sb().block_bytes() as usize;
-        let mut out = Vec::new();
-        // Contiguous failing blocks become one range whose CRC is the combination of theirs.
-        let runs = |pos: usize, failing: &[usize], table: &dyn Fn(usize) -> u32| {
-            let mut ranges = Vec::new();
-            let mut i = 0;
-            while i < failing.len() {
-                let mut j = i;
-                while j + 1 < failing.len() && failing[j + 1] == failing[j] + 1 {
-                    j += 1;
-                }
-                let crcs: Vec<u32> = (failing[i]..=failing[j]).map(table).collect();
-                ranges.push(UntrustedRange {
-                    stripe,
-                    position: crate::num::index_u16(pos),
-                    offset: crate::num::in_unit_u32(failing[i] * b),
-                    len: crate::num::in_unit_u32((j - i + 1) * b),
-                    expected_crc: Some(combine_block_crcs(&crcs, b)),
-                });
-                i = j + 1;
-            }
-            ranges
-        };
-        if self.is_ck() {
-            let table = self.ck_load(stripe)?;
-            for (pos, unit) in units.iter().enumerate().take(k) {
-                if Some(pos) == trusted {
-                    continue;
-                }
-                match &table {
-                    Ok(t) => {
-                        let failing = t.mismatches(pos, 0, &unit[..c], b);
-                        out.extend(runs(pos, &failing, &|j| t.crc(pos, j)));
-                    }
-                    Err(_) => out.push(whole(stripe, pos, c, None)),
-                }
-            }
-            return Ok(out);
-        }
         let views: Vec<UnitView<'_>> = units
             .iter()
             .map(|u| UnitView::Read {
@@ -432,6 +435,7 @@ impl Array {
             Some(MirrorKind::Checksum) => diag.truth[pos].map(crate::num::crc_of_tag),
             _ => None,
         };
+        let mut out = Vec::new();
         for (pos, unit) in units.iter().enumerate().take(k) {
             if Some(pos) == trusted {
                 continue;
@@ -444,8 +448,7 @@ impl Array {
                     && !f.chunk_ok
                     && matches!(
                         f.kind,
-                        stripeguard_integrity::FindingKind::Stale { .. }
-                            | stripeguard_integrity::FindingKind::Outvoted { .. }
+                        FindingKind::Stale { .. } | FindingKind::Outvoted { .. }
                     )
             });
             if behind {
@@ -458,31 +461,75 @@ impl Array {
                 out.push(whole(stripe, pos, c, None));
                 continue;
             }
-            let chunk = &unit[..c];
-            let own = Appendix::decode_appendix(&unit[c..])
-                .ok()
-                .filter(|a| a.identity == self.identity(stripe, pos));
-            match own {
-                Some(a) if a.block_bytes as usize == b && a.blocks.len() * b == c => {
-                    let failing: Vec<usize> = (0..a.blocks.len())
-                        .filter(|&j| {
-                            stripeguard_checksum::crc32c(&chunk[j * b..(j + 1) * b]) != a.blocks[j]
-                        })
-                        .collect();
-                    out.extend(runs(pos, &failing, &|j| a.blocks[j]));
-                }
-                // No table of its own (pure), or an appendix that is damaged or names another
-                // place: the chunk's CRC copies decide the whole chunk.
-                _ => {
-                    let expected = copies_say(pos);
-                    if expected != Some(stripeguard_checksum::crc32c(chunk)) {
-                        out.push(whole(stripe, pos, c, expected));
-                    }
-                }
-            }
+            out.extend(self.unverified_in_chunk(stripe, pos, unit, copies_say(pos)));
         }
-        Ok(out)
+        out
     }
+
+    /// The ranges of data chunk `pos` of `stripe` (`unit`: the chunk and its appendix) that
+    /// fail their check: the blocks that disagree with its own appendix's table, or, with no
+    /// usable table (pure, or an appendix that is damaged or names another place), the whole
+    /// chunk unless its CRC is `expected` (what its copies say).
+    fn unverified_in_chunk(
+        &self,
+        stripe: u64,
+        pos: usize,
+        unit: &[u8],
+        expected: Option<u32>,
+    ) -> Vec<UntrustedRange> {
+        let c = usize_of(self.geometry().chunk_bytes);
+        let b = self.sb().block_bytes() as usize;
+        let chunk = &unit[..c];
+        let own = stripeguard_integrity::Appendix::decode_appendix(&unit[c..])
+            .ok()
+            .filter(|a| a.identity == self.identity(stripe, pos));
+        match own {
+            Some(a) if a.block_bytes as usize == b && a.blocks.len() * b == c => {
+                let failing: Vec<usize> = (0..a.blocks.len())
+                    .filter(|&j| {
+                        stripeguard_checksum::crc32c(&chunk[j * b..(j + 1) * b]) != a.blocks[j]
+                    })
+                    .collect();
+                failing_runs(stripe, pos, &failing, b, &|j| a.blocks[j])
+            }
+            // No table of its own (pure), or an appendix that is damaged or names another
+            // place: the chunk's CRC copies decide the whole chunk.
+            _ if expected != Some(stripeguard_checksum::crc32c(chunk)) => {
+                vec![whole(stripe, pos, c, expected)]
+            }
+            _ => vec![],
+        }
+    }
+}
+
+/// The ranges of data chunk `pos` of `stripe` made of its `failing` blocks (ascending indices,
+/// `b` bytes each): contiguous failing blocks become one range whose CRC is the combination of
+/// theirs (`table(j)`: block `j`'s CRC as the table says).
+fn failing_runs(
+    stripe: u64,
+    pos: usize,
+    failing: &[usize],
+    b: usize,
+    table: &dyn Fn(usize) -> u32,
+) -> Vec<UntrustedRange> {
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < failing.len() {
+        let mut j = i;
+        while j + 1 < failing.len() && failing[j + 1] == failing[j] + 1 {
+            j += 1;
+        }
+        let crcs: Vec<u32> = (failing[i]..=failing[j]).map(table).collect();
+        ranges.push(UntrustedRange {
+            stripe,
+            position: crate::num::index_u16(pos),
+            offset: crate::num::in_unit_u32(failing[i] * b),
+            len: crate::num::in_unit_u32((j - i + 1) * b),
+            expected_crc: Some(stripeguard_integrity::combine_block_crcs(&crcs, b)),
+        });
+        i = j + 1;
+    }
+    ranges
 }
 
 fn whole(stripe: u64, pos: usize, c: usize, expected_crc: Option<u32>) -> UntrustedRange {

@@ -20,7 +20,7 @@
 use rand::SeedableRng;
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskRef, FailedDisk, Fault, FaultyDisk, MemDisk};
-use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, EngineError};
+use stripeguard_engine::{create_accepts, Array, ArrayConfig, AssembleOptions, EngineError};
 use stripeguard_integrity::{CrossCheck, MemberState, MetadataLayout, Scheme};
 
 const CHUNK: u32 = 4096;
@@ -80,6 +80,22 @@ fn k1_refuses_checksum_mirroring_and_versions_catch_a_flip() {
         } else {
             assert_eq!(back, data, "{scheme}");
             assert_eq!(a.counters().located, 1, "{scheme}");
+        }
+    }
+}
+
+/// `create_accepts` (the rule the campaigns pick their shapes by) says what `create` does.
+#[test]
+fn create_accepts_says_what_create_does() {
+    for scheme in Scheme::ENGINE {
+        for k in 1..=3 {
+            let d = mems(scheme, k + 1);
+            let made = create(&d, &ArrayConfig::new(k, 1, scheme, CHUNK, STRIPES));
+            assert_eq!(
+                create_accepts(k, scheme),
+                made.is_ok(),
+                "{scheme} {k}+1: {made:?}"
+            );
         }
     }
 }

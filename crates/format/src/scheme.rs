@@ -107,6 +107,15 @@ impl Scheme {
         }
     }
 
+    /// Whether the scheme can protect an array of `k` (at least 1) data chunks: checksum
+    /// mirroring keeps a copy of each chunk's checksum on a buddy data chunk, so it needs two or
+    /// more (with one, the buddy is the chunk itself, written in the same I/O). The one place
+    /// this rule is stated: [`crate::Superblock::validate`] and the engine's `create_accepts`
+    /// ask it.
+    pub fn fits_data_chunks(self, k: usize) -> bool {
+        !(k == 1 && self.mirror() == Some(MirrorKind::Checksum))
+    }
+
     /// Bytes per entry of a parity appendix's list.
     pub fn entry_bytes(self) -> usize {
         match self.mirror() {

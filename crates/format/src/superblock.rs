@@ -450,7 +450,7 @@ impl Superblock {
         if self.member_table.len() != self.members as usize {
             return Err(g("member table length differs from the member count"));
         }
-        if self.data_chunks == 1 && self.scheme.mirror() == Some(crate::MirrorKind::Checksum) {
+        if !self.scheme.fits_data_chunks(self.data_chunks as usize) {
             return Err(g(
                 "pure and hybrid2 need at least 2 data chunks: with one, a chunk's buddy is the chunk itself, written in the same I/O, so a lost write or flipped bit could not be caught (use hybrid1 or hybrid-seq)",
             ));
