@@ -27,7 +27,7 @@ use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
 use stripeguard_integrity::{
     block_crcs, combine_block_crcs, diagnose, Appendix, Diagnosis, FindingKind, MirrorKind, Scheme,
-    UnitView,
+    UnitView, UntrustedRange,
 };
 use stripeguard_plan::{PiecePlan, Purpose};
 
@@ -265,6 +265,16 @@ impl Layout for Appendices {
 
     fn finish_settled(&self, _: &Array, _: u64, _: &[AlignedBuf]) -> Result<(), EngineError> {
         Ok(())
+    }
+
+    fn unverified(
+        &self,
+        a: &Array,
+        stripe: u64,
+        units: &[AlignedBuf],
+        trusted: Option<usize>,
+    ) -> Result<Vec<UntrustedRange>, EngineError> {
+        Ok(a.unverified_by_diagnosis(stripe, units, trusted))
     }
 
     fn write_back(&self, _: &Array) -> Result<(), EngineError> {

@@ -36,14 +36,10 @@ use crate::num::usize_of;
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
-use stripeguard_integrity::{CkTable, Scheme};
+use stripeguard_integrity::{CkTable, UntrustedRange};
 use stripeguard_plan::{Extent, PiecePlan};
 
 impl Array {
-    pub(crate) fn is_ck(&self) -> bool {
-        self.sb().scheme == Scheme::ChecksumChunk
-    }
-
     /// The stripe position of the table (the checksum member).
     pub(crate) fn ck_pos(&self) -> usize {
         self.geometry().n()
@@ -472,6 +468,16 @@ impl Layout for ChecksumMember {
         let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
         let t = a.ck_table_of(stripe, &views);
         a.ck_write_now(stripe, &t, false)
+    }
+
+    fn unverified(
+        &self,
+        a: &Array,
+        stripe: u64,
+        units: &[AlignedBuf],
+        trusted: Option<usize>,
+    ) -> Result<Vec<UntrustedRange>, EngineError> {
+        a.unverified_against_ck_table(stripe, units, trusted)
     }
 
     fn write_back(&self, a: &Array) -> Result<(), EngineError> {

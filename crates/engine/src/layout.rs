@@ -18,7 +18,7 @@ use crate::error::EngineError;
 use crate::events::{stripe_event, EventAction};
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
-use stripeguard_integrity::{Appendix, CkTable};
+use stripeguard_integrity::{Appendix, CkTable, UntrustedRange};
 use stripeguard_plan::{Extent, PiecePlan};
 
 /// One integrity family's part of every operation on a stripe (see the module comment).
@@ -69,6 +69,19 @@ pub(crate) trait Layout: Sync {
         stripe: u64,
         units: &mut [AlignedBuf],
     ) -> Result<(), EngineError>;
+
+    /// The byte ranges of the data chunks of `stripe` (read whole into `units`) that fail
+    /// their own check: each checksum block against the table that covers it (the unit's own
+    /// appendix, or the checksum member's table), or the whole chunk against its CRC copies
+    /// where it has no table of its own (pure) or its appendix is damaged or names another
+    /// place. Position `trusted` (a chunk restored from the journal) is taken as it is.
+    fn unverified(
+        &self,
+        a: &Array,
+        stripe: u64,
+        units: &[AlignedBuf],
+        trusted: Option<usize>,
+    ) -> Result<Vec<UntrustedRange>, EngineError>;
 
     /// Before the members are flushed: write what this holder keeps of the metadata in memory
     /// only (dirty checksum tables).

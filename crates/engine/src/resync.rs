@@ -302,7 +302,9 @@ impl Array {
         // Every block that fails its own check is listed untrusted, durably, before the seal
         // below would make it pass (FORMAT.md §2.7): it then reads refused, never as good.
         if self.sb().scheme != Scheme::None {
-            let ranges = self.unverified_ranges(stripe, &units, known.map(|k| k.0))?;
+            let ranges = self
+                .layout()
+                .unverified(self, stripe, &units, known.map(|k| k.0))?;
             if !self.list_untrusted(&ranges, evidence)? {
                 self.recycle(units);
                 return Err(EngineError::Unrecoverable {

@@ -367,26 +367,9 @@ pub(crate) fn untrusted_reason(e: &UntrustedRange) -> String {
 }
 
 impl Array {
-    /// The byte ranges of the data chunks of `stripe` (read whole into `units`) that fail their
-    /// own check: each checksum block against the table that covers it (the unit's own appendix,
-    /// or the checksum member's table), or the whole chunk against its CRC copies where it has no
-    /// table of its own (pure) or its appendix is damaged or names another place. Position
-    /// `trusted` (a chunk restored from the journal) is taken as it is.
-    pub(crate) fn unverified_ranges(
-        &self,
-        stripe: u64,
-        units: &[stripeguard_disk::AlignedBuf],
-        trusted: Option<usize>,
-    ) -> Result<Vec<UntrustedRange>, EngineError> {
-        if self.is_ck() {
-            return self.unverified_against_ck_table(stripe, units, trusted);
-        }
-        Ok(self.unverified_by_diagnosis(stripe, units, trusted))
-    }
-
-    /// [`Array::unverified_ranges`] of a checksum-chunk array: each data chunk's blocks against
+    /// [`Layout::unverified`](crate::layout::Layout::unverified) of a checksum-chunk array: each data chunk's blocks against
     /// the stripe's table; every chunk whole when there is no valid table.
-    fn unverified_against_ck_table(
+    pub(crate) fn unverified_against_ck_table(
         &self,
         stripe: u64,
         units: &[stripeguard_disk::AlignedBuf],
@@ -411,10 +394,10 @@ impl Array {
         Ok(out)
     }
 
-    /// [`Array::unverified_ranges`] of an array whose units carry appendices: the stripe
+    /// [`Layout::unverified`](crate::layout::Layout::unverified) of an array whose units carry appendices: the stripe
     /// diagnosed with every unit voting; a chunk its copies outvote or tie over is listed
     /// whole, every other one is checked against its own table.
-    fn unverified_by_diagnosis(
+    pub(crate) fn unverified_by_diagnosis(
         &self,
         stripe: u64,
         units: &[stripeguard_disk::AlignedBuf],
