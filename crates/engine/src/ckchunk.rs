@@ -34,7 +34,7 @@ use crate::layout::{
 };
 use crate::num::usize_of;
 use stripeguard_codes::Located;
-use stripeguard_disk::AlignedBuf;
+use stripeguard_disk::{AlignedBuf, DiskError};
 use stripeguard_format::EventKind;
 use stripeguard_integrity::{CkTable, UntrustedRange};
 use stripeguard_plan::{Extent, PiecePlan};
@@ -137,11 +137,14 @@ impl Array {
                 Ok(())
             };
         }
+        let mut written = Ok(());
         if let Some((old_stripe, old)) = cache.put(stripe, t, dirty) {
             // Written under the cache lock: no newer copy of it can be written meanwhile.
-            self.ck_write(old_stripe, &old)?;
+            written = self.ck_try_write(old_stripe, &old, false);
         }
-        Ok(())
+        drop(cache);
+        // Failing the member clears the cache's clean tables: not under its lock.
+        written.or_else(|(member, e)| self.fail_member(member, &e))
     }
 
     /// Store a table this process changed: dirty in the cache, or written now.
@@ -159,7 +162,8 @@ impl Array {
         t: &CkTable,
         whole: bool,
     ) -> Result<(), EngineError> {
-        self.ck_write_as(stripe, t, whole)?;
+        self.ck_try_write(stripe, t, whole)
+            .or_else(|(member, e)| self.fail_member(member, &e))?;
         self.ck().lock().expect("lock").put_clean(stripe, t.clone());
         Ok(())
     }
@@ -171,10 +175,18 @@ impl Array {
     }
 
     fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
-        self.ck_write_as(stripe, t, false)
+        self.ck_try_write(stripe, t, false)
+            .or_else(|(member, e)| self.fail_member(member, &e))
     }
 
-    fn ck_write_as(&self, stripe: u64, t: &CkTable, whole: bool) -> Result<(), EngineError> {
+    /// Write `t` (with `whole`, the whole unit: the zeros after it too), leaving failing the
+    /// checksum member on an error to the caller ([`Array::try_write_unit`]).
+    fn ck_try_write(
+        &self,
+        stripe: u64,
+        t: &CkTable,
+        whole: bool,
+    ) -> Result<(), (usize, DiskError)> {
         let (_, tb) = self.ck_shape();
         let mut buf = self.ck_encode(t);
         let len = if whole {
@@ -184,20 +196,32 @@ impl Array {
         } else {
             tb
         };
-        let r = self.write_unit(stripe, self.ck_pos(), 0, &buf[..len]);
+        let r = self.try_write_unit(stripe, self.ck_pos(), 0, &buf[..len]);
         self.recycle([buf]);
         r
     }
 
-    /// Write every dirty table (before a flush of the members).
+    /// Write every dirty table (before a flush of the members). A table whose write fails is
+    /// taken as written: the checksum member is failed (once the cache's lock is dropped, as
+    /// failing a member clears the cache's clean tables), and a failed member is not written.
     pub(crate) fn ck_write_back(&self) -> Result<(), EngineError> {
         if !self.is_writable() {
             return Ok(());
         }
+        let mut failed = None;
         self.ck()
             .lock()
             .expect("lock")
-            .write_back(|s, t| self.ck_write(s, t))
+            .write_back(|s, t| -> Result<(), EngineError> {
+                if failed.is_none() {
+                    failed = self.ck_try_write(s, t, false).err();
+                }
+                Ok(())
+            })?;
+        match failed {
+            Some((member, e)) => self.fail_member(member, &e),
+            None => Ok(()),
+        }
     }
 
     /// Forget every cached table (a member failed or was replaced: they are re-read).

@@ -252,6 +252,21 @@ impl Array {
         byte_in_unit: u64,
         bytes: &[u8],
     ) -> Result<(), EngineError> {
+        match self.try_write_unit(stripe, pos, byte_in_unit, bytes) {
+            Ok(()) => Ok(()),
+            Err((member, e)) => self.fail_member(member, &e),
+        }
+    }
+
+    /// [`Array::write_unit`] that leaves failing the member to its caller: the member and the
+    /// error. For a caller holding a lock that failing a member takes (the checksum cache's).
+    pub(crate) fn try_write_unit(
+        &self,
+        stripe: u64,
+        pos: usize,
+        byte_in_unit: u64,
+        bytes: &[u8],
+    ) -> Result<(), (usize, DiskError)> {
         self.units().forget_appendices(stripe, std::iter::once(pos));
         let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
@@ -261,10 +276,10 @@ impl Array {
             }
         }
         let off = self.unit_offset(stripe) + byte_in_unit;
-        if let Err(e) = self.members().get(member).write_at(off, bytes) {
-            self.fail_member(member, &e)?;
-        }
-        Ok(())
+        self.members()
+            .get(member)
+            .write_at(off, bytes)
+            .map_err(|e| (member, e))
     }
 
     /// The stripe position member `member` holds in `stripe` ([`Array::member_of`] inverted).
