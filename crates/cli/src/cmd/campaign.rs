@@ -62,7 +62,15 @@ pub fn run(a: CampaignArgs) -> Result<ExitCode> {
             .map_err(anyhow::Error::msg)?
     };
     if a.crash {
-        return super::crash::run(&a, &shapes, &schemes);
+        let run = super::crash::CrashRun {
+            ops: a.ops,
+            stripes: a.stripes,
+            seed: a.seed,
+            degraded: a.degraded,
+            journal: a.journal,
+            json: a.json,
+        };
+        return super::crash::run(&run, &shapes, &schemes);
     }
     let cases = campaign_cases(&shapes, &schemes);
     let bar = count_bar("campaign cases");

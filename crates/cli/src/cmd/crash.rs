@@ -1,7 +1,6 @@
 //! `stripeguard campaign --crash`: power cuts at random points, reassembly with resync, and a
 //! check against what was flushed; one row a shape and scheme.
 
-use crate::cmd::campaign::CampaignArgs;
 use crate::exit;
 use crate::progress::count_bar;
 use anyhow::Result;
@@ -10,13 +9,19 @@ use std::process::ExitCode;
 use stripeguard_campaign::{crash_cases, run_crash_campaign};
 use stripeguard_integrity::Scheme;
 
+/// What a crash campaign run is asked for (from `campaign --crash`'s arguments).
+pub(super) struct CrashRun {
+    pub(super) ops: u64,
+    pub(super) stripes: u64,
+    pub(super) seed: u64,
+    pub(super) degraded: bool,
+    pub(super) journal: bool,
+    pub(super) json: bool,
+}
+
 /// Run the crash cases of `shapes` × `schemes` and print a row each; exit 1 when a case broke
 /// [`stripeguard_campaign::CrashReport::verdict`].
-pub(super) fn run(
-    a: &CampaignArgs,
-    shapes: &[(usize, usize)],
-    schemes: &[Scheme],
-) -> Result<ExitCode> {
+pub(super) fn run(a: &CrashRun, shapes: &[(usize, usize)], schemes: &[Scheme]) -> Result<ExitCode> {
     let cases = crash_cases(
         shapes, schemes, a.ops, a.stripes, a.seed, a.degraded, a.journal,
     );

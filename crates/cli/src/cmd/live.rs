@@ -1,7 +1,7 @@
 //! `stripeguard status` of an array another process holds: what that process reports over its
 //! control socket.
 
-use crate::cmd::status::{print_untrusted, StatusArgs};
+use crate::cmd::shared::MembersArgs;
 use crate::exit;
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -11,15 +11,21 @@ use stripeguard_ops::{ask_holder, peek_uuid};
 
 /// `status` of an array another process holds: what that process says over its control
 /// socket (the array itself is not taken from it).
-pub(super) fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Result<ExitCode> {
+pub(super) fn live_status(
+    array: &MembersArgs,
+    check: bool,
+    json: bool,
+    name: &str,
+    holder: Option<u32>,
+) -> Result<ExitCode> {
     let who = stripeguard_disk::holder_words(holder);
-    let uuid = peek_uuid(&a.array.members).with_context(|| {
+    let uuid = peek_uuid(&array.members).with_context(|| {
         format!("{name} is in use by {who}, and no member has a readable superblock")
     })?;
     // A holder opens its control socket once it has assembled the array (after its locks, its
     // superblock update and any resync): give one that is starting up a few seconds.
     let mut asked = ask_holder(&uuid);
-    if asked.is_err() && !a.array.no_wait {
+    if asked.is_err() && !array.no_wait {
         eprintln!(
             "stripeguard: the array is in use by {who}, which does not answer status yet; waiting up to 5 s, until {}, for it to open its control socket (--no-wait does not wait)",
             stripeguard_ops::clock_utc_in(std::time::Duration::from_secs(5))
@@ -35,12 +41,12 @@ pub(super) fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Re
     let live = asked.map_err(|why| {
         anyhow::anyhow!("{name} is in use by {who}, which does not answer status ({why}); try again when it finishes")
     })?;
-    if a.check {
+    if check {
         eprintln!(
             "stripeguard: not checked: the array is in use by {who} and --check needs it; showing what the holder has found so far (run the check when it finishes, or `stripeguard scrub --check-only` then)"
         );
     }
-    if a.json {
+    if json {
         println!(
             "{}",
             json!({"in_use_by": live.pid, "command": live.command, "untrusted": live.untrusted,
@@ -73,5 +79,37 @@ pub(super) fn live_status(a: &StatusArgs, name: &str, holder: Option<u32>) -> Re
             println!("  {e}");
         }
     }
-    Ok(exit::of(live.verdict(a.check)))
+    Ok(exit::of(live.verdict(check)))
+}
+
+/// The listed untrusted ranges, as `status` shows them (with the member of each when the
+/// geometry is at hand).
+pub(super) fn print_untrusted(
+    untrusted: &[stripeguard_integrity::UntrustedRange],
+    geometry: Option<&stripeguard_plan::Geometry>,
+) {
+    if untrusted.is_empty() {
+        return;
+    }
+    println!(
+        "  untrusted: {} range(s) a resync could not verify; reads of them are refused until a write covers them whole, a scrub verifies them again, or `stripeguard clear --stripe S` zero-fills them:",
+        untrusted.len()
+    );
+    for r in untrusted {
+        let member = geometry
+            .map(|g| format!(" (member {})", g.member_of(r.stripe, r.position as usize)))
+            .unwrap_or_default();
+        println!(
+            "    stripe {} data chunk {}{member} bytes {}..{}{}",
+            r.stripe,
+            r.position,
+            r.offset,
+            r.offset + r.len,
+            if r.expected_crc.is_some() {
+                ""
+            } else {
+                " (no CRC to verify it against: only a write or clear takes it off)"
+            }
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! `stripeguard status`: an array's geometry, members, last scrub and per-member fault counts,
 //! with `--check` a read-only check of every stripe; an array another process holds is asked.
 
-use crate::cmd::live::live_status;
+use crate::cmd::live::{live_status, print_untrusted};
 use crate::cmd::shared::{ago, counters_json, print_events, MembersArgs};
 use crate::exit;
 use crate::progress::{count_bar, updater};
@@ -32,7 +32,7 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
     let array = match assemble_paths(&a.array.members, a.array.direct, false) {
         Ok(array) => array,
         Err(EngineError::Disk(DiskError::Locked { name, holder })) => {
-            return live_status(&a, &name, holder);
+            return live_status(&a.array, a.check, a.json, &name, holder);
         }
         Err(e) => return Err(e.into()),
     };
@@ -44,7 +44,7 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
     {
         if ask_holder(&array.superblock().array_uuid).is_ok() {
             drop(array);
-            return live_status(&a, "the array", Some(o.pid));
+            return live_status(&a.array, a.check, a.json, "the array", Some(o.pid));
         }
     }
     for h in array.health() {
@@ -185,38 +185,6 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
         unrecoverable.len(),
         awaiting,
     )))
-}
-
-/// The listed untrusted ranges, as `status` shows them (with the member of each when the
-/// geometry is at hand).
-pub(super) fn print_untrusted(
-    untrusted: &[stripeguard_integrity::UntrustedRange],
-    geometry: Option<&stripeguard_plan::Geometry>,
-) {
-    if untrusted.is_empty() {
-        return;
-    }
-    println!(
-        "  untrusted: {} range(s) a resync could not verify; reads of them are refused until a write covers them whole, a scrub verifies them again, or `stripeguard clear --stripe S` zero-fills them:",
-        untrusted.len()
-    );
-    for r in untrusted {
-        let member = geometry
-            .map(|g| format!(" (member {})", g.member_of(r.stripe, r.position as usize)))
-            .unwrap_or_default();
-        println!(
-            "    stripe {} data chunk {}{member} bytes {}..{}{}",
-            r.stripe,
-            r.position,
-            r.offset,
-            r.offset + r.len,
-            if r.expected_crc.is_some() {
-                ""
-            } else {
-                " (no CRC to verify it against: only a write or clear takes it off)"
-            }
-        );
-    }
 }
 
 /// The last scrub, like `zpool status`' scan line.
