@@ -1,4 +1,21 @@
-//! Reads and writes: split into per-stripe pieces, plan each with the shared planner, execute.
+//! Reads and writes: the one orchestrator of a request. A request is split into per-stripe
+//! pieces; each piece, under its stripe's lock, goes through the same steps, each a call into
+//! one part:
+//!
+//! 1. **plan** — the shared planner (`Array::plan_piece`): which extents of which units to
+//!    read and write, and how (read-modify-write or reconstruct-write);
+//! 2. **gather** — unit I/O (`unitio.rs`) reads the planned extents;
+//! 3. **check** — the integrity layout (`Layout::check`) checks them;
+//! 4. **repair** — on any failed check or erasure, the whole stripe is repaired (`repair.rs`:
+//!    the layout decides) and the piece takes its units from the repaired stripe;
+//! 5. **prepare** (writes) — the new chunks and parity are built here, the layout seals them
+//!    (`Layout::seal_write`);
+//! 6. **journal** (writes) — the write-intent claim (`resync.rs`) and, with the write journal,
+//!    every in-place I/O made durable first (`journaling.rs`);
+//! 7. **commit** (writes) — the units in place, then the layout keeps what it now knows
+//!    (`Layout::committed`).
+//!
+//! A piece that fails puts its stripe's data chunks back in first-read state.
 
 use crate::array::Array;
 use crate::error::EngineError;
