@@ -326,7 +326,7 @@ impl Array {
         mut have: InHand,
         data: &'d [u8],
     ) -> Result<Prepared<'d>, EngineError> {
-        debug_assert!(!have.erased.iter().any(|&e| e));
+        self.assert_write_in_hand(plan, &have);
         let new = self.new_chunks(plan, &have, data);
         let (parity, parity_extent) = self.new_parity(plan, &mut have, &new)?;
         let mut w = NewWrite {
@@ -342,6 +342,42 @@ impl Array {
             sealed,
             old: have.units,
         })
+    }
+
+    /// The planner/executor seam, checked in release builds: a write's plan gathered what its
+    /// mode computes parity from — read-modify-write the old bytes of every chunk it writes
+    /// and every parity unit; a full-stripe or reconstruct write every chunk it does not write
+    /// and the old bytes of every chunk it writes in part. A plan that breaks it is a bug in
+    /// the planner, and executing it would put parity computed from bytes never read on disk.
+    fn assert_write_in_hand(&self, plan: &PiecePlan, have: &InHand) {
+        let (k, m) = (self.geometry().k, self.geometry().m);
+        let c = self.geometry().chunk_bytes;
+        let (first, last) = (plan.first, plan.last);
+        assert!(
+            first <= last && last < k,
+            "the plan of stripe {} writes chunks {first}..={last} of {k}",
+            plan.stripe
+        );
+        let needed: Vec<usize> = match plan.mode {
+            Some(Mode::Rmw) => (first..=last).chain(k..k + m).collect(),
+            Some(Mode::FullStripe | Mode::Rcw) => (0..k)
+                .filter(|&i| !(first..=last).contains(&i) || plan.chunk_range(i, c) != (0, c))
+                .collect(),
+            other => panic!(
+                "the plan of a write of stripe {} has mode {other:?}",
+                plan.stripe
+            ),
+        };
+        let missing: Vec<usize> = needed
+            .into_iter()
+            .filter(|&p| have.units[p].is_none() || have.erased[p])
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "the {:?} plan of stripe {} writes chunks {first}..={last} but gathered nothing of positions {missing:?}",
+            plan.mode,
+            plan.stripe
+        );
     }
 
     /// The new data units of a write: its bytes, with the old bytes merged in around the
