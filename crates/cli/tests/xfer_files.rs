@@ -295,6 +295,36 @@ fn an_entry_whose_type_changed_between_runs_lands() {
     assert_eq!(std::fs::read(dst.join("src/z/keep")).unwrap(), b"k");
 }
 
+/// A run killed after landing a file and before removing its progress left a `.progress` in
+/// the partial directory; a later run that finds the file already here (and skips it) removes
+/// it, so a complete run leaves no partial directory. Before: the progress stayed for good
+/// (the kill -9 attack test saw "DIR/.stripeguard-partial is left after a complete run").
+#[test]
+fn a_progress_left_beside_a_landed_file_goes_when_the_file_is_skipped() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), vec![7u8; 300_000]).unwrap();
+    let dst = d.path().join("dst");
+    ok(&send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]));
+    let partial = dst.join(".stripeguard-partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    let stale = partial.join(format!(
+        "{}.progress",
+        stripeguard_xfer::beneath::partial_key(b"src/a")
+    ));
+    std::fs::write(&stale, b"left by a killed run").unwrap();
+    let out = send_paths(std::slice::from_ref(&src), &rsh(&dst), &[]);
+    ok(&out);
+    assert_eq!(received(&out)["skipped"], 1, "{}", err_of(&out));
+    assert!(!stale.exists(), "the stale progress is still there");
+    assert!(
+        !partial.exists(),
+        "the partial directory is left after a complete run"
+    );
+    same_tree(&src, &dst.join("src"));
+}
+
 /// B7: a source tree that holds other partials (`.x.sgpart`, `.x.sgpart.progress`, as left by
 /// an interrupted receive of an earlier version) is sent like any other. Before: refused.
 #[test]
