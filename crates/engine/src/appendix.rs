@@ -21,7 +21,7 @@ use crate::events::{stripe_event, EventAction};
 use crate::layout::{
     Checked, Decided, Finding, Image, InHand, Interrupted, Layout, NewWrite, Reads, Sealed, Suspect,
 };
-use crate::num::usize_of;
+use crate::num::{usize_of, Pos, StripeIx};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
@@ -35,12 +35,13 @@ use stripeguard_plan::{PiecePlan, Purpose};
 pub(crate) struct Appendices;
 
 impl Layout for Appendices {
-    fn check(&self, a: &Array, stripe: u64, got: &Reads<'_>) -> Result<Checked, EngineError> {
+    fn check(&self, a: &Array, stripe: StripeIx, got: &Reads<'_>) -> Result<Checked, EngineError> {
         let g = a.geometry();
         let c = usize_of(g.chunk_bytes);
         let gran = a.gran();
         let mut views: Vec<UnitView<'_>> = vec![UnitView::NotRead; g.n()];
         for &(p, e) in got.wanted {
+            let p = p.get();
             views[p] = match (&got.units[p], &got.cached[p]) {
                 _ if got.erased[p] => UnitView::Erased,
                 (Some(b), Some(app)) => UnitView::Partial {
@@ -67,11 +68,14 @@ impl Layout for Appendices {
                 },
             };
         }
-        let diag = diagnose(a.sb().scheme, g.k, &views, |p| a.identity(stripe, p));
+        let diag = diagnose(a.sb().scheme, g.k, &views, |p| {
+            a.identity(stripe, Pos::new(p))
+        });
         if diag.is_clean() && !got.erased.iter().any(|&e| e) {
             // Verified here: a later partial read of this unit need not read it again.
             for &(p, e) in got.read {
-                if let (true, Some(b), Some(_)) = (e.appendix, &got.units[p], &diag.appendices[p]) {
+                let (units, apps) = (&got.units[p.get()], &diag.appendices[p.get()]);
+                if let (true, Some(b), Some(_)) = (e.appendix, units, apps) {
                     a.units().remember_appendix(stripe, p, &b[c..]);
                 }
             }
@@ -81,7 +85,7 @@ impl Layout for Appendices {
             suspects: diag
                 .findings
                 .iter()
-                .map(|f| (f.position, f.kind.event_kind(), evidence(&f.kind)))
+                .map(|f| (Pos::new(f.position), f.kind.event_kind(), evidence(&f.kind)))
                 .collect(),
             truth: diag.truth,
             data_crc: diag.data_crc,
@@ -93,7 +97,7 @@ impl Layout for Appendices {
     fn decide(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: Vec<Option<AlignedBuf>>,
         suspects: &[Suspect],
         cause: Interrupted<'_>,
@@ -107,17 +111,18 @@ impl Layout for Appendices {
             .iter()
             .map(|f| {
                 let (kind, why) = (f.kind.event_kind(), evidence(&f.kind));
-                Finding::new(f.position, kind, why, f.chunk_ok)
+                Finding::new(Pos::new(f.position), kind, why, f.chunk_ok)
             })
             .collect();
         if scheme == Scheme::None {
             bare_raid_findings(a, stripe, &units, suspects, &mut findings);
         }
         a.count_detection(stripe, suspects, &findings, cause);
+        // The erasure code's list of positions to rebuild (its own bare indexes).
         let mut bad: Vec<usize> = findings
             .iter()
             .filter(|f| !f.chunk_ok)
-            .map(|f| f.pos)
+            .map(|f| f.pos.get())
             .collect();
         let fail = |reason: String| a.unrecoverable(stripe, reason, cause);
         if bad.len() > m {
@@ -138,7 +143,7 @@ impl Layout for Appendices {
             let extra = locate_more(a, &full, &bad).map_err(fail)?;
             for p in extra {
                 let why = "located by the erasure code's syndromes".into();
-                findings.push(Finding::new(p, EventKind::Parity, why, false));
+                findings.push(Finding::new(Pos::new(p), EventKind::Parity, why, false));
                 bad.push(p);
             }
         }
@@ -163,14 +168,14 @@ impl Layout for Appendices {
         })
     }
 
-    fn reseal(&self, a: &Array, stripe: u64, pos: usize, unit: &mut [u8], tags: &[u64]) {
+    fn reseal(&self, a: &Array, stripe: StripeIx, pos: Pos, unit: &mut [u8], tags: &[u64]) {
         if a.sb().scheme.has_appendix() {
             let (chunk, sector) = unit.split_at_mut(usize_of(a.geometry().chunk_bytes));
             a.seal(stripe, pos, tags, chunk, sector);
         }
     }
 
-    fn finish_repair(&self, _: &Array, _: u64, _: &Decided) -> Result<(), EngineError> {
+    fn finish_repair(&self, _: &Array, _: StripeIx, _: &Decided) -> Result<(), EngineError> {
         Ok(())
     }
 
@@ -190,26 +195,26 @@ impl Layout for Appendices {
         // whole new one when the whole chunk is written. Their appendices are encoded once
         // every chunk's CRC is known (a checksum-mirroring buddy copy needs its neighbour's).
         let mut tables = Vec::with_capacity(w.new.len());
-        for (i, nc) in (w.first..).zip(w.new.iter_mut()) {
+        for (i, nc) in w.first.onward().zip(w.new.iter_mut()) {
             let u = nc
                 .buf
                 .as_mut()
                 .expect("a unit with an appendix is built in a buffer");
             let table = chunk_table(a, i, u, (usize_of(nc.e.lo), usize_of(nc.e.hi)), have);
             if mirror == MirrorKind::Checksum {
-                tags[i] = match &table {
+                tags[i.get()] = match &table {
                     Some(t) => combine_block_crcs(t, a.sb().block_bytes() as usize),
                     None => stripeguard_checksum::crc32c(&u[..c]),
                 } as u64;
             }
             tables.push(table);
         }
-        for ((i, nc), table) in (w.first..).zip(w.new.iter_mut()).zip(tables) {
-            let mut app = a.appendix(plan.stripe, i, &tags);
+        for ((i, nc), table) in w.first.onward().zip(w.new.iter_mut()).zip(tables) {
+            let mut app = a.appendix(StripeIx::new(plan.stripe), i, &tags);
             app.blocks = table.unwrap_or_default();
             app.encode(&mut nc.buf.as_mut().expect("built")[c..]);
         }
-        seal_parity(a, plan.stripe, have, w, &tags);
+        seal_parity(a, StripeIx::new(plan.stripe), have, w, &tags);
         Ok(buddy_appendix(a, plan, have, &tags))
     }
 
@@ -220,15 +225,15 @@ impl Layout for Appendices {
         let g = a.geometry();
         let c = usize_of(g.chunk_bytes);
         let stripe = w.stripe;
-        let live = |pos: usize| !a.is_failed(g.member_of(stripe, pos));
-        for (i, n) in (w.first..).zip(w.new.iter()) {
+        let live = |pos: Pos| !a.is_failed(a.member_of(stripe, pos));
+        for (i, n) in w.first.onward().zip(w.new.iter()) {
             if let (Some(b), true) = (&n.buf, live(i)) {
                 a.units().remember_appendix(stripe, i, &b[c..]);
             }
         }
-        for (j, p) in w.parity.iter().enumerate() {
-            if live(g.k + j) {
-                a.units().remember_appendix(stripe, g.k + j, &p[c..]);
+        for (pos, p) in Pos::new(g.k).onward().zip(&w.parity) {
+            if live(pos) {
+                a.units().remember_appendix(stripe, pos, &p[c..]);
             }
         }
         if let Sealed::Buddy(pos, bytes) = sealed {
@@ -243,7 +248,7 @@ impl Layout for Appendices {
     fn seal_settled(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &mut [AlignedBuf],
     ) -> Result<(), EngineError> {
         let g = a.geometry();
@@ -256,23 +261,23 @@ impl Layout for Appendices {
             Some(MirrorKind::Version) => vec![a.next_sequence()?; k],
             None => return Ok(()),
         };
-        for (pos, u) in units.iter_mut().enumerate() {
+        for (pos, u) in Pos::upto(units.len()).zip(units.iter_mut()) {
             let (chunk, sector) = u.split_at_mut(c);
             a.seal(stripe, pos, &tags, chunk, sector);
         }
         Ok(())
     }
 
-    fn finish_settled(&self, _: &Array, _: u64, _: &[AlignedBuf]) -> Result<(), EngineError> {
+    fn finish_settled(&self, _: &Array, _: StripeIx, _: &[AlignedBuf]) -> Result<(), EngineError> {
         Ok(())
     }
 
     fn unverified(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[AlignedBuf],
-        trusted: Option<usize>,
+        trusted: Option<Pos>,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
         Ok(a.unverified_by_diagnosis(stripe, units, trusted))
     }
@@ -297,17 +302,17 @@ impl Layout for Appendices {
         };
         let tags = vec![zero; g.k];
         let mut buf = vec![0u8; usize_of(a.unit_bytes())];
-        for s in 0..g.stripes {
+        for s in (0..g.stripes).map(StripeIx::new) {
             // Fresh members already hold the zero chunks; without appendices, nothing else.
             if !fresh || scheme.has_appendix() {
-                let off = a.unit_offset(s);
-                for pos in 0..g.n() {
+                let off = a.unit_offset(s.get());
+                for pos in Pos::upto(g.n()) {
                     buf.fill(0);
                     if scheme.has_appendix() {
                         let (chunk, sector) = buf.split_at_mut(c);
                         a.seal(s, pos, &tags, chunk, sector);
                     }
-                    let disk = a.members().get(g.member_of(s, pos));
+                    let disk = a.members().get(a.member_of(s, pos));
                     if fresh {
                         disk.write_at(off + c as u64, &buf[c..])?;
                     } else {
@@ -322,7 +327,7 @@ impl Layout for Appendices {
 }
 
 /// Every unit of `stripe` read whole (`None`: erased), diagnosed with every unit voting.
-fn diagnose_whole(a: &Array, stripe: u64, units: &[Option<AlignedBuf>]) -> Diagnosis {
+fn diagnose_whole(a: &Array, stripe: StripeIx, units: &[Option<AlignedBuf>]) -> Diagnosis {
     let c = usize_of(a.geometry().chunk_bytes);
     let scheme = a.sb().scheme;
     let views: Vec<UnitView<'_>> = units
@@ -339,19 +344,21 @@ fn diagnose_whole(a: &Array, stripe: u64, units: &[Option<AlignedBuf>]) -> Diagn
             },
         })
         .collect();
-    diagnose(scheme, a.geometry().k, &views, |p| a.identity(stripe, p))
+    diagnose(scheme, a.geometry().k, &views, |p| {
+        a.identity(stripe, Pos::new(p))
+    })
 }
 
 /// Bare RAID (`none`) knows only its read errors; and with nothing else to go on it can say
 /// the stripe is not a codeword (md's `check`), though not which unit is wrong.
 fn bare_raid_findings(
     a: &Array,
-    stripe: u64,
+    stripe: StripeIx,
     units: &[Option<AlignedBuf>],
     suspects: &[Suspect],
     findings: &mut Vec<Finding>,
 ) {
-    for (pos, u) in units.iter().enumerate() {
+    for (pos, u) in Pos::upto(units.len()).zip(units) {
         if u.is_none() {
             let why = "read failed".into();
             findings.push(Finding::new(pos, EventKind::ReadError, why, false));
@@ -480,7 +487,7 @@ fn write_tags(a: &Array, plan: &PiecePlan, have: &InHand) -> Result<Vec<u64>, En
 /// is first completed from the old bytes (only after a repair, when they are all in hand).
 fn chunk_table(
     a: &Array,
-    i: usize,
+    i: Pos,
     u: &mut [u8],
     (wlo, whi): (usize, usize),
     have: &InHand,
@@ -490,7 +497,7 @@ fn chunk_table(
     }
     let c = usize_of(a.geometry().chunk_bytes);
     let b = a.sb().block_bytes() as usize;
-    match have.appendices.get(i).and_then(|a| a.as_ref()) {
+    match have.appendices.get(i.get()).and_then(|a| a.as_ref()) {
         Some(old) if !(wlo == 0 && whi == c) => {
             let mut table = old.blocks.clone();
             for (j, t) in table.iter_mut().enumerate().take(whi / b).skip(wlo / b) {
@@ -501,7 +508,7 @@ fn chunk_table(
         _ => {
             if wlo != 0 || whi != c {
                 debug_assert!(have.whole());
-                let old = have.units[i].as_ref().expect("repaired");
+                let old = have.units[i.get()].as_ref().expect("repaired");
                 u[..wlo].copy_from_slice(&old[..wlo]);
                 u[whi..c].copy_from_slice(&old[whi..c]);
             }
@@ -512,14 +519,14 @@ fn chunk_table(
 
 /// Encode every new parity unit's appendix: its block table (the old one with the written
 /// blocks recomputed, or whole) and the truth about every data chunk.
-fn seal_parity(a: &Array, stripe: u64, have: &InHand, w: &mut NewWrite<'_>, tags: &[u64]) {
+fn seal_parity(a: &Array, stripe: StripeIx, have: &InHand, w: &mut NewWrite<'_>, tags: &[u64]) {
     let (k, c) = (a.geometry().k, usize_of(a.geometry().chunk_bytes));
     let b = a.sb().block_bytes() as usize;
     let (hlo, hhi) = (usize_of(w.parity_extent.lo), usize_of(w.parity_extent.hi));
     let whole = w.parity_extent.is_whole(a.gran());
-    for (j, p) in w.parity.iter_mut().enumerate() {
-        let mut app = a.appendix(stripe, k + j, tags);
-        match have.appendices.get(k + j).and_then(|a| a.as_ref()) {
+    for (pos, p) in Pos::new(k).onward().zip(w.parity.iter_mut()) {
+        let mut app = a.appendix(stripe, pos, tags);
+        match have.appendices.get(pos.get()).and_then(|a| a.as_ref()) {
             Some(o) if !whole => {
                 app.blocks = o.blocks.clone();
                 for t in (hlo / b)..(hhi / b) {
@@ -542,7 +549,8 @@ fn buddy_appendix(a: &Array, plan: &PiecePlan, have: &InHand, tags: &[u64]) -> S
         if !matches!(w.purpose, Purpose::BuddyAppendix | Purpose::Buddy) {
             continue;
         }
-        let mut app = a.appendix(plan.stripe, w.pos, tags);
+        let pos = Pos::new(w.pos);
+        let mut app = a.appendix(StripeIx::new(plan.stripe), pos, tags);
         if app.block_bytes != 0 {
             app.blocks = match have.appendices.get(w.pos).and_then(|a| a.as_ref()) {
                 Some(o) => o.blocks.clone(),
@@ -554,7 +562,7 @@ fn buddy_appendix(a: &Array, plan: &PiecePlan, have: &InHand, tags: &[u64]) -> S
         }
         let mut sector = a.unit_buf();
         app.encode(&mut sector[c..]);
-        out = Sealed::Buddy(w.pos, sector);
+        out = Sealed::Buddy(pos, sector);
     }
     out
 }
@@ -601,8 +609,8 @@ impl Array {
     /// data chunks (`tags[i]` = version, sequence or CRC). Returns the chunk's CRC.
     pub(crate) fn seal(
         &self,
-        stripe: u64,
-        pos: usize,
+        stripe: StripeIx,
+        pos: Pos,
         tags: &[u64],
         chunk: &[u8],
         sector: &mut [u8],
@@ -611,8 +619,8 @@ impl Array {
     }
 
     /// The checksum block size of position `pos`'s appendix table (0 = none: a pure data unit).
-    pub(crate) fn block_bytes_of(&self, pos: usize) -> u32 {
-        if pos < self.geometry().k && self.sb().scheme == Scheme::Pure {
+    pub(crate) fn block_bytes_of(&self, pos: Pos) -> u32 {
+        if pos.get() < self.geometry().k && self.sb().scheme == Scheme::Pure {
             0
         } else {
             self.sb().block_bytes()
@@ -620,23 +628,23 @@ impl Array {
     }
 
     /// The appendix of position `pos` of `stripe` given the truth about the data chunks.
-    pub(crate) fn appendix(&self, stripe: u64, pos: usize, tags: &[u64]) -> Appendix {
+    pub(crate) fn appendix(&self, stripe: StripeIx, pos: Pos, tags: &[u64]) -> Appendix {
         let k = self.geometry().k;
         let scheme = self.sb().scheme;
         let checksum = scheme.mirror() == Some(MirrorKind::Checksum);
-        let data = pos < k;
+        let data = pos.get() < k;
         Appendix {
             scheme,
             identity: self.identity(stripe, pos),
             tag: match (data, checksum) {
-                (true, false) => tags[pos],
+                (true, false) => tags[pos.get()],
                 (false, _) if scheme == Scheme::HybridSeq => {
                     tags.iter().copied().max().unwrap_or(0)
                 }
                 _ => 0,
             },
             buddy_crc: if data && checksum && k > 1 {
-                crate::num::crc_of_tag(tags[(pos + k - 1) % k])
+                crate::num::crc_of_tag(tags[(pos.get() + k - 1) % k])
             } else {
                 0
             },

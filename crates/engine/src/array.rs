@@ -9,7 +9,7 @@ use crate::events::Event;
 use crate::events::EventLog;
 use crate::heartbeat::{Beater, HEARTBEAT_MS};
 use crate::members::{MemberHealth, Members};
-use crate::num::usize_of;
+use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use crate::units::Units;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -192,7 +192,7 @@ pub struct Array {
     journal: Mutex<crate::journal::Journal>,
     /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
     /// Lock order 10.
-    stand_in: Mutex<Option<(u64, usize, AlignedBuf)>>,
+    stand_in: Mutex<Option<(StripeIx, Pos, AlignedBuf)>>,
     /// Lock order 11.
     events: Mutex<EventLog>,
     writable: bool,
@@ -272,9 +272,9 @@ impl Array {
         )?;
         {
             let mut meta = array.meta.lock().expect("lock");
-            for (pos, why) in &unusable {
-                array.members.take_out(*pos, why.clone());
-                let slot = &mut meta.table[*pos];
+            for (member, why) in &unusable {
+                array.members.take_out(MemberIx::new(*member), why.clone());
+                let slot = &mut meta.table[*member];
                 if slot.state == MemberState::Active {
                     // Current at the newest event count; it leaves now.
                     slot.state = MemberState::Missing;
@@ -419,18 +419,22 @@ impl Array {
 
     /// The data chunks at `positions` of `stripe` go back to first-read state: their next
     /// access cross-checks them again (they were rewritten, or a piece that read them failed).
-    pub(crate) fn forget_verified(&self, stripe: u64, positions: impl IntoIterator<Item = usize>) {
+    pub(crate) fn forget_verified(
+        &self,
+        stripe: StripeIx,
+        positions: impl IntoIterator<Item = Pos>,
+    ) {
         let mut planner = self.planner.lock().expect("lock");
         for pos in positions {
-            let id = self.geometry.data_chunk_id(stripe, pos);
+            let id = self.geometry.data_chunk_id(stripe.get(), pos.get());
             planner.map_mut().mark_written(id);
         }
     }
 
     /// The lock of `stripe`: every read, write, repair, resync and rebuild of a stripe holds
     /// it (a fixed table of mutexes, shared by stripes with the same index modulo its size).
-    pub(crate) fn lock_stripe(&self, stripe: u64) -> MutexGuard<'_, ()> {
-        self.locks[usize_of(stripe) % self.locks.len()]
+    pub(crate) fn lock_stripe(&self, stripe: StripeIx) -> MutexGuard<'_, ()> {
+        self.locks[usize_of(stripe.get()) % self.locks.len()]
             .lock()
             .expect("lock")
     }
@@ -439,11 +443,11 @@ impl Array {
     /// can never wait for each other).
     pub(crate) fn lock_stripes(
         &self,
-        stripes: impl IntoIterator<Item = u64>,
+        stripes: impl IntoIterator<Item = StripeIx>,
     ) -> Vec<MutexGuard<'_, ()>> {
         let mut slots: Vec<usize> = stripes
             .into_iter()
-            .map(|s| usize_of(s) % self.locks.len())
+            .map(|s| usize_of(s.get()) % self.locks.len())
             .collect();
         slots.sort_unstable();
         slots.dedup();
@@ -477,7 +481,7 @@ impl Array {
         &self.journal
     }
 
-    pub(crate) fn stand_in(&self) -> &Mutex<Option<(u64, usize, AlignedBuf)>> {
+    pub(crate) fn stand_in(&self) -> &Mutex<Option<(StripeIx, Pos, AlignedBuf)>> {
         &self.stand_in
     }
 
@@ -534,7 +538,7 @@ impl Array {
     /// The handle of member `i` as assembled (a stale or failed member's too, when it could be
     /// opened).
     pub fn member_disk(&self, i: usize) -> Option<DiskRef> {
-        (i < self.members.len()).then(|| self.members.get(i))
+        (i < self.members.len()).then(|| self.members.get(MemberIx::new(i)))
     }
 
     /// Whether it was assembled for writing.
@@ -589,10 +593,10 @@ impl Array {
     /// whose `op` fails is taken out.
     pub(crate) fn each_member(
         &self,
-        only: Option<&[usize]>,
-        op: impl Fn(usize, &DiskRef) -> Result<(), DiskError> + Sync,
+        only: Option<&[MemberIx]>,
+        op: impl Fn(MemberIx, &DiskRef) -> Result<(), DiskError> + Sync,
     ) -> Result<(), EngineError> {
-        let jobs: Vec<(usize, ())> = (0..self.members.len())
+        let jobs: Vec<(MemberIx, ())> = MemberIx::upto(self.members.len())
             .filter(|&m| only.is_none_or(|o| o.contains(&m)))
             .map(|m| (m, ()))
             .collect();
@@ -604,20 +608,20 @@ impl Array {
     /// would take them). A member with a failed job is taken out.
     pub(crate) fn member_jobs<T: Sync>(
         &self,
-        jobs: &[(usize, T)],
-        op: impl Fn(usize, &DiskRef, &T) -> Result<(), DiskError> + Sync,
+        jobs: &[(MemberIx, T)],
+        op: impl Fn(MemberIx, &DiskRef, &T) -> Result<(), DiskError> + Sync,
     ) -> Result<(), EngineError> {
         let members = self.members.all();
-        let live: Vec<&(usize, T)> = jobs.iter().filter(|(m, _)| !self.is_failed(*m)).collect();
-        let run = |&&(m, ref job): &&(usize, T)| (m, op(m, &members[m], job));
-        let results: Vec<(usize, Result<(), DiskError>)> = match self.units.pool_for_all(live.len())
-        {
-            Some(pool) => pool.install(|| {
-                use rayon::prelude::*;
-                live.par_iter().with_max_len(1).map(run).collect()
-            }),
-            _ => live.iter().map(run).collect(),
-        };
+        let live: Vec<&(MemberIx, T)> = jobs.iter().filter(|(m, _)| !self.is_failed(*m)).collect();
+        let run = |&&(m, ref job): &&(MemberIx, T)| (m, op(m, &members[m.get()], job));
+        let results: Vec<(MemberIx, Result<(), DiskError>)> =
+            match self.units.pool_for_all(live.len()) {
+                Some(pool) => pool.install(|| {
+                    use rayon::prelude::*;
+                    live.par_iter().with_max_len(1).map(run).collect()
+                }),
+                _ => live.iter().map(run).collect(),
+            };
         for (m, r) in results {
             if let Err(e) = r {
                 self.fail_member(m, &e)?;
@@ -637,14 +641,14 @@ impl Array {
         self.units.recycle(bufs);
     }
 
-    pub(crate) fn is_failed(&self, member: usize) -> bool {
+    pub(crate) fn is_failed(&self, member: MemberIx) -> bool {
         self.members.is_out(member)
     }
 
     /// Take a member out of the array after an I/O error that is not a bad sector. When the
     /// array is writable, the other members' superblocks record it as failed before this
     /// returns, so a member that missed writes is never taken for current (FORMAT.md §2.1).
-    pub(crate) fn fail_member(&self, member: usize, why: &DiskError) -> Result<(), EngineError> {
+    pub(crate) fn fail_member(&self, member: MemberIx, why: &DiskError) -> Result<(), EngineError> {
         if self.members.is_out(member) {
             return self.check_survivable();
         }
@@ -658,18 +662,18 @@ impl Array {
     }
 
     /// Set `member`'s failed flag, health, event and table entry; false if it was failed already.
-    fn mark_failed(&self, member: usize, why: &DiskError, meta: &mut Meta) -> bool {
+    fn mark_failed(&self, member: MemberIx, why: &DiskError, meta: &mut Meta) -> bool {
         if !self.members.take_out(member, why.reason()) {
             return false;
         }
-        let slot = &mut meta.table[member];
+        let slot = &mut meta.table[member.get()];
         if slot.state == MemberState::Active {
             slot.state = MemberState::Failed;
             slot.last_event = self.generation.load(Ordering::Relaxed);
         }
         self.events.lock().expect("lock").record(Event {
             stripe: 0,
-            member,
+            member: member.get(),
             position: 0,
             role: EventRole::Member,
             kind: EventKind::MemberFailed,
@@ -724,17 +728,18 @@ impl Array {
         loop {
             let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
             for (i, slot) in meta.table.iter_mut().enumerate() {
-                if slot.state == MemberState::Active && !self.is_failed(i) {
+                if slot.state == MemberState::Active && !self.is_failed(MemberIx::new(i)) {
                     slot.last_event = generation;
                 }
             }
             let mut lost = None;
             for (i, d) in self.members.all().iter().enumerate() {
+                let i = MemberIx::new(i);
                 if self.is_failed(i) {
                     continue;
                 }
                 let mut sb = self.sb.clone();
-                sb.member_index = crate::num::index_u16(i);
+                sb.member_index = crate::num::index_u16(i.get());
                 sb.state = meta.state;
                 sb.sequence_high_water = meta.high_water;
                 sb.untrusted_listed = meta.untrusted_listed;
@@ -777,12 +782,13 @@ impl Array {
     }
 
     /// Expected identity of position `pos` of `stripe`.
-    pub(crate) fn identity(&self, stripe: u64, pos: usize) -> Identity {
+    pub(crate) fn identity(&self, stripe: StripeIx, pos: Pos) -> Identity {
         let k = self.geometry.k;
+        let pos = pos.get();
         Identity {
             array_uuid: self.sb.array_uuid,
-            member_index: crate::num::index_u16(self.geometry.member_of(stripe, pos)),
-            chunk_number: stripe,
+            member_index: crate::num::index_u16(self.geometry.member_of(stripe.get(), pos)),
+            chunk_number: stripe.get(),
             // Positions are below 255 (the member table's bound), so they fit a byte.
             role: if pos < k {
                 Role::Data(u8::try_from(pos).expect("at most 255 positions"))
@@ -818,7 +824,7 @@ impl Array {
     ) -> stripeguard_format::Newest<T> {
         let mut newest = stripeguard_format::Newest::default();
         for (i, d) in self.members.all().iter().enumerate() {
-            if self.is_failed(i) {
+            if self.is_failed(MemberIx::new(i)) {
                 continue;
             }
             let mut b = vec![0u8; 2 * copy_bytes];

@@ -5,6 +5,7 @@
 //! [`CkCache::write_back`]'s dirty ones) while it holds the cache's lock, so no newer copy of
 //! a table can be written meanwhile.
 
+use crate::num::StripeIx;
 use stripeguard_integrity::CkTable;
 
 /// Tables the stripe cache keeps by default (`Array::set_checksum_cache`).
@@ -15,7 +16,7 @@ const CK_CACHE_BYTES: usize = 16 << 20;
 
 /// The stripe cache (off when it may hold no table).
 pub(crate) struct CkCache {
-    lru: Option<lru::LruCache<u64, (CkTable, bool)>>,
+    lru: Option<lru::LruCache<StripeIx, (CkTable, bool)>>,
 }
 
 impl CkCache {
@@ -37,19 +38,24 @@ impl CkCache {
     }
 
     /// The table of `stripe`, made the most recently used.
-    pub(crate) fn get(&mut self, stripe: u64) -> Option<CkTable> {
+    pub(crate) fn get(&mut self, stripe: StripeIx) -> Option<CkTable> {
         self.lru.as_mut()?.get(&stripe).map(|(t, _)| t.clone())
     }
 
     /// The table of `stripe` and whether it is dirty, leaving the order alone.
-    pub(crate) fn peek(&self, stripe: u64) -> Option<(CkTable, bool)> {
+    pub(crate) fn peek(&self, stripe: StripeIx) -> Option<(CkTable, bool)> {
         self.lru.as_ref()?.peek(&stripe).cloned()
     }
 
     /// Put `t` (a dirty entry stays dirty when a clean copy of the same table comes by). Returns
     /// a dirty table of another stripe it evicted: the caller writes it before letting go of
     /// the lock. Without a cache nothing is kept (the caller writes a dirty `t` itself).
-    pub(crate) fn put(&mut self, stripe: u64, t: CkTable, dirty: bool) -> Option<(u64, CkTable)> {
+    pub(crate) fn put(
+        &mut self,
+        stripe: StripeIx,
+        t: CkTable,
+        dirty: bool,
+    ) -> Option<(StripeIx, CkTable)> {
         let l = self.lru.as_mut()?;
         let dirty = dirty || l.peek(&stripe).is_some_and(|(_, d)| *d);
         match l.push(stripe, (t, dirty)) {
@@ -59,7 +65,7 @@ impl CkCache {
     }
 
     /// Put `t` as it is on the checksum member (clean), whatever was cached.
-    pub(crate) fn put_clean(&mut self, stripe: u64, t: CkTable) {
+    pub(crate) fn put_clean(&mut self, stripe: StripeIx, t: CkTable) {
         if let Some(l) = self.lru.as_mut() {
             l.put(stripe, (t, false));
         }
@@ -69,7 +75,7 @@ impl CkCache {
     /// failure stops, leaving the rest dirty).
     pub(crate) fn write_back<E>(
         &mut self,
-        mut write: impl FnMut(u64, &CkTable) -> Result<(), E>,
+        mut write: impl FnMut(StripeIx, &CkTable) -> Result<(), E>,
     ) -> Result<(), E> {
         let Some(l) = self.lru.as_mut() else {
             return Ok(());
@@ -86,7 +92,7 @@ impl CkCache {
     /// Forget every clean table (a member failed or was replaced: they are re-read).
     pub(crate) fn clear_clean(&mut self) {
         if let Some(l) = self.lru.as_mut() {
-            let clean: Vec<u64> = l
+            let clean: Vec<StripeIx> = l
                 .iter()
                 .filter(|(_, (_, d))| !*d)
                 .map(|(s, _)| *s)

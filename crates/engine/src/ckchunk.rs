@@ -32,7 +32,7 @@ use crate::events::{stripe_event, EventAction};
 use crate::layout::{
     Checked, Decided, Finding, Image, InHand, Interrupted, Layout, NewWrite, Reads, Sealed, Suspect,
 };
-use crate::num::usize_of;
+use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use stripeguard_codes::Located;
 use stripeguard_disk::{AlignedBuf, DiskError};
 use stripeguard_format::EventKind;
@@ -41,8 +41,13 @@ use stripeguard_plan::{Extent, PiecePlan};
 
 impl Array {
     /// The stripe position of the table (the checksum member).
-    pub(crate) fn ck_pos(&self) -> usize {
-        self.geometry().n()
+    pub(crate) fn ck_pos(&self) -> Pos {
+        Pos::new(self.geometry().n())
+    }
+
+    /// The checksum member (the last: the same in every stripe).
+    pub(crate) fn ck_member(&self) -> MemberIx {
+        MemberIx::new(self.geometry().n())
     }
 
     /// Blocks per unit, and the table's bytes as read and written.
@@ -64,10 +69,15 @@ impl Array {
     }
 
     /// The table of `stripe` for a zero-filled stripe or from whole units.
-    pub(crate) fn ck_table_of(&self, stripe: u64, units: &[&[u8]]) -> CkTable {
+    pub(crate) fn ck_table_of(&self, stripe: StripeIx, units: &[&[u8]]) -> CkTable {
         let (blocks, _) = self.ck_shape();
         let b = usize_of(self.gran().block);
-        let mut t = CkTable::new(stripe, self.sb().array_uuid, self.geometry().n(), blocks);
+        let mut t = CkTable::new(
+            stripe.get(),
+            self.sb().array_uuid,
+            self.geometry().n(),
+            blocks,
+        );
         for (u, bytes) in units.iter().enumerate() {
             t.set_blocks(u, 0, &bytes[..usize_of(self.geometry().chunk_bytes)], b);
         }
@@ -75,11 +85,15 @@ impl Array {
     }
 
     /// Decode `stripe`'s table from its bytes on the checksum member.
-    fn ck_decode(&self, b: &[u8], stripe: u64) -> Result<CkTable, stripeguard_integrity::CkError> {
+    fn ck_decode(
+        &self,
+        b: &[u8],
+        stripe: StripeIx,
+    ) -> Result<CkTable, stripeguard_integrity::CkError> {
         let (blocks, _) = self.ck_shape();
         CkTable::decode(
             b,
-            stripe,
+            stripe.get(),
             &self.sb().array_uuid,
             self.geometry().n(),
             blocks,
@@ -96,7 +110,7 @@ impl Array {
 
     /// The table of `stripe`: the cached one, else read and checked (its CRC, its stripe, its
     /// array). `Ok(Err(why))`: there is no valid table (unreadable, torn, misdirected).
-    pub(crate) fn ck_load(&self, stripe: u64) -> Result<Result<CkTable, String>, EngineError> {
+    pub(crate) fn ck_load(&self, stripe: StripeIx) -> Result<Result<CkTable, String>, EngineError> {
         if let Some(t) = self.ck().lock().expect("lock").get(stripe) {
             return Ok(Ok(t));
         }
@@ -107,8 +121,7 @@ impl Array {
             appendix: false,
         };
         let Some(buf) = self.read_extent(stripe, self.ck_pos(), e)? else {
-            let member = self.ck_pos();
-            return Ok(Err(if self.is_failed(member) {
+            return Ok(Err(if self.is_failed(self.ck_member()) {
                 "the checksum member is out of the array".into()
             } else {
                 "the checksum chunk could not be read".into()
@@ -127,7 +140,7 @@ impl Array {
 
     /// Put `t` in the cache (writing back a dirty table it evicts); without a cache, a dirty
     /// table is written at once.
-    fn ck_cache_put(&self, stripe: u64, t: CkTable, dirty: bool) -> Result<(), EngineError> {
+    fn ck_cache_put(&self, stripe: StripeIx, t: CkTable, dirty: bool) -> Result<(), EngineError> {
         let mut cache = self.ck().lock().expect("lock");
         if !cache.is_on() {
             drop(cache);
@@ -148,7 +161,7 @@ impl Array {
     }
 
     /// Store a table this process changed: dirty in the cache, or written now.
-    pub(crate) fn ck_store(&self, stripe: u64, mut t: CkTable) -> Result<(), EngineError> {
+    pub(crate) fn ck_store(&self, stripe: StripeIx, mut t: CkTable) -> Result<(), EngineError> {
         t.writes = t.writes.wrapping_add(1);
         self.ck_cache_put(stripe, t, true)
     }
@@ -158,7 +171,7 @@ impl Array {
     /// anywhere in the unit).
     pub(crate) fn ck_write_now(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         t: &CkTable,
         whole: bool,
     ) -> Result<(), EngineError> {
@@ -170,11 +183,11 @@ impl Array {
 
     /// `t` was written with its stripe's units (the write journal's write-through): cache
     /// it clean.
-    pub(crate) fn ck_written(&self, stripe: u64, t: CkTable) {
+    pub(crate) fn ck_written(&self, stripe: StripeIx, t: CkTable) {
         self.ck().lock().expect("lock").put_clean(stripe, t);
     }
 
-    fn ck_write(&self, stripe: u64, t: &CkTable) -> Result<(), EngineError> {
+    fn ck_write(&self, stripe: StripeIx, t: &CkTable) -> Result<(), EngineError> {
         self.ck_try_write(stripe, t, false)
             .or_else(|(member, e)| self.fail_member(member, &e))
     }
@@ -183,10 +196,10 @@ impl Array {
     /// checksum member on an error to the caller ([`Array::try_write_unit`]).
     fn ck_try_write(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         t: &CkTable,
         whole: bool,
-    ) -> Result<(), (usize, DiskError)> {
+    ) -> Result<(), (MemberIx, DiskError)> {
         let (_, tb) = self.ck_shape();
         let mut buf = self.ck_encode(t);
         let len = if whole {
@@ -236,7 +249,7 @@ impl Array {
     /// Returns (the table, the unit on disk is damaged, the table is newer than the disk's).
     fn ck_load_whole(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
     ) -> Result<(Result<CkTable, String>, bool, bool), EngineError> {
         let (blocks, tb) = self.ck_shape();
         let c = usize_of(self.geometry().chunk_bytes);
@@ -247,7 +260,7 @@ impl Array {
             appendix: false,
         };
         let Some(buf) = self.read_extent(stripe, self.ck_pos(), whole)? else {
-            let out = self.is_failed(self.ck_pos());
+            let out = self.is_failed(self.ck_member());
             return Ok(match cached {
                 // Unreadable but known: rewritten (a latent sector error is cured by a write).
                 Some((t, dirty)) => (Ok(t), !out, dirty),
@@ -288,18 +301,18 @@ impl Array {
     pub(crate) fn ck_check(
         &self,
         t: &CkTable,
-        read: &[(usize, Extent)],
+        read: &[(Pos, Extent)],
         units: &[Option<AlignedBuf>],
-    ) -> Vec<(usize, EventKind, String)> {
+    ) -> Vec<Suspect> {
         let b = usize_of(self.gran().block);
         let mut out = Vec::new();
         for &(pos, e) in read {
-            let Some(u) = &units[pos] else { continue };
+            let Some(u) = &units[pos.get()] else { continue };
             if e.hi <= e.lo {
                 continue;
             }
             let (first, _) = e.blocks(self.gran());
-            let bad = t.mismatches(pos, first, &u[usize_of(e.lo)..usize_of(e.hi)], b);
+            let bad = t.mismatches(pos.get(), first, &u[usize_of(e.lo)..usize_of(e.hi)], b);
             if !bad.is_empty() {
                 out.push((
                     pos,
@@ -316,7 +329,7 @@ impl Array {
 pub(crate) struct ChecksumMember;
 
 impl Layout for ChecksumMember {
-    fn check(&self, a: &Array, stripe: u64, got: &Reads<'_>) -> Result<Checked, EngineError> {
+    fn check(&self, a: &Array, stripe: StripeIx, got: &Reads<'_>) -> Result<Checked, EngineError> {
         let (k, n) = (a.geometry().k, a.geometry().n());
         let mut out = Checked {
             clean: true,
@@ -337,7 +350,7 @@ impl Layout for ChecksumMember {
             }
             // The checksum member out of the array: reads go on unverified (as `none`) until
             // `replace` rebuilds its tables; nothing is suspect.
-            Err(_) if a.is_failed(a.ck_pos()) => {}
+            Err(_) if a.is_failed(a.ck_member()) => {}
             Err(why) => out
                 .suspects
                 .push((a.ck_pos(), EventKind::ChecksumChunk, why)),
@@ -349,7 +362,7 @@ impl Layout for ChecksumMember {
     fn decide(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: Vec<Option<AlignedBuf>>,
         suspects: &[Suspect],
         cause: Interrupted<'_>,
@@ -371,7 +384,14 @@ impl Layout for ChecksumMember {
             .collect();
         let findings = erased
             .iter()
-            .map(|&p| Finding::new(p, EventKind::ReadError, "read failed".into(), false))
+            .map(|&p| {
+                Finding::new(
+                    Pos::new(p),
+                    EventKind::ReadError,
+                    "read failed".into(),
+                    false,
+                )
+            })
             .collect();
         let mut r = CkRepair {
             a,
@@ -386,7 +406,7 @@ impl Layout for ChecksumMember {
         };
         if disk_bad && table.is_ok() {
             r.findings.push(Finding::new(
-                n,
+                a.ck_pos(),
                 EventKind::ChecksumChunk,
                 "the checksum member's unit differs from the table this holder holds, or is damaged outside the table".into(),
                 false,
@@ -420,9 +440,9 @@ impl Layout for ChecksumMember {
         })
     }
 
-    fn reseal(&self, _: &Array, _: u64, _: usize, _: &mut [u8], _: &[u64]) {}
+    fn reseal(&self, _: &Array, _: StripeIx, _: Pos, _: &mut [u8], _: &[u64]) {}
 
-    fn finish_repair(&self, a: &Array, stripe: u64, d: &Decided) -> Result<(), EngineError> {
+    fn finish_repair(&self, a: &Array, stripe: StripeIx, d: &Decided) -> Result<(), EngineError> {
         match &d.image.ck {
             Some(t) if d.rewrite_table && a.is_writable() => a.ck_write_now(stripe, t, true),
             _ => Ok(()),
@@ -449,13 +469,13 @@ impl Layout for ChecksumMember {
             None if a.writes_whole_stripe(plan) => fresh(),
             None => return Ok(Sealed::InUnits),
         };
-        for (i, n) in (w.first..).zip(&w.new) {
+        for (i, n) in w.first.onward().zip(&w.new) {
             let (lo, hi) = (usize_of(n.e.lo), usize_of(n.e.hi));
-            t.set_blocks(i, lo / b, &n.bytes()[lo..hi], b);
+            t.set_blocks(i.get(), lo / b, &n.bytes()[lo..hi], b);
         }
         let (hlo, hhi) = (usize_of(w.parity_extent.lo), usize_of(w.parity_extent.hi));
-        for (j, p) in w.parity.iter().enumerate() {
-            t.set_blocks(g.k + j, hlo / b, &p[hlo..hhi], b);
+        for (pos, p) in Pos::new(g.k).onward().zip(&w.parity) {
+            t.set_blocks(pos.get(), hlo / b, &p[hlo..hhi], b);
         }
         // With the write journal the table is an in-place I/O of the write like the parity
         // (journaled, then written through), not a dirty cache entry.
@@ -478,14 +498,19 @@ impl Layout for ChecksumMember {
         }
     }
 
-    fn seal_settled(&self, _: &Array, _: u64, _: &mut [AlignedBuf]) -> Result<(), EngineError> {
+    fn seal_settled(
+        &self,
+        _: &Array,
+        _: StripeIx,
+        _: &mut [AlignedBuf],
+    ) -> Result<(), EngineError> {
         Ok(())
     }
 
     fn finish_settled(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[AlignedBuf],
     ) -> Result<(), EngineError> {
         let c = usize_of(a.geometry().chunk_bytes);
@@ -497,9 +522,9 @@ impl Layout for ChecksumMember {
     fn unverified(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[AlignedBuf],
-        trusted: Option<usize>,
+        trusted: Option<Pos>,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
         a.unverified_against_ck_table(stripe, units, trusted)
     }
@@ -519,11 +544,11 @@ impl Layout for ChecksumMember {
         let (_, tb) = a.ck_shape();
         let zero = vec![0u8; c];
         let zeros: Vec<&[u8]> = (0..g.n()).map(|_| &zero[..]).collect();
-        let mut t = a.ck_table_of(0, &zeros);
-        let ck = a.members().get(a.ck_pos());
-        for s in 0..g.stripes {
-            let off = a.unit_offset(s);
-            t.stripe = s;
+        let mut t = a.ck_table_of(StripeIx::new(0), &zeros);
+        let ck = a.members().get(a.ck_member());
+        for s in (0..g.stripes).map(StripeIx::new) {
+            let off = a.unit_offset(s.get());
+            t.stripe = s.get();
             let enc = a.ck_encode(&t);
             // Fresh members read as zeros: only the table's bytes; else the whole unit, and
             // the zero chunks.
@@ -537,8 +562,8 @@ impl Layout for ChecksumMember {
             a.recycle([enc]);
             w?;
             if !fresh {
-                for pos in 0..g.n() {
-                    a.members().get(g.member_of(s, pos)).write_at(off, &zero)?;
+                for pos in Pos::upto(g.n()) {
+                    a.members().get(a.member_of(s, pos)).write_at(off, &zero)?;
                 }
             }
             crate::layout::report(progress, s, g.stripes);
@@ -550,10 +575,12 @@ impl Layout for ChecksumMember {
 /// A whole stripe of a checksum-member array being decided (see the module comment).
 struct CkRepair<'a, 'c> {
     a: &'a Array,
-    stripe: u64,
+    stripe: StripeIx,
     cause: Interrupted<'c>,
     /// Every unit, erased ones zero-filled.
     full: Vec<AlignedBuf>,
+    /// Positions, as the erasure code takes them (bare; as are the position lists below that
+    /// go to the code or into messages).
     erased: Vec<usize>,
     findings: Vec<Finding>,
     rewrite_table: bool,
@@ -659,7 +686,7 @@ impl CkRepair<'_, '_> {
         }
         for (p, blocks) in wrong {
             self.findings.push(Finding::new(
-                *p,
+                Pos::new(*p),
                 EventKind::Checksum,
                 format!(
                     "block(s) {blocks:?} disagree with the checksum chunk; rebuilt from the others, it agrees"
@@ -700,7 +727,7 @@ impl CkRepair<'_, '_> {
         let cold: Vec<usize> = wrong
             .iter()
             .map(|w| w.0)
-            .filter(|&p| !cause.may_have_left(p))
+            .filter(|&p| !cause.may_have_left(Pos::new(p)))
             .chain(self.erased.iter().copied())
             .collect();
         if !matches!(cause, Interrupted::Only(_))
@@ -718,7 +745,7 @@ impl CkRepair<'_, '_> {
         }
         for (p, blocks) in wrong.iter().filter(|w| cold.contains(&w.0)) {
             self.findings.push(Finding::new(
-                *p,
+                Pos::new(*p),
                 EventKind::Checksum,
                 format!(
                     "block(s) {blocks:?} disagree with the checksum chunk and no write was in flight to this unit; rebuilt from the others, it agrees"
@@ -727,7 +754,7 @@ impl CkRepair<'_, '_> {
             ));
         }
         self.findings.push(Finding::new(
-            n,
+            self.a.ck_pos(),
             EventKind::ChecksumChunk,
             "the checksum chunk was behind the interrupted write (recomputed)".into(),
             false,
@@ -757,7 +784,7 @@ impl CkRepair<'_, '_> {
         // whole: a roll forward.
         self.settled = matches!(self.cause, Interrupted::Unknown);
         self.findings.push(Finding::new(
-            n,
+            self.a.ck_pos(),
             EventKind::ChecksumChunk,
             format!(
                 "the checksum chunk disagrees with units {positions:?} whose parity agrees with the data: its own write was lost or torn"
@@ -774,10 +801,14 @@ impl CkRepair<'_, '_> {
     fn without_table(&mut self, why: String) -> Result<(), EngineError> {
         let g = self.a.geometry();
         let (k, m, n) = (g.k, g.m, g.n());
-        let out = self.a.is_failed(n);
+        let out = self.a.is_failed(self.a.ck_member());
         if !out {
-            self.findings
-                .push(Finding::new(n, EventKind::ChecksumChunk, why, false));
+            self.findings.push(Finding::new(
+                self.a.ck_pos(),
+                EventKind::ChecksumChunk,
+                why,
+                false,
+            ));
         }
         let mut bad = self.erased.clone();
         if n - self.erased.len() > k {
@@ -786,7 +817,7 @@ impl CkRepair<'_, '_> {
                 Located::Bad(extra) if !extra.is_empty() && bad.len() + extra.len() <= m => {
                     for p in extra {
                         self.findings.push(Finding::new(
-                            p,
+                            Pos::new(p),
                             EventKind::Parity,
                             "located by the erasure code's syndromes (no checksum chunk to compare with)".into(),
                             false,

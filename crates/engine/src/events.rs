@@ -1,5 +1,6 @@
 //! What the engine found and did: a bounded log of events and running counters.
 
+use crate::num::StripeIx;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -117,13 +118,13 @@ impl EventLog {
 
 /// An event about a whole stripe rather than one of its units.
 pub(crate) fn stripe_event(
-    stripe: u64,
+    stripe: StripeIx,
     kind: EventKind,
     evidence: String,
     action: EventAction,
 ) -> Event {
     Event {
-        stripe,
+        stripe: stripe.get(),
         member: 0,
         position: 0,
         role: EventRole::Stripe,

@@ -6,6 +6,7 @@ use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::Event;
 use crate::num::usize_of;
+use crate::num::MemberIx;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stripeguard_disk::DiskRef;
@@ -104,6 +105,7 @@ impl Array {
             let bytes = encode(*number, *time, e);
             let off = at + (number % capacity) * ENTRY_BYTES as u64;
             for (i, d) in self.members().all().iter().enumerate() {
+                let i = MemberIx::new(i);
                 if self.is_failed(i) {
                     continue;
                 }
@@ -122,7 +124,7 @@ impl Array {
             .all()
             .iter()
             .enumerate()
-            .filter(|(i, _)| !self.is_failed(*i))
+            .filter(|(i, _)| !self.is_failed(MemberIx::new(*i)))
             .map(|(_, d)| d.clone())
             .collect();
         read_log(&current, self.sb())

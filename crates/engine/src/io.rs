@@ -20,7 +20,7 @@
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::layout::{Image, InHand, NewChunk, NewWrite, Reads, Sealed};
-use crate::num::usize_of;
+use crate::num::{usize_of, Pos, StripeIx};
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
@@ -46,7 +46,7 @@ impl Array {
         &self,
         offset: u64,
         len: u64,
-        mut f: impl FnMut(u64, u64, u64, usize) -> Result<(), EngineError>,
+        mut f: impl FnMut(StripeIx, u64, u64, usize) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
         let sd = self.geometry().stripe_data_bytes();
         let mut pos = offset;
@@ -54,7 +54,12 @@ impl Array {
         while pos < end {
             let stripe = pos / sd;
             let piece_end = ((stripe + 1) * sd).min(end);
-            f(stripe, pos, piece_end - pos, usize_of(pos - offset))?;
+            f(
+                StripeIx::new(stripe),
+                pos,
+                piece_end - pos,
+                usize_of(pos - offset),
+            )?;
             pos = piece_end;
         }
         Ok(())
@@ -93,7 +98,7 @@ impl Array {
         }
         self.check_range(offset, data.len() as u64)?;
         let _caller = Caller::enter(self);
-        let mut pieces: Vec<(u64, u64, u64, usize)> = Vec::new();
+        let mut pieces: Vec<(StripeIx, u64, u64, usize)> = Vec::new();
         self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
             pieces.push((stripe, off, len, at));
             Ok(())
@@ -112,8 +117,8 @@ impl Array {
             self.geometry().chunk_bytes,
         );
         let (k, m) = (self.geometry().k, self.geometry().m);
-        let slots_for = |&(stripe, off, len, _): &(u64, u64, u64, usize)| {
-            let missing = (0..k)
+        let slots_for = |&(stripe, off, len, _): &(StripeIx, u64, u64, usize)| {
+            let missing = Pos::upto(k)
                 .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
                 .count();
             usize_of((off + len - 1) % sd / c - off % sd / c + 1) + m + 1 + missing
@@ -143,7 +148,7 @@ impl Array {
     /// chunks, the write journal (when the array has it), then each piece in place.
     fn write_batch(
         &self,
-        batch: &[(u64, u64, u64, usize)],
+        batch: &[(StripeIx, u64, u64, usize)],
         data: &[u8],
     ) -> Result<(), EngineError> {
         let _guards = self.lock_stripes(batch.iter().map(|p| p.0));
@@ -154,7 +159,7 @@ impl Array {
     /// the stripe's lock already (a scrub).
     pub(crate) fn write_piece_locked(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         off: u64,
         data: &[u8],
     ) -> Result<(), EngineError> {
@@ -164,7 +169,7 @@ impl Array {
     /// [`Array::write_batch`] with every stripe's lock held.
     fn write_batch_locked(
         &self,
-        batch: &[(u64, u64, u64, usize)],
+        batch: &[(StripeIx, u64, u64, usize)],
         data: &[u8],
     ) -> Result<(), EngineError> {
         // Listed untrusted blocks the batch covers whole come off once it has landed; a write
@@ -187,13 +192,14 @@ impl Array {
         }
         let mut ready = Vec::with_capacity(plans.len());
         for (plan, piece) in &plans {
-            let units = self.unverified_on_error(plan.stripe, self.gather(plan))?;
+            let stripe = StripeIx::new(plan.stripe);
+            let units = self.unverified_on_error(stripe, self.gather(plan))?;
             let prepared = self.prepare_write(plan, units, piece);
-            ready.push(self.unverified_on_error(plan.stripe, prepared)?);
+            ready.push(self.unverified_on_error(stripe, prepared)?);
         }
         // Every in-place I/O of the batch is durable in the journal before any is issued.
         let journaled = if self.sb().write_journal {
-            let writes: Vec<(u64, crate::journal::UnitWrites<'_>)> =
+            let writes: Vec<(StripeIx, crate::journal::UnitWrites<'_>)> =
                 ready.iter().map(|r| (r.stripe(), r.writes(self))).collect();
             self.journal_writes(&writes)?
         } else {
@@ -225,11 +231,11 @@ impl Array {
     /// first-read state and the next access cross-checks it again.
     fn unverified_on_error<T>(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         r: Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         if r.is_err() {
-            self.forget_verified(stripe, 0..self.geometry().k);
+            self.forget_verified(stripe, Pos::upto(self.geometry().k));
         }
         r
     }
@@ -238,14 +244,16 @@ impl Array {
     /// stripe and take the units whole from the repaired image.
     fn gather(&self, plan: &PiecePlan) -> Result<InHand, EngineError> {
         let n = self.geometry().n();
+        let stripe = StripeIx::new(plan.stripe);
         let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let mut erased = vec![false; n];
-        let mut wanted: Vec<(usize, Extent)> = Vec::with_capacity(plan.reads.len());
+        let mut wanted: Vec<(Pos, Extent)> = Vec::with_capacity(plan.reads.len());
         for io in &plan.reads {
             let e = plan.extent(io, self.gran());
-            match wanted.iter_mut().find(|w| w.0 == io.pos) {
+            let pos = Pos::new(io.pos);
+            match wanted.iter_mut().find(|w| w.0 == pos) {
                 Some(w) => w.1 = union(w.1, e),
-                None => wanted.push((io.pos, e)),
+                None => wanted.push((pos, e)),
             }
         }
         // Appendices this holder verified or wrote need not be read again for a partial read:
@@ -253,24 +261,21 @@ impl Array {
         let mut cached: Vec<Option<std::sync::Arc<[u8]>>> = (0..n).map(|_| None).collect();
         for (pos, e) in wanted.iter_mut() {
             if e.appendix && !e.is_whole(self.gran()) {
-                if let Some(a) = self.units().cached_appendix(plan.stripe, *pos) {
-                    cached[*pos] = Some(a);
+                if let Some(a) = self.units().cached_appendix(stripe, *pos) {
+                    cached[pos.get()] = Some(a);
                     e.appendix = false;
                 }
             }
         }
-        let to_read: Vec<(usize, Extent)> = wanted
+        let to_read: Vec<(Pos, Extent)> = wanted
             .iter()
             .copied()
             .filter(|(_, e)| e.hi > e.lo || e.appendix)
             .collect();
-        for (&(pos, _), got) in to_read
-            .iter()
-            .zip(self.read_extents(plan.stripe, &to_read)?)
-        {
+        for (&(pos, _), got) in to_read.iter().zip(self.read_extents(stripe, &to_read)?) {
             match got {
-                Some(u) => units[pos] = Some(u),
-                None => erased[pos] = true,
+                Some(u) => units[pos.get()] = Some(u),
+                None => erased[pos.get()] = true,
             }
         }
         let got = Reads {
@@ -281,7 +286,7 @@ impl Array {
             erased: &erased,
             whole_stripe_write: self.writes_whole_stripe(plan),
         };
-        let checked = self.layout().check(self, plan.stripe, &got)?;
+        let checked = self.layout().check(self, stripe, &got)?;
         if checked.clean && !erased.iter().any(|&e| e) {
             return Ok(InHand {
                 units,
@@ -293,13 +298,13 @@ impl Array {
             });
         }
         let mut suspects = checked.suspects;
-        for (p, &e) in erased.iter().enumerate() {
+        for (p, &e) in Pos::upto(n).zip(&erased) {
             if e && suspects.iter().all(|s| s.0 != p) {
                 suspects.push((p, EventKind::ReadError, "read failed".into()));
             }
         }
         self.recycle(units.into_iter().flatten());
-        let Image { units, truth, ck } = self.repair_stripe(plan.stripe, &suspects)?;
+        let Image { units, truth, ck } = self.repair_stripe(stripe, &suspects)?;
         let data_crc = if self.sb().scheme.mirror() == Some(MirrorKind::Checksum) {
             truth
                 .iter()
@@ -330,8 +335,8 @@ impl Array {
         let new = self.new_chunks(plan, &have, data);
         let (parity, parity_extent) = self.new_parity(plan, &mut have, &new)?;
         let mut w = NewWrite {
-            stripe: plan.stripe,
-            first: plan.first,
+            stripe: StripeIx::new(plan.stripe),
+            first: Pos::new(plan.first),
             new,
             parity,
             parity_extent,
@@ -532,7 +537,7 @@ pub(crate) struct Prepared<'d> {
 }
 
 impl Prepared<'_> {
-    pub(crate) fn stripe(&self) -> u64 {
+    pub(crate) fn stripe(&self) -> StripeIx {
         self.w.stripe
     }
 
@@ -541,18 +546,18 @@ impl Prepared<'_> {
         let c = usize_of(a.geometry().chunk_bytes);
         let k = a.geometry().k;
         let w = &self.w;
-        let mut writes: Vec<(usize, u64, &[u8])> = Vec::new();
+        let mut writes: Vec<(Pos, u64, &[u8])> = Vec::new();
         if let Sealed::Buddy(pos, bytes) = &self.sealed {
             writes.push((*pos, c as u64, &bytes[c..]));
         }
-        for (i, n) in (w.first..).zip(&w.new) {
+        for (i, n) in w.first.onward().zip(&w.new) {
             for (o, len) in n.e.ios(a.gran()) {
                 writes.push((i, o, &n.bytes()[usize_of(o)..usize_of(o + len)]));
             }
         }
-        for (j, p) in w.parity.iter().enumerate() {
+        for (pos, p) in Pos::new(k).onward().zip(&w.parity) {
             for (o, len) in w.parity_extent.ios(a.gran()) {
-                writes.push((k + j, o, &p[usize_of(o)..usize_of(o + len)]));
+                writes.push((pos, o, &p[usize_of(o)..usize_of(o + len)]));
             }
         }
         if let Sealed::Table(_, Some(t)) = &self.sealed {
@@ -603,14 +608,15 @@ impl Array {
                 capacity: self.geometry().stripes,
             });
         }
-        let _guard = self.lock_stripe(stripe);
+        let ix = StripeIx::new(stripe);
+        let _guard = self.lock_stripe(ix);
         let before = self.counters().located;
         if self.is_writable() {
-            self.verify_untrusted_again(stripe)?;
+            self.verify_untrusted_again(ix)?;
         }
-        self.repair_stripe(stripe, &[])?;
+        self.repair_stripe(ix, &[])?;
         // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.7).
-        if let Some(e) = self.untrusted_set().of_stripe(stripe).first() {
+        if let Some(e) = self.untrusted_set().of_stripe(ix).first() {
             return Err(EngineError::Unrecoverable {
                 stripe,
                 reason: crate::untrusted::untrusted_reason(e),

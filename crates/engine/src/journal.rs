@@ -27,6 +27,7 @@
 //! A slot is freed (its header zeroed) by the first flush that began after its write completed,
 //! and all of them only after a resync has finished, so a crash during the resync replays again.
 
+use crate::num::{MemberIx, Pos};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 use stripeguard_checksum::crc32c;
@@ -56,7 +57,7 @@ struct Slot {
     /// Its header is being zeroed (no longer a record to rely on, not yet a free slot).
     zeroing: bool,
     /// The members its copies went to; empty = every current member.
-    on: Vec<usize>,
+    on: Vec<MemberIx>,
     /// The record's sequence (a flush frees the record it saw idle, not a later one).
     sequence: u64,
 }
@@ -127,7 +128,7 @@ impl Journal {
     }
 
     /// The members `slot`'s copies go to (empty: every current member).
-    pub(crate) fn set_copies(&mut self, slot: usize, on: Vec<usize>) {
+    pub(crate) fn set_copies(&mut self, slot: usize, on: Vec<MemberIx>) {
         self.slots[slot].on = on;
     }
 
@@ -149,7 +150,7 @@ impl Journal {
     pub(crate) fn start_freeing(
         &mut self,
         idle: Vec<(usize, u64)>,
-    ) -> (Vec<(usize, Vec<usize>)>, bool) {
+    ) -> (Vec<(usize, Vec<MemberIx>)>, bool) {
         let mut undo = false;
         let mut freed = Vec::new();
         for (s, sequence) in idle {
@@ -283,7 +284,7 @@ impl Record {
 }
 
 /// A write's in-place I/Os: (position, byte within the unit, bytes).
-pub(crate) type UnitWrites<'a> = Vec<(usize, u64, &'a [u8])>;
+pub(crate) type UnitWrites<'a> = Vec<(Pos, u64, &'a [u8])>;
 
 /// One record's bytes for one member: (where, bytes shared by its copies).
 pub(crate) type SlotWrite = (u64, std::sync::Arc<Vec<u8>>);

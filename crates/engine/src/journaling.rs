@@ -9,7 +9,7 @@ use crate::error::EngineError;
 use crate::journal::{
     slots_u32, Record, Saved, SlotWrite, Touched, UnitWrites, HEADER, SAVED, UNIT_WRITES,
 };
-use crate::num::usize_of;
+use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use std::collections::BTreeMap;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::journal::{MAX_EXTENTS, TOUCHED_BYTES};
@@ -52,11 +52,11 @@ impl Array {
     /// Write `records` (slot, record, the members its copies go to: every current member when
     /// empty) and flush those members: every copy at once, then every flush at once, so the
     /// records are durable after about one write and one flush.
-    fn put_records(&self, records: &[(usize, Record, Vec<usize>)]) -> Result<(), EngineError> {
+    fn put_records(&self, records: &[(usize, Record, Vec<MemberIx>)]) -> Result<(), EngineError> {
         let event = self.generation().load(std::sync::atomic::Ordering::Relaxed);
         let n = self.members().len();
-        let on = |members: &Vec<usize>, m: usize| members.is_empty() || members.contains(&m);
-        let mut jobs: Vec<(usize, SlotWrite)> = Vec::new();
+        let on = |members: &Vec<MemberIx>, m: MemberIx| members.is_empty() || members.contains(&m);
+        let mut jobs: Vec<(MemberIx, SlotWrite)> = Vec::new();
         {
             let mut j = self.journal().lock().expect("lock");
             for (slot, record, members) in records {
@@ -64,12 +64,12 @@ impl Array {
                 let bytes = record.encode(event, self.sb().array_uuid);
                 let at = self.journal_slot_offset(*slot);
                 let bytes = std::sync::Arc::new(bytes);
-                for m in (0..n).filter(|&m| on(members, m)) {
+                for m in MemberIx::upto(n).filter(|&m| on(members, m)) {
                     jobs.push((m, (at, bytes.clone())));
                 }
             }
         }
-        let flushed: Vec<usize> = (0..n)
+        let flushed: Vec<MemberIx> = MemberIx::upto(n)
             .filter(|&m| records.iter().any(|(_, _, members)| on(members, m)))
             .collect();
         self.member_jobs(&jobs, |_, d, (at, b)| d.write_at(*at, b))?;
@@ -78,12 +78,12 @@ impl Array {
 
     /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
     /// Caller holds the stripe lock.
-    pub(crate) fn save_missing(&self, stripe: u64) -> Result<Option<Saved<'_>>, EngineError> {
+    pub(crate) fn save_missing(&self, stripe: StripeIx) -> Result<Option<Saved<'_>>, EngineError> {
         let g = self.geometry();
         // Every missing data chunk, even one the write overwrites whole: if the write is cut
         // short, the chunk then reads back as its old contents (an unflushed write may be lost,
         // never garbled), where without the saved copy the stripe could not be decided at all.
-        let missing: Vec<usize> = (0..g.k)
+        let missing: Vec<Pos> = Pos::upto(g.k)
             .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
             .collect();
         if missing.is_empty()
@@ -107,20 +107,24 @@ impl Array {
         }
         // The stripe as it should be, every survivor checked, the missing chunks rebuilt.
         let image = self.repair_stripe(stripe, &[])?;
-        let wanted: Vec<(u64, u8, usize)> = missing.iter().map(|&p| (stripe, SAVED, p)).collect();
+        let wanted: Vec<(u64, u8, usize)> = missing
+            .iter()
+            .map(|&p| (stripe.get(), SAVED, p.get()))
+            .collect();
         let taken = self.take_slots(&wanted)?;
         let saved = Saved::new(self.journal(), &taken);
-        let records: Vec<(usize, Record, Vec<usize>)> = taken
+        let records: Vec<(usize, Record, Vec<MemberIx>)> = taken
             .iter()
             .zip(&missing)
             .map(|(&(slot, sequence), &pos)| {
+                let unit = &image.units[pos.get()];
                 let record = Record {
                     kind: SAVED,
                     sequence,
-                    stripe,
-                    pos,
-                    extents: vec![(0, crate::num::in_unit_u32(image.units[pos].len()))],
-                    payload: image.units[pos].to_vec(),
+                    stripe: stripe.get(),
+                    pos: pos.get(),
+                    extents: vec![(0, crate::num::in_unit_u32(unit.len()))],
+                    payload: unit.to_vec(),
                     touched: [0; TOUCHED_BYTES],
                     group: (taken[0].1, slots_u32(taken.len())),
                 };
@@ -139,7 +143,7 @@ impl Array {
     /// and parity, consistent. Caller holds the stripes' locks.
     pub(crate) fn journal_writes(
         &self,
-        batch: &[(u64, UnitWrites<'_>)],
+        batch: &[(StripeIx, UnitWrites<'_>)],
     ) -> Result<Option<Saved<'_>>, EngineError> {
         if !self.sb().write_journal || self.journal().lock().expect("lock").is_disabled() {
             return Ok(None);
@@ -153,6 +157,7 @@ impl Array {
             let mut touched = [0u8; TOUCHED_BYTES];
             let from = records.len();
             for &(pos, at, bytes) in writes {
+                let pos = pos.get();
                 touched[pos / 8] |= 1 << (pos % 8);
                 let open = records[from..]
                     .iter()
@@ -163,7 +168,7 @@ impl Array {
                         records.push(Record {
                             kind: UNIT_WRITES,
                             sequence: 0,
-                            stripe: *stripe,
+                            stripe: stripe.get(),
                             pos,
                             extents: Vec::new(),
                             payload: Vec::new(),
@@ -193,7 +198,7 @@ impl Array {
         let taken = self.take_slots(&wanted)?;
         let saved = Saved::new(self.journal(), &taken);
         let group = (taken[0].1, slots_u32(taken.len()));
-        let records: Vec<(usize, Record, Vec<usize>)> = records
+        let records: Vec<(usize, Record, Vec<MemberIx>)> = records
             .into_iter()
             .zip(taken)
             .map(|(mut record, (slot, sequence))| {
@@ -201,9 +206,9 @@ impl Array {
                 record.group = group;
                 // The copies go to m + 1 current members from P's on: the record outlives any
                 // m of them.
-                let first = self.member_of(record.stripe, g.k);
-                let copies: Vec<usize> = (0..n)
-                    .map(|i| (first + i) % n)
+                let first = self.member_of(StripeIx::new(record.stripe), Pos::new(g.k));
+                let copies: Vec<MemberIx> = (0..n)
+                    .map(|i| MemberIx::new((first.get() + i) % n))
                     .filter(|&m| !self.is_failed(m))
                     .take(g.m + 1)
                     .collect();
@@ -232,7 +237,7 @@ impl Array {
             return Ok(());
         }
         let zeros = vec![0u8; HEADER];
-        let jobs: Vec<(usize, u64)> = (0..self.members().len())
+        let jobs: Vec<(MemberIx, u64)> = MemberIx::upto(self.members().len())
             .flat_map(|m| {
                 freed
                     .iter()
@@ -255,7 +260,7 @@ impl Array {
 
     /// Zero every slot header on `member` (a device a `replace` writes: slots it held before
     /// are not records of this array's last run).
-    pub(crate) fn clear_journal_of(&self, member: usize) -> Result<(), EngineError> {
+    pub(crate) fn clear_journal_of(&self, member: MemberIx) -> Result<(), EngineError> {
         let zeros = vec![0u8; HEADER];
         let d = self.members().get(member);
         for s in 0..self.sb().journal_slots as usize {
@@ -274,7 +279,7 @@ impl Array {
         let mut redo: BTreeMap<u64, Record> = BTreeMap::new();
         let mut b = vec![0u8; slot_bytes];
         for (m, d) in self.members().all().iter().enumerate() {
-            if self.is_failed(m) {
+            if self.is_failed(MemberIx::new(m)) {
                 continue;
             }
             for s in 0..self.sb().journal_slots as usize {
@@ -336,7 +341,8 @@ impl Array {
                     .get(p / 8)
                     .is_some_and(|b| b & (1 << (p % 8)) != 0);
             }
-            let member = self.member_of(r.stripe, r.pos);
+            let (stripe, pos) = (StripeIx::new(r.stripe), Pos::new(r.pos));
+            let member = self.member_of(stripe, pos);
             if self.is_failed(member) {
                 // Degraded: the chunk is its saved copy (if the write saved one) plus these bytes.
                 if let Some(s) = saved.get_mut(&(r.stripe, r.pos)) {
@@ -356,15 +362,16 @@ impl Array {
             }
         }
         self.clear_appendix_cache();
-        for ((stripe, pos), r) in &saved {
+        for (&(stripe, pos), r) in &saved {
+            let (stripe, pos) = (StripeIx::new(stripe), Pos::new(pos));
             let unit = &r.payload;
-            let _guard = self.lock_stripe(*stripe);
+            let _guard = self.lock_stripe(stripe);
             if self.sb().scheme == stripeguard_integrity::Scheme::None {
                 // Bare RAID has no votes: the parity is recomputed from the data as it is and
                 // the saved chunk (md's rule, with the chunk md would have lost).
                 self.settle_or_report(
-                    *stripe,
-                    Some((*pos, unit)),
+                    stripe,
+                    Some((pos, unit)),
                     EventKind::ResyncJournal,
                     "a degraded write was interrupted: parity recomputed from the data and the missing member's chunk from the journal",
                 )?;
@@ -373,29 +380,29 @@ impl Array {
             // With the saved copy standing in for the missing unit, the stripe is diagnosed as
             // if no member were out: the votes roll the interrupted write forward or back.
             *self.stand_in().lock().expect("lock") = Some((
-                *stripe,
-                *pos,
+                stripe,
+                pos,
                 AlignedBuf::from_slice(unit, self.units().mem_align()),
             ));
-            let cause = match touched.get(stripe) {
+            let cause = match touched.get(&stripe.get()) {
                 Some(mask) => crate::layout::Interrupted::Only(mask),
                 None if self.sb().write_journal => crate::layout::Interrupted::Only(&[]),
                 None => crate::layout::Interrupted::Unknown,
             };
-            let decided = self.repair_stripe_as(*stripe, &[], cause);
+            let decided = self.repair_stripe_as(stripe, &[], cause);
             *self.stand_in().lock().expect("lock") = None;
             match decided {
                 Ok(image) => {
                     self.recycle(image.units);
                     self.record_resync(
-                        *stripe,
+                        stripe,
                         EventKind::ResyncJournal,
                         "a degraded write was interrupted: the missing member's chunk came from the journal, the stripe was made consistent around it".into(),
                     );
                 }
                 Err(EngineError::Unrecoverable { .. }) => self.settle_or_report(
-                    *stripe,
-                    Some((*pos, unit)),
+                    stripe,
+                    Some((pos, unit)),
                     EventKind::ResyncSettled,
                     "a degraded write was interrupted beyond what the parity decides: the missing member's chunk restored from the journal, the other data kept as on disk, parity recomputed",
                 )?,

@@ -16,6 +16,7 @@
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::{stripe_event, EventAction};
+use crate::num::{Pos, StripeIx};
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
 use stripeguard_integrity::{Appendix, CkTable, UntrustedRange};
@@ -25,7 +26,7 @@ use stripeguard_plan::{Extent, PiecePlan};
 pub(crate) trait Layout: Sync {
     /// Check what a piece read: what failed (the suspects; copies that tie fail it with none)
     /// and what a write of the piece keeps of the stripe's metadata.
-    fn check(&self, a: &Array, stripe: u64, got: &Reads<'_>) -> Result<Checked, EngineError>;
+    fn check(&self, a: &Array, stripe: StripeIx, got: &Reads<'_>) -> Result<Checked, EngineError>;
 
     /// Decide a whole stripe (`units`: every data and parity unit read whole, `None` an
     /// erasure): rebuild what is wrong in memory and say what was. Counts the detection (once,
@@ -34,7 +35,7 @@ pub(crate) trait Layout: Sync {
     fn decide(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: Vec<Option<AlignedBuf>>,
         suspects: &[Suspect],
         cause: Interrupted<'_>,
@@ -42,10 +43,10 @@ pub(crate) trait Layout: Sync {
 
     /// A repair rewrites unit `pos` whole: put its own metadata right first (`tags`: the truth
     /// about every data chunk, as decided).
-    fn reseal(&self, a: &Array, stripe: u64, pos: usize, unit: &mut [u8], tags: &[u64]);
+    fn reseal(&self, a: &Array, stripe: StripeIx, pos: Pos, unit: &mut [u8], tags: &[u64]);
 
     /// After a repair's units are written: write what else the decision changed.
-    fn finish_repair(&self, a: &Array, stripe: u64, d: &Decided) -> Result<(), EngineError>;
+    fn finish_repair(&self, a: &Array, stripe: StripeIx, d: &Decided) -> Result<(), EngineError>;
 
     /// The metadata of a write of `plan`, its new chunks and parity built: encoded into the
     /// units (appendices), or kept for [`Layout::committed`] (a table). `have` is what the
@@ -66,7 +67,7 @@ pub(crate) trait Layout: Sync {
     fn seal_settled(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &mut [AlignedBuf],
     ) -> Result<(), EngineError>;
 
@@ -78,9 +79,9 @@ pub(crate) trait Layout: Sync {
     fn unverified(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[AlignedBuf],
-        trusted: Option<usize>,
+        trusted: Option<Pos>,
     ) -> Result<Vec<UntrustedRange>, EngineError>;
 
     /// Before the members are flushed: write what this holder keeps of the metadata in memory
@@ -100,13 +101,14 @@ pub(crate) trait Layout: Sync {
     fn finish_settled(
         &self,
         a: &Array,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[AlignedBuf],
     ) -> Result<(), EngineError>;
 }
 
 /// Report the progress of an initialisation every 64 stripes and at the end.
-pub(crate) fn report(progress: &mut dyn FnMut(u64, u64), stripe: u64, total: u64) {
+pub(crate) fn report(progress: &mut dyn FnMut(u64, u64), stripe: StripeIx, total: u64) {
+    let stripe = stripe.get();
     if stripe % 64 == 63 || stripe + 1 == total {
         progress(stripe + 1, total);
     }
@@ -115,9 +117,9 @@ pub(crate) fn report(progress: &mut dyn FnMut(u64, u64), stripe: u64, total: u64
 /// What a piece has read, for [`Layout::check`].
 pub(crate) struct Reads<'a> {
     /// Every unit the plan reads, with the extent it needs.
-    pub(crate) wanted: &'a [(usize, Extent)],
+    pub(crate) wanted: &'a [(Pos, Extent)],
     /// What was read of them (an appendix taken from the cache is not read).
-    pub(crate) read: &'a [(usize, Extent)],
+    pub(crate) read: &'a [(Pos, Extent)],
     /// The read bytes by position, at their extents' offsets.
     pub(crate) units: &'a [Option<AlignedBuf>],
     /// Appendices taken from this holder's cache instead of the disk, by position.
@@ -166,9 +168,9 @@ impl InHand {
 
 /// A write's new units, built before the layout seals them.
 pub(crate) struct NewWrite<'d> {
-    pub(crate) stripe: u64,
+    pub(crate) stripe: StripeIx,
     /// Position of `new[0]`.
-    pub(crate) first: usize,
+    pub(crate) first: Pos,
     pub(crate) new: Vec<NewChunk<'d>>,
     pub(crate) parity: Vec<AlignedBuf>,
     /// What of each parity unit is written.
@@ -200,14 +202,14 @@ pub(crate) enum Sealed {
     /// Nothing: the metadata is inside the units.
     InUnits,
     /// A buddy's rewritten appendix (position, unit buffer with it at the chunk's end).
-    Buddy(usize, AlignedBuf),
+    Buddy(Pos, AlignedBuf),
     /// The stripe's new checksum-member table; with the write journal also encoded, written
     /// with the units (else it goes to the stripe cache dirty).
     Table(CkTable, Option<AlignedBuf>),
 }
 
 /// A unit a check suspects: its position, what failed and what showed it.
-pub(crate) type Suspect = (usize, EventKind, String);
+pub(crate) type Suspect = (Pos, EventKind, String);
 
 /// A stripe as it should be: every unit's bytes, and the truth about every data chunk.
 pub(crate) struct Image {
@@ -232,7 +234,7 @@ pub(crate) struct Decided {
 #[derive(Clone, Debug)]
 pub(crate) struct Finding {
     /// Its stripe position (`n`: the checksum member's unit).
-    pub(crate) pos: usize,
+    pub(crate) pos: Pos,
     pub(crate) kind: EventKind,
     /// What showed it.
     pub(crate) evidence: String,
@@ -241,7 +243,7 @@ pub(crate) struct Finding {
 }
 
 impl Finding {
-    pub(crate) fn new(pos: usize, kind: EventKind, evidence: String, chunk_ok: bool) -> Finding {
+    pub(crate) fn new(pos: Pos, kind: EventKind, evidence: String, chunk_ok: bool) -> Finding {
         Finding {
             pos,
             kind,
@@ -273,18 +275,18 @@ impl Interrupted<'_> {
     }
 
     /// Whether a finding at stripe position `pos` may be what the crash left.
-    pub(crate) fn may_have_left(self, pos: usize) -> bool {
+    pub(crate) fn may_have_left(self, pos: Pos) -> bool {
         match self {
             Interrupted::No => false,
             Interrupted::Unknown => true,
-            Interrupted::Only(mask) => mask.get(pos).copied().unwrap_or(false),
+            Interrupted::Only(mask) => mask.get(pos.get()).copied().unwrap_or(false),
         }
     }
 
     /// Whether a finding of `kind` at `pos` is silent corruption rather than what the crash
     /// left: a crash leaves units torn, behind or missing, never a unit that names another
     /// place.
-    pub(crate) fn is_corruption(self, pos: usize, kind: EventKind) -> bool {
+    pub(crate) fn is_corruption(self, pos: Pos, kind: EventKind) -> bool {
         !self.may_have_left(pos) || kind == EventKind::Identity
     }
 }
@@ -294,7 +296,7 @@ impl Array {
     /// interrupted, whose caller settles it), and the error that says so.
     pub(crate) fn unrecoverable(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         reason: String,
         cause: Interrupted<'_>,
     ) -> EngineError {
@@ -308,19 +310,22 @@ impl Array {
                 EventAction::Unrecoverable,
             ));
         }
-        EngineError::Unrecoverable { stripe, reason }
+        EngineError::Unrecoverable {
+            stripe: stripe.get(),
+            reason,
+        }
     }
 
     /// Count one detection when anything suspected or found in `stripe` is news: silent
     /// corruption, not a member already known to be out, nor what an interrupted write left.
     pub(crate) fn count_detection<'f>(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         suspects: &[Suspect],
         findings: impl IntoIterator<Item = &'f Finding>,
         cause: Interrupted<'_>,
     ) {
-        let news = |pos: usize, kind: EventKind| {
+        let news = |pos: Pos, kind: EventKind| {
             let known_out =
                 kind == EventKind::ReadError && self.is_failed(self.member_of(stripe, pos));
             !known_out && cause.is_corruption(pos, kind)

@@ -5,6 +5,7 @@
 //! member out are the array's (`Array::fail_member`, the one place that fails a member); this
 //! keeps the flags it sets.
 
+use crate::num::{MemberIx, StripeIx};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
@@ -33,7 +34,7 @@ pub(crate) struct Members {
     /// stays current, one not yet rebuilt is rebuilt from the other members later (which hold
     /// that write too). So a replace can run while the array serves writes.
     /// (member, the stripe the replace itself is writing, whose unit it writes once itself).
-    rebuilding: Mutex<Option<(usize, Option<u64>)>>,
+    rebuilding: Mutex<Option<(MemberIx, Option<StripeIx>)>>,
     /// Asks a running replace to stop at its next stripe (it resumes when run again).
     cancel: AtomicBool,
 }
@@ -74,7 +75,7 @@ impl Members {
 
     /// A replace of `member` begins (one at a time: `Err` names the member already being
     /// rebuilt).
-    pub(crate) fn begin_rebuild(&self, member: usize) -> Result<RebuildClaim<'_>, usize> {
+    pub(crate) fn begin_rebuild(&self, member: MemberIx) -> Result<RebuildClaim<'_>, MemberIx> {
         let mut r = self
             .rebuilding
             .lock()
@@ -89,7 +90,7 @@ impl Members {
 
     /// The replace is writing (`Some`) or done writing (`None`) the rebuilt unit of `stripe`
     /// itself.
-    pub(crate) fn rebuilding_stripe(&self, member: usize, stripe: Option<u64>) {
+    pub(crate) fn rebuilding_stripe(&self, member: MemberIx, stripe: Option<StripeIx>) {
         *self
             .rebuilding
             .lock()
@@ -98,7 +99,7 @@ impl Members {
 
     /// Whether a write of `member`'s unit of `stripe` goes to the device a replace is
     /// filling (every stripe but the one the replace is writing itself).
-    pub(crate) fn writes_reach(&self, member: usize, stripe: u64) -> bool {
+    pub(crate) fn writes_reach(&self, member: MemberIx, stripe: StripeIx) -> bool {
         matches!(*self.rebuilding.lock().unwrap_or_else(PoisonError::into_inner),
             Some((m, busy)) if m == member && busy != Some(stripe))
     }
@@ -121,8 +122,8 @@ impl Members {
     }
 
     /// Member `i`'s handle.
-    pub(crate) fn get(&self, i: usize) -> DiskRef {
-        self.disks.read().unwrap_or_else(PoisonError::into_inner)[i].clone()
+    pub(crate) fn get(&self, i: MemberIx) -> DiskRef {
+        self.disks.read().unwrap_or_else(PoisonError::into_inner)[i.get()].clone()
     }
 
     /// Every member's handle, as of now.
@@ -139,20 +140,20 @@ impl Members {
     }
 
     /// Put `d` in slot `i` (a replace), named in its health.
-    pub(crate) fn set(&self, i: usize, d: DiskRef) {
+    pub(crate) fn set(&self, i: MemberIx, d: DiskRef) {
         let name = d.name().to_string();
-        self.disks.write().unwrap_or_else(PoisonError::into_inner)[i] = d;
-        self.health.lock().unwrap_or_else(PoisonError::into_inner)[i].name = name;
+        self.disks.write().unwrap_or_else(PoisonError::into_inner)[i.get()] = d;
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)[i.get()].name = name;
     }
 
     /// Whether member `i` is out of the array.
-    pub(crate) fn is_out(&self, i: usize) -> bool {
-        self.out[i].load(Ordering::Relaxed)
+    pub(crate) fn is_out(&self, i: MemberIx) -> bool {
+        self.out[i.get()].load(Ordering::Relaxed)
     }
 
     /// Whether any member is out.
     pub(crate) fn any_out(&self) -> bool {
-        (0..self.len()).any(|i| self.is_out(i))
+        MemberIx::upto(self.len()).any(|i| self.is_out(i))
     }
 
     /// Members out among the first `n` (the checksum member, last, holds no data).
@@ -165,18 +166,18 @@ impl Members {
     }
 
     /// Take member `i` out, saying why; false if it was out already.
-    pub(crate) fn take_out(&self, i: usize, why: String) -> bool {
-        if self.out[i].swap(true, Ordering::Relaxed) {
+    pub(crate) fn take_out(&self, i: MemberIx, why: String) -> bool {
+        if self.out[i.get()].swap(true, Ordering::Relaxed) {
             return false;
         }
-        self.health.lock().unwrap_or_else(PoisonError::into_inner)[i].failed = Some(why);
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)[i.get()].failed = Some(why);
         true
     }
 
     /// Member `i` is current again (a replace finished rebuilding it).
-    pub(crate) fn put_back(&self, i: usize) {
-        self.out[i].store(false, Ordering::Relaxed);
-        self.health.lock().unwrap_or_else(PoisonError::into_inner)[i].failed = None;
+    pub(crate) fn put_back(&self, i: MemberIx) {
+        self.out[i.get()].store(false, Ordering::Relaxed);
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)[i.get()].failed = None;
     }
 
     /// Superblock copies found damaged or stale at assembly, per member.
@@ -206,11 +207,12 @@ impl Members {
         sequence: u64,
         bytes: &[u8],
         flush: bool,
-    ) -> Vec<(usize, DiskError)> {
+    ) -> Vec<(MemberIx, DiskError)> {
         let at = offset + stripeguard_format::slot_offset(sequence, bytes.len());
         self.all()
             .iter()
             .enumerate()
+            .map(|(i, d)| (MemberIx::new(i), d))
             .filter(|(i, _)| !self.is_out(*i))
             .filter_map(|(i, d)| {
                 d.write_at(at, bytes)

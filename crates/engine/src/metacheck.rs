@@ -13,6 +13,7 @@ use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::{Event, EventAction, EventKind, EventRole};
 use crate::num::usize_of;
+use crate::num::MemberIx;
 use stripeguard_disk::DiskRef;
 use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, OWNER_RECORD_OFFSET};
 
@@ -44,7 +45,7 @@ impl Array {
         let mut found = Vec::new();
         let mut logs: Vec<Option<Vec<u8>>> = Vec::new();
         for (m, d) in self.members().all().iter().enumerate() {
-            if self.is_failed(m) {
+            if self.is_failed(MemberIx::new(m)) {
                 logs.push(None);
                 continue;
             }
@@ -206,10 +207,10 @@ impl Array {
             let good = good.unwrap_or_else(|| vec![0u8; eb]);
             if let Err(e) = self
                 .members()
-                .get(f.member)
+                .get(MemberIx::new(f.member))
                 .write_at(log_at + (j * eb) as u64, &good)
             {
-                self.fail_member(f.member, &e)?;
+                self.fail_member(MemberIx::new(f.member), &e)?;
             }
         }
         Ok(())

@@ -7,6 +7,7 @@
 use crate::array::Array;
 use crate::env::{unix_millis, EnvRef, Host};
 use crate::error::EngineError;
+use crate::num::MemberIx;
 use std::sync::Arc;
 use std::time::Duration;
 use stripeguard_integrity::OWNER_RECORD_OFFSET;
@@ -70,7 +71,7 @@ impl Array {
         if self.members().all().iter().any(|d| d.shared_across_hosts()) {
             env.sleep(Duration::from_millis(300));
             for (i, d) in self.members().all().iter().enumerate() {
-                if self.is_failed(i) {
+                if self.is_failed(MemberIx::new(i)) {
                     continue;
                 }
                 let mut b = vec![0u8; 2 * SLOT_BYTES];

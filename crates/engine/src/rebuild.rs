@@ -9,6 +9,7 @@
 use crate::array::Array;
 use crate::checkpoint::{CHECKPOINT_EVERY, SLOT_BYTES};
 use crate::error::EngineError;
+use crate::num::{MemberIx, StripeIx};
 use stripeguard_disk::DiskRef;
 use stripeguard_format::Checkpoint;
 use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
@@ -59,16 +60,16 @@ impl Array {
     /// while a member is out) and those stripes are all a re-add rebuilds. `Some(Err(why))`
     /// when it must be rebuilt in full (FORMAT.md §2.4); `older` in it says whether it is
     /// behind (it holds nothing the array lacks) rather than written apart from the array.
-    fn returning(&self, member: usize, target: &DiskRef) -> Option<Result<(), (bool, String)>> {
+    fn returning(&self, member: MemberIx, target: &DiskRef) -> Option<Result<(), (bool, String)>> {
         let own = crate::array::read_superblock_of(target.as_ref()).ok()?;
         let cleared_at = self.intent_cleared_at();
         let meta = self.meta().lock().expect("lock");
-        let slot = meta.table[member];
+        let slot = meta.table[member.get()];
         let ours = own.array_uuid == self.sb().array_uuid
-            && own.member_index as usize == member
+            && own.member_index as usize == member.get()
             && own
                 .member_table
-                .get(member)
+                .get(member.get())
                 .is_some_and(|s| s.device == slot.device)
             && matches!(
                 slot.state,
@@ -107,6 +108,7 @@ impl Array {
         force: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
+        let member = MemberIx::new(member);
         self.check_replace(member, &target, force)?;
         target.try_lock(true)?;
         // Ends the replace's claim however it ends.
@@ -144,7 +146,7 @@ impl Array {
             }
             // A stripe that cannot be rebuilt stops the replace with its position saved; a
             // failed write to the target stops it at once.
-            if let Err(e) = self.rebuild_onto(s, member, &target)? {
+            if let Err(e) = self.rebuild_onto(StripeIx::new(s), member, &target)? {
                 ck.rebuild_next = s;
                 self.save_rebuild(&target, &mut ck)?;
                 return Err(e);
@@ -168,13 +170,13 @@ impl Array {
         self.members().put_back(member);
         {
             let mut meta = self.meta().lock().expect("lock");
-            meta.table[member].state = MemberState::Active;
+            meta.table[member.get()].state = MemberState::Active;
             self.write_superblocks_locked(&mut meta)?;
         }
         ck.rebuild_finished = true;
         self.save_rebuild(&target, &mut ck)?;
         Ok(ReplaceSummary {
-            member,
+            member: member.get(),
             resumed_at: start,
             stripes_rebuilt: visited,
             survivors_repaired: self.counters().located - located_before,
@@ -188,7 +190,7 @@ impl Array {
     /// without `force`, a target too small.
     fn check_replace(
         &self,
-        member: usize,
+        member: MemberIx,
         target: &DiskRef,
         force: bool,
     ) -> Result<(), EngineError> {
@@ -197,7 +199,7 @@ impl Array {
         if !self.is_writable() {
             return cfg("replace needs the array assembled for writing".into());
         }
-        if member >= n {
+        if member.get() >= n {
             return cfg(format!(
                 "member {member} does not exist: the array has members 0..{n}"
             ));
@@ -223,7 +225,7 @@ impl Array {
     /// a full rebuild (refusing to overwrite another array without `force`).
     fn plan_replace(
         &self,
-        member: usize,
+        member: MemberIx,
         target: &DiskRef,
         force: bool,
     ) -> Result<ReplacePlan, EngineError> {
@@ -231,8 +233,8 @@ impl Array {
         let stripes = self.geometry().stripes;
         let prev = self.checkpoint().unwrap_or_default();
         let mine = target_checkpoint(target);
-        let running =
-            prev.rebuild_member == Some(crate::num::index_u16(member)) && !prev.rebuild_finished;
+        let running = prev.rebuild_member == Some(crate::num::index_u16(member.get()))
+            && !prev.rebuild_finished;
         let same = running && mine.as_ref().map(|c| c.rebuild_target) == Some(prev.rebuild_target);
         if running && !same && !force {
             return cfg(format!(
@@ -272,7 +274,7 @@ impl Array {
             }
         }
         let checkpoint = Checkpoint {
-            rebuild_member: Some(crate::num::index_u16(member)),
+            rebuild_member: Some(crate::num::index_u16(member.get())),
             rebuild_finished: false,
             rebuild_next: if same { prev.rebuild_next } else { 0 },
             rebuild_started_unix: if same {
@@ -296,7 +298,12 @@ impl Array {
 
     /// Put `target` into slot `member`: the old member out (erased for every read) while the
     /// new one fills, the member table saying so.
-    fn take_slot(&self, member: usize, target: &DiskRef, readd: bool) -> Result<(), EngineError> {
+    fn take_slot(
+        &self,
+        member: MemberIx,
+        target: &DiskRef,
+        readd: bool,
+    ) -> Result<(), EngineError> {
         if !self.is_failed(member) {
             self.fail_member(
                 member,
@@ -308,11 +315,12 @@ impl Array {
         }
         {
             let mut meta = self.meta().lock().expect("lock");
-            if meta.table[member].state != MemberState::Rebuilding && !readd {
+            let slot = &mut meta.table[member.get()];
+            if slot.state != MemberState::Rebuilding && !readd {
                 // Another device takes the slot: the one that held it can never be re-added.
-                meta.table[member].device = meta.table[member].device.wrapping_add(1);
+                slot.device = slot.device.wrapping_add(1);
             }
-            meta.table[member].state = MemberState::Rebuilding;
+            slot.state = MemberState::Rebuilding;
             self.write_superblocks_locked(&mut meta)?;
         }
         self.members().set(member, target.clone());
@@ -344,8 +352,8 @@ impl Array {
     /// stripe's (it could not be rebuilt), the outer one the target's.
     fn rebuild_onto(
         &self,
-        s: u64,
-        member: usize,
+        s: StripeIx,
+        member: MemberIx,
         target: &DiskRef,
     ) -> Result<Result<(), EngineError>, EngineError> {
         let pos = self.position_of(s, member);
@@ -357,18 +365,18 @@ impl Array {
             Ok(i) => i,
             Err(e) => return Ok(Err(e)),
         };
-        if pos == self.geometry().n() {
+        if pos == self.ck_pos() {
             let t = image
                 .ck
                 .as_ref()
                 .expect("a checksum-chunk repair returns its table");
             let enc = self.ck_encode(t);
-            let tb = stripeguard_integrity::ck_table_bytes(pos, self.sb().chunk_bytes);
-            let w = target.write_at(self.unit_offset(s), &enc[..tb]);
+            let tb = stripeguard_integrity::ck_table_bytes(pos.get(), self.sb().chunk_bytes);
+            let w = target.write_at(self.unit_offset(s.get()), &enc[..tb]);
             self.recycle([enc]);
             w?;
         } else {
-            target.write_at(self.unit_offset(s), &image.units[pos])?;
+            target.write_at(self.unit_offset(s.get()), &image.units[pos.get()])?;
         }
         self.recycle(image.units);
         Ok(Ok(()))

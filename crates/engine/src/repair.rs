@@ -8,6 +8,7 @@ use crate::ckchunk::ChecksumMember;
 use crate::error::EngineError;
 use crate::events::{Event, EventAction};
 use crate::layout::{Decided, Finding, Image, Interrupted, Layout, Suspect};
+use crate::num::{Pos, StripeIx};
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::Scheme;
 
@@ -26,7 +27,7 @@ impl Array {
     /// full read finds healthy returned wrong bytes only in flight (a misdirected read).
     pub(crate) fn repair_stripe(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         suspects: &[Suspect],
     ) -> Result<Image, EngineError> {
         self.repair_stripe_as(stripe, suspects, Interrupted::No)
@@ -37,11 +38,11 @@ impl Array {
     /// settles a stripe it cannot decide).
     pub(crate) fn repair_stripe_as(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         suspects: &[Suspect],
         cause: Interrupted<'_>,
     ) -> Result<Image, EngineError> {
-        let all: Vec<usize> = (0..self.geometry().n()).collect();
+        let all: Vec<Pos> = Pos::upto(self.geometry().n()).collect();
         let units = self.read_units(stripe, &all)?;
         let layout = self.layout();
         let mut d = layout.decide(self, stripe, units, suspects, cause)?;
@@ -58,25 +59,25 @@ impl Array {
     fn write_repair(
         &self,
         layout: &dyn Layout,
-        stripe: u64,
+        stripe: StripeIx,
         d: &mut Decided,
     ) -> Result<(), EngineError> {
         let g = self.geometry();
         let tags: Vec<u64> = d.image.truth.iter().map(|t| t.unwrap_or(0)).collect();
-        let mut rewritten: Vec<usize> = Vec::new();
+        let mut rewritten: Vec<Pos> = Vec::new();
         for pos in d.findings.iter().map(|f| f.pos) {
-            if pos >= g.n() || rewritten.contains(&pos) {
+            if pos.get() >= g.n() || rewritten.contains(&pos) {
                 continue;
             }
             rewritten.push(pos);
-            let unit = &mut d.image.units[pos];
+            let unit = &mut d.image.units[pos.get()];
             layout.reseal(self, stripe, pos, unit, &tags);
             if self.is_writable() {
                 self.write_unit(stripe, pos, 0, unit)?;
             }
         }
         layout.finish_repair(self, stripe, d)?;
-        self.forget_verified(stripe, rewritten.into_iter().filter(|&p| p < g.k));
+        self.forget_verified(stripe, rewritten.into_iter().filter(|p| p.get() < g.k));
         Ok(())
     }
 
@@ -84,16 +85,16 @@ impl Array {
     /// whole stripe cleared (it returned wrong bytes only in flight).
     fn record_findings(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         suspects: &[Suspect],
         findings: &[Finding],
         cause: Interrupted<'_>,
     ) {
         let g = self.geometry();
-        let role = |pos: usize| {
-            if pos < g.k {
+        let role = |pos: Pos| {
+            if pos.get() < g.k {
                 EventRole::Data
-            } else if pos < g.n() {
+            } else if pos.get() < g.n() {
                 EventRole::Parity
             } else {
                 EventRole::Checksum
@@ -102,15 +103,15 @@ impl Array {
         let mut ev = self.log().lock().expect("lock");
         // A unit suspected because the checksum member's table was wrong is innocent: the
         // finding is the table's.
-        let table_at_fault = findings.iter().any(|f| f.pos == g.n());
+        let table_at_fault = findings.iter().any(|f| f.pos.get() == g.n());
         for (pos, kind, evidence) in suspects {
-            if (table_at_fault && *pos < g.n()) || findings.iter().any(|f| f.pos == *pos) {
+            if (table_at_fault && pos.get() < g.n()) || findings.iter().any(|f| f.pos == *pos) {
                 continue;
             }
             ev.record(Event {
-                stripe,
-                member: self.member_of(stripe, *pos),
-                position: *pos,
+                stripe: stripe.get(),
+                member: self.member_of(stripe, *pos).get(),
+                position: pos.get(),
                 role: role(*pos),
                 kind: *kind,
                 evidence: format!("{evidence} (in flight only: the unit on disk is correct)"),
@@ -142,9 +143,9 @@ impl Array {
                 (f.kind, f.evidence.clone(), EventAction::Repaired)
             };
             ev.record(Event {
-                stripe,
-                member,
-                position: f.pos,
+                stripe: stripe.get(),
+                member: member.get(),
+                position: f.pos.get(),
                 role: role(f.pos),
                 kind,
                 evidence,

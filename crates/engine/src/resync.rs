@@ -10,7 +10,7 @@ use crate::error::EngineError;
 use crate::events::EventAction;
 use crate::intent::{Durable, InFlight, Intent};
 use crate::layout::Interrupted;
-use crate::num::usize_of;
+use crate::num::{usize_of, Pos, StripeIx};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
@@ -20,10 +20,10 @@ use stripeguard_integrity::{Scheme, INTENT_RECORD_OFFSET};
 impl Array {
     /// Claim `stripe`'s region for a write: its bit is durable on every member before this
     /// returns.
-    pub(crate) fn intent_begin(&self, stripe: u64) -> Result<InFlight<'_>, EngineError> {
+    pub(crate) fn intent_begin(&self, stripe: StripeIx) -> Result<InFlight<'_>, EngineError> {
         let (region, persisted) = {
             let mut i = self.intent().lock().expect("lock");
-            let (region, newly) = i.claim(stripe);
+            let (region, newly) = i.claim(stripe.get());
             let persisted = if newly {
                 self.persist_intent(&mut i)
             } else {
@@ -165,7 +165,7 @@ impl Array {
                 None if self.sb().write_journal => Interrupted::Only(&[]),
                 None => Interrupted::Unknown,
             };
-            self.resync_stripe(s, cause)?;
+            self.resync_stripe(StripeIx::new(s), cause)?;
         }
         // Only now: a crash during the resync replays the journal again.
         self.clear_journal()?;
@@ -186,7 +186,7 @@ impl Array {
     }
 
     /// Make one stripe consistent after a crash (FORMAT.md §2.4).
-    fn resync_stripe(&self, stripe: u64, cause: Interrupted<'_>) -> Result<(), EngineError> {
+    fn resync_stripe(&self, stripe: StripeIx, cause: Interrupted<'_>) -> Result<(), EngineError> {
         let _guard = self.lock_stripe(stripe);
         if self.sb().scheme == Scheme::None {
             return self.recompute_parity(stripe, "resync: parity recomputed from the data");
@@ -207,9 +207,9 @@ impl Array {
     }
 
     /// Re-encode the parity of `stripe` from its data units as they are and write it.
-    fn recompute_parity(&self, stripe: u64, evidence: &str) -> Result<(), EngineError> {
+    fn recompute_parity(&self, stripe: StripeIx, evidence: &str) -> Result<(), EngineError> {
         let g = self.geometry();
-        let all: Vec<usize> = (0..g.n()).collect();
+        let all: Vec<Pos> = Pos::upto(g.n()).collect();
         let units = self.read_units(stripe, &all)?;
         if units[..g.k].iter().any(|u| u.is_none()) {
             // A data unit is unreadable: the parity is all that knows it; leave it.
@@ -232,10 +232,10 @@ impl Array {
         let mut parity: Vec<Vec<u8>> = (0..g.m).map(|_| vec![0u8; c]).collect();
         let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
         self.code().encode(&chunks, &mut views)?;
-        let writes: Vec<(usize, u64, &[u8])> = parity
-            .iter()
-            .enumerate()
-            .map(|(j, p)| (g.k + j, 0, &p[..]))
+        let writes: Vec<(Pos, u64, &[u8])> = Pos::new(g.k)
+            .onward()
+            .zip(&parity)
+            .map(|(pos, p)| (pos, 0, &p[..]))
             .collect();
         self.write_units(stripe, &writes)?;
         self.record_resync(stripe, EventKind::Resync, evidence.to_string());
@@ -244,7 +244,7 @@ impl Array {
 
     /// A stripe the votes cannot decide: keep every data unit as it is on disk, give each the
     /// truth of its own bytes, recompute the parity, seal and write everything.
-    fn settle(&self, stripe: u64) -> Result<(), EngineError> {
+    fn settle(&self, stripe: StripeIx) -> Result<(), EngineError> {
         self.settle_or_report(
             stripe,
             None,
@@ -257,8 +257,8 @@ impl Array {
     /// list what fails its checks) stays as it is, reported: the rest of the array comes up.
     pub(crate) fn settle_or_report(
         &self,
-        stripe: u64,
-        known: Option<(usize, &[u8])>,
+        stripe: StripeIx,
+        known: Option<(Pos, &[u8])>,
         kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
@@ -275,23 +275,23 @@ impl Array {
     /// the disk (a missing member's chunk saved in the journal before a degraded write).
     pub(crate) fn settle_with(
         &self,
-        stripe: u64,
-        known: Option<(usize, &[u8])>,
+        stripe: StripeIx,
+        known: Option<(Pos, &[u8])>,
         kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
         let g = self.geometry();
         let (k, c) = (g.k, usize_of(g.chunk_bytes));
-        let all: Vec<usize> = (0..g.n()).collect();
+        let all: Vec<Pos> = Pos::upto(g.n()).collect();
         let mut units = self.read_units(stripe, &all)?;
         if let Some((pos, bytes)) = known {
             let mut u = self.unit_buf();
             u.copy_from_slice(bytes);
-            units[pos] = Some(u);
+            units[pos.get()] = Some(u);
         }
         if units[..k].iter().any(|u| u.is_none()) {
             return Err(EngineError::Unrecoverable {
-                stripe,
+                stripe: stripe.get(),
                 reason: "resync cannot settle a stripe with an unreadable data unit".into(),
             });
         }
@@ -308,7 +308,7 @@ impl Array {
             if !self.list_untrusted(&ranges, evidence)? {
                 self.recycle(units);
                 return Err(EngineError::Unrecoverable {
-                    stripe,
+                    stripe: stripe.get(),
                     reason: format!(
                         "{} range(s) of its data fail their checks and the stripe-state record has no room to list them (FORMAT.md §2.7): not settled, the stripe stays as the crash left it",
                         ranges.len()
@@ -322,19 +322,18 @@ impl Array {
         self.code().encode(&chunks, &mut views)?;
         let layout = self.layout();
         layout.seal_settled(self, stripe, &mut units)?;
-        let writes: Vec<(usize, u64, &[u8])> = units
-            .iter()
-            .enumerate()
+        let writes: Vec<(Pos, u64, &[u8])> = Pos::upto(units.len())
+            .zip(&units)
             .map(|(p, u)| (p, 0, &u[..]))
             .collect();
         self.write_units(stripe, &writes)?;
         layout.finish_settled(self, stripe, &units)?;
-        self.forget_verified(stripe, 0..k);
+        self.forget_verified(stripe, Pos::upto(k));
         self.record_resync(stripe, kind, evidence.to_string());
         Ok(())
     }
 
-    pub(crate) fn record_resync(&self, stripe: u64, kind: EventKind, evidence: String) {
+    pub(crate) fn record_resync(&self, stripe: StripeIx, kind: EventKind, evidence: String) {
         self.log()
             .lock()
             .expect("lock")

@@ -6,6 +6,7 @@
 //! that answer comes from one atomic load, without the lock or an allocation; the flag is kept
 //! equal to "the set is not empty" by the guard that every change goes through.
 
+use crate::num::{Pos, StripeIx};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -141,19 +142,21 @@ impl UntrustedSet {
     }
 
     /// The listed ranges of `stripe`.
-    pub(crate) fn of_stripe(&self, stripe: u64) -> Vec<UntrustedRange> {
-        self.matching(|e| e.stripe == stripe)
+    pub(crate) fn of_stripe(&self, stripe: StripeIx) -> Vec<UntrustedRange> {
+        self.matching(|e| e.stripe == stripe.get())
     }
 
     /// The listed ranges of data chunk `pos` of `stripe` overlapping its bytes `lo..hi`.
     pub(crate) fn overlapping(
         &self,
-        stripe: u64,
-        pos: usize,
+        stripe: StripeIx,
+        pos: Pos,
         lo: u32,
         hi: u32,
     ) -> Vec<UntrustedRange> {
-        self.matching(|e| e.stripe == stripe && e.position as usize == pos && e.overlaps(lo, hi))
+        self.matching(|e| {
+            e.stripe == stripe.get() && e.position as usize == pos.get() && e.overlaps(lo, hi)
+        })
     }
 
     fn matching(&self, keep: impl Fn(&UntrustedRange) -> bool) -> Vec<UntrustedRange> {
@@ -224,10 +227,11 @@ mod tests {
         };
         s.hold().entries.insert(r);
         assert!(!s.is_empty());
-        assert_eq!(s.overlapping(3, 1, 8191, 8192), vec![r]);
-        assert!(s.overlapping(3, 1, 0, 4096).is_empty());
-        assert!(s.overlapping(3, 0, 0, 16384).is_empty());
-        assert_eq!(s.of_stripe(3), vec![r]);
+        let (three, p0, p1) = (StripeIx::new(3), Pos::new(0), Pos::new(1));
+        assert_eq!(s.overlapping(three, p1, 8191, 8192), vec![r]);
+        assert!(s.overlapping(three, p1, 0, 4096).is_empty());
+        assert!(s.overlapping(three, p0, 0, 16384).is_empty());
+        assert_eq!(s.of_stripe(three), vec![r]);
         s.hold().entries.remove(&r);
         assert!(s.is_empty());
     }

@@ -5,7 +5,7 @@
 
 use crate::array::Array;
 use crate::error::EngineError;
-use crate::num::usize_of;
+use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
 use stripeguard_plan::Extent;
 
@@ -14,8 +14,8 @@ impl Array {
     /// offsets (the rest of the buffer holds nothing meaningful). `Ok(None)` = erasure.
     pub(crate) fn read_extent(
         &self,
-        stripe: u64,
-        pos: usize,
+        stripe: StripeIx,
+        pos: Pos,
         e: Extent,
     ) -> Result<Option<AlignedBuf>, EngineError> {
         let member = self.member_of(stripe, pos);
@@ -32,7 +32,7 @@ impl Array {
         }
         let mut buf = self.unit_buf();
         let disk = self.members().get(member);
-        let base = self.unit_offset(stripe);
+        let base = self.unit_offset(stripe.get());
         let parts: Vec<(u64, u64)> = e.ios(self.gran()).collect();
         let got = match (self.units().pool_for(parts.len()), parts.as_slice()) {
             // A block and the appendix are two I/Os at different offsets: overlap them.
@@ -73,11 +73,11 @@ impl Array {
     /// Read units `positions` of `stripe` (distinct) whole.
     pub(crate) fn read_units(
         &self,
-        stripe: u64,
-        positions: &[usize],
+        stripe: StripeIx,
+        positions: &[Pos],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
         let whole = Extent::whole(self.gran());
-        let list: Vec<(usize, Extent)> = positions.iter().map(|&p| (p, whole)).collect();
+        let list: Vec<(Pos, Extent)> = positions.iter().map(|&p| (p, whole)).collect();
         self.read_extents(stripe, &list)
     }
 
@@ -85,8 +85,8 @@ impl Array {
     /// are files or devices: a piece's I/O to different members overlaps instead of queueing.
     pub(crate) fn read_extents(
         &self,
-        stripe: u64,
-        list: &[(usize, Extent)],
+        stripe: StripeIx,
+        list: &[(Pos, Extent)],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
         if let Some(done) = self.read_extents_batched(stripe, list) {
             return done;
@@ -110,8 +110,8 @@ impl Array {
     /// when the members are files or devices.
     pub(crate) fn write_units(
         &self,
-        stripe: u64,
-        writes: &[(usize, u64, &[u8])],
+        stripe: StripeIx,
+        writes: &[(Pos, u64, &[u8])],
     ) -> Result<(), EngineError> {
         self.units()
             .forget_appendices(stripe, writes.iter().map(|w| w.0));
@@ -136,8 +136,8 @@ impl Array {
     /// parallel I/O (files and devices with O_DIRECT), none of them failed.
     fn batchable(
         &self,
-        stripe: u64,
-        positions: impl Iterator<Item = usize>,
+        stripe: StripeIx,
+        positions: impl Iterator<Item = Pos>,
     ) -> Option<Vec<DiskRef>> {
         if !self.units().parallel() {
             return None;
@@ -154,8 +154,8 @@ impl Array {
     /// every unit submitted at once from this thread. `None` when it cannot go that way.
     fn read_extents_batched(
         &self,
-        stripe: u64,
-        list: &[(usize, Extent)],
+        stripe: StripeIx,
+        list: &[(Pos, Extent)],
     ) -> Option<Result<Vec<Option<AlignedBuf>>, EngineError>> {
         let parts: Vec<Vec<(u64, u64)>> = list
             .iter()
@@ -165,7 +165,7 @@ impl Array {
             return None;
         }
         let disks = self.batchable(stripe, list.iter().map(|l| l.0))?;
-        let base = self.unit_offset(stripe);
+        let base = self.unit_offset(stripe.get());
         let mut bufs: Vec<AlignedBuf> = list.iter().map(|_| self.unit_buf()).collect();
         let mut owner = Vec::new();
         let results = {
@@ -218,14 +218,14 @@ impl Array {
     /// [`Array::write_units`] as one io_uring batch. `None` when it cannot go that way.
     fn write_units_batched(
         &self,
-        stripe: u64,
-        writes: &[(usize, u64, &[u8])],
+        stripe: StripeIx,
+        writes: &[(Pos, u64, &[u8])],
     ) -> Option<Result<(), EngineError>> {
         if writes.len() < 2 {
             return None;
         }
         let disks = self.batchable(stripe, writes.iter().map(|w| w.0))?;
-        let base = self.unit_offset(stripe);
+        let base = self.unit_offset(stripe.get());
         let mut ios: Vec<batch::Io<'_>> = writes
             .iter()
             .zip(&disks)
@@ -247,8 +247,8 @@ impl Array {
     /// Write `bytes` at `byte_in_unit` of unit `pos` of `stripe`, unless its member has failed.
     pub(crate) fn write_unit(
         &self,
-        stripe: u64,
-        pos: usize,
+        stripe: StripeIx,
+        pos: Pos,
         byte_in_unit: u64,
         bytes: &[u8],
     ) -> Result<(), EngineError> {
@@ -262,11 +262,11 @@ impl Array {
     /// error. For a caller holding a lock that failing a member takes (the checksum cache's).
     pub(crate) fn try_write_unit(
         &self,
-        stripe: u64,
-        pos: usize,
+        stripe: StripeIx,
+        pos: Pos,
         byte_in_unit: u64,
         bytes: &[u8],
-    ) -> Result<(), (usize, DiskError)> {
+    ) -> Result<(), (MemberIx, DiskError)> {
         self.units().forget_appendices(stripe, std::iter::once(pos));
         let member = self.member_of(stripe, pos);
         if self.is_failed(member) {
@@ -275,7 +275,7 @@ impl Array {
                 return Ok(());
             }
         }
-        let off = self.unit_offset(stripe) + byte_in_unit;
+        let off = self.unit_offset(stripe.get()) + byte_in_unit;
         self.members()
             .get(member)
             .write_at(off, bytes)
@@ -283,22 +283,22 @@ impl Array {
     }
 
     /// The stripe position member `member` holds in `stripe` ([`Array::member_of`] inverted).
-    pub(crate) fn position_of(&self, stripe: u64, member: usize) -> usize {
-        if member == self.geometry().n() {
-            member
+    pub(crate) fn position_of(&self, stripe: StripeIx, member: MemberIx) -> Pos {
+        if member.get() == self.geometry().n() {
+            Pos::new(member.get())
         } else {
-            self.geometry().position_of(stripe, member)
+            Pos::new(self.geometry().position_of(stripe.get(), member.get()))
         }
     }
 
     /// The member holding position `pos` of `stripe`: the geometry's for data and parity, and
     /// the checksum member (the last) for position `k + m` of a checksum-chunk array.
     #[inline]
-    pub(crate) fn member_of(&self, stripe: u64, pos: usize) -> usize {
-        if pos == self.geometry().n() {
-            pos
+    pub(crate) fn member_of(&self, stripe: StripeIx, pos: Pos) -> MemberIx {
+        if pos.get() == self.geometry().n() {
+            MemberIx::new(pos.get())
         } else {
-            self.geometry().member_of(stripe, pos)
+            MemberIx::new(self.geometry().member_of(stripe.get(), pos.get()))
         }
     }
 }

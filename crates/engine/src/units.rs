@@ -13,6 +13,7 @@
 //! - **Appendix cache.** Appendices this process verified or wrote, by (stripe, position): a
 //!   read whose appendix is here reads only its blocks (FORMAT.md §2.9.1, "appendix cache").
 
+use crate::num::{Pos, StripeIx};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use stripeguard_disk::AlignedBuf;
@@ -21,7 +22,7 @@ use stripeguard_disk::AlignedBuf;
 const APPENDIX_CACHE_BYTES: usize = 16 << 20;
 
 /// Verified appendices by (stripe, position), least recently used dropped first.
-type AppendixCache = lru::LruCache<(u64, usize), Arc<[u8]>>;
+type AppendixCache = lru::LruCache<(StripeIx, Pos), Arc<[u8]>>;
 
 pub(crate) struct Units {
     unit_bytes: usize,
@@ -140,7 +141,7 @@ impl Units {
     }
 
     /// The cached appendix of unit `pos` of `stripe`.
-    pub(crate) fn cached_appendix(&self, stripe: u64, pos: usize) -> Option<Arc<[u8]>> {
+    pub(crate) fn cached_appendix(&self, stripe: StripeIx, pos: Pos) -> Option<Arc<[u8]>> {
         self.appendices
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -150,7 +151,7 @@ impl Units {
     }
 
     /// Keep `bytes` as unit `pos` of `stripe`'s appendix (verified or just written).
-    pub(crate) fn remember_appendix(&self, stripe: u64, pos: usize, bytes: &[u8]) {
+    pub(crate) fn remember_appendix(&self, stripe: StripeIx, pos: Pos, bytes: &[u8]) {
         if let Some(c) = self
             .appendices
             .lock()
@@ -162,7 +163,7 @@ impl Units {
     }
 
     /// Forget the appendices of `positions` of `stripe` (they are being rewritten).
-    pub(crate) fn forget_appendices(&self, stripe: u64, positions: impl Iterator<Item = usize>) {
+    pub(crate) fn forget_appendices(&self, stripe: StripeIx, positions: impl Iterator<Item = Pos>) {
         if let Some(c) = self
             .appendices
             .lock()

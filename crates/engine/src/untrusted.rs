@@ -24,7 +24,7 @@
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::{Event, EventAction};
-use crate::num::usize_of;
+use crate::num::{usize_of, Pos, StripeIx};
 use crate::stripe_state::Inner;
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{state_capacity, StateRecord, UntrustedRange};
@@ -80,7 +80,7 @@ impl Array {
 
     /// The data chunks a piece of `len > 0` bytes at array byte `off` (within one stripe)
     /// touches: (position, first byte, end byte) within each chunk.
-    fn piece_chunks(&self, off: u64, len: u64) -> impl Iterator<Item = (usize, u32, u32)> {
+    fn piece_chunks(&self, off: u64, len: u64) -> impl Iterator<Item = (Pos, u32, u32)> {
         let (sd, c) = (
             self.geometry().stripe_data_bytes(),
             self.geometry().chunk_bytes,
@@ -90,7 +90,7 @@ impl Array {
         (lo / c..=(hi - 1) / c).map(move |pos| {
             let base = pos * c;
             (
-                usize_of(pos),
+                Pos::new(usize_of(pos)),
                 crate::num::in_unit_u32(lo.max(base) - base),
                 crate::num::in_unit_u32(hi.min(base + c) - base),
             )
@@ -105,7 +105,7 @@ impl Array {
     /// the settle computed, which reproduces the listed bytes: exactly the parity's old term),
     /// and it leaves the bytes, their seal and the parity consistent. Nothing else of the stripe
     /// is taken as it is: a fault elsewhere in it is found and repaired, or refused, as usual.
-    pub(crate) fn verify_untrusted_again(&self, stripe: u64) -> Result<(), EngineError> {
+    pub(crate) fn verify_untrusted_again(&self, stripe: StripeIx) -> Result<(), EngineError> {
         let listed = self.untrusted_set().of_stripe(stripe);
         let checkable: Vec<UntrustedRange> = listed
             .into_iter()
@@ -114,13 +114,18 @@ impl Array {
         if checkable.is_empty() {
             return Ok(());
         }
-        let mut positions: Vec<usize> = checkable.iter().map(|e| e.position as usize).collect();
+        let mut positions: Vec<Pos> = checkable
+            .iter()
+            .map(|e| Pos::new(e.position as usize))
+            .collect();
         positions.dedup();
         let units = self.read_units(stripe, &positions)?;
         let good: Vec<(UntrustedRange, Vec<u8>)> = checkable
             .iter()
             .filter_map(|e| {
-                let i = positions.iter().position(|&p| p == e.position as usize)?;
+                let i = positions
+                    .iter()
+                    .position(|&p| p == Pos::new(e.position as usize))?;
                 let u = units[i].as_ref()?;
                 let bytes = &u[e.offset as usize..(e.offset + e.len) as usize];
                 (Some(stripeguard_checksum::crc32c(bytes)) == e.expected_crc)
@@ -133,7 +138,7 @@ impl Array {
             self.geometry().chunk_bytes,
         );
         for (e, bytes) in &good {
-            let at = stripe * sd + e.position as u64 * c + e.offset as u64;
+            let at = stripe.get() * sd + e.position as u64 * c + e.offset as u64;
             self.write_piece_locked(stripe, at, bytes)?;
         }
         let ranges: Vec<UntrustedRange> = good.iter().map(|g| g.0).collect();
@@ -150,7 +155,7 @@ impl Array {
     /// a listed range, before any member I/O.
     pub(crate) fn refuse_untrusted_read(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         off: u64,
         len: u64,
     ) -> Result<(), EngineError> {
@@ -164,7 +169,7 @@ impl Array {
                 .first()
             {
                 return Err(EngineError::Unrecoverable {
-                    stripe,
+                    stripe: stripe.get(),
                     reason: untrusted_reason(e),
                 });
             }
@@ -177,7 +182,7 @@ impl Array {
     /// (the rest of the block could not be verified to merge with).
     pub(crate) fn untrusted_covered(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         off: u64,
         len: u64,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
@@ -189,7 +194,7 @@ impl Array {
             let hit = self.untrusted_set().overlapping(stripe, pos, lo, hi);
             if let Some(e) = hit.iter().find(|e| !e.covered_by(lo, hi)) {
                 return Err(EngineError::Unrecoverable {
-                    stripe,
+                    stripe: stripe.get(),
                     reason: format!(
                         "{}; a write must cover bytes {}..{} of data chunk {} whole to replace them",
                         untrusted_reason(e),
@@ -313,10 +318,11 @@ impl Array {
     ) {
         let mut ev = self.log().lock().expect("lock");
         for r in ranges {
+            let (stripe, pos) = (StripeIx::new(r.stripe), Pos::new(r.position as usize));
             ev.record(Event {
                 stripe: r.stripe,
-                member: self.member_of(r.stripe, r.position as usize),
-                position: r.position as usize,
+                member: self.member_of(stripe, pos).get(),
+                position: pos.get(),
                 role: EventRole::Data,
                 kind,
                 evidence: format!("bytes {}..{}: {evidence}", r.offset, r.offset + r.len),
@@ -371,22 +377,24 @@ impl Array {
     /// the stripe's table; every chunk whole when there is no valid table.
     pub(crate) fn unverified_against_ck_table(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[stripeguard_disk::AlignedBuf],
-        trusted: Option<usize>,
+        trusted: Option<Pos>,
     ) -> Result<Vec<UntrustedRange>, EngineError> {
         let (k, c) = (self.geometry().k, usize_of(self.geometry().chunk_bytes));
         let b = self.sb().block_bytes() as usize;
         let table = self.ck_load(stripe)?;
         let mut out = Vec::new();
-        for (pos, unit) in units.iter().enumerate().take(k) {
+        for (pos, unit) in Pos::upto(k).zip(units) {
             if Some(pos) == trusted {
                 continue;
             }
             match &table {
                 Ok(t) => {
-                    let failing = t.mismatches(pos, 0, &unit[..c], b);
-                    out.extend(failing_runs(stripe, pos, &failing, b, &|j| t.crc(pos, j)));
+                    let failing = t.mismatches(pos.get(), 0, &unit[..c], b);
+                    out.extend(failing_runs(stripe, pos, &failing, b, &|j| {
+                        t.crc(pos.get(), j)
+                    }));
                 }
                 Err(_) => out.push(whole(stripe, pos, c, None)),
             }
@@ -399,9 +407,9 @@ impl Array {
     /// whole, every other one is checked against its own table.
     pub(crate) fn unverified_by_diagnosis(
         &self,
-        stripe: u64,
+        stripe: StripeIx,
         units: &[stripeguard_disk::AlignedBuf],
-        trusted: Option<usize>,
+        trusted: Option<Pos>,
     ) -> Vec<UntrustedRange> {
         use stripeguard_integrity::{diagnose, FindingKind, MirrorKind, UnitView};
         let (k, c) = (self.geometry().k, usize_of(self.geometry().chunk_bytes));
@@ -413,13 +421,13 @@ impl Array {
                 appendix: &u[c..],
             })
             .collect();
-        let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, p));
-        let copies_say = |pos: usize| match scheme.mirror() {
-            Some(MirrorKind::Checksum) => diag.truth[pos].map(crate::num::crc_of_tag),
+        let diag = diagnose(scheme, k, &views, |p| self.identity(stripe, Pos::new(p)));
+        let copies_say = |pos: Pos| match scheme.mirror() {
+            Some(MirrorKind::Checksum) => diag.truth[pos.get()].map(crate::num::crc_of_tag),
             _ => None,
         };
         let mut out = Vec::new();
-        for (pos, unit) in units.iter().enumerate().take(k) {
+        for (pos, unit) in Pos::upto(k).zip(units) {
             if Some(pos) == trusted {
                 continue;
             }
@@ -427,7 +435,7 @@ impl Array {
             // the table lost it too), or whose copies tie, is not verified: its bytes are the version before the
             // one the stripe's metadata vouches for. Listed whole, against the copies' CRC.
             let behind = diag.findings.iter().any(|f| {
-                f.position == pos
+                f.position == pos.get()
                     && !f.chunk_ok
                     && matches!(
                         f.kind,
@@ -440,7 +448,7 @@ impl Array {
             }
             // Copies that tie (some say this chunk's CRC, as many say another): nothing can
             // say its bytes are the version the stripe holds.
-            if diag.ambiguous.contains(&pos) {
+            if diag.ambiguous.contains(&pos.get()) {
                 out.push(whole(stripe, pos, c, None));
                 continue;
             }
@@ -455,8 +463,8 @@ impl Array {
     /// chunk unless its CRC is `expected` (what its copies say).
     fn unverified_in_chunk(
         &self,
-        stripe: u64,
-        pos: usize,
+        stripe: StripeIx,
+        pos: Pos,
         unit: &[u8],
         expected: Option<u32>,
     ) -> Vec<UntrustedRange> {
@@ -489,8 +497,8 @@ impl Array {
 /// `b` bytes each): contiguous failing blocks become one range whose CRC is the combination of
 /// theirs (`table(j)`: block `j`'s CRC as the table says).
 fn failing_runs(
-    stripe: u64,
-    pos: usize,
+    stripe: StripeIx,
+    pos: Pos,
     failing: &[usize],
     b: usize,
     table: &dyn Fn(usize) -> u32,
@@ -504,8 +512,8 @@ fn failing_runs(
         }
         let crcs: Vec<u32> = (failing[i]..=failing[j]).map(table).collect();
         ranges.push(UntrustedRange {
-            stripe,
-            position: crate::num::index_u16(pos),
+            stripe: stripe.get(),
+            position: crate::num::index_u16(pos.get()),
             offset: crate::num::in_unit_u32(failing[i] * b),
             len: crate::num::in_unit_u32((j - i + 1) * b),
             expected_crc: Some(stripeguard_integrity::combine_block_crcs(&crcs, b)),
@@ -515,10 +523,10 @@ fn failing_runs(
     ranges
 }
 
-fn whole(stripe: u64, pos: usize, c: usize, expected_crc: Option<u32>) -> UntrustedRange {
+fn whole(stripe: StripeIx, pos: Pos, c: usize, expected_crc: Option<u32>) -> UntrustedRange {
     UntrustedRange {
-        stripe,
-        position: crate::num::index_u16(pos),
+        stripe: stripe.get(),
+        position: crate::num::index_u16(pos.get()),
         offset: 0,
         len: crate::num::in_unit_u32(c),
         expected_crc,
@@ -537,7 +545,7 @@ impl Array {
                 self.geometry().stripes
             )));
         }
-        let listed = self.untrusted_set().of_stripe(stripe);
+        let listed = self.untrusted_set().of_stripe(StripeIx::new(stripe));
         if listed.is_empty() {
             return Err(EngineError::Config(format!(
                 "stripe {stripe} has no blocks listed untrusted (`stripeguard status` lists them)"
