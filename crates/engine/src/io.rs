@@ -178,13 +178,13 @@ impl Array {
         for &(stripe, off, len, _) in batch {
             replaced.extend(self.untrusted_covered(stripe, off, len)?);
         }
-        let mut claims = Vec::with_capacity(batch.len());
-        let mut saves = Vec::with_capacity(batch.len());
+        // Begin: every stripe claimed (and a degraded one's missing chunks saved) before the
+        // first unit write.
+        let mut pending = self.pending();
         let mut plans = Vec::with_capacity(batch.len());
         for &(stripe, off, len, at) in batch {
-            claims.push(self.intent_begin(stripe)?);
-            // Degraded: save the missing member's chunk before the parity changes.
-            saves.push(self.unverified_on_error(stripe, self.save_missing(stripe))?);
+            pending.claim(stripe)?;
+            self.unverified_on_error(stripe, pending.save_missing(stripe))?;
             plans.push((
                 self.plan_piece(Op::Write, off, len),
                 &data[at..at + usize_of(len)],
@@ -197,20 +197,19 @@ impl Array {
             let prepared = self.prepare_write(plan, units, piece);
             ready.push(self.unverified_on_error(stripe, prepared)?);
         }
-        // Every in-place I/O of the batch is durable in the journal before any is issued.
-        let journaled = if self.sb().write_journal {
+        // Journal: every in-place I/O of the batch durable before any is issued.
+        if self.sb().write_journal {
             let writes: Vec<(StripeIx, crate::journal::UnitWrites<'_>)> =
                 ready.iter().map(|r| (r.stripe(), r.writes(self))).collect();
-            self.journal_writes(&writes)?
-        } else {
-            None
-        };
+            pending.journal(&writes)?;
+        }
+        // Commit, then the batch's claims and slots are released.
         for r in ready {
             let stripe = r.stripe();
             let done = self.commit_write(r);
             self.unverified_on_error(stripe, done)?;
         }
-        drop(journaled);
+        drop(pending);
         self.take_off_untrusted(&replaced, "written whole by a write");
         Ok(())
     }

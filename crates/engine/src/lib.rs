@@ -21,6 +21,7 @@ mod assembly;
 mod checkpoint;
 mod ckcache;
 mod ckchunk;
+mod consistency;
 mod env;
 mod error;
 mod events;
