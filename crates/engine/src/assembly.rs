@@ -28,7 +28,7 @@ pub(crate) fn decide(
 ) -> Result<Verdict, EngineError> {
     let reference = reference(names, found)?;
     let fixes = check_members(names, sizes, found, &reference)?;
-    let unusable = unusable(names, found, &reference)?;
+    let unusable = unusable(names, sizes, found, &reference)?;
     Ok(Verdict {
         reference,
         fixes,
@@ -132,10 +132,11 @@ fn check_members(
     Ok(fixes)
 }
 
-/// The members that cannot be used (unreadable, superseded or stale), at most `m` of them;
+/// The members that cannot be used (unreadable, truncated, superseded or stale), at most `m`;
 /// a split brain refused.
 fn unusable(
     names: &[String],
+    sizes: &[u64],
     found: &[Result<(Superblock, u8), String>],
     reference: &Superblock,
 ) -> Result<Vec<(usize, String)>, EngineError> {
@@ -146,8 +147,19 @@ fn unusable(
     let mut stale: Vec<usize> = Vec::new();
     let mut split: Vec<usize> = Vec::new();
     for (pos, f) in found.iter().enumerate() {
+        let need = reference.member_bytes();
         match f {
             Err(why) => unusable.push((pos, why.clone())),
+            // Cut short (a file truncated, a smaller device): its units past the end cannot be
+            // read or written, so it is out from the start rather than failed by the first
+            // I/O that reaches past its end.
+            Ok(_) if sizes[pos] < need => unusable.push((
+                pos,
+                format!(
+                    "truncated: it holds {} bytes but the array needs {need} on each member; it needs a rebuild (replace it)",
+                    sizes[pos]
+                ),
+            )),
             Ok((sb, _)) => {
                 let slot = reference.member_table[pos];
                 // A device a replace superseded carries the slot's older device number: it
