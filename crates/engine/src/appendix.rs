@@ -373,14 +373,15 @@ fn bare_raid_findings(
         a.code().locate(&chunks, &[]),
         Ok(Located::Consistent | Located::Unchecked)
     ) {
-        let mut ev = a.log().lock().expect("lock");
-        ev.counters.detected += 1;
-        ev.record(stripe_event(
-            stripe,
-            EventKind::ParityMismatch,
-            "the parity disagrees with the data; bare RAID cannot say which unit is wrong, so nothing was changed".into(),
-            EventAction::Mismatch,
-        ));
+        a.log_events(
+            |c| c.detected += 1,
+            [stripe_event(
+                stripe,
+                EventKind::ParityMismatch,
+                "the parity disagrees with the data; bare RAID cannot say which unit is wrong, so nothing was changed".into(),
+                EventAction::Mismatch,
+            )],
+        );
     }
 }
 

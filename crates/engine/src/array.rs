@@ -485,8 +485,33 @@ impl Array {
         &self.stand_in
     }
 
-    pub(crate) fn log(&self) -> &Mutex<EventLog> {
-        &self.events
+    /// Record `events` in the event log, in order, after `count` has updated its counters, in
+    /// one hold of its lock (a leaf of the lock order: nothing else is taken under it).
+    pub(crate) fn log_events(
+        &self,
+        count: impl FnOnce(&mut Counters),
+        events: impl IntoIterator<Item = Event>,
+    ) {
+        let mut log = self.events.lock().expect("lock");
+        count(&mut log.counters);
+        for e in events {
+            log.record(e);
+        }
+    }
+
+    /// Record one event in the event log.
+    pub(crate) fn log_event(&self, e: Event) {
+        self.log_events(|_| {}, [e]);
+    }
+
+    /// Update the event log's counters.
+    pub(crate) fn count(&self, f: impl FnOnce(&mut Counters)) {
+        self.log_events(f, []);
+    }
+
+    /// The events recorded since the last save, taken to be saved.
+    pub(crate) fn take_unsaved(&self) -> Vec<(u64, u64, Event)> {
+        std::mem::take(&mut self.events.lock().expect("lock").unsaved)
     }
 
     pub(crate) fn generation(&self) -> &std::sync::atomic::AtomicU64 {

@@ -700,14 +700,15 @@ impl CkRepair<'_, '_> {
             && matches!(self.consistent(&self.erased), Located::Bad(_))
             && !self.cause.settles()
         {
-            let mut ev = self.a.log().lock().expect("lock");
-            ev.counters.detected += 1;
-            ev.record(stripe_event(
-                self.stripe,
-                EventKind::ParityMismatch,
-                "every unit agrees with the checksum chunk but the parity equations do not hold: a lost write of a data unit and its checksum chunk together, which this layout cannot locate; nothing was changed".into(),
-                EventAction::Mismatch,
-            ));
+            self.a.log_events(
+                |c| c.detected += 1,
+                [stripe_event(
+                    self.stripe,
+                    EventKind::ParityMismatch,
+                    "every unit agrees with the checksum chunk but the parity equations do not hold: a lost write of a data unit and its checksum chunk together, which this layout cannot locate; nothing was changed".into(),
+                    EventAction::Mismatch,
+                )],
+            );
         }
         Ok(true)
     }

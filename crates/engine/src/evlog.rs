@@ -94,8 +94,7 @@ impl Array {
         if !self.is_writable() {
             return Ok(());
         }
-        let unsaved: Vec<(u64, u64, Event)> =
-            std::mem::take(&mut self.log().lock().expect("lock").unsaved);
+        let unsaved: Vec<(u64, u64, Event)> = self.take_unsaved();
         if unsaved.is_empty() {
             return Ok(());
         }

@@ -93,7 +93,7 @@ impl Array {
             return Ok(None);
         }
         if missing.len() > self.sb().journal_slots as usize {
-            self.log().lock().expect("lock").record(crate::events::stripe_event(
+            self.log_event(crate::events::stripe_event(
                 stripe,
                 EventKind::JournalTooSmall,
                 format!(

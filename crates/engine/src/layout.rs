@@ -301,14 +301,15 @@ impl Array {
         cause: Interrupted<'_>,
     ) -> EngineError {
         if !cause.settles() {
-            let mut ev = self.log().lock().expect("lock");
-            ev.counters.unrecoverable += 1;
-            ev.record(stripe_event(
-                stripe,
-                EventKind::Unrecoverable,
-                reason.clone(),
-                EventAction::Unrecoverable,
-            ));
+            self.log_events(
+                |c| c.unrecoverable += 1,
+                [stripe_event(
+                    stripe,
+                    EventKind::Unrecoverable,
+                    reason.clone(),
+                    EventAction::Unrecoverable,
+                )],
+            );
         }
         EngineError::Unrecoverable {
             stripe: stripe.get(),
@@ -333,7 +334,7 @@ impl Array {
         if suspects.iter().any(|s| news(s.0, s.1))
             || findings.into_iter().any(|f| news(f.pos, f.kind))
         {
-            self.log().lock().expect("lock").counters.detected += 1;
+            self.count(|c| c.detected += 1);
         }
     }
 }

@@ -218,22 +218,20 @@ impl Array {
 
     /// One `metadata` event per finding: repaired, or found on a read-only scrub.
     fn record_metadata_findings(&self, found: &[MetadataFinding]) {
-        let mut ev = self.log().lock().expect("lock");
-        for f in found {
-            ev.record(Event {
-                stripe: 0,
-                member: f.member,
-                position: 0,
-                role: EventRole::Member,
-                kind: EventKind::Metadata,
-                evidence: finding_evidence(f),
-                action: if f.repaired {
-                    EventAction::Repaired
-                } else {
-                    EventAction::FoundReadOnly
-                },
-            });
-        }
+        let events = found.iter().map(|f| Event {
+            stripe: 0,
+            member: f.member,
+            position: 0,
+            role: EventRole::Member,
+            kind: EventKind::Metadata,
+            evidence: finding_evidence(f),
+            action: if f.repaired {
+                EventAction::Repaired
+            } else {
+                EventAction::FoundReadOnly
+            },
+        });
+        self.log_events(|_| {}, events);
     }
 }
 

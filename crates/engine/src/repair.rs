@@ -100,7 +100,7 @@ impl Array {
                 EventRole::Checksum
             }
         };
-        let mut ev = self.log().lock().expect("lock");
+        let mut events = Vec::with_capacity(suspects.len() + findings.len());
         // A unit suspected because the checksum member's table was wrong is innocent: the
         // finding is the table's.
         let table_at_fault = findings.iter().any(|f| f.pos.get() == g.n());
@@ -108,7 +108,7 @@ impl Array {
             if (table_at_fault && pos.get() < g.n()) || findings.iter().any(|f| f.pos == *pos) {
                 continue;
             }
-            ev.record(Event {
+            events.push(Event {
                 stripe: stripe.get(),
                 member: self.member_of(stripe, *pos).get(),
                 position: pos.get(),
@@ -142,7 +142,7 @@ impl Array {
             } else {
                 (f.kind, f.evidence.clone(), EventAction::Repaired)
             };
-            ev.record(Event {
+            events.push(Event {
                 stripe: stripe.get(),
                 member: member.get(),
                 position: f.pos.get(),
@@ -152,5 +152,6 @@ impl Array {
                 action,
             });
         }
+        self.log_events(|_| {}, events);
     }
 }

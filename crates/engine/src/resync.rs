@@ -181,7 +181,7 @@ impl Array {
             self.persist_intent(&mut i)?;
             self.persist_intent(&mut i)?;
         }
-        self.log().lock().expect("lock").counters.resynced += list.len() as u64;
+        self.count(|c| c.resynced += list.len() as u64);
         Ok(list.len() as u64)
     }
 
@@ -334,14 +334,11 @@ impl Array {
     }
 
     pub(crate) fn record_resync(&self, stripe: StripeIx, kind: EventKind, evidence: String) {
-        self.log()
-            .lock()
-            .expect("lock")
-            .record(crate::events::stripe_event(
-                stripe,
-                kind,
-                evidence,
-                EventAction::Resynced,
-            ));
+        self.log_event(crate::events::stripe_event(
+            stripe,
+            kind,
+            evidence,
+            EventAction::Resynced,
+        ));
     }
 }

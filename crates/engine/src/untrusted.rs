@@ -316,10 +316,9 @@ impl Array {
         evidence: &str,
         action: EventAction,
     ) {
-        let mut ev = self.log().lock().expect("lock");
-        for r in ranges {
+        let events = ranges.iter().map(|r| {
             let (stripe, pos) = (StripeIx::new(r.stripe), Pos::new(r.position as usize));
-            ev.record(Event {
+            Event {
                 stripe: r.stripe,
                 member: self.member_of(stripe, pos).get(),
                 position: pos.get(),
@@ -327,8 +326,9 @@ impl Array {
                 kind,
                 evidence: format!("bytes {}..{}: {evidence}", r.offset, r.offset + r.len),
                 action,
-            });
-        }
+            }
+        });
+        self.log_events(|_| {}, events);
     }
 
     fn persist_untrusted(&self, u: &mut Inner) -> Result<(), EngineError> {
