@@ -132,6 +132,64 @@ fn check_members(
     Ok(fixes)
 }
 
+/// Where one given member stands against the newest superblock (FORMAT.md §2.1).
+enum Standing {
+    /// Current: the array uses it.
+    Current,
+    /// Cannot be used (unreadable, truncated), and why.
+    Unusable(String),
+    /// Holds old data (superseded by a replace, or missed writes), and why.
+    Stale(String),
+    /// Written by an assembly that did not include the newest superblock's member.
+    Split,
+}
+
+/// Where member `pos` stands: `f` is its best superblock (or why it has none), `size` its
+/// bytes.
+fn standing(
+    pos: usize,
+    f: &Result<(Superblock, u8), String>,
+    size: u64,
+    reference: &Superblock,
+) -> Standing {
+    let need = reference.member_bytes();
+    let sb = match f {
+        Err(why) => return Standing::Unusable(why.clone()),
+        Ok((sb, _)) => sb,
+    };
+    // Cut short (a file truncated, a smaller device): its units past the end cannot be read or
+    // written, so it is out from the start rather than failed by the first I/O past its end.
+    if size < need {
+        return Standing::Unusable(format!(
+            "truncated: it holds {size} bytes but the array needs {need} on each member; it needs a rebuild (replace it)"
+        ));
+    }
+    let slot = reference.member_table[pos];
+    // A device a replace superseded carries the slot's older device number: it holds old data
+    // however current its event count looks (FORMAT.md §2.4).
+    let own = sb.member_table.get(pos).map(|s| s.device);
+    if own.is_some_and(|d| d != slot.device) {
+        return Standing::Stale(format!(
+            "superseded: a replace put another device into slot {pos} (device number {}; this one is {}), so it holds old data; give the device that replaced it",
+            slot.device,
+            own.unwrap_or_default()
+        ));
+    }
+    if slot.state == MemberState::Active {
+        return Standing::Current;
+    }
+    if sb.generation <= slot.last_event {
+        return Standing::Stale(format!(
+            "stale: {} since event {} while the array went on to event {} (its superblock is at {}); it missed writes and needs a rebuild (replace it)",
+            slot.state.name(),
+            slot.last_event,
+            reference.generation,
+            sb.generation
+        ));
+    }
+    Standing::Split
+}
+
 /// The members that cannot be used (unreadable, truncated, superseded or stale), at most `m`;
 /// a split brain refused.
 fn unusable(
@@ -140,97 +198,24 @@ fn unusable(
     found: &[Result<(Superblock, u8), String>],
     reference: &Superblock,
 ) -> Result<Vec<(usize, String)>, EngineError> {
-    let n = reference.members as usize;
     // Which members are current (FORMAT.md §2.1): the newest superblock's member table and
     // every member's own event count decide.
     let mut unusable: Vec<(usize, String)> = Vec::new();
     let mut stale: Vec<usize> = Vec::new();
     let mut split: Vec<usize> = Vec::new();
     for (pos, f) in found.iter().enumerate() {
-        let need = reference.member_bytes();
-        match f {
-            Err(why) => unusable.push((pos, why.clone())),
-            // Cut short (a file truncated, a smaller device): its units past the end cannot be
-            // read or written, so it is out from the start rather than failed by the first
-            // I/O that reaches past its end.
-            Ok(_) if sizes[pos] < need => unusable.push((
-                pos,
-                format!(
-                    "truncated: it holds {} bytes but the array needs {need} on each member; it needs a rebuild (replace it)",
-                    sizes[pos]
-                ),
-            )),
-            Ok((sb, _)) => {
-                let slot = reference.member_table[pos];
-                // A device a replace superseded carries the slot's older device number: it
-                // holds old data however current its event count looks (FORMAT.md §2.4).
-                let own = sb.member_table.get(pos).map(|s| s.device);
-                if own.is_some_and(|d| d != slot.device) {
-                    stale.push(pos);
-                    unusable.push((
-                        pos,
-                        format!(
-                            "superseded: a replace put another device into slot {pos} (device number {}; this one is {}), so it holds old data; give the device that replaced it",
-                            slot.device,
-                            own.unwrap_or_default()
-                        ),
-                    ));
-                    continue;
-                }
-                if slot.state == MemberState::Active {
-                    continue;
-                }
-                if sb.generation <= slot.last_event {
-                    stale.push(pos);
-                    unusable.push((
-                        pos,
-                        format!(
-                            "stale: {} since event {} while the array went on to event {} (its superblock is at {}); it missed writes and needs a rebuild (replace it)",
-                            slot.state.name(),
-                            slot.last_event,
-                            reference.generation,
-                            sb.generation
-                        ),
-                    ));
-                } else {
-                    split.push(pos);
-                }
+        match standing(pos, f, sizes[pos], reference) {
+            Standing::Current => {}
+            Standing::Unusable(why) => unusable.push((pos, why)),
+            Standing::Stale(why) => {
+                stale.push(pos);
+                unusable.push((pos, why));
             }
+            Standing::Split => split.push(pos),
         }
     }
     if !split.is_empty() {
-        let side = |list: &[usize]| -> String {
-            let names = list
-                .iter()
-                .map(|&p| {
-                    let g = found[p].as_ref().map(|(sb, _)| sb.generation).unwrap_or(0);
-                    format!("{} (event {g})", names[p])
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            let word = if list.len() == 1 { "member" } else { "members" };
-            format!("{word} {names}")
-        };
-        let current: Vec<usize> = (0..n)
-            .filter(|p| found[*p].is_ok() && !split.contains(p) && !stale.contains(p))
-            .collect();
-        return Err(EngineError::Assemble(if current.is_empty() {
-            // Every member the newest superblock counts as current is absent or stale: one
-            // side of the split is all that was given.
-            format!(
-                "split brain: {} {} written after the newest superblock (event {}) recorded {} as gone, and no member given is current by that superblock (the side that wrote it is absent or stale); refusing to guess which side holds the data — give the other side's members too, or assemble the side you trust alone and replace the others",
-                side(&split),
-                if split.len() == 1 { "was" } else { "were" },
-                reference.generation,
-                if split.len() == 1 { "it" } else { "them" },
-            )
-        } else {
-            format!(
-                "split brain: {} and {} were assembled and written apart (each side recorded the other as gone); refusing to guess which side holds the data — assemble one side alone and replace the other's members",
-                side(&current),
-                side(&split)
-            )
-        }));
+        return Err(split_brain(names, found, &split, &stale, reference));
     }
     let m = reference.parity_chunks as usize;
     if unusable.len() > m {
@@ -245,6 +230,49 @@ fn unusable(
         )));
     }
     Ok(unusable)
+}
+
+/// The refusal of a split brain: the members written apart (`split`) against the members the
+/// newest superblock counts as current (if any were given), each with its event count.
+fn split_brain(
+    names: &[String],
+    found: &[Result<(Superblock, u8), String>],
+    split: &[usize],
+    stale: &[usize],
+    reference: &Superblock,
+) -> EngineError {
+    let side = |list: &[usize]| -> String {
+        let names = list
+            .iter()
+            .map(|&p| {
+                let g = found[p].as_ref().map(|(sb, _)| sb.generation).unwrap_or(0);
+                format!("{} (event {g})", names[p])
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let word = if list.len() == 1 { "member" } else { "members" };
+        format!("{word} {names}")
+    };
+    let current: Vec<usize> = (0..reference.members as usize)
+        .filter(|p| found[*p].is_ok() && !split.contains(p) && !stale.contains(p))
+        .collect();
+    EngineError::Assemble(if current.is_empty() {
+        // Every member the newest superblock counts as current is absent or stale: one side of
+        // the split is all that was given.
+        format!(
+            "split brain: {} {} written after the newest superblock (event {}) recorded {} as gone, and no member given is current by that superblock (the side that wrote it is absent or stale); refusing to guess which side holds the data — give the other side's members too, or assemble the side you trust alone and replace the others",
+            side(split),
+            if split.len() == 1 { "was" } else { "were" },
+            reference.generation,
+            if split.len() == 1 { "it" } else { "them" },
+        )
+    } else {
+        format!(
+            "split brain: {} and {} were assembled and written apart (each side recorded the other as gone); refusing to guess which side holds the data — assemble one side alone and replace the other's members",
+            side(&current),
+            side(split)
+        )
+    })
 }
 
 /// The best valid superblock copy of a member, and how many copies were damaged or stale.
