@@ -10,6 +10,7 @@ mod progress;
 mod reliability;
 mod serve;
 mod shard;
+mod sigpipe;
 mod sim;
 mod units;
 mod xfer;
@@ -110,10 +111,7 @@ fn main() -> ExitCode {
     // A closed stdout (`stripeguard ... | head`) ends the command as it ends `cat`: killed by
     // SIGPIPE, no message. Rust ignores SIGPIPE by default, which turns every later print into a
     // panic. (A long-running server that must outlive its clients ignores it again.)
-    // SAFETY: setting a signal's disposition to the default before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    sigpipe::default();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),

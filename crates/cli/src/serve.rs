@@ -84,10 +84,7 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
     }
     // A client that disappears must not kill the server with SIGPIPE (main resets it to the
     // default for the printing commands).
-    // SAFETY: changing a signal's disposition; no handler function is involved.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    crate::sigpipe::ignore();
     let info = server.export_info();
     let where_ = match &listener {
         Listener::Tcp(l) => format!(

@@ -156,10 +156,7 @@ pub struct RecvArgs {
 /// The transfer's pipes and socket end in errors, never in a silent SIGPIPE (main restores
 /// the default for `| head`).
 fn ignore_sigpipe() {
-    // SAFETY: setting a signal's disposition to ignore.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    crate::sigpipe::ignore();
 }
 
 /// A transfer that failed as a whole (connection, key, protocol, the receiving directory), as
@@ -617,10 +614,7 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     // The transfer is over: from here a closed stdout (`send ... | head`) ends the command
     // quietly, as it ends `cat`, instead of a failed print.
-    // SAFETY: setting a signal's disposition to the default.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    crate::sigpipe::default();
     if let Some(mut c) = child {
         let _ = c.wait();
     }

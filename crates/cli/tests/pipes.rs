@@ -191,3 +191,39 @@ fn events_follow_ends_when_its_reader_goes() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// `read | head` ends as `cat` does (killed by SIGPIPE), and closes the array it held first:
+/// before, the signal killed it holding the array, which was then left "not closed cleanly" for
+/// the next command to resync (found by the outside comparison of issue 33).
+#[test]
+fn read_into_a_closed_pipe_closes_the_array_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = create_array(d);
+    let mut read = vec!["read"];
+    read.extend(ms);
+    let mut child = bin()
+        .args(&read)
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Take a little, then go: the read is mid-way through the array when its pipe closes.
+    let mut first = [0u8; 10];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigpipe()),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut status = vec!["status"];
+    status.extend(ms);
+    let st = bin().args(&status).current_dir(d).output().unwrap();
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(!text.contains("not closed cleanly"), "{text}");
+}

@@ -198,8 +198,13 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     let mut buf = vec![0u8; step];
     let bar = crate::progress::bytes_bar("reading");
     bar.set_length(len);
+    // A reader that goes (`read | head`) is an error to see, not a signal to die of while the
+    // array is held: it is closed cleanly first (else it stays dirty for a resync to settle),
+    // then the command ends as `cat` does.
+    crate::sigpipe::ignore();
     let mut done = 0u64;
     let mut failure = None;
+    let mut reader_gone = false;
     while done < len {
         let n = usize::try_from(len - done).map_or(step, |left| left.min(step));
         if let Err(e) = array.read(a.offset + done, &mut buf[..n]) {
@@ -212,20 +217,30 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
                 )
                 .map_or(n, |g| g.min(n));
                 if good > 0 && array.read(a.offset + done, &mut buf[..good]).is_ok() {
-                    out.write_all(&buf[..good]).context("writing output")?;
+                    reader_gone = !wrote(out.write_all(&buf[..good]))?;
                     done += good as u64;
                 }
             }
             failure = Some(e);
             break;
         }
-        out.write_all(&buf[..n]).context("writing output")?;
+        if !wrote(out.write_all(&buf[..n]))? {
+            reader_gone = true;
+            break;
+        }
         done += n as u64;
         bar.inc(n as u64);
     }
-    out.flush().context("writing output")?;
+    if reader_gone || !wrote(out.flush())? {
+        // Nothing was half-done: every read returned or was refused whole.
+        drop(out);
+        bar.finish_and_clear();
+        array.close()?;
+        crate::sigpipe::die();
+    }
     drop(out);
     bar.finish_and_clear();
+    crate::sigpipe::default();
     if let (Some(t), Some(p)) = (temp, &a.output) {
         if failure.is_none() || a.keep_partial {
             t.persist(p)
@@ -246,4 +261,13 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     report(&array, "read", len, a.json);
     array.close()?;
     Ok(ExitCode::from(crate::exit::OK))
+}
+
+/// Whether `r`, a write of `read`'s output, landed (`false`: the reader went — a closed pipe).
+fn wrote(r: std::io::Result<()>) -> Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("writing output")),
+    }
 }
