@@ -153,12 +153,6 @@ pub struct RecvArgs {
     idle_timeout: u64,
 }
 
-/// The transfer's pipes and socket end in errors, never in a silent SIGPIPE (main restores
-/// the default for `| head`).
-fn ignore_sigpipe() {
-    crate::sigpipe::ignore();
-}
-
 /// A transfer that failed as a whole (connection, key, protocol, the receiving directory), as
 /// opposed to some files failing: exit status 5.
 #[derive(Debug, thiserror::Error)]
@@ -342,7 +336,8 @@ fn raise_nofile() {
 }
 
 pub fn recv(a: RecvArgs) -> Result<ExitCode> {
-    ignore_sigpipe();
+    // Its pipes and socket end in errors, never in a silent SIGPIPE.
+    crate::sigpipe::ignore();
     raise_nofile();
     let key = read_key(a.key_file.as_deref())?;
     let mut opts = RecvOptions::new(a.dir.clone());
@@ -524,7 +519,8 @@ fn serve_one(
 }
 
 pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
-    ignore_sigpipe();
+    // Its pipes and socket end in errors, never in a silent SIGPIPE.
+    crate::sigpipe::ignore();
     let opts = SendOptions {
         block_size: u32::try_from(a.block_size)
             .ok()

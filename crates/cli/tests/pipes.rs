@@ -14,15 +14,20 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_stripeguard"))
 }
 
-/// Run with a stdout pipe whose read end is closed before the command writes.
-fn into_closed_pipe(args: &[&str], dir: &Path) {
-    let mut child = bin()
+/// Start with stdout and stderr piped to the test.
+fn spawn_piped(args: &[&str], dir: &Path) -> std::process::Child {
+    bin()
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run stripeguard");
+        .expect("run stripeguard")
+}
+
+/// Run with a stdout pipe whose read end is closed before the command writes.
+fn into_closed_pipe(args: &[&str], dir: &Path) {
+    let mut child = spawn_piped(args, dir);
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -172,13 +177,7 @@ fn events_follow_ends_when_its_reader_goes() {
     let mut args = vec!["events"];
     args.extend(ms);
     args.push("--follow");
-    let mut child = bin()
-        .args(&args)
-        .current_dir(d)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&args, d);
     drop(child.stdout.take());
     let t0 = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
@@ -202,13 +201,7 @@ fn read_into_a_closed_pipe_closes_the_array_cleanly() {
     let ms = create_array(d);
     let mut read = vec!["read"];
     read.extend(ms);
-    let mut child = bin()
-        .args(&read)
-        .current_dir(d)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&read, d);
     // Take a little, then go: the read is mid-way through the array when its pipe closes.
     let mut first = [0u8; 10];
     std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();

@@ -362,20 +362,28 @@ impl Array {
             "the plan of stripe {} writes chunks {first}..={last} of {k}",
             plan.stripe
         );
-        let needed: Vec<usize> = match plan.mode {
-            Some(Mode::Rmw) => (first..=last).chain(k..k + m).collect(),
-            Some(Mode::FullStripe | Mode::Rcw) => (0..k)
-                .filter(|&i| !(first..=last).contains(&i) || plan.chunk_range(i, c) != (0, c))
-                .collect(),
+        // Checked on every write piece: no allocation unless it fails.
+        let rmw = match plan.mode {
+            Some(Mode::Rmw) => true,
+            Some(Mode::FullStripe | Mode::Rcw) => false,
             other => panic!(
                 "the plan of a write of stripe {} has mode {other:?}",
                 plan.stripe
             ),
         };
-        let missing: Vec<usize> = needed
-            .into_iter()
-            .filter(|&p| have.units[p].is_none() || have.erased[p])
-            .collect();
+        let needed = |p: usize| {
+            let written = (first..=last).contains(&p);
+            if rmw {
+                written || p >= k
+            } else {
+                p < k && (!written || plan.chunk_range(p, c) != (0, c))
+            }
+        };
+        let lacking = |p: &usize| needed(*p) && (have.units[*p].is_none() || have.erased[*p]);
+        if !(0..k + m).any(|p| lacking(&p)) {
+            return;
+        }
+        let missing: Vec<usize> = (0..k + m).filter(lacking).collect();
         assert!(
             missing.is_empty(),
             "the {:?} plan of stripe {} writes chunks {first}..={last} but gathered nothing of positions {missing:?}",
