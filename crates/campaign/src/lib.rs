@@ -10,6 +10,7 @@
 pub mod crash;
 pub mod demo;
 pub mod fault;
+pub mod sim;
 
 pub use crash::{crash_cases, run_crash_campaign, CrashConfig, CrashReport};
 pub use demo::{run_demo, DemoRow, DEMO_DATA, DEMO_PARITY};

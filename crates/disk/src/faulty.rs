@@ -338,6 +338,11 @@ impl FaultyDisk {
         self.state.lock().expect("lock").log.clone()
     }
 
+    /// Forget the faults that fired so far ([`FaultyDisk::log`] starts again).
+    pub fn clear_log(&self) {
+        self.state.lock().expect("lock").log.clear();
+    }
+
     /// Armed faults still waiting for their I/O.
     pub fn armed(&self) -> Vec<(u64, Fault)> {
         self.state.lock().expect("lock").armed.clone()

@@ -2,7 +2,7 @@
 
 use crate::assembly::{decide, read_superblock, Verdict};
 use crate::ckcache::{CkCache, CK_CACHE_TABLES};
-use crate::env::{Env, EnvRef, RealEnv};
+use crate::env::{Env, EnvRef, RealEnv, Sabotage};
 use crate::error::EngineError;
 use crate::events::Counters;
 use crate::events::Event;
@@ -10,9 +10,10 @@ use crate::events::EventLog;
 use crate::heartbeat::{Beater, HEARTBEAT_MS};
 use crate::members::{MemberHealth, Members};
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
+use crate::sync::{Mutex, MutexGuard};
 use crate::units::Units;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use stripeguard_codes::ErasureCode;
 use stripeguard_disk::{AlignedBuf, DiskError, DiskRef, UnitMap};
 use stripeguard_format::Owner;
@@ -125,6 +126,8 @@ pub struct AssembleOptions {
     pub env: EnvRef,
     /// Lock every member with `flock` (see [`ArrayConfig::local_locks`]).
     pub local_locks: bool,
+    /// A deliberate defect (the simulator's negative controls); `None` everywhere else.
+    pub sabotage: Option<Sabotage>,
 }
 
 impl Default for AssembleOptions {
@@ -136,6 +139,7 @@ impl Default for AssembleOptions {
             no_wait: false,
             env: RealEnv::shared(),
             local_locks: true,
+            sabotage: None,
         }
     }
 }
@@ -205,6 +209,8 @@ pub struct Array {
     ck: Mutex<CkCache>,
     /// The clock, randomness and host (given at create or assembly).
     env: EnvRef,
+    /// A deliberate defect (the simulator's negative controls).
+    sabotage: Option<Sabotage>,
 }
 
 impl Array {
@@ -263,13 +269,14 @@ impl Array {
             .unwrap_or(SEQUENCE_RESERVATION);
         let mut sb = reference;
         sb.sequence_high_water = high_water;
-        let array = Array::from_parts(
+        let mut array = Array::from_parts(
             sb,
             members,
             opts.writable,
             opts.first_read_map_bytes,
             EnvRef::clone(&opts.env),
         )?;
+        array.sabotage = opts.sabotage;
         {
             let mut meta = array.meta.lock().expect("lock");
             for (member, why) in &unusable {
@@ -294,7 +301,7 @@ impl Array {
             array.take_ownership(opts.heartbeat, opts.no_wait)?;
             let unclean = array.sb.state == ArrayState::Dirty;
             array.write_superblocks(ArrayState::Dirty)?;
-            if unclean {
+            if unclean && !array.sabotaged(Sabotage::SkippedResync) {
                 // The last writer did not close: settle what it may have left half-written
                 // before anything else reads or writes.
                 array.resync()?;
@@ -368,6 +375,7 @@ impl Array {
             })),
             sb,
             writable,
+            sabotage: None,
         })
     }
 
@@ -445,6 +453,9 @@ impl Array {
         &self,
         stripes: impl IntoIterator<Item = StripeIx>,
     ) -> Vec<MutexGuard<'_, ()>> {
+        if self.sabotaged(Sabotage::NoStripeLock) {
+            return Vec::new();
+        }
         let mut slots: Vec<usize> = stripes
             .into_iter()
             .map(|s| usize_of(s.get()) % self.locks.len())
@@ -455,6 +466,11 @@ impl Array {
             .iter()
             .map(|&l| self.locks[l].lock().expect("lock"))
             .collect()
+    }
+
+    /// Whether the simulator asked for defect `s`.
+    pub(crate) fn sabotaged(&self, s: Sabotage) -> bool {
+        self.sabotage == Some(s)
     }
 
     pub(crate) fn meta(&self) -> &Mutex<Meta> {

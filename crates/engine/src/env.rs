@@ -48,6 +48,12 @@ pub trait Env: Send + Sync + std::fmt::Debug {
     /// A pool of `threads` threads to issue one request's member I/O from, or `None` to issue
     /// it from the caller's thread (in member order: deterministic).
     fn io_pool(&self, threads: usize) -> Option<rayon::ThreadPool>;
+    /// Whether a holder rewrites its owner record from a thread of its own every interval
+    /// (FORMAT.md §2.2). A simulation says no: that thread would run on the real clock, outside
+    /// the seed's order.
+    fn heartbeat_thread(&self) -> bool {
+        true
+    }
 }
 
 /// The environment handle an array keeps.
@@ -124,6 +130,42 @@ impl Env for RealEnv {
     }
 }
 
+/// A deliberate defect, for the simulator's negative controls (`campaign --simulate
+/// --sabotage`): each must be caught by some seed of a short run, or the simulator would not
+/// catch the real defect it stands for. No command but that one sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sabotage {
+    /// A repair returns and writes back its rebuilt data chunk with one byte flipped.
+    BrokenRepair,
+    /// Assembly after an unclean shutdown skips the resync.
+    SkippedResync,
+    /// Writes take no stripe lock (reads and repairs still do).
+    NoStripeLock,
+}
+
+impl Sabotage {
+    /// Every defect.
+    pub const ALL: [Sabotage; 3] = [
+        Sabotage::BrokenRepair,
+        Sabotage::SkippedResync,
+        Sabotage::NoStripeLock,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sabotage::BrokenRepair => "broken-repair",
+            Sabotage::SkippedResync => "skipped-resync",
+            Sabotage::NoStripeLock => "no-stripe-lock",
+        }
+    }
+
+    /// The defect named `s`.
+    pub fn from_name(s: &str) -> Option<Sabotage> {
+        Sabotage::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
 /// The boot id's 16 bytes from its text form (`/proc/sys/kernel/random/boot_id`).
 fn boot_id(text: &str) -> [u8; 16] {
     let hex: Vec<u8> = text.bytes().filter(|c| c.is_ascii_hexdigit()).collect();
@@ -143,7 +185,7 @@ fn running(stat: &str) -> bool {
 }
 
 /// A simulated environment: a seeded generator, a virtual clock that `sleep` alone advances,
-/// one fixed host and process, and no thread pool.
+/// one fixed host and process, no thread pool and no heartbeat thread.
 #[derive(Debug)]
 pub struct SimEnv {
     state: Mutex<SimState>,
@@ -218,6 +260,9 @@ impl Env for SimEnv {
     }
     fn io_pool(&self, _threads: usize) -> Option<rayon::ThreadPool> {
         None
+    }
+    fn heartbeat_thread(&self) -> bool {
+        false
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::env::{unix_millis, EnvRef};
 use crate::members::Members;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar};
 use std::time::Duration;
 pub(crate) use stripeguard_format::owner::OWNER_SLOT_BYTES as SLOT_BYTES;
 use stripeguard_format::{Owner, Record};
@@ -28,18 +28,18 @@ pub(crate) fn slot_bytes(o: &Owner) -> Vec<u8> {
 /// runs for hours, a holder whose control socket could not bind). It stops when the array is
 /// closed or dropped.
 pub(crate) struct Beater {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: Arc<(std::sync::Mutex<bool>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Beater {
     pub(crate) fn start(
-        ownership: Arc<Mutex<Option<Owner>>>,
+        ownership: Arc<crate::sync::Mutex<Option<Owner>>>,
         members: Arc<Members>,
         env: EnvRef,
         every: Duration,
     ) -> Beater {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop = Arc::new((std::sync::Mutex::new(false), Condvar::new()));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("sg-heartbeat".into())

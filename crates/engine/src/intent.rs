@@ -9,8 +9,8 @@
 //! unclean shutdown the first writable assembly resyncs every stripe of every set region.
 
 use crate::num::usize_of;
+use crate::sync::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use stripeguard_format::intent::intent_capacity_bits;
 use stripeguard_format::{slot_offset, IntentRecord, Newest, Record};
 use stripeguard_integrity::MetadataLayout;

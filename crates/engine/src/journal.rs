@@ -28,8 +28,9 @@
 //! and all of them only after a resync has finished, so a crash during the resync replays again.
 
 use crate::num::{MemberIx, Pos};
+use crate::sync::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 use stripeguard_checksum::crc32c;
 use stripeguard_format::journal::{JOURNAL_HEADER_SIZE, TOUCHED_BYTES};
 use stripeguard_format::{JournalHeader, JournalKind, Record as _};

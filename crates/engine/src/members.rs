@@ -6,9 +6,10 @@
 //! keeps the flags it sets.
 
 use crate::num::{MemberIx, StripeIx};
+use crate::sync::{Mutex, RwLock};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::PoisonError;
 use stripeguard_disk::{DiskError, DiskRef};
 
 /// A member's state.

@@ -8,7 +8,7 @@ use crate::array::Array;
 use crate::env::{unix_millis, EnvRef, Host};
 use crate::error::EngineError;
 use crate::num::MemberIx;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 use stripeguard_integrity::OWNER_RECORD_OFFSET;
 
@@ -23,7 +23,7 @@ use stripeguard_format::{Newest, Owner};
 
 /// Holder ids of the arrays this process has assembled and not yet dropped: a record naming this
 /// process is live only if its id is here (an array dropped without `close` is a crash).
-static LIVE: std::sync::Mutex<Vec<[u8; 16]>> = std::sync::Mutex::new(Vec::new());
+static LIVE: crate::sync::Mutex<Vec<[u8; 16]>> = crate::sync::Mutex::new(Vec::new());
 
 impl Array {
     /// The newest valid owner record on any current member.
@@ -92,6 +92,9 @@ impl Array {
         LIVE.lock().expect("lock").push(o.holder_id);
         let every = Duration::from_millis(o.interval_ms as u64);
         *self.ownership().lock().expect("lock") = Some(o);
+        if !self.env().heartbeat_thread() {
+            return Ok(());
+        }
         *self.beater().lock().expect("lock") = Some(Beater::start(
             Arc::clone(self.ownership()),
             Arc::clone(self.members()),
@@ -174,11 +177,25 @@ impl Array {
 
     /// Forget this array's holder id (it was dropped: closed or crashed) and stop its heartbeat.
     pub(crate) fn forget_ownership(&self) {
-        if let Some(b) = self.beater().lock().expect("lock").take() {
+        // Runs in `Drop`, also of an array whose threads were unwound (the simulator's power
+        // cut poisons the locks they held): it must not panic.
+        if let Some(b) = self
+            .beater()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             b.stop();
         }
-        if let Some(o) = self.ownership().lock().expect("lock").as_ref() {
-            LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
+        if let Some(o) = self
+            .ownership()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            LIVE.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|id| *id != o.holder_id);
         }
     }
 

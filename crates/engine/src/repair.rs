@@ -71,6 +71,9 @@ impl Array {
             }
             rewritten.push(pos);
             let unit = &mut d.image.units[pos.get()];
+            if pos.get() < g.k && self.sabotaged(crate::env::Sabotage::BrokenRepair) {
+                unit[0] ^= 1;
+            }
             layout.reseal(self, stripe, pos, unit, &tags);
             if self.is_writable() {
                 self.write_unit(stripe, pos, 0, unit)?;

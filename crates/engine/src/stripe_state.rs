@@ -7,9 +7,9 @@
 //! equal to "the set is not empty" by the guard that every change goes through.
 
 use crate::num::{Pos, StripeIx};
+use crate::sync::{Mutex, MutexGuard};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use stripeguard_integrity::UntrustedRange;
 
 /// The record's state behind its lock.

@@ -14,8 +14,9 @@
 //!   read whose appendix is here reads only its blocks (FORMAT.md §2.9.1, "appendix cache").
 
 use crate::num::{Pos, StripeIx};
+use crate::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use stripeguard_disk::AlignedBuf;
 
 /// The most memory the appendix cache's entries may hold.
