@@ -87,10 +87,7 @@ impl SimConfig {
     /// The run of `seed`: `ops` operations on a shape, scheme and options drawn from the seed.
     pub fn from_seed(seed: u64, ops: u64) -> SimConfig {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed_5eed);
-        let (k, m) = loop {
-            let (k, m) = SHAPES[rng.random_range(0..SHAPES.len())];
-            break (k, m);
-        };
+        let (k, m) = SHAPES[rng.random_range(0..SHAPES.len())];
         let scheme = loop {
             let s = Scheme::ENGINE[rng.random_range(0..Scheme::ENGINE.len())];
             if create_accepts(k, s) {
@@ -128,8 +125,14 @@ impl SimConfig {
             None => String::new(),
             Some(s) => format!(" --sabotage {}", s.name()),
         };
+        let drawn = SimConfig::from_seed(self.seed, self.ops).member_failures;
+        let stay = if drawn && !self.member_failures {
+            " --members-stay"
+        } else {
+            ""
+        };
         format!(
-            "stripeguard campaign --simulate --seed {} --ops {}{sabotage}",
+            "stripeguard campaign --simulate --seeds 1 --seed {} --ops {}{stay}{sabotage}",
             self.seed, self.ops
         )
     }
@@ -639,7 +642,7 @@ impl Driver {
         // Members leave and come back only in fault epochs: a member that leaves while a write
         // to its stripe is in flight, with the power cut before the engine notices, is the
         // write hole of a degraded array without the write journal (listed in docs/
-        // SIMULATION.md as found and open); a power epoch starts with every departure noticed.
+        // SEEDED-SIMULATION.md as found and open); a power epoch starts with every departure noticed.
         if cfg.member_failures && self.faults_on && roll < 2 && !self.returning {
             // A member leaves (keeping m - 1 out at most) or one that left comes back.
             if let Some(&i) = self.out.iter().next() {
@@ -668,7 +671,12 @@ impl Driver {
         }
         let write = roll < 57;
         for _ in 0..8 {
-            let (off, len) = extent(&mut self.rng, self.model.cap(), g.chunk_bytes as usize, g.k);
+            let (off, len) = extent(
+                &mut self.rng,
+                self.model.cap(),
+                usize_of(g.chunk_bytes),
+                g.k,
+            );
             if write && self.model.write_begin(off, len) {
                 let mut data = vec![0u8; len];
                 self.rng.fill(&mut data[..]);

@@ -1,5 +1,6 @@
 //! `stripeguard campaign`: the fault campaign (seeded random I/O with injected faults against a
-//! model), or with `--crash` the crash campaign ([`super::crash`]); one row a case.
+//! model), with `--crash` the crash campaign ([`super::crash`]), one row a case; with
+//! `--simulate` the seeded simulation of everything at once ([`super::simulate`]).
 
 use crate::exit;
 use crate::progress::count_bar;
@@ -40,12 +41,38 @@ pub struct CampaignArgs {
     /// but not flushed must read back whole (old or new) in every stripe and scheme.
     #[arg(long, requires = "crash")]
     pub(super) journal: bool,
+    /// The seeded simulation instead: concurrent clients, silent faults, members leaving and
+    /// coming back, power cuts at any I/O, restarts, scrubs, replaces, all in one loop against
+    /// a model; every seed draws its own shape, scheme and options. --ops is then the
+    /// operations per seed, --seed the first seed.
+    #[arg(long, conflicts_with_all = ["crash", "shapes", "schemes", "stripes"])]
+    simulate: bool,
+    /// With --simulate: how many seeds.
+    #[arg(long, requires = "simulate", default_value_t = 100)]
+    seeds: u64,
+    /// With --simulate: run an engine with a deliberate defect (broken-repair, skipped-resync,
+    /// no-stripe-lock), to see the simulator catch it.
+    #[arg(long, requires = "simulate", value_name = "DEFECT")]
+    sabotage: Option<String>,
+    /// With --simulate: no member leaves (no re-add, no replace) whatever the seed draws.
+    #[arg(long, requires = "simulate")]
+    members_stay: bool,
     /// Print JSON.
     #[arg(long)]
     pub(super) json: bool,
 }
 
 pub fn run(a: CampaignArgs) -> Result<ExitCode> {
+    if a.simulate {
+        return super::simulate::run(&super::simulate::SimRun {
+            first_seed: a.seed,
+            seeds: a.seeds,
+            ops: a.ops,
+            sabotage: a.sabotage,
+            members_stay: a.members_stay,
+            json: a.json,
+        });
+    }
     let shapes: Vec<(usize, usize)> = a
         .shapes
         .split(',')

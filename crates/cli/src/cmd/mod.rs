@@ -14,4 +14,5 @@ pub mod replace;
 pub mod rw;
 pub mod scrub;
 pub mod shared;
+mod simulate;
 pub mod status;
