@@ -71,17 +71,21 @@ impl Layout for Appendices {
         let diag = diagnose(a.sb().scheme, g.k, &views, |p| {
             a.identity(stripe, Pos::new(p))
         });
-        if diag.is_clean() && !got.erased.iter().any(|&e| e) {
+        let clean = diag.is_clean();
+        if clean && !got.erased.iter().any(|&e| e) {
             // Verified here: a later partial read of this unit need not read it again.
+            // (A unit read whole with a cached appendix was checked against that one, which is
+            // at least as new as the one on the disk: it stays.)
             for &(p, e) in got.read {
                 let (units, apps) = (&got.units[p.get()], &diag.appendices[p.get()]);
-                if let (true, Some(b), Some(_)) = (e.appendix, units, apps) {
+                let known = got.cached[p.get()].is_some();
+                if let (true, false, Some(b), Some(_)) = (e.appendix, known, units, apps) {
                     a.units().remember_appendix(stripe, p, &b[c..]);
                 }
             }
         }
         Ok(Checked {
-            clean: diag.is_clean(),
+            clean,
             suspects: diag
                 .findings
                 .iter()

@@ -80,6 +80,13 @@ impl Array {
             }
         }
         layout.finish_repair(self, stripe, d)?;
+        // A repair is durable before it is reported: otherwise a power cut before the next
+        // flush brings the damage back, and a resync of a neighbouring write's region then
+        // meets it beside the crash (found by the seeded simulation: a stale checksum table,
+        // repaired by a scrub and lost to the cut, made the resync refuse flushed blocks).
+        if self.is_writable() && (!rewritten.is_empty() || d.rewrite_table) {
+            self.flush_members()?;
+        }
         self.forget_verified(stripe, rewritten.into_iter().filter(|p| p.get() < g.k));
         Ok(())
     }
