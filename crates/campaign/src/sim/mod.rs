@@ -28,9 +28,12 @@
 //! refused until it is written; no scrub leaves damage; no thread deadlocks or panics; every
 //! repair is in the durable event log.
 
+mod campaign;
 pub mod disk;
 mod model;
 pub mod sched;
+
+pub use campaign::{CampaignCounts, FaultPlan, Plan};
 
 use disk::{Power, SimDisk};
 use model::Model;
@@ -44,7 +47,7 @@ use stripeguard_engine::{
     create_accepts, usize_of, Array, ArrayConfig, AssembleOptions, EngineError, EventKind,
     Sabotage, SimEnv,
 };
-use stripeguard_integrity::Scheme;
+use stripeguard_integrity::{CodeId, CrossCheck, Scheme};
 
 /// The model's block: requests in flight never share one.
 pub const BLOCK: usize = 4096;
@@ -79,6 +82,17 @@ pub struct SimConfig {
     /// A deliberate defect in the engine (the simulator's negative controls).
     #[serde(skip)]
     pub sabotage: Option<Sabotage>,
+    /// The erasure code.
+    #[serde(serialize_with = "code_name")]
+    pub code: CodeId,
+    /// The array's cross-check setting.
+    pub cross_check: CrossCheck,
+    /// How epochs and operations are drawn.
+    pub plan: Plan,
+}
+
+fn code_name<S: serde::Serializer>(c: &CodeId, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.name())
 }
 
 const SHAPES: [(usize, usize); 5] = [(2, 1), (3, 1), (4, 2), (3, 2), (4, 3)];
@@ -116,6 +130,9 @@ impl SimConfig {
             power_cuts: rng.random_bool(0.7),
             write_journal: rng.random_bool(0.25),
             sabotage: None,
+            code: CodeId::for_parity(m),
+            cross_check: CrossCheck::One,
+            plan: Plan::Mixed,
         }
     }
 
@@ -208,6 +225,8 @@ pub struct SimReport {
     pub steps: u64,
     /// See `steps`.
     pub switches: u64,
+    /// The fault campaign's totals (what `stripeguard campaign` prints).
+    pub campaign: CampaignCounts,
     /// Broken rules (at most 20 kept; `broken` counts them all).
     pub findings: Vec<Finding>,
     /// Broken rules in all.
@@ -279,6 +298,8 @@ fn rig(
 ) -> Result<Rig, EngineError> {
     let acfg = ArrayConfig {
         write_journal: cfg.write_journal,
+        code: cfg.code,
+        cross_check: cfg.cross_check,
         env: SimEnv::shared(rng.next_u64()),
         local_locks: false,
         ..ArrayConfig::new(
@@ -358,6 +379,8 @@ struct Driver {
     returning: bool,
     /// Replacement disks a client built (joined to the rig after the epoch).
     blanks: Vec<(usize, Member)>,
+    /// The fault campaign's state ([`Plan::Faults`]).
+    campaign: Option<campaign::CampaignState>,
 }
 
 /// Run one seed.
@@ -384,10 +407,17 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
         out: BTreeSet::new(),
         returning: false,
         blanks: Vec::new(),
+        campaign: None,
     });
+    if let Plan::Faults(plan) = &cfg.plan {
+        start_campaign(cfg, plan, &rig, &mut lock(&shared))?;
+    }
     let mut done = 0;
     while done < cfg.ops {
-        let ops = rng.random_range(30..=150).min(cfg.ops - done);
+        let ops = match cfg.plan {
+            Plan::Mixed => rng.random_range(30..=150).min(cfg.ops - done),
+            Plan::Faults(_) => cfg.ops,
+        };
         done += ops;
         let power_epoch = cfg.power_cuts && rng.random_bool(0.5);
         {
@@ -434,7 +464,7 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
                 rig.power.cut_now();
             }
             rig = restart(cfg, &sched, &mut rng, rig, &mut d)?;
-        } else {
+        } else if matches!(cfg.plan, Plan::Mixed) {
             end_fault_epoch(cfg, &rig, &mut d)?;
         }
     }
@@ -458,12 +488,52 @@ fn traced(a: &Array, off: usize, len: usize) -> Option<u64> {
 
 fn trace_events(a: &Array, s: u64) {
     for e in a.events().iter().filter(|e| e.stripe == s) {
-        eprintln!("    event: {:?} {:?} member {} pos {}: {}", e.kind, e.action, e.member, e.position, e.evidence);
+        eprintln!(
+            "    event: {:?} {:?} member {} pos {}: {}",
+            e.kind, e.action, e.member, e.position, e.evidence
+        );
+    }
+}
+
+/// The fault campaign's scrubs of stripes a fault hit 50 operations ago.
+fn scrub_due(cfg: &SimConfig, a: &Array, shared: &Mutex<Driver>, due: &[u64]) {
+    if cfg.scheme == Scheme::None {
+        return;
+    }
+    for &s in due {
+        let r = a.scrub_stripe(s);
+        let mut d = lock(shared);
+        match r {
+            Ok(_) => {}
+            Err(EngineError::Unrecoverable { .. }) => d.rep.campaign.unrecoverable += 1,
+            Err(e) => d.rep.find(Rule::Error, format!("scrub of stripe {s}: {e}")),
+        }
     }
 }
 
 fn lock(d: &Mutex<Driver>) -> std::sync::MutexGuard<'_, Driver> {
     d.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The fault campaign's start: the array filled with random data, the members of the case
+/// failed.
+fn start_campaign(
+    cfg: &SimConfig,
+    plan: &FaultPlan,
+    rig: &Rig,
+    d: &mut Driver,
+) -> Result<(), EngineError> {
+    let a = rig.array();
+    let mut all = vec![0u8; d.model.cap()];
+    d.rng.fill(&mut all[..]);
+    a.write(0, &all)?;
+    for (b, block) in all.chunks(BLOCK).enumerate() {
+        let mut whole = vec![0u8; BLOCK];
+        whole[..block.len()].copy_from_slice(block);
+        d.model.set_block(b, &whole);
+    }
+    d.campaign = Some(campaign::CampaignState::start(cfg, plan, rig)?);
+    Ok(())
 }
 
 /// One client: draw an operation, run it, check it, until the epoch's operations are done.
@@ -477,8 +547,27 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
             }
             d.left -= 1;
             d.rep.ops += 1;
-            d.maybe_arm_fault(cfg, rig);
-            let op = d.next_op(cfg, rig);
+            let op = match &cfg.plan {
+                Plan::Mixed => {
+                    d.maybe_arm_fault(cfg, rig);
+                    d.next_op(cfg, rig)
+                }
+                Plan::Faults(plan) => {
+                    let due = match d.campaign_before(cfg, plan, rig) {
+                        Ok(due) => due,
+                        Err(e) => {
+                            d.rep.find(Rule::Error, format!("arming a fault: {e}"));
+                            Vec::new()
+                        }
+                    };
+                    if !due.is_empty() {
+                        drop(d);
+                        scrub_due(cfg, a, shared, &due);
+                        d = lock(shared);
+                    }
+                    d.campaign_op(rig)
+                }
+            };
             (op, d.model.tick())
         };
         sched.doing(format!("{op:?}").chars().take(60).collect());
@@ -494,7 +583,9 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
             };
             eprintln!("[tick {tick}] client {me} stripe {s}: {what}");
         }
-        if let (Op::Out(_) | Op::Back(_) | Op::Replace(_), Ok(_)) = (&op, std::env::var("SG_SIM_TRACE")) {
+        if let (Op::Out(_) | Op::Back(_) | Op::Replace(_), Ok(_)) =
+            (&op, std::env::var("SG_SIM_TRACE"))
+        {
             eprintln!("[tick {tick}] client {me}: {op:?}");
         }
         if let (Op::Scrub(st), Ok(want)) = (&op, std::env::var("SG_SIM_TRACE")) {
@@ -511,7 +602,9 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 let landed = match r {
                     Ok(()) => data.len(),
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
-                        let refused = !d.model.stripe_settled(stripe);
+                        d.rep.campaign.unrecoverable += 1;
+                        let refused =
+                            !d.model.stripe_settled(stripe) && matches!(cfg.plan, Plan::Mixed);
                         if refused {
                             d.rep.find(
                                 Rule::Refused,
@@ -536,6 +629,11 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 let d = &mut *d;
                 match r {
                     Ok(()) => {
+                        let wrong = d.model.differing(off, &got);
+                        if wrong > 0 {
+                            d.rep.campaign.wrong_reads += 1;
+                            d.rep.campaign.wrong_bytes += wrong as u64;
+                        }
                         if let Some(why) = d.model.read_ok(off, &got) {
                             if let Some(s) = traced(a, off, len) {
                                 eprintln!("  WRONG at stripe {s}: {}; out {:?}; members by position {:?}; failed {:?}", why.1, d.out, (0..rig.members.len()).map(|p| a.geometry().member_of(s, p)).collect::<Vec<_>>(), a.health().iter().map(|h| h.failed.is_some()).collect::<Vec<_>>());
@@ -548,9 +646,10 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                         }
                     }
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
+                        d.rep.campaign.unrecoverable += 1;
                         if d.model.read_refused(off, len, stripe) {
                             d.rep.refused_settled += 1;
-                        } else {
+                        } else if matches!(cfg.plan, Plan::Mixed) {
                             d.rep.find(
                                 Rule::Refused,
                                 format!(
@@ -842,7 +941,9 @@ fn restart(
                 .rep
                 .find(Rule::Error, format!("read of block {b} after the cut: {e}")),
             (_, Some((rule, why))) => {
-                if std::env::var_os("SG_SIM_DEBUG").is_some() || traced(a, b * BLOCK, BLOCK).is_some() {
+                if std::env::var_os("SG_SIM_DEBUG").is_some()
+                    || traced(a, b * BLOCK, BLOCK).is_some()
+                {
                     eprintln!(
                         "  out: {:?}; members of stripe {stripe}: {:?}",
                         d.out,
@@ -916,22 +1017,36 @@ fn restart(
 /// The end: read everything, scrub everything, close, and compare the durable event log.
 fn finish(cfg: &SimConfig, mut rig: Rig, d: &mut Driver) -> Result<(), EngineError> {
     let a = rig.array();
+    if d.campaign.is_some() {
+        for m in &rig.members {
+            m.faulty.disarm();
+        }
+    }
     let mut buf = vec![0u8; BLOCK];
     for b in 0..d.model.blocks() {
         match a.read((b * BLOCK) as u64, &mut buf) {
             Ok(()) => {
+                let wrong = d.model.differing(b * BLOCK, &buf);
+                if wrong > 0 {
+                    d.rep.campaign.wrong_reads += 1;
+                    d.rep.campaign.wrong_bytes += wrong as u64;
+                }
                 if let Some((rule, why)) = d.model.read_ok(b * BLOCK, &buf) {
                     d.rep.find(rule, format!("final read of block {b}: {why}"));
                 }
             }
             Err(EngineError::Unrecoverable { stripe, .. }) => {
-                if !d.model.read_refused(b * BLOCK, BLOCK, stripe) {
+                d.rep.campaign.unrecoverable += 1;
+                if !d.model.read_refused(b * BLOCK, BLOCK, stripe) && d.campaign.is_none() {
                     d.rep
                         .find(Rule::Refused, format!("final read of block {b} refused"));
                 }
             }
             Err(e) => return Err(e),
         }
+    }
+    if let Some(st) = d.campaign.take() {
+        campaign::campaign_end(cfg, &rig, &st, &mut d.rep.campaign)?;
     }
     d.rep.repaired += a.counters().repaired;
     d.rep.ios += rig.power.ios();
@@ -942,6 +1057,5 @@ fn finish(cfg: &SimConfig, mut rig: Rig, d: &mut Driver) -> Result<(), EngineErr
         h.update(&m.crash.live_image());
     }
     d.rep.digest = h.finalize().to_hex()[..16].to_string();
-    let _ = cfg;
     Ok(())
 }

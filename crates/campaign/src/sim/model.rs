@@ -148,6 +148,21 @@ impl Model {
         None
     }
 
+    /// Bytes of `got` (read at `off`) that differ from the last write.
+    pub(super) fn differing(&self, off: usize, got: &[u8]) -> usize {
+        Self::span(off, got.len())
+            .map(|b| {
+                let (lo, hi) = (off.max(b * BLOCK), (off + got.len()).min((b + 1) * BLOCK));
+                let want =
+                    &self.blocks[b].last().expect("a version").data[lo - b * BLOCK..hi - b * BLOCK];
+                want.iter()
+                    .zip(&got[lo - off..hi - off])
+                    .filter(|(x, y)| x != y)
+                    .count()
+            })
+            .sum()
+    }
+
     /// A read at `off` was refused: whether that is allowed (a block of it was refused before).
     pub(super) fn read_refused(&mut self, off: usize, len: usize, _stripe: u64) -> bool {
         Self::span(off, len).any(|b| self.refused.contains(&b))
