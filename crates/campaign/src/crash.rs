@@ -1,4 +1,6 @@
-//! The crash campaign: seeded random writes, flushes and reads on [`CrashDisk`] members, a power
+//! The crash campaign (a configuration of the seeded simulation, [`crate::sim::Plan::Crashes`],
+//! whose `sim/crashes.rs` holds the checks below): seeded random writes and flushes on
+//! `CrashDisk` members, a power
 //! cut at a random point (each member keeps its durable image plus a random subset of its
 //! unflushed writes, some torn to a prefix of their sectors), reassembly (which resyncs the dirty
 //! regions), and a check against a model that knows what was flushed:
@@ -17,14 +19,9 @@
 //! The negative control: the same crash image assembled read-only, without resync, and checked
 //! stripe by stripe finds inconsistent stripes.
 
-use rand::{Rng, SeedableRng};
+use crate::sim::{simulate, CrashPlan, Plan, SimConfig};
 use serde::Serialize;
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use stripeguard_disk::{CrashDisk, Disk, DiskRef, MemDisk};
-use stripeguard_engine::usize_of;
-use stripeguard_engine::{create_accepts, Array, ArrayConfig, AssembleOptions, EngineError};
-use stripeguard_format::EventKind;
+use stripeguard_engine::{create_accepts, EngineError};
 use stripeguard_integrity::Scheme;
 
 /// What to run.
@@ -184,278 +181,55 @@ pub fn crash_cases(
     cases
 }
 
-fn array_members_snapshot(a: &Array) -> Vec<DiskRef> {
-    (0..).map_while(|i| a.member_disk(i)).collect()
-}
-
-/// Run `cfg.crashes` crashes.
+/// Run `cfg.crashes` crashes: the seeded simulation's loop ([`crate::sim`]) with the crash
+/// campaign's plan ([`crate::sim::Plan::Crashes`]). Until issue 34 this was a loop of its own;
+/// its per-seed totals changed with the move (the simulator's array has its own seeded
+/// environment), its rules did not.
 pub fn run_crash_campaign(cfg: &CrashConfig) -> Result<CrashReport, EngineError> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-    let mut rep = CrashReport::default();
-    // Crashes come in chains of four on one array: each process after the first starts from
-    // what the last one left (its records, sequence numbers and event log), as on a real disk.
-    let mut carried: Option<Carried> = None;
-    for c in 0..cfg.crashes {
-        if c % 4 == 0 {
-            carried = None;
-        }
-        carried = Some(one_crash(cfg, &mut rng, &mut rep, carried)?);
-    }
-    Ok(rep)
-}
-
-/// Member images and chunk versions a crash round leaves for the next.
-type Carried = (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>);
-
-fn one_crash(
-    cfg: &CrashConfig,
-    rng: &mut rand::rngs::StdRng,
-    rep: &mut CrashReport,
-    carried: Option<Carried>,
-) -> Result<Carried, EngineError> {
-    let (k, m) = (cfg.data_chunks, cfg.parity_chunks);
-    let acfg = ArrayConfig {
+    let plan = Plan::Crashes(CrashPlan {
+        crashes: cfg.crashes,
+        ops_per_crash: cfg.ops,
+        failed_members: cfg.failed_members,
+        degraded_journal: cfg.journal,
+        damaged_stripe: cfg.damaged_stripe,
+    });
+    let sim = SimConfig {
         write_journal: cfg.write_journal,
-        ..ArrayConfig::new(k, m, cfg.scheme, cfg.chunk_bytes, cfg.stripes)
+        ..SimConfig::campaign(
+            cfg.seed,
+            (cfg.data_chunks, cfg.parity_chunks),
+            cfg.scheme,
+            cfg.chunk_bytes,
+            cfg.stripes,
+            cfg.ops,
+            Vec::new(),
+            plan,
+        )
     };
-    let size = acfg.member_bytes();
-    let c = cfg.chunk_bytes as usize;
-    let sd = k * c;
-    let (disks, mut versions) = match carried {
-        Some((images, versions)) => (
-            images
-                .into_iter()
-                .enumerate()
-                .map(|(i, b)| Arc::new(CrashDisk::from_image(format!("c{i}"), b, 512)))
-                .collect::<Vec<_>>(),
-            versions,
-        ),
-        None => {
-            let disks: Vec<Arc<CrashDisk>> = (0..k + m + cfg.scheme.extra_members())
-                .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), size, 512)))
-                .collect();
-            let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
-            let created = Array::create(refs, &acfg, true, &mut |_, _| {})?;
-            let damage = cfg.damaged_stripe.then(|| {
-                let s = cfg.stripes / 2;
-                let at = created.unit_offset(s) + 100;
-                let members: Vec<usize> = (0..=m)
-                    .map(|p| created.geometry().member_of(s, p))
-                    .collect();
-                (at, members)
-            });
-            created.close()?;
-            if let Some((at, members)) = damage {
-                // Different bytes on each member: the same bytes in two data units of a fresh
-                // (all-zero) stripe would keep its XOR parity consistent.
-                for mem in members {
-                    let bytes = format!("DAMAGED BEYOND REDUNDANCY ON MEMBER {mem}");
-                    disks[mem].write_at(at, bytes.as_bytes())?;
-                    disks[mem].flush()?;
-                }
-            }
-            let chunks = (usize_of(cfg.stripes) * sd) / c;
-            // Per data chunk: every version it held since the last flush (the first durable).
-            (disks, vec![vec![vec![0u8; c]]; chunks])
-        }
-    };
-    let out = |refs: Vec<DiskRef>| -> Vec<DiskRef> {
-        refs.into_iter()
-            .enumerate()
-            .map(|(i, d)| {
-                if i < cfg.failed_members {
-                    Arc::new(stripeguard_disk::FailedDisk::new(
-                        format!("c{i}"),
-                        "out (degraded campaign)",
-                    )) as DiskRef
-                } else {
-                    d
-                }
-            })
-            .collect()
-    };
-    let refs: Vec<DiskRef> = disks.iter().map(|d| d.clone() as DiskRef).collect();
-    let array = Array::assemble(out(refs), &AssembleOptions::default())?;
-    if !cfg.journal {
-        array.disable_degraded_journal_for_campaign();
+    let rep = simulate(&sim);
+    if let Some(e) = rep.failure() {
+        return Err(e);
     }
-    let cap = usize_of(array.capacity_bytes());
-    let ops = rng.random_range(1..=cfg.ops);
-    for _ in 0..ops {
-        if rng.random_bool(0.15) {
-            array.flush()?;
-            rep.flushes += 1;
-            for v in &mut versions {
-                let last = v.pop().expect("a version");
-                v.clear();
-                v.push(last);
-            }
-            continue;
-        }
-        let (off, len) = if rng.random_bool(0.4) {
-            let s = rng.random_range(0..usize_of(cfg.stripes));
-            let first = rng.random_range(0..k);
-            let n = rng.random_range(1..=k - first);
-            (s * sd + first * c, n * c)
-        } else if rng.random_bool(0.4) {
-            // One or two 4 KiB blocks: the block-granular read-modify-write.
-            let blocks = cap / 4096;
-            let b = rng.random_range(0..blocks);
-            (
-                b * 4096,
-                (rng.random_range(1..=2) * 4096).min(cap - b * 4096),
-            )
-        } else {
-            let off = rng.random_range(0..cap);
-            (off, rng.random_range(1..=(2 * sd).min(cap - off)))
-        };
-        let mut data = vec![0u8; len];
-        rng.fill(&mut data[..]);
-        // A stripe an earlier crash left undecidable refuses writes; the stripes before it
-        // were written.
-        let end = match array.write(off as u64, &data) {
-            Ok(()) => off + len,
-            Err(EngineError::Unrecoverable { stripe, .. }) => {
-                rep.refused_writes += 1;
-                (usize_of(stripe) * sd).max(off)
-            }
-            Err(e) => return Err(e),
-        };
-        rep.writes += 1;
-        if end <= off {
-            continue;
-        }
-        let len = end - off;
-        for ch in off / c..=(off + len - 1) / c {
-            let mut v = versions[ch].last().expect("a version").clone();
-            let (lo, hi) = (off.max(ch * c), (off + len).min((ch + 1) * c));
-            v[lo - ch * c..hi - ch * c].copy_from_slice(&data[lo - off..hi - off]);
-            versions[ch].push(v);
-        }
-    }
-    // Power cut: every member keeps its own random subset of unflushed writes.
-    let images: Vec<Vec<u8>> = disks.iter().map(|d| d.crash_image(rng)).collect();
-    drop(array);
-    rep.crashes += 1;
-    let mems = |imgs: &[Vec<u8>]| -> Vec<DiskRef> {
-        imgs.iter()
-            .enumerate()
-            .map(|(i, b)| Arc::new(MemDisk::from_bytes(format!("c{i}"), b.clone())) as DiskRef)
-            .collect()
-    };
-
-    // Negative control: no resync, every stripe checked.
-    let ro = AssembleOptions {
-        writable: false,
-        ..AssembleOptions::default()
-    };
-    let raw = Array::assemble(out(mems(&images)), &ro)?;
-    for s in 0..cfg.stripes {
-        let _ = raw.scrub_stripe(s);
-    }
-    let rc = raw.counters();
-    rep.inconsistent_without_resync += rc.located + rc.mismatches + rc.unrecoverable;
-    drop(raw);
-
-    // Reassemble: the resync runs first.
-    let array = Array::assemble(out(mems(&images)), &AssembleOptions::default())?;
-    let resynced = array.counters().resynced;
-    rep.stripes_resynced += resynced;
-    let settled: BTreeSet<u64> = array
-        .events()
-        .iter()
-        .filter(|e| e.kind == EventKind::ResyncSettled)
-        .map(|e| e.stripe)
-        .collect();
-    rep.stripes_settled += settled.len() as u64;
-    let mut back = vec![0u8; c];
-    let damaged_stripe = cfg.damaged_stripe.then_some(cfg.stripes / 2);
-    for (ch, v) in versions.iter().enumerate() {
-        let stripe = (ch * c / sd) as u64;
-        let damaged = Some(stripe) == damaged_stripe && ch % k <= m;
-        match array.read((ch * c) as u64, &mut back) {
-            Ok(()) => {}
-            Err(EngineError::Unrecoverable { .. }) => {
-                if damaged {
-                    rep.damaged_refused += 1;
-                } else if v.len() == 1 {
-                    rep.flushed_refused += 1;
-                } else if settled.contains(&stripe) {
-                    rep.unreadable_chunks += 1;
-                } else {
-                    rep.unreadable_unsettled += 1;
-                }
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
-        if damaged {
-            // Until a write covers it, the damaged chunk holds what no write put there.
-            if !v.contains(&back) {
-                rep.damaged_read_as_good += 1;
-            }
-            continue;
-        }
-        let wrong = || back.iter().zip(&v[0]).filter(|(a, b)| a != b).count() as u64;
-        if v.len() == 1 {
-            rep.flushed_bytes_lost += wrong();
-            continue;
-        }
-        let unchecked = cfg.scheme == Scheme::None && !cfg.write_journal;
-        rep.unchecked_chunks += unchecked as u64;
-        if !v.contains(&back) {
-            rep.mixed_chunks += 1;
-            if !unchecked && (cfg.write_journal || !settled.contains(&stripe)) {
-                rep.wrong_bytes += wrong().max(1);
-            }
-        }
-    }
-    let before = array.counters();
-    for s in 0..cfg.stripes {
-        match array.scrub_stripe(s) {
-            Ok(_) | Err(EngineError::Unrecoverable { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let after = array.counters();
-    rep.found_after_resync += (after.located - before.located)
-        + (after.mismatches - before.mismatches)
-        + (after.unrecoverable - before.unrecoverable);
-    // Blocks the resync listed untrusted are zero-filled (the operator's `clear`), so the next
-    // round starts from a whole array.
-    let untrusted: BTreeSet<u64> = array.untrusted().iter().map(|r| r.stripe).collect();
-    for s in 0..cfg.stripes {
-        if untrusted.contains(&s) {
-            array.clear_untrusted(s)?;
-        }
-    }
-    // What the next round starts from: this array as it now is, every chunk at one version.
-    let mut next_versions = Vec::with_capacity(versions.len());
-    for (ch, v) in versions.iter().enumerate() {
-        let mut b = vec![0u8; c];
-        match array.read((ch * c) as u64, &mut b) {
-            Ok(()) => next_versions.push(vec![b]),
-            // Counted above; the next round expects what was last written.
-            Err(EngineError::Unrecoverable { .. }) => {
-                next_versions.push(vec![v.last().expect("a version").clone()])
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let members: Vec<DiskRef> = array_members_snapshot(&array);
-    array.close()?;
-    let images = members
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            if i < cfg.failed_members {
-                return Ok(images[i].clone()); // out of the array: as it was
-            }
-            let mut b = vec![0u8; usize_of(d.size_bytes())];
-            d.read_at(0, &mut b).map(|()| b)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((images, next_versions))
+    let c = rep.crash;
+    Ok(CrashReport {
+        crashes: rep.power_cuts,
+        writes: rep.writes,
+        flushes: rep.flushes,
+        stripes_resynced: c.stripes_resynced,
+        stripes_settled: rep.settled,
+        flushed_bytes_lost: c.flushed_bytes_lost,
+        wrong_bytes: c.wrong_bytes,
+        found_after_resync: c.found_after_resync,
+        unreadable_chunks: c.unreadable_chunks,
+        unreadable_unsettled: c.unreadable_unsettled,
+        flushed_refused: c.flushed_refused,
+        damaged_read_as_good: c.damaged_read_as_good,
+        damaged_refused: c.damaged_refused,
+        refused_writes: c.refused_writes,
+        unchecked_chunks: c.unchecked_chunks,
+        mixed_chunks: c.mixed_chunks,
+        inconsistent_without_resync: c.inconsistent_without_resync,
+    })
 }
 
 #[cfg(test)]

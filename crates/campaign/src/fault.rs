@@ -6,7 +6,7 @@
 //! must hold: every read equal to the model, no damage left on any member after the scrub, and
 //! no event naming a unit that no fault touched.
 
-use crate::sim::{simulate, FaultPlan, Plan, Rule, SimConfig};
+use crate::sim::{simulate, FaultPlan, Plan, SimConfig};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stripeguard_disk::FaultKind;
@@ -194,35 +194,28 @@ pub struct CampaignReport {
 /// loop of its own; its per-seed totals changed with the move (the simulator's array has its
 /// own seeded environment, and the final read goes block by block), its rules did not.
 pub fn run_campaign(cfg: &CampaignConfig) -> Result<CampaignReport, EngineError> {
+    let plan = Plan::Faults(FaultPlan {
+        fault_rate: cfg.fault_rate,
+        failed_members: cfg.failed_members,
+        lost_write_pairs: cfg.lost_write_pairs,
+    });
     let sim = SimConfig {
-        seed: cfg.seed,
-        data_chunks: cfg.data_chunks,
-        parity_chunks: cfg.parity_chunks,
-        scheme: cfg.scheme,
-        chunk_bytes: cfg.chunk_bytes,
-        stripes: cfg.stripes,
-        clients: 1,
-        ops: cfg.ops,
-        faults: cfg.kinds.clone(),
-        member_failures: false,
-        power_cuts: false,
-        write_journal: false,
-        sabotage: None,
         code: cfg.code,
         cross_check: cfg.cross_check,
-        plan: Plan::Faults(FaultPlan {
-            fault_rate: cfg.fault_rate,
-            failed_members: cfg.failed_members,
-            lost_write_pairs: cfg.lost_write_pairs,
-        }),
+        ..SimConfig::campaign(
+            cfg.seed,
+            (cfg.data_chunks, cfg.parity_chunks),
+            cfg.scheme,
+            cfg.chunk_bytes,
+            cfg.stripes,
+            cfg.ops,
+            cfg.kinds.clone(),
+            plan,
+        )
     };
     let rep = simulate(&sim);
-    if let Some(f) = rep
-        .findings
-        .iter()
-        .find(|f| matches!(f.rule, Rule::Error | Rule::Panic | Rule::Deadlock))
-    {
-        return Err(EngineError::Config(format!("{:?}: {}", f.rule, f.detail)));
+    if let Some(e) = rep.failure() {
+        return Err(e);
     }
     let c = rep.campaign;
     Ok(CampaignReport {

@@ -38,6 +38,8 @@ pub enum Plan {
     Mixed,
     /// `stripeguard campaign`.
     Faults(FaultPlan),
+    /// `stripeguard campaign --crash`.
+    Crashes(super::crashes::CrashPlan),
 }
 
 /// Stripes a fired fault touched stay out of reach of new faults this many operations, then
@@ -236,17 +238,25 @@ impl Driver {
         }
         len = len.min(cap - off).max(1);
         if write {
-            let mut data = vec![0u8; len];
-            self.rng.fill(&mut data[..]);
-            let taken = self.model.write_begin(off, len);
-            debug_assert!(taken, "one client: nothing else is in flight");
-            self.model.write_content(off, &data);
-            Op::Write { off, data }
+            self.sole_write(off, len)
         } else {
             let taken = self.model.read_begin(off, len);
             debug_assert!(taken, "one client: nothing else is in flight");
             Op::Read { off, len }
         }
+    }
+}
+
+impl Driver {
+    /// A write of `len` random bytes at `off` by the one client of a campaign plan (nothing
+    /// else is in flight, so its blocks are free).
+    pub(super) fn sole_write(&mut self, off: usize, len: usize) -> Op {
+        let mut data = vec![0u8; len];
+        self.rng.fill(&mut data[..]);
+        let taken = self.model.write_begin(off, len);
+        debug_assert!(taken, "one client: nothing else is in flight");
+        self.model.write_content(off, &data);
+        Op::Write { off, data }
     }
 }
 

@@ -29,11 +29,13 @@
 //! repair is in the durable event log.
 
 mod campaign;
+mod crashes;
 pub mod disk;
 mod model;
 pub mod sched;
 
 pub use campaign::{CampaignCounts, FaultPlan, Plan};
+pub use crashes::{CrashCounts, CrashPlan};
 
 use disk::{Power, SimDisk};
 use model::Model;
@@ -136,6 +138,42 @@ impl SimConfig {
         }
     }
 
+    /// One client running `plan` on a `k + m` array of `scheme` with the usual code for `m`:
+    /// the campaigns' runs (no departures, no sabotage; power cuts as the plan says).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the campaigns' case fields, named at the call"
+    )]
+    pub fn campaign(
+        seed: u64,
+        (k, m): (usize, usize),
+        scheme: Scheme,
+        chunk_bytes: u32,
+        stripes: u64,
+        ops: u64,
+        faults: Vec<FaultKind>,
+        plan: Plan,
+    ) -> SimConfig {
+        SimConfig {
+            seed,
+            data_chunks: k,
+            parity_chunks: m,
+            scheme,
+            chunk_bytes,
+            stripes,
+            clients: 1,
+            ops,
+            faults,
+            member_failures: false,
+            power_cuts: matches!(plan, Plan::Crashes(_)),
+            write_journal: false,
+            sabotage: None,
+            code: CodeId::for_parity(m),
+            cross_check: CrossCheck::One,
+            plan,
+        }
+    }
+
     /// The command that replays this run.
     pub fn replay_command(&self) -> String {
         let sabotage = match self.sabotage {
@@ -227,6 +265,8 @@ pub struct SimReport {
     pub switches: u64,
     /// The fault campaign's totals (what `stripeguard campaign` prints).
     pub campaign: CampaignCounts,
+    /// The crash campaign's totals (what `stripeguard campaign --crash` prints).
+    pub crash: CrashCounts,
     /// Broken rules (at most 20 kept; `broken` counts them all).
     pub findings: Vec<Finding>,
     /// Broken rules in all.
@@ -237,6 +277,15 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// The first finding that is the run failing (an engine error the model does not expect,
+    /// a panic, a deadlock) rather than a broken rule, as an error.
+    pub fn failure(&self) -> Option<EngineError> {
+        self.findings
+            .iter()
+            .find(|f| matches!(f.rule, Rule::Error | Rule::Panic | Rule::Deadlock))
+            .map(|f| EngineError::Config(format!("{:?}: {}", f.rule, f.detail)))
+    }
+
     fn find(&mut self, rule: Rule, detail: String) {
         self.broken += 1;
         if self.findings.len() < 20 {
@@ -363,6 +412,21 @@ enum Op {
     Replace(usize),
 }
 
+impl Op {
+    /// A few words for a deadlock's report and the trace (not the data).
+    fn describe(&self) -> String {
+        match self {
+            Op::Write { off, data } => format!("write {off}+{}", data.len()),
+            Op::Read { off, len } => format!("read {off}+{len}"),
+            Op::Flush => "flush".into(),
+            Op::Scrub(s) => format!("scrub of stripe {s}"),
+            Op::Out(i) => format!("member {i} leaves"),
+            Op::Back(i) => format!("member {i} comes back"),
+            Op::Replace(i) => format!("member {i} replaced"),
+        }
+    }
+}
+
 /// The state the clients share (only the running client touches it).
 struct Driver {
     rng: rand::rngs::StdRng,
@@ -381,6 +445,8 @@ struct Driver {
     blanks: Vec<(usize, Member)>,
     /// The fault campaign's state ([`Plan::Faults`]).
     campaign: Option<campaign::CampaignState>,
+    /// The crash campaign's chunk versions ([`Plan::Crashes`]).
+    chunks: Option<crashes::ChunkVersions>,
 }
 
 /// Run one seed.
@@ -408,24 +474,37 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
         returning: false,
         blanks: Vec::new(),
         campaign: None,
+        chunks: None,
     });
-    if let Plan::Faults(plan) = &cfg.plan {
-        start_campaign(cfg, plan, &rig, &mut lock(&shared))?;
+    match &cfg.plan {
+        Plan::Mixed => {}
+        Plan::Faults(plan) => start_campaign(cfg, plan, &rig, &mut lock(&shared))?,
+        Plan::Crashes(plan) => {
+            rig = start_chain(cfg, plan, &sched, &mut rng, &mut lock(&shared))?;
+        }
     }
     let mut done = 0;
-    while done < cfg.ops {
-        let ops = match cfg.plan {
-            Plan::Mixed => rng.random_range(30..=150).min(cfg.ops - done),
-            Plan::Faults(_) => cfg.ops,
+    let mut epochs = 0;
+    loop {
+        let ops = match &cfg.plan {
+            Plan::Mixed if done < cfg.ops => rng.random_range(30..=150).min(cfg.ops - done),
+            Plan::Faults(_) if done < cfg.ops => cfg.ops,
+            Plan::Crashes(p) if epochs < p.crashes => rng.random_range(1..=p.ops_per_crash),
+            _ => break,
         };
         done += ops;
-        let power_epoch = cfg.power_cuts && rng.random_bool(0.5);
+        epochs += 1;
+        let crashes = crashes::is_crashes(&cfg.plan);
+        let power_epoch = crashes || (cfg.power_cuts && rng.random_bool(0.5));
         {
             let mut d = lock(&shared);
             d.left = ops;
             d.faults_on = !power_epoch;
         }
-        if power_epoch {
+        if crashes {
+            // The crash campaign cuts between requests, at the epoch's end.
+            rig.power.arm(None);
+        } else if power_epoch {
             // Somewhere in the epoch's member I/O (a few per member and operation).
             let ios = ops * rig.members.len() as u64 * 3;
             rig.power.arm(Some(rng.random_range(0..ios)));
@@ -459,7 +538,15 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
             rig.members[i] = m;
         }
         rig.out = d.out.clone();
-        if power_epoch {
+        if let Plan::Crashes(plan) = &cfg.plan {
+            rig.power.cut_now();
+            rig = crash_restart(cfg, plan, &sched, &mut rng, rig, &mut d)?;
+            if epochs % 4 == 0 && epochs < plan.crashes {
+                // Chains of four cuts: then a fresh array.
+                rig.array.take().expect("an array").close()?;
+                rig = start_chain(cfg, plan, &sched, &mut rng, &mut d)?;
+            }
+        } else if power_epoch {
             if !cut {
                 rig.power.cut_now();
             }
@@ -536,6 +623,56 @@ fn start_campaign(
     Ok(())
 }
 
+/// A chain of the crash campaign's cuts begins: a fresh array (members of the case out, the
+/// middle stripe damaged when asked), every chunk zero and durable.
+fn start_chain(
+    cfg: &SimConfig,
+    plan: &CrashPlan,
+    sched: &Arc<Sched>,
+    rng: &mut rand::rngs::StdRng,
+    d: &mut Driver,
+) -> Result<Rig, EngineError> {
+    let out: BTreeSet<usize> = (0..plan.failed_members).collect();
+    let rig = rig(cfg, sched, rng, None, out.clone())?;
+    if plan.damaged_stripe {
+        crashes::damage_stripe(cfg, &rig)?;
+    }
+    if !plan.degraded_journal {
+        rig.array().disable_degraded_journal_for_campaign();
+    }
+    let cap = usize_of(rig.array().capacity_bytes());
+    let c = cfg.chunk_bytes as usize;
+    d.model = Model::new(cap);
+    d.chunks = Some(crashes::ChunkVersions::zeros(cap / c, c));
+    d.out = out;
+    Ok(rig)
+}
+
+/// After a crash campaign's cut: the negative control on the images, the reassembly (resync),
+/// the chunk-level checks.
+fn crash_restart(
+    cfg: &SimConfig,
+    plan: &CrashPlan,
+    sched: &Arc<Sched>,
+    rng: &mut rand::rngs::StdRng,
+    old: Rig,
+    d: &mut Driver,
+) -> Result<Rig, EngineError> {
+    let images = power_down(old, d);
+    d.rep.crash.inconsistent_without_resync +=
+        crashes::without_resync(cfg, &images, &d.out, rng.next_u64())?;
+    let rig = rig(cfg, sched, rng, Some(images), d.out.clone())?;
+    if !plan.degraded_journal {
+        rig.array().disable_degraded_journal_for_campaign();
+    }
+    let mut versions = d.chunks.take().unwrap_or_default();
+    let settled = crashes::check_chunks(cfg, plan, rig.array(), &mut versions, &mut d.rep.crash)?;
+    d.rep.settled += settled;
+    d.chunks = Some(versions);
+    d.model = Model::new(d.model.cap());
+    Ok(rig)
+}
+
 /// One client: draw an operation, run it, check it, until the epoch's operations are done.
 fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me: usize) {
     let a = rig.array();
@@ -567,26 +704,23 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     }
                     d.campaign_op(rig)
                 }
+                Plan::Crashes(_) => d.crash_op(rig),
             };
             (op, d.model.tick())
         };
-        sched.doing(format!("{op:?}").chars().take(60).collect());
+        sched.doing(op.describe());
         let span = match &op {
             Op::Write { off, data } => Some((*off, data.len())),
             Op::Read { off, len } => Some((*off, *len)),
             _ => None,
         };
         if let Some(s) = span.and_then(|(o, l)| traced(a, o, l)) {
-            let what = match &op {
-                Op::Write { off, data } => format!("write {off}+{}", data.len()),
-                other => format!("{other:?}"),
-            };
-            eprintln!("[tick {tick}] client {me} stripe {s}: {what}");
+            eprintln!("[tick {tick}] client {me} stripe {s}: {}", op.describe());
         }
         if let (Op::Out(_) | Op::Back(_) | Op::Replace(_), Ok(_)) =
             (&op, std::env::var("SG_SIM_TRACE"))
         {
-            eprintln!("[tick {tick}] client {me}: {op:?}");
+            eprintln!("[tick {tick}] client {me}: {}", op.describe());
         }
         if let (Op::Scrub(st), Ok(want)) = (&op, std::env::var("SG_SIM_TRACE")) {
             if want == st.to_string() {
@@ -603,6 +737,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     Ok(()) => data.len(),
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
                         d.rep.campaign.unrecoverable += 1;
+                        d.rep.crash.refused_writes += 1;
                         let refused =
                             !d.model.stripe_settled(stripe) && matches!(cfg.plan, Plan::Mixed);
                         if refused {
@@ -620,6 +755,9 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     }
                 };
                 d.model.write_done(off, data.len(), landed);
+                if let Some(v) = d.chunks.as_mut() {
+                    v.wrote(off, &data, landed, cfg.chunk_bytes as usize);
+                }
             }
             Op::Read { off, len } => {
                 let mut got = vec![0u8; len];
@@ -669,7 +807,12 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 let mut d = lock(shared);
                 d.rep.flushes += 1;
                 match r {
-                    Ok(()) => d.model.flushed(tick),
+                    Ok(()) => {
+                        d.model.flushed(tick);
+                        if let Some(v) = d.chunks.as_mut() {
+                            v.flushed();
+                        }
+                    }
                     Err(e) => d.rep.find(Rule::Error, format!("client {me}: flush: {e}")),
                 }
             }
@@ -901,18 +1044,41 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
     Ok(())
 }
 
+/// Scrub every stripe; the units found wrong or mismatched, and the stripes found
+/// unrecoverable, since before.
+fn full_check(cfg: &SimConfig, a: &Array) -> Result<(u64, u64), EngineError> {
+    let before = a.counters();
+    for s in 0..cfg.stripes {
+        match a.scrub_stripe(s) {
+            Ok(_) | Err(EngineError::Unrecoverable { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let after = a.counters();
+    Ok((
+        (after.located - before.located) + (after.mismatches - before.mismatches),
+        after.unrecoverable - before.unrecoverable,
+    ))
+}
+
+/// The power is cut: the members' images, the old array gone.
+fn power_down(mut old: Rig, d: &mut Driver) -> Vec<Vec<u8>> {
+    let images = old.power.take_images().expect("the cut took images");
+    d.rep.ios += old.power.ios();
+    d.rep.power_cuts += 1;
+    drop(old.array.take());
+    images
+}
+
 /// After a power epoch: reassemble from the crash images and check every block.
 fn restart(
     cfg: &SimConfig,
     sched: &Arc<Sched>,
     rng: &mut rand::rngs::StdRng,
-    mut old: Rig,
+    old: Rig,
     d: &mut Driver,
 ) -> Result<Rig, EngineError> {
-    let images = old.power.take_images().expect("the cut took images");
-    d.rep.ios += old.power.ios();
-    d.rep.power_cuts += 1;
-    drop(old.array.take());
+    let images = power_down(old, d);
     let rig = rig(cfg, sched, rng, Some(images), d.out.clone())?;
     let a = rig.array();
     let settled: BTreeSet<u64> = a
@@ -972,15 +1138,7 @@ fn restart(
         }
     }
     if d.out.is_empty() {
-        let before = a.counters();
-        for s in 0..cfg.stripes {
-            match a.scrub_stripe(s) {
-                Ok(_) | Err(EngineError::Unrecoverable { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let after = a.counters();
-        let found = (after.located - before.located) + (after.mismatches - before.mismatches);
+        let (found, _) = full_check(cfg, a)?;
         if found > 0 && !unchecked {
             d.rep.find(
                 Rule::DamageLeft,
@@ -1023,7 +1181,13 @@ fn finish(cfg: &SimConfig, mut rig: Rig, d: &mut Driver) -> Result<(), EngineErr
         }
     }
     let mut buf = vec![0u8; BLOCK];
-    for b in 0..d.model.blocks() {
+    // (The crash campaign's last cut was checked chunk by chunk; its block model is not kept.)
+    let blocks = if d.chunks.is_some() {
+        0
+    } else {
+        d.model.blocks()
+    };
+    for b in 0..blocks {
         match a.read((b * BLOCK) as u64, &mut buf) {
             Ok(()) => {
                 let wrong = d.model.differing(b * BLOCK, &buf);
