@@ -1,7 +1,9 @@
-//! Campaigns over the engine, using only its public interface: the fault campaign ([`fault`]:
-//! seeded reads and writes with silent faults and failed members), the crash campaign
-//! ([`crash`]: power cuts on simulated disks, reassembly with resync, a model of what was
-//! flushed) and `stripeguard demo` ([`demo`]). Each returns a report; what must hold is
+//! Campaigns over the engine, using only its public interface: the seeded simulation ([`sim`]:
+//! concurrent clients, silent faults, departures, power cuts at any I/O and restarts in one
+//! replayable loop), of which the fault campaign ([`fault`]: seeded reads and writes with
+//! silent faults and failed members) and the crash campaign ([`crash`]: power cuts on simulated
+//! disks, reassembly with resync, a model of what was flushed) are configurations, and
+//! `stripeguard demo` ([`demo`]). Each returns a report; what must hold is
 //! [`CampaignCase::passed`] and [`CrashReport::verdict`] (the CLI prints them; the tests assert
 //! their own, stricter rules where they want them).
 #![forbid(unsafe_code)]

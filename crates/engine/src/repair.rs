@@ -46,22 +46,31 @@ impl Array {
         let units = self.read_units(stripe, &all)?;
         let layout = self.layout();
         let mut d = layout.decide(self, stripe, units, suspects, cause)?;
-        self.write_repair(layout, stripe, &mut d)?;
+        let wrote = self.write_repair(layout, stripe, &mut d)?;
         match d.settled.take() {
             Some(evidence) => self.record_resync(stripe, EventKind::ResyncSettled, evidence),
             None => self.record_findings(stripe, suspects, &d.findings, cause),
+        }
+        // A repair is durable, and in the durable log, before it is reported: otherwise a
+        // power cut before the next flush brings the damage back, and a resync of a
+        // neighbouring write's region then meets it beside the crash (found by the seeded
+        // simulation: a stale checksum table, repaired by a scrub and lost to the cut, made the
+        // resync refuse flushed blocks); and the log would lack a repair that happened.
+        if wrote {
+            self.save_events()?;
+            self.flush_members()?;
         }
         Ok(d.image)
     }
 
     /// Write back every unit a decision found wrong (its metadata resealed), then what else
-    /// the layout changed; its data chunks go back to first-read state.
+    /// the layout changed; its data chunks go back to first-read state. Whether it wrote.
     fn write_repair(
         &self,
         layout: &dyn Layout,
         stripe: StripeIx,
         d: &mut Decided,
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
         let g = self.geometry();
         let tags: Vec<u64> = d.image.truth.iter().map(|t| t.unwrap_or(0)).collect();
         let mut rewritten: Vec<Pos> = Vec::new();
@@ -80,15 +89,9 @@ impl Array {
             }
         }
         layout.finish_repair(self, stripe, d)?;
-        // A repair is durable before it is reported: otherwise a power cut before the next
-        // flush brings the damage back, and a resync of a neighbouring write's region then
-        // meets it beside the crash (found by the seeded simulation: a stale checksum table,
-        // repaired by a scrub and lost to the cut, made the resync refuse flushed blocks).
-        if self.is_writable() && (!rewritten.is_empty() || d.rewrite_table) {
-            self.flush_members()?;
-        }
+        let wrote = self.is_writable() && (!rewritten.is_empty() || d.rewrite_table);
         self.forget_verified(stripe, rewritten.into_iter().filter(|p| p.get() < g.k));
-        Ok(())
+        Ok(wrote)
     }
 
     /// The events of a repair: each finding with what was done about it, and each suspect the

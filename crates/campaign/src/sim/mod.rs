@@ -304,6 +304,8 @@ struct Member {
 /// The array under test and its members.
 struct Rig {
     array: Option<Array>,
+    /// The number of the first event-log entry this process records.
+    first_entry: u64,
     members: Vec<Member>,
     power: Arc<Power>,
     map: UnitMap,
@@ -388,10 +390,16 @@ fn rig(
     for &o in &out {
         members[o].sim.set_out(true);
     }
-    let refs = members.iter().map(|m| m.sim.clone() as DiskRef).collect();
+    let refs: Vec<DiskRef> = members.iter().map(|m| m.sim.clone() as DiskRef).collect();
+    // Read before the assembly: its resync may record (and save) repairs of its own.
+    let first_entry = stripeguard_engine::read_log_of(&refs)?
+        .entries
+        .last()
+        .map_or(0, |e| e.number + 1);
     let array = Array::assemble(refs, &assemble_opts(rng.next_u64(), cfg.sabotage))?;
     array.enable_appendix_cache(stripeguard_engine::APPENDIX_CACHE_ENTRIES);
     Ok(Rig {
+        first_entry,
         array: Some(array),
         members,
         power,
@@ -1041,7 +1049,38 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
         // The faults' log restarts with the next epoch.
         m.faulty.clear_log();
     }
+    // Every repair that returned is in the durable log already (a repair saves its events
+    // before it returns), flush or no flush since.
+    logged_repairs(rig, a, d, "at the end of a fault epoch");
     Ok(())
+}
+
+/// The rule "every repair is logged": the durable event log holds as many repairs of this
+/// process as it counted.
+fn logged_repairs(rig: &Rig, a: &Array, d: &mut Driver, when: &str) {
+    let repaired = a.counters().repaired;
+    let log = a.event_log();
+    let logged = log
+        .entries
+        .iter()
+        .filter(|e| e.number >= rig.first_entry && is_repair(e.action))
+        .count() as u64;
+    if log.dropped == 0 && logged != repaired {
+        d.rep.find(
+            Rule::RepairNotLogged,
+            format!("{when}: {repaired} units repaired, {logged} repairs in the durable event log"),
+        );
+    }
+}
+
+/// Whether an event's action is a repair (what [`stripeguard_engine::Counters::repaired`]
+/// counts).
+fn is_repair(a: stripeguard_engine::EventAction) -> bool {
+    use stripeguard_engine::EventAction as A;
+    !matches!(
+        a,
+        A::Unrecoverable | A::Mismatch | A::Resynced | A::Notice | A::Reread | A::FoundReadOnly
+    )
 }
 
 /// Scrub every stripe; the units found wrong or mismatched, and the stripes found
@@ -1214,6 +1253,7 @@ fn finish(cfg: &SimConfig, mut rig: Rig, d: &mut Driver) -> Result<(), EngineErr
     }
     d.rep.repaired += a.counters().repaired;
     d.rep.ios += rig.power.ios();
+    logged_repairs(&rig, a, d, "at the end");
     let array = rig.array.take().expect("an array");
     array.close()?;
     let mut h = blake3::Hasher::new();
