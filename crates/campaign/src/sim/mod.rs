@@ -449,7 +449,8 @@ struct Driver {
     /// Members out, and whether one is being re-added or replaced now.
     out: BTreeSet<usize>,
     returning: bool,
-    /// Replacement disks a client built (joined to the rig after the epoch).
+    /// Replacement disks a client built (joined to the rig after the epoch: until then the
+    /// rig's layers of that member are the old disk's, so it does not leave again this epoch).
     blanks: Vec<(usize, Member)>,
     /// The fault campaign's state ([`Plan::Faults`]).
     campaign: Option<campaign::CampaignState>,
@@ -725,7 +726,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
         if let Some(s) = span.and_then(|(o, l)| traced(a, o, l)) {
             eprintln!("[tick {tick}] client {me} stripe {s}: {}", op.describe());
         }
-        if let (Op::Out(_) | Op::Back(_) | Op::Replace(_), Ok(_)) =
+        if let (Op::Out(_) | Op::Back(_) | Op::Replace(_) | Op::Flush, Ok(_)) =
             (&op, std::env::var("SG_SIM_TRACE"))
         {
             eprintln!("[tick {tick}] client {me}: {}", op.describe());
@@ -840,8 +841,13 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
             Op::Out(i) => {
                 rig.members[i].sim.set_out(true);
                 rig.members[i].faulty.disarm();
-                // The engine notices at its next I/O to the member: a check of a stripe.
-                let _ = a.scrub_stripe(0);
+                // The engine notices at its next I/O to the member: a flush reaches every
+                // member (a scrub of a stripe may not: a checksum member's table can come from
+                // the cache). Noticed now, the departure is recorded before any client can
+                // bring the member back (found: a member brought back while another client's
+                // failed I/O to it was not yet recorded was then failed with nobody to re-add
+                // it, and its tables went unwritten).
+                let _ = a.flush();
             }
             Op::Back(i) => {
                 rig.members[i].sim.set_out(false);
@@ -955,7 +961,8 @@ impl Driver {
             }
             if self.out.len() + 1 < g.m.max(1) || (self.out.is_empty() && g.m > 1) {
                 let i = self.rng.random_range(0..n);
-                if !self.tainted.iter().any(|_| true) || !self.faults_on {
+                let replaced = self.blanks.iter().any(|(b, _)| *b == i);
+                if self.tainted.is_empty() && !replaced {
                     self.out.insert(i);
                     self.rep.members_out += 1;
                     return Op::Out(i);
@@ -1058,7 +1065,9 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
 /// The rule "every repair is logged": the durable event log holds as many repairs of this
 /// process as it counted.
 fn logged_repairs(rig: &Rig, a: &Array, d: &mut Driver, when: &str) {
-    let repaired = a.counters().repaired;
+    // This process's events in memory (it keeps the last 4,096; none of these runs records
+    // more).
+    let repaired = a.events().iter().filter(|e| is_repair(e.action)).count() as u64;
     let log = a.event_log();
     let logged = log
         .entries
@@ -1073,14 +1082,12 @@ fn logged_repairs(rig: &Rig, a: &Array, d: &mut Driver, when: &str) {
     }
 }
 
-/// Whether an event's action is a repair (what [`stripeguard_engine::Counters::repaired`]
-/// counts).
+/// Whether an event's action is a repair written to a member (a unit rebuilt, or its appendix
+/// rewritten). [`stripeguard_engine::Counters::repaired`] counts more: a member's failure
+/// (rebuilt-degraded), which is recorded after the flush that found it.
 fn is_repair(a: stripeguard_engine::EventAction) -> bool {
     use stripeguard_engine::EventAction as A;
-    !matches!(
-        a,
-        A::Unrecoverable | A::Mismatch | A::Resynced | A::Notice | A::Reread | A::FoundReadOnly
-    )
+    matches!(a, A::Repaired | A::AppendixRewritten)
 }
 
 /// Scrub every stripe; the units found wrong or mismatched, and the stripes found
