@@ -45,7 +45,7 @@ pub struct CampaignArgs {
     /// coming back, power cuts at any I/O, restarts, scrubs, replaces, all in one loop against
     /// a model; every seed draws its own shape, scheme and options. --ops is then the
     /// operations per seed, --seed the first seed.
-    #[arg(long, conflicts_with_all = ["crash", "shapes", "schemes", "stripes"])]
+    #[arg(long, conflicts_with_all = ["crash", "degraded", "journal", "shapes", "schemes", "stripes"])]
     simulate: bool,
     /// With --simulate: how many seeds.
     #[arg(long, requires = "simulate", default_value_t = 100)]

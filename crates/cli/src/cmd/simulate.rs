@@ -32,12 +32,26 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
             ),
         },
     };
+    if r.seeds == 0 {
+        bail!("--seeds 0 runs nothing: give at least 1");
+    }
+    let Some(last) = r.first_seed.checked_add(r.seeds - 1) else {
+        bail!(
+            "--seed {} with --seeds {} runs past the last seed ({}): start lower or run fewer",
+            r.first_seed,
+            r.seeds,
+            u64::MAX
+        );
+    };
     let bar = count_bar("seeds");
     bar.set_length(r.seeds);
     let started = Instant::now();
     let mut total = SimReport::default();
     let mut failed: Vec<(SimConfig, SimReport)> = Vec::new();
-    for seed in r.first_seed..r.first_seed.saturating_add(r.seeds) {
+    // Every seed's digest (its members' final images), hashed in order: two runs of one range
+    // print the same.
+    let mut digests = blake3::Hasher::new();
+    for seed in r.first_seed..=last {
         let drawn = SimConfig::from_seed(seed, r.ops);
         let cfg = SimConfig {
             sabotage,
@@ -45,6 +59,7 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
             ..drawn
         };
         let rep = simulate(&cfg);
+        digests.update(rep.digest.as_bytes());
         add(&mut total, &rep);
         if rep.broken > 0 {
             failed.push((cfg, rep));
@@ -52,6 +67,7 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    total.digest = digests.finalize().to_hex()[..16].to_string();
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let per_sec = total.ops as f64 / secs;
     if r.json {
@@ -87,11 +103,11 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
             println!("  replay: {}", cfg.replay_command());
         }
         println!(
-            "{} seeds ({}..{}), {} operations in {secs:.1} s: {per_sec:.0} operations/s",
+            "{} seeds ({}..={last}), {} operations in {secs:.1} s: {per_sec:.0} operations/s; digest {}",
             r.seeds,
             r.first_seed,
-            r.first_seed.saturating_add(r.seeds),
-            total.ops
+            total.ops,
+            total.digest
         );
         println!(
             "{} reads, {} writes, {} flushes, {} scrubs; {} silent faults, {} members out, {} re-added, {} replaced; {} power cuts, {} stripes settled; {} units repaired; {} scheduling points, {} switches",
