@@ -58,17 +58,30 @@ fn kill_9_during_writes_then_resync_leaves_a_clean_array() {
         let mut new = vec![0u8; len];
         rng.fill(&mut new[..]);
         std::fs::write(d.join("new"), &new).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-            .args(with("write", &["-i", "new"]))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stripeguard"));
+        cmd.args(with("write", &["-i", "new"]))
             .current_dir(d)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_micros(
-            rng.random_range(whole / 10..whole * 9 / 10),
-        ));
-        let _ = child.kill();
+            .stderr(Stdio::null());
+        // Odd rounds stop the writer at a member write chosen here (the test hook of
+        // `ops::open_member_paths`: the process aborts before that write, as a kill -9 would
+        // stop it there), so some stop between a piece's data and parity writes whatever this
+        // machine's load; even rounds kill -9 it at a random time.
+        let timed = round % 2 == 0;
+        if !timed {
+            // 24 MiB in 48 KiB stripes: 512 pieces of 4 unit writes, plus metadata.
+            cmd.env(
+                "STRIPEGUARD_TEST_ABORT_AFTER_WRITES",
+                rng.random_range(200..1800u64).to_string(),
+            );
+        }
+        let mut child = cmd.spawn().unwrap();
+        if timed {
+            std::thread::sleep(std::time::Duration::from_micros(
+                rng.random_range(whole / 10..whole * 9 / 10),
+            ));
+            let _ = child.kill();
+        }
         let status = child.wait().unwrap();
         killed += (!status.success()) as usize;
         // Negative control: the same members with the crash forgotten by hand (FORMAT.md §2.1:

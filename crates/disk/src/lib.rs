@@ -14,6 +14,7 @@
 
 #![warn(clippy::unwrap_used)]
 
+mod abort;
 mod at_rest;
 pub mod batch;
 mod buf;
@@ -25,6 +26,7 @@ mod file;
 mod latency;
 mod mem;
 
+pub use abort::AbortDisk;
 pub use at_rest::{apply as damage_at_rest, AtRest, AtRestError};
 pub use buf::AlignedBuf;
 pub use counting::{CountingDisk, IoCounts};

@@ -209,11 +209,24 @@ pub fn open_member(p: &Path, direct: bool) -> Result<DiskRef, DiskError> {
 
 /// Open members by path or URI; one that cannot be opened is a failed member whose reason says why
 /// (the engine decides whether the array survives it).
+///
+/// A test hook: with `STRIPEGUARD_TEST_ABORT_AFTER_WRITES=N` in the environment, the process
+/// aborts before its `N`th member write (counted over every member), as a `kill -9` would stop
+/// it at that write (crates/cli/tests/crash_cli.rs).
 pub fn open_member_paths(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
+    let abort = std::env::var("STRIPEGUARD_TEST_ABORT_AFTER_WRITES")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+        .map(|n| Arc::new(std::sync::atomic::AtomicU64::new(n)));
     paths
         .iter()
         .map(|p| match open_member(p, direct) {
-            Ok(d) => d,
+            Ok(d) => match &abort {
+                Some(left) => {
+                    Arc::new(stripeguard_disk::AbortDisk::new(d, Arc::clone(left))) as DiskRef
+                }
+                None => d,
+            },
             Err(e) => Arc::new(FailedDisk::new(p.display().to_string(), e.reason())) as DiskRef,
         })
         .collect()
