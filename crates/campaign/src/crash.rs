@@ -20,7 +20,6 @@
 //! stripe by stripe finds inconsistent stripes.
 
 use crate::sim::{simulate, CrashPlan, Plan, SimConfig};
-use serde::Serialize;
 use stripeguard_engine::{create_accepts, EngineError};
 use stripeguard_integrity::Scheme;
 
@@ -61,52 +60,7 @@ pub struct CrashConfig {
     pub damaged_stripe: bool,
 }
 
-/// Totals.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct CrashReport {
-    /// Crashes.
-    pub crashes: u64,
-    /// User writes issued.
-    pub writes: u64,
-    /// Flushes issued.
-    pub flushes: u64,
-    /// Stripes resynced after the crashes.
-    pub stripes_resynced: u64,
-    /// Stripes settled (interrupted beyond what the parity decides).
-    pub stripes_settled: u64,
-    /// Bytes flushed before a crash and not intact after it (must be 0).
-    pub flushed_bytes_lost: u64,
-    /// Bytes read back that are neither an old nor a new version, outside settled stripes
-    /// (must be 0).
-    pub wrong_bytes: u64,
-    /// Units a full check found wrong after the resync (must be 0).
-    pub found_after_resync: u64,
-    /// Chunks written since the last flush whose read is refused after the resync: blocks of
-    /// a settled stripe that failed their checks are listed untrusted (FORMAT.md §2.7), so
-    /// such a chunk reads old, new or refused. Must be 0 outside settled stripes.
-    pub unreadable_chunks: u64,
-    /// Refused reads of chunks outside settled stripes (must be 0).
-    pub unreadable_unsettled: u64,
-    /// Flushed chunks whose read is refused after the resync (must be 0: a crash is not data
-    /// loss; the damaged stripe's chunks are counted apart).
-    pub flushed_refused: u64,
-    /// Reads of the damaged stripe's chunks that returned bytes never written there (must be 0).
-    pub damaged_read_as_good: u64,
-    /// Reads of the damaged stripe's chunks that were refused (the right answer).
-    pub damaged_refused: u64,
-    /// Writes refused because an earlier crash left their stripe unreadable (must be 0).
-    pub refused_writes: u64,
-    /// `none` without the write journal: chunks written since the last flush are not checked
-    /// (a torn write there is a mix of old and new sectors that nothing can see).
-    pub unchecked_chunks: u64,
-    /// Chunks written since the last flush that read back as neither an old nor a new version
-    /// (a mix of both), wherever they are: must be 0 with the write journal; without it they
-    /// are the settled stripes' and `none`'s torn chunks (the journal's negative control).
-    pub mixed_chunks: u64,
-    /// Negative control: what a check without resync found (units wrong, stripes inconsistent
-    /// or unrecoverable).
-    pub inconsistent_without_resync: u64,
-}
+pub use crate::sim::CrashReport;
 
 impl CrashReport {
     /// What must hold after a run of `cfg`: nothing flushed lost or refused, no wrong byte, no
@@ -210,25 +164,13 @@ pub fn run_crash_campaign(cfg: &CrashConfig) -> Result<CrashReport, EngineError>
     if let Some(e) = rep.failure() {
         return Err(e);
     }
-    let c = rep.crash;
+    // The loop counts the checks' totals; the request and cut totals are the simulation's.
     Ok(CrashReport {
         crashes: rep.power_cuts,
         writes: rep.writes,
         flushes: rep.flushes,
-        stripes_resynced: c.stripes_resynced,
         stripes_settled: rep.settled,
-        flushed_bytes_lost: c.flushed_bytes_lost,
-        wrong_bytes: c.wrong_bytes,
-        found_after_resync: c.found_after_resync,
-        unreadable_chunks: c.unreadable_chunks,
-        unreadable_unsettled: c.unreadable_unsettled,
-        flushed_refused: c.flushed_refused,
-        damaged_read_as_good: c.damaged_read_as_good,
-        damaged_refused: c.damaged_refused,
-        refused_writes: c.refused_writes,
-        unchecked_chunks: c.unchecked_chunks,
-        mixed_chunks: c.mixed_chunks,
-        inconsistent_without_resync: c.inconsistent_without_resync,
+        ..rep.crash
     })
 }
 

@@ -4,7 +4,7 @@
 //! probability, members failed from the start (and one more at a third of the run for the
 //! member-failure kind), every stripe a fired fault touched scrubbed 50 operations later, and
 //! at the end a read of everything and a scrub of every stripe. What it counts is
-//! [`CampaignCounts`]; [`crate::fault::run_campaign`] turns it into the campaign's report.
+//! [`CampaignReport`]; [`crate::fault::run_campaign`] turns it into the campaign's report.
 //!
 //! The rules of fault.rs's loop, kept: a fault goes only where every stripe it may damage is
 //! clean on every member, has nothing armed, and was not hit in the last 50 operations (a stale
@@ -46,15 +46,26 @@ pub enum Plan {
 /// are scrubbed (user I/O gets the first chance to find the damage).
 const TAINT_OPS: u64 = 50;
 
-/// The campaign's own totals (filled in every plan; the mixed plan's are informational).
+/// What the fault campaign counted (`stripeguard campaign`'s columns). The loop fills the
+/// campaign's own totals in every plan (the mixed plan's are informational); `ops`, `reads`,
+/// `writes` and `repaired` are the simulation's ([`super::SimReport`]), copied in by
+/// [`crate::fault::run_campaign`].
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct CampaignCounts {
+pub struct CampaignReport {
+    /// Operations run.
+    pub ops: u64,
+    /// User reads checked against the model.
+    pub reads: u64,
+    /// User writes.
+    pub writes: u64,
     /// Faults that fired (or were applied), by kind.
     pub injected: BTreeMap<String, u64>,
     /// Failed checks.
     pub detected: u64,
     /// Units named wrong.
     pub located: u64,
+    /// Units rebuilt and rewritten.
+    pub repaired: u64,
     /// Reads answered by re-reading (misdirected reads).
     pub reread: u64,
     /// Requests refused as unrecoverable.
@@ -266,7 +277,7 @@ pub(super) fn campaign_end(
     cfg: &SimConfig,
     rig: &Rig,
     st: &CampaignState,
-    counts: &mut CampaignCounts,
+    counts: &mut CampaignReport,
 ) -> Result<(), EngineError> {
     let a = rig.array();
     if cfg.scheme != Scheme::None {

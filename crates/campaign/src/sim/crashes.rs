@@ -39,25 +39,52 @@ pub struct CrashPlan {
     pub damaged_stripe: bool,
 }
 
-/// The crash campaign's totals (see [`crate::crash::CrashReport`] for each).
+/// What the crash campaign counted (`campaign --crash`'s columns). The loop fills the checks'
+/// totals; `crashes`, `writes`, `flushes` and `stripes_settled` are the simulation's
+/// ([`super::SimReport`]), copied in by [`crate::crash::run_crash_campaign`].
 #[derive(Clone, Debug, Default, Serialize)]
-#[allow(
-    missing_docs,
-    reason = "each field is documented on CrashReport, which copies it"
-)]
-pub struct CrashCounts {
+pub struct CrashReport {
+    /// Crashes.
+    pub crashes: u64,
+    /// User writes issued.
+    pub writes: u64,
+    /// Flushes issued.
+    pub flushes: u64,
+    /// Stripes resynced after the crashes.
     pub stripes_resynced: u64,
+    /// Stripes settled (interrupted beyond what the parity decides).
+    pub stripes_settled: u64,
+    /// Bytes flushed before a crash and not intact after it (must be 0).
     pub flushed_bytes_lost: u64,
+    /// Bytes read back that are neither an old nor a new version, outside settled stripes
+    /// (must be 0).
     pub wrong_bytes: u64,
+    /// Units a full check found wrong after the resync (must be 0).
     pub found_after_resync: u64,
+    /// Chunks written since the last flush whose read is refused after the resync: blocks of
+    /// a settled stripe that failed their checks are listed untrusted (FORMAT.md §2.7), so
+    /// such a chunk reads old, new or refused. Must be 0 outside settled stripes.
     pub unreadable_chunks: u64,
+    /// Refused reads of chunks outside settled stripes (must be 0).
     pub unreadable_unsettled: u64,
+    /// Flushed chunks whose read is refused after the resync (must be 0: a crash is not data
+    /// loss; the damaged stripe's chunks are counted apart).
     pub flushed_refused: u64,
+    /// Reads of the damaged stripe's chunks that returned bytes never written there (must be 0).
     pub damaged_read_as_good: u64,
+    /// Reads of the damaged stripe's chunks that were refused (the right answer).
     pub damaged_refused: u64,
+    /// Writes refused because an earlier crash left their stripe unreadable (must be 0).
     pub refused_writes: u64,
+    /// `none` without the write journal: chunks written since the last flush are not checked
+    /// (a torn write there is a mix of old and new sectors that nothing can see).
     pub unchecked_chunks: u64,
+    /// Chunks written since the last flush that read back as neither an old nor a new version
+    /// (a mix of both), wherever they are: must be 0 with the write journal; without it they
+    /// are the settled stripes' and `none`'s torn chunks (the journal's negative control).
     pub mixed_chunks: u64,
+    /// Negative control: what a check without resync found (units wrong, stripes inconsistent
+    /// or unrecoverable).
     pub inconsistent_without_resync: u64,
 }
 
@@ -183,7 +210,7 @@ pub(super) fn check_chunks(
     plan: &super::CrashPlan,
     a: &Array,
     versions: &mut ChunkVersions,
-    counts: &mut CrashCounts,
+    counts: &mut CrashReport,
 ) -> Result<u64, EngineError> {
     let (k, m) = (cfg.data_chunks, cfg.parity_chunks);
     let c = cfg.chunk_bytes as usize;

@@ -34,8 +34,8 @@ pub mod disk;
 mod model;
 pub mod sched;
 
-pub use campaign::{CampaignCounts, FaultPlan, Plan};
-pub use crashes::{CrashCounts, CrashPlan};
+pub use campaign::{CampaignReport, FaultPlan, Plan};
+pub use crashes::{CrashPlan, CrashReport};
 
 use disk::{Power, SimDisk};
 use model::Model;
@@ -264,9 +264,9 @@ pub struct SimReport {
     /// See `steps`.
     pub switches: u64,
     /// The fault campaign's totals (what `stripeguard campaign` prints).
-    pub campaign: CampaignCounts,
+    pub campaign: CampaignReport,
     /// The crash campaign's totals (what `stripeguard campaign --crash` prints).
-    pub crash: CrashCounts,
+    pub crash: CrashReport,
     /// Broken rules (at most 20 kept; `broken` counts them all).
     pub findings: Vec<Finding>,
     /// Broken rules in all.
@@ -747,8 +747,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
                         d.rep.campaign.unrecoverable += 1;
                         d.rep.crash.refused_writes += 1;
-                        let refused =
-                            !d.model.stripe_settled(stripe) && matches!(cfg.plan, Plan::Mixed);
+                        let refused = matches!(cfg.plan, Plan::Mixed);
                         if refused {
                             d.rep.find(
                                 Rule::Refused,
@@ -794,7 +793,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     }
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
                         d.rep.campaign.unrecoverable += 1;
-                        if d.model.read_refused(off, len, stripe) {
+                        if d.model.read_refused(off, len) {
                             d.rep.refused_settled += 1;
                         } else if matches!(cfg.plan, Plan::Mixed) {
                             d.rep.find(
@@ -831,7 +830,6 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 d.rep.scrubs += 1;
                 match r {
                     Ok(_) => {}
-                    Err(EngineError::Unrecoverable { .. }) if d.model.stripe_settled(s) => {}
                     Err(e) => d.rep.find(
                         Rule::Error,
                         format!("client {me}: scrub of stripe {s}: {e}"),
@@ -1034,7 +1032,6 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
     for &s in &hit {
         match a.scrub_stripe(s) {
             Ok(_) => {}
-            Err(EngineError::Unrecoverable { .. }) if d.model.stripe_settled(s) => {}
             Err(e) => d.rep.find(
                 Rule::Refused,
                 format!("scrub of stripe {s} after its fault: {e}"),
@@ -1245,9 +1242,9 @@ fn finish(cfg: &SimConfig, mut rig: Rig, d: &mut Driver) -> Result<(), EngineErr
                     d.rep.find(rule, format!("final read of block {b}: {why}"));
                 }
             }
-            Err(EngineError::Unrecoverable { stripe, .. }) => {
+            Err(EngineError::Unrecoverable { .. }) => {
                 d.rep.campaign.unrecoverable += 1;
-                if !d.model.read_refused(b * BLOCK, BLOCK, stripe) && d.campaign.is_none() {
+                if !d.model.read_refused(b * BLOCK, BLOCK) && d.campaign.is_none() {
                     d.rep
                         .find(Rule::Refused, format!("final read of block {b} refused"));
                 }

@@ -164,14 +164,8 @@ impl Model {
     }
 
     /// A read at `off` was refused: whether that is allowed (a block of it was refused before).
-    pub(super) fn read_refused(&mut self, off: usize, len: usize, _stripe: u64) -> bool {
+    pub(super) fn read_refused(&self, off: usize, len: usize) -> bool {
         Self::span(off, len).any(|b| self.refused.contains(&b))
-    }
-
-    /// Whether a stripe may refuse requests (never outside the check after a cut, where the
-    /// caller knows which stripes were settled).
-    pub(super) fn stripe_settled(&self, _stripe: u64) -> bool {
-        false
     }
 
     /// A flush that started at tick `started` returned.
