@@ -54,6 +54,39 @@ pub trait Env: Send + Sync + std::fmt::Debug {
     fn heartbeat_thread(&self) -> bool {
         true
     }
+    /// The holder ids of the arrays this process has assembled and not yet dropped (an owner
+    /// record naming this process is live only if its id is here). A real process has one set;
+    /// each simulated process has its own, so that simulations run side by side in one test
+    /// binary (drawing the same ids from the same seed) do not see each other's arrays as held.
+    fn live_holders(&self) -> &LiveHolders {
+        static PROCESS: LiveHolders = LiveHolders::new();
+        &PROCESS
+    }
+}
+
+/// The set behind [`Env::live_holders`].
+#[derive(Debug, Default)]
+pub struct LiveHolders(crate::sync::Mutex<Vec<[u8; 16]>>);
+
+impl LiveHolders {
+    /// An empty set.
+    pub const fn new() -> LiveHolders {
+        LiveHolders(crate::sync::Mutex::new(Vec::new()))
+    }
+    pub(crate) fn add(&self, id: [u8; 16]) {
+        self.ids().push(id);
+    }
+    pub(crate) fn remove(&self, id: &[u8; 16]) {
+        self.ids().retain(|x| x != id);
+    }
+    pub(crate) fn contains(&self, id: &[u8; 16]) -> bool {
+        self.ids().contains(id)
+    }
+    fn ids(&self) -> crate::sync::MutexGuard<'_, Vec<[u8; 16]>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The environment handle an array keeps.
@@ -189,6 +222,7 @@ fn running(stat: &str) -> bool {
 #[derive(Debug)]
 pub struct SimEnv {
     state: Mutex<SimState>,
+    holders: LiveHolders,
 }
 
 #[derive(Debug)]
@@ -211,6 +245,7 @@ impl SimEnv {
                 rng: rand::rngs::StdRng::seed_from_u64(seed),
                 elapsed: Duration::ZERO,
             }),
+            holders: LiveHolders::new(),
         }
     }
 
@@ -263,6 +298,9 @@ impl Env for SimEnv {
     }
     fn heartbeat_thread(&self) -> bool {
         false
+    }
+    fn live_holders(&self) -> &LiveHolders {
+        &self.holders
     }
 }
 

@@ -51,7 +51,7 @@ pub use array::{
     APPENDIX_CACHE_ENTRIES,
 };
 pub use ckcache::CK_CACHE_TABLES;
-pub use env::{Env, EnvRef, Host, RealEnv, Sabotage, SimEnv};
+pub use env::{Env, EnvRef, Host, LiveHolders, RealEnv, Sabotage, SimEnv};
 pub use error::EngineError;
 pub use events::{unit_label, Counters, Event, EventAction, EventKind, EventRole};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};

@@ -21,10 +21,6 @@ pub(crate) fn honoured_interval_ms(named: u32) -> u64 {
 use crate::heartbeat::{slot_bytes, Beater, MAX_HEARTBEAT_MS, SLOT_BYTES};
 use stripeguard_format::{Newest, Owner};
 
-/// Holder ids of the arrays this process has assembled and not yet dropped: a record naming this
-/// process is live only if its id is here (an array dropped without `close` is a crash).
-static LIVE: crate::sync::Mutex<Vec<[u8; 16]>> = crate::sync::Mutex::new(Vec::new());
-
 impl Array {
     /// The newest valid owner record on any current member.
     pub fn owner(&self) -> Option<Owner> {
@@ -89,7 +85,7 @@ impl Array {
                 }
             }
         }
-        LIVE.lock().expect("lock").push(o.holder_id);
+        self.env().live_holders().add(o.holder_id);
         let every = Duration::from_millis(o.interval_ms as u64);
         *self.ownership().lock().expect("lock") = Some(o);
         if !self.env().heartbeat_thread() {
@@ -112,7 +108,7 @@ impl Array {
         let here = o.host == me.name && o.boot_id == me.boot_id;
         if here {
             let alive = if o.pid == me.pid {
-                LIVE.lock().expect("lock").contains(&o.holder_id)
+                env.live_holders().contains(&o.holder_id)
             } else {
                 env.process_alive(o.pid)
             };
@@ -193,9 +189,7 @@ impl Array {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            LIVE.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|id| *id != o.holder_id);
+            self.env().live_holders().remove(&o.holder_id);
         }
     }
 
@@ -206,7 +200,7 @@ impl Array {
         }
         let mut mine = self.ownership().lock().expect("lock");
         if let Some(mut o) = mine.take() {
-            LIVE.lock().expect("lock").retain(|id| *id != o.holder_id);
+            self.env().live_holders().remove(&o.holder_id);
             o.sequence += 1;
             o.held = false;
             o.heartbeat_ms = unix_millis(self.env());

@@ -42,6 +42,55 @@ fn the_same_seed_makes_the_same_array_byte_for_byte() {
     assert!(make(RealEnv::shared()) != make(RealEnv::shared()));
 }
 
+/// Two simulations of one seed side by side in one process (as a test binary runs them) draw the
+/// same holder id and name the same simulated process: each must still see its own array as the
+/// only one it holds. CI found the campaign refusing its own restart ("in use by process 4242 on
+/// sim") when another test's simulation held an array of the same seed.
+#[test]
+fn simulations_of_one_seed_side_by_side_hold_their_own_arrays() {
+    let (a, b) = (members(), members());
+    let env_a = SimEnv::shared(9);
+    let env_b = SimEnv::shared(9);
+    for (d, env) in [(&a, &env_a), (&b, &env_b)] {
+        let cfg = ArrayConfig {
+            env: env.clone(),
+            ..ArrayConfig::new(4, 2, Scheme::HybridSeq, 4096, 16)
+        };
+        Array::create(refs(d), &cfg, true, &mut |_, _| {})
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    let open = |d: &[Arc<MemDisk>], env: &EnvRef| {
+        Array::assemble(
+            refs(d),
+            &AssembleOptions {
+                env: env.clone(),
+                no_wait: true,
+                ..AssembleOptions::default()
+            },
+        )
+    };
+    let held_a = open(&a, &env_a).unwrap();
+    let held_b = open(&b, &env_b).unwrap();
+    assert_eq!(
+        held_a.owner().unwrap().holder_id,
+        held_b.owner().unwrap().holder_id
+    );
+    // b "crashes" (dropped without close); its own simulation takes it over while a is held.
+    drop(held_b);
+    open(&b, &env_b)
+        .expect("a crashed holder of this simulation is taken over")
+        .close()
+        .unwrap();
+    // Within one simulation a live holder is still respected.
+    assert!(
+        open(&a, &env_a).is_err(),
+        "the same simulated process holds a"
+    );
+    held_a.close().unwrap();
+}
+
 #[test]
 #[allow(
     clippy::disallowed_methods,
@@ -133,5 +182,8 @@ impl stripeguard_engine::Env for Elsewhere {
     }
     fn io_pool(&self, threads: usize) -> Option<rayon::ThreadPool> {
         self.0.io_pool(threads)
+    }
+    fn live_holders(&self) -> &stripeguard_engine::LiveHolders {
+        self.0.live_holders()
     }
 }
