@@ -65,6 +65,20 @@ fn dio_alignment(file: &File) -> (usize, usize) {
 impl FileDisk {
     /// Open an existing file or block device for reading and writing.
     pub fn open(path: &Path, direct: bool) -> Result<Self, DiskError> {
+        Self::open_as(path, direct, false)
+    }
+
+    /// [`FileDisk::open`], and a block device opened `O_EXCL`: the kernel refuses it (`EBUSY`)
+    /// while it is mounted, part of another device or held exclusively by another process, and
+    /// refuses those to others while this handle is open (what md does with its members). On a
+    /// regular file the flag means nothing without `O_CREAT`, so it is not given.
+    pub fn open_exclusive(path: &Path, direct: bool) -> Result<Self, DiskError> {
+        use std::os::unix::fs::FileTypeExt;
+        let block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        Self::open_as(path, direct, block)
+    }
+
+    fn open_as(path: &Path, direct: bool, exclusive: bool) -> Result<Self, DiskError> {
         let name = path.display().to_string();
         let io = |source| DiskError::Io {
             name: name.clone(),
@@ -75,9 +89,9 @@ impl FileDisk {
         };
         let mut opts = OpenOptions::new();
         opts.read(true).write(true);
-        if direct {
-            opts.custom_flags(libc::O_DIRECT);
-        }
+        opts.custom_flags(
+            if direct { libc::O_DIRECT } else { 0 } | if exclusive { libc::O_EXCL } else { 0 },
+        );
         let mut file = opts.open(path).map_err(io)?;
         // Block devices report length 0 in metadata; seeking to the end works for both.
         let size = file.seek(SeekFrom::End(0)).map_err(io)?;

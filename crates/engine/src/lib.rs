@@ -60,6 +60,6 @@ pub use members::MemberHealth;
 pub use metacheck::MetadataFinding;
 pub use num::usize_of;
 pub use owner::clock_utc;
-pub use rebuild::ReplaceSummary;
+pub use rebuild::{ReplaceForce, ReplaceSummary};
 pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};
 pub use stripeguard_format::Owner;

@@ -35,6 +35,31 @@ pub struct ReplaceSummary {
     pub full_rebuild_reason: Option<String>,
 }
 
+/// What an operator confirmed for one replace: each danger is its own confirmation (issue 35).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplaceForce {
+    /// `replace --force`: retire a member that is healthy, or abandon an interrupted replace of
+    /// the slot onto another device and start over.
+    pub retire: bool,
+    /// `--force-take NEW`: the target holds a stripeguard array (a member of another array, or
+    /// of this one in the past) and is overwritten.
+    pub take: bool,
+}
+
+impl ReplaceForce {
+    /// Nothing confirmed.
+    pub const NONE: ReplaceForce = ReplaceForce {
+        retire: false,
+        take: false,
+    };
+    /// Everything confirmed (tests and simulations that replace healthy members onto used
+    /// devices on purpose).
+    pub const ALL: ReplaceForce = ReplaceForce {
+        retire: true,
+        take: true,
+    };
+}
+
 /// The target's own checkpoint (its rebuild id), if it has one.
 fn target_checkpoint(target: &DiskRef) -> Option<Checkpoint> {
     let mut b = vec![0u8; 2 * SLOT_BYTES];
@@ -96,7 +121,8 @@ impl Array {
         })
     }
 
-    /// Rebuild member `member` onto `target`. A healthy member is replaced only with `force`.
+    /// Rebuild member `member` onto `target`. A healthy member is replaced only with
+    /// `force.retire`, a target that holds a stripeguard array overwritten only with `force.take`.
     /// `progress(done, total)` as stripes are rebuilt.
     ///
     /// Runs while the array serves reads and writes (the stripe being rebuilt is locked as a
@@ -105,7 +131,7 @@ impl Array {
         &self,
         member: usize,
         target: DiskRef,
-        force: bool,
+        force: ReplaceForce,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
         let member = MemberIx::new(member);
@@ -192,7 +218,7 @@ impl Array {
         &self,
         member: MemberIx,
         target: &DiskRef,
-        force: bool,
+        force: ReplaceForce,
     ) -> Result<(), EngineError> {
         let n = self.members().len();
         let cfg = |s: String| Err(EngineError::Config(s));
@@ -204,7 +230,7 @@ impl Array {
                 "member {member} does not exist: the array has members 0..{n}"
             ));
         }
-        if !self.is_failed(member) && !force {
+        if !self.is_failed(member) && !force.retire {
             return cfg(format!(
                 "member {member} ({}) is healthy; pass --force to retire it anyway",
                 self.members().get(member).name()
@@ -227,7 +253,7 @@ impl Array {
         &self,
         member: MemberIx,
         target: &DiskRef,
-        force: bool,
+        force: ReplaceForce,
     ) -> Result<ReplacePlan, EngineError> {
         let cfg = |s: String| Err(EngineError::Config(s));
         let stripes = self.geometry().stripes;
@@ -236,7 +262,7 @@ impl Array {
         let running = prev.rebuild_member == Some(crate::num::index_u16(member.get()))
             && !prev.rebuild_finished;
         let same = running && mine.as_ref().map(|c| c.rebuild_target) == Some(prev.rebuild_target);
-        if running && !same && !force {
+        if running && !same && !force.retire {
             return cfg(format!(
                 "a replace of member {member} onto another device is in progress (stripe {} of {stripes}); give that device again, or --force to start over onto {}",
                 prev.rebuild_next,
@@ -258,18 +284,19 @@ impl Array {
             Some(Err((_, why))) => Some(why),
             _ => None,
         };
-        if !same && !force && !readd && !older_copy {
+        if !same && !force.take && !readd && !older_copy {
             let mut sb = vec![0u8; SUPERBLOCK_BYTES];
             if target.read_at(0, &mut sb).is_ok()
                 && sb.starts_with(<Superblock as stripeguard_format::Record>::MAGIC)
             {
                 return cfg(format!(
-                    "{} holds a stripeguard array{}; pass --force to overwrite it",
+                    "{} holds a stripeguard array{}; pass --force-take {} to overwrite it",
                     target.name(),
                     full_rebuild_reason
                         .as_ref()
                         .map(|why| format!(" (this slot's own device, but {why})"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    target.name()
                 ));
             }
         }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use stripeguard_disk::{DiskRef, Fault, FaultyDisk, MemDisk};
-use stripeguard_engine::{Array, ArrayConfig, AssembleOptions};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, ReplaceForce};
 use stripeguard_integrity::{CkTable, Scheme};
 
 const CHUNK: u32 = 65536;
@@ -146,7 +146,8 @@ fn the_checksum_member_is_lost_and_rebuilt() {
     let mut model = data.clone();
     model[100_000..170_000].copy_from_slice(&pattern(70_000, 8));
     let new = Arc::new(MemDisk::new("new", cfg.member_bytes()));
-    a.replace(ck, new.clone(), false, &mut |_, _| {}).unwrap();
+    a.replace(ck, new.clone(), ReplaceForce::NONE, &mut |_, _| {})
+        .unwrap();
     a.read(0, &mut back).unwrap();
     assert_eq!(back, model);
     a.close().unwrap();

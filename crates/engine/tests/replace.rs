@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, MemDisk};
-use stripeguard_engine::{Array, ArrayConfig, AssembleOptions};
+use stripeguard_engine::{Array, ArrayConfig, AssembleOptions, ReplaceForce};
 use stripeguard_integrity::{MetadataLayout, Scheme};
 
 const CHUNK: u32 = 4096;
@@ -108,7 +108,9 @@ fn rebuild_checks_survivors_and_none_copies_their_corruption() {
         d[4].with_bytes_mut(|b| b[off as usize] ^= 0x40);
         let a = Array::assemble(without(&d, 2), &AssembleOptions::default()).unwrap();
         let new = Arc::new(MemDisk::new("new2", size));
-        let s = a.replace(2, new.clone(), false, &mut |_, _| {}).unwrap();
+        let s = a
+            .replace(2, new.clone(), ReplaceForce::NONE, &mut |_, _| {})
+            .unwrap();
         a.close().unwrap();
         let mut members: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
         members[2] = new;
@@ -137,18 +139,22 @@ fn an_interrupted_replace_resumes_onto_the_same_disk_only() {
             left: AtomicI64::new(400),
             at: 0..u64::MAX,
         });
-        assert!(a.replace(1, flaky, false, &mut |_, _| {}).is_err());
+        assert!(a
+            .replace(1, flaky, ReplaceForce::NONE, &mut |_, _| {})
+            .is_err());
     }
     // Another disk while that replace is unfinished: refused, nothing lost.
     let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
     let other = Arc::new(MemDisk::new("other", size));
     let e = a
-        .replace(1, other, false, &mut |_, _| {})
+        .replace(1, other, ReplaceForce::NONE, &mut |_, _| {})
         .unwrap_err()
         .to_string();
     assert!(e.contains("in progress"), "{e}");
     // The same disk: resumes past stripe 0.
-    let s = a.replace(1, target.clone(), false, &mut |_, _| {}).unwrap();
+    let s = a
+        .replace(1, target.clone(), ReplaceForce::NONE, &mut |_, _| {})
+        .unwrap();
     assert!(s.resumed_at >= 256, "{s:?}");
     a.close().unwrap();
     let mut members: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
@@ -208,7 +214,12 @@ fn a_returning_member_is_readded_through_the_intent_record_and_an_older_one_is_n
         "the member that left is stale"
     );
     let s = a
-        .replace(2, kept.clone() as DiskRef, false, &mut |_, _| {})
+        .replace(
+            2,
+            kept.clone() as DiskRef,
+            ReplaceForce::NONE,
+            &mut |_, _| {},
+        )
         .unwrap();
     assert!(s.readded, "{s:?}");
     assert_eq!(
@@ -233,7 +244,12 @@ fn a_returning_member_is_readded_through_the_intent_record_and_an_older_one_is_n
     let fresh = Arc::new(MemDisk::new("new-m2", size));
     let a = Array::assemble(without(&d, 2), &AssembleOptions::default()).unwrap();
     let s = a
-        .replace(2, fresh.clone() as DiskRef, false, &mut |_, _| {})
+        .replace(
+            2,
+            fresh.clone() as DiskRef,
+            ReplaceForce::NONE,
+            &mut |_, _| {},
+        )
         .unwrap();
     assert!(!s.readded);
     a.close().unwrap();
@@ -246,7 +262,12 @@ fn a_returning_member_is_readded_through_the_intent_record_and_an_older_one_is_n
     now[2] = Arc::new(FailedDisk::new("gone", "unplugged"));
     let a = Array::assemble(now.clone(), &AssembleOptions::default()).unwrap();
     let s = a
-        .replace(2, old_device.clone() as DiskRef, true, &mut |_, _| {})
+        .replace(
+            2,
+            old_device.clone() as DiskRef,
+            ReplaceForce::ALL,
+            &mut |_, _| {},
+        )
         .unwrap();
     assert!(
         !s.readded,
@@ -289,7 +310,12 @@ fn replace_runs_while_the_array_serves_writes() {
                 }
             });
             let s2 = a
-                .replace(3, fresh.clone() as DiskRef, false, &mut |_, _| {})
+                .replace(
+                    3,
+                    fresh.clone() as DiskRef,
+                    ReplaceForce::NONE,
+                    &mut |_, _| {},
+                )
                 .unwrap();
             assert_eq!(s2.stripes_rebuilt, stripes);
             writer.join().unwrap();
@@ -321,12 +347,14 @@ fn a_replace_killed_at_its_first_checkpoint_runs_again_onto_the_same_device() {
             left: AtomicI64::new(0),
             at: ck..ck + 4096,
         });
-        assert!(a.replace(1, killed, false, &mut |_, _| {}).is_err());
+        assert!(a
+            .replace(1, killed, ReplaceForce::NONE, &mut |_, _| {})
+            .is_err());
         // Dropped without closing: the process died there.
     }
     let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
     let s = a
-        .replace(1, target.clone(), false, &mut |_, _| {})
+        .replace(1, target.clone(), ReplaceForce::NONE, &mut |_, _| {})
         .unwrap_or_else(|e| panic!("the same device was refused: {e}"));
     assert_eq!(s.stripes_rebuilt, 64, "{s:?}");
     a.close().unwrap();

@@ -21,16 +21,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stripeguard_disk::{Disk, DiskError, DiskRef, FailedDisk, FileDisk};
+use stripeguard_disk::{DiskError, DiskRef, FailedDisk, FileDisk};
 use stripeguard_engine::{
     clock_utc, read_superblock_of, unit_label, Array, ArrayConfig, AssembleOptions, EngineError,
-    RealEnv, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
+    RealEnv, ReplaceForce, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
 };
 
+mod probe;
 mod verdict;
-use stripeguard_integrity::{
-    CodeId, CrossCheck, Scheme, Superblock, SuperblockError, MAX_MEMBERS, SUPERBLOCK_BYTES,
-};
+pub use probe::{check_target, in_use, probe, wipe_signatures, Confirmations, Found};
+use stripeguard_integrity::{CodeId, CrossCheck, Scheme, MAX_MEMBERS};
 pub use verdict::{logged_by_member, scrub_verdict, status_verdict, Verdict};
 
 /// Largest chunk `create` accepts (FORMAT.md §2).
@@ -53,8 +53,8 @@ pub struct CreateOnPaths {
     pub sector_bytes: u64,
     /// Cross-check setting.
     pub cross_check: CrossCheck,
-    /// Overwrite members that hold an array.
-    pub force: bool,
+    /// What the operator confirmed: taking members of another array, overwriting foreign data.
+    pub confirm: Confirmations,
     /// The erasure code; `None` = the usual one for the parity count (xor, raid6, rs).
     pub code: Option<CodeId>,
     /// Every write goes through the journal first ([`ArrayConfig::write_journal`]).
@@ -133,7 +133,9 @@ impl CreateOnPaths {
             let members = self
                 .paths
                 .iter()
-                .map(|p| open_member(p, false))
+                .map(|p| {
+                    open_member_as(p, false, true).map_err(|e| busy(p, &e).unwrap_or(e.into()))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let array = Array::create(members, &cfg, fresh, progress)?;
             array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
@@ -150,17 +152,24 @@ impl CreateOnPaths {
     /// Create the missing member files; whether every member is new (sparse zeros, so only the
     /// appendices need writing).
     fn create_files<'a>(&'a self, created: &mut Vec<&'a Path>) -> Result<bool, EngineError> {
-        for p in &self.paths {
-            if !member_exists(p) {
-                continue;
-            }
+        let existing: Vec<&Path> = self
+            .paths
+            .iter()
+            .map(PathBuf::as_path)
+            .filter(|p| member_exists(p))
+            .collect();
+        self.confirm.refuse_strays(&existing)?;
+        // Every device is judged before any is touched.
+        let mut foreign = Vec::new();
+        for &p in &existing {
             let d = open_member(p, false)?;
-            if holds_array(d.as_ref()) && !self.force {
-                return Err(EngineError::Config(format!(
-                    "{} already holds a stripeguard array; pass --force to overwrite it",
-                    p.display()
-                )));
+            probe::check_target(p, d.as_ref(), None, &self.confirm)?;
+            if matches!(probe::probe(p, d.as_ref()), Found::Foreign(_)) {
+                foreign.push(p);
             }
+        }
+        for p in foreign {
+            wipe(p)?;
         }
         for p in &self.paths {
             if member_exists(p) {
@@ -179,15 +188,14 @@ impl CreateOnPaths {
     }
 }
 
-/// Whether a member holds any stripeguard superblock, even one this build cannot read (another
-/// format version, a damaged copy).
-fn holds_array(d: &dyn Disk) -> bool {
-    let mut sb = vec![0u8; SUPERBLOCK_BYTES];
-    d.read_at(0, &mut sb).is_ok()
-        && !matches!(
-            Superblock::decode(&sb),
-            Err(SuperblockError::BadMagic | SuperblockError::Truncated(_))
-        )
+/// Erase the foreign signatures on `p`, whose overwrite was confirmed: through libblkid on a
+/// file or device, the ends of an NBD export through the client.
+fn wipe(p: &Path) -> Result<(), EngineError> {
+    if p.to_str().is_some_and(stripeguard_nbd::is_uri) {
+        probe::wipe_ends(open_member(p, false)?.as_ref())
+    } else {
+        probe::wipe_signatures(p)
+    }
 }
 
 /// Whether a member is there: a file or device that exists, or an NBD export (which is asked
@@ -199,12 +207,33 @@ pub fn member_exists(p: &Path) -> bool {
 /// Open one member: an NBD URI (`nbd://host:port/export`, `nbd+unix:///export?socket=PATH`)
 /// through the NBD client, anything else as a file or block device.
 pub fn open_member(p: &Path, direct: bool) -> Result<DiskRef, DiskError> {
+    open_member_as(p, direct, false)
+}
+
+/// [`open_member`]; with `exclusive`, a block device is opened `O_EXCL` (held for as long as
+/// the handle lives, as md holds its members; refused while mounted or held by another).
+pub fn open_member_as(p: &Path, direct: bool, exclusive: bool) -> Result<DiskRef, DiskError> {
     match p.to_str() {
         Some(uri) if stripeguard_nbd::is_uri(uri) => {
             Ok(Arc::new(stripeguard_nbd::NbdDisk::open(uri)?) as DiskRef)
         }
+        _ if exclusive => Ok(Arc::new(FileDisk::open_exclusive(p, direct)?) as DiskRef),
         _ => Ok(Arc::new(FileDisk::open(p, direct)?) as DiskRef),
     }
+}
+
+/// A block device the kernel refused to open exclusively: why it is in use, as an error.
+fn busy(p: &Path, e: &DiskError) -> Option<EngineError> {
+    let DiskError::Io { source, .. } = e else {
+        return None;
+    };
+    (source.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())).then(|| {
+        EngineError::Config(format!(
+            "{} is in use ({}); stripeguard never writes a device in use",
+            p.display(),
+            probe::in_use(p).unwrap_or_else(|| "the kernel says it is busy".into())
+        ))
+    })
 }
 
 /// Open members by path or URI; one that cannot be opened is a failed member whose reason says why
@@ -214,22 +243,60 @@ pub fn open_member(p: &Path, direct: bool) -> Result<DiskRef, DiskError> {
 /// aborts before its `N`th member write (counted over every member), as a `kill -9` would stop
 /// it at that write (crates/cli/tests/crash_cli.rs).
 pub fn open_member_paths(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
-    let abort = std::env::var("STRIPEGUARD_TEST_ABORT_AFTER_WRITES")
-        .ok()
-        .and_then(|n| n.parse::<u64>().ok())
-        .map(|n| Arc::new(std::sync::atomic::AtomicU64::new(n)));
+    let abort = abort_hook();
     paths
         .iter()
-        .map(|p| match open_member(p, direct) {
-            Ok(d) => match &abort {
-                Some(left) => {
-                    Arc::new(stripeguard_disk::AbortDisk::new(d, Arc::clone(left))) as DiskRef
-                }
-                None => d,
-            },
-            Err(e) => Arc::new(FailedDisk::new(p.display().to_string(), e.reason())) as DiskRef,
+        .map(|p| {
+            open_or_failed(p, direct, false, &abort).unwrap_or_else(|e| {
+                Arc::new(FailedDisk::new(p.display().to_string(), e.to_string())) as DiskRef
+            })
         })
         .collect()
+}
+
+/// [`open_member_paths`]; with `exclusive` (a writable assembly), block devices are opened
+/// `O_EXCL`, and one in use is an error rather than a failed member (it is not failed: someone
+/// else has it, and writing the array around it would mark it so).
+fn open_member_paths_as(
+    paths: &[PathBuf],
+    direct: bool,
+    exclusive: bool,
+) -> Result<Vec<DiskRef>, EngineError> {
+    let abort = abort_hook();
+    paths
+        .iter()
+        .map(|p| open_or_failed(p, direct, exclusive, &abort))
+        .collect()
+}
+
+/// The test hook's shared count of member writes left, when set.
+fn abort_hook() -> Option<Arc<std::sync::atomic::AtomicU64>> {
+    std::env::var("STRIPEGUARD_TEST_ABORT_AFTER_WRITES")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+        .map(|n| Arc::new(std::sync::atomic::AtomicU64::new(n)))
+}
+
+/// One member opened, or a failed member saying why it could not be; an error only for a block
+/// device in use when opened `exclusive`.
+fn open_or_failed(
+    p: &Path,
+    direct: bool,
+    exclusive: bool,
+    abort: &Option<Arc<std::sync::atomic::AtomicU64>>,
+) -> Result<DiskRef, EngineError> {
+    match open_member_as(p, direct, exclusive) {
+        Ok(d) => Ok(match abort {
+            Some(left) => {
+                Arc::new(stripeguard_disk::AbortDisk::new(d, Arc::clone(left))) as DiskRef
+            }
+            None => d,
+        }),
+        Err(e) => match busy(p, &e).filter(|_| exclusive) {
+            Some(err) => Err(err),
+            None => Ok(Arc::new(FailedDisk::new(p.display().to_string(), e.reason())) as DiskRef),
+        },
+    }
 }
 
 /// Assemble the array on `paths`.
@@ -258,7 +325,8 @@ pub fn assemble_paths_with(
         local_locks: opts.local_locks && local_locks(),
         ..opts.clone()
     };
-    let array = Array::assemble(open_member_paths(paths, direct), &opts)?;
+    let members = open_member_paths_as(paths, direct, opts.writable)?;
+    let array = Array::assemble(members, &opts)?;
     array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
     Ok(array)
 }
@@ -294,21 +362,13 @@ pub fn clock_utc_in(after: Duration) -> String {
 /// One file or device named twice in a member list (the same path, or two names of one
 /// inode) would be locked against itself; say what it is instead.
 fn refuse_duplicate_paths(paths: &[PathBuf]) -> Result<(), EngineError> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut seen: Vec<(String, usize)> = Vec::new();
     for (i, p) in paths.iter().enumerate() {
         if stripeguard_nbd::is_uri(&p.to_string_lossy()) {
             continue;
         }
         // The inode (or device number) when it exists; else the absolute path (create).
-        let id = match std::fs::metadata(p) {
-            Ok(m) if m.file_type().is_block_device() => format!("device {}", m.rdev()),
-            Ok(m) => format!("inode {}:{}", m.dev(), m.ino()),
-            Err(_) => std::path::absolute(p)
-                .unwrap_or_else(|_| p.clone())
-                .display()
-                .to_string(),
-        };
+        let id = probe::identity(p);
         if let Some((_, first)) = seen.iter().find(|(s, _)| *s == id) {
             return Err(EngineError::Assemble(format!(
                 "members {first} and {i} are the same file or device ({} and {}): give each member once",
@@ -391,12 +451,18 @@ impl Replacement {
     /// given for that member: the device coming back, a re-add the engine checks) the handle
     /// the array already holds open and locked, when it holds one; else an existing file,
     /// device or NBD export; else a new file of the member size.
+    ///
+    /// Any other existing device is probed first ([`check_target`]): one in use is refused,
+    /// one holding another array needs `confirm.take`, foreign data `confirm.overwrite` (and
+    /// is then wiped); a member of this array is the engine's to judge (a re-add, or an older
+    /// copy of a slot, or a `--force-take`).
     pub fn open(
         array: &Array,
         member: usize,
         path: &Path,
         own_slot: bool,
         direct: bool,
+        confirm: &Confirmations,
     ) -> Result<Self, EngineError> {
         if let Some(disk) = own_slot
             .then(|| array.member_disk(member))
@@ -409,11 +475,25 @@ impl Replacement {
             });
         }
         if member_exists(path) {
+            confirm.refuse_strays(&[path])?;
+            let uuid = array.superblock().array_uuid;
+            let found = {
+                let d = open_member(path, false)?;
+                probe::check_target(path, d.as_ref(), Some(&uuid), confirm)?;
+                probe::probe(path, d.as_ref())
+            };
+            if matches!(found, Found::Foreign(_))
+                && !path.to_str().is_some_and(stripeguard_nbd::is_uri)
+            {
+                probe::wipe_signatures(path)?;
+            }
             return Ok(Self {
-                disk: open_member(path, direct)?,
+                disk: open_member_as(path, direct, true)
+                    .map_err(|e| busy(path, &e).unwrap_or(e.into()))?,
                 created: None,
             });
         }
+        confirm.refuse_strays(&[])?;
         let size = array.superblock().member_bytes();
         Ok(Self {
             disk: Arc::new(FileDisk::create(path, size, direct)?) as DiskRef,
@@ -428,7 +508,7 @@ impl Replacement {
         self,
         array: &Array,
         member: usize,
-        force: bool,
+        force: ReplaceForce,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
         let result = array.replace(member, self.disk, force, progress);
@@ -578,12 +658,24 @@ fn start_replace<'scope>(
     state: &'scope std::sync::Mutex<Option<LiveReplace>>,
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Result<(), String> {
-    // `replace [--force] MEMBER TARGET` (TARGET may hold spaces: it is the rest of the line).
-    let rest = req.strip_prefix("replace ").unwrap_or(req);
-    let (force, rest) = match rest.strip_prefix("--force ") {
-        Some(r) => (true, r),
-        None => (false, rest),
-    };
+    // `replace [--force ][--force-take ][--force-overwrite ]MEMBER TARGET` (TARGET may hold
+    // spaces: it is the rest of the line).
+    let mut rest = req.strip_prefix("replace ").unwrap_or(req);
+    let (mut force, mut overwrite) = (ReplaceForce::NONE, false);
+    loop {
+        if let Some(r) = rest.strip_prefix("--force ") {
+            force.retire = true;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("--force-take ") {
+            force.take = true;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("--force-overwrite ") {
+            overwrite = true;
+            rest = r;
+        } else {
+            break;
+        }
+    }
     let mut words = rest.splitn(2, ' ');
     let member: usize = words
         .next()
@@ -605,8 +697,21 @@ fn start_replace<'scope>(
     {
         return Err("a replace is already running in this holder".into());
     }
-    let replacement = Replacement::open(array, member, Path::new(&target), false, false)
-        .map_err(|e| format!("cannot open {target}: {e}"))?;
+    let confirm = Confirmations {
+        overwrite: if overwrite {
+            vec![PathBuf::from(&target)]
+        } else {
+            Vec::new()
+        },
+        take: if force.take {
+            vec![PathBuf::from(&target)]
+        } else {
+            Vec::new()
+        },
+        take_all: false,
+    };
+    let replacement = Replacement::open(array, member, Path::new(&target), false, false, &confirm)
+        .map_err(|e| e.to_string())?;
     *state.lock().expect("lock") = Some(LiveReplace {
         member,
         target: target.clone(),
@@ -655,7 +760,8 @@ pub fn ask_holder_replace(
     uuid: &[u8; 16],
     member: usize,
     target: &str,
-    force: bool,
+    force: ReplaceForce,
+    overwrite: bool,
 ) -> Result<(), String> {
     use std::io::{BufRead, BufReader, Write};
     let path = control_socket_path(uuid);
@@ -663,8 +769,16 @@ pub fn ask_holder_replace(
         .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
     conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .map_err(|e| e.to_string())?;
-    let force = if force { "--force " } else { "" };
-    conn.write_all(format!("replace {force}{member} {target}\n").as_bytes())
+    let flags: String = [
+        (force.retire, "--force "),
+        (force.take, "--force-take "),
+        (overwrite, "--force-overwrite "),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, f)| *f)
+    .collect();
+    conn.write_all(format!("replace {flags}{member} {target}\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(std::io::Read::take(conn, 1 << 20))

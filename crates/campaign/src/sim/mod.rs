@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use stripeguard_disk::{CrashDisk, Disk, DiskRef, FaultKind, FaultyDisk, UnitMap};
 use stripeguard_engine::{
     create_accepts, usize_of, Array, ArrayConfig, AssembleOptions, EngineError, EventKind,
-    Sabotage, SimEnv,
+    ReplaceForce, Sabotage, SimEnv,
 };
 use stripeguard_integrity::{CodeId, CrossCheck, Scheme};
 
@@ -853,7 +853,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     a.replace(
                         i,
                         rig.members[i].sim.clone() as DiskRef,
-                        false,
+                        ReplaceForce::NONE,
                         &mut |_, _| {},
                     )
                     .map(|_| ())
@@ -881,7 +881,12 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 ));
                 let r =
                     member_layers(format!("sim{i}'"), fresh, rig.map, &rig.power).and_then(|m| {
-                        a.replace(i, m.sim.clone() as DiskRef, true, &mut |_, _| {})?;
+                        a.replace(
+                            i,
+                            m.sim.clone() as DiskRef,
+                            ReplaceForce::ALL,
+                            &mut |_, _| {},
+                        )?;
                         Ok(m)
                     });
                 let mut d = lock(shared);

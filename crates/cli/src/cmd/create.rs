@@ -49,9 +49,18 @@ pub struct CreateArgs {
     /// P that both lost a write while Q holds the newer version).
     #[arg(long, default_value = "one")]
     cross_check: stripeguard_integrity::CrossCheck,
-    /// Overwrite members that already hold a stripeguard array.
+    /// Take every member given from the stripeguard array it belongs to (as `--force-take` for
+    /// each). Never covers foreign data or a device in use.
     #[arg(long)]
     force: bool,
+    /// DEV holds a filesystem, partition table or other signature (found by libblkid): destroy
+    /// it. Repeat for each device; a device in use is refused whatever the flags.
+    #[arg(long, value_name = "DEV")]
+    force_overwrite: Vec<PathBuf>,
+    /// DEV is a member of another stripeguard array (not held by a running process): take it;
+    /// that array loses the member. Repeat for each device.
+    #[arg(long, value_name = "DEV")]
+    force_take: Vec<PathBuf>,
     /// Erasure code: xor (RAID-5), raid6 (Linux md P+Q), rs (Reed-Solomon, any parity count),
     /// or the XOR-only RAID-6 codes rdp and tier (a chunk holds p-1 rows: the chunk size must be
     /// a multiple of them). Default: xor for one parity, raid6 for two, rs for more.
@@ -109,7 +118,11 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         chunk_bytes: a.chunk,
         sector_bytes: a.sector,
         cross_check: a.cross_check,
-        force: a.force,
+        confirm: stripeguard_ops::Confirmations {
+            overwrite: a.force_overwrite.clone(),
+            take: a.force_take.clone(),
+            take_all: a.force,
+        },
         code,
         write_journal: a.journal,
     };

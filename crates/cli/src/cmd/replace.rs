@@ -9,7 +9,8 @@ use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use stripeguard_ops::{ask_holder, ask_holder_replace, peek_uuid, Replacement};
+use stripeguard_engine::ReplaceForce;
+use stripeguard_ops::{ask_holder, ask_holder_replace, peek_uuid, Confirmations, Replacement};
 
 #[derive(Args)]
 pub struct ReplaceArgs {
@@ -21,10 +22,18 @@ pub struct ReplaceArgs {
     /// The new file or block device (a file that does not exist is created at the member size).
     #[arg(long)]
     with: PathBuf,
-    /// Retire a healthy member, overwrite a device holding an array, or abandon an interrupted
-    /// replace onto another device.
+    /// Retire a healthy member, or abandon an interrupted replace of this slot onto another
+    /// device and start over.
     #[arg(long)]
     force: bool,
+    /// NEW holds a filesystem, partition table or other signature (found by libblkid): destroy
+    /// it (give NEW again). A device in use is refused whatever the flags.
+    #[arg(long, value_name = "NEW")]
+    force_overwrite: Option<PathBuf>,
+    /// NEW is a member of another stripeguard array, or an old copy of this one's: overwrite
+    /// it (give NEW again). A member of an array a running process holds is refused.
+    #[arg(long, value_name = "NEW")]
+    force_take: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -47,8 +56,14 @@ fn via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
             dir.join(name).display().to_string()
         }
     };
-    ask_holder_replace(uuid, a.member, &target, a.force)
-        .map_err(|e| anyhow::anyhow!("the process holding the array refused the replace: {e}"))?;
+    ask_holder_replace(
+        uuid,
+        a.member,
+        &target,
+        a.force_flags(),
+        a.force_overwrite.is_some(),
+    )
+    .map_err(|e| anyhow::anyhow!("the process holding the array refused the replace: {e}"))?;
     eprintln!("stripeguard: the array is in use; the process holding it rebuilds member {} onto {target} while it goes on serving", a.member);
     let bar = count_bar("rebuilding");
     let last = loop {
@@ -81,7 +96,46 @@ fn via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
     }
 }
 
+impl ReplaceArgs {
+    fn force_flags(&self) -> ReplaceForce {
+        ReplaceForce {
+            retire: self.force,
+            take: self.force_take.is_some(),
+        }
+    }
+    fn confirmations(&self) -> Confirmations {
+        Confirmations {
+            overwrite: self.force_overwrite.iter().cloned().collect(),
+            take: self.force_take.iter().cloned().collect(),
+            take_all: false,
+        }
+    }
+    /// The per-device flags must name NEW (a flag naming another device confirms nothing).
+    fn check_flags(&self) -> Result<()> {
+        for (flag, v) in [
+            ("--force-overwrite", &self.force_overwrite),
+            ("--force-take", &self.force_take),
+        ] {
+            if let Some(p) = v {
+                if self
+                    .confirmations()
+                    .refuse_strays(&[self.with.as_path()])
+                    .is_err()
+                {
+                    bail!(
+                        "{flag} {} does not name the device given with --with ({})",
+                        p.display(),
+                        self.with.display()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 pub fn run(a: ReplaceArgs) -> Result<ExitCode> {
+    a.check_flags()?;
     // The slot's own path again is the device coming back (a re-add, which the engine checks);
     // another member's path is a mistake.
     let own_slot = a.array.members.get(a.member) == Some(&a.with);
@@ -104,11 +158,23 @@ pub fn run(a: ReplaceArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    let target = Replacement::open(&array, a.member, &a.with, own_slot, a.array.direct)
-        .with_context(|| format!("cannot open {}", a.with.display()))?;
+    let target = match Replacement::open(
+        &array,
+        a.member,
+        &a.with,
+        own_slot,
+        a.array.direct,
+        &a.confirmations(),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = array.close();
+            return Err(e.into());
+        }
+    };
     let bar = count_bar("rebuilding");
     let started = std::time::Instant::now();
-    let result = target.run(&array, a.member, a.force, &mut updater(&bar));
+    let result = target.run(&array, a.member, a.force_flags(), &mut updater(&bar));
     bar.finish_and_clear();
     let summary = match result {
         Ok(s) => s,
