@@ -337,7 +337,8 @@ fn events_survive_the_process_and_drive_an_exec_hook() {
     assert_eq!(sg(&cmd("scrub", &ms, &[]), d).status.code(), Some(1));
     // A later process reads what the scrub found, with its evidence, from the members.
     let out = ok(&sg(&cmd("events", &ms, &["--json"]), d));
-    let ev: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let all: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ev = &all[0];
     assert_eq!(ev["kind"], "checksum", "{out}");
     assert_eq!(ev["stripe"], 4);
     assert_eq!(ev["member"], 1);

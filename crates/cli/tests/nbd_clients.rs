@@ -58,10 +58,8 @@ fn serve(dir: &Path, extra: &[&str]) -> Served {
 /// Units the engine repaired, from the durable event log (the same for every front end).
 fn logged_repairs(dir: &Path) -> usize {
     let out = sg(&[&["events"][..], &MEMBERS[..], &["--json"]].concat(), dir);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("\"Repaired\"") || l.contains("\"repaired\""))
-        .count()
+    let all: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    all.iter().filter(|e| e["action"] == "repaired").count()
 }
 
 fn summary(stdout: &str) -> serde_json::Value {

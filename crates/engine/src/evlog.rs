@@ -32,6 +32,8 @@ pub struct LogRead {
     pub data_chunks: usize,
     /// Intact entries written by a newer build with codes this one does not know (skipped).
     pub not_understood: u64,
+    /// The array the log belongs to (hooks and cursors name it).
+    pub array_uuid: [u8; 16],
 }
 
 fn encode(number: u64, time_unix_ms: u64, e: &Event) -> Vec<u8> {
@@ -85,6 +87,7 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
         capacity,
         data_chunks: sb.data_chunks as usize,
         not_understood: not_understood.len() as u64,
+        array_uuid: sb.array_uuid,
     }
 }
 

@@ -1,5 +1,11 @@
 //! `stripeguard events`: print the durable event log without taking the array; `--follow`
 //! watches it, `--exec` runs a command per new event.
+//!
+//! Which events a hook runs for: those logged after the command started, unless `--from-start`
+//! (every event in the log, or since `--since`); with `--cursor FILE`, those after the last one
+//! it ran for in an earlier run (the file holds the array's uuid and the next event's number,
+//! `UUID NUMBER\n`, replaced atomically after each hook), so a watcher restarted by its service manager neither
+//! misses the events logged while it was down nor runs a hook twice.
 
 use crate::cmd::shared::ago;
 use crate::exit;
@@ -23,13 +29,61 @@ pub struct EventsArgs {
     /// Keep watching and print new events as they are logged (every second).
     #[arg(long)]
     follow: bool,
-    /// Run this shell command for each new event, with SG_EVENT_{NUMBER,TIME_MS,KIND,ACTION,
-    /// STRIPE,MEMBER,POSITION,ROLE,EVIDENCE} in its environment (as ZFS's event daemon does).
+    /// Run this shell command for each new event (logged after the command started, or after
+    /// the --cursor), with SG_ARRAY_UUID, SG_MEMBER_PATH (the path given for the event's member)
+    /// and SG_EVENT_{NUMBER,TIME_MS,KIND,ACTION,STRIPE,MEMBER,POSITION,ROLE,EVIDENCE} in its
+    /// environment, names as in --json (as ZFS's event daemon does).
     #[arg(long)]
     exec: Option<String>,
-    /// Print JSON (one object per line with --follow).
+    /// With --exec: run the hook for the events already in the log too (or those since --since).
+    #[arg(long, requires = "exec")]
+    from_start: bool,
+    /// With --exec: keep the last event the hook ran for in FILE, and go on after it when run
+    /// again (events logged meanwhile included; a hook cut off by a crash runs again).
+    #[arg(long, value_name = "FILE", requires = "exec")]
+    cursor: Option<PathBuf>,
+    /// Print JSON: one array of events (`[]` when none); one object per line with --follow.
     #[arg(long)]
     json: bool,
+}
+
+/// The saved position of `--cursor FILE`: the array's uuid and the first event number no hook
+/// has run for yet; `None` when the file does not exist yet.
+fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u64>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading --cursor {}", path.display())),
+    };
+    let mut words = text.split_whitespace();
+    let (Some(saved), Some(number), None) = (words.next(), words.next(), words.next()) else {
+        bail!(
+            "--cursor {} is not a stripeguard event cursor (expected: UUID NUMBER)",
+            path.display()
+        );
+    };
+    if saved != uuid {
+        bail!(
+            "--cursor {} belongs to array {saved}, not to this one ({uuid}); give another file",
+            path.display()
+        );
+    }
+    let n = number.parse().with_context(|| {
+        format!(
+            "--cursor {}: {number:?} is not an event number",
+            path.display()
+        )
+    })?;
+    Ok(Some(n))
+}
+
+/// Replace the cursor file atomically (a crash leaves the old position or the new one).
+fn write_cursor(path: &std::path::Path, uuid: &str, number: u64) -> Result<()> {
+    let tmp = path.with_extension("tmp-stripeguard");
+    std::fs::write(&tmp, format!("{uuid} {number}\n"))
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("writing --cursor {}", path.display()))
 }
 
 /// `--since`: Unix seconds, or an age (`90s`, `10m`, `2h`, `3d`), as Unix milliseconds.
@@ -56,9 +110,47 @@ fn since_ms(s: &str) -> Result<u64> {
 pub fn run(a: EventsArgs) -> Result<ExitCode> {
     let since = a.since.as_deref().map(since_ms).transpose()?.unwrap_or(0);
     let members = open_member_paths(&a.members, false);
+    let first = read_log_of(&members)?;
+    let uuid: String = first
+        .array_uuid
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // The last event number a hook must not run for (None: every event since `since`).
+    let saved = match &a.cursor {
+        Some(c) => read_cursor(c, &uuid)?,
+        None => None,
+    };
+    // The first event number a hook runs for.
+    let mut hook_from = saved.unwrap_or(if a.from_start || a.since.is_some() {
+        0
+    } else {
+        first.entries.last().map_or(0, |e| e.number + 1)
+    });
+    if let (Some(n), Some(oldest)) = (saved, first.entries.first()) {
+        if n < oldest.number {
+            eprintln!(
+                "stripeguard: warning: {} event(s) after the cursor were overwritten in the log's ring before a hook ran for them",
+                oldest.number - n
+            );
+        }
+    }
+    // A new cursor starts where this run starts, so that a restart before the first hook
+    // still picks up from here.
+    if let (Some(c), None) = (&a.cursor, saved) {
+        write_cursor(c, &uuid, hook_from)?;
+    }
+    if a.json && !a.follow {
+        let listed: Vec<&LoggedEvent> = first
+            .entries
+            .iter()
+            .filter(|e| e.time_unix_ms >= since)
+            .collect();
+        println!("{}", serde_json::to_string(&listed)?);
+    }
     let mut seen: Option<u64> = None;
+    let mut log = first;
     loop {
-        let log = read_log_of(&members)?;
         let fresh: Vec<&LoggedEvent> = log
             .entries
             .iter()
@@ -80,10 +172,12 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
         }
         for e in &fresh {
             if a.json {
-                println!("{}", serde_json::to_string(e)?);
+                if a.follow {
+                    println!("{}", serde_json::to_string(e)?);
+                }
             } else {
                 println!(
-                    "#{:<6} {} stripe {} member {} ({}): {} — {} [{:?}]",
+                    "#{:<6} {} stripe {} member {} ({}): {} — {} [{}]",
                     e.number,
                     ago(e.time_unix_ms / 1000),
                     e.stripe,
@@ -95,26 +189,11 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
                     e.action
                 );
             }
-            if let Some(cmd) = &a.exec {
-                let status = std::process::Command::new("sh")
-                    .arg("-c")
-                    .arg(cmd)
-                    .env("SG_EVENT_NUMBER", e.number.to_string())
-                    .env("SG_EVENT_TIME_MS", e.time_unix_ms.to_string())
-                    .env("SG_EVENT_KIND", e.kind.as_str())
-                    .env("SG_EVENT_ACTION", format!("{:?}", e.action))
-                    .env("SG_EVENT_STRIPE", e.stripe.to_string())
-                    .env("SG_EVENT_MEMBER", e.member.to_string())
-                    .env("SG_EVENT_POSITION", e.position.to_string())
-                    .env("SG_EVENT_ROLE", e.role.as_str())
-                    .env("SG_EVENT_EVIDENCE", &e.evidence)
-                    .status()
-                    .with_context(|| format!("running --exec {cmd:?}"))?;
-                if !status.success() {
-                    eprintln!(
-                        "stripeguard: warning: --exec for event #{} exited with {status}",
-                        e.number
-                    );
+            if let Some(cmd) = a.exec.as_ref().filter(|_| e.number >= hook_from) {
+                run_hook(cmd, e, &uuid, a.members.get(e.member as usize))?;
+                hook_from = e.number + 1;
+                if let Some(c) = &a.cursor {
+                    write_cursor(c, &uuid, hook_from)?;
                 }
             }
         }
@@ -131,8 +210,41 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
             // no SIGPIPE would end it; the closed pipe does, as it ends `tail -f`.
             break;
         }
+        log = read_log_of(&members)?;
     }
     Ok(ExitCode::from(exit::OK))
+}
+
+/// Run `--exec`'s command for one event.
+fn run_hook(cmd: &str, e: &LoggedEvent, uuid: &str, member_path: Option<&PathBuf>) -> Result<()> {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("SG_ARRAY_UUID", uuid)
+        .env(
+            "SG_MEMBER_PATH",
+            member_path
+                .map(|p| p.as_os_str().to_owned())
+                .unwrap_or_default(),
+        )
+        .env("SG_EVENT_NUMBER", e.number.to_string())
+        .env("SG_EVENT_TIME_MS", e.time_unix_ms.to_string())
+        .env("SG_EVENT_KIND", e.kind.as_str())
+        .env("SG_EVENT_ACTION", e.action.as_str())
+        .env("SG_EVENT_STRIPE", e.stripe.to_string())
+        .env("SG_EVENT_MEMBER", e.member.to_string())
+        .env("SG_EVENT_POSITION", e.position.to_string())
+        .env("SG_EVENT_ROLE", e.role.as_str())
+        .env("SG_EVENT_EVIDENCE", &e.evidence)
+        .status()
+        .with_context(|| format!("running --exec {cmd:?}"))?;
+    if !status.success() {
+        eprintln!(
+            "stripeguard: warning: --exec for event #{} exited with {status}",
+            e.number
+        );
+    }
+    Ok(())
 }
 
 /// Whether standard output is a pipe or socket whose reader has gone (poll says POLLERR or

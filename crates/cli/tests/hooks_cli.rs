@@ -1,0 +1,111 @@
+//! Event hooks an operator can rely on (issue 35 §4): `events --exec` runs for new events only
+//! unless asked (`--from-start`, `--since`), a `--cursor FILE` carries its position across
+//! restarts (events logged while the watcher was down run once, none run twice), the hook sees
+//! the array's uuid, the member's path and the JSON's action names, and `events --json` is one
+//! JSON array (`[]` when empty). On the landed main before this, a restarted watcher reran the
+//! hook for every old event and the hook saw `RebuiltDegraded`-style names.
+
+mod common;
+
+use common::{ok, sg};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MS: [&str; 4] = ["m0", "m1", "m2", "m3"];
+
+fn args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![verb];
+    v.extend(MS);
+    v.extend(extra);
+    v
+}
+
+/// Rot one unit of member 1 and scrub: one more `repaired` event in the log.
+fn one_event(d: &Path, chunk: &str) {
+    ok(&sg(
+        &["inject", "m1", "--fault", "bit-rot", "--chunk", chunk],
+        d,
+    ));
+    assert_eq!(sg(&args("scrub", &[]), d).status.code(), Some(1));
+}
+
+const HOOK: &str = "echo hook:$SG_EVENT_NUMBER:$SG_EVENT_ACTION:$SG_MEMBER_PATH:$SG_ARRAY_UUID";
+
+fn hooks(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with("hook:")).collect()
+}
+
+#[test]
+fn hooks_run_for_new_events_once_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut create = args("create", &["--size", "300K", "--chunk", "4K"]);
+    create.truncate(5);
+    create.extend(["--size", "300K", "--chunk", "4K"]);
+    ok(&sg(&create, d));
+    std::fs::write(d.join("a"), vec![5u8; 200_000]).unwrap();
+    ok(&sg(&args("write", &["-i", "a"]), d));
+    // An empty log is an empty JSON array.
+    assert_eq!(ok(&sg(&args("events", &["--json"]), d)).trim(), "[]");
+    one_event(d, "4");
+    let all: serde_json::Value =
+        serde_json::from_str(&ok(&sg(&args("events", &["--json"]), d))).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    let uuid = ok(&sg(&args("status", &["--json"]), d));
+    let uuid = serde_json::from_str::<serde_json::Value>(&uuid).unwrap()["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Started after the event: not new, no hook (it used to run for every old event).
+    let out = ok(&sg(&args("events", &["--exec", HOOK]), d));
+    assert!(hooks(&out).is_empty(), "{out}");
+    // Asked for: the old ones too, with the JSON's action name, the member's path, the uuid.
+    let out = ok(&sg(&args("events", &["--exec", HOOK, "--from-start"]), d));
+    assert_eq!(hooks(&out), [format!("hook:0:repaired:m1:{uuid}")], "{out}");
+
+    // A cursor: its first run starts now; an event logged while the watcher is down runs at
+    // the next start, once.
+    let cur = ["--exec", HOOK, "--cursor", "pos"];
+    assert!(hooks(&ok(&sg(&args("events", &cur), d))).is_empty());
+    one_event(d, "5");
+    let out = ok(&sg(&args("events", &cur), d));
+    assert_eq!(hooks(&out), [format!("hook:1:repaired:m1:{uuid}")], "{out}");
+    assert!(hooks(&ok(&sg(&args("events", &cur), d))).is_empty());
+    // The cursor names its array: another array's cursor is refused.
+    std::fs::write(d.join("other"), "00112233445566778899aabbccddeeff 3\n").unwrap();
+    let out = sg(&args("events", &["--exec", HOOK, "--cursor", "other"]), d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to array"));
+
+    // --follow with a cursor: the hook runs for an event as it is logged, not for old ones.
+    let log = d.join("hook.log");
+    let hook = format!(
+        "echo $SG_EVENT_NUMBER:$SG_EVENT_ACTION >> {}",
+        log.display()
+    );
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args(
+            "events",
+            &["--follow", "--exec", &hook, "--cursor", "pos"],
+        ))
+        .current_dir(d)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    one_event(d, "6");
+    let t = Instant::now();
+    // The cursor moves after the hook has run.
+    while std::fs::read_to_string(d.join("pos")).unwrap() != format!("{uuid} 3\n") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no hook ran for the new event"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "2:repaired\n");
+}
