@@ -172,8 +172,9 @@ fn one_case(
         fault: kind.name(),
         injected,
         detected: c.detected,
-        located: c.located,
-        repaired: c.repaired + rereads,
+        // A failed member is one of the demo's faults: found, and served rebuilt.
+        located: c.located + c.members_failed,
+        repaired: c.repaired + c.members_failed + rereads,
         wrong_bytes: wrong,
         unrecoverable,
     })

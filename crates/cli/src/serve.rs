@@ -116,6 +116,8 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
     let array = Arc::try_unwrap(array)
         .map_err(|_| anyhow::anyhow!("the array is still in use after the server stopped"))?;
     let c = array.counters();
+    let words = stripeguard_ops::closing_words(&array);
+    let out = array.health().iter().filter(|h| h.failed.is_some()).count();
     let snapshot = stats.snapshot();
     array.close().context("closing the array")?;
     if a.json {
@@ -126,18 +128,19 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
         m.insert("repaired".into(), c.repaired.into());
         m.insert("located".into(), c.located.into());
         m.insert("unrecoverable".into(), c.unrecoverable.into());
+        m.insert("members_failed".into(), c.members_failed.into());
+        m.insert("members_out".into(), out.into());
         println!("{}", serde_json::Value::Object(m));
     } else if !a.quiet {
-        eprintln!(
-            "stripeguard serve: stopped; array flushed and closed clean ({} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s))",
-            c.located, c.repaired, c.unrecoverable
-        );
+        eprintln!("stripeguard serve: stopped; array flushed and {words}");
     }
-    Ok(ExitCode::from(if c.located > 0 || c.unrecoverable > 0 {
-        exit::FOUND
-    } else {
-        exit::OK
-    }))
+    Ok(ExitCode::from(
+        if c.located > 0 || c.unrecoverable > 0 || out > 0 {
+            exit::FOUND
+        } else {
+            exit::OK
+        },
+    ))
 }
 
 fn bind(a: &ServeArgs) -> Result<Listener> {

@@ -718,7 +718,7 @@ impl Array {
             position: 0,
             role: EventRole::Member,
             kind: EventKind::MemberFailed,
-            evidence: why.reason(),
+            evidence: format!("{}: {}", self.members.get(member).name(), why.reason()),
             action: crate::events::EventAction::RebuiltDegraded,
         });
         true

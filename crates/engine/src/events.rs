@@ -55,6 +55,8 @@ pub struct Counters {
     pub mismatches: u64,
     /// Stripes resynced after an unclean shutdown.
     pub resynced: u64,
+    /// Members that failed (an I/O error took them out); not units found wrong.
+    pub members_failed: u64,
     /// Located units by finding kind.
     pub by_kind: BTreeMap<String, u64>,
     /// Located units by member index.
@@ -89,6 +91,7 @@ impl EventLog {
     pub(crate) fn record(&mut self, e: Event) {
         let c = &mut self.counters;
         match e.action {
+            _ if e.kind == EventKind::MemberFailed => c.members_failed += 1,
             EventAction::Unrecoverable => {}
             EventAction::Mismatch | EventAction::Resynced | EventAction::Notice => {
                 if e.action == EventAction::Mismatch {

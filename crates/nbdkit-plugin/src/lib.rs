@@ -342,12 +342,9 @@ impl Server for Connection {
         drop(held.export);
         match Arc::try_unwrap(held.array) {
             Ok(array) => {
-                let c = array.counters();
+                let words = stripeguard_ops::closing_words(&array);
                 match array.close() {
-                    Ok(()) => eprintln!(
-                        "stripeguard-nbdkit: stopped; array flushed and closed clean ({} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s))",
-                        c.located, c.repaired, c.unrecoverable
-                    ),
+                    Ok(()) => eprintln!("stripeguard-nbdkit: stopped; array flushed and {words}"),
                     Err(e) => log(&format!("closing the array failed: {e}")),
                 }
             }

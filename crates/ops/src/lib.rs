@@ -31,7 +31,9 @@ mod probe;
 mod verdict;
 pub use probe::{check_target, in_use, probe, wipe_signatures, Confirmations, Found};
 use stripeguard_integrity::{CodeId, CrossCheck, Scheme, MAX_MEMBERS};
-pub use verdict::{logged_by_member, scrub_verdict, status_verdict, Verdict};
+pub use verdict::{
+    array_states, closing_words, logged_by_member, scrub_verdict, status_verdict, Verdict,
+};
 
 /// Largest chunk `create` accepts (FORMAT.md §2).
 pub const MAX_CHUNK_BYTES: u64 = stripeguard_integrity::MAX_CHUNK_BYTES as u64;
@@ -424,6 +426,10 @@ pub struct LiveStatus {
     /// Ranges listed untrusted (FORMAT.md §2.7).
     #[serde(default)]
     pub untrusted: Vec<stripeguard_integrity::UntrustedRange>,
+    /// Each member's device as the holder has it, by index (after an online replace, the new
+    /// device: the member list to give from then on).
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 /// A replace run by the holder of the array.
@@ -580,6 +586,11 @@ pub fn with_control_socket_and<R>(
                                         .health()
                                         .into_iter()
                                         .filter_map(|h| h.failed.map(|w| (h.index, w)))
+                                        .collect(),
+                                    members: array
+                                        .health()
+                                        .into_iter()
+                                        .map(|h| h.name)
                                         .collect(),
                                     recent_events: array
                                         .events()

@@ -20,15 +20,11 @@ pub enum Verdict {
     NotChecked,
 }
 
-/// `status` of an array assembled here, after its check when `checked` (`unrecoverable`: the
+/// `status` of an array assembled here, after its check if one ran (`unrecoverable`: the
 /// stripes that check refused; `awaiting`: the stripes awaiting resync at assembly, which a
-/// check skips).
-pub fn status_verdict(
-    array: &Array,
-    checked: bool,
-    unrecoverable: usize,
-    awaiting: usize,
-) -> Verdict {
+/// check skips). Found (exit 1) for any state but `clean` and `scrub-interrupted`
+/// ([`array_states`]), Unrecoverable (exit 3) for `untrusted`.
+pub fn status_verdict(array: &Array, unrecoverable: usize, awaiting: usize) -> Verdict {
     let c = array.counters();
     let out = array.health().iter().any(|h| h.failed.is_some());
     if unrecoverable > 0 || !array.untrusted().is_empty() {
@@ -36,13 +32,71 @@ pub fn status_verdict(
     } else if c.located > 0
         || c.mismatches > 0
         || out
-        // A check that had to skip stripes awaiting resync is not a clean bill.
-        || (checked && array.was_unclean() && awaiting > 0)
+        // Stripes awaiting resync are not a clean bill, checked or not.
+        || (array.was_unclean() && awaiting > 0)
+        || array.checkpoint().is_some_and(|ck| ck.rebuild_member.is_some() && !ck.rebuild_finished)
     {
         Verdict::Found
     } else {
         Verdict::Clean
     }
+}
+
+/// The states an array is in, worst first, as `status` names them in its text, its JSON
+/// (`state`: the first, `states`: all) and its exit status (md's `--detail` states are the
+/// model): `untrusted` (blocks listed that reads refuse), `degraded` (members out),
+/// `rebuilding` (a replace that has not finished), `dirty` (not closed cleanly: `awaiting`
+/// stripes await a resync, which the next writable assembly runs), `scrub-interrupted` (a scrub
+/// stopped part-way; `scrub` resumes it); `clean` when none.
+pub fn array_states(array: &Array, awaiting: usize) -> Vec<&'static str> {
+    let ck = array.checkpoint().unwrap_or_default();
+    let mut states = Vec::new();
+    if !array.untrusted().is_empty() {
+        states.push("untrusted");
+    }
+    if array.health().iter().any(|h| h.failed.is_some()) {
+        states.push("degraded");
+    }
+    if ck.rebuild_member.is_some() && !ck.rebuild_finished {
+        states.push("rebuilding");
+    }
+    if array.was_unclean() && awaiting > 0 {
+        states.push("dirty");
+    }
+    if array.last_scrub().is_some_and(|r| !r.finished) {
+        states.push("scrub-interrupted");
+    }
+    if states.is_empty() {
+        states.push("clean");
+    }
+    states
+}
+
+/// What a holder (`serve`, the nbdkit plugin) says as it closes the array: members out as
+/// such (never "closed clean" for a degraded array), failures as failures, not as units found
+/// wrong. Taken before `close`.
+pub fn closing_words(array: &Array) -> String {
+    let c = array.counters();
+    let health = array.health();
+    let out: Vec<String> = health
+        .iter()
+        .filter(|h| h.failed.is_some())
+        .map(|h| format!("{} ({})", h.index, h.name))
+        .collect();
+    let state = if out.is_empty() {
+        "closed clean".to_string()
+    } else {
+        format!(
+            "closed DEGRADED: {} of {} members out: {}",
+            out.len(),
+            health.len(),
+            out.join(", ")
+        )
+    };
+    format!(
+        "{state} ({} member failure(s), {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s))",
+        c.members_failed, c.located, c.repaired, c.unrecoverable
+    )
 }
 
 /// A scrub (or `scrub --check-only`) that ended with `summary`, the array's counters `c`.
@@ -57,6 +111,25 @@ pub fn scrub_verdict(summary: &ScrubSummary, c: &Counters) -> Verdict {
 }
 
 impl LiveStatus {
+    /// [`array_states`] as the holder reports them: `untrusted`, `degraded`, `rebuilding` (a
+    /// replace it runs), else `clean`.
+    pub fn states(&self) -> Vec<&'static str> {
+        let mut states = Vec::new();
+        if !self.untrusted.is_empty() {
+            states.push("untrusted");
+        }
+        if !self.out.is_empty() {
+            states.push("degraded");
+        }
+        if self.replace.as_ref().is_some_and(|r| r.running) {
+            states.push("rebuilding");
+        }
+        if states.is_empty() {
+            states.push("clean");
+        }
+        states
+    }
+
     /// `status` of an array this holder serves; `check_asked`: `--check` was given, and it
     /// cannot be done while another process holds the array.
     pub fn verdict(&self, check_asked: bool) -> Verdict {
@@ -128,6 +201,7 @@ mod tests {
             front_end: vec![],
             replace: None,
             untrusted: vec![],
+            members: vec![],
         };
         assert_eq!(live.verdict(false), Verdict::Clean);
         assert_eq!(live.verdict(true), Verdict::NotChecked);

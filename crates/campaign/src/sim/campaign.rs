@@ -309,7 +309,8 @@ pub(super) fn campaign_end(
     }
     let c = a.counters();
     counts.detected = c.detected;
-    counts.located = c.located;
+    // A member that failed mid-run is one of the campaign's faults, found like the others.
+    counts.located = c.located + c.members_failed;
     for e in a.events() {
         if e.action == EventAction::Reread {
             counts.reread += 1;

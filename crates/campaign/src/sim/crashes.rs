@@ -200,7 +200,7 @@ pub(super) fn without_resync(
         let _ = raw.scrub_stripe(s);
     }
     let rc = raw.counters();
-    Ok(rc.located + rc.mismatches + rc.unrecoverable)
+    Ok(rc.located + rc.members_failed + rc.mismatches + rc.unrecoverable)
 }
 
 /// After the cut and the resync: the crash campaign's chunk-level checks, a full check, the

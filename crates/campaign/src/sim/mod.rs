@@ -1104,7 +1104,9 @@ fn full_check(cfg: &SimConfig, a: &Array) -> Result<(u64, u64), EngineError> {
     }
     let after = a.counters();
     Ok((
-        (after.located - before.located) + (after.mismatches - before.mismatches),
+        (after.located - before.located)
+            + (after.members_failed - before.members_failed)
+            + (after.mismatches - before.mismatches),
         after.unrecoverable - before.unrecoverable,
     ))
 }
@@ -1260,7 +1262,8 @@ fn finish(cfg: &SimConfig, mut rig: Rig, d: &mut Driver) -> Result<(), EngineErr
     if let Some(st) = d.campaign.take() {
         campaign::campaign_end(cfg, &rig, &st, &mut d.rep.campaign)?;
     }
-    d.rep.repaired += a.counters().repaired;
+    let c = a.counters();
+    d.rep.repaired += c.repaired + c.members_failed;
     d.rep.ios += rig.power.ios();
     logged_repairs(&rig, a, d, "at the end");
     let array = rig.array.take().expect("an array");

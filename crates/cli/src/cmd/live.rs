@@ -50,6 +50,7 @@ pub(super) fn live_status(
         println!(
             "{}",
             json!({"in_use_by": live.pid, "command": live.command, "untrusted": live.untrusted,
+                   "state": live.states()[0], "states": live.states(),
                    "live": live, "checked": false})
         );
     } else {
@@ -59,6 +60,7 @@ pub(super) fn live_status(
             live.pid,
             live.command
         );
+        println!("  state: {}", live.states().join(", "));
         println!(
             "  live: {} failed check(s), {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s), {} stripe(s) resynced",
             live.detected, live.located, live.repaired, live.unrecoverable, live.resynced
@@ -74,12 +76,37 @@ pub(super) fn live_status(
         for (m, why) in &live.out {
             println!("  member {m} out of the array: {why}");
         }
+        for (i, (given, held)) in array.members.iter().zip(&live.members).enumerate() {
+            if moved(given, held) {
+                println!(
+                    "  member {i} is now {held} (an online replace): give {held} in place of {} from now on",
+                    given.display()
+                );
+            }
+        }
         print_untrusted(&live.untrusted, None);
         for e in &live.recent_events {
             println!("  {e}");
         }
     }
     Ok(exit::of(live.verdict(check)))
+}
+
+/// Whether the holder's member `held` is another device than the one the user named `given`
+/// (judged only where the holder's name means the same here: an absolute path or a URI).
+fn moved(given: &std::path::Path, held: &str) -> bool {
+    if stripeguard_nbd::is_uri(held) {
+        return given.to_str() != Some(held);
+    }
+    let held = std::path::Path::new(held);
+    if !held.is_absolute() {
+        return false;
+    }
+    // A given path that is gone (the failed member's file) is compared as written.
+    let given = std::fs::canonicalize(given)
+        .or_else(|_| std::path::absolute(given))
+        .unwrap_or_else(|_| given.to_path_buf());
+    std::fs::canonicalize(held).map_or(given != held, |held| given != held)
 }
 
 /// The listed untrusted ranges, as `status` shows them (with the member of each when the

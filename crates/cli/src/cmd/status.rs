@@ -13,8 +13,7 @@ use std::process::ExitCode;
 use stripeguard_disk::DiskError;
 use stripeguard_engine::{scrub, Checkpoint, Counters, EngineError, ScrubOptions};
 use stripeguard_format::hex;
-use stripeguard_integrity::Superblock;
-use stripeguard_ops::{ask_holder, assemble_paths, logged_by_member, status_verdict};
+use stripeguard_ops::{array_states, ask_holder, assemble_paths, logged_by_member, status_verdict};
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -72,6 +71,7 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
     let log = array.event_log();
     let by_member = logged_by_member(&log, health.len());
     let degraded = health.iter().filter(|h| h.failed.is_some()).count();
+    let states = array_states(&array, awaiting);
     if a.json {
         println!(
             "{}",
@@ -79,7 +79,8 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
                    "data_chunks": sb.data_chunks, "parity_chunks": sb.parity_chunks,
                    "chunk_bytes": sb.chunk_bytes, "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes,
                    "capacity_bytes": array.capacity_bytes(),
-                   "state": format!("{:?}", sb.state).to_lowercase(), "members": health,
+                   "state": states[0], "states": states,
+                   "shutdown": format!("{:?}", sb.state).to_lowercase(), "members": health,
                    "cross_check": sb.cross_check, "event_count": sb.generation,
                    "write_journal": sb.write_journal, "journal_slots": sb.journal_slots,
                    "member_table": array.member_table(), "last_scrub": last_scrub,
@@ -119,7 +120,13 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
         }
         println!(
             "  state: {}",
-            state_line(&sb, degraded, a.check.then_some(&c), unrecoverable.len())
+            state_line(
+                &states,
+                degraded,
+                awaiting,
+                a.check.then_some(&c),
+                unrecoverable.len()
+            )
         );
         const CLASSES: [&str; 7] = [
             "read-error",
@@ -181,7 +188,6 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
     }
     Ok(exit::of(status_verdict(
         &array,
-        a.check,
         unrecoverable.len(),
         awaiting,
     )))
@@ -216,17 +222,27 @@ fn scan_line(r: Option<&Checkpoint>) -> String {
     }
 }
 
-/// The array's state in words: what the superblock says, and what a check found.
+/// The array's state in words: its states ([`array_states`]), and what a check found.
 fn state_line(
-    sb: &Superblock,
+    states: &[&str],
     degraded: usize,
+    awaiting: usize,
     check: Option<&Counters>,
     unrecoverable: usize,
 ) -> String {
-    let mut words = vec![format!("{:?}", sb.state).to_lowercase()];
-    if degraded > 0 {
-        words.push(format!("DEGRADED ({degraded} member(s) out)"));
-    }
+    let mut words: Vec<String> = states
+        .iter()
+        .map(|s| match *s {
+            "degraded" => format!("DEGRADED ({degraded} member(s) out)"),
+            "dirty" => format!(
+                "DIRTY (not closed cleanly: {awaiting} stripe(s) await a resync, which the next writable assembly runs)"
+            ),
+            "rebuilding" => "REBUILDING (a replace has not finished; `stripeguard replace` onto the same device resumes it)".into(),
+            "untrusted" => "UNTRUSTED (blocks listed below)".into(),
+            "scrub-interrupted" => "scrub interrupted".into(),
+            s => s.to_string(),
+        })
+        .collect();
     if let Some(c) = check {
         if unrecoverable > 0 {
             words.push(format!("UNRECOVERABLE ({unrecoverable} stripe(s))"));

@@ -1,0 +1,176 @@
+//! Honest state for scripts (issue 35 §5): `status` names the states an array is in (`dirty`
+//! awaiting resync, `degraded`, `rebuilding`, `untrusted`, `clean`) in its text, its JSON
+//! (`state`, `states`) and its exit status, and a holder's live status shows a member an online
+//! replace moved. On the landed main before this: after a crash `status` said "dirty" and exited
+//! 0, offline `status --json` said `"state": "clean"` for a degraded array, and `serve` called a
+//! failed member "1 unit(s) found wrong, 1 repaired" and the array "closed clean".
+
+mod common;
+
+use common::{err_of, ok, sg};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MS: [&str; 4] = ["m0", "m1", "m2", "m3"];
+
+fn args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![verb];
+    v.extend(MS);
+    v.extend(extra);
+    v
+}
+
+fn status_json(d: &Path) -> (Option<i32>, serde_json::Value) {
+    let out = sg(&args("status", &["--json"]), d);
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", err_of(&out))),
+    )
+}
+
+#[test]
+fn a_crash_leaves_a_dirty_array_and_status_says_so_by_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&args("create", &["--size", "4M", "--chunk", "4K"]), d));
+    let (code, v) = status_json(d);
+    assert_eq!((code, v["state"].as_str()), (Some(0), Some("clean")), "{v}");
+    std::fs::write(d.join("a"), vec![7u8; 2 << 20]).unwrap();
+    // The writer stops at its 40th member write, as kill -9 would stop it there.
+    let w = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args("write", &["-i", "a"]))
+        .current_dir(d)
+        .env("STRIPEGUARD_TEST_ABORT_AFTER_WRITES", "40")
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!w.success());
+    let (code, v) = status_json(d);
+    assert_eq!(code, Some(1), "a dirty array is not a clean bill: {v}");
+    assert_eq!(v["state"], "dirty", "{v}");
+    assert_eq!(v["shutdown"], "dirty", "{v}");
+    let text = ok_or_code(&sg(&args("status", &[]), d), 1);
+    assert!(text.contains("DIRTY (not closed cleanly: "), "{text}");
+    // A writable assembly resyncs; then it is clean again.
+    ok(&sg(&args("scrub", &[]), d));
+    let (code, v) = status_json(d);
+    assert_eq!((code, v["state"].as_str()), (Some(0), Some("clean")), "{v}");
+}
+
+/// A server killed if the test fails before it stops it (it would hold the test's pipes).
+struct Killed(Option<std::process::Child>);
+
+impl Killed {
+    fn stop(mut self) -> std::process::Output {
+        let c = self.0.take().unwrap();
+        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn ok_or_code(out: &std::process::Output, code: i32) -> String {
+    assert_eq!(out.status.code(), Some(code), "{}", err_of(out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_degraded_array_is_degraded_offline_and_in_the_holders_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&args("create", &["--size", "4M", "--chunk", "4K"]), d));
+    std::fs::remove_file(d.join("m2")).unwrap();
+    let (code, v) = status_json(d);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["state"], "degraded", "{v}");
+    assert!(v["states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s == "degraded"));
+
+    // serve on the degraded array: its closing line says so, with no unit found wrong.
+    let sock = d.join("s.sock");
+    let serve = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args("serve", &["--socket"]))
+        .arg(&sock)
+        .current_dir(d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let serve = Killed(Some(serve));
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let live = sg(&args("status", &["--json"]), d);
+    let v: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+    assert_eq!(v["state"], "degraded", "{v}");
+    assert_eq!(live.status.code(), Some(1));
+
+    // An online replace: the live status then names the new device for the slot.
+    ok(&sg(
+        &args("replace", &["--member", "2", "--with", "new2"]),
+        d,
+    ));
+    let text = ok(&sg(&args("status", &[]), d));
+    let new2 = std::fs::canonicalize(d.join("new2")).unwrap();
+    assert!(
+        text.contains(&format!(
+            "member 2 is now {} (an online replace): give {} in place of m2",
+            new2.display(),
+            new2.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("state: clean"), "{text}");
+    let out = serve.stop();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("closed clean (0 member failure(s), 0 unit(s) found wrong, 0 repaired"),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_never_says_closed_clean_for_a_degraded_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&args("create", &["--size", "4M", "--chunk", "4K"]), d));
+    std::fs::remove_file(d.join("m1")).unwrap();
+    let sock = d.join("s.sock");
+    let serve = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args("serve", &["--socket"]))
+        .arg(&sock)
+        .current_dir(d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let serve = Killed(Some(serve));
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = serve.stop();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("closed DEGRADED: 1 of 4 members out: 1 (m1)"),
+        "{err}"
+    );
+    assert!(!err.contains("closed clean"), "{err}");
+    assert_eq!(out.status.code(), Some(1));
+}
