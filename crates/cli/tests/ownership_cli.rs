@@ -538,3 +538,257 @@ fn an_nbd_member_is_probed_through_its_ends() {
         d,
     ));
 }
+
+/// From an outside attack: a confirmed overwrite is carried out only after every other check
+/// of the command has passed, so a command refused for another reason destroys nothing.
+#[test]
+fn a_refused_command_wipes_nothing_it_was_allowed_to() {
+    need!("mkfs.ext4", "blkid");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let img = d.join("e.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    mkfs_ext4(&img, "keep");
+    // Another member has no size given.
+    let out = sg(
+        &["create", "e.img", "x", "y", "--force-overwrite", "e.img"],
+        d,
+    );
+    refused(&out, "x does not exist; give --size");
+    assert!(blkid(&img).contains("TYPE=ext4"), "refused, yet wiped");
+    // Another member is too small for the array.
+    std::fs::File::create(d.join("tiny"))
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let out = sg(
+        &["create", "e.img", "tiny", "--force-overwrite", "e.img"],
+        d,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", err_of(&out));
+    assert!(blkid(&img).contains("TYPE=ext4"), "refused, yet wiped");
+    // replace: a healthy member without --force, a member that does not exist.
+    ok(&sg(&["create", "a", "b", "c", "--size", "16M"], d));
+    let out = sg(
+        &[
+            "replace",
+            "a",
+            "b",
+            "c",
+            "--member",
+            "1",
+            "--with",
+            "e.img",
+            "--force-overwrite",
+            "e.img",
+        ],
+        d,
+    );
+    refused(&out, "is healthy; pass --force");
+    let out = sg(
+        &[
+            "replace",
+            "a",
+            "b",
+            "c",
+            "--member",
+            "7",
+            "--with",
+            "e.img",
+            "--force",
+            "--force-overwrite",
+            "e.img",
+        ],
+        d,
+    );
+    refused(&out, "the array has members 0 to 2");
+    assert!(blkid(&img).contains("TYPE=ext4"), "refused, yet wiped");
+}
+
+/// From an outside attack: a member whose first superblock copy was zeroed is still a member
+/// (the second copy says so); the same NBD export named twice is one device.
+#[test]
+fn a_member_with_one_copy_left_and_an_export_named_twice_are_recognised() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&["create", "a", "b", "c", "--size", "16M"], d));
+    let mut f = std::fs::File::options()
+        .write(true)
+        .open(d.join("a"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, &[0u8; 512]).unwrap();
+    drop(f);
+    ok(&sg(&["status", "a", "b", "c"], d));
+    refused(
+        &sg(&["create", "a", "n1", "n2", "--size", "16M"], d),
+        "a is member 0 of stripeguard array",
+    );
+    if !have("nbdkit") {
+        eprintln!("SKIP (the NBD half): nbdkit is not installed");
+        return;
+    }
+    std::fs::File::create(d.join("e.img"))
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let sock = d.join("n.sock");
+    let _nbdkit = Holder(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&sock)
+            .arg("file")
+            .arg(d.join("e.img"))
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let with_timeout = format!("{uri}&timeout=5");
+    refused(
+        &sg(&["create", &uri, &with_timeout, "z", "--size", "32M"], d),
+        "the same file or device",
+    );
+}
+
+/// From an outside attack: a current member of the array, named as an NBD export, is not a
+/// replacement target, whatever the flags (taking it would destroy the member it is).
+#[test]
+fn another_current_member_is_never_a_replacement_target() {
+    need!("nbdkit");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&["create", "a", "b", "c", "--size", "16M"], d));
+    let sock = d.join("a.sock");
+    let _nbdkit = Holder(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&sock)
+            .arg("file")
+            .arg(d.join("a"))
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let out = sg(
+        &[
+            "replace",
+            "a",
+            "b",
+            "c",
+            "--member",
+            "1",
+            "--with",
+            &uri,
+            "--force",
+            "--force-take",
+            &uri,
+        ],
+        d,
+    );
+    refused(&out, "is member 0 of this array");
+    ok(&sg(&["status", "a", "b", "c"], d));
+}
+
+/// From an outside attack: a target name the one-line control request cannot carry exactly
+/// is refused, rather than another file named by what is left of it being written.
+#[test]
+fn a_name_the_holder_request_cannot_carry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&["create", "a", "b", "c", "--size", "16M"], d));
+    std::fs::write(d.join("e.img"), b"precious").unwrap();
+    let sock = d.join("s.sock");
+    let _serve = Holder(
+        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+            .args(["serve", "a", "b", "c", "--socket"])
+            .arg(&sock)
+            .current_dir(d)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let newline = "e.img\nfoo";
+    std::fs::File::create(d.join(newline))
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let out = sg(
+        &[
+            "replace", "a", "b", "c", "--member", "1", "--with", newline, "--force",
+        ],
+        d,
+    );
+    refused(&out, "holds a newline");
+    // A trailing space is part of the name: the file with it is written, not e.img.
+    let spaced = "e.img ";
+    let out = sg(
+        &[
+            "replace", "a", "b", "c", "--member", "1", "--with", spaced, "--force",
+        ],
+        d,
+    );
+    ok(&out);
+    assert_eq!(std::fs::read(d.join("e.img")).unwrap(), b"precious");
+    assert!(std::fs::metadata(d.join(spaced)).unwrap().len() > 1 << 20);
+}
+
+/// From an outside attack: a block device under a loop device is in use like a file under one.
+#[test]
+fn a_device_under_a_loop_device_is_in_use() {
+    if !root() {
+        eprintln!("SKIP: loop devices need root");
+        return;
+    }
+    need!("losetup");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let img = d.join("w.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let lower = Loop::attach(&img);
+    let upper = Loop(
+        run(Command::new("losetup").args(["-f", "--show", "-o", "1048576", &lower.0]))
+            .trim()
+            .to_string(),
+    );
+    let out = sg(
+        &[
+            "create",
+            &lower.0,
+            "b",
+            "c",
+            "--size",
+            "32M",
+            "--force-overwrite",
+            &lower.0,
+        ],
+        d,
+    );
+    refused(&out, &format!("it backs loop device {}", upper.0));
+    drop(upper);
+}

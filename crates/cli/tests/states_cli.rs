@@ -64,7 +64,9 @@ struct Killed(Option<std::process::Child>);
 impl Killed {
     fn stop(mut self) -> std::process::Output {
         let c = self.0.take().unwrap();
-        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
         c.wait_with_output().unwrap()
     }
 }

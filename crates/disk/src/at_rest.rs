@@ -114,8 +114,7 @@ pub fn apply(
                 disk.write_at(map.offset_of(u), &bytes)?;
             }
             Ok(format!(
-                "overwrote units {unit}..{} with random bytes",
-                unit + count
+                "overwrote {count} unit(s) from unit {unit} with random bytes"
             ))
         }
     }

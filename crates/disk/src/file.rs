@@ -78,6 +78,12 @@ impl FileDisk {
         Self::open_as(path, direct, block)
     }
 
+    /// Another descriptor of the same open file (sharing its `O_EXCL` claim): for probing and
+    /// wiping exactly the device this handle writes, not whatever its path names by then.
+    pub fn try_clone_file(&self) -> std::io::Result<File> {
+        self.file.try_clone()
+    }
+
     fn open_as(path: &Path, direct: bool, exclusive: bool) -> Result<Self, DiskError> {
         let name = path.display().to_string();
         let io = |source| DiskError::Io {

@@ -241,6 +241,13 @@ impl Array {
         Ok(array)
     }
 
+    /// Whether [`Array::create`] would accept `members` for `cfg` (member count, sector size,
+    /// stripes that fit the smallest member, ...), checked without writing anything: a caller
+    /// that must destroy something first (foreign signatures) does it only after this.
+    pub fn create_preflight(members: &[DiskRef], cfg: &ArrayConfig) -> Result<(), EngineError> {
+        new_superblock(cfg, members).map(|_| ())
+    }
+
     /// Assemble the array whose members are `members`, in member-index order. Up to `m` members
     /// may be unusable (unreadable, no superblock) or stale (behind the others' event count: they
     /// missed writes): the array then runs degraded without them. Members assembled and written

@@ -212,6 +212,23 @@ impl Array {
         })
     }
 
+    /// Whether [`Array::replace`] would start with these arguments: every refusal it can make
+    /// before it writes anything (a read-only array, no such member, a healthy member without
+    /// `force.retire`, a target too small, another replace of the slot under way, a target
+    /// holding an array without `force.take`), made without writing. What the caller does to
+    /// the target between this and the replace (wiping foreign signatures) comes after every
+    /// refusal, so a refused replace destroys nothing.
+    pub fn replace_preflight(
+        &self,
+        member: usize,
+        target: &DiskRef,
+        force: ReplaceForce,
+    ) -> Result<(), EngineError> {
+        let member = MemberIx::new(member);
+        self.check_replace(member, target, force)?;
+        self.plan_replace(member, target, force).map(|_| ())
+    }
+
     /// Refuse a replace that cannot start: a read-only array, no such member, a healthy member
     /// without `force`, a target too small.
     fn check_replace(
@@ -227,7 +244,8 @@ impl Array {
         }
         if member.get() >= n {
             return cfg(format!(
-                "member {member} does not exist: the array has members 0..{n}"
+                "member {member} does not exist: the array has members 0 to {}",
+                n - 1
             ));
         }
         if !self.is_failed(member) && !force.retire {
@@ -285,10 +303,15 @@ impl Array {
             _ => None,
         };
         if !same && !force.take && !readd && !older_copy {
-            let mut sb = vec![0u8; SUPERBLOCK_BYTES];
-            if target.read_at(0, &mut sb).is_ok()
-                && sb.starts_with(<Superblock as stripeguard_format::Record>::MAGIC)
-            {
+            // Either copy's magic: a member whose first copy was damaged is still one.
+            let holds = stripeguard_integrity::SUPERBLOCK_COPY_OFFSETS
+                .iter()
+                .any(|&at| {
+                    let mut sb = vec![0u8; SUPERBLOCK_BYTES];
+                    target.read_at(at, &mut sb).is_ok()
+                        && sb.starts_with(<Superblock as stripeguard_format::Record>::MAGIC)
+                });
+            if holds {
                 return cfg(format!(
                     "{} holds a stripeguard array{}; pass --force-take {} to overwrite it",
                     target.name(),

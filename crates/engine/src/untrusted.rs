@@ -196,10 +196,10 @@ impl Array {
                 return Err(EngineError::Unrecoverable {
                     stripe: stripe.get(),
                     reason: format!(
-                        "{}; a write must cover bytes {}..{} of data chunk {} whole to replace them",
+                        "{}; a write must cover those {} bytes from byte {} of data chunk {} whole to replace them",
                         untrusted_reason(e),
+                        e.len,
                         e.offset,
-                        e.offset + e.len,
                         e.position
                     ),
                 });
@@ -324,7 +324,7 @@ impl Array {
                 position: pos.get(),
                 role: EventRole::Data,
                 kind,
-                evidence: format!("bytes {}..{}: {evidence}", r.offset, r.offset + r.len),
+                evidence: format!("{} bytes from byte {}: {evidence}", r.len, r.offset),
                 action,
             }
         });
@@ -364,9 +364,9 @@ impl Array {
 
 pub(crate) fn untrusted_reason(e: &UntrustedRange) -> String {
     format!(
-        "bytes {}..{} of data chunk {} are listed untrusted (a resync could not verify them: FORMAT.md §2.7); write them whole, or zero-fill them with `stripeguard clear --stripe {}`",
+        "{} bytes from byte {} of data chunk {} are listed untrusted (a resync could not verify them: FORMAT.md §2.7); write them whole, or zero-fill them with `stripeguard clear --stripe {}`",
+        e.len,
         e.offset,
-        e.offset + e.len,
         e.position,
         e.stripe
     )

@@ -11,4 +11,4 @@
 pub mod client;
 pub mod proto;
 
-pub use client::{is_uri, NbdDisk};
+pub use client::{is_uri, parse_uri, Address, NbdDisk};

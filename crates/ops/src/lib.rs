@@ -29,7 +29,7 @@ use stripeguard_engine::{
 
 mod probe;
 mod verdict;
-pub use probe::{check_target, in_use, probe, wipe_signatures, Confirmations, Found};
+pub use probe::{in_use, Confirmations, Found, Target};
 use stripeguard_integrity::{CodeId, CrossCheck, Scheme, MAX_MEMBERS};
 pub use verdict::{
     array_states, closing_words, logged_by_member, scrub_verdict, status_verdict, Verdict,
@@ -130,19 +130,32 @@ impl CreateOnPaths {
     pub fn run(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<Array, EngineError> {
         let cfg = self.config()?;
         refuse_duplicate_paths(&self.paths)?;
+        let existing: Vec<&Path> = self
+            .paths
+            .iter()
+            .map(PathBuf::as_path)
+            .filter(|p| member_exists(p))
+            .collect();
+        self.confirm.refuse_strays(&existing)?;
+        if let (None, Some(p)) = (
+            self.size_bytes,
+            self.paths.iter().find(|p| !member_exists(p)),
+        ) {
+            return Err(EngineError::Config(format!(
+                "{} does not exist; give --size to create it",
+                p.display()
+            )));
+        }
+        // Every existing device is opened (a block device O_EXCL, held from here on), probed
+        // and judged before anything is made or touched.
+        let mut targets = Vec::new();
+        for &p in &existing {
+            let t = Target::open(p, false)?;
+            t.judge(None, &self.confirm)?;
+            targets.push(t);
+        }
         let mut created: Vec<&Path> = Vec::new();
-        let result = self.create_files(&mut created).and_then(|fresh| {
-            let members = self
-                .paths
-                .iter()
-                .map(|p| {
-                    open_member_as(p, false, true).map_err(|e| busy(p, &e).unwrap_or(e.into()))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let array = Array::create(members, &cfg, fresh, progress)?;
-            array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
-            Ok(array)
-        });
+        let result = self.make_and_create(&cfg, targets, &mut created, progress);
         if result.is_err() {
             for p in created {
                 let _ = std::fs::remove_file(p);
@@ -151,52 +164,39 @@ impl CreateOnPaths {
         result
     }
 
-    /// Create the missing member files; whether every member is new (sparse zeros, so only the
-    /// appendices need writing).
-    fn create_files<'a>(&'a self, created: &mut Vec<&'a Path>) -> Result<bool, EngineError> {
-        let existing: Vec<&Path> = self
-            .paths
-            .iter()
-            .map(PathBuf::as_path)
-            .filter(|p| member_exists(p))
-            .collect();
-        self.confirm.refuse_strays(&existing)?;
-        // Every device is judged before any is touched.
-        let mut foreign = Vec::new();
-        for &p in &existing {
-            let d = open_member(p, false)?;
-            probe::check_target(p, d.as_ref(), None, &self.confirm)?;
-            if matches!(probe::probe(p, d.as_ref()), Found::Foreign(_)) {
-                foreign.push(p);
-            }
-        }
-        for p in foreign {
-            wipe(p)?;
-        }
+    /// Create the missing member files, check the whole request with the engine, then wipe the
+    /// foreign signatures confirmed for overwriting (the last refusal is behind us) and write
+    /// the array.
+    fn make_and_create<'a>(
+        &'a self,
+        cfg: &ArrayConfig,
+        mut targets: Vec<Target>,
+        created: &mut Vec<&'a Path>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Array, EngineError> {
+        let mut members = Vec::with_capacity(self.paths.len());
         for p in &self.paths {
-            if member_exists(p) {
+            if let Some(i) = targets.iter().position(|t| &t.path == p) {
+                members.push(targets.remove(i));
                 continue;
             }
-            let size = self.size_bytes.ok_or_else(|| {
-                EngineError::Config(format!(
-                    "{} does not exist; give --size to create it",
-                    p.display()
-                ))
-            })?;
+            let size = self
+                .size_bytes
+                .expect("checked above: every missing member has a size");
             FileDisk::create(p, size, false)?;
             created.push(p);
+            members.push(Target::open(p, false)?);
         }
-        Ok(created.len() == self.paths.len())
-    }
-}
-
-/// Erase the foreign signatures on `p`, whose overwrite was confirmed: through libblkid on a
-/// file or device, the ends of an NBD export through the client.
-fn wipe(p: &Path) -> Result<(), EngineError> {
-    if p.to_str().is_some_and(stripeguard_nbd::is_uri) {
-        probe::wipe_ends(open_member(p, false)?.as_ref())
-    } else {
-        probe::wipe_signatures(p)
+        let fresh = created.len() == self.paths.len();
+        let disks: Vec<DiskRef> = members.iter().map(|t| DiskRef::clone(&t.disk)).collect();
+        Array::create_preflight(&disks, cfg)?;
+        for t in &members {
+            t.wipe()?;
+        }
+        drop(members);
+        let array = Array::create(disks, cfg, fresh, progress)?;
+        array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
+        Ok(array)
     }
 }
 
@@ -366,10 +366,8 @@ pub fn clock_utc_in(after: Duration) -> String {
 fn refuse_duplicate_paths(paths: &[PathBuf]) -> Result<(), EngineError> {
     let mut seen: Vec<(String, usize)> = Vec::new();
     for (i, p) in paths.iter().enumerate() {
-        if stripeguard_nbd::is_uri(&p.to_string_lossy()) {
-            continue;
-        }
-        // The inode (or device number) when it exists; else the absolute path (create).
+        // The inode (or device number) when it exists; else the absolute path (create); an
+        // NBD export by its server (a socket's inode) and export name, whatever the options.
         let id = probe::identity(p);
         if let Some((_, first)) = seen.iter().find(|(s, _)| *s == id) {
             return Err(EngineError::Assemble(format!(
@@ -450,6 +448,8 @@ pub struct LiveReplace {
 pub struct Replacement {
     disk: DiskRef,
     created: Option<PathBuf>,
+    /// The probed device, when it existed (wiped, if confirmed, just before the replace).
+    target: Option<Target>,
 }
 
 impl Replacement {
@@ -458,10 +458,11 @@ impl Replacement {
     /// the array already holds open and locked, when it holds one; else an existing file,
     /// device or NBD export; else a new file of the member size.
     ///
-    /// Any other existing device is probed first ([`check_target`]): one in use is refused,
-    /// one holding another array needs `confirm.take`, foreign data `confirm.overwrite` (and
-    /// is then wiped); a member of this array is the engine's to judge (a re-add, or an older
-    /// copy of a slot, or a `--force-take`).
+    /// Any other existing device is opened once (a block device `O_EXCL`) and probed
+    /// ([`Target`]): one in use is refused, one holding another array needs `confirm.take`,
+    /// foreign data `confirm.overwrite` (wiped only in [`Replacement::run`], after the engine's
+    /// preflight); a member of this array is the engine's to judge (a re-add, an older copy of
+    /// a slot, a `--force-take`), unless it is another current member of it.
     pub fn open(
         array: &Array,
         member: usize,
@@ -478,25 +479,17 @@ impl Replacement {
             return Ok(Self {
                 disk,
                 created: None,
+                target: None,
             });
         }
         if member_exists(path) {
             confirm.refuse_strays(&[path])?;
-            let uuid = array.superblock().array_uuid;
-            let found = {
-                let d = open_member(path, false)?;
-                probe::check_target(path, d.as_ref(), Some(&uuid), confirm)?;
-                probe::probe(path, d.as_ref())
-            };
-            if matches!(found, Found::Foreign(_))
-                && !path.to_str().is_some_and(stripeguard_nbd::is_uri)
-            {
-                probe::wipe_signatures(path)?;
-            }
+            let t = Target::open(path, direct)?;
+            t.judge(Some((array, member)), confirm)?;
             return Ok(Self {
-                disk: open_member_as(path, direct, true)
-                    .map_err(|e| busy(path, &e).unwrap_or(e.into()))?,
+                disk: DiskRef::clone(&t.disk),
                 created: None,
+                target: Some(t),
             });
         }
         confirm.refuse_strays(&[])?;
@@ -504,12 +497,29 @@ impl Replacement {
         Ok(Self {
             disk: Arc::new(FileDisk::create(path, size, direct)?) as DiskRef,
             created: Some(path.to_path_buf()),
+            target: None,
         })
     }
 
-    /// Rebuild `member` onto it (`progress(done, total)` by stripe). When the replace fails, a
-    /// file [`Replacement::open`] made is removed again unless the array's checkpoint records
-    /// the rebuild onto it (the next replace resumes there).
+    /// Every refusal [`Replacement::run`] could make before it writes ([`Array::replace_preflight`]);
+    /// a file [`Replacement::open`] made is removed again when refused.
+    pub fn preflight(
+        &self,
+        array: &Array,
+        member: usize,
+        force: ReplaceForce,
+    ) -> Result<(), EngineError> {
+        let r = array.replace_preflight(member, &self.disk, force);
+        if let (Err(_), Some(p)) = (&r, &self.created) {
+            let _ = std::fs::remove_file(p);
+        }
+        r
+    }
+
+    /// Rebuild `member` onto it (`progress(done, total)` by stripe): the preflight, then the
+    /// confirmed wipe of foreign signatures, then the replace. When the replace fails, a file
+    /// [`Replacement::open`] made is removed again unless the array's checkpoint records the
+    /// rebuild onto it (the next replace resumes there).
     pub fn run(
         self,
         array: &Array,
@@ -517,6 +527,10 @@ impl Replacement {
         force: ReplaceForce,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<ReplaceSummary, EngineError> {
+        self.preflight(array, member, force)?;
+        if let Some(t) = &self.target {
+            t.wipe()?;
+        }
         let result = array.replace(member, self.disk, force, progress);
         if let (Err(_), Some(p)) = (&result, &self.created) {
             if array.checkpoint().and_then(|c| c.rebuild_member).is_none() {
@@ -571,8 +585,11 @@ pub fn with_control_socket_and<R>(
                         let mut line = String::new();
                         let mut reader = BufReader::new(std::io::Read::take(&conn, 4096));
                         let _ = reader.read_line(&mut line);
-                        let reply = match line.trim() {
-                            "status" => {
+                        // Only the newline ends the request: TARGET's own bytes (a trailing
+                        // space) are kept, and a replace cut short (no newline) is refused.
+                        let whole = line.ends_with('\n');
+                        let reply = match line.strip_suffix('\n').unwrap_or(&line) {
+                            r if r.trim() == "status" => {
                                 let c = array.counters();
                                 let live = LiveStatus {
                                     pid: std::process::id(),
@@ -613,6 +630,10 @@ pub fn with_control_socket_and<R>(
                                     untrusted: array.untrusted(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
+                            }
+                            req if req.starts_with("replace ") && !whole => {
+                                serde_json::json!({ "error": "a replace request must end with a newline (cut short, or over 4096 bytes)" })
+                                    .to_string()
                             }
                             req if req.starts_with("replace ") && !may_change(&conn) => {
                                 serde_json::json!({ "error": format!(
@@ -723,6 +744,10 @@ fn start_replace<'scope>(
     };
     let replacement = Replacement::open(array, member, Path::new(&target), false, false, &confirm)
         .map_err(|e| e.to_string())?;
+    // Every refusal answers the request itself, before anything is written or started.
+    replacement
+        .preflight(array, member, force)
+        .map_err(|e| e.to_string())?;
     *state.lock().expect("lock") = Some(LiveReplace {
         member,
         target: target.clone(),
@@ -775,6 +800,11 @@ pub fn ask_holder_replace(
     overwrite: bool,
 ) -> Result<(), String> {
     use std::io::{BufRead, BufReader, Write};
+    if target.contains('\n') {
+        return Err(format!(
+            "{target:?} holds a newline, which the control socket's one-line request cannot carry; rename it"
+        ));
+    }
     let path = control_socket_path(uuid);
     let mut conn = std::os::unix::net::UnixStream::connect(&path)
         .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;

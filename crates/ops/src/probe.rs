@@ -16,14 +16,19 @@
 //! ZFS labels and the backup GPT at the end — are copied into a sparse in-memory file of the
 //! export's size and that is probed.
 //!
-//! After an overwrite is confirmed, [`wipe_signatures`] erases every signature libblkid finds
-//! (as `wipefs -a` does), so that the bytes a new member does not rewrite (past its data area,
-//! a partition table's backup at the device's end) do not go on naming the old content.
+//! A [`Target`] is opened once (a block device `O_EXCL`) and probed, judged, wiped and written
+//! through that one open file. The wipe — every signature libblkid finds, as `wipefs -a` does,
+//! and both ends of the device, so the bytes a new member does not rewrite (past its data
+//! area, a partition table's backup) do not go on naming the old content — runs only after
+//! every other check of the command (the engine's preflight included) has passed: a refused
+//! command destroys nothing.
 
 use std::path::{Path, PathBuf};
-use stripeguard_disk::Disk;
-use stripeguard_engine::EngineError;
-use stripeguard_integrity::{Superblock, SuperblockError, SUPERBLOCK_BYTES};
+use stripeguard_disk::{Disk, DiskRef};
+use stripeguard_engine::{Array, EngineError};
+use stripeguard_integrity::{
+    Superblock, SuperblockError, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
+};
 
 /// What a probe found on a device that is about to be written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +92,17 @@ impl Confirmations {
 /// device, the inode of a file, else the absolute path (a file not yet made).
 pub(crate) fn identity(p: &Path) -> String {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if let Some(uri) = p.to_str().filter(|u| stripeguard_nbd::is_uri(u)) {
+        return match stripeguard_nbd::parse_uri(uri) {
+            Ok(t) => match t.address {
+                stripeguard_nbd::Address::Unix(sock) => {
+                    format!("nbd {} export {:?}", identity(&sock), t.export)
+                }
+                stripeguard_nbd::Address::Tcp(host) => format!("nbd {host} export {:?}", t.export),
+            },
+            Err(_) => format!("uri {uri}"),
+        };
+    }
     match std::fs::metadata(p) {
         Ok(m) if m.file_type().is_block_device() => format!("device {}", m.rdev()),
         Ok(m) => format!("inode {}:{}", m.dev(), m.ino()),
@@ -97,123 +113,211 @@ pub(crate) fn identity(p: &Path) -> String {
     }
 }
 
-/// Refuse to write `p` (opened as `disk`) unless what it holds is confirmed; say what was
-/// found and the flag that confirms it. `array_uuid`: the array being written (a device that is
-/// already one of its members is the operator's own business, judged by the engine).
-pub fn check_target(
-    p: &Path,
-    disk: &dyn Disk,
-    array_uuid: Option<&[u8; 16]>,
-    ok: &Confirmations,
-) -> Result<(), EngineError> {
-    let refuse = |s: String| Err(EngineError::Config(s));
-    match probe(p, disk) {
-        Found::Nothing => Ok(()),
-        Found::InUse(why) => refuse(format!(
-            "{} is in use ({why}); stripeguard never writes a device in use, whatever the flags",
-            p.display()
-        )),
-        Found::Member(Some((uuid, _))) if Some(&uuid) == array_uuid => Ok(()),
-        Found::Member(id) => {
-            if let Some((uuid, _)) = id {
-                if let Ok(live) = crate::ask_holder(&uuid) {
+/// A device about to be written as a member, opened once: probed, judged, wiped and handed to
+/// the engine through the same open file, so that what was judged is what is written (a path
+/// retargeted, a device mounted after the probe, cannot slip in between: a block device is held
+/// `O_EXCL` from the probe on).
+pub struct Target {
+    /// As the user named it.
+    pub path: PathBuf,
+    /// The member handle the engine gets.
+    pub disk: DiskRef,
+    /// Another descriptor of the same open file (files and block devices).
+    file: Option<std::fs::File>,
+    found: Found,
+}
+
+impl Target {
+    /// Open an existing file, block device or NBD export to write it as a member, and probe it.
+    /// A device in use is an error here, whatever the flags: a block device the kernel will not
+    /// give `O_EXCL` (mounted, held), a file or device backing a loop device or active swap.
+    pub fn open(p: &Path, direct: bool) -> Result<Target, EngineError> {
+        use std::os::unix::fs::FileTypeExt;
+        let name = p.display();
+        if p.to_str().is_some_and(stripeguard_nbd::is_uri) {
+            let disk = crate::open_member(p, direct)?;
+            let found = match stripeguard_member(disk.as_ref()) {
+                Some(m) => Found::Member(m),
+                None => foreign(probe_ends(disk.as_ref()), p)?,
+            };
+            return Ok(Target {
+                path: p.to_path_buf(),
+                disk,
+                file: None,
+                found,
+            });
+        }
+        let kind = std::fs::metadata(p)
+            .map_err(|e| EngineError::Config(format!("{name}: {e}")))?
+            .file_type();
+        if !kind.is_file() && !kind.is_block_device() {
+            return Err(EngineError::Config(format!(
+                "{name} is neither a regular file nor a block device"
+            )));
+        }
+        let fd = stripeguard_disk::FileDisk::open_exclusive(p, direct)
+            .map_err(|e| crate::busy(p, &e).unwrap_or(e.into()))?;
+        let file = fd
+            .try_clone_file()
+            .map_err(|e| EngineError::Config(format!("{name}: {e}")))?;
+        if let Some(why) = backs_something(&file) {
+            return Err(in_use_error(p, &why));
+        }
+        let disk: DiskRef = std::sync::Arc::new(fd);
+        let found = match stripeguard_member(disk.as_ref()) {
+            Some(m) => Found::Member(m),
+            None => foreign(blkid_file(&file), p)?,
+        };
+        Ok(Target {
+            path: p.to_path_buf(),
+            disk,
+            file: Some(file),
+            found,
+        })
+    }
+
+    /// What the probe found.
+    pub fn found(&self) -> &Found {
+        &self.found
+    }
+
+    /// Refuse to write it unless what it holds is confirmed; say what was found and the flag
+    /// that confirms it. `slot`: the array and the member index a `replace` writes it as (a
+    /// device that already belongs to that array is judged by the engine — a re-add, an older
+    /// copy — unless it is another current member of it, which is refused whatever the flags).
+    pub fn judge(
+        &self,
+        slot: Option<(&Array, usize)>,
+        ok: &Confirmations,
+    ) -> Result<(), EngineError> {
+        let p = &self.path;
+        let refuse = |s: String| Err(EngineError::Config(s));
+        match &self.found {
+            Found::Nothing => Ok(()),
+            Found::InUse(why) => Err(in_use_error(p, why)),
+            Found::Member(Some((uuid, ix)))
+                if slot.is_some_and(|(a, _)| a.superblock().array_uuid == *uuid) =>
+            {
+                let (array, member) = slot.expect("checked");
+                if usize::from(*ix) != member
+                    && same_superblock(self.disk.as_ref(), array, usize::from(*ix))
+                {
                     return refuse(format!(
-                        "{} is a member of stripeguard array {}, which process {} ({}) holds; stripeguard never takes a member of an array in use",
-                        p.display(),
-                        hex(&uuid),
-                        live.pid,
-                        live.command
+                        "{} is member {ix} of this array (the device in that slot holds the same superblock): give a new device",
+                        p.display()
                     ));
                 }
+                Ok(())
             }
-            if ok.take(p) {
-                return Ok(());
+            Found::Member(id) => {
+                if let Some((uuid, _)) = id {
+                    if let Ok(live) = crate::ask_holder(uuid) {
+                        return refuse(format!(
+                            "{} is a member of stripeguard array {}, which process {} ({}) holds; stripeguard never takes a member of an array in use",
+                            p.display(),
+                            hex(uuid),
+                            live.pid,
+                            live.command
+                        ));
+                    }
+                }
+                if ok.take(p) {
+                    return Ok(());
+                }
+                let whose = match id {
+                    Some((uuid, ix)) => format!("member {ix} of stripeguard array {}", hex(uuid)),
+                    None => "a member of a stripeguard array this build cannot read".into(),
+                };
+                refuse(format!(
+                    "{} is {whose}; pass --force-take {} to take it (that array loses the member)",
+                    p.display(),
+                    p.display()
+                ))
             }
-            let whose = match id {
-                Some((uuid, ix)) => format!("member {ix} of stripeguard array {}", hex(&uuid)),
-                None => "a member of a stripeguard array this build cannot read".into(),
-            };
-            refuse(format!(
-                "{} is {whose}; pass --force-take {} to take it (that array loses the member)",
+            Found::Foreign(_) if ok.overwrite(p) => Ok(()),
+            Found::Foreign(what) => refuse(format!(
+                "{} holds {what}; pass --force-overwrite {} to destroy it",
                 p.display(),
                 p.display()
-            ))
+            )),
         }
-        Found::Foreign(what) if ok.overwrite(p) => {
-            let _ = what;
-            Ok(())
+    }
+
+    /// Erase the foreign signatures it holds (after [`Target::judge`] and every other check
+    /// of the command passed): through the same open file, or the NBD export's ends.
+    pub fn wipe(&self) -> Result<(), EngineError> {
+        if !matches!(self.found, Found::Foreign(_)) {
+            return Ok(());
         }
-        Found::Foreign(what) => refuse(format!(
-            "{} holds {what}; pass --force-overwrite {} to destroy it",
-            p.display(),
+        match &self.file {
+            Some(f) => wipe_file(f, &self.path),
+            None => wipe_ends(self.disk.as_ref()),
+        }
+    }
+}
+
+/// A probe's answer as a finding; a probe that cannot run is an error naming the device (saying
+/// nothing is there when nobody could tell would be a guess).
+fn foreign(probed: Result<Option<String>, String>, p: &Path) -> Result<Found, EngineError> {
+    match probed {
+        Ok(Some(what)) => Ok(Found::Foreign(what)),
+        Ok(None) => Ok(Found::Nothing),
+        Err(e) => Err(EngineError::Config(format!(
+            "cannot tell what {} holds ({e}); refusing to write it",
             p.display()
-        )),
+        ))),
     }
 }
 
-/// What `p` (opened as `disk`) holds; in-use findings first, then ours, then libblkid's.
-pub fn probe(p: &Path, disk: &dyn Disk) -> Found {
-    let uri = p.to_str().is_some_and(stripeguard_nbd::is_uri);
-    if !uri {
-        if let Some(why) = in_use(p) {
-            return Found::InUse(why);
-        }
-    }
-    if let Some(member) = stripeguard_member(disk) {
-        return Found::Member(member);
-    }
-    let foreign = if uri { probe_ends(disk) } else { blkid(p) };
-    match foreign {
-        Ok(Some(what)) => Found::Foreign(what),
-        Ok(None) => Found::Nothing,
-        // A probe that cannot run says nothing is there only if nobody could tell: refuse.
-        Err(e) => Found::InUse(format!("cannot probe what it holds: {e}")),
-    }
+fn in_use_error(p: &Path, why: &str) -> EngineError {
+    EngineError::Config(format!(
+        "{} is in use ({why}); stripeguard never writes a device in use, whatever the flags",
+        p.display()
+    ))
 }
 
-/// Whether `disk` holds a stripeguard superblock (even one this build cannot read), with the
-/// array's uuid and the member's index when it reads.
+/// Whether member `ix`'s device in `array` holds the same first superblock copy as `d` (the
+/// same device under another name, or a copy of it).
+fn same_superblock(d: &dyn Disk, array: &Array, ix: usize) -> bool {
+    let Some(theirs) = array.member_disk(ix) else {
+        return false;
+    };
+    let read = |d: &dyn Disk| {
+        let mut b = vec![0u8; SUPERBLOCK_BYTES];
+        d.read_at(0, &mut b).ok().map(|()| b)
+    };
+    matches!((read(d), read(theirs.as_ref())), (Some(a), Some(b)) if a == b)
+}
+
+/// Whether `disk` holds a stripeguard superblock in either copy (even one this build cannot
+/// read), with the array's uuid and the member's index when one reads.
 fn stripeguard_member(disk: &dyn Disk) -> Option<Option<([u8; 16], u16)>> {
-    let mut sb = vec![0u8; SUPERBLOCK_BYTES];
-    disk.read_at(0, &mut sb).ok()?;
-    match Superblock::decode(&sb) {
-        Ok(s) => Some(Some((s.array_uuid, s.member_index))),
-        Err(SuperblockError::BadMagic | SuperblockError::Truncated(_)) => None,
-        Err(_) => Some(None),
+    if let Ok(sb) = stripeguard_engine::read_superblock_of(disk) {
+        return Some(Some((sb.array_uuid, sb.member_index)));
     }
+    SUPERBLOCK_COPY_OFFSETS
+        .iter()
+        .any(|&at| {
+            let mut sb = vec![0u8; SUPERBLOCK_BYTES];
+            disk.read_at(at, &mut sb).is_ok()
+                && !matches!(
+                    Superblock::decode(&sb),
+                    Err(SuperblockError::BadMagic | SuperblockError::Truncated(_))
+                )
+        })
+        .then_some(None)
 }
 
-/// Why `p` is in use, if it is: a block device the kernel will not open exclusively (with
-/// where it is mounted or what holds it), or a file backing a loop device.
-pub fn in_use(p: &Path) -> Option<String> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-    let m = std::fs::metadata(p).ok()?;
-    if m.file_type().is_block_device() {
-        let busy = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(rustix::fs::OFlags::EXCL.bits() as i32)
-            .open(p)
-            .is_err_and(|e| e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()));
-        if !busy {
-            return None;
-        }
-        let (major, minor) = (rustix::fs::major(m.rdev()), rustix::fs::minor(m.rdev()));
-        if let Some(at) = mounted_at(major, minor) {
-            return Some(format!("mounted on {at}"));
-        }
-        let holders: Vec<String> =
-            std::fs::read_dir(format!("/sys/dev/block/{major}:{minor}/holders"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-        if !holders.is_empty() {
-            return Some(format!("held by {}", holders.join(", ")));
-        }
-        return Some("held open exclusively by another process, or a partition of it is".into());
-    }
-    let me = format!("inode {}:{}", m.dev(), m.ino());
+/// Why the open file `f` is in use though it could be opened: it backs a loop device (a file,
+/// or a block device under a loop device) or is active swap.
+fn backs_something(f: &std::fs::File) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = f.metadata().ok()?;
+    let me = if m.file_type().is_block_device() {
+        format!("device {}", m.rdev())
+    } else {
+        format!("inode {}:{}", m.dev(), m.ino())
+    };
     for e in std::fs::read_dir("/sys/block")
         .into_iter()
         .flatten()
@@ -228,7 +332,51 @@ pub fn in_use(p: &Path) -> Option<String> {
             return Some(format!("it backs loop device /dev/{name}"));
         }
     }
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    for line in swaps.lines().skip(1) {
+        let Some(path) = line.split_whitespace().next() else {
+            continue;
+        };
+        if identity(Path::new(&path.replace("\\040", " "))) == me {
+            return Some("it is active swap".into());
+        }
+    }
     None
+}
+
+/// Why `p` is in use, if it is: a block device the kernel will not open exclusively (with
+/// where it is mounted or what holds it), or a file or device backing a loop device or swap.
+pub fn in_use(p: &Path) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let m = std::fs::metadata(p).ok()?;
+    if m.file_type().is_block_device() {
+        use std::os::unix::fs::MetadataExt;
+        let busy = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::EXCL.bits() as i32)
+            .open(p)
+            .is_err_and(|e| e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()));
+        if busy {
+            let (major, minor) = (rustix::fs::major(m.rdev()), rustix::fs::minor(m.rdev()));
+            if let Some(at) = mounted_at(major, minor) {
+                return Some(format!("mounted on {at}"));
+            }
+            let holders: Vec<String> =
+                std::fs::read_dir(format!("/sys/dev/block/{major}:{minor}/holders"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+            if !holders.is_empty() {
+                return Some(format!("held by {}", holders.join(", ")));
+            }
+            return Some(
+                "held open exclusively by another process, or a partition of it is".into(),
+            );
+        }
+    }
+    backs_something(&std::fs::File::open(p).ok()?)
 }
 
 /// Where block device `major:minor` is mounted (the first mount point in this process's view).
@@ -242,12 +390,14 @@ fn mounted_at(major: u32, minor: u32) -> Option<String> {
     })
 }
 
-/// libblkid's safe probe of `p`: a description of the filesystem, partition table or other
-/// signature it holds, or `None`.
-fn blkid(p: &Path) -> Result<Option<String>, String> {
+/// libblkid's safe probe of the open file `f`: a description of the filesystem, partition
+/// table or other signature it holds, or `None`.
+fn blkid_file(f: &std::fs::File) -> Result<Option<String>, String> {
     use libblkid_rs::{BlkidProbe, BlkidSafeprobeRet, BlkidSublks, BlkidSublksFlags};
+    use std::os::fd::AsRawFd;
     let e = |e: libblkid_rs::BlkidErr| format!("libblkid: {e}");
-    let mut probe = BlkidProbe::new_from_filename(p).map_err(e)?;
+    let mut probe = BlkidProbe::new().map_err(e)?;
+    probe.set_device(f.as_raw_fd(), 0, 0).map_err(e)?;
     probe.enable_superblocks(true).map_err(e)?;
     probe
         .set_superblock_flags(BlkidSublksFlags::new(vec![
@@ -301,46 +451,52 @@ fn article(word: &str) -> &'static str {
     }
 }
 
-/// libblkid's probe of a device it cannot open (an NBD export): its first and last MiB copied
-/// into a sparse in-memory file of the same size.
+/// How much of each end of a device is probed through a copy (an NBD export) and zeroed by a
+/// wipe: every signature libblkid knows sits within it (md 1.0 and ZFS labels within the last
+/// MiB, some firmware RAID signatures ~1.5 MiB from the end, btrfs at 64 KiB).
+const ENDS: u64 = 4 << 20;
+
+/// libblkid's probe of a device it cannot open (an NBD export): both ends ([`ENDS`]) copied
+/// into a sparse in-memory file of the same size, and that probed.
 fn probe_ends(disk: &dyn Disk) -> Result<Option<String>, String> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
-    const MIB: u64 = 1 << 20;
     let fd = rustix::fs::memfd_create("stripeguard-probe", rustix::fs::MemfdFlags::CLOEXEC)
         .map_err(|e| format!("memfd: {e}"))?;
     let f = std::fs::File::from(fd);
     let size = disk.size_bytes();
     f.set_len(size).map_err(|e| format!("memfd: {e}"))?;
-    for off in [0, size.saturating_sub(MIB)] {
-        let mut buf = vec![0u8; usize::try_from(MIB.min(size - off)).unwrap_or(0)];
+    for (off, len) in ends(size) {
+        let mut buf = vec![0u8; len];
         disk.read_at(off, &mut buf).map_err(|e| e.to_string())?;
         f.write_all_at(&buf, off)
             .map_err(|e| format!("memfd: {e}"))?;
     }
-    blkid(Path::new(&format!("/proc/self/fd/{}", f.as_raw_fd())))
+    blkid_file(&f)
 }
 
-/// Erase what an overwrite was confirmed for (as `wipefs -a` and a partition-table zap do):
-/// every superblock signature libblkid finds, a few bytes at each magic, and the first and last
-/// MiB (partition tables, the backup GPT, md 1.0 and ZFS labels at the end). The new member's
-/// own initialisation writes everything it uses afterwards, so zeros here lose nothing of it.
-pub fn wipe_signatures(p: &Path) -> Result<(), EngineError> {
+/// The first and last [`ENDS`] bytes of a device of `size` bytes, as (offset, length).
+fn ends(size: u64) -> [(u64, usize); 2] {
+    let len = |n: u64| usize::try_from(n).unwrap_or(0);
+    let head = ENDS.min(size);
+    let tail = size.saturating_sub(ENDS).max(head);
+    [(0, len(head)), (tail, len(size - tail))]
+}
+
+/// Erase what an overwrite was confirmed for (as `wipefs -a` and a partition-table zap do),
+/// through the open file `f`: every superblock signature libblkid finds, a few bytes at each
+/// magic, and both ends ([`ENDS`]: partition tables, the backup GPT, md 1.0 and ZFS labels).
+/// The new member's own initialisation writes everything it uses afterwards, so zeros here
+/// lose nothing of it.
+fn wipe_file(f: &std::fs::File, p: &Path) -> Result<(), EngineError> {
     use libblkid_rs::{BlkidProbe, BlkidProbeRet, BlkidSublks, BlkidSublksFlags};
     use std::io::{Seek, SeekFrom};
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
-    const MIB: u64 = 1 << 20;
     let name = p.display();
     let io = |e: std::io::Error| EngineError::Config(format!("wiping {name}: {e}"));
     let blk =
         |e: libblkid_rs::BlkidErr| EngineError::Config(format!("wiping {name}: libblkid: {e}"));
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(p)
-        .map_err(io)?;
-    let size = f.seek(SeekFrom::End(0)).map_err(io)?;
+    let size = (&*f).seek(SeekFrom::End(0)).map_err(io)?;
     {
         let mut probe = BlkidProbe::new().map_err(blk)?;
         probe.set_device(f.as_raw_fd(), 0, 0).map_err(blk)?;
@@ -360,23 +516,18 @@ pub fn wipe_signatures(p: &Path) -> Result<(), EngineError> {
             probe.do_wipe(false).map_err(blk)?;
         }
     }
-    let zeros = vec![0u8; usize::try_from(MIB.min(size)).unwrap_or(0)];
-    f.write_all_at(&zeros, 0).map_err(io)?;
-    let tail = size.saturating_sub(MIB);
-    f.write_all_at(&zeros[..usize::try_from(size - tail).unwrap_or(0)], tail)
-        .map_err(io)?;
+    for (off, len) in ends(size) {
+        f.write_all_at(&vec![0u8; len], off).map_err(io)?;
+    }
     f.sync_all().map_err(io)
 }
 
-/// [`wipe_signatures`] for a device only reachable as a [`Disk`] (an NBD export): its first and
-/// last MiB zeroed, where every signature it could be probed by sits.
-pub fn wipe_ends(disk: &dyn Disk) -> Result<(), EngineError> {
-    const MIB: u64 = 1 << 20;
-    let size = disk.size_bytes();
-    let zeros = vec![0u8; usize::try_from(MIB.min(size)).unwrap_or(0)];
-    let tail = size.saturating_sub(MIB);
-    disk.write_at(0, &zeros)?;
-    disk.write_at(tail, &zeros[..usize::try_from(size - tail).unwrap_or(0)])?;
+/// [`wipe_file`] for a device only reachable as a [`Disk`] (an NBD export): both ends zeroed,
+/// where every signature it was probed by sits.
+fn wipe_ends(disk: &dyn Disk) -> Result<(), EngineError> {
+    for (off, len) in ends(disk.size_bytes()) {
+        disk.write_at(off, &vec![0u8; len])?;
+    }
     disk.flush()?;
     Ok(())
 }

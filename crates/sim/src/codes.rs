@@ -63,7 +63,7 @@ impl CodeSim {
         if let Some(f) = failed {
             if f >= g.n() {
                 return Err(format!(
-                    "--failed-member {f} is not a member of a {}-member array (0..{})",
+                    "--failed-member {f} is not a member of a {}-member array (0 to {})",
                     g.n(),
                     g.n() - 1
                 ));

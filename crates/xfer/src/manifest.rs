@@ -179,15 +179,12 @@ fn check(
         let off = i as u64 * bs;
         let n = crate::proto::block_len(size, off, bs);
         if let Err(e) = verify::read_back(&f, off, &mut buf[..n]) {
-            r.problems
-                .push(format!("bytes {off}..{}: {e}", off + n as u64));
+            r.problems.push(format!("{n} bytes from byte {off}: {e}"));
             continue;
         }
         if crate::proto::hex(blake3::hash(&buf[..n]).as_bytes()) != *want {
-            r.problems.push(format!(
-                "bytes {off}..{} differ on the device",
-                off + n as u64
-            ));
+            r.problems
+                .push(format!("{n} bytes from byte {off} differ on the device"));
         }
     }
     r.ok = r.problems.is_empty();

@@ -650,7 +650,7 @@ impl Sender<'_> {
                             if e > blocks {
                                 return Err(proto::malformed(
                                     "FILE_REPLY frame",
-                                    format!("range {a}..{e} of {blocks} blocks"),
+                                    format!("blocks {a} to {} of {blocks}", e.saturating_sub(1)),
                                 ));
                             }
                             have[index(a)..index(e)].iter_mut().for_each(|h| *h = true);
@@ -732,7 +732,13 @@ impl Sender<'_> {
                     let ranges: Vec<String> = f
                         .failed
                         .iter()
-                        .map(|&i| format!("bytes {}..{}", i * f.bs, ((i + 1) * f.bs).min(f.size)))
+                        .map(|&i| {
+                            format!(
+                                "{} bytes from byte {}",
+                                ((i + 1) * f.bs).min(f.size) - i * f.bs,
+                                i * f.bs
+                            )
+                        })
                         .collect();
                     self.fail(
                         &f.remote,

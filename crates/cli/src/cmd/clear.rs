@@ -28,11 +28,8 @@ pub fn run(a: ClearArgs) -> Result<ExitCode> {
     } else {
         for r in &cleared {
             println!(
-                "stripe {}: data chunk {} bytes {}..{} zero-filled",
-                r.stripe,
-                r.position,
-                r.offset,
-                r.offset + r.len
+                "stripe {}: data chunk {}: {} bytes from byte {} zero-filled",
+                r.stripe, r.position, r.len, r.offset
             );
         }
     }

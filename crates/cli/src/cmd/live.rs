@@ -127,11 +127,11 @@ pub(super) fn print_untrusted(
             .map(|g| format!(" (member {})", g.member_of(r.stripe, r.position as usize)))
             .unwrap_or_default();
         println!(
-            "    stripe {} data chunk {}{member} bytes {}..{}{}",
+            "    stripe {} data chunk {}{member}: {} bytes from byte {}{}",
             r.stripe,
             r.position,
+            r.len,
             r.offset,
-            r.offset + r.len,
             if r.expected_crc.is_some() {
                 ""
             } else {

@@ -53,7 +53,15 @@ fn via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
                 .with
                 .file_name()
                 .with_context(|| format!("{} names no file", a.with.display()))?;
-            dir.join(name).display().to_string()
+            let full = dir.join(name);
+            full.to_str()
+                .with_context(|| {
+                    format!(
+                        "{} has a name that is not UTF-8, which the request to the process holding the array cannot carry; rename it, or replace when that process has stopped",
+                        full.display()
+                    )
+                })?
+                .to_string()
         }
     };
     ask_holder_replace(
@@ -86,7 +94,7 @@ fn via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
             "{}",
             json!({"via_holder": true, "ok": last.ok, "outcome": outcome})
         );
-    } else {
+    } else if last.ok {
         println!("{outcome}");
     }
     if last.ok {
