@@ -60,6 +60,10 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
+    // Every event from here on is a line on stderr and a syslog message.
+    if !a.quiet {
+        stripeguard_ops::log_events(&array, "stripeguard serve");
+    }
     let array = Arc::new(array);
     let export = Arc::new(ArrayExport::new(Arc::clone(&array)));
     let server = Server::new(

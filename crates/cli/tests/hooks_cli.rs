@@ -32,8 +32,16 @@ fn one_event(d: &Path, chunk: &str) {
 
 const HOOK: &str = "echo hook:$SG_EVENT_NUMBER:$SG_EVENT_ACTION:$SG_MEMBER_PATH:$SG_ARRAY_UUID";
 
+/// The hook's lines for repairs (each scrub also logs its start and end, FORMAT.md §2.5).
 fn hooks(out: &str) -> Vec<&str> {
-    out.lines().filter(|l| l.starts_with("hook:")).collect()
+    out.lines()
+        .filter(|l| l.starts_with("hook:") && l.contains(":repaired:"))
+        .collect()
+}
+
+/// Every line the hook printed.
+fn all_hooks(out: &str) -> usize {
+    out.lines().filter(|l| l.starts_with("hook:")).count()
 }
 
 #[test]
@@ -49,9 +57,11 @@ fn hooks_run_for_new_events_once_across_restarts() {
     // An empty log is an empty JSON array.
     assert_eq!(ok(&sg(&args("events", &["--json"]), d)).trim(), "[]");
     one_event(d, "4");
+    // scrub-started, the repair, scrub-finished.
     let all: serde_json::Value =
         serde_json::from_str(&ok(&sg(&args("events", &["--json"]), d))).unwrap();
-    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    assert_eq!(all.as_array().unwrap().len(), 3, "{all}");
+    assert_eq!(all[1]["action"], "repaired", "{all}");
     let uuid = ok(&sg(&args("status", &["--json"]), d));
     let uuid = serde_json::from_str::<serde_json::Value>(&uuid).unwrap()["uuid"]
         .as_str()
@@ -60,19 +70,21 @@ fn hooks_run_for_new_events_once_across_restarts() {
 
     // Started after the event: not new, no hook (it used to run for every old event).
     let out = ok(&sg(&args("events", &["--exec", HOOK]), d));
-    assert!(hooks(&out).is_empty(), "{out}");
+    assert_eq!(all_hooks(&out), 0, "{out}");
     // Asked for: the old ones too, with the JSON's action name, the member's path, the uuid.
     let out = ok(&sg(&args("events", &["--exec", HOOK, "--from-start"]), d));
-    assert_eq!(hooks(&out), [format!("hook:0:repaired:m1:{uuid}")], "{out}");
+    assert_eq!(hooks(&out), [format!("hook:1:repaired:m1:{uuid}")], "{out}");
+    assert_eq!(all_hooks(&out), 3, "{out}");
 
     // A cursor: its first run starts now; an event logged while the watcher is down runs at
     // the next start, once.
     let cur = ["--exec", HOOK, "--cursor", "pos"];
-    assert!(hooks(&ok(&sg(&args("events", &cur), d))).is_empty());
+    assert_eq!(all_hooks(&ok(&sg(&args("events", &cur), d))), 0);
     one_event(d, "5");
     let out = ok(&sg(&args("events", &cur), d));
-    assert_eq!(hooks(&out), [format!("hook:1:repaired:m1:{uuid}")], "{out}");
-    assert!(hooks(&ok(&sg(&args("events", &cur), d))).is_empty());
+    assert_eq!(hooks(&out), [format!("hook:4:repaired:m1:{uuid}")], "{out}");
+    assert_eq!(all_hooks(&out), 3, "{out}");
+    assert_eq!(all_hooks(&ok(&sg(&args("events", &cur), d))), 0);
     // The cursor names its array: another array's cursor is refused.
     std::fs::write(d.join("other"), "00112233445566778899aabbccddeeff 3\n").unwrap();
     let out = sg(&args("events", &["--exec", HOOK, "--cursor", "other"]), d);
@@ -82,7 +94,7 @@ fn hooks_run_for_new_events_once_across_restarts() {
     // --follow with a cursor: the hook runs for an event as it is logged, not for old ones.
     let log = d.join("hook.log");
     let hook = format!(
-        "echo $SG_EVENT_NUMBER:$SG_EVENT_ACTION >> {}",
+        "[ $SG_EVENT_ACTION = repaired ] && echo $SG_EVENT_NUMBER:$SG_EVENT_ACTION >> {}; true",
         log.display()
     );
     let mut follow = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
@@ -98,7 +110,7 @@ fn hooks_run_for_new_events_once_across_restarts() {
     one_event(d, "6");
     let t = Instant::now();
     // The cursor moves after the hook has run.
-    while std::fs::read_to_string(d.join("pos")).unwrap() != format!("{uuid} 3\n") {
+    while std::fs::read_to_string(d.join("pos")).unwrap() != format!("{uuid} 9\n") {
         assert!(
             t.elapsed() < Duration::from_secs(20),
             "no hook ran for the new event"
@@ -107,5 +119,5 @@ fn hooks_run_for_new_events_once_across_restarts() {
     }
     let _ = follow.kill();
     let _ = follow.wait();
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "2:repaired\n");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "7:repaired\n");
 }

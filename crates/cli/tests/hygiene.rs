@@ -338,7 +338,12 @@ fn events_survive_the_process_and_drive_an_exec_hook() {
     // A later process reads what the scrub found, with its evidence, from the members.
     let out = ok(&sg(&cmd("events", &ms, &["--json"]), d));
     let all: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let ev = &all[0];
+    let ev = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "repaired")
+        .unwrap();
     assert_eq!(ev["kind"], "checksum", "{out}");
     assert_eq!(ev["stripe"], 4);
     assert_eq!(ev["member"], 1);

@@ -527,6 +527,33 @@ impl Array {
         self.log_events(|_| {}, [e]);
     }
 
+    /// Have `listener` told of every event from now on, as it is recorded (a holder logs each
+    /// as a line on stderr and to syslog).
+    pub fn set_event_listener(&self, listener: crate::events::EventListener) {
+        self.events.lock().expect("lock").listener = Some(listener);
+    }
+
+    /// Record a state change (FORMAT.md §2.5 kinds 21–27: action `notice`, counted nowhere)
+    /// about `member` (or the array as a whole) and make it durable at once: a state change an
+    /// operator looks for after a crash must be in the log, not in memory.
+    pub(crate) fn note(&self, kind: EventKind, member: Option<MemberIx>, evidence: String) {
+        self.log_event(Event {
+            stripe: 0,
+            member: member.map_or(0, MemberIx::get),
+            position: 0,
+            role: if member.is_some() {
+                EventRole::Member
+            } else {
+                EventRole::Stripe
+            },
+            kind,
+            evidence,
+            action: crate::events::EventAction::Notice,
+        });
+        // Best effort: the event is in memory either way, and the next save writes it.
+        let _ = self.save_events();
+    }
+
     /// Update the event log's counters.
     pub(crate) fn count(&self, f: impl FnOnce(&mut Counters)) {
         self.log_events(f, []);

@@ -75,7 +75,13 @@ pub(crate) struct EventLog {
     pub(crate) unsaved: Vec<(u64, u64, Event)>,
     /// The next durable entry number.
     pub(crate) next_number: u64,
+    /// Told of every event as it is recorded (a holder's log line; `None`: nobody listens).
+    pub(crate) listener: Option<EventListener>,
 }
+
+/// What a holder runs for each event as it is recorded (a line on stderr, a syslog message).
+/// It runs with the event log locked: it must not call back into the array.
+pub type EventListener = std::sync::Arc<dyn Fn(&Event) + Send + Sync>;
 
 impl EventLog {
     pub(crate) fn new(env: crate::env::EnvRef) -> EventLog {
@@ -85,6 +91,7 @@ impl EventLog {
             recent: VecDeque::new(),
             unsaved: Vec::new(),
             next_number: 0,
+            listener: None,
         }
     }
 
@@ -111,6 +118,9 @@ impl EventLog {
             let ms = crate::env::unix_millis(self.env.as_ref());
             self.unsaved.push((self.next_number, ms, e.clone()));
             self.next_number = self.next_number.saturating_add(1);
+        }
+        if let Some(l) = &self.listener {
+            l(&e);
         }
         if self.recent.len() == EVENT_LOG_ENTRIES {
             self.recent.pop_front();

@@ -173,4 +173,32 @@ mod tests {
         }
         assert_eq!(EventEntry::read_copy(&[0u8; ENTRY_BYTES]), Ok(None));
     }
+
+    /// A state-change entry (kinds 21–27) as a build that does not know the code sees it: an
+    /// intact entry a newer build wrote, skipped and counted, never damage (so this build's
+    /// metadata scrub leaves it).
+    #[test]
+    fn an_unknown_kind_is_skipped_and_left() {
+        let e = Event {
+            stripe: 0,
+            member: 2,
+            position: 0,
+            role: EventRole::Member,
+            kind: EventKind::ReplaceStarted,
+            evidence: "onto /dev/sdz".into(),
+            action: EventAction::Notice,
+        };
+        let mut b = encode(7, 1, &e);
+        assert_eq!(
+            EventEntry::read_copy(&b).unwrap().unwrap().kind,
+            EventKind::ReplaceStarted
+        );
+        // A code no build knows yet, re-sealed as its writer would have.
+        b[7] = 250;
+        let crc = stripeguard_checksum::crc32c(&b[..ENTRY_BYTES - 4]);
+        b[ENTRY_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+        let err = EventEntry::read_copy(&b).unwrap_err();
+        assert!(!err.is_damage(), "{err}");
+        assert!(!stripeguard_format::damaged::<EventEntry>(&b));
+    }
 }

@@ -615,6 +615,12 @@ impl Array {
     /// Read every unit of `stripe`, diagnose with every unit voting, and repair what is wrong
     /// (the scrub of one stripe). Returns the number of units found wrong.
     pub fn scrub_stripe(&self, stripe: u64) -> Result<u64, EngineError> {
+        self.scrub_stripe_as(stripe, false)
+    }
+
+    /// [`Array::scrub_stripe`]; with `check_only`, nothing is written back even on a writable
+    /// array (an online `scrub --check-only`): findings are logged as found read-only.
+    pub fn scrub_stripe_as(&self, stripe: u64, check_only: bool) -> Result<u64, EngineError> {
         if stripe >= self.geometry().stripes {
             return Err(EngineError::OutOfRange {
                 offset: stripe,
@@ -625,10 +631,14 @@ impl Array {
         let ix = StripeIx::new(stripe);
         let _guard = self.lock_stripe(ix);
         let before = self.counters().located;
-        if self.is_writable() {
-            self.verify_untrusted_again(ix)?;
+        if check_only {
+            self.check_stripe_locked(ix)?;
+        } else {
+            if self.is_writable() {
+                self.verify_untrusted_again(ix)?;
+            }
+            self.repair_stripe(ix, &[])?;
         }
-        self.repair_stripe(ix, &[])?;
         // Listed blocks stay unreadable: the stripe is not whole (FORMAT.md §2.7).
         if let Some(e) = self.untrusted_set().of_stripe(ix).first() {
             return Err(EngineError::Unrecoverable {

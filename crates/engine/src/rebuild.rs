@@ -11,7 +11,7 @@ use crate::checkpoint::{CHECKPOINT_EVERY, SLOT_BYTES};
 use crate::error::EngineError;
 use crate::num::{MemberIx, StripeIx};
 use stripeguard_disk::DiskRef;
-use stripeguard_format::Checkpoint;
+use stripeguard_format::{Checkpoint, EventKind};
 use stripeguard_integrity::{MemberState, Superblock, CHECKPOINT_OFFSET, SUPERBLOCK_BYTES};
 
 /// What a replace did.
@@ -156,6 +156,37 @@ impl Array {
         };
         self.take_slot(member, &target, plan.readd)?;
         self.save_rebuild(&target, &mut ck)?;
+        self.note(
+            EventKind::ReplaceStarted,
+            Some(member),
+            format!(
+                "member {member} onto {}: {}{}",
+                target.name(),
+                if plan.readd {
+                    format!(
+                        "re-add, {} stripe(s) the write-intent record marks",
+                        todo.len()
+                    )
+                } else {
+                    format!("full rebuild of {} stripe(s)", todo.len())
+                },
+                if start > 0 {
+                    format!(", resumed at stripe {start}")
+                } else {
+                    String::new()
+                }
+            ),
+        );
+        let interrupted = |at: u64, why: &str| {
+            self.note(
+                EventKind::ReplaceInterrupted,
+                Some(member),
+                format!(
+                    "member {member} onto {} at stripe {at}: {why}",
+                    target.name()
+                ),
+            );
+        };
 
         let located_before = self.counters().located;
         let total = todo.len() as u64;
@@ -165,6 +196,7 @@ impl Array {
                 target.flush()?;
                 ck.rebuild_next = s;
                 self.save_rebuild(&target, &mut ck)?;
+                interrupted(s, "the holder is stopping");
                 return Err(EngineError::Config(format!(
                     "replace interrupted at stripe {s} of {} (the holder is stopping); run it again onto the same device to resume",
                     self.geometry().stripes
@@ -172,9 +204,14 @@ impl Array {
             }
             // A stripe that cannot be rebuilt stops the replace with its position saved; a
             // failed write to the target stops it at once.
-            if let Err(e) = self.rebuild_onto(StripeIx::new(s), member, &target)? {
+            let rebuilt = self.rebuild_onto(StripeIx::new(s), member, &target);
+            if let Err(e) = &rebuilt {
+                interrupted(s, &e.to_string());
+            }
+            if let Err(e) = rebuilt? {
                 ck.rebuild_next = s;
                 self.save_rebuild(&target, &mut ck)?;
+                interrupted(s, &e.to_string());
                 return Err(e);
             }
             ck.rebuild_next = s + 1;
@@ -201,6 +238,22 @@ impl Array {
         }
         ck.rebuild_finished = true;
         self.save_rebuild(&target, &mut ck)?;
+        self.note(
+            EventKind::ReplaceFinished,
+            Some(member),
+            format!(
+                "member {member} is {}: {visited} stripe(s) rebuilt, {} silently wrong survivor unit(s) repaired",
+                target.name(),
+                self.counters().located - located_before
+            ),
+        );
+        if plan.readd {
+            self.note(
+                EventKind::MemberReturned,
+                Some(member),
+                format!("member {member} ({}) re-added", target.name()),
+            );
+        }
         Ok(ReplaceSummary {
             member: member.get(),
             resumed_at: start,

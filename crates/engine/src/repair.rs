@@ -33,6 +33,19 @@ impl Array {
         self.repair_stripe_as(stripe, suspects, Interrupted::No)
     }
 
+    /// What [`Array::repair_stripe`] would find in `stripe`, found and logged (as found
+    /// read-only) but nothing written back, on a writable array too: an online check while the
+    /// holder goes on serving (the caller holds the stripe's lock).
+    pub(crate) fn check_stripe_locked(&self, stripe: StripeIx) -> Result<(), EngineError> {
+        let all: Vec<Pos> = Pos::upto(self.geometry().n()).collect();
+        let units = self.read_units(stripe, &all)?;
+        let d = self
+            .layout()
+            .decide(self, stripe, units, &[], Interrupted::No)?;
+        self.record_findings(stripe, &[], &d.findings, Interrupted::No, false);
+        Ok(())
+    }
+
     /// [`Array::repair_stripe`]; in a resync, what it finds where a write was interrupted is
     /// what the crash left (resync events, no detection or unrecoverable counted: the caller
     /// settles a stripe it cannot decide).
@@ -49,7 +62,7 @@ impl Array {
         let wrote = self.write_repair(layout, stripe, &mut d)?;
         match d.settled.take() {
             Some(evidence) => self.record_resync(stripe, EventKind::ResyncSettled, evidence),
-            None => self.record_findings(stripe, suspects, &d.findings, cause),
+            None => self.record_findings(stripe, suspects, &d.findings, cause, self.is_writable()),
         }
         // A repair is durable, and in the durable log, before it is reported: otherwise a
         // power cut before the next flush brings the damage back, and a resync of a
@@ -102,6 +115,7 @@ impl Array {
         suspects: &[Suspect],
         findings: &[Finding],
         cause: Interrupted<'_>,
+        written: bool,
     ) {
         let g = self.geometry();
         let role = |pos: Pos| {
@@ -146,7 +160,7 @@ impl Array {
                     format!("{}: {} (left by the interrupted write)", f.kind, f.evidence),
                     EventAction::Resynced,
                 )
-            } else if !self.is_writable() {
+            } else if !written {
                 (f.kind, f.evidence.clone(), EventAction::FoundReadOnly)
             } else if self.is_failed(member) {
                 (f.kind, f.evidence.clone(), EventAction::RebuiltDegraded)

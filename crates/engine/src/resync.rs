@@ -182,6 +182,19 @@ impl Array {
             self.persist_intent(&mut i)?;
         }
         self.count(|c| c.resynced += list.len() as u64);
+        self.note(
+            EventKind::ResyncFinished,
+            None,
+            format!(
+                "after an unclean shutdown: {} stripe(s) of the dirty regions made consistent{}",
+                list.len(),
+                if touched.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} from the write journal", touched.len())
+                }
+            ),
+        );
         Ok(list.len() as u64)
     }
 

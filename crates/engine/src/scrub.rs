@@ -7,6 +7,7 @@ use crate::array::Array;
 use crate::env::unix_seconds;
 use crate::error::EngineError;
 use std::time::Duration;
+use stripeguard_format::EventKind;
 
 use crate::checkpoint::{CHECKPOINT_EVERY, CHECKPOINT_SECONDS};
 pub use stripeguard_format::Checkpoint;
@@ -18,6 +19,11 @@ pub struct ScrubOptions {
     pub restart: bool,
     /// Bound on member bytes read per second (`None`: as fast as the members go).
     pub rate_bytes_per_second: Option<u64>,
+    /// Write nothing, on a writable array too (an online check): no repair, no checkpoint.
+    pub check_only: bool,
+    /// Set by another thread to stop the scrub at the next stripe (a holder stopping); the
+    /// position is saved, and the next scrub resumes there.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What a scrub (or a check) did.
@@ -36,6 +42,8 @@ pub struct ScrubSummary {
     pub awaiting_resync: u64,
     /// Damaged copies in the members' metadata areas (owner, checkpoint, intent, log).
     pub metadata: Vec<crate::metacheck::MetadataFinding>,
+    /// Where it stopped when cancelled (`None`: it ran to the end).
+    pub interrupted_at: Option<u64>,
 }
 
 /// Scrub `array`: every stripe from where the last interrupted scrub stopped (or from 0), every
@@ -47,7 +55,7 @@ pub fn scrub(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ScrubSummary, EngineError> {
     let stripes = array.geometry().stripes;
-    let writable = array.is_writable();
+    let writable = array.is_writable() && !opts.check_only;
     let mut rec = starting_record(array, opts);
     let start = rec.next_stripe;
     let base = array.counters();
@@ -91,11 +99,33 @@ pub fn scrub(
     // Progress is saved every CHECKPOINT_EVERY stripes and at least every CHECKPOINT_SECONDS, so a
     // slow or small scrub killed midway resumes too.
     let mut saved_at = env.monotonic();
+    let what = if writable { "scrub" } else { "check" };
+    array.note(
+        EventKind::ScrubStarted,
+        None,
+        format!("{what} of {stripes} stripe(s) from stripe {start}"),
+    );
     for s in start..stripes {
         if skip.contains(&s) {
             continue;
         }
-        match array.scrub_stripe(s) {
+        if opts
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            rec.next_stripe = s;
+            save(&mut rec, false)?;
+            array.note(
+                EventKind::ScrubFinished,
+                None,
+                format!("{what} interrupted at stripe {s} of {stripes} (the holder is stopping); the next scrub resumes there"),
+            );
+            summary.record = rec;
+            summary.interrupted_at = Some(s);
+            return Ok(summary);
+        }
+        match array.scrub_stripe_as(s, opts.check_only) {
             Ok(_) => {}
             Err(e @ EngineError::Unrecoverable { .. }) => {
                 rec.unrecoverable += 1;
@@ -122,6 +152,19 @@ pub fn scrub(
         }
     }
     save(&mut rec, true)?;
+    let c = array.counters();
+    array.note(
+        EventKind::ScrubFinished,
+        None,
+        format!(
+            "{what} of stripes {start} to {}: {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s), {} stripe(s) whose parity disagrees",
+            stripes.saturating_sub(1),
+            c.located - base.located,
+            if writable { c.repaired - base.repaired } else { 0 },
+            summary.unrecoverable.len(),
+            c.mismatches - base.mismatches
+        ),
+    );
     summary.record = rec;
     Ok(summary)
 }

@@ -172,6 +172,21 @@ codes! {
         Metadata = 19, "metadata";
         /// The checksum member's table of a stripe is damaged or stale.
         ChecksumChunk = 20, "checksum-chunk";
+        /// A replace began rebuilding a member onto a device (the evidence names both).
+        ReplaceStarted = 21, "replace-started";
+        /// A replace finished: the new member is current.
+        ReplaceFinished = 22, "replace-finished";
+        /// A replace stopped before the end (a holder stopping, a stripe it could not rebuild,
+        /// a failed write to the target); run again onto the same device, it resumes.
+        ReplaceInterrupted = 23, "replace-interrupted";
+        /// A scrub (or check) began.
+        ScrubStarted = 24, "scrub-started";
+        /// A scrub (or check) ended, with its counts in the evidence.
+        ScrubFinished = 25, "scrub-finished";
+        /// The resync after an unclean shutdown ended, with its counts in the evidence.
+        ResyncFinished = 26, "resync-finished";
+        /// A member that had left came back (re-added through the write-intent record).
+        MemberReturned = 27, "member-returned";
     }
 }
 

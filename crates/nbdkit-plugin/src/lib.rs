@@ -147,6 +147,7 @@ fn hold(writable: bool) -> Result<Held> {
             ));
         }
     }
+    stripeguard_ops::log_events(&array, "stripeguard-nbdkit");
     let array = Arc::new(array);
     let export = Arc::new(ArrayExport::new(Arc::clone(&array)));
     let stats = Arc::new(Stats::default());

@@ -27,7 +27,11 @@ use stripeguard_engine::{
     RealEnv, ReplaceForce, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
 };
 
+mod eventlog_sink;
+mod online;
+pub use eventlog_sink::{line_of, log_events};
 mod probe;
+pub use online::{ask_holder_scrub, follow_holder_scrub, LiveScrub};
 mod verdict;
 pub use probe::{in_use, Confirmations, Found, Target};
 use stripeguard_integrity::{CodeId, CrossCheck, Scheme, MAX_MEMBERS};
@@ -428,6 +432,9 @@ pub struct LiveStatus {
     /// device: the member list to give from then on).
     #[serde(default)]
     pub members: Vec<String>,
+    /// A scrub the holder runs (or ran) on request (`stripeguard scrub` while it serves).
+    #[serde(default)]
+    pub scrub: Option<LiveScrub>,
 }
 
 /// A replace run by the holder of the array.
@@ -574,8 +581,10 @@ pub fn with_control_socket_and<R>(
     let stop = AtomicBool::new(false);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let replacing: std::sync::Mutex<Option<LiveReplace>> = std::sync::Mutex::new(None);
+    let scrubbing = online::ScrubSlot::default();
     let out = std::thread::scope(|s| {
         let replacing = &replacing;
+        let scrubbing = &scrubbing;
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
@@ -627,6 +636,7 @@ pub fn with_control_socket_and<R>(
                                         .collect(),
                                     front_end: front_end(),
                                     replace: replacing.lock().expect("lock").clone(),
+                                    scrub: scrubbing.state.lock().expect("lock").clone(),
                                     untrusted: array.untrusted(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
@@ -642,6 +652,27 @@ pub fn with_control_socket_and<R>(
                                 ) })
                                 .to_string()
                             }
+                            req if (req == "scrub" || req.starts_with("scrub ")) && !may_change(&conn) => {
+                                serde_json::json!({ "error": format!(
+                                    "only root or the holder's user (uid {}) may ask it to scrub",
+                                    rustix::process::geteuid().as_raw()
+                                ) })
+                                .to_string()
+                            }
+                            req if req == "scrub" || req.starts_with("scrub ") => {
+                                let replace_running = replacing
+                                    .lock()
+                                    .expect("lock")
+                                    .as_ref()
+                                    .is_some_and(|r| r.running);
+                                match online::start_scrub(array, req, scrubbing, replace_running, s) {
+                                    Ok(()) => "{\"started\":true}".to_string(),
+                                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                                }
+                            }
+                            req if req.starts_with("replace ") && scrubbing.running() => {
+                                serde_json::json!({ "error": "a scrub is running in this holder; replace when it has finished (or stop it)" }).to_string()
+                            }
                             req if req.starts_with("replace ") => {
                                 match start_replace(array, req, replacing, s) {
                                     Ok(()) => "{\"started\":true}".to_string(),
@@ -649,7 +680,7 @@ pub fn with_control_socket_and<R>(
                                 }
                             }
                             other => format!(
-                                "{{\"error\":\"unknown request {:?} (this holder answers: status, replace)\"}}",
+                                "{{\"error\":\"unknown request {:?} (this holder answers: status, replace, scrub)\"}}",
                                 other.chars().take(32).collect::<String>()
                             ),
                         };
@@ -663,8 +694,9 @@ pub fn with_control_socket_and<R>(
         });
         let r = body();
         stop.store(true, Ordering::Relaxed);
-        // A replace still running stops at its next stripe and resumes when run again.
+        // A replace or scrub still running stops at its next stripe and resumes when run again.
         array.cancel_rebuild();
+        scrubbing.cancel.store(true, Ordering::Relaxed);
         r
     });
     let _ = std::fs::remove_file(&path);
@@ -799,17 +831,11 @@ pub fn ask_holder_replace(
     force: ReplaceForce,
     overwrite: bool,
 ) -> Result<(), String> {
-    use std::io::{BufRead, BufReader, Write};
     if target.contains('\n') {
         return Err(format!(
             "{target:?} holds a newline, which the control socket's one-line request cannot carry; rename it"
         ));
     }
-    let path = control_socket_path(uuid);
-    let mut conn = std::os::unix::net::UnixStream::connect(&path)
-        .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
     let flags: String = [
         (force.retire, "--force "),
         (force.take, "--force-take "),
@@ -819,7 +845,19 @@ pub fn ask_holder_replace(
     .filter(|(on, _)| *on)
     .map(|(_, f)| *f)
     .collect();
-    conn.write_all(format!("replace {flags}{member} {target}\n").as_bytes())
+    ask_holder_to(uuid, &format!("replace {flags}{member} {target}"))
+}
+
+/// Send one request that changes the array (`replace ...`, `scrub ...`) to the process holding
+/// array `uuid`; `Ok` when it started, else the holder's refusal.
+pub(crate) fn ask_holder_to(uuid: &[u8; 16], req: &str) -> Result<(), String> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = control_socket_path(uuid);
+    let mut conn = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    conn.write_all(format!("{req}\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(std::io::Read::take(conn, 1 << 20))

@@ -6,8 +6,8 @@ use crate::LiveStatus;
 use std::collections::BTreeMap;
 use stripeguard_engine::{Array, Counters, EventKind, EventRole, LogRead, ScrubSummary};
 
-/// What a command found, as its exit status will say it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a command found, as its exit status will say it (ordered: a worse verdict is greater).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Verdict {
     /// Nothing found.
     Clean,
@@ -202,6 +202,7 @@ mod tests {
             replace: None,
             untrusted: vec![],
             members: vec![],
+            scrub: None,
         };
         assert_eq!(live.verdict(false), Verdict::Clean);
         assert_eq!(live.verdict(true), Verdict::NotChecked);

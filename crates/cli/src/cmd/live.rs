@@ -38,20 +38,35 @@ pub(super) fn live_status(
             asked = ask_holder(&uuid);
         }
     }
-    let live = asked.map_err(|why| {
+    let mut live = asked.map_err(|why| {
         anyhow::anyhow!("{name} is in use by {who}, which does not answer status ({why}); try again when it finishes")
     })?;
+    // --check: the holder checks every stripe while it serves (nothing written back).
+    let mut checked = None;
     if check {
-        eprintln!(
-            "stripeguard: not checked: the array is in use by {who} and --check needs it; showing what the holder has found so far (run the check when it finishes, or `stripeguard scrub --check-only` then)"
-        );
+        match stripeguard_ops::ask_holder_scrub(&uuid, true, false, None) {
+            Ok(()) => {
+                let bar = crate::progress::count_bar("checking stripes (by the holder)");
+                let followed = stripeguard_ops::follow_holder_scrub(&uuid, &mut |done, total| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                });
+                bar.finish_and_clear();
+                let (s, now) = followed.map_err(anyhow::Error::msg)?;
+                live = now;
+                checked = Some(s);
+            }
+            Err(why) => eprintln!(
+                "stripeguard: not checked: the array is in use by {who}, which refused the check ({why}); showing what the holder has found so far"
+            ),
+        }
     }
     if json {
         println!(
             "{}",
             json!({"in_use_by": live.pid, "command": live.command, "untrusted": live.untrusted,
                    "state": live.states()[0], "states": live.states(),
-                   "live": live, "checked": false})
+                   "live": live, "checked": checked.is_some(), "check": checked})
         );
     } else {
         println!(
@@ -65,6 +80,26 @@ pub(super) fn live_status(
             "  live: {} failed check(s), {} unit(s) found wrong, {} repaired, {} unrecoverable stripe(s), {} stripe(s) resynced",
             live.detected, live.located, live.repaired, live.unrecoverable, live.resynced
         );
+        let pct = |done: u64, total: u64| done * 100 / total.max(1);
+        if let Some(s) = live.scrub.as_ref().filter(|s| s.running) {
+            println!(
+                "  {} running: stripe {} of {} ({}%)",
+                if s.check_only { "check" } else { "scrub" },
+                s.done,
+                s.total,
+                pct(s.done, s.total)
+            );
+        }
+        if let Some(r) = live.replace.as_ref().filter(|r| r.running) {
+            println!(
+                "  replace running: member {} onto {}, stripe {} of {} ({}%)",
+                r.member,
+                r.target,
+                r.done,
+                r.total,
+                pct(r.done, r.total)
+            );
+        }
         if !live.front_end.is_empty() {
             let parts: Vec<String> = live
                 .front_end
@@ -84,12 +119,23 @@ pub(super) fn live_status(
                 );
             }
         }
+        if let Some(s) = &checked {
+            println!(
+                "  check (by the holder, while serving): {}",
+                s.outcome.as_deref().unwrap_or_default()
+            );
+        }
         print_untrusted(&live.untrusted, None);
         for e in &live.recent_events {
             println!("  {e}");
         }
     }
-    Ok(exit::of(live.verdict(check)))
+    let verdict = match &checked {
+        None => live.verdict(check),
+        Some(s) if !s.ok => stripeguard_ops::Verdict::NotChecked,
+        Some(s) => live.verdict(false).max(super::scrub::holder_verdict(s)),
+    };
+    Ok(exit::of(verdict))
 }
 
 /// Whether the holder's member `held` is another device than the one the user named `given`

@@ -9,7 +9,64 @@ use clap::Args;
 use serde_json::json;
 use std::process::ExitCode;
 use stripeguard_engine::{scrub, ScrubOptions};
-use stripeguard_ops::{scrub_verdict, with_control_socket};
+use stripeguard_ops::{
+    ask_holder, ask_holder_scrub, follow_holder_scrub, peek_uuid, scrub_verdict,
+    with_control_socket, Verdict,
+};
+
+/// `scrub` of an array another process holds: ask it over its control socket, then follow its
+/// progress in its status until it finishes.
+fn via_holder(a: &ScrubArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
+    let rate = rate_bytes(a.rate);
+    ask_holder_scrub(uuid, a.check_only, a.restart, rate)
+        .map_err(|e| anyhow::anyhow!("the process holding the array refused the scrub: {e}"))?;
+    eprintln!(
+        "stripeguard: the array is in use; the process holding it {} it while it goes on serving",
+        if a.check_only { "checks" } else { "scrubs" }
+    );
+    let bar = count_bar(if a.check_only {
+        "checking stripes"
+    } else {
+        "scrubbing"
+    });
+    let result = follow_holder_scrub(uuid, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let (s, _) = result.map_err(anyhow::Error::msg)?;
+    let outcome = s.outcome.clone().unwrap_or_default();
+    if a.json {
+        println!("{}", json!({"via_holder": true, "scrub": s}));
+    } else if s.ok {
+        println!("{outcome}");
+    }
+    if !s.ok {
+        bail!("{outcome}");
+    }
+    Ok(exit::of(holder_verdict(&s)))
+}
+
+/// What a holder's scrub comes to, as `scrub`'s exit status says it.
+pub(crate) fn holder_verdict(s: &stripeguard_ops::LiveScrub) -> Verdict {
+    if s.unrecoverable > 0 {
+        Verdict::Unrecoverable
+    } else if s.found > 0 || s.mismatches > 0 {
+        Verdict::Found
+    } else {
+        Verdict::Clean
+    }
+}
+
+/// `--rate` in MB/s as bytes a second.
+fn rate_bytes(rate: Option<f64>) -> Option<u64> {
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a positive finite rate (checked by run); a fraction of a byte per second is \
+                  dropped and a rate beyond u64 saturates"
+    )]
+    rate.map(|r| (r * 1e6) as u64)
+}
 
 #[derive(Args)]
 pub struct ScrubArgs {
@@ -35,15 +92,36 @@ pub fn run(a: ScrubArgs) -> Result<ExitCode> {
             bail!("--rate {r} must be a positive number of MB/s");
         }
     }
-    let array = assemble(&a.array, !a.check_only)?;
+    let array = match assemble(&a.array, !a.check_only) {
+        Ok(array) => array,
+        Err(e) => {
+            // Held by a process on this host that answers its control socket (a running
+            // `serve`): it scrubs while it goes on serving.
+            if let Some(uuid) = peek_uuid(&a.array.members) {
+                if ask_holder(&uuid).is_ok() {
+                    return via_holder(&a, &uuid);
+                }
+            }
+            return Err(e);
+        }
+    };
+    // Members no flock reaches (NBD exports): a read-only assembly succeeds beside a holder,
+    // whose writes a check from here would race; the holder checks instead.
+    if let Some(o) = array
+        .owner()
+        .filter(|o| o.held && o.pid != std::process::id())
+    {
+        let uuid = array.superblock().array_uuid;
+        if ask_holder(&uuid).is_ok() {
+            drop(array);
+            let _ = o;
+            return via_holder(&a, &uuid);
+        }
+    }
     let opts = ScrubOptions {
         restart: a.restart,
-        #[allow(
-            clippy::cast_possible_truncation,
-            reason = "a positive finite rate (checked above); a fraction of a byte per second \
-                      is dropped and a rate beyond u64 saturates"
-        )]
-        rate_bytes_per_second: a.rate.map(|r| (r * 1e6) as u64),
+        rate_bytes_per_second: rate_bytes(a.rate),
+        ..ScrubOptions::default()
     };
     let bar = count_bar(if a.check_only {
         "checking stripes"
