@@ -39,11 +39,13 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 
 // A million simulated operations in four shards (the test runner spreads them over the cores):
 // 1,000 seeds of 1,150 operations, each as `campaign --simulate` runs it (a power cut ends its
-// epoch early, so a seed runs a little under; each shard asserts its 250,000). The seeds of
-// OPEN break a rule on this build and are skipped until fixed (docs/SEEDED-SIMULATION.md,
-// "Found and open": a checksum-chunk array's checksum member leaving and coming back while
-// several clients write).
-const OPEN: &[u64] = &[395, 408];
+// epoch early, so a seed runs a little under; each shard asserts its 250,000). Seeds listed in
+// OPEN break a rule on this build and are skipped until fixed, with a test that fails once they
+// pass (docs/SEEDED-SIMULATION.md, "Found and open"). 395 and 408 passed once the state-change
+// events moved the runs (they add member I/O, so scheduling and power cuts fall elsewhere); a
+// sweep of seeds 1000-1999 found the same family at 1166 (checksum-chunk, several clients,
+// members out and back), outside the shards, kept here so the test below watches it.
+const OPEN: &[u64] = &[1166];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
@@ -74,9 +76,9 @@ fn seeds_with_members_staying_in_keep_every_rule() {
     seeds_keep_every_rule(1000, 200, 600, false);
 }
 
+/// When a seed of OPEN passes, it was fixed (or the run moved): take it off OPEN.
 #[test]
 fn the_open_seeds_still_break_a_rule() {
-    // When one of them passes, it was fixed (or the run moved): take it off OPEN.
     for &seed in OPEN {
         let rep = simulate(&SimConfig::from_seed(seed, SHARD_OPS));
         assert!(rep.broken > 0, "seed {seed} passes now: take it off OPEN");

@@ -55,6 +55,12 @@ enum Command {
     /// Print the durable event log (what was found and done, with its evidence); --follow
     /// watches it and --exec runs a command per new event.
     Events(cmd::events::EventsArgs),
+    /// Ask the process serving the array to stop (refused while clients are connected unless
+    /// --force); it closes the array clean.
+    Stop(cmd::stop::StopArgs),
+    /// What each member's own metadata says (array, index, state, event count, member table,
+    /// owner, last written), without assembling the array.
+    Examine(cmd::examine::ExamineArgs),
     /// Serve the array as a block device over NBD (a unix socket or loopback by default);
     /// SIGTERM or Ctrl-C stops it cleanly.
     ///
@@ -119,6 +125,8 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Scrub(a) => cmd::scrub::run(a),
         Command::Events(a) => cmd::events::run(a),
+        Command::Stop(a) => cmd::stop::run(a),
+        Command::Examine(a) => cmd::examine::run(a),
         Command::Replace(a) => cmd::replace::run(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),

@@ -8,9 +8,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use stripeguard_ops::with_control_socket_and;
 use stripeguard_serve::ArrayExport;
 use stripeguard_serve::{Listener, Server, ServerConfig};
 
@@ -47,6 +46,10 @@ pub struct ServeArgs {
     /// No line per connection or failed request on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// On SIGTERM (or `stripeguard stop`), how long to go on serving the clients still
+    /// connected before stopping anyway (a second SIGTERM stops at once; still clean).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub stop_timeout: u64,
 }
 
 pub fn serve(a: ServeArgs) -> Result<ExitCode> {
@@ -74,17 +77,35 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             max_connections: a.max_connections as usize,
             workers: a.threads as usize,
             log: !a.quiet,
+            stop_timeout: std::time::Duration::from_secs(a.stop_timeout),
             ..ServerConfig::default()
         },
     );
-    // SIGTERM and SIGINT stop the server gracefully: in-flight requests finish, the array is
-    // flushed and marked clean. A second signal while stopping kills as the default would.
+    // SIGTERM and SIGINT stop the server gracefully: no new clients, the connected ones served
+    // until they leave (--stop-timeout), in-flight requests finished, the array flushed and
+    // marked clean. A second signal skips the wait (still clean); a third kills as the default
+    // would (an init system's SIGKILL comes after its own timeout anyway).
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
-            .context("installing a signal handler")?;
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing a signal handler")?;
+    let hurry = Arc::new(AtomicBool::new(false));
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("installing a signal handler")?;
+    {
+        let (stop, hurry) = (Arc::clone(&stop), Arc::clone(&hurry));
+        std::thread::Builder::new()
+            .name("sg-signals".into())
+            .spawn(move || {
+                for (n, _) in signals.forever().enumerate() {
+                    match n {
+                        0 => stop.store(true, Ordering::Relaxed),
+                        1 => hurry.store(true, Ordering::Relaxed),
+                        _ => std::process::exit(130),
+                    }
+                }
+            })
+            .context("starting the signal thread")?;
     }
     // A client that disappears must not kill the server with SIGPIPE (main resets it to the
     // default for the printing commands).
@@ -114,7 +135,28 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     };
-    let served = with_control_socket_and(&array, &counters, || server.run(listener, &stop));
+    // `stripeguard stop`: refused while clients are connected unless forced.
+    let stats_for_stop = server.stats();
+    let stop_request = |force: bool| -> std::result::Result<(), String> {
+        let now = stats_for_stop.connections_now.load(Ordering::Relaxed);
+        if now > 0 && !force {
+            return Err(format!(
+                "{now} client(s) connected; disconnect them first, or `stripeguard stop --force` (they are served for --stop-timeout, then cut off)"
+            ));
+        }
+        stop.store(true, Ordering::Relaxed);
+        if force {
+            hurry.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    };
+    let hooks = stripeguard_ops::HolderHooks {
+        front_end: &counters,
+        stop: Some(&stop_request),
+    };
+    let served = stripeguard_ops::with_control_socket_hooks(&array, &hooks, || {
+        server.run(listener, &stop, &hurry)
+    });
     served.context("serving")?;
     drop(server);
     let array = Arc::try_unwrap(array)

@@ -28,6 +28,8 @@ use stripeguard_engine::{
 };
 
 mod eventlog_sink;
+mod examine;
+pub use examine::{examine, Examined};
 mod online;
 pub use eventlog_sink::{line_of, log_events};
 mod probe;
@@ -560,6 +562,32 @@ pub fn with_control_socket_and<R>(
     front_end: &(dyn Fn() -> Vec<(String, u64)> + Sync),
     body: impl FnOnce() -> R,
 ) -> R {
+    with_control_socket_hooks(
+        array,
+        &HolderHooks {
+            front_end,
+            stop: None,
+        },
+        body,
+    )
+}
+
+/// What a holder's front end adds to its control socket.
+pub struct HolderHooks<'a> {
+    /// The front end's own counters (the NBD server's), by name.
+    pub front_end: &'a (dyn Fn() -> Vec<(String, u64)> + Sync),
+    /// Asked to stop (`stripeguard stop [--force]`, FORMAT.md §3): `Ok` when it will, else
+    /// why not (clients connected, without `force`); `None`: this holder is not stopped so.
+    pub stop: Option<&'a (dyn Fn(bool) -> Result<(), String> + Sync)>,
+}
+
+/// [`with_control_socket_and`] with every hook a holder can give.
+pub fn with_control_socket_hooks<R>(
+    array: &Array,
+    hooks: &HolderHooks<'_>,
+    body: impl FnOnce() -> R,
+) -> R {
+    let front_end = hooks.front_end;
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixListener;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -670,6 +698,20 @@ pub fn with_control_socket_and<R>(
                                     Err(e) => serde_json::json!({ "error": e }).to_string(),
                                 }
                             }
+                            req if (req == "stop" || req == "stop --force") && !may_change(&conn) => {
+                                serde_json::json!({ "error": format!(
+                                    "only root or the holder's user (uid {}) may ask it to stop",
+                                    rustix::process::geteuid().as_raw()
+                                ) })
+                                .to_string()
+                            }
+                            req if req == "stop" || req == "stop --force" => match hooks.stop {
+                                None => serde_json::json!({ "error": "this holder is not stopped over its control socket (stop the program that runs it)" }).to_string(),
+                                Some(stop) => match stop(req.ends_with("--force")) {
+                                    Ok(()) => "{\"stopping\":true}".to_string(),
+                                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                                },
+                            },
                             req if req.starts_with("replace ") && scrubbing.running() => {
                                 serde_json::json!({ "error": "a scrub is running in this holder; replace when it has finished (or stop it)" }).to_string()
                             }
@@ -680,7 +722,7 @@ pub fn with_control_socket_and<R>(
                                 }
                             }
                             other => format!(
-                                "{{\"error\":\"unknown request {:?} (this holder answers: status, replace, scrub)\"}}",
+                                "{{\"error\":\"unknown request {:?} (this holder answers: status, replace, scrub, stop)\"}}",
                                 other.chars().take(32).collect::<String>()
                             ),
                         };
@@ -846,6 +888,11 @@ pub fn ask_holder_replace(
     .map(|(_, f)| *f)
     .collect();
     ask_holder_to(uuid, &format!("replace {flags}{member} {target}"))
+}
+
+/// Ask the process holding array `uuid` to stop (`force`: even with clients connected).
+pub fn ask_holder_stop(uuid: &[u8; 16], force: bool) -> Result<(), String> {
+    ask_holder_to(uuid, if force { "stop --force" } else { "stop" })
 }
 
 /// Send one request that changes the array (`replace ...`, `scrub ...`) to the process holding

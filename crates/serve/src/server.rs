@@ -7,9 +7,14 @@
 //! anyway. Requests in flight are bounded per connection (count and bytes) so a client that
 //! pipelines without reading its replies cannot grow the server's memory.
 //!
-//! Shutdown (SIGTERM / SIGINT set the `stop` flag): stop accepting, shut the read side of every
-//! connection, let the requests already read finish and be answered (a client that does not
-//! read its replies is cut off after 10 s), then return; the caller flushes and closes the array.
+//! Shutdown (SIGTERM / SIGINT set the `stop` flag): stop accepting (the listener is closed, so a
+//! new client is refused rather than left waiting), say who is still connected, and go on
+//! serving them until they all disconnect, `stop_timeout` passes, or `hurry` is set (a second
+//! SIGTERM, `stripeguard stop --force`) — a filesystem whose client is still flushing its
+//! journal gets to finish, as md refuses to stop an array in use. Then shut the read side of
+//! every connection, let the requests already read finish and be answered (a client that does
+//! not read its replies is cut off after 10 s), and return; the caller flushes and closes the
+//! array.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -93,6 +98,8 @@ pub struct ServerConfig {
     pub max_inflight_bytes: u64,
     /// Print a line per connection and per failed request to stderr.
     pub log: bool,
+    /// How long a stop waits for connected clients to leave.
+    pub stop_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +112,7 @@ impl Default for ServerConfig {
             max_inflight: 128,
             max_inflight_bytes: 128 << 20,
             log: true,
+            stop_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -146,7 +154,10 @@ impl Stream {
                 .peer_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "tcp peer".into()),
-            Stream::Unix(_) => "unix socket peer".into(),
+            Stream::Unix(s) => match rustix::net::sockopt::socket_peercred(s) {
+                Ok(c) => format!("unix socket peer (pid {})", c.pid.as_raw_nonzero()),
+                Err(_) => "unix socket peer".into(),
+            },
         }
     }
 }
@@ -334,12 +345,13 @@ impl Server {
         }
     }
 
-    /// Serve until `stop` is set; then finish what was read, answer it, and return.
-    pub fn run(&self, listener: Listener, stop: &AtomicBool) -> io::Result<()> {
+    /// Serve until `stop` is set; then serve the clients still connected until they leave (at
+    /// most `stop_timeout`, less if `hurry` is set), finish what was read, answer it, and return.
+    pub fn run(&self, listener: Listener, stop: &AtomicBool, hurry: &AtomicBool) -> io::Result<()> {
         listener.set_nonblocking(true)?;
         let pool = Arc::new(Pool::new(self.config.workers));
         let info = Arc::new(self.export_info());
-        let open: Arc<Mutex<HashMap<u64, Stream>>> = Arc::default();
+        let open: Arc<Mutex<HashMap<u64, (Stream, String)>>> = Arc::default();
         let mut handles = Vec::new();
         let mut next_id = 0u64;
         let stop_now = Arc::new(AtomicBool::new(false));
@@ -382,7 +394,7 @@ impl Server {
             let id = next_id;
             next_id += 1;
             if let Ok(c) = stream.try_clone() {
-                open.lock().expect("lock").insert(id, c);
+                open.lock().expect("lock").insert(id, (c, stream.peer()));
             }
             self.stats.connections_now.fetch_add(1, Ordering::Relaxed);
             self.stats.connections_total.fetch_add(1, Ordering::Relaxed);
@@ -411,9 +423,12 @@ impl Server {
                 })?;
             handles.push(h);
         }
+        // No new clients; the connected ones are served until they leave.
+        drop(listener);
+        self.drain(&handles, &open, hurry);
         // Stop reading from every client; requests already read are finished and answered.
         stop_now.store(true, Ordering::Relaxed);
-        for s in open.lock().expect("lock").values() {
+        for (s, _) in open.lock().expect("lock").values() {
             s.shutdown(Shutdown::Read);
         }
         // A client that does not read its replies would hold the stop for the reply timeout:
@@ -423,14 +438,57 @@ impl Server {
         while handles.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < grace {
             std::thread::sleep(Duration::from_millis(20));
         }
-        for s in open.lock().expect("lock").values() {
+        for (s, _) in open.lock().expect("lock").values() {
             s.shutdown(Shutdown::Both);
         }
         for h in handles {
             let _ = h.join();
         }
-        drop(listener);
         Ok(())
+    }
+
+    /// Wait for the connected clients to disconnect: at most `stop_timeout`, until `hurry`.
+    fn drain(
+        &self,
+        handles: &[std::thread::JoinHandle<()>],
+        open: &Mutex<HashMap<u64, (Stream, String)>>,
+        hurry: &AtomicBool,
+    ) {
+        let connected = || handles.iter().filter(|h| !h.is_finished()).count();
+        if connected() == 0 || hurry.load(Ordering::Relaxed) {
+            return;
+        }
+        let peers: Vec<String> = open
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|(_, p)| p.clone())
+            .collect();
+        let limit = self.config.stop_timeout;
+        self.log(format_args!(
+            "stopping: no new connections; {} client(s) still connected ({}): serving them until they disconnect, at most {} s (--stop-timeout); another SIGTERM stops now",
+            connected(),
+            peers.join(", "),
+            limit.as_secs()
+        ));
+        let deadline = std::time::Instant::now() + limit;
+        while connected() > 0
+            && std::time::Instant::now() < deadline
+            && !hurry.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = connected();
+        if left > 0 {
+            self.log(format_args!(
+                "stopping now with {left} client(s) still connected ({})",
+                if hurry.load(Ordering::Relaxed) {
+                    "asked again"
+                } else {
+                    "--stop-timeout passed"
+                }
+            ));
+        }
     }
 
     fn log(&self, args: std::fmt::Arguments) {

@@ -114,7 +114,8 @@ fn start(bad_from: u64) -> Running {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || server.run(listener, &s2).unwrap());
+    // Stopping is hurried at once: these tests stop with clients connected.
+    let thread = std::thread::spawn(move || server.run(listener, &s2, &s2).unwrap());
     Running {
         path,
         stop,

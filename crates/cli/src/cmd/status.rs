@@ -33,7 +33,13 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
         Err(EngineError::Disk(DiskError::Locked { name, holder })) => {
             return live_status(&a.array, a.check, a.json, &name, holder);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            // An array that cannot be assembled is still shown: what each member says.
+            if !a.json {
+                describe_members(&a.array.members);
+            }
+            return Err(e.into());
+        }
     };
     // Members no flock reaches (NBD exports): the owner record says who holds the array, and a
     // holder on this host answers over its control socket.
@@ -191,6 +197,44 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
         unrecoverable.len(),
         awaiting,
     )))
+}
+
+/// Each member as its own metadata describes it, for an array that cannot be assembled: current
+/// (the highest event count of its array among those given), behind (stale: it missed
+/// writes), another array's, or unreadable.
+fn describe_members(paths: &[std::path::PathBuf]) {
+    let seen: Vec<_> = paths.iter().map(|p| stripeguard_ops::examine(p)).collect();
+    let newest = seen
+        .iter()
+        .flatten()
+        .map(|x| (x.array_uuid.clone(), x.event_count))
+        .max_by_key(|(_, g)| *g);
+    println!("the array cannot be assembled; its members as their own metadata describes them:");
+    for (i, (p, x)) in paths.iter().zip(&seen).enumerate() {
+        let what = match x {
+            Err(e) => format!("UNREADABLE or not a member ({e})"),
+            Ok(x) if newest.as_ref().is_some_and(|(u, _)| *u != x.array_uuid) => {
+                format!("a member of ANOTHER array ({})", x.array_uuid)
+            }
+            Ok(x) => {
+                let top = newest.as_ref().map_or(0, |(_, g)| *g);
+                format!(
+                    "member {} of {}, event count {}{}, {}",
+                    x.member_index,
+                    x.array_uuid,
+                    x.event_count,
+                    if x.event_count == top {
+                        " (current)".to_string()
+                    } else {
+                        format!(" (STALE: {} event(s) behind)", top - x.event_count)
+                    },
+                    x.state
+                )
+            }
+        };
+        println!("  {i} {}: {what}", p.display());
+    }
+    println!("  (`stripeguard examine MEMBER` shows each in full)");
 }
 
 /// The last scrub, like `zpool status`' scan line.

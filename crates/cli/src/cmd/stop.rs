@@ -1,0 +1,56 @@
+//! `stripeguard stop`: ask the process holding an array (`serve`) to stop, over its control
+//! socket: refused while clients are connected unless `--force` (which still lets them finish
+//! for the server's `--stop-timeout`, then closes the array clean).
+
+use crate::cmd::shared::MembersArgs;
+use crate::exit;
+use anyhow::{bail, Result};
+use clap::Args;
+use std::process::ExitCode;
+use stripeguard_ops::{ask_holder, ask_holder_stop, peek_uuid};
+
+#[derive(Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// Stop even with clients connected (they are served for the server's --stop-timeout,
+    /// then cut off; the array is closed clean either way).
+    #[arg(long)]
+    force: bool,
+    /// Return at once instead of waiting for the holder to have stopped.
+    #[arg(long)]
+    no_wait_stop: bool,
+}
+
+pub fn run(a: StopArgs) -> Result<ExitCode> {
+    let Some(uuid) = peek_uuid(&a.array.members) else {
+        bail!("no member has a readable superblock: not a stripeguard array");
+    };
+    let pid = match ask_holder(&uuid) {
+        Ok(live) => live.pid,
+        Err(e) => bail!("no process on this host holds the array ({e})"),
+    };
+    ask_holder_stop(&uuid, a.force)
+        .map_err(|e| anyhow::anyhow!("the process holding the array refused to stop: {e}"))?;
+    if !a.no_wait_stop {
+        // Stopped when its process has ended: the array is closed by then.
+        let t = std::time::Instant::now();
+        while runs(pid) {
+            if t.elapsed() > std::time::Duration::from_secs(600) {
+                bail!("the holder has not stopped after 10 minutes");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    println!("stopped");
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// Whether process `pid` still runs (a zombie has stopped: only its parent's wait is left).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}

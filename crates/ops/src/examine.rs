@@ -1,0 +1,106 @@
+//! `examine`: what one member's metadata says, read without assembling anything (md's
+//! `--examine`): its array, its index, the array's state and event count as this member last
+//! recorded them, the member table it holds, both superblock copies, its owner record, and when
+//! it was last written (the owner record's last heartbeat and the newest event in its log; the
+//! later of the two, as a member has no other clock of its own).
+
+use std::path::Path;
+use stripeguard_disk::Disk;
+use stripeguard_engine::{read_log_of, read_superblock_of, EngineError};
+use stripeguard_format::{Newest, Owner, Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS};
+
+/// One member as its own metadata describes it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Examined {
+    /// As given.
+    pub path: String,
+    /// Which superblock copies are valid (bytes 0 and 4096; FORMAT.md §2.1), and why not.
+    pub copies: Vec<Result<u64, String>>,
+    /// The array's uuid, hex.
+    pub array_uuid: String,
+    /// This member's index.
+    pub member_index: u16,
+    /// `k + m` (+ 1 checksum member).
+    pub members: u16,
+    pub data_chunks: u16,
+    pub parity_chunks: u16,
+    pub scheme: String,
+    pub code: String,
+    pub chunk_bytes: u32,
+    pub stripes: u64,
+    /// `clean` or `dirty` (not closed cleanly) as this member last recorded it.
+    pub state: String,
+    /// Its event count (superblock generation): the highest among members is current.
+    pub event_count: u64,
+    pub created_unix_seconds: u64,
+    /// The member table this member holds: each slot's state, device number, last event count.
+    pub member_table: Vec<stripeguard_format::MemberSlot>,
+    /// The newest owner record on this member.
+    pub owner: Option<Owner>,
+    /// The newest event in this member's copy of the log (Unix ms), and how many it holds.
+    pub newest_event_ms: Option<u64>,
+    pub events: usize,
+    /// The later of the owner's last heartbeat and the newest event (Unix ms).
+    pub last_written_ms: Option<u64>,
+}
+
+/// Examine the member at `path` (a file, block device or NBD URI), opened read-only in effect
+/// (nothing is written) and without locks, so it works while another process holds the array.
+pub fn examine(path: &Path) -> Result<Examined, EngineError> {
+    let disk = crate::open_member(path, false)?;
+    let copies: Vec<Result<u64, String>> = SUPERBLOCK_COPY_OFFSETS
+        .iter()
+        .map(|&at| {
+            let mut b = vec![0u8; SUPERBLOCK_BYTES];
+            disk.read_at(at, &mut b)
+                .map_err(|e| e.reason())
+                .and_then(|()| Superblock::decode(&b).map_err(|e| e.to_string()))
+                .map(|sb| sb.generation)
+        })
+        .collect();
+    let sb = read_superblock_of(disk.as_ref()).map_err(|why| {
+        EngineError::Assemble(format!(
+            "{} holds no valid stripeguard superblock: {why}",
+            path.display()
+        ))
+    })?;
+    let owner = owner_of(disk.as_ref());
+    let log = read_log_of(&[std::sync::Arc::clone(&disk)]).ok();
+    let newest_event_ms = log
+        .as_ref()
+        .and_then(|l| l.entries.last())
+        .map(|e| e.time_unix_ms);
+    let last_written_ms = owner.as_ref().map(|o| o.heartbeat_ms).max(newest_event_ms);
+    Ok(Examined {
+        path: path.display().to_string(),
+        copies,
+        array_uuid: sb.array_uuid.iter().map(|b| format!("{b:02x}")).collect(),
+        member_index: sb.member_index,
+        members: sb.members,
+        data_chunks: sb.data_chunks,
+        parity_chunks: sb.parity_chunks,
+        scheme: sb.scheme.name().to_string(),
+        code: sb.code.name().to_string(),
+        chunk_bytes: sb.chunk_bytes,
+        stripes: sb.stripes,
+        state: format!("{:?}", sb.state).to_lowercase(),
+        event_count: sb.generation,
+        created_unix_seconds: sb.created_unix_seconds,
+        member_table: sb.member_table.clone(),
+        owner,
+        newest_event_ms,
+        events: log.map_or(0, |l| l.entries.len()),
+        last_written_ms,
+    })
+}
+
+/// The newest valid owner record among this member's two slots (FORMAT.md §2.2).
+fn owner_of(d: &dyn Disk) -> Option<Owner> {
+    use stripeguard_format::owner::OWNER_SLOT_BYTES;
+    let mut b = vec![0u8; 2 * OWNER_SLOT_BYTES];
+    d.read_at(stripeguard_format::OWNER_RECORD_OFFSET, &mut b)
+        .ok()?;
+    let mut newest = Newest::default();
+    newest.take(&b, OWNER_SLOT_BYTES, |_: &Owner| true);
+    newest.record
+}
