@@ -128,6 +128,11 @@ pub struct AssembleOptions {
     pub local_locks: bool,
     /// A deliberate defect (the simulator's negative controls); `None` everywhere else.
     pub sabotage: Option<Sabotage>,
+    /// A forced assembly (`--force-assemble`): when more members are stale than the array
+    /// survives, bring back the freshest stale ones (highest event count) until it survives, as
+    /// md's `--assemble --force` does — read-only only, and not for scheme `none`: every read
+    /// is then verified against the integrity metadata, and what cannot be verified is refused.
+    pub force: bool,
 }
 
 impl Default for AssembleOptions {
@@ -140,6 +145,7 @@ impl Default for AssembleOptions {
             env: RealEnv::shared(),
             local_locks: true,
             sabotage: None,
+            force: false,
         }
     }
 }
@@ -267,7 +273,20 @@ impl Array {
             reference,
             fixes,
             unusable,
-        } = decide(&names, &sizes, &found)?;
+            forced,
+        } = decide(&names, &sizes, &found, opts.force)?;
+        if !forced.is_empty() {
+            if opts.writable {
+                return Err(EngineError::Config(
+                    "a forced assembly is read-only: what the stale members it brings back hold is only trusted as far as each read verifies it".into(),
+                ));
+            }
+            if reference.scheme == Scheme::None {
+                return Err(EngineError::Config(
+                    "a forced assembly needs an integrity scheme to verify every read; scheme `none` has none, so the stale members' old data would be returned as good".into(),
+                ));
+            }
+        }
         let high_water = found
             .iter()
             .filter_map(|f| f.as_ref().ok())
@@ -295,6 +314,20 @@ impl Array {
                 }
             }
             array.members.note_superblock_fixes(fixes);
+        }
+        for (member, why) in &forced {
+            array.log_event(Event {
+                stripe: 0,
+                member: *member,
+                position: 0,
+                role: EventRole::Member,
+                kind: EventKind::ForcedAssembly,
+                evidence: format!(
+                    "{} brought back by a forced assembly (read-only, every read verified): {why}",
+                    names[*member]
+                ),
+                action: crate::events::EventAction::Notice,
+            });
         }
         let logged = array.event_log();
         array.events.lock().expect("lock").next_number = logged

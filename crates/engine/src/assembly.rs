@@ -17,6 +17,8 @@ pub(crate) struct Verdict {
     pub(crate) fixes: Vec<u8>,
     /// Members that cannot be used, with why (at most `m`).
     pub(crate) unusable: Vec<(usize, String)>,
+    /// Stale members a forced assembly brought back, with what they missed.
+    pub(crate) forced: Vec<(usize, String)>,
 }
 
 /// Decide from `found` (each member's best superblock and its damaged copies, or why it has
@@ -25,14 +27,16 @@ pub(crate) fn decide(
     names: &[String],
     sizes: &[u64],
     found: &[Result<(Superblock, u8), String>],
+    force: bool,
 ) -> Result<Verdict, EngineError> {
     let reference = reference(names, found)?;
     let fixes = check_members(names, sizes, found, &reference)?;
-    let unusable = unusable(names, sizes, found, &reference)?;
+    let (unusable, forced) = unusable(names, sizes, found, &reference, force)?;
     Ok(Verdict {
         reference,
         fixes,
         unusable,
+        forced,
     })
 }
 
@@ -191,13 +195,20 @@ fn standing(
 }
 
 /// The members that cannot be used (unreadable, truncated, superseded or stale), at most `m`;
-/// a split brain refused.
+/// a split brain refused. With `force`, when more than `m` are unusable, the freshest stale
+/// members (highest event count; never a superseded or unreadable one) are brought back until
+/// `m` are out: returned second, with what each missed.
+#[allow(
+    clippy::type_complexity,
+    reason = "two lists of (member, why), named at the one call"
+)]
 fn unusable(
     names: &[String],
     sizes: &[u64],
     found: &[Result<(Superblock, u8), String>],
     reference: &Superblock,
-) -> Result<Vec<(usize, String)>, EngineError> {
+    force: bool,
+) -> Result<(Vec<(usize, String)>, Vec<(usize, String)>), EngineError> {
     // Which members are current (FORMAT.md §2.1): the newest superblock's member table and
     // every member's own event count decide.
     let mut unusable: Vec<(usize, String)> = Vec::new();
@@ -218,18 +229,61 @@ fn unusable(
         return Err(split_brain(names, found, &split, &stale, reference));
     }
     let m = reference.parity_chunks as usize;
+    let generation = |p: usize| found[p].as_ref().map_or(0, |(sb, _)| sb.generation);
+    // Only a stale member (it missed writes) can come back; a superseded one holds a device a
+    // replace retired.
+    let mut candidates: Vec<usize> = stale
+        .iter()
+        .copied()
+        .filter(|&p| {
+            let own = found[p]
+                .as_ref()
+                .ok()
+                .and_then(|(sb, _)| sb.member_table.get(p).map(|s| s.device));
+            own == Some(reference.member_table[p].device)
+        })
+        .collect();
+    candidates.sort_by_key(|&p| std::cmp::Reverse(generation(p)));
+    let mut forced = Vec::new();
+    if force {
+        for p in candidates.iter().copied() {
+            if unusable.len() <= m {
+                break;
+            }
+            if let Some(i) = unusable.iter().position(|(q, _)| *q == p) {
+                let (_, why) = unusable.remove(i);
+                forced.push((p, why));
+            }
+        }
+    }
     if unusable.len() > m {
         let why: Vec<String> = unusable
             .iter()
             .map(|(p, w)| format!("{}: {w}", names[*p]))
             .collect();
+        let hint = if force {
+            " (a forced assembly brings back only stale members, and not enough are stale)"
+                .to_string()
+        } else if unusable.len() - m <= candidates.len() {
+            format!(
+                "; `--force-assemble` would bring back {} read-only, every read verified against the integrity metadata",
+                candidates
+                    .iter()
+                    .take(unusable.len() - m)
+                    .map(|&p| format!("{} (event {})", names[p], generation(p)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            String::new()
+        };
         return Err(EngineError::Assemble(format!(
-            "{} members are unusable but the array survives at most {m}: {}",
+            "{} members are unusable but the array survives at most {m}: {}{hint}",
             unusable.len(),
             why.join("; ")
         )));
     }
-    Ok(unusable)
+    Ok((unusable, forced))
 }
 
 /// The refusal of a split brain: the members written apart (`split`) against the members the

@@ -187,6 +187,8 @@ codes! {
         ResyncFinished = 26, "resync-finished";
         /// A member that had left came back (re-added through the write-intent record).
         MemberReturned = 27, "member-returned";
+        /// A forced assembly brought a stale member back (read-only).
+        ForcedAssembly = 28, "forced-assembly";
     }
 }
 

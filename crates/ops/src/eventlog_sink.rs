@@ -57,6 +57,7 @@ fn is_state_change(k: EventKind) -> bool {
             | EventKind::ScrubFinished
             | EventKind::ResyncFinished
             | EventKind::MemberReturned
+            | EventKind::ForcedAssembly
     )
 }
 

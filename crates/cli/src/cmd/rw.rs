@@ -45,6 +45,11 @@ pub struct ReadArgs {
     /// On failure, keep the bytes read before the bad stripe in --output.
     #[arg(long, requires = "output")]
     keep_partial: bool,
+    /// Read on past stripes that cannot be verified: their bytes in the output are zeros, each
+    /// such range is listed on stderr, and the exit status is 3 (recovering what a damaged or
+    /// force-assembled array still holds, as ddrescue does).
+    #[arg(long, conflicts_with = "keep_partial")]
+    skip_unrecoverable: bool,
     /// Print the report as JSON (on stderr).
     #[arg(long)]
     json: bool,
@@ -148,7 +153,8 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
 }
 
 pub fn read(a: ReadArgs) -> Result<ExitCode> {
-    let array = assemble(&a.array, true)?;
+    // A forced assembly is read-only: its reads are verified, nothing is written back.
+    let array = assemble(&a.array, !a.array.force_assemble)?;
     let cap = array.capacity_bytes();
     let len = a.length.unwrap_or(cap.saturating_sub(a.offset));
     array.check_range(a.offset, len)?;
@@ -205,9 +211,19 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     let mut done = 0u64;
     let mut failure = None;
     let mut reader_gone = false;
+    let mut refused: Vec<(u64, usize, String)> = Vec::new();
     while done < len {
         let n = usize::try_from(len - done).map_or(step, |left| left.min(step));
-        if let Err(e) = array.read(a.offset + done, &mut buf[..n]) {
+        let mut result = array.read(a.offset + done, &mut buf[..n]);
+        if a.skip_unrecoverable
+            && matches!(
+                result,
+                Err(stripeguard_engine::EngineError::Unrecoverable { .. })
+            )
+        {
+            result = read_around(&array, a.offset + done, &mut buf[..n], &mut refused);
+        }
+        if let Err(e) = result {
             // With --keep-partial, the stripes before the refused one are still worth having.
             if let (true, stripeguard_engine::EngineError::Unrecoverable { stripe, .. }) =
                 (a.keep_partial, &e)
@@ -247,6 +263,19 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
                 .with_context(|| format!("cannot write {}", p.display()))?;
         }
     }
+    if failure.is_none() && !refused.is_empty() {
+        report(&array, "read", len, a.json);
+        array.close()?;
+        let bytes: usize = refused.iter().map(|(_, n, _)| n).sum();
+        eprintln!(
+            "stripeguard: {bytes} byte(s) in {} range(s) could not be verified and were not returned (zeros in their place):",
+            refused.len()
+        );
+        for (at, n, why) in &refused {
+            eprintln!("  {n} bytes from byte {at}: {why}");
+        }
+        return Ok(ExitCode::from(crate::exit::UNRECOVERABLE));
+    }
     if let Some(e) = failure {
         report(&array, "read", done, a.json);
         array.close()?;
@@ -261,6 +290,33 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     report(&array, "read", len, a.json);
     array.close()?;
     Ok(ExitCode::from(crate::exit::OK))
+}
+
+/// `buf` read from array byte `at` a stripe at a time, a stripe that cannot be verified left as
+/// zeros and listed in `refused` (byte offset, length, why); any other error ends it.
+fn read_around(
+    array: &Array,
+    at: u64,
+    buf: &mut [u8],
+    refused: &mut Vec<(u64, usize, String)>,
+) -> Result<(), stripeguard_engine::EngineError> {
+    let sd = array.geometry().stripe_data_bytes();
+    let mut off = 0usize;
+    while off < buf.len() {
+        let pos = at + off as u64;
+        let to_end = usize::try_from((pos / sd + 1) * sd - pos).unwrap_or(usize::MAX);
+        let m = to_end.min(buf.len() - off);
+        match array.read(pos, &mut buf[off..off + m]) {
+            Ok(()) => {}
+            Err(stripeguard_engine::EngineError::Unrecoverable { stripe, reason }) => {
+                buf[off..off + m].fill(0);
+                refused.push((pos, m, format!("stripe {stripe}: {reason}")));
+            }
+            Err(e) => return Err(e),
+        }
+        off += m;
+    }
+    Ok(())
 }
 
 /// Whether `r`, a write of `read`'s output, landed (`false`: the reader went — a closed pipe).

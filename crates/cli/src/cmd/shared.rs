@@ -21,16 +21,50 @@ pub struct MembersArgs {
     /// starting up 5 s to answer).
     #[arg(long)]
     pub(crate) no_wait: bool,
+    /// When more members are stale than the array survives, bring back the freshest stale
+    /// ones (highest event count), read-only, every read verified against the integrity
+    /// metadata (what cannot be verified is refused): for `status`, `read` and `serve
+    /// --read-only` of an array that cannot be assembled otherwise (md's --assemble --force).
+    #[arg(long)]
+    pub(crate) force_assemble: bool,
+}
+
+/// Assemble the array read-only as `status` does (it prints members out itself), forced when
+/// asked.
+pub(crate) fn assemble_quietly(a: &MembersArgs) -> Result<Array, stripeguard_engine::EngineError> {
+    let opts = AssembleOptions {
+        writable: false,
+        force: a.force_assemble,
+        ..AssembleOptions::default()
+    };
+    let array = assemble_paths_with(&a.members, a.direct, &opts)?;
+    for e in array.events() {
+        if e.kind == stripeguard_engine::EventKind::ForcedAssembly {
+            eprintln!("stripeguard: FORCED ASSEMBLY: {}", e.evidence);
+        }
+    }
+    Ok(array)
 }
 
 /// Assemble the array on the members given, warning on stderr of each member out of it.
 pub(crate) fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
+    if a.force_assemble && writable {
+        anyhow::bail!(
+            "--force-assemble assembles read-only: use it with status, read or serve --read-only, copy the data off, and rebuild the array"
+        );
+    }
     let opts = AssembleOptions {
         writable,
         no_wait: a.no_wait,
+        force: a.force_assemble,
         ..AssembleOptions::default()
     };
     let array = assemble_paths_with(&a.members, a.direct, &opts)?;
+    for e in array.events() {
+        if e.kind == stripeguard_engine::EventKind::ForcedAssembly {
+            eprintln!("stripeguard: FORCED ASSEMBLY: {}", e.evidence);
+        }
+    }
     for h in array.health() {
         if let Some(why) = &h.failed {
             eprintln!(

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use stripeguard_disk::DiskError;
 use stripeguard_engine::{scrub, Checkpoint, Counters, EngineError, ScrubOptions};
 use stripeguard_format::hex;
-use stripeguard_ops::{array_states, ask_holder, assemble_paths, logged_by_member, status_verdict};
+use stripeguard_ops::{array_states, ask_holder, logged_by_member, status_verdict};
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -28,7 +28,7 @@ pub struct StatusArgs {
 }
 
 pub fn run(a: StatusArgs) -> Result<ExitCode> {
-    let array = match assemble_paths(&a.array.members, a.array.direct, false) {
+    let array = match super::shared::assemble_quietly(&a.array) {
         Ok(array) => array,
         Err(EngineError::Disk(DiskError::Locked { name, holder })) => {
             return live_status(&a.array, a.check, a.json, &name, holder);
