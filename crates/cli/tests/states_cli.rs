@@ -258,7 +258,7 @@ fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                rng as u8
+                rng.to_le_bytes()[0]
             })
             .collect()
     };
