@@ -141,7 +141,7 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
         let now = stats_for_stop.connections_now.load(Ordering::Relaxed);
         if now > 0 && !force {
             return Err(format!(
-                "{now} client(s) connected; disconnect them first, or `stripeguard stop --force` (they are served for --stop-timeout, then cut off)"
+                "{now} client(s) connected; disconnect them first, or `stripeguard stop --force` (which cuts them off at once)"
             ));
         }
         stop.store(true, Ordering::Relaxed);

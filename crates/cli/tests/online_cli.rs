@@ -184,7 +184,7 @@ fn a_scrub_stopped_with_its_holder_resumes_where_it_stopped() {
     assert!(!out.status.success(), "the scrub cannot have finished");
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(
-        text.contains("interrupted at stripe") || text.contains("lost the holder"),
+        text.contains("interrupted at stripe") || text.contains("the holder stopped"),
         "{text}"
     );
     let st = ok_or(&sg(&with("status", &[]), d));

@@ -84,7 +84,22 @@ impl FileDisk {
         self.file.try_clone()
     }
 
+    /// Open an existing file or block device for reading only (`status`, `examine`, `events`:
+    /// a user who may read the members but not write them can look). A write through it fails.
+    pub fn open_read_only(path: &Path, direct: bool) -> Result<Self, DiskError> {
+        Self::open_with(path, direct, false, false)
+    }
+
     fn open_as(path: &Path, direct: bool, exclusive: bool) -> Result<Self, DiskError> {
+        Self::open_with(path, direct, exclusive, true)
+    }
+
+    fn open_with(
+        path: &Path,
+        direct: bool,
+        exclusive: bool,
+        write: bool,
+    ) -> Result<Self, DiskError> {
         let name = path.display().to_string();
         let io = |source| DiskError::Io {
             name: name.clone(),
@@ -94,7 +109,7 @@ impl FileDisk {
             source,
         };
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true);
+        opts.read(true).write(write);
         opts.custom_flags(
             if direct { libc::O_DIRECT } else { 0 } | if exclusive { libc::O_EXCL } else { 0 },
         );

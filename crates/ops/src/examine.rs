@@ -9,13 +9,29 @@ use stripeguard_disk::Disk;
 use stripeguard_engine::{read_log_of, read_superblock_of, EngineError};
 use stripeguard_format::{Newest, Owner, Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS};
 
+/// One superblock copy as read.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Copy {
+    /// Byte offset on the member.
+    pub offset: u64,
+    pub valid: bool,
+    /// Its event count, when valid.
+    pub event_count: Option<u64>,
+    /// Why it is not valid.
+    pub error: Option<String>,
+    /// The member index it names, when valid (a copy naming another index than the best
+    /// copy's was misdirected there).
+    pub member_index: Option<u16>,
+}
+
 /// One member as its own metadata describes it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Examined {
     /// As given.
     pub path: String,
-    /// Which superblock copies are valid (bytes 0 and 4096; FORMAT.md §2.1), and why not.
-    pub copies: Vec<Result<u64, String>>,
+    /// Each superblock copy (bytes 0 and 4096; FORMAT.md §2.1): valid with its event count,
+    /// or why not.
+    pub copies: Vec<Copy>,
     /// The array's uuid, hex.
     pub array_uuid: String,
     /// This member's index.
@@ -47,15 +63,31 @@ pub struct Examined {
 /// Examine the member at `path` (a file, block device or NBD URI), opened read-only in effect
 /// (nothing is written) and without locks, so it works while another process holds the array.
 pub fn examine(path: &Path) -> Result<Examined, EngineError> {
-    let disk = crate::open_member(path, false)?;
-    let copies: Vec<Result<u64, String>> = SUPERBLOCK_COPY_OFFSETS
+    let disk = crate::open_member_how(path, false, false, false)?;
+    let copies: Vec<Copy> = SUPERBLOCK_COPY_OFFSETS
         .iter()
         .map(|&at| {
             let mut b = vec![0u8; SUPERBLOCK_BYTES];
-            disk.read_at(at, &mut b)
+            let read = disk
+                .read_at(at, &mut b)
                 .map_err(|e| e.reason())
-                .and_then(|()| Superblock::decode(&b).map_err(|e| e.to_string()))
-                .map(|sb| sb.generation)
+                .and_then(|()| Superblock::decode(&b).map_err(|e| e.to_string()));
+            match read {
+                Ok(sb) => Copy {
+                    offset: at,
+                    valid: true,
+                    event_count: Some(sb.generation),
+                    error: None,
+                    member_index: Some(sb.member_index),
+                },
+                Err(e) => Copy {
+                    offset: at,
+                    valid: false,
+                    event_count: None,
+                    error: Some(e),
+                    member_index: None,
+                },
+            }
         })
         .collect();
     let sb = read_superblock_of(disk.as_ref()).map_err(|why| {

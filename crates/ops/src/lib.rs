@@ -29,7 +29,7 @@ use stripeguard_engine::{
 
 mod eventlog_sink;
 mod examine;
-pub use examine::{examine, Examined};
+pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod online;
 pub use eventlog_sink::{line_of, log_events};
 mod probe;
@@ -221,10 +221,22 @@ pub fn open_member(p: &Path, direct: bool) -> Result<DiskRef, DiskError> {
 /// [`open_member`]; with `exclusive`, a block device is opened `O_EXCL` (held for as long as
 /// the handle lives, as md holds its members; refused while mounted or held by another).
 pub fn open_member_as(p: &Path, direct: bool, exclusive: bool) -> Result<DiskRef, DiskError> {
+    open_member_how(p, direct, exclusive, true)
+}
+
+/// [`open_member_as`]; without `write`, a file or device is opened read-only (NBD exports are
+/// asked as they are).
+pub(crate) fn open_member_how(
+    p: &Path,
+    direct: bool,
+    exclusive: bool,
+    write: bool,
+) -> Result<DiskRef, DiskError> {
     match p.to_str() {
         Some(uri) if stripeguard_nbd::is_uri(uri) => {
             Ok(Arc::new(stripeguard_nbd::NbdDisk::open(uri)?) as DiskRef)
         }
+        _ if !write => Ok(Arc::new(FileDisk::open_read_only(p, direct)?) as DiskRef),
         _ if exclusive => Ok(Arc::new(FileDisk::open_exclusive(p, direct)?) as DiskRef),
         _ => Ok(Arc::new(FileDisk::open(p, direct)?) as DiskRef),
     }
@@ -244,8 +256,8 @@ fn busy(p: &Path, e: &DiskError) -> Option<EngineError> {
     })
 }
 
-/// Open members by path or URI; one that cannot be opened is a failed member whose reason says why
-/// (the engine decides whether the array survives it).
+/// Open members by path or URI, read-only; one that cannot be opened is a failed member whose
+/// reason says why (the engine decides whether the array survives it).
 ///
 /// A test hook: with `STRIPEGUARD_TEST_ABORT_AFTER_WRITES=N` in the environment, the process
 /// aborts before its `N`th member write (counted over every member), as a `kill -9` would stop
@@ -255,15 +267,16 @@ pub fn open_member_paths(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
     paths
         .iter()
         .map(|p| {
-            open_or_failed(p, direct, false, &abort).unwrap_or_else(|e| {
+            open_or_failed(p, direct, false, false, &abort).unwrap_or_else(|e| {
                 Arc::new(FailedDisk::new(p.display().to_string(), e.to_string())) as DiskRef
             })
         })
         .collect()
 }
 
-/// [`open_member_paths`]; with `exclusive` (a writable assembly), block devices are opened
-/// `O_EXCL`, and one in use is an error rather than a failed member (it is not failed: someone
+/// [`open_member_paths`]; with `exclusive` (a writable assembly), files and devices are opened
+/// for writing and block devices `O_EXCL` (else read-only), and one in use is an error rather
+/// than a failed member (it is not failed: someone
 /// else has it, and writing the array around it would mark it so).
 fn open_member_paths_as(
     paths: &[PathBuf],
@@ -273,7 +286,7 @@ fn open_member_paths_as(
     let abort = abort_hook();
     paths
         .iter()
-        .map(|p| open_or_failed(p, direct, exclusive, &abort))
+        .map(|p| open_or_failed(p, direct, exclusive, exclusive, &abort))
         .collect()
 }
 
@@ -291,9 +304,10 @@ fn open_or_failed(
     p: &Path,
     direct: bool,
     exclusive: bool,
+    write: bool,
     abort: &Option<Arc<std::sync::atomic::AtomicU64>>,
 ) -> Result<DiskRef, EngineError> {
-    match open_member_as(p, direct, exclusive) {
+    match open_member_how(p, direct, exclusive, write) {
         Ok(d) => Ok(match abort {
             Some(left) => {
                 Arc::new(stripeguard_disk::AbortDisk::new(d, Arc::clone(left))) as DiskRef
@@ -588,7 +602,7 @@ pub fn with_control_socket_hooks<R>(
     body: impl FnOnce() -> R,
 ) -> R {
     let front_end = hooks.front_end;
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     use std::os::unix::net::UnixListener;
     use std::sync::atomic::{AtomicBool, Ordering};
     let path = control_socket_path(&array.superblock().array_uuid);
@@ -618,10 +632,7 @@ pub fn with_control_socket_hooks<R>(
                 match listener.accept() {
                     Ok((conn, _)) => {
                         let _ = conn.set_nonblocking(false);
-                        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-                        let mut line = String::new();
-                        let mut reader = BufReader::new(std::io::Read::take(&conn, 4096));
-                        let _ = reader.read_line(&mut line);
+                        let line = read_request(&conn, 4096, std::time::Duration::from_secs(2));
                         // Only the newline ends the request: TARGET's own bytes (a trailing
                         // space) are kept, and a replace cut short (no newline) is refused.
                         let whole = line.ends_with('\n');
@@ -713,7 +724,7 @@ pub fn with_control_socket_hooks<R>(
                                 },
                             },
                             req if req.starts_with("replace ") && scrubbing.running() => {
-                                serde_json::json!({ "error": "a scrub is running in this holder; replace when it has finished (or stop it)" }).to_string()
+                                serde_json::json!({ "error": "a scrub or check is running in this holder; replace when it has finished (`status` shows its progress)" }).to_string()
                             }
                             req if req.starts_with("replace ") => {
                                 match start_replace(array, req, replacing, s) {
@@ -721,10 +732,11 @@ pub fn with_control_socket_hooks<R>(
                                     Err(e) => serde_json::json!({ "error": e }).to_string(),
                                 }
                             }
-                            other => format!(
-                                "{{\"error\":\"unknown request {:?} (this holder answers: status, replace, scrub, stop)\"}}",
+                            other => serde_json::json!({ "error": format!(
+                                "unknown request {:?} (this holder answers: status, replace, scrub, stop)",
                                 other.chars().take(32).collect::<String>()
-                            ),
+                            ) })
+                            .to_string(),
                         };
                         let mut w = &conn;
                         let _ = w.write_all(reply.as_bytes());
@@ -743,6 +755,39 @@ pub fn with_control_socket_hooks<R>(
     });
     let _ = std::fs::remove_file(&path);
     out
+}
+
+/// One request line from `conn`: bytes up to and including the newline, at most `max` of them,
+/// within `limit` in all (a peer that trickles a byte at a time, or sends nothing, is cut off
+/// when the time is up: one slow peer must not hold the holder's other clients, nor its stop).
+fn read_request(
+    conn: &std::os::unix::net::UnixStream,
+    max: usize,
+    limit: std::time::Duration,
+) -> String {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + limit;
+    let mut got = Vec::new();
+    let mut byte = [0u8; 256];
+    while got.len() < max && !got.ends_with(b"\n") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        let want = (max - got.len()).min(byte.len());
+        match (&*conn).read(&mut byte[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                // Nothing past the first newline belongs to this request.
+                let upto = byte[..n]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(n, |i| i + 1);
+                got.extend_from_slice(&byte[..upto]);
+            }
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }
 
 /// Whether the peer of `conn` may change the array's state: root, or the holder's own user
@@ -924,13 +969,20 @@ pub fn ask_holder(uuid: &[u8; 16]) -> Result<LiveStatus, String> {
     let path = control_socket_path(uuid);
     let mut conn = std::os::unix::net::UnixStream::connect(&path)
         .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;
+    // Short: a holder that accepted but does not answer (stopped, hung) is said so quickly.
     conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
     conn.write_all(b"status\n").map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(std::io::Read::take(conn, 1 << 20))
         .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                "the process at {} accepted but did not answer within 5 s (stopped or hung?)",
+                path.display()
+            ),
+            _ => e.to_string(),
+        })?;
     serde_json::from_str(&line).map_err(|e| format!("the holder's answer is not status: {e}"))
 }
 

@@ -86,7 +86,10 @@ pub(crate) fn start_scrub<'scope>(
         return Err("a scrub is already running in this holder".into());
     }
     if replace_running {
-        return Err("a replace is running in this holder; scrub when it has finished".into());
+        return Err(
+            "a replace is running in this holder; a scrub or check can run when it has finished"
+                .into(),
+        );
     }
     let check_only = opts.check_only;
     *slot.state.lock().expect("lock") = Some(LiveScrub {
@@ -183,7 +186,11 @@ pub fn follow_holder_scrub(
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let live = crate::ask_holder(uuid)
-            .map_err(|e| format!("lost the holder while it scrubbed: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "the holder stopped (or stopped answering) while it scrubbed ({e}); a holder that stops saves the scrub's position, and the next scrub resumes there"
+                )
+            })?;
         let Some(s) = live.scrub.clone() else {
             return Err("the holder reports no scrub".into());
         };

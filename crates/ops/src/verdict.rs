@@ -111,10 +111,13 @@ pub fn scrub_verdict(summary: &ScrubSummary, c: &Counters) -> Verdict {
 }
 
 impl LiveStatus {
-    /// [`array_states`] as the holder reports them: `untrusted`, `degraded`, `rebuilding` (a
-    /// replace it runs), else `clean`.
+    /// [`array_states`] as the holder reports them: `unrecoverable` (stripes it refused),
+    /// `untrusted`, `degraded`, `rebuilding` (a replace it runs), `scrubbing`, else `clean`.
     pub fn states(&self) -> Vec<&'static str> {
         let mut states = Vec::new();
+        if self.unrecoverable > 0 {
+            states.push("unrecoverable");
+        }
         if !self.untrusted.is_empty() {
             states.push("untrusted");
         }
@@ -123,6 +126,9 @@ impl LiveStatus {
         }
         if self.replace.as_ref().is_some_and(|r| r.running) {
             states.push("rebuilding");
+        }
+        if self.scrub.as_ref().is_some_and(|s| s.running) {
+            states.push("scrubbing");
         }
         if states.is_empty() {
             states.push("clean");
@@ -133,7 +139,7 @@ impl LiveStatus {
     /// `status` of an array this holder serves; `check_asked`: `--check` was given, and it
     /// cannot be done while another process holds the array.
     pub fn verdict(&self, check_asked: bool) -> Verdict {
-        if !self.untrusted.is_empty() {
+        if !self.untrusted.is_empty() || self.unrecoverable > 0 {
             Verdict::Unrecoverable
         } else if check_asked {
             // A check that was asked for and not done is not a clean result.

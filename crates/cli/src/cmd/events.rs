@@ -50,11 +50,22 @@ pub struct EventsArgs {
 /// The saved position of `--cursor FILE`: the array's uuid and the first event number no hook
 /// has run for yet; `None` when the file does not exist yet.
 fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u64>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    use std::io::Read;
+    let mut text = String::new();
+    match std::fs::File::open(path) {
+        // A cursor is one short line: read no more than that (`--cursor /dev/zero`).
+        Ok(f) => {
+            f.take(256)
+                .read_to_string(&mut text)
+                .with_context(|| format!("reading --cursor {}", path.display()))?;
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading --cursor {}", path.display())),
-    };
+    }
+    // An empty file (made with `touch`) holds no position yet.
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
     let mut words = text.split_whitespace();
     let (Some(saved), Some(number), None) = (words.next(), words.next(), words.next()) else {
         bail!(
@@ -127,6 +138,14 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
     } else {
         first.entries.last().map_or(0, |e| e.number + 1)
     });
+    let next = first.entries.last().map_or(0, |e| e.number + 1);
+    if saved.is_some_and(|n| n > next) {
+        eprintln!(
+            "stripeguard: warning: the cursor is at event {}, past the log's last ({}): events before it are not run; is it this array's cursor from another copy of its members?",
+            saved.unwrap_or_default(),
+            next
+        );
+    }
     if let (Some(n), Some(oldest)) = (saved, first.entries.first()) {
         if n < oldest.number {
             eprintln!(
@@ -190,7 +209,10 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
                 );
             }
             if let Some(cmd) = a.exec.as_ref().filter(|_| e.number >= hook_from) {
-                run_hook(cmd, e, &uuid, a.members.get(e.member as usize))?;
+                // The member's path only for an event about a member or one of its units.
+                let about_member = !matches!(e.role, stripeguard_engine::EventRole::Stripe);
+                let path = a.members.get(e.member as usize).filter(|_| about_member);
+                run_hook(cmd, e, &uuid, path)?;
                 hook_from = e.number + 1;
                 if let Some(c) = &a.cursor {
                     write_cursor(c, &uuid, hook_from)?;

@@ -72,9 +72,13 @@ fn print(x: &stripeguard_ops::Examined) {
         .copies
         .iter()
         .enumerate()
-        .map(|(i, c)| match c {
-            Ok(g) => format!("copy {i} valid (event count {g})"),
-            Err(why) => format!("copy {i} INVALID ({why})"),
+        .map(|(i, c)| match (c.event_count, &c.error) {
+            (Some(g), _) if c.member_index != Some(x.member_index) => format!(
+                "copy {i} names member {} (MISDIRECTED here; event count {g})",
+                c.member_index.unwrap_or_default()
+            ),
+            (Some(g), _) => format!("copy {i} valid (event count {g})"),
+            (None, why) => format!("copy {i} INVALID ({})", why.as_deref().unwrap_or("?")),
         })
         .collect();
     println!("  superblock: {}", copies.join(", "));

@@ -30,10 +30,10 @@ pub(super) fn live_status(
             "stripeguard: the array is in use by {who}, which does not answer status yet; waiting up to 5 s, until {}, for it to open its control socket (--no-wait does not wait)",
             stripeguard_ops::clock_utc_in(std::time::Duration::from_secs(5))
         );
-        for _ in 0..50 {
-            if asked.is_ok() {
-                break;
-            }
+        // 5 s in all, however long each unanswered ask takes (a holder that is stopped
+        // accepts the connection and never replies).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while asked.is_err() && std::time::Instant::now() < until {
             std::thread::sleep(std::time::Duration::from_millis(100));
             asked = ask_holder(&uuid);
         }
@@ -82,13 +82,17 @@ pub(super) fn live_status(
         );
         let pct = |done: u64, total: u64| done * 100 / total.max(1);
         if let Some(s) = live.scrub.as_ref().filter(|s| s.running) {
-            println!(
-                "  {} running: stripe {} of {} ({}%)",
-                if s.check_only { "check" } else { "scrub" },
-                s.done,
-                s.total,
-                pct(s.done, s.total)
-            );
+            let what = if s.check_only { "check" } else { "scrub" };
+            if s.total == 0 {
+                println!("  {what} starting");
+            } else {
+                println!(
+                    "  {what} running: stripe {} of {} ({}%)",
+                    s.done,
+                    s.total,
+                    pct(s.done, s.total)
+                );
+            }
         }
         if let Some(r) = live.replace.as_ref().filter(|r| r.running) {
             println!(

@@ -77,7 +77,7 @@ fn via_holder(a: &ReplaceArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
     let last = loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let live = ask_holder(uuid)
-            .map_err(|e| anyhow::anyhow!("lost the holder while it rebuilt: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("the holder stopped (or stopped answering) while it rebuilt ({e}); a holder that stops saves the replace's position: run the same replace again to resume"))?;
         let Some(r) = live.replace else {
             bail!("the holder reports no replace");
         };

@@ -35,7 +35,21 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
         }
         Err(e) => {
             // An array that cannot be assembled is still shown: what each member says.
-            if !a.json {
+            if a.json {
+                let members: Vec<serde_json::Value> = a
+                    .array
+                    .members
+                    .iter()
+                    .map(|p| match stripeguard_ops::examine(p) {
+                        Ok(x) => serde_json::to_value(x).unwrap_or_default(),
+                        Err(e) => json!({"path": p.display().to_string(), "error": e.to_string()}),
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    json!({"assembled": false, "state": "failed", "error": e.to_string(), "members": members})
+                );
+            } else {
                 describe_members(&a.array.members);
             }
             return Err(e.into());

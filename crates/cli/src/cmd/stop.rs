@@ -13,8 +13,8 @@ use stripeguard_ops::{ask_holder, ask_holder_stop, peek_uuid};
 pub struct StopArgs {
     #[command(flatten)]
     array: MembersArgs,
-    /// Stop even with clients connected (they are served for the server's --stop-timeout,
-    /// then cut off; the array is closed clean either way).
+    /// Stop even with clients connected: they are cut off at once, as by a second SIGTERM
+    /// (requests already read are finished and answered; the array is closed clean).
     #[arg(long)]
     force: bool,
     /// Return at once instead of waiting for the holder to have stopped.
@@ -28,7 +28,10 @@ pub fn run(a: StopArgs) -> Result<ExitCode> {
     };
     let pid = match ask_holder(&uuid) {
         Ok(live) => live.pid,
-        Err(e) => bail!("no process on this host holds the array ({e})"),
+        Err(e) if e.starts_with("no control socket") => {
+            bail!("no process on this host holds the array ({e})")
+        }
+        Err(e) => bail!("the process holding the array does not answer: {e}"),
     };
     ask_holder_stop(&uuid, a.force)
         .map_err(|e| anyhow::anyhow!("the process holding the array refused to stop: {e}"))?;
