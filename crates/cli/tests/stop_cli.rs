@@ -189,3 +189,37 @@ fn stop_refuses_while_clients_are_connected_unless_forced() {
     status.extend(MS);
     assert!(ok(&sg(&status, d)).contains("state: clean"));
 }
+
+/// From an outside attack: a client still in its handshake when the stop begins is refused with
+/// NBD_REP_ERR_SHUTDOWN (FORMAT.md §4), not let in while the server drains.
+#[test]
+fn a_handshake_that_ends_during_the_stop_is_refused() {
+    use std::io::{Read, Write};
+    let dir = array();
+    let mut s = Serving::start(dir.path(), &[]);
+    let mut c = UnixStream::connect(&s.sock).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut greeting = [0u8; 18];
+    c.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    c.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
+    s.term();
+    s.says("still connected");
+    // NBD_OPT_GO for the default export, no info requests.
+    let mut opt = Vec::new();
+    opt.extend_from_slice(b"IHAVEOPT");
+    opt.extend_from_slice(&7u32.to_be_bytes());
+    opt.extend_from_slice(&6u32.to_be_bytes());
+    opt.extend_from_slice(&0u32.to_be_bytes());
+    opt.extend_from_slice(&0u16.to_be_bytes());
+    c.write_all(&opt).unwrap();
+    let mut reply = [0u8; 20];
+    c.read_exact(&mut reply).unwrap();
+    let kind = u32::from_be_bytes(reply[12..16].try_into().unwrap());
+    assert_eq!(kind, (1 << 31) + 7, "not NBD_REP_ERR_SHUTDOWN: {reply:?}");
+    drop(c);
+    let status = s
+        .exited(Duration::from_secs(20))
+        .expect("did not stop once the client left");
+    assert!(status.success(), "{}", s.stderr());
+}

@@ -355,6 +355,9 @@ impl Server {
         let mut handles = Vec::new();
         let mut next_id = 0u64;
         let stop_now = Arc::new(AtomicBool::new(false));
+        // Set when the stop begins: a client still in its handshake is refused with
+        // ERR_SHUTDOWN (FORMAT.md §4); the ones already transmitting are served on.
+        let draining = Arc::new(AtomicBool::new(false));
         while !stop.load(Ordering::Relaxed) {
             let stream = match listener.accept() {
                 Ok(s) => s,
@@ -405,6 +408,7 @@ impl Server {
                 stats: Arc::clone(&self.stats),
                 config: self.config.clone(),
                 stopping: Arc::clone(&stop_now),
+                draining: Arc::clone(&draining),
             };
             let open = Arc::clone(&open);
             let h = std::thread::Builder::new()
@@ -425,6 +429,7 @@ impl Server {
         }
         // No new clients; the connected ones are served until they leave.
         drop(listener);
+        draining.store(true, Ordering::Relaxed);
         self.drain(&handles, &open, hurry);
         // Stop reading from every client; requests already read are finished and answered.
         stop_now.store(true, Ordering::Relaxed);
@@ -506,6 +511,8 @@ struct Conn {
     stats: Arc<Stats>,
     config: ServerConfig,
     stopping: Arc<AtomicBool>,
+    /// The server is stopping: no handshake completes any more.
+    draining: Arc<AtomicBool>,
 }
 
 impl Conn {
@@ -513,8 +520,9 @@ impl Conn {
         // A client that connects and says nothing does not hold a slot for ever.
         let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
         let stopping = Arc::clone(&self.stopping);
+        let draining = Arc::clone(&self.draining);
         match proto::handshake(&mut stream, &self.info, &move || {
-            stopping.load(Ordering::Relaxed)
+            stopping.load(Ordering::Relaxed) || draining.load(Ordering::Relaxed)
         }) {
             Ok(Handshake::Go) => {}
             Ok(Handshake::Aborted) => return Ok(()),
