@@ -334,3 +334,25 @@ fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
     );
     assert!(listed.contains("stale"), "{listed}");
 }
+
+/// From an outside attack: `examine` of a member cut short says so (it said "state clean").
+#[test]
+fn examine_names_a_truncated_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&args("create", &["--size", "4M", "--chunk", "4K"]), d));
+    std::fs::File::options()
+        .write(true)
+        .open(d.join("m2"))
+        .unwrap()
+        .set_len(8192)
+        .unwrap();
+    let text = ok(&sg(&["examine", "m2"], d));
+    assert!(text.contains("TRUNCATED: 8192 bytes"), "{text}");
+    let x: serde_json::Value =
+        serde_json::from_str(&ok(&sg(&["examine", "m1", "m2", "--json"], d))).unwrap();
+    assert_eq!(
+        (x[0]["truncated"].as_bool(), x[1]["truncated"].as_bool()),
+        (Some(false), Some(true))
+    );
+}

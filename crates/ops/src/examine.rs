@@ -58,6 +58,10 @@ pub struct Examined {
     pub events: usize,
     /// The later of the owner's last heartbeat and the newest event (Unix ms).
     pub last_written_ms: Option<u64>,
+    /// Its size, and whether it is shorter than the array needs on each member (FORMAT.md
+    /// §2.1: such a member is out of the array from the start).
+    pub size_bytes: u64,
+    pub truncated: bool,
 }
 
 /// Examine the member at `path` (a file, block device or NBD URI), opened read-only in effect
@@ -123,6 +127,8 @@ pub fn examine(path: &Path) -> Result<Examined, EngineError> {
         newest_event_ms,
         events: log.map_or(0, |l| l.entries.len()),
         last_written_ms,
+        size_bytes: disk.size_bytes(),
+        truncated: disk.size_bytes() < sb.member_bytes(),
     })
 }
 

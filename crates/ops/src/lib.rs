@@ -944,6 +944,13 @@ pub fn ask_holder_stop(uuid: &[u8; 16], force: bool) -> Result<(), String> {
 /// array `uuid`; `Ok` when it started, else the holder's refusal.
 pub(crate) fn ask_holder_to(uuid: &[u8; 16], req: &str) -> Result<(), String> {
     use std::io::{BufRead, BufReader, Write};
+    // The holder reads at most 4096 bytes of a request (FORMAT.md §3).
+    if req.len() + 1 > 4096 {
+        return Err(format!(
+            "the request is {} bytes, over the control socket's 4096 (a path that long cannot be sent to the holder)",
+            req.len() + 1
+        ));
+    }
     let path = control_socket_path(uuid);
     let mut conn = std::os::unix::net::UnixStream::connect(&path)
         .map_err(|e| format!("no control socket at {} ({e})", path.display()))?;

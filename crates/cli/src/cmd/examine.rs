@@ -62,6 +62,12 @@ fn print(x: &stripeguard_ops::Examined) {
         x.chunk_bytes,
         x.stripes
     );
+    if x.truncated {
+        println!(
+            "  TRUNCATED: {} bytes, shorter than the array needs on each member (it is out of the array until replaced)",
+            x.size_bytes
+        );
+    }
     println!(
         "  state {} (as this member last recorded it), event count {}, created {}",
         x.state,
