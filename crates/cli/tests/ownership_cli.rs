@@ -209,20 +209,7 @@ fn another_arrays_member_needs_force_take_and_a_held_one_is_never_taken() {
     // An array a running process holds: its member is in use whatever the flags.
     ok(&sg(&["create", "h0", "h1", "h2", "--size", "16M"], d));
     let sock = d.join("s.sock");
-    let mut serve = Holder(
-        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-            .args(["serve", "h0", "h1", "h2", "--socket"])
-            .arg(&sock)
-            .current_dir(d)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut serve = serve(d, &["h0", "h1", "h2"], &sock);
     let out = sg(
         &[
             "create",
@@ -376,6 +363,51 @@ impl Drop for Loop {
 
 struct Holder(Child);
 
+/// Wait until `sock` exists (the process making it has started listening).
+fn wait_for(sock: &Path, what: &str) {
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{what} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `stripeguard serve MEMBERS --socket SOCK` in `d`, listening.
+fn serve(d: &Path, members: &[&str], sock: &Path) -> Holder {
+    let h = Holder(
+        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+            .arg("serve")
+            .args(members)
+            .arg("--socket")
+            .arg(sock)
+            .current_dir(d)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(sock, "serve");
+    h
+}
+
+/// nbdkit's file plugin exporting `file` on the unix socket `sock`, listening.
+fn nbdkit_file(sock: &Path, file: impl AsRef<std::ffi::OsStr>) -> Holder {
+    let h = Holder(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(sock)
+            .arg("file")
+            .arg(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(sock, "nbdkit");
+    h
+}
+
 impl Holder {
     fn stop(&mut self) {
         let _ = Command::new("kill")
@@ -465,20 +497,7 @@ fn loop_devices_mounted_backed_or_held_are_refused() {
     ));
     // Held by a running array, the member is opened O_EXCL: nobody can mount or mkfs it.
     let sock = d.join("s.sock");
-    let mut serve = Holder(
-        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-            .args(["serve", "a", "b", &lo.0, "--socket"])
-            .arg(&sock)
-            .current_dir(d)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut serve = serve(d, &["a", "b", &lo.0], &sock);
     let mkfs = Command::new("mkfs.ext4")
         .args(["-q", "-F"])
         .arg(&lo.0)
@@ -503,24 +522,7 @@ fn an_nbd_member_is_probed_through_its_ends() {
         .unwrap();
     mkfs_ext4(&img, "remote");
     let sock = d.join("nbd.sock");
-    let _nbdkit = Holder(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&sock)
-            .arg("file")
-            .arg(&img)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _nbdkit = nbdkit_file(&sock, &img);
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let out = sg(&["create", "a", "b", &uri, "--size", "32M"], d);
     refused(&out, "holds an ext4 filesystem labelled remote");
@@ -635,23 +637,7 @@ fn a_member_with_one_copy_left_and_an_export_named_twice_are_recognised() {
         .set_len(32 << 20)
         .unwrap();
     let sock = d.join("n.sock");
-    let _nbdkit = Holder(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&sock)
-            .arg("file")
-            .arg(d.join("e.img"))
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _nbdkit = nbdkit_file(&sock, d.join("e.img"));
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let with_timeout = format!("{uri}&timeout=5");
     refused(
@@ -669,23 +655,7 @@ fn another_current_member_is_never_a_replacement_target() {
     let d = dir.path();
     ok(&sg(&["create", "a", "b", "c", "--size", "16M"], d));
     let sock = d.join("a.sock");
-    let _nbdkit = Holder(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&sock)
-            .arg("file")
-            .arg(d.join("a"))
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _nbdkit = nbdkit_file(&sock, d.join("a"));
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let out = sg(
         &[
@@ -716,20 +686,7 @@ fn a_name_the_holder_request_cannot_carry_is_refused() {
     ok(&sg(&["create", "a", "b", "c", "--size", "16M"], d));
     std::fs::write(d.join("e.img"), b"precious").unwrap();
     let sock = d.join("s.sock");
-    let _serve = Holder(
-        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-            .args(["serve", "a", "b", "c", "--socket"])
-            .arg(&sock)
-            .current_dir(d)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _serve = serve(d, &["a", "b", "c"], &sock);
     let newline = "e.img\nfoo";
     std::fs::File::create(d.join(newline))
         .unwrap()

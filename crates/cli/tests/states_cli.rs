@@ -62,6 +62,26 @@ fn a_crash_leaves_a_dirty_array_and_status_says_so_by_exit() {
 struct Killed(Option<std::process::Child>);
 
 impl Killed {
+    /// `stripeguard serve` on the array in `d` (its stderr kept for `stop`), listening.
+    fn serve(d: &Path) -> Killed {
+        let sock = d.join("s.sock");
+        let serve = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+            .args(args("serve", &["--socket"]))
+            .arg(&sock)
+            .current_dir(d)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let serve = Killed(Some(serve));
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        serve
+    }
+
     fn stop(mut self) -> std::process::Output {
         let c = self.0.take().unwrap();
         let _ = Command::new("kill")
@@ -101,21 +121,7 @@ fn a_degraded_array_is_degraded_offline_and_in_the_holders_words() {
         .any(|s| s == "degraded"));
 
     // serve on the degraded array: its closing line says so, with no unit found wrong.
-    let sock = d.join("s.sock");
-    let serve = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(args("serve", &["--socket"]))
-        .arg(&sock)
-        .current_dir(d)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let serve = Killed(Some(serve));
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let serve = Killed::serve(d);
     let live = sg(&args("status", &["--json"]), d);
     let v: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
     assert_eq!(v["state"], "degraded", "{v}");
@@ -152,21 +158,7 @@ fn serve_never_says_closed_clean_for_a_degraded_array() {
     let d = dir.path();
     ok(&sg(&args("create", &["--size", "4M", "--chunk", "4K"]), d));
     std::fs::remove_file(d.join("m1")).unwrap();
-    let sock = d.join("s.sock");
-    let serve = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(args("serve", &["--socket"]))
-        .arg(&sock)
-        .current_dir(d)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let serve = Killed(Some(serve));
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let serve = Killed::serve(d);
     let out = serve.stop();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

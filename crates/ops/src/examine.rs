@@ -110,7 +110,7 @@ pub fn examine(path: &Path) -> Result<Examined, EngineError> {
     Ok(Examined {
         path: path.display().to_string(),
         copies,
-        array_uuid: sb.array_uuid.iter().map(|b| format!("{b:02x}")).collect(),
+        array_uuid: stripeguard_format::hex(&sb.array_uuid),
         member_index: sb.member_index,
         members: sb.members,
         data_chunks: sb.data_chunks,

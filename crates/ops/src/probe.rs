@@ -26,6 +26,7 @@
 use std::path::{Path, PathBuf};
 use stripeguard_disk::{Disk, DiskRef};
 use stripeguard_engine::{Array, EngineError};
+use stripeguard_format::hex;
 use stripeguard_integrity::{
     Superblock, SuperblockError, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
 };
@@ -530,10 +531,6 @@ fn wipe_ends(disk: &dyn Disk) -> Result<(), EngineError> {
     }
     disk.flush()?;
     Ok(())
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]

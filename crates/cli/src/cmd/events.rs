@@ -122,11 +122,7 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
     let since = a.since.as_deref().map(since_ms).transpose()?.unwrap_or(0);
     let members = open_member_paths(&a.members, false);
     let first = read_log_of(&members)?;
-    let uuid: String = first
-        .array_uuid
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let uuid = stripeguard_format::hex(&first.array_uuid);
     // The last event number a hook must not run for (None: every event since `since`).
     let saved = match &a.cursor {
         Some(c) => read_cursor(c, &uuid)?,

@@ -38,7 +38,8 @@ pub fn run(a: StopArgs) -> Result<ExitCode> {
     if !a.no_wait_stop {
         // Stopped when its process has ended: the array is closed by then.
         let t = std::time::Instant::now();
-        while runs(pid) {
+        let env = stripeguard_engine::RealEnv::shared();
+        while env.process_alive(pid) {
             if t.elapsed() > std::time::Duration::from_secs(600) {
                 bail!("the holder has not stopped after 10 minutes");
             }
@@ -47,13 +48,4 @@ pub fn run(a: StopArgs) -> Result<ExitCode> {
     }
     println!("stopped");
     Ok(ExitCode::from(exit::OK))
-}
-
-/// Whether process `pid` still runs (a zombie has stopped: only its parent's wait is left).
-fn runs(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
 }
