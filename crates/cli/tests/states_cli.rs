@@ -225,24 +225,31 @@ fn examine_and_status_show_members_of_an_array_that_cannot_be_assembled() {
     );
 }
 
-/// A dead array brought back (issue 35 §2): RAID-6 4+2 loses three members one after another
-/// (two recorded as gone while it went on writing, the third simply gone); the second one's old
-/// image comes back. It cannot be assembled — the refusal names what `--force-assemble` would
-/// bring back — and forced, read-only, it returns every byte it can verify and refuses (lists)
-/// the rest: the stripes written after that member left. On the landed main before this, every
-/// command refused with the circular advice to replace the stale member.
-#[test]
-fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let six = ["m0", "m1", "m2", "m3", "m4", "m5"];
-    let with6 = |verb: &'static str, extra: &[&'static str]| -> Vec<&'static str> {
-        let mut v = vec![verb];
-        v.extend(six);
-        v.extend(extra);
+/// The members of a RAID-6 4+2 array (a seventh for the checksum member), in order.
+fn members_of(scheme: &str) -> Vec<String> {
+    let n = if scheme == "checksum-chunk" { 7 } else { 6 };
+    (0..n).map(|i| format!("m{i}")).collect()
+}
+
+/// A dead array (issue 35 §2): RAID-6 4+2 of `scheme` loses three members one after another
+/// (m3 and m4 recorded as gone while it went on writing, m5 simply gone); m4's old image comes
+/// back. Returns what was written at byte 0 (before m4 left: 4,000,000 bytes) and at byte
+/// 4,000,000 (after: 500,000 bytes).
+fn dead_array(d: &Path, scheme: &str) -> (Vec<u8>, Vec<u8>) {
+    let ms = members_of(scheme);
+    let with_ms = |verb: &str, extra: &[&str]| -> Vec<String> {
+        let mut v = vec![verb.to_string()];
+        v.extend(ms.iter().cloned());
+        v.extend(extra.iter().map(|x| x.to_string()));
         v
     };
-    ok(&sg(&with6("create", &["--size", "8M", "--chunk", "4K"]), d));
+    let run = |v: Vec<String>| sg(&v.iter().map(String::as_str).collect::<Vec<_>>(), d);
+    ok(&run(with_ms(
+        "create",
+        &[
+            "--size", "8M", "--chunk", "4K", "--level", "6", "--scheme", scheme,
+        ],
+    )));
     let mut rng = 0x9e3779b97f4a7c15u64;
     let mut bytes = |n: usize| -> Vec<u8> {
         (0..n)
@@ -258,17 +265,61 @@ fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
     std::fs::write(d.join("a"), &a).unwrap();
     std::fs::write(d.join("b"), &b).unwrap();
     std::fs::write(d.join("c"), &c).unwrap();
-    ok(&sg(&with6("write", &["-i", "a"]), d));
+    ok(&run(with_ms("write", &["-i", "a"])));
     std::fs::rename(d.join("m3"), d.join("m3.gone")).unwrap();
-    let w = sg(&with6("write", &["-i", "b", "--offset", "3000000"]), d);
+    let w = run(with_ms("write", &["-i", "b", "--offset", "3000000"]));
     assert!(w.status.code().is_some_and(|c| c <= 1), "{}", err_of(&w));
     let old_m4 = std::fs::read(d.join("m4")).unwrap();
     std::fs::rename(d.join("m4"), d.join("m4.gone")).unwrap();
-    let w = sg(&with6("write", &["-i", "c", "--offset", "4000000"]), d);
+    let w = run(with_ms("write", &["-i", "c", "--offset", "4000000"]));
     assert!(w.status.code().is_some_and(|c| c <= 1), "{}", err_of(&w));
     std::fs::rename(d.join("m5"), d.join("m5.gone")).unwrap();
     std::fs::write(d.join("m4"), &old_m4).unwrap();
+    ([a, b].concat(), c)
+}
 
+/// How many bytes of `back` (read from array byte `at` with `--skip-unrecoverable`, whose
+/// stderr is `listed`) are `want`'s, and how many are not although no listed range covers them
+/// (wrong bytes returned as good: zeros included).
+fn verified_and_wrong(back: &[u8], want: &[u8], at: u64, listed: &str) -> (usize, usize) {
+    assert_eq!(back.len(), want.len());
+    // "  N bytes from byte O: why"
+    let refused: Vec<(u64, u64)> = listed
+        .lines()
+        .filter_map(|l| {
+            let (n, rest) = l.trim_start().split_once(" bytes from byte ")?;
+            let (o, _) = rest.split_once(':')?;
+            Some((o.parse().ok()?, n.parse().ok()?))
+        })
+        .collect();
+    let covered = |i: usize| {
+        let b = at + i as u64;
+        refused.iter().any(|&(o, n)| b >= o && b < o + n)
+    };
+    let same = back.iter().zip(want).filter(|(x, y)| x == y).count();
+    let wrong = (0..back.len())
+        .filter(|&i| back[i] != want[i] && !covered(i))
+        .count();
+    (same, wrong)
+}
+
+/// A dead array brought back read-only (issue 35 §2): it cannot be assembled — the refusal
+/// names what `--force-assemble` would bring back — and forced, read-only, it returns every
+/// byte it can verify and refuses (lists) the rest: the stripes written after that member
+/// left. On the landed main before this, every command refused with the circular advice to
+/// replace the stale member.
+#[test]
+fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (before, after) = dead_array(d, "hybrid-seq");
+    let six = ["m0", "m1", "m2", "m3", "m4", "m5"];
+    let with6 = |verb: &'static str, extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v = vec![verb];
+        v.extend(six);
+        v.extend(extra);
+        v
+    };
     let out = sg(&with6("status", &[]), d);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -278,10 +329,10 @@ fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
     );
     let out = sg(&with6("read", &["--length", "4500000", "-o", "back"]), d);
     assert_eq!(out.status.code(), Some(2), "{}", err_of(&out));
-    // Forced: read-only only; status shows it; every verifiable byte comes back.
+    // Forced: read-only unless --writable; status shows it; every verifiable byte comes back.
     let out = sg(&with6("write", &["-i", "a", "--force-assemble"]), d);
     assert!(
-        err_of(&out).contains("--force-assemble assembles read-only"),
+        err_of(&out).contains("--force-assemble is read-only unless --writable"),
         "{}",
         err_of(&out)
     );
@@ -307,14 +358,10 @@ fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
     );
     assert_eq!(out.status.code(), Some(3), "{}", err_of(&out));
     let back = std::fs::read(d.join("back")).unwrap();
-    let want: Vec<u8> = [a, b, c].concat();
-    let wrong = back
-        .iter()
-        .zip(&want)
-        .filter(|(x, y)| x != y && **x != 0)
-        .count();
+    let want: Vec<u8> = [before, after].concat();
+    let (_, wrong) = verified_and_wrong(&back, &want, 0, &err_of(&out));
     assert_eq!(wrong, 0, "a forced assembly returned wrong bytes as good");
-    // What A and B wrote (before m4 left) is all there; what came after is refused, listed.
+    // What was written before m4 left is all there; what came after is refused, listed.
     assert!(
         back[..3_990_000] == want[..3_990_000],
         "verifiable bytes were refused"
@@ -325,6 +372,146 @@ fn a_forced_assembly_returns_every_verifiable_byte_and_lists_the_rest() {
         "{listed}"
     );
     assert!(listed.contains("stale"), "{listed}");
+    // Nothing was written: the array is as dead as before.
+    assert_eq!(sg(&with6("status", &[]), d).status.code(), Some(2));
+}
+
+/// A dead array put back in service (issue 35 §2, `--writable`), on every scheme that can
+/// verify: the forced member becomes current for good, every stripe is resynced at once, what
+/// it cannot verify is listed untrusted, and after the two members still out are replaced the
+/// array holds every byte written before the forced member left, refuses (never returns wrong)
+/// what came after where it cannot verify it, and says UNTRUSTED. The negative control: scheme
+/// `none` is refused a forced assembly (its stale member's old bytes would read as good).
+#[test]
+fn a_writable_forced_assembly_puts_a_dead_array_back_with_the_unverifiable_listed() {
+    for scheme in [
+        "hybrid-seq",
+        "pure",
+        "hybrid1",
+        "hybrid2",
+        "checksum-chunk",
+        "none",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (before, after) = dead_array(d, scheme);
+        let mut ms = members_of(scheme);
+        let run = |verb: &str, ms: &[String], extra: &[&str]| {
+            let mut v = vec![verb];
+            v.extend(ms.iter().map(String::as_str));
+            v.extend(extra);
+            sg(&v, d)
+        };
+        if scheme == "hybrid-seq" {
+            // Killed part-way through its resync (as kill -9 would, before its 200th member
+            // write): m4 is still stale on disk, so the array needs the forced assembly
+            // again, and that one starts over.
+            let mut v = vec!["scrub"];
+            v.extend(ms.iter().map(String::as_str));
+            v.extend(["--force-assemble", "--writable"]);
+            let killed = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+                .args(&v)
+                .current_dir(d)
+                .env("STRIPEGUARD_TEST_ABORT_AFTER_WRITES", "200")
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(!killed.success());
+            let out = run("status", &ms, &[]);
+            assert_eq!(out.status.code(), Some(2), "{}", err_of(&out));
+            assert!(
+                err_of(&out).contains("would bring back m4"),
+                "{}",
+                err_of(&out)
+            );
+        }
+        let out = run(
+            "replace",
+            &ms,
+            &[
+                "--force-assemble",
+                "--writable",
+                "--member",
+                "3",
+                "--with",
+                "new3",
+            ],
+        );
+        if scheme == "none" {
+            assert!(
+                err_of(&out).contains("needs an integrity scheme"),
+                "{scheme}: {}",
+                err_of(&out)
+            );
+            continue;
+        }
+        ok(&out);
+        assert!(err_of(&out).contains("FORCED ASSEMBLY: m4 brought back"));
+        ms[3] = "new3".into();
+        // Permanent: a plain assembly takes m4 as current now.
+        ok(&run("replace", &ms, &["--member", "5", "--with", "new5"]));
+        ms[5] = "new5".into();
+        let st = run("status", &ms, &["--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+        assert_eq!(st.status.code(), Some(3), "{scheme}: {v}");
+        assert!(
+            v["states"].to_string().contains("untrusted"),
+            "{scheme}: {v}"
+        );
+        let ev = ok(&run("events", &ms, &["--json"]));
+        assert!(
+            ev.contains("\"kind\":\"forced-assembly\""),
+            "{scheme}: not durable"
+        );
+        // (The stripe that holds byte 4,000,000 was written after m4 left: up to its start.)
+        let out = run("read", &ms, &["--length", "3990000", "-o", "early"]);
+        ok(&out);
+        assert!(
+            std::fs::read(d.join("early")).unwrap() == before[..3_990_000],
+            "{scheme}"
+        );
+        let out = run(
+            "read",
+            &ms,
+            &[
+                "--offset",
+                "4000000",
+                "--length",
+                "500000",
+                "-o",
+                "late",
+                "--skip-unrecoverable",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(3), "{scheme}: {}", err_of(&out));
+        let (same, wrong) = verified_and_wrong(
+            &std::fs::read(d.join("late")).unwrap(),
+            &after,
+            4_000_000,
+            &err_of(&out),
+        );
+        assert_eq!(wrong, 0, "{scheme}: wrong bytes returned as good");
+        // m0..m2 held their chunks of it all along; they verify.
+        assert!(same > 100_000, "{scheme}: only {same} bytes verified");
+        // The listed blocks come off when written whole (a partial write into one is refused);
+        // then the array is clean.
+        let out = run("write", &ms, &["-i", "c", "--offset", "4000000"]);
+        assert!(
+            err_of(&out).contains("must cover"),
+            "{scheme}: {}",
+            err_of(&out)
+        );
+        let whole = 244 * 16384;
+        let pad = vec![0u8; 275 * 16384 - 4_500_000];
+        std::fs::write(d.join("c2"), [&before[whole..], &after[..], &pad].concat()).unwrap();
+        ok(&run(
+            "write",
+            &ms,
+            &["-i", "c2", "--offset", &whole.to_string()],
+        ));
+        let st = run("status", &ms, &[]);
+        assert_eq!(st.status.code(), Some(0), "{scheme}: {}", ok(&st));
+    }
 }
 
 /// From an outside attack: `examine` of a member cut short says so (it said "state clean").

@@ -130,8 +130,11 @@ pub struct AssembleOptions {
     pub sabotage: Option<Sabotage>,
     /// A forced assembly (`--force-assemble`): when more members are stale than the array
     /// survives, bring back the freshest stale ones (highest event count) until it survives, as
-    /// md's `--assemble --force` does — read-only only, and not for scheme `none`: every read
-    /// is then verified against the integrity metadata, and what cannot be verified is refused.
+    /// md's `--assemble --force` does — not for scheme `none`: every read is then verified
+    /// against the integrity metadata, and what cannot be verified is refused. Read-only, it
+    /// writes nothing; writable (`--writable`), the members it brings back are recorded as
+    /// current and every stripe is resynced at once, what cannot be verified listed untrusted
+    /// (FORMAT.md §2.1, §2.7) — permanent, as md's rewritten event counts are.
     pub force: bool,
 }
 
@@ -163,6 +166,11 @@ pub(crate) struct Meta {
     pub(crate) state: ArrayState,
     /// Incompatible feature bit 2: the stripe-state record may hold an entry (FORMAT.md §2.7).
     pub(crate) untrusted_listed: bool,
+    /// Members whose superblock is not written: the stale members a writable forced assembly
+    /// brought back, until its resync of every stripe is done. Their own superblocks still say
+    /// stale, so a crash before then leaves an array that needs the forced assembly again
+    /// (which starts over), never one that takes them as current half-resynced.
+    pub(crate) held_back: Vec<usize>,
 }
 
 /// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
@@ -276,11 +284,6 @@ impl Array {
             forced,
         } = decide(&names, &sizes, &found, opts.force)?;
         if !forced.is_empty() {
-            if opts.writable {
-                return Err(EngineError::Config(
-                    "a forced assembly is read-only: what the stale members it brings back hold is only trusted as far as each read verifies it".into(),
-                ));
-            }
             if reference.scheme == Scheme::None {
                 return Err(EngineError::Config(
                     "a forced assembly needs an integrity scheme to verify every read; scheme `none` has none, so the stale members' old data would be returned as good".into(),
@@ -315,6 +318,14 @@ impl Array {
             }
             array.members.note_superblock_fixes(fixes);
         }
+        let logged = array.event_log();
+        array.events.lock().expect("lock").next_number = logged
+            .entries
+            .last()
+            .map(|e| e.number.saturating_add(1))
+            .unwrap_or(0);
+        // Numbered after the log on the members (a writable assembly saves them with the
+        // first save).
         for (member, why) in &forced {
             array.log_event(Event {
                 stripe: 0,
@@ -323,25 +334,34 @@ impl Array {
                 role: EventRole::Member,
                 kind: EventKind::ForcedAssembly,
                 evidence: format!(
-                    "{} brought back by a forced assembly (read-only, every read verified): {why}",
-                    names[*member]
+                    "{} brought back by a forced assembly ({}): {why}",
+                    names[*member],
+                    if opts.writable {
+                        "writable: recorded as current, every stripe resynced and verified, what cannot be verified listed untrusted"
+                    } else {
+                        "read-only, every read verified"
+                    }
                 ),
                 action: crate::events::EventAction::Notice,
             });
         }
-        let logged = array.event_log();
-        array.events.lock().expect("lock").next_number = logged
-            .entries
-            .last()
-            .map(|e| e.number.saturating_add(1))
-            .unwrap_or(0);
         array.load_intent_sequence();
         array.load_untrusted()?;
         if opts.writable {
             array.take_ownership(opts.heartbeat, opts.no_wait)?;
             let unclean = array.sb.state == ArrayState::Dirty;
+            let forced_members: Vec<MemberIx> =
+                forced.iter().map(|(p, _)| MemberIx::new(*p)).collect();
+            if !forced.is_empty() {
+                // Every region dirty, and the stale members' superblocks left as they are,
+                // until every stripe is resynced (FORMAT.md §2.1).
+                array.hold_back_forced(&forced_members)?;
+            }
             array.write_superblocks(ArrayState::Dirty)?;
-            if unclean && !array.sabotaged(Sabotage::SkippedResync) {
+            if !forced.is_empty() {
+                array.resync_as(crate::resync::Why::Forced)?;
+                array.adopt_forced(&forced_members)?;
+            } else if unclean && !array.sabotaged(Sabotage::SkippedResync) {
                 // The last writer did not close: settle what it may have left half-written
                 // before anything else reads or writes.
                 array.resync()?;
@@ -399,6 +419,7 @@ impl Array {
                 high_water: sb.sequence_high_water,
                 state: sb.state,
                 untrusted_listed: sb.untrusted_listed,
+                held_back: Vec::new(),
             }),
             untrusted: crate::stripe_state::UntrustedSet::new(sb.layout.state_bytes),
             events: Mutex::new(EventLog::new(EnvRef::clone(&env))),
@@ -842,6 +863,9 @@ impl Array {
             }
             let mut lost = None;
             for (i, d) in self.members.all().iter().enumerate() {
+                if meta.held_back.contains(&i) {
+                    continue;
+                }
                 let i = MemberIx::new(i);
                 if self.is_failed(i) {
                     continue;

@@ -10,12 +10,35 @@ use crate::error::EngineError;
 use crate::events::EventAction;
 use crate::intent::{Durable, InFlight, Intent};
 use crate::layout::Interrupted;
-use crate::num::{usize_of, Pos, StripeIx};
+use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
 use stripeguard_format::IntentRecord;
 use stripeguard_integrity::{Scheme, INTENT_RECORD_OFFSET};
+
+/// What a settle takes for the data units ([`Array::settle_with`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Settle<'a> {
+    /// Every data unit as on disk; one no member gives leaves the stripe unsettled.
+    AsOnDisk,
+    /// Data position `.0`'s unit from `.1` instead of the disk (a missing member's chunk
+    /// saved in the journal before a degraded write).
+    Known(Pos, &'a [u8]),
+    /// A data unit no member gives is lost: zero-filled and listed untrusted whole (a
+    /// writable forced assembly, whose operator accepted that what cannot be verified goes).
+    LoseUnreadable,
+}
+
+/// Why a resync runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Why {
+    /// The last writer did not close: the dirty regions.
+    Unclean,
+    /// A writable forced assembly brought back stale members: every stripe (every region's
+    /// bit was set first), each undecidable one settled.
+    Forced,
+}
 
 impl Array {
     /// Claim `stripe`'s region for a write: its bit is durable on every member before this
@@ -148,6 +171,40 @@ impl Array {
     /// After an unclean shutdown: make every stripe of every dirty region consistent, then
     /// clear the record. Returns the number of stripes resynced.
     pub(crate) fn resync(&self) -> Result<u64, EngineError> {
+        self.resync_as(Why::Unclean)
+    }
+
+    /// A writable forced assembly, before its first superblock write: set every region's bit,
+    /// durably on every member given, and hold back the superblocks of `members` (the stale
+    /// members it brought back) until [`Array::adopt_forced`]. A crash in between leaves them
+    /// stale on disk: the array then needs the forced assembly again, which starts over.
+    pub(crate) fn hold_back_forced(&self, members: &[MemberIx]) -> Result<(), EngineError> {
+        {
+            let mut i = self.intent().lock().expect("lock");
+            i.set_all();
+            // Both copies: the newest may tear; the other must then say the same.
+            self.persist_intent(&mut i)?;
+            self.persist_intent(&mut i)?;
+        }
+        let mut meta = self.meta().lock().expect("lock");
+        meta.held_back = members.iter().map(|m| m.get()).collect();
+        Ok(())
+    }
+
+    /// Every stripe resynced after a writable forced assembly: `members` are current from the
+    /// superblock write this makes on.
+    pub(crate) fn adopt_forced(&self, members: &[MemberIx]) -> Result<(), EngineError> {
+        let mut meta = self.meta().lock().expect("lock");
+        meta.held_back.clear();
+        for m in members {
+            meta.table[m.get()].state = stripeguard_format::MemberState::Active;
+        }
+        self.write_superblocks_locked(&mut meta)
+    }
+
+    /// [`Array::resync`] after an unclean shutdown, or of the whole array after a forced
+    /// assembly ([`Why`]).
+    pub(crate) fn resync_as(&self, why: Why) -> Result<u64, EngineError> {
         // First the stripes whose missing chunk a degraded write saved: their parity may no
         // longer match it, so it is rebuilt from the saved copy, not from the parity.
         let touched = self.replay_journal()?;
@@ -161,11 +218,14 @@ impl Array {
             // With the write journal every write in flight is named: what else is wrong in
             // the stripe is silent corruption.
             let cause = match touched.get(&s) {
+                // A member brought back by force may hold anything from before the writes it
+                // missed: every undecidable stripe is settled, whatever the journal says.
+                _ if why == Why::Forced => Interrupted::Unknown,
                 Some(mask) => Interrupted::Only(mask),
                 None if self.sb().write_journal => Interrupted::Only(&[]),
                 None => Interrupted::Unknown,
             };
-            self.resync_stripe(StripeIx::new(s), cause)?;
+            self.resync_stripe(StripeIx::new(s), cause, why)?;
         }
         // Only now: a crash during the resync replays the journal again.
         self.clear_journal()?;
@@ -186,8 +246,16 @@ impl Array {
             EventKind::ResyncFinished,
             None,
             format!(
-                "after an unclean shutdown: {} stripe(s) of the dirty regions made consistent{}",
+                "{}: {} stripe(s) {} made consistent{}",
+                match why {
+                    Why::Unclean => "after an unclean shutdown",
+                    Why::Forced => "after a writable forced assembly",
+                },
                 list.len(),
+                match why {
+                    Why::Unclean => "of the dirty regions",
+                    Why::Forced => "(every stripe) verified and",
+                },
                 if touched.is_empty() {
                     String::new()
                 } else {
@@ -199,7 +267,12 @@ impl Array {
     }
 
     /// Make one stripe consistent after a crash (FORMAT.md §2.4).
-    fn resync_stripe(&self, stripe: StripeIx, cause: Interrupted<'_>) -> Result<(), EngineError> {
+    fn resync_stripe(
+        &self,
+        stripe: StripeIx,
+        cause: Interrupted<'_>,
+        why: Why,
+    ) -> Result<(), EngineError> {
         let _guard = self.lock_stripe(stripe);
         if self.sb().scheme == Scheme::None {
             return self.recompute_parity(stripe, "resync: parity recomputed from the data");
@@ -214,6 +287,12 @@ impl Array {
             Err(EngineError::Unrecoverable { .. }) if !cause.settles() => Ok(()),
             // Degraded and undecidable, or no room to list what it cannot verify: the stripe
             // stays unreadable (reads say so); the rest of the array must still come up.
+            Err(EngineError::Unrecoverable { .. }) if why == Why::Forced => self.settle_or_report(
+                stripe,
+                Settle::LoseUnreadable,
+                EventKind::ResyncSettled,
+                "a forced assembly found more units stale, damaged or out than the parity rebuilds: what failed its checks or sat on a member that is out is listed untrusted (an out member's units zero-filled), the rest kept, parity recomputed",
+            ),
             Err(EngineError::Unrecoverable { .. }) => self.settle(stripe),
             Err(e) => Err(e),
         }
@@ -260,7 +339,7 @@ impl Array {
     fn settle(&self, stripe: StripeIx) -> Result<(), EngineError> {
         self.settle_or_report(
             stripe,
-            None,
+            Settle::AsOnDisk,
             EventKind::ResyncSettled,
             "more units were interrupted than the parity can decide: data kept as on disk (a unit torn by the crash may mix old and new sectors), parity recomputed",
         )
@@ -271,7 +350,7 @@ impl Array {
     pub(crate) fn settle_or_report(
         &self,
         stripe: StripeIx,
-        known: Option<(Pos, &[u8])>,
+        known: Settle<'_>,
         kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
@@ -284,12 +363,11 @@ impl Array {
         }
     }
 
-    /// [`Array::settle`], with data position `known.0`'s unit taken from `known.1` instead of
-    /// the disk (a missing member's chunk saved in the journal before a degraded write).
+    /// [`Array::settle`], as `how` says ([`Settle`]).
     pub(crate) fn settle_with(
         &self,
         stripe: StripeIx,
-        known: Option<(Pos, &[u8])>,
+        how: Settle<'_>,
         kind: EventKind,
         evidence: &str,
     ) -> Result<(), EngineError> {
@@ -297,10 +375,26 @@ impl Array {
         let (k, c) = (g.k, usize_of(g.chunk_bytes));
         let all: Vec<Pos> = Pos::upto(g.n()).collect();
         let mut units = self.read_units(stripe, &all)?;
-        if let Some((pos, bytes)) = known {
+        let known = match how {
+            Settle::Known(pos, bytes) => {
+                let mut u = self.unit_buf();
+                u.copy_from_slice(bytes);
+                units[pos.get()] = Some(u);
+                Some(pos)
+            }
+            _ => None,
+        };
+        // Data units no member gave: lost, when the caller says they may be (zero-filled and
+        // listed whole below, so they read refused, never as the zeros).
+        let lost: Vec<Pos> = if matches!(how, Settle::LoseUnreadable) {
+            Pos::upto(k).filter(|p| units[p.get()].is_none()).collect()
+        } else {
+            vec![]
+        };
+        for &p in &lost {
             let mut u = self.unit_buf();
-            u.copy_from_slice(bytes);
-            units[pos.get()] = Some(u);
+            u.fill(0);
+            units[p.get()] = Some(u);
         }
         if units[..k].iter().any(|u| u.is_none()) {
             return Err(EngineError::Unrecoverable {
@@ -315,9 +409,17 @@ impl Array {
         // Every block that fails its own check is listed untrusted, durably, before the seal
         // below would make it pass (FORMAT.md §2.7): it then reads refused, never as good.
         if self.sb().scheme != Scheme::None {
-            let ranges = self
+            let mut ranges: Vec<_> = self
                 .layout()
-                .unverified(self, stripe, &units, known.map(|k| k.0))?;
+                .unverified(self, stripe, &units, known)?
+                .into_iter()
+                .filter(|r| !lost.iter().any(|p| p.get() == usize::from(r.position)))
+                .collect();
+            ranges.extend(
+                lost.iter()
+                    .map(|&p| crate::untrusted::whole(stripe, p, c, None)),
+            );
+            ranges.sort_by_key(|r| (r.position, r.offset));
             if !self.list_untrusted(&ranges, evidence)? {
                 self.recycle(units);
                 return Err(EngineError::Unrecoverable {

@@ -523,7 +523,12 @@ fn failing_runs(
     ranges
 }
 
-fn whole(stripe: StripeIx, pos: Pos, c: usize, expected_crc: Option<u32>) -> UntrustedRange {
+pub(crate) fn whole(
+    stripe: StripeIx,
+    pos: Pos,
+    c: usize,
+    expected_crc: Option<u32>,
+) -> UntrustedRange {
     UntrustedRange {
         stripe: stripe.get(),
         position: crate::num::index_u16(pos.get()),

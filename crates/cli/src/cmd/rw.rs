@@ -292,25 +292,52 @@ pub fn read(a: ReadArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(crate::exit::OK))
 }
 
-/// `buf` read from array byte `at` a stripe at a time, a stripe that cannot be verified left as
-/// zeros and listed in `refused` (byte offset, length, why); any other error ends it.
+/// `buf` read from array byte `at` a stripe at a time, what cannot be verified left as zeros and
+/// listed in `refused` (byte offset, length, why), down to the sector; any other error ends it.
 fn read_around(
     array: &Array,
     at: u64,
     buf: &mut [u8],
     refused: &mut Vec<(u64, usize, String)>,
 ) -> Result<(), stripeguard_engine::EngineError> {
-    let sd = array.geometry().stripe_data_bytes();
+    // Every verifiable byte is returned: a stripe refused is read again chunk by chunk, a
+    // chunk refused sector by sector (what the integrity metadata can vouch for separately).
+    let g = array.geometry();
+    let tiers = [
+        g.stripe_data_bytes(),
+        g.chunk_bytes,
+        u64::from(array.superblock().sector_bytes()),
+    ];
+    read_in_pieces(array, at, buf, refused, &tiers)
+}
+
+/// [`read_around`] in pieces aligned to `tiers[0]`, each refused one again in `tiers[1..]`'s.
+fn read_in_pieces(
+    array: &Array,
+    at: u64,
+    buf: &mut [u8],
+    refused: &mut Vec<(u64, usize, String)>,
+    tiers: &[u64],
+) -> Result<(), stripeguard_engine::EngineError> {
+    let piece = tiers[0].max(1);
     let mut off = 0usize;
     while off < buf.len() {
         let pos = at + off as u64;
-        let to_end = usize::try_from((pos / sd + 1) * sd - pos).unwrap_or(usize::MAX);
+        let to_end = usize::try_from((pos / piece + 1) * piece - pos).unwrap_or(usize::MAX);
         let m = to_end.min(buf.len() - off);
         match array.read(pos, &mut buf[off..off + m]) {
             Ok(()) => {}
+            Err(stripeguard_engine::EngineError::Unrecoverable { .. }) if tiers.len() > 1 => {
+                read_in_pieces(array, pos, &mut buf[off..off + m], refused, &tiers[1..])?;
+            }
             Err(stripeguard_engine::EngineError::Unrecoverable { stripe, reason }) => {
                 buf[off..off + m].fill(0);
-                refused.push((pos, m, format!("stripe {stripe}: {reason}")));
+                let why = format!("stripe {stripe}: {reason}");
+                // Neighbouring pieces refused for the same reason are one range.
+                match refused.last_mut() {
+                    Some((a, n, w)) if *a + *n as u64 == pos && *w == why => *n += m,
+                    _ => refused.push((pos, m, why)),
+                }
             }
             Err(e) => return Err(e),
         }

@@ -22,15 +22,39 @@ pub struct MembersArgs {
     #[arg(long)]
     pub(crate) no_wait: bool,
     /// When more members are stale than the array survives, bring back the freshest stale
-    /// ones (highest event count), read-only, every read verified against the integrity
-    /// metadata (what cannot be verified is refused): for `status`, `read` and `serve
-    /// --read-only` of an array that cannot be assembled otherwise (md's --assemble --force).
+    /// ones (highest event count), every read verified against the integrity metadata (what
+    /// cannot be verified is refused), for an array that cannot be assembled otherwise (md's
+    /// --assemble --force). Read-only (`status`, `read`, `serve --read-only`) unless
+    /// --writable is given too.
     #[arg(long)]
     pub(crate) force_assemble: bool,
+    /// With --force-assemble, for a command that writes (`replace`, `serve`, `write`, `scrub`):
+    /// record the members brought back as current and resync every stripe at once, listing
+    /// what cannot be verified as untrusted (refused on read until overwritten). Permanent: a
+    /// wrong choice of members cannot be undone, so copy the data off read-only first.
+    #[arg(long, requires = "force_assemble")]
+    pub(crate) writable: bool,
+}
+
+/// A forced assembly is read-only unless `--writable` says otherwise, and `--writable` means
+/// nothing to a command that does not write.
+pub(crate) fn check_forced(a: &MembersArgs, writable: bool) -> Result<()> {
+    if a.force_assemble && writable && !a.writable {
+        anyhow::bail!(
+            "--force-assemble is read-only unless --writable is given too: this command writes, and a writable forced assembly records the stale members it brings back as current for good (every stripe is then resynced, what cannot be verified listed untrusted); copy the data off first with `read --force-assemble` or `serve --read-only --force-assemble`"
+        );
+    }
+    if a.writable && !writable {
+        anyhow::bail!(
+            "--writable makes a forced assembly permanent, but this command only reads: leave it out, or give it to a command that writes (replace, serve, scrub)"
+        );
+    }
+    Ok(())
 }
 
 /// Assemble the array read-only as `status` does (it prints members out itself), forced when
 /// asked.
+/// The caller checks the flags first ([`check_forced`]).
 pub(crate) fn assemble_quietly(a: &MembersArgs) -> Result<Array, stripeguard_engine::EngineError> {
     let opts = AssembleOptions {
         writable: false,
@@ -48,11 +72,7 @@ pub(crate) fn assemble_quietly(a: &MembersArgs) -> Result<Array, stripeguard_eng
 
 /// Assemble the array on the members given, warning on stderr of each member out of it.
 pub(crate) fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
-    if a.force_assemble && writable {
-        anyhow::bail!(
-            "--force-assemble assembles read-only: use it with status, read or serve --read-only, copy the data off, and rebuild the array"
-        );
-    }
+    check_forced(a, writable)?;
     let opts = AssembleOptions {
         writable,
         no_wait: a.no_wait,

@@ -28,6 +28,7 @@ pub struct StatusArgs {
 }
 
 pub fn run(a: StatusArgs) -> Result<ExitCode> {
+    super::shared::check_forced(&a.array, false)?;
     let array = match super::shared::assemble_quietly(&a.array) {
         Ok(array) => array,
         Err(EngineError::Disk(DiskError::Locked { name, holder })) => {
