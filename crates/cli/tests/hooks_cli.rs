@@ -121,3 +121,60 @@ fn hooks_run_for_new_events_once_across_restarts() {
     let _ = follow.wait();
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "7:repaired\n");
 }
+
+/// A split brain refused (issue 35 §4) writes nothing to the members — which side holds the
+/// data is the operator's to say — so no member's event log can record it; the refusal goes
+/// to syslog (a fake `/dev/log` here) as one `split-brain-refused` line at severity err.
+#[test]
+fn a_split_brain_refused_reaches_syslog() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let five = ["m0", "m1", "m2", "m3", "m4"];
+    let with5 = |verb: &'static str, extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v = vec![verb];
+        v.extend(five);
+        v.extend(extra);
+        v
+    };
+    ok(&sg(
+        &with5("create", &["--level", "6", "--size", "4M", "--chunk", "4K"]),
+        d,
+    ));
+    std::fs::write(d.join("a"), vec![5u8; 100_000]).unwrap();
+    ok(&sg(&with5("write", &["-i", "a"]), d));
+    let b = d.join("b");
+    std::fs::create_dir(&b).unwrap();
+    for m in ["m2", "m3", "m4"] {
+        std::fs::copy(d.join(m), b.join(m)).unwrap();
+    }
+    // Half A writes without m3, m4; half B without m0, m1.
+    std::fs::remove_file(d.join("m3")).unwrap();
+    std::fs::remove_file(d.join("m4")).unwrap();
+    let _ = sg(&with5("write", &["-i", "a"]), d);
+    let _ = sg(&with5("write", &["-i", "../a"]), &b);
+    std::fs::copy(b.join("m3"), d.join("m3")).unwrap();
+    std::fs::copy(b.join("m4"), d.join("m4")).unwrap();
+
+    let log = d.join("log.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&log).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(with5("status", &[]))
+        .current_dir(d)
+        .env("STRIPEGUARD_SYSLOG_SOCKET", &log)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("split brain"));
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).expect("a syslog message");
+    let msg = String::from_utf8_lossy(&buf[..n]);
+    // Facility daemon (3), severity err (3): <27>.
+    assert!(
+        msg.starts_with("<27>stripeguard[")
+            && msg.contains("]: split-brain-refused: split brain: "),
+        "{msg}"
+    );
+}

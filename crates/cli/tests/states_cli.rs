@@ -463,6 +463,15 @@ fn a_writable_forced_assembly_puts_a_dead_array_back_with_the_unverifiable_liste
             ev.contains("\"kind\":\"forced-assembly\""),
             "{scheme}: not durable"
         );
+        // Member events name the device, not only a path that can name another disk later.
+        let replaced = ev
+            .split("},{")
+            .find(|e| e.contains("replace-started") && e.contains("onto new5"))
+            .unwrap_or_default();
+        assert!(
+            replaced.contains("file on device ") && replaced.contains(", inode "),
+            "{scheme}: {replaced}"
+        );
         // (The stripe that holds byte 4,000,000 was written after m4 left: up to its start.)
         let out = run("read", &ms, &["--length", "3990000", "-o", "early"]);
         ok(&out);

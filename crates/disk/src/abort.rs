@@ -24,6 +24,9 @@ impl Disk for AbortDisk {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    fn device(&self) -> Option<String> {
+        self.inner.device()
+    }
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
     }

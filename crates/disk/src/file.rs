@@ -206,6 +206,17 @@ impl Disk for FileDisk {
     fn name(&self) -> &str {
         &self.name
     }
+    fn device(&self) -> Option<String> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let m = self.file.metadata().ok()?;
+        Some(if m.file_type().is_block_device() {
+            let (ma, mi) = (libc::major(m.rdev()), libc::minor(m.rdev()));
+            format!("block device {ma}:{mi}")
+        } else {
+            let (ma, mi) = (libc::major(m.dev()), libc::minor(m.dev()));
+            format!("file on device {ma}:{mi}, inode {}", m.ino())
+        })
+    }
     fn size_bytes(&self) -> u64 {
         self.size
     }

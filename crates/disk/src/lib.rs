@@ -159,6 +159,12 @@ pub trait Disk: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError>;
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), DiskError>;
+    /// The device the member is, for messages and events: `block device 7:3` (its device
+    /// number), `file on device 259:1, inode 1234`; `None` for disks that live in this process
+    /// or on another host.
+    fn device(&self) -> Option<String> {
+        None
+    }
     /// Whether I/O to this disk is slow enough that issuing it from several threads at once pays
     /// (files and devices: yes; memory: no, a thread hand-off costs more than the copy).
     fn prefers_parallel(&self) -> bool {

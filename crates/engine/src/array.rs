@@ -283,12 +283,10 @@ impl Array {
             unusable,
             forced,
         } = decide(&names, &sizes, &found, opts.force)?;
-        if !forced.is_empty() {
-            if reference.scheme == Scheme::None {
-                return Err(EngineError::Config(
-                    "a forced assembly needs an integrity scheme to verify every read; scheme `none` has none, so the stale members' old data would be returned as good".into(),
-                ));
-            }
+        if !forced.is_empty() && reference.scheme == Scheme::None {
+            return Err(EngineError::Config(
+                "a forced assembly needs an integrity scheme to verify every read; scheme `none` has none, so the stale members' old data would be returned as good".into(),
+            ));
         }
         let high_water = found
             .iter()
@@ -591,6 +589,12 @@ impl Array {
     /// about `member` (or the array as a whole) and make it durable at once: a state change an
     /// operator looks for after a crash must be in the log, not in memory.
     pub(crate) fn note(&self, kind: EventKind, member: Option<MemberIx>, evidence: String) {
+        // A member's event names the device too (a path can name another disk tomorrow),
+        // first: the entry's evidence field cuts long text at its end (FORMAT.md §2.5).
+        let evidence = match member.and_then(|m| self.members.get(m).device()) {
+            Some(dev) => format!("{dev}: {evidence}"),
+            None => evidence,
+        };
         self.log_event(Event {
             stripe: 0,
             member: member.map_or(0, MemberIx::get),
@@ -806,7 +810,13 @@ impl Array {
             position: 0,
             role: EventRole::Member,
             kind: EventKind::MemberFailed,
-            evidence: format!("{}: {}", self.members.get(member).name(), why.reason()),
+            evidence: {
+                let d = self.members.get(member);
+                match d.device() {
+                    Some(dev) => format!("{} ({dev}): {}", d.name(), why.reason()),
+                    None => format!("{}: {}", d.name(), why.reason()),
+                }
+            },
             action: crate::events::EventAction::RebuiltDegraded,
         });
         true

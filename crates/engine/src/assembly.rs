@@ -310,7 +310,7 @@ fn split_brain(
     let current: Vec<usize> = (0..reference.members as usize)
         .filter(|p| found[*p].is_ok() && !split.contains(p) && !stale.contains(p))
         .collect();
-    EngineError::Assemble(if current.is_empty() {
+    EngineError::SplitBrain(if current.is_empty() {
         // Every member the newest superblock counts as current is absent or stale: one side of
         // the split is all that was given.
         format!(

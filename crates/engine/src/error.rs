@@ -21,6 +21,9 @@ pub enum EngineError {
     /// The members do not form one array.
     #[error("{0}")]
     Assemble(String),
+    /// Members assembled and written apart (split brain): refused, nothing written.
+    #[error("{0}")]
+    SplitBrain(String),
     /// A request outside the array.
     #[error("request of {len} bytes at offset {offset} is beyond the array's capacity of {capacity} bytes")]
     OutOfRange {

@@ -39,6 +39,32 @@ pub fn unit_label(role: EventRole, position: usize, k: usize) -> String {
     }
 }
 
+/// Where an event happened, in words: `member 3 (/dev/sdd)` for a member's event or state
+/// change, `the array` for the array's state changes, else `stripe 12 member 3 (data 2)` —
+/// one form for every printer (`events`, the command reports, the holder's log lines).
+pub fn event_place(
+    kind: EventKind,
+    role: EventRole,
+    stripe: u64,
+    member: usize,
+    position: usize,
+    k: usize,
+    member_name: Option<&str>,
+) -> String {
+    let member_words = match member_name {
+        Some(n) => format!("member {member} ({n})"),
+        None => format!("member {member}"),
+    };
+    match role {
+        EventRole::Member => member_words,
+        EventRole::Stripe if kind.is_state_change() => "the array".into(),
+        _ => format!(
+            "stripe {stripe} member {member} ({})",
+            unit_label(role, position, k)
+        ),
+    }
+}
+
 /// Running totals.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Counters {

@@ -53,7 +53,9 @@ pub use array::{
 pub use ckcache::CK_CACHE_TABLES;
 pub use env::{Env, EnvRef, Host, LiveHolders, RealEnv, Sabotage, SimEnv};
 pub use error::EngineError;
-pub use events::{unit_label, Counters, Event, EventAction, EventKind, EventListener, EventRole};
+pub use events::{
+    event_place, unit_label, Counters, Event, EventAction, EventKind, EventListener, EventRole,
+};
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use members::MemberHealth;

@@ -187,8 +187,27 @@ codes! {
         ResyncFinished = 26, "resync-finished";
         /// A member that had left came back (re-added through the write-intent record).
         MemberReturned = 27, "member-returned";
-        /// A forced assembly brought a stale member back (read-only).
+        /// A forced assembly brought a stale member back (read-only, or made current for
+        /// good with `--writable`).
         ForcedAssembly = 28, "forced-assembly";
+    }
+}
+
+impl EventKind {
+    /// A change of the array's or a member's state (codes 21–28), not a finding in a stripe:
+    /// its stripe and position say nothing.
+    pub fn is_state_change(self) -> bool {
+        matches!(
+            self,
+            EventKind::ReplaceStarted
+                | EventKind::ReplaceFinished
+                | EventKind::ReplaceInterrupted
+                | EventKind::ScrubStarted
+                | EventKind::ScrubFinished
+                | EventKind::ResyncFinished
+                | EventKind::MemberReturned
+                | EventKind::ForcedAssembly
+        )
     }
 }
 

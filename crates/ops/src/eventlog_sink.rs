@@ -8,7 +8,7 @@
 //! listener runs with the event log locked), it loses lines instead.
 
 use std::sync::Arc;
-use stripeguard_engine::{unit_label, Array, Event, EventAction, EventKind};
+use stripeguard_engine::{Array, Event, EventAction, EventKind, EventRole};
 
 /// Log every event of `array` from now on as `tag`'s lines (`tag`: `stripeguard serve`).
 pub fn log_events(array: &Array, tag: &'static str) {
@@ -24,41 +24,39 @@ pub fn log_events(array: &Array, tag: &'static str) {
     }));
 }
 
+/// A refusal that no member records (a split brain: the engine writes nothing to an array it
+/// refuses to assemble), as one syslog message at severity err: `KIND: WHY`. Standard error
+/// has it already, as the command's error.
+pub fn log_refusal(kind: &str, why: &str) {
+    if let Some(s) = Syslog::open() {
+        s.send(3, "stripeguard", &format!("{kind}: {why}"));
+    }
+}
+
 /// One event in words: what, where, the evidence, what was done.
 pub fn line_of(e: &Event, data_chunks: usize, member_name: Option<&str>) -> String {
-    let member = match member_name {
-        Some(n) => format!("member {} ({n})", e.member),
-        None => format!("member {}", e.member),
-    };
-    let at = match e.kind {
-        k if is_state_change(k) => String::new(),
-        _ => format!(
-            " stripe {} {member} ({})",
-            e.stripe,
-            unit_label(e.role, e.position, data_chunks)
-        ),
-    };
+    // The array's own state changes need no place: `scrub-finished: ...`.
+    let array_wide = e.role == EventRole::Stripe && e.kind.is_state_change();
+    let at = stripeguard_engine::event_place(
+        e.kind,
+        e.role,
+        e.stripe,
+        e.member,
+        e.position,
+        data_chunks,
+        member_name,
+    );
     // Evidence is stored text: control characters in it are shown, not obeyed.
     let evidence: String = e
         .evidence
         .chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    format!("{}{at}: {evidence} [{}]", e.kind, e.action)
-}
-
-fn is_state_change(k: EventKind) -> bool {
-    matches!(
-        k,
-        EventKind::ReplaceStarted
-            | EventKind::ReplaceFinished
-            | EventKind::ReplaceInterrupted
-            | EventKind::ScrubStarted
-            | EventKind::ScrubFinished
-            | EventKind::ResyncFinished
-            | EventKind::MemberReturned
-            | EventKind::ForcedAssembly
-    )
+    if array_wide {
+        format!("{}: {evidence} [{}]", e.kind, e.action)
+    } else {
+        format!("{} {at}: {evidence} [{}]", e.kind, e.action)
+    }
 }
 
 /// Syslog severity: 3 err, 4 warning, 5 notice.

@@ -348,7 +348,14 @@ pub fn assemble_paths_with(
         ..opts.clone()
     };
     let members = open_member_paths_as(paths, direct, opts.writable)?;
-    let array = Array::assemble(members, &opts)?;
+    let array = match Array::assemble(members, &opts) {
+        Err(EngineError::SplitBrain(why)) => {
+            // Nothing reaches the members of an array refused; the refusal reaches syslog.
+            eventlog_sink::log_refusal("split-brain-refused", &why);
+            return Err(EngineError::SplitBrain(why));
+        }
+        other => other?,
+    };
     array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
     Ok(array)
 }

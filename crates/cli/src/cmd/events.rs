@@ -192,12 +192,21 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
                 }
             } else {
                 println!(
-                    "#{:<6} {} stripe {} member {} ({}): {} — {} [{}]",
+                    "#{:<6} {} {}: {} — {} [{}]",
                     e.number,
                     ago(e.time_unix_ms / 1000),
-                    e.stripe,
-                    e.member,
-                    stripeguard_engine::unit_label(e.role, e.position as usize, log.data_chunks),
+                    stripeguard_engine::event_place(
+                        e.kind,
+                        e.role,
+                        e.stripe,
+                        e.member as usize,
+                        e.position as usize,
+                        log.data_chunks,
+                        a.members
+                            .get(e.member as usize)
+                            .and_then(|p| p.to_str())
+                            .filter(|_| e.role == stripeguard_engine::EventRole::Member),
+                    ),
                     e.kind,
                     // Evidence is stored text: terminal escapes in it are shown, not obeyed.
                     stripeguard_xfer::proto::printable(e.evidence.as_bytes()),

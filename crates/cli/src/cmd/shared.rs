@@ -122,12 +122,22 @@ pub(super) fn print_events(array: &Array, to_stdout: bool) {
             events.len()
         ));
     }
+    let names: Vec<String> = array.health().into_iter().map(|h| h.name).collect();
     for e in events.into_iter().take(EVENTS_SHOWN) {
         lines.push(format!(
-            "  stripe {} member {} ({}): {} — {} [{:?}]",
-            e.stripe,
-            e.member,
-            stripeguard_engine::unit_label(e.role, e.position, k),
+            "  {}: {} — {} [{}]",
+            stripeguard_engine::event_place(
+                e.kind,
+                e.role,
+                e.stripe,
+                e.member,
+                e.position,
+                k,
+                names
+                    .get(e.member)
+                    .map(String::as_str)
+                    .filter(|_| e.role == stripeguard_engine::EventRole::Member),
+            ),
             e.kind,
             e.evidence,
             e.action
