@@ -6,6 +6,7 @@ mod cmd;
 mod codes;
 mod exit;
 mod figures;
+mod interrupt;
 mod progress;
 mod reliability;
 mod serve;

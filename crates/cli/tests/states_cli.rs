@@ -544,3 +544,42 @@ fn examine_names_a_truncated_member() {
         (Some(false), Some(true))
     );
 }
+
+/// Ctrl-C on an offline scrub (issue 35 §5, from the last session's note): it stops at the next
+/// stripe, saves its position and closes the array clean — exit 130, `status` says the scrub
+/// was interrupted but not that the array is dirty, and the next scrub resumes. Before this,
+/// SIGINT killed the process mid-write and left the array dirty for a resync.
+#[test]
+fn ctrl_c_stops_a_scrub_clean_and_the_next_one_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(&args("create", &["--size", "16M"]), d));
+    // Rate-limited so it is still running when the signal comes (about 10 s in all).
+    let child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args("scrub", &["--rate", "5"]))
+        .current_dir(d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let k = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("the array is closed clean"), "{err}");
+    let (code, v) = status_json(d);
+    assert_eq!(v["shutdown"], "clean", "{v}");
+    assert!(v["states"].to_string().contains("scrub-interrupted"), "{v}");
+    // An unfinished scrub is news, not an alarm: the exit status stays 0.
+    assert_eq!(code, Some(0), "{v}");
+    let text = ok(&sg(&args("scrub", &[]), d));
+    assert!(
+        text.contains("resumed an interrupted scrub at stripe"),
+        "{text}"
+    );
+}

@@ -62,6 +62,6 @@ pub use members::MemberHealth;
 pub use metacheck::MetadataFinding;
 pub use num::usize_of;
 pub use owner::clock_utc;
-pub use rebuild::{ReplaceForce, ReplaceSummary};
+pub use rebuild::{RebuildCanceller, ReplaceForce, ReplaceSummary};
 pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};
 pub use stripeguard_format::Owner;

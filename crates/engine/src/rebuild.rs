@@ -60,6 +60,17 @@ impl ReplaceForce {
     };
 }
 
+/// Stops a replace at its next stripe from any thread ([`Array::rebuild_canceller`]).
+#[derive(Clone)]
+pub struct RebuildCanceller(std::sync::Arc<crate::members::Members>);
+
+impl RebuildCanceller {
+    /// Ask the replace to stop at its next stripe, its position kept.
+    pub fn cancel(&self) {
+        self.0.cancel_rebuild();
+    }
+}
+
 /// The target's own checkpoint (its rebuild id), if it has one.
 fn target_checkpoint(target: &DiskRef) -> Option<Checkpoint> {
     let mut b = vec![0u8; 2 * SLOT_BYTES];
@@ -74,6 +85,11 @@ impl Array {
     /// kept, so `replace` onto the same device resumes it.
     pub fn cancel_rebuild(&self) {
         self.members().cancel_rebuild();
+    }
+
+    /// [`Array::cancel_rebuild`] for a thread that does not hold the array (a signal handler).
+    pub fn rebuild_canceller(&self) -> RebuildCanceller {
+        RebuildCanceller(std::sync::Arc::clone(self.members()))
     }
 
     /// Whether `target` is the device that left slot `member`, back: `None` when it is not

@@ -182,12 +182,22 @@ pub fn run(a: ReplaceArgs) -> Result<ExitCode> {
     };
     let bar = count_bar("rebuilding");
     let started = std::time::Instant::now();
+    // Ctrl-C stops at the next stripe, the position saved, the array closed clean.
+    let canceller = array.rebuild_canceller();
+    let interrupt = crate::interrupt::Interrupt::on_first(move || canceller.cancel());
     let result = target.run(&array, a.member, a.force_flags(), &mut updater(&bar));
     bar.finish_and_clear();
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
             let _ = array.close();
+            if interrupt.fired() {
+                eprintln!(
+                    "stripeguard: replace interrupted; the array is closed clean, and `replace` onto {} again resumes where it stopped",
+                    a.with.display()
+                );
+                return Ok(ExitCode::from(130));
+            }
             return Err(e.into());
         }
     };

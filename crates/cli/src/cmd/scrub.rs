@@ -118,11 +118,17 @@ pub fn run(a: ScrubArgs) -> Result<ExitCode> {
             return via_holder(&a, &uuid);
         }
     }
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = ScrubOptions {
         restart: a.restart,
         rate_bytes_per_second: rate_bytes(a.rate),
+        cancel: Some(std::sync::Arc::clone(&cancel)),
         ..ScrubOptions::default()
     };
+    // Ctrl-C stops at the next stripe, the position saved, the array closed clean.
+    let interrupt = crate::interrupt::Interrupt::on_first(move || {
+        cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     let bar = count_bar(if a.check_only {
         "checking stripes"
     } else {
@@ -132,6 +138,20 @@ pub fn run(a: ScrubArgs) -> Result<ExitCode> {
     let result = with_control_socket(&array, || scrub(&array, &opts, &mut updater(&bar)));
     bar.finish_and_clear();
     let summary = result?;
+    if let (Some(at), true) = (summary.interrupted_at, interrupt.fired()) {
+        array.close()?;
+        eprintln!(
+            "stripeguard: {} interrupted at stripe {at} of {}; the array is closed clean{}",
+            if a.check_only { "check" } else { "scrub" },
+            summary.stripes,
+            if a.check_only {
+                String::new()
+            } else {
+                "; `scrub` again resumes there".into()
+            }
+        );
+        return Ok(ExitCode::from(130));
+    }
     let c = array.counters();
     if a.json {
         println!(
