@@ -62,6 +62,13 @@ enum Command {
     /// What each member's own metadata says (array, index, state, event count, member table,
     /// owner, last written), without assembling the array.
     Examine(cmd::examine::ExamineArgs),
+    /// Find arrays without their member lists: read the superblock of every candidate (the
+    /// paths or globs given, the configuration file's, or every block device), one line per
+    /// array — name, uuid, level, scheme, members found / expected, health, state; --config
+    /// prints a configuration file for them.
+    ///
+    /// Exit status: 0 every array found complete, 1 one is degraded or incomplete.
+    Scan(cmd::scan::ScanArgs),
     /// Serve the array as a block device over NBD (a unix socket or loopback by default);
     /// SIGTERM or Ctrl-C stops it cleanly.
     ///
@@ -128,6 +135,7 @@ fn main() -> ExitCode {
         Command::Events(a) => cmd::events::run(a),
         Command::Stop(a) => cmd::stop::run(a),
         Command::Examine(a) => cmd::examine::run(a),
+        Command::Scan(a) => cmd::scan::run(a),
         Command::Replace(a) => cmd::replace::run(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),

@@ -52,7 +52,8 @@ pub struct ServeArgs {
     pub stop_timeout: u64,
 }
 
-pub fn serve(a: ServeArgs) -> Result<ExitCode> {
+pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
+    a.array.resolve(true)?;
     // Assemble first, then listen: a socket that exists means a server that is ready (and that
     // holds the array), which is what scripts waiting for it rely on.
     let array = assemble(&a.array, !a.read_only)?;

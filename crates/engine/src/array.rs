@@ -58,6 +58,9 @@ pub struct ArrayConfig {
     /// Lock every member with `flock` (off where flock does not cross hosts: the owner record
     /// is then the only guard, FORMAT.md §2.2).
     pub local_locks: bool,
+    /// The array's name (FORMAT.md §2.1); `None`: the host's name and the first 8 hex digits
+    /// of the new uuid (`backup-3f2a9c01`), unique without asking any other array.
+    pub name: Option<String>,
 }
 
 impl ArrayConfig {
@@ -77,6 +80,7 @@ impl ArrayConfig {
             write_journal: false,
             env: RealEnv::shared(),
             local_locks: true,
+            name: None,
         }
     }
 
@@ -1064,7 +1068,15 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
         )));
     }
     let uuid: [u8; 16] = crate::env::random(cfg.env.as_ref());
+    let name = match &cfg.name {
+        Some(n) => {
+            stripeguard_integrity::check_name(n).map_err(EngineError::Config)?;
+            n.clone()
+        }
+        None => default_name(&cfg.env.host().name, &uuid),
+    };
     let sb = Superblock {
+        name,
         array_uuid: uuid,
         member_index: 0,
         members: count(n, "members")?,
@@ -1102,6 +1114,25 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
     })?;
     check_chunk_rows(cfg)?;
     Ok(sb)
+}
+
+/// `HOST-UUID8`: the host's name cut to what a name may hold, and the uuid's first 8 hex digits.
+fn default_name(host: &str, uuid: &[u8; 16]) -> String {
+    let host: String = host
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+        .take(stripeguard_integrity::MAX_NAME_BYTES - 9)
+        .collect();
+    let tail = stripeguard_format::hex(&uuid[..4]);
+    let named = format!("{host}-{tail}");
+    if stripeguard_integrity::check_name(&named).is_ok() {
+        named
+    } else {
+        format!("array-{tail}")
+    }
 }
 
 /// Lock every member (exclusively for a process that may write, shared for one that only

@@ -210,6 +210,37 @@ pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
 /// Set while it holds an entry: a reader that does not know the record would read a listed
 /// block as good (its appendix was re-sealed over it), so it must refuse the array.
 pub const INCOMPAT_UNTRUSTED: u64 = 4;
+/// Compatible feature bit 0: the array has a name, at bytes 168..200 (FORMAT.md §2.1). A
+/// reader that does not know it ignores the name (and a writer that does not know it drops it).
+pub const COMPAT_NAME: u64 = 1;
+/// Bytes of an array's name at most.
+pub const MAX_NAME_BYTES: usize = 32;
+
+/// Whether `name` can be an array's name: 1 to 32 bytes of `A-Z a-z 0-9 . _ -`, starting with
+/// a letter or digit (so it never reads as a flag), and not 32 hex digits (a uuid's spelling).
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "an array's name has 1 to {MAX_NAME_BYTES} characters; {name:?} has {}",
+            name.len()
+        ));
+    }
+    if !name.chars().all(ok_char) || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "an array's name is letters, digits, '.', '_' and '-', starting with a letter or digit: {name:?} is not"
+        ));
+    }
+    if name.len() == 32 && name.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{name:?} reads as an array uuid; choose a name that does not"
+        ));
+    }
+    Ok(())
+}
+
+/// Where the name sits in a superblock copy.
+const NAME_AT: usize = 168;
 /// Most journal slots a member may have.
 pub const MAX_JOURNAL_SLOTS: u32 = 64;
 
@@ -334,6 +365,8 @@ pub struct Superblock {
     pub write_journal: bool,
     /// The stripe-state record lists untrusted blocks (incompatible feature bit 2).
     pub untrusted_listed: bool,
+    /// The array's name (`create --name`; compatible feature bit 0); empty: none.
+    pub name: String,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
 }
@@ -423,6 +456,9 @@ impl Superblock {
     /// Check the geometry fields; used by both `create` and the decoder.
     pub fn validate(&self) -> Result<(), SuperblockError> {
         let g = SuperblockError::Geometry;
+        if !self.name.is_empty() && check_name(&self.name).is_err() {
+            return Err(g("the array's name is not a valid name"));
+        }
         if self.data_chunks == 0 || self.parity_chunks == 0 {
             return Err(g("k and m must both be at least 1"));
         }
@@ -570,6 +606,12 @@ impl Superblock {
             b[152..160].copy_from_slice(&self.layout.state_offset().to_le_bytes());
             b[160..168].copy_from_slice(&self.layout.state_bytes.to_le_bytes());
         }
+        if !self.name.is_empty() {
+            let name = self.name.as_bytes();
+            let len = name.len().min(MAX_NAME_BYTES);
+            b[NAME_AT..NAME_AT + len].copy_from_slice(&name[..len]);
+            b[104..112].copy_from_slice(&COMPAT_NAME.to_le_bytes());
+        }
         for (i, slot) in self.member_table.iter().enumerate() {
             let at = TABLE_AT + i * ENTRY_BYTES;
             b[at] = slot.state.id();
@@ -629,6 +671,19 @@ impl Superblock {
                 state_bytes: u64_at(b, 160),
             },
             member_table: Vec::new(),
+            // Compatible bits this build does not know are ignored, as their definition says.
+            name: if u64_at(b, 104) & COMPAT_NAME != 0 {
+                let field = &b[NAME_AT..NAME_AT + MAX_NAME_BYTES];
+                let len = field.iter().position(|&c| c == 0).unwrap_or(MAX_NAME_BYTES);
+                let name = std::str::from_utf8(&field[..len])
+                    .map_err(|_| SuperblockError::Geometry("the array's name is not text"))?;
+                check_name(name).map_err(|_| {
+                    SuperblockError::Geometry("the array's name is not a valid name")
+                })?;
+                name.to_string()
+            } else {
+                String::new()
+            },
             journal_slots: u32_at(b, 144),
             write_journal: u64_at(b, 96) & INCOMPAT_WRITE_JOURNAL != 0,
             untrusted_listed: u64_at(b, 96) & INCOMPAT_UNTRUSTED != 0,
@@ -719,6 +774,7 @@ mod tests {
 
     pub(crate) fn sample() -> Superblock {
         Superblock {
+            name: String::new(),
             array_uuid: [9; 16],
             member_index: 3,
             members: 8,
@@ -794,6 +850,61 @@ mod tests {
             assert!(e.contains("buddy"), "{e}");
             sb.scheme = Scheme::Hybrid1;
             assert!(sb.validate().is_ok());
+        }
+    }
+
+    /// The name (compatible bit 0, bytes 168..200): round-trips; its bytes mean nothing with
+    /// the bit clear (an older build's zeros, or a build that dropped it); a name that breaks
+    /// the rules is not a valid copy; unknown compatible bits are ignored.
+    #[test]
+    fn the_name_is_a_compatible_feature() {
+        let mut sb = sample();
+        sb.name = "backup-01".into();
+        let b = sb.encode();
+        assert_eq!(&b[168..177], b"backup-01");
+        assert_eq!(b[177], 0);
+        assert_eq!(u64_at(&b, 104), COMPAT_NAME);
+        assert_eq!(Superblock::decode(&b).unwrap().name, "backup-01");
+        let reseal = |mut b: [u8; SUPERBLOCK_BYTES]| {
+            let crc = crc32c(&b[..CRC_AT]);
+            b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let mut clear = b;
+        clear[104] = 0;
+        assert_eq!(Superblock::decode(&reseal(clear)).unwrap().name, "");
+        let mut unknown = b;
+        unknown[104] |= 0x80;
+        assert_eq!(
+            Superblock::decode(&reseal(unknown)).unwrap().name,
+            "backup-01"
+        );
+        let mut bad = b;
+        bad[168] = b'-';
+        assert!(matches!(
+            Superblock::decode(&reseal(bad)),
+            Err(SuperblockError::Geometry(_))
+        ));
+        let mut full = b;
+        full[168..200].copy_from_slice(&[b'x'; 32]);
+        assert_eq!(
+            Superblock::decode(&reseal(full)).unwrap().name,
+            "x".repeat(32)
+        );
+        for ok in ["a", "db.01", "A_b-c", &"z".repeat(32)] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for no in [
+            "",
+            "-a",
+            ".a",
+            "a b",
+            "a/b",
+            "é",
+            &"z".repeat(33),
+            &"ab".repeat(16),
+        ] {
+            assert!(check_name(no).is_err(), "{no}");
         }
     }
 

@@ -22,6 +22,7 @@ use stripeguard_format::{
 fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
     let layout = MetadataLayout::for_member(1 << 30);
     Superblock {
+        name: "mutant-1".into(),
         array_uuid: [3; 16],
         member_index: members - 1,
         members,

@@ -122,6 +122,7 @@ fn layout() -> MetadataLayout {
 fn superblock() -> Superblock {
     let layout = layout();
     Superblock {
+        name: String::new(),
         array_uuid: [3; 16],
         member_index: 2,
         members: 4,

@@ -26,14 +26,14 @@ pub use stripeguard_format::{
     appendix_bytes_for, block_bytes_for, block_crcs, combine_block_crcs, Appendix, AppendixError,
     Identity, Role, APPENDIX_HEADER_BYTES, CHECKSUM_BLOCK_BYTES,
 };
+pub use stripeguard_format::{
+    check_name, write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState,
+    MetadataLayout, Superblock, SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET,
+    JOURNAL_HEADER_BYTES, JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS,
+    MAX_MEMBERS, MAX_NAME_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
+};
 pub use stripeguard_format::{ck_table_bytes, CkError, CkTable};
 pub use stripeguard_format::{
     state_capacity, StateError, StateRecord, UntrustedRange, STATE_ENTRY_BYTES, STATE_HEADER_BYTES,
-};
-pub use stripeguard_format::{
-    write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState, MetadataLayout,
-    Superblock, SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES,
-    JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS, MAX_MEMBERS,
-    OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
 };
 pub use stripeguard_format::{MirrorKind, Scheme};

@@ -34,6 +34,8 @@ pub struct Examined {
     pub copies: Vec<Copy>,
     /// The array's uuid, hex.
     pub array_uuid: String,
+    /// The array's name (empty: none).
+    pub name: String,
     /// This member's index.
     pub member_index: u16,
     /// `k + m` (+ 1 checksum member).
@@ -111,6 +113,7 @@ pub fn examine(path: &Path) -> Result<Examined, EngineError> {
         path: path.display().to_string(),
         copies,
         array_uuid: stripeguard_format::hex(&sb.array_uuid),
+        name: sb.name.clone(),
         member_index: sb.member_index,
         members: sb.members,
         data_chunks: sb.data_chunks,

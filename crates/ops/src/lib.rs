@@ -27,7 +27,10 @@ use stripeguard_engine::{
     RealEnv, ReplaceForce, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
 };
 
+pub mod config;
 mod eventlog_sink;
+mod scan;
+pub use scan::{candidates, find_array, order_members, scan, FoundArray, FoundMember};
 mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod online;
@@ -67,6 +70,8 @@ pub struct CreateOnPaths {
     pub code: Option<CodeId>,
     /// Every write goes through the journal first ([`ArrayConfig::write_journal`]).
     pub write_journal: bool,
+    /// The array's name ([`ArrayConfig::name`]; `None`: derived from the host).
+    pub name: Option<String>,
 }
 
 /// The usual parity count for `n` members: RAID-6 from 6 members, else RAID-5.
@@ -128,6 +133,7 @@ impl CreateOnPaths {
             write_journal: self.write_journal,
             env: RealEnv::shared(),
             local_locks: local_locks(),
+            name: self.name.clone(),
         })
     }
 

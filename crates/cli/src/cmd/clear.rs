@@ -20,7 +20,8 @@ pub struct ClearArgs {
     json: bool,
 }
 
-pub fn run(a: ClearArgs) -> Result<ExitCode> {
+pub fn run(mut a: ClearArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     let array = assemble(&a.array, true)?;
     let cleared = with_control_socket(&array, || array.clear_untrusted(a.stripe))?;
     if a.json {

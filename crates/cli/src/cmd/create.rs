@@ -73,9 +73,17 @@ pub struct CreateArgs {
     /// more copies of each write and a flush before it goes in place; at most 32 members.
     #[arg(long)]
     journal: bool,
+    /// The array's name (1–32 of A-Z a-z 0-9 . _ -), for `scan`, `list`, `--array NAME` and
+    /// the config file. Default: this host's name and the uuid's first 8 hex digits.
+    #[arg(long, value_parser = parse_name)]
+    name: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_name(s: &str) -> Result<String, String> {
+    stripeguard_integrity::check_name(s).map(|()| s.to_string())
 }
 
 pub fn run(a: CreateArgs) -> Result<ExitCode> {
@@ -125,6 +133,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         },
         code,
         write_journal: a.journal,
+        name: a.name.clone(),
     };
     let bar = count_bar("initialising stripes");
     let result = req.run(&mut updater(&bar));
@@ -137,14 +146,15 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
     if a.json {
         println!(
             "{}",
-            json!({"uuid": hex(&sb.array_uuid), "members": n, "data_chunks": sb.data_chunks, "parity_chunks": m,
+            json!({"uuid": hex(&sb.array_uuid), "name": sb.name, "members": n, "data_chunks": sb.data_chunks, "parity_chunks": m,
                    "code": sb.code.name(), "scheme": sb.scheme.name(), "chunk_bytes": sb.chunk_bytes,
                    "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes, "capacity_bytes": cap,
                    "write_journal": sb.write_journal})
         );
     } else {
         println!(
-            "created array {}: {} data + {} parity ({}){}, scheme {}{}, chunk {}, {} stripes, capacity {} bytes ({})",
+            "created array {} ({}): {} data + {} parity ({}){}, scheme {}{}, chunk {}, {} stripes, capacity {} bytes ({})",
+            sb.name,
             hex(&sb.array_uuid),
             sb.data_chunks,
             m,

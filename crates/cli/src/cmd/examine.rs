@@ -16,11 +16,30 @@ pub struct ExamineArgs {
     #[arg(required = true)]
     members: Vec<PathBuf>,
     /// Print JSON: one array, an object per member (`error` for one that holds no superblock).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "export")]
     json: bool,
+    /// Print KEY=VALUE lines for udev (`IMPORT{program}`, packaging/udev/69-stripeguard.rules):
+    /// ID_FS_TYPE=stripeguard_member, ID_FS_UUID, ID_FS_LABEL (the array's name) and
+    /// STRIPEGUARD_* fields, so `lsblk -f` and udev rules see members. One member only; exit 1
+    /// and nothing printed for a device that is not one.
+    #[arg(long)]
+    export: bool,
 }
 
 pub fn run(a: ExamineArgs) -> Result<ExitCode> {
+    if a.export {
+        anyhow::ensure!(
+            a.members.len() == 1,
+            "--export takes one member (udev runs it per device)"
+        );
+        return Ok(match examine(&a.members[0]) {
+            Ok(x) => {
+                print!("{}", export(&x));
+                ExitCode::from(exit::OK)
+            }
+            Err(_) => ExitCode::from(exit::FOUND),
+        });
+    }
     let mut failed = false;
     let mut all = Vec::new();
     for p in &a.members {
@@ -47,12 +66,44 @@ pub fn run(a: ExamineArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(if failed { exit::USAGE } else { exit::OK }))
 }
 
+/// udev's `KEY=VALUE` lines: values are shell-safe by construction (hex, digits, and names of
+/// `A-Z a-z 0-9 . _ -`).
+fn export(x: &stripeguard_ops::Examined) -> String {
+    let u = &x.array_uuid;
+    let dashed = format!(
+        "{}-{}-{}-{}-{}",
+        &u[..8],
+        &u[8..12],
+        &u[12..16],
+        &u[16..20],
+        &u[20..]
+    );
+    let mut out = String::new();
+    out += "ID_FS_TYPE=stripeguard_member\n";
+    out += "ID_FS_USAGE=raid\n";
+    out += &format!("ID_FS_UUID={dashed}\nID_FS_UUID_ENC={dashed}\n");
+    if !x.name.is_empty() {
+        out += &format!("ID_FS_LABEL={0}\nID_FS_LABEL_ENC={0}\n", x.name);
+    }
+    out += &format!("STRIPEGUARD_ARRAY_UUID={u}\n");
+    out += &format!("STRIPEGUARD_ARRAY_NAME={}\n", x.name);
+    out += &format!("STRIPEGUARD_MEMBER_INDEX={}\n", x.member_index);
+    out += &format!("STRIPEGUARD_MEMBERS={}\n", x.members);
+    out += &format!("STRIPEGUARD_EVENT_COUNT={}\n", x.event_count);
+    out
+}
+
 fn print(x: &stripeguard_ops::Examined) {
     let secs = |ms: u64| ms / 1000;
     println!("{}", x.path);
     println!(
-        "  array {} member {} of {} ({} data + {} parity, {}), scheme {}, chunk {} bytes, {} stripes",
+        "  array {}{} member {} of {} ({} data + {} parity, {}), scheme {}, chunk {} bytes, {} stripes",
         x.array_uuid,
+        if x.name.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", x.name)
+        },
         x.member_index,
         x.members,
         x.data_chunks,

@@ -13,6 +13,7 @@ pub mod inject;
 mod live;
 pub mod replace;
 pub mod rw;
+pub mod scan;
 pub mod scrub;
 pub mod shared;
 mod simulate;

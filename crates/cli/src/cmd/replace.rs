@@ -142,7 +142,8 @@ impl ReplaceArgs {
     }
 }
 
-pub fn run(a: ReplaceArgs) -> Result<ExitCode> {
+pub fn run(mut a: ReplaceArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     a.check_flags()?;
     // The slot's own path again is the device coming back (a re-add, which the engine checks);
     // another member's path is a mistake.

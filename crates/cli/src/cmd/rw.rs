@@ -81,7 +81,8 @@ fn report(array: &Array, what: &str, bytes: u64, json_out: bool) {
     }
 }
 
-pub fn write(a: WriteArgs) -> Result<ExitCode> {
+pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     // Stream the input in steps of a few MiB: memory stays bounded whatever its size.
     let (mut input, known_len): (Box<dyn Read>, Option<u64>) = match &a.input {
         Some(p) => {
@@ -152,7 +153,8 @@ pub fn write(a: WriteArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(crate::exit::OK))
 }
 
-pub fn read(a: ReadArgs) -> Result<ExitCode> {
+pub fn read(mut a: ReadArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     // A forced assembly is read-only: its reads are verified, nothing is written back.
     let array = assemble(&a.array, !a.array.force_assemble)?;
     let cap = array.capacity_bytes();

@@ -86,7 +86,8 @@ pub struct ScrubArgs {
     json: bool,
 }
 
-pub fn run(a: ScrubArgs) -> Result<ExitCode> {
+pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     if let Some(r) = a.rate {
         if !(r > 0.0 && r.is_finite()) {
             bail!("--rate {r} must be a positive number of MB/s");

@@ -9,9 +9,16 @@ use stripeguard_ops::assemble_paths_with;
 
 #[derive(Args)]
 pub struct MembersArgs {
-    /// The array's member files or block devices, in member order.
-    #[arg(required = true)]
+    /// The array's member files, block devices or NBD URIs (given out of order, they are put
+    /// in the order their superblocks say, with a note).
+    #[arg(required_unless_present = "array")]
     pub(crate) members: Vec<PathBuf>,
+    /// The array by name or uuid instead of its members: they are found by scanning the
+    /// configuration file's `devices` globs and member URIs (default: every block device;
+    /// `stripeguard scan` shows what is found). The file is /etc/stripeguard/stripeguard.conf,
+    /// or STRIPEGUARD_CONFIG.
+    #[arg(long, value_name = "NAME|UUID", conflicts_with = "members")]
+    pub(crate) array: Option<String>,
     /// Open members with O_DIRECT (reads reach the device, not the page cache).
     #[arg(long)]
     pub(crate) direct: bool,
@@ -34,6 +41,58 @@ pub struct MembersArgs {
     /// wrong choice of members cannot be undone, so copy the data off read-only first.
     #[arg(long, requires = "force_assemble")]
     pub(crate) writable: bool,
+}
+
+impl MembersArgs {
+    /// Fill in the member list: found by scanning for `--array` (with `wait`, waiting up to the
+    /// configuration's `wait` for members not there yet, as at boot), or the list given put
+    /// in index order.
+    pub(crate) fn resolve(&mut self, wait: bool) -> Result<()> {
+        let Some(key) = &self.array else {
+            let (ordered, note) = stripeguard_ops::order_members(&self.members);
+            if let Some(n) = note {
+                eprintln!("stripeguard: note: {n}");
+                self.members = ordered;
+            }
+            return Ok(());
+        };
+        let (_, cfg) = stripeguard_ops::config::Config::load(None).map_err(anyhow::Error::msg)?;
+        let patience = wait
+            .then(|| cfg.array(key).and_then(|(_, a)| a.wait.clone()))
+            .flatten()
+            .and_then(|w| stripeguard_ops::config::parse_duration(&w))
+            .unwrap_or_default();
+        let started = std::time::Instant::now();
+        let mut said = false;
+        let found = loop {
+            let found = stripeguard_ops::find_array(key, &cfg);
+            let complete = matches!(&found, Ok(f) if f.health() == "complete");
+            if complete || started.elapsed() >= patience {
+                break found?;
+            }
+            if !said {
+                eprintln!(
+                    "stripeguard: waiting up to {} s for the members of {key} not found yet",
+                    patience.as_secs()
+                );
+                said = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        };
+        eprintln!(
+            "stripeguard: array {} ({}): {}",
+            found.name,
+            found.uuid,
+            found
+                .member_paths()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        self.members = found.member_paths();
+        Ok(())
+    }
 }
 
 /// A forced assembly is read-only unless `--writable` says otherwise, and `--writable` means

@@ -27,7 +27,8 @@ pub struct StatusArgs {
     pub(super) json: bool,
 }
 
-pub fn run(a: StatusArgs) -> Result<ExitCode> {
+pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     super::shared::check_forced(&a.array, false)?;
     let array = match super::shared::assemble_quietly(&a.array) {
         Ok(array) => array,
@@ -96,7 +97,7 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
     if a.json {
         println!(
             "{}",
-            json!({"uuid": hex(&sb.array_uuid), "scheme": sb.scheme.name(), "code": sb.code.name(),
+            json!({"uuid": hex(&sb.array_uuid), "name": sb.name, "scheme": sb.scheme.name(), "code": sb.code.name(),
                    "data_chunks": sb.data_chunks, "parity_chunks": sb.parity_chunks,
                    "chunk_bytes": sb.chunk_bytes, "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes,
                    "capacity_bytes": array.capacity_bytes(),
@@ -113,7 +114,11 @@ pub fn run(a: StatusArgs) -> Result<ExitCode> {
                    "unrecoverable": unrecoverable})
         );
     } else {
-        println!("array {}", hex(&sb.array_uuid));
+        if sb.name.is_empty() {
+            println!("array {}", hex(&sb.array_uuid));
+        } else {
+            println!("array {} ({})", sb.name, hex(&sb.array_uuid));
+        }
         println!(
             "  {} data + {} parity ({}), scheme {}, chunk {}, sector {}, {} stripes, capacity {} bytes",
             sb.data_chunks,

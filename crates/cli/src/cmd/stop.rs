@@ -22,7 +22,8 @@ pub struct StopArgs {
     no_wait_stop: bool,
 }
 
-pub fn run(a: StopArgs) -> Result<ExitCode> {
+pub fn run(mut a: StopArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
     let Some(uuid) = peek_uuid(&a.array.members) else {
         bail!("no member has a readable superblock: not a stripeguard array");
     };

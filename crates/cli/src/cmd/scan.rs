@@ -1,0 +1,148 @@
+//! `stripeguard scan`: every array whose members are among the candidates (the paths and globs
+//! given, or the configuration file's, or every block device), one line each; `--config` prints
+//! a configuration file for them.
+
+use crate::exit;
+use anyhow::Result;
+use clap::Args;
+use std::process::ExitCode;
+use stripeguard_ops::config::Config;
+use stripeguard_ops::FoundArray;
+
+#[derive(Args)]
+pub struct ScanArgs {
+    /// Paths, globs (quote them: '/dev/loop*') or NBD URIs to read. Default: the configuration
+    /// file's `devices` and member URIs, or every block device.
+    candidates: Vec<String>,
+    /// Print a configuration file (/etc/stripeguard/stripeguard.conf) naming what was found,
+    /// with the globs scanned as its `devices`.
+    #[arg(long)]
+    config: bool,
+    /// Print JSON: one array, an object per array with its members by slot.
+    #[arg(long)]
+    json: bool,
+    /// Also list each member and its standing.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+pub fn run(a: ScanArgs) -> Result<ExitCode> {
+    let (_, cfg) = Config::load(None).map_err(anyhow::Error::msg)?;
+    let candidates = stripeguard_ops::candidates(&a.candidates, &cfg);
+    let found = stripeguard_ops::scan(&candidates, &cfg);
+    if a.json {
+        println!("{}", serde_json::to_string(&found)?);
+    } else if a.config {
+        print!("{}", config_for(&a.candidates, &found, &cfg));
+    } else {
+        if found.is_empty() {
+            eprintln!(
+                "stripeguard: no array member among {} candidate(s)",
+                candidates.len()
+            );
+        }
+        for f in &found {
+            println!("{}", line(f));
+            if a.verbose {
+                for (i, s) in f.slots.iter().enumerate() {
+                    match s {
+                        Some(m) => println!(
+                            "  member {i}: {} (event {}, {})",
+                            m.path.display(),
+                            m.event_count,
+                            m.standing
+                        ),
+                        None => println!("  member {i}: NOT FOUND"),
+                    }
+                }
+                for m in &f.ignored {
+                    println!(
+                        "  ignored: {} (names member {}, event {}: an older copy)",
+                        m.path.display(),
+                        m.index,
+                        m.event_count
+                    );
+                }
+            }
+        }
+    }
+    // As `zpool status -x`: 0 when every array found is complete.
+    let attention = found.iter().any(|f| f.health() != "complete");
+    Ok(ExitCode::from(if attention {
+        exit::FOUND
+    } else {
+        exit::OK
+    }))
+}
+
+/// `NAME UUID raid6 4+2 hybrid-seq 6/6 members complete clean`.
+fn line(f: &FoundArray) -> String {
+    let level = match (f.parity_chunks, f.code.as_str()) {
+        (1, _) => "raid5".to_string(),
+        (2, "raid6") => "raid6".to_string(),
+        (_, code) => code.to_string(),
+    };
+    format!(
+        "{} {} {level} {}+{} {} {}/{} members {} {}",
+        if f.name.is_empty() { "-" } else { &f.name },
+        f.uuid,
+        f.data_chunks,
+        f.parity_chunks,
+        f.scheme,
+        f.current(),
+        f.members,
+        f.health(),
+        f.state
+    )
+}
+
+/// A configuration naming every array found (by the name it has, or `array-UUID8`), with
+/// the globs scanned, and NBD members (which no glob finds) listed.
+fn config_for(given: &[String], found: &[FoundArray], cfg: &Config) -> String {
+    let mut out = Config {
+        devices: if given.is_empty() {
+            cfg.devices.clone()
+        } else {
+            given
+                .iter()
+                .filter(|g| !g.contains("://"))
+                .cloned()
+                .collect()
+        },
+        arrays: Default::default(),
+    };
+    for f in found {
+        let name = if f.name.is_empty() {
+            format!("array-{}", &f.uuid[..8])
+        } else {
+            f.name.clone()
+        };
+        let mut a = cfg
+            .array(&name)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default();
+        a.uuid = Some(f.uuid.clone());
+        let nbd: Vec<String> = f
+            .slots
+            .iter()
+            .flatten()
+            .map(|m| m.path.display().to_string())
+            .filter(|p| p.contains("://"))
+            .collect();
+        for u in nbd {
+            if !a.members.contains(&u) {
+                a.members.push(u);
+            }
+        }
+        out.arrays.insert(name, a);
+    }
+    format!(
+        "# stripeguard configuration (stripeguard scan --config){}\n{}",
+        if found.is_empty() {
+            ": no array found"
+        } else {
+            ""
+        },
+        out.to_text()
+    )
+}

@@ -1,0 +1,327 @@
+//! Finding arrays without a member list (issue 36 §1): read the superblock of every candidate
+//! (the configured globs and member URIs, or every block device of the host), group the
+//! members by array uuid, and put each in the slot its own superblock names. Nothing is
+//! assembled or written, and no lock is taken: it works beside a holder.
+//!
+//! A slot two candidates claim (a copy of a member, an old disk back after a replace) goes to
+//! the one with the higher event count; the other is listed as ignored. Members are judged as
+//! assembly would (FORMAT.md §2.1): the newest superblock's member table says which are current.
+
+use crate::config::{parse_uuid, Config};
+use std::path::{Path, PathBuf};
+use stripeguard_engine::{read_superblock_of, EngineError};
+use stripeguard_format::{MemberState, Superblock};
+
+/// One member found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FoundMember {
+    /// Where it was found.
+    pub path: PathBuf,
+    /// Its index in the array (its superblock says).
+    pub index: u16,
+    /// Its own event count.
+    pub event_count: u64,
+    /// `current`, or why assembly would not take it as current (`stale`, `superseded`, …).
+    pub standing: String,
+}
+
+/// One array found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FoundArray {
+    /// Its uuid, hex.
+    pub uuid: String,
+    /// Its name (the superblock's, or the configuration file's when the superblock has none).
+    pub name: String,
+    /// `k + m` (+ the checksum member).
+    pub members: u16,
+    pub data_chunks: u16,
+    pub parity_chunks: u16,
+    pub code: String,
+    pub scheme: String,
+    /// `clean` or `dirty`, as the newest superblock says.
+    pub state: String,
+    /// The newest event count among its members.
+    pub event_count: u64,
+    /// Each slot's member, in index order (`None`: not found).
+    pub slots: Vec<Option<FoundMember>>,
+    /// Candidates that name a slot another candidate holds with a newer event count.
+    pub ignored: Vec<FoundMember>,
+}
+
+impl FoundArray {
+    /// Members found that assembly would take as current.
+    pub fn current(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|m| m.standing == "current")
+            .count()
+    }
+
+    /// The health in a word: `complete` (every member current), `degraded` (the parity
+    /// covers what is missing or stale), `incomplete` (it cannot be assembled as found).
+    pub fn health(&self) -> &'static str {
+        let out = usize::from(self.members) - self.current();
+        match out {
+            0 => "complete",
+            o if o <= usize::from(self.parity_chunks) => "degraded",
+            _ => "incomplete",
+        }
+    }
+
+    /// The member list in index order, a slot not found given as a path that names it (it
+    /// opens as a failed member: "not found by scan").
+    pub fn member_paths(&self) -> Vec<PathBuf> {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Some(m) => m.path.clone(),
+                None => PathBuf::from(format!("(member {i} not found)")),
+            })
+            .collect()
+    }
+
+    /// The uuid as bytes.
+    pub fn uuid_bytes(&self) -> [u8; 16] {
+        parse_uuid(&self.uuid).unwrap_or_default()
+    }
+}
+
+/// The candidates to read: the globs given (or the configuration's `devices`, or every block
+/// device), and every member URI the configuration lists. Sorted, without duplicates.
+pub fn candidates(given: &[String], cfg: &Config) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let globs: Vec<String> = if !given.is_empty() {
+        given.to_vec()
+    } else {
+        cfg.devices.clone()
+    };
+    if globs.is_empty() {
+        out.extend(block_devices());
+    }
+    for g in &globs {
+        if g.contains("://") {
+            out.push(PathBuf::from(g));
+            continue;
+        }
+        match glob::glob(g) {
+            Ok(paths) => {
+                let before = out.len();
+                out.extend(paths.flatten());
+                // A plain path that does not exist yet is still a candidate (it fails to open
+                // and is skipped, as any unreadable candidate).
+                if out.len() == before && !g.contains(['*', '?', '[']) {
+                    out.push(PathBuf::from(g));
+                }
+            }
+            Err(_) => out.push(PathBuf::from(g)),
+        }
+    }
+    if given.is_empty() {
+        for a in cfg.arrays.values() {
+            out.extend(a.members.iter().map(PathBuf::from));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every block device of this host (`/dev/NAME` for each entry of `/sys/class/block`).
+fn block_devices() -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/block") else {
+        return vec![];
+    };
+    dir.flatten()
+        .map(|e| Path::new("/dev").join(e.file_name()))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// Read every candidate's superblock (those that hold none, or cannot be opened, are skipped)
+/// and group them into arrays, sorted by name. `cfg` names arrays whose superblock has none.
+pub fn scan(candidates: &[PathBuf], cfg: &Config) -> Vec<FoundArray> {
+    let mut found: Vec<(PathBuf, Superblock)> = Vec::new();
+    for p in candidates {
+        // Read-only, no lock, no O_EXCL: a held array's members are read too.
+        let Ok(disk) = crate::open_member_how(p, false, false, false) else {
+            continue;
+        };
+        if disk.size_bytes() == 0 {
+            continue;
+        }
+        if let Ok(sb) = read_superblock_of(disk.as_ref()) {
+            found.push((p.clone(), sb));
+        }
+    }
+    let mut uuids: Vec<[u8; 16]> = found.iter().map(|(_, sb)| sb.array_uuid).collect();
+    uuids.sort_unstable();
+    uuids.dedup();
+    let mut arrays: Vec<FoundArray> = uuids.iter().map(|u| group(u, &found, cfg)).collect();
+    arrays.sort_by(|a, b| (&a.name, &a.uuid).cmp(&(&b.name, &b.uuid)));
+    arrays
+}
+
+/// The array with `uuid` from the superblocks found.
+fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> FoundArray {
+    let mine: Vec<&(PathBuf, Superblock)> = found
+        .iter()
+        .filter(|(_, sb)| &sb.array_uuid == uuid)
+        .collect();
+    let newest = mine
+        .iter()
+        .map(|(_, sb)| sb)
+        .max_by_key(|sb| sb.generation)
+        .expect("at least one");
+    let n = usize::from(newest.members);
+    let mut slots: Vec<Option<FoundMember>> = vec![None; n];
+    let mut ignored = Vec::new();
+    let mut by_age: Vec<&&(PathBuf, Superblock)> = mine.iter().collect();
+    by_age.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.generation));
+    for (path, sb) in by_age.into_iter().map(|x| (&x.0, &x.1)) {
+        let i = usize::from(sb.member_index);
+        let m = FoundMember {
+            path: path.clone(),
+            index: sb.member_index,
+            event_count: sb.generation,
+            standing: standing(sb, newest),
+        };
+        match slots.get_mut(i) {
+            Some(s @ None) => *s = Some(m),
+            _ => ignored.push(m),
+        }
+    }
+    let name = if newest.name.is_empty() {
+        cfg.name_of(uuid).unwrap_or_default().to_string()
+    } else {
+        newest.name.clone()
+    };
+    FoundArray {
+        uuid: stripeguard_format::hex(uuid),
+        name,
+        members: newest.members,
+        data_chunks: newest.data_chunks,
+        parity_chunks: newest.parity_chunks,
+        code: newest.code.name().to_string(),
+        scheme: newest.scheme.name().to_string(),
+        state: format!("{:?}", newest.state).to_lowercase(),
+        event_count: newest.generation,
+        slots,
+        ignored,
+    }
+}
+
+/// What the newest superblock's table says of a member whose own superblock is `sb` (the rules
+/// of FORMAT.md §2.1, without the split-brain and size checks assembly adds).
+fn standing(sb: &Superblock, newest: &Superblock) -> String {
+    let i = usize::from(sb.member_index);
+    let Some(slot) = newest.member_table.get(i) else {
+        return "not in the member table".into();
+    };
+    let own_device = sb.member_table.get(i).map(|s| s.device);
+    if own_device != Some(slot.device) {
+        return "superseded (a replace put another device in its slot)".into();
+    }
+    match slot.state {
+        MemberState::Active => "current".into(),
+        s if sb.generation <= slot.last_event => format!("stale ({})", s.name()),
+        _ => "written apart (split brain)".into(),
+    }
+}
+
+/// The array `key` names — a name (the configuration's, or a superblock's) or a uuid — with
+/// its members, from the candidates the configuration gives. An error says what was looked at.
+pub fn find_array(key: &str, cfg: &Config) -> Result<FoundArray, EngineError> {
+    let wanted: Option<[u8; 16]> = match cfg.array(key) {
+        Some((_, a)) => a.uuid.as_deref().and_then(parse_uuid),
+        None => parse_uuid(key),
+    };
+    let cands = candidates(&[], cfg);
+    let all = scan(&cands, cfg);
+    let hits: Vec<&FoundArray> = all
+        .iter()
+        .filter(|a| match wanted {
+            Some(u) => a.uuid_bytes() == u,
+            None => a.name == key,
+        })
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(EngineError::Assemble(format!(
+            "no member of an array {key:?} found among {} candidate(s) ({}); give its members, or list them in the configuration file (`devices` globs, or `members` under [array.{key}])",
+            cands.len(),
+            if cfg.devices.is_empty() {
+                "every block device".to_string()
+            } else {
+                cfg.devices.join(" ")
+            }
+        ))),
+        many => Err(EngineError::Assemble(format!(
+            "{} arrays are called {key:?} ({}); name one by its uuid",
+            many.len(),
+            many.iter().map(|a| a.uuid.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// `paths` in the order their superblocks' member indexes give, when they all belong to one
+/// array and name distinct slots; with a note saying what moved. Paths that hold no superblock
+/// (a missing member) keep their relative order in the slots left free. Anything else is
+/// returned as given (assembly then explains what is wrong).
+pub fn order_members(paths: &[PathBuf]) -> (Vec<PathBuf>, Option<String>) {
+    let read: Vec<Option<Superblock>> = paths
+        .iter()
+        .map(|p| {
+            let d = crate::open_member_how(p, false, false, false).ok()?;
+            read_superblock_of(d.as_ref()).ok()
+        })
+        .collect();
+    let as_given = (paths.to_vec(), None);
+    let Some(first) = read.iter().flatten().next() else {
+        return as_given;
+    };
+    let n = usize::from(first.members);
+    if n != paths.len()
+        || read
+            .iter()
+            .flatten()
+            .any(|sb| sb.array_uuid != first.array_uuid)
+    {
+        return as_given;
+    }
+    let mut slots: Vec<Option<PathBuf>> = vec![None; n];
+    for (p, sb) in paths.iter().zip(&read) {
+        if let Some(sb) = sb {
+            match slots.get_mut(usize::from(sb.member_index)) {
+                Some(s @ None) => *s = Some(p.clone()),
+                _ => return as_given,
+            }
+        }
+    }
+    let mut rest = paths
+        .iter()
+        .zip(&read)
+        .filter(|(_, sb)| sb.is_none())
+        .map(|(p, _)| p);
+    let ordered: Vec<PathBuf> = slots
+        .into_iter()
+        .map(|s| s.or_else(|| rest.next().cloned()).unwrap_or_default())
+        .collect();
+    if ordered == paths {
+        return as_given;
+    }
+    let moved: Vec<String> = ordered
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| paths.get(*i) != Some(p))
+        .map(|(i, p)| format!("{} is member {i}", p.display()))
+        .collect();
+    (
+        ordered,
+        Some(format!(
+            "members given out of order, put in their places: {}",
+            moved.join(", ")
+        )),
+    )
+}
