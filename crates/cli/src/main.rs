@@ -69,6 +69,12 @@ enum Command {
     ///
     /// Exit status: 0 every array found complete, 1 one is degraded or incomplete.
     Scan(cmd::scan::ScanArgs),
+    /// Every array on this host in one view: the held ones live from their holders (states, and
+    /// the progress of a replace or scrub), the others as a scan finds them; control sockets
+    /// whose holder is gone are removed.
+    ///
+    /// Exit status: 0 every array healthy, 1 something needs attention.
+    List(cmd::list::ListArgs),
     /// Serve the array as a block device over NBD (a unix socket or loopback by default);
     /// SIGTERM or Ctrl-C stops it cleanly.
     ///
@@ -136,6 +142,7 @@ fn main() -> ExitCode {
         Command::Stop(a) => cmd::stop::run(a),
         Command::Examine(a) => cmd::examine::run(a),
         Command::Scan(a) => cmd::scan::run(a),
+        Command::List(a) => cmd::list::run(a),
         Command::Replace(a) => cmd::replace::run(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),

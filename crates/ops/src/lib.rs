@@ -23,13 +23,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripeguard_disk::{DiskError, DiskRef, FailedDisk, FileDisk};
 use stripeguard_engine::{
-    clock_utc, read_superblock_of, unit_label, Array, ArrayConfig, AssembleOptions, EngineError,
-    RealEnv, ReplaceForce, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
+    clock_utc, read_superblock_of, Array, ArrayConfig, AssembleOptions, EngineError, RealEnv,
+    ReplaceForce, ReplaceSummary, APPENDIX_CACHE_ENTRIES, MAX_HEARTBEAT_MS,
 };
 
 pub mod config;
 mod eventlog_sink;
+mod list;
 mod scan;
+pub use list::{list, Listed};
 pub use scan::{candidates, find_array, order_members, scan, FoundArray, FoundMember};
 mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
@@ -418,7 +420,7 @@ fn refuse_duplicate_paths(paths: &[PathBuf]) -> Result<(), EngineError> {
 /// `/run/stripeguard` when it can be made (root), else the temporary directory.
 pub fn control_socket_path(uuid: &[u8; 16]) -> PathBuf {
     let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-    let run = Path::new("/run/stripeguard");
+    let run = Path::new(CONTROL_DIR);
     let dir = if std::fs::create_dir_all(run).is_ok() {
         run.to_path_buf()
     } else {
@@ -427,9 +429,17 @@ pub fn control_socket_path(uuid: &[u8; 16]) -> PathBuf {
     dir.join(format!("stripeguard-{hex}.sock"))
 }
 
+/// Where control sockets live when the directory can be made (root).
+pub const CONTROL_DIR: &str = "/run/stripeguard";
+
 /// The live state a holder reports over its control socket.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LiveStatus {
+    /// The array's name and uuid (hex) (empty from holders of builds before names).
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uuid: String,
     /// The holder's process id.
     pub pid: u32,
     /// Its command line.
@@ -653,6 +663,8 @@ pub fn with_control_socket_hooks<R>(
                             r if r.trim() == "status" => {
                                 let c = array.counters();
                                 let live = LiveStatus {
+                                    name: array.superblock().name.clone(),
+                                    uuid: stripeguard_format::hex(&array.superblock().array_uuid),
                                     pid: std::process::id(),
                                     command: command.clone(),
                                     detected: c.detected,
@@ -677,10 +689,16 @@ pub fn with_control_socket_hooks<R>(
                                         .take(20)
                                         .map(|e| {
                                             format!(
-                                                "stripe {} member {} ({}): {} — {}",
-                                                e.stripe,
-                                                e.member,
-                                                unit_label(e.role, e.position, usize::from(array.superblock().data_chunks)),
+                                                "{}: {} — {}",
+                                                stripeguard_engine::event_place(
+                                                    e.kind,
+                                                    e.role,
+                                                    e.stripe,
+                                                    e.member,
+                                                    e.position,
+                                                    usize::from(array.superblock().data_chunks),
+                                                    None,
+                                                ),
                                                 e.kind,
                                                 e.evidence
                                             )

@@ -195,6 +195,8 @@ mod tests {
     #[test]
     fn a_holder_asked_for_a_check_is_not_a_clean_result() {
         let mut live = LiveStatus {
+            name: String::new(),
+            uuid: String::new(),
             pid: 1,
             command: String::new(),
             detected: 0,

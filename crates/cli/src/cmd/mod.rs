@@ -10,6 +10,7 @@ pub mod demo;
 pub mod events;
 pub mod examine;
 pub mod inject;
+pub mod list;
 mod live;
 pub mod replace;
 pub mod rw;

@@ -117,10 +117,7 @@ fn config_for(given: &[String], found: &[FoundArray], cfg: &Config) -> String {
         } else {
             f.name.clone()
         };
-        let mut a = cfg
-            .array(&name)
-            .map(|(_, a)| a.clone())
-            .unwrap_or_default();
+        let mut a = cfg.array(&name).map(|(_, a)| a.clone()).unwrap_or_default();
         a.uuid = Some(f.uuid.clone());
         let nbd: Vec<String> = f
             .slots
