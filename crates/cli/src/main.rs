@@ -16,7 +16,7 @@ mod sim;
 mod units;
 mod xfer;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 const EXIT_HELP: &str = "Exit status: 0 ok; 1 a check found something (repaired, degraded, inconsistent); 2 bad arguments or another error; 3 data that cannot be returned (unrecoverable); 4 nothing to work on (a trace that yields no request); 5 send/recv: the session failed as a whole (1: some files failed, the rest landed). A closed output pipe ends a command quietly (SIGPIPE), as it does `cat`.";
@@ -75,6 +75,16 @@ enum Command {
     ///
     /// Exit status: 0 every array healthy, 1 something needs attention.
     List(cmd::list::ListArgs),
+    /// Follow the event log of every array it finds (configured or scanned, held or not): a
+    /// line per new event on stderr and syslog, the array's hook run (configuration `hook`, or
+    /// --exec; the variables of `events --exec` and SG_ARRAY_NAME), mail with --mail; its
+    /// position kept per array across restarts. --oneshot checks once (exit 0 all well, 1 not).
+    Monitor(cmd::monitor::MonitorArgs),
+    /// Print a shell completion script (bash, zsh, fish): `stripeguard completions bash >
+    /// /usr/share/bash-completion/completions/stripeguard`.
+    Completions(cmd::docs::CompletionsArgs),
+    /// Write the man pages (one per command) into a directory, as scripts/install does.
+    Manpages(cmd::docs::ManpagesArgs),
     /// Serve the array as a block device over NBD (a unix socket or loopback by default);
     /// SIGTERM or Ctrl-C stops it cleanly.
     ///
@@ -125,6 +135,27 @@ enum Command {
     Reliability(reliability::ReliabilityArgs),
 }
 
+/// `--version`: the version, the commit, the on-disk format and the GF kernels this CPU runs.
+fn long_version() -> String {
+    use stripeguard_gf::{Kernel, KernelKind};
+    let available: Vec<String> = KernelKind::available()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    let selected = Kernel::selected()
+        .map(|k| k.kind().to_string())
+        .unwrap_or_else(|e| format!("none ({e})"));
+    format!(
+        "{}\ncommit {}\non-disk format version {} (members), transfer protocol version {}\nGF kernels: {} available on this CPU, {} selected (STRIPEGUARD_KERNEL chooses)",
+        env!("CARGO_PKG_VERSION"),
+        env!("STRIPEGUARD_COMMIT"),
+        stripeguard_format::FORMAT_VERSION,
+        stripeguard_xfer::proto::VERSION,
+        available.join(", "),
+        selected
+    )
+}
+
 fn main() -> ExitCode {
     // A panic is a bug: it aborts the whole process (docs/DESIGN.md, "Panics").
     stripeguard_ops::abort_on_panic();
@@ -132,7 +163,11 @@ fn main() -> ExitCode {
     // SIGPIPE, no message. Rust ignores SIGPIPE by default, which turns every later print into a
     // panic. (A long-running server that must outlive its clients ignores it again.)
     sigpipe::default();
-    let cli = Cli::parse();
+    let cli =
+        match Cli::from_arg_matches(&Cli::command().long_version(long_version()).get_matches()) {
+            Ok(c) => c,
+            Err(e) => e.exit(),
+        };
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Create(a) => cmd::create::run(a),
@@ -143,6 +178,9 @@ fn main() -> ExitCode {
         Command::Examine(a) => cmd::examine::run(a),
         Command::Scan(a) => cmd::scan::run(a),
         Command::List(a) => cmd::list::run(a),
+        Command::Monitor(a) => cmd::monitor::run(a),
+        Command::Completions(a) => cmd::docs::completions(a, Cli::command()),
+        Command::Manpages(a) => cmd::docs::manpages(a, Cli::command()),
         Command::Replace(a) => cmd::replace::run(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),

@@ -52,11 +52,40 @@ pub struct ServeArgs {
     pub stop_timeout: u64,
 }
 
+/// What systemd is told when a stop begins.
+const STOPPING: &str =
+    "STOPPING=1\nSTATUS=stopping: serving the connected clients until they leave, then closing the array clean";
+
 pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
     a.array.resolve(true)?;
+    // Under systemd (Type=notify): while the array is assembled (a resync can take hours),
+    // the start timeout is extended every 10 s; READY=1 once it serves.
+    let assembling = Arc::new(AtomicBool::new(true));
+    let notifier = stripeguard_ops::sdnotify::Notifier::from_env().map(|n| {
+        let (n, assembling) = (Arc::new(n), Arc::clone(&assembling));
+        let keep = Arc::clone(&n);
+        std::thread::spawn(move || {
+            let began = std::time::Instant::now();
+            while assembling.load(Ordering::Relaxed) {
+                keep.send(&format!(
+                    "EXTEND_TIMEOUT_USEC=30000000\nSTATUS=assembling the array (and resyncing it if it was not closed clean): {} s",
+                    began.elapsed().as_secs()
+                ));
+                for _ in 0..100 {
+                    if !assembling.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        });
+        n
+    });
     // Assemble first, then listen: a socket that exists means a server that is ready (and that
     // holds the array), which is what scripts waiting for it rely on.
-    let array = assemble(&a.array, !a.read_only)?;
+    let assembled = assemble(&a.array, !a.read_only);
+    assembling.store(false, Ordering::Relaxed);
+    let array = assembled?;
     let listener = match bind(&a) {
         Ok(l) => l,
         Err(e) => {
@@ -100,7 +129,10 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
             .spawn(move || {
                 for (n, _) in signals.forever().enumerate() {
                     match n {
-                        0 => stop.store(true, Ordering::Relaxed),
+                        0 => {
+                            stripeguard_ops::sdnotify::notify(STOPPING);
+                            stop.store(true, Ordering::Relaxed);
+                        }
                         1 => hurry.store(true, Ordering::Relaxed),
                         _ => std::process::exit(130),
                     }
@@ -120,6 +152,12 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         ),
         Listener::Unix(_, p) => format!("nbd+unix:///{}?socket={}", info.name, p.display()),
     };
+    if let Some(n) = &notifier {
+        n.send(&format!(
+            "READY=1\nSTATUS=serving {} at {where_}",
+            info.description
+        ));
+    }
     if !a.quiet {
         eprintln!(
             "stripeguard serve: {} ({} bytes{}) at {where_}; SIGTERM or Ctrl-C stops it cleanly",
@@ -145,6 +183,7 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
                 "{now} client(s) connected; disconnect them first, or `stripeguard stop --force` (which cuts them off at once)"
             ));
         }
+        stripeguard_ops::sdnotify::notify(STOPPING);
         stop.store(true, Ordering::Relaxed);
         if force {
             hurry.store(true, Ordering::Relaxed);

@@ -229,6 +229,9 @@ pub struct Array {
     env: EnvRef,
     /// A deliberate defect (the simulator's negative controls).
     sabotage: Option<Sabotage>,
+    /// A forced assembly's stale members and what of them may be trusted (forced.rs). A leaf
+    /// lock, held only to read it.
+    forced: Mutex<Option<crate::forced::ForcedView>>,
 }
 
 impl Array {
@@ -308,6 +311,7 @@ impl Array {
             EnvRef::clone(&opts.env),
         )?;
         array.sabotage = opts.sabotage;
+        let mut newly_out = Vec::new();
         {
             let mut meta = array.meta.lock().expect("lock");
             for (member, why) in &unusable {
@@ -316,6 +320,7 @@ impl Array {
                 if slot.state == MemberState::Active {
                     // Current at the newest event count; it leaves now.
                     slot.state = MemberState::Missing;
+                    newly_out.push((*member, why.clone()));
                 }
             }
             array.members.note_superblock_fixes(fixes);
@@ -327,8 +332,23 @@ impl Array {
             .map(|e| e.number.saturating_add(1))
             .unwrap_or(0);
         // Numbered after the log on the members (a writable assembly saves them with the
-        // first save).
-        for (member, why) in &forced {
+        // first save). A member current until now and absent at this assembly has failed as
+        // surely as one an I/O error takes out: its event says so (a read-only assembly
+        // records nothing, so it logs nothing durable).
+        for (member, why) in newly_out.iter().filter(|_| opts.writable) {
+            array.log_event(Event {
+                stripe: 0,
+                member: *member,
+                position: 0,
+                role: EventRole::Member,
+                kind: EventKind::MemberFailed,
+                evidence: format!("{}: absent or unusable at assembly: {why}", names[*member]),
+                action: crate::events::EventAction::RebuiltDegraded,
+            });
+        }
+        // Writable, the members are recorded as current only at the end of the resync: their
+        // events are logged then (after the resync's own, which may be many).
+        for (member, why) in forced.iter().filter(|_| !opts.writable) {
             array.log_event(Event {
                 stripe: 0,
                 member: *member,
@@ -336,18 +356,23 @@ impl Array {
                 role: EventRole::Member,
                 kind: EventKind::ForcedAssembly,
                 evidence: format!(
-                    "{} brought back by a forced assembly ({}): {why}",
+                    "{}{} brought back by a forced assembly (read-only, every read verified): {why}",
+                    array
+                        .members
+                        .get(MemberIx::new(*member))
+                        .device()
+                        .map(|d| format!("{d}: "))
+                        .unwrap_or_default(),
                     names[*member],
-                    if opts.writable {
-                        "writable: recorded as current, every stripe resynced and verified, what cannot be verified listed untrusted"
-                    } else {
-                        "read-only, every read verified"
-                    }
                 ),
                 action: crate::events::EventAction::Notice,
             });
         }
         array.load_intent_sequence();
+        if !forced.is_empty() {
+            // From the record as it stands, before a writable one sets every bit.
+            array.set_forced(forced.iter().map(|(p, _)| *p).collect());
+        }
         array.load_untrusted()?;
         if opts.writable {
             array.take_ownership(opts.heartbeat, opts.no_wait)?;
@@ -363,6 +388,16 @@ impl Array {
             if !forced.is_empty() {
                 array.resync_as(crate::resync::Why::Forced)?;
                 array.adopt_forced(&forced_members)?;
+                for (member, why) in &forced {
+                    array.note(
+                        EventKind::ForcedAssembly,
+                        Some(MemberIx::new(*member)),
+                        format!(
+                            "{} brought back by a forced assembly and recorded as current (every stripe resynced, what could not be verified listed untrusted): {why}",
+                            names[*member]
+                        ),
+                    );
+                }
             } else if unclean && !array.sabotaged(Sabotage::SkippedResync) {
                 // The last writer did not close: settle what it may have left half-written
                 // before anything else reads or writes.
@@ -439,6 +474,7 @@ impl Array {
             sb,
             writable,
             sabotage: None,
+            forced: Mutex::new(None),
         })
     }
 
@@ -538,6 +574,10 @@ impl Array {
 
     pub(crate) fn meta(&self) -> &Mutex<Meta> {
         &self.meta
+    }
+
+    pub(crate) fn forced_view(&self) -> &Mutex<Option<crate::forced::ForcedView>> {
+        &self.forced
     }
 
     pub(crate) fn intent(&self) -> &Mutex<crate::intent::Intent> {

@@ -34,6 +34,8 @@ pub struct LogRead {
     pub not_understood: u64,
     /// The array the log belongs to (hooks and cursors name it).
     pub array_uuid: [u8; 16],
+    /// Its name (empty: none).
+    pub name: String,
 }
 
 fn encode(number: u64, time_unix_ms: u64, e: &Event) -> Vec<u8> {
@@ -88,6 +90,7 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
         data_chunks: sb.data_chunks as usize,
         not_understood: not_understood.len() as u64,
         array_uuid: sb.array_uuid,
+        name: sb.name.clone(),
     }
 }
 

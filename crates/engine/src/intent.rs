@@ -132,11 +132,6 @@ impl Intent {
         cleared
     }
 
-    /// Set every bit (a writable forced assembly: every region must be resynced).
-    pub(crate) fn set_all(&mut self) {
-        self.set.fill(0xff);
-    }
-
     /// Clear every bit (a resync made every region consistent).
     pub(crate) fn clear_all(&mut self) {
         self.set.fill(0);

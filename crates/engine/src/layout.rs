@@ -327,8 +327,9 @@ impl Array {
         cause: Interrupted<'_>,
     ) {
         let news = |pos: Pos, kind: EventKind| {
-            let known_out =
-                kind == EventKind::ReadError && self.is_failed(self.member_of(stripe, pos));
+            let member = self.member_of(stripe, pos);
+            let known_out = kind == EventKind::ReadError
+                && (self.is_failed(member) || self.forced_unvouched(stripe, member));
             !known_out && cause.is_corruption(pos, kind)
         };
         if suspects.iter().any(|s| news(s.0, s.1))

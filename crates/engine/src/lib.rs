@@ -26,6 +26,7 @@ mod env;
 mod error;
 mod events;
 mod evlog;
+mod forced;
 mod heartbeat;
 mod intent;
 mod io;

@@ -33,6 +33,9 @@ pub struct ReplaceSummary {
     /// The target was this slot's own device back, but could not be re-added: why it was
     /// rebuilt in full instead.
     pub full_rebuild_reason: Option<String>,
+    /// Stripes that could not be rebuilt and were passed over ([`ReplaceForce::skip_unrecoverable`]):
+    /// they stay refused.
+    pub skipped: Vec<u64>,
 }
 
 /// What an operator confirmed for one replace: each danger is its own confirmation (issue 35).
@@ -44,6 +47,12 @@ pub struct ReplaceForce {
     /// `--force-take NEW`: the target holds a stripeguard array (a member of another array, or
     /// of this one in the past) and is overwritten.
     pub take: bool,
+    /// `--skip-unrecoverable`: a stripe that cannot be rebuilt (too much of it lost) does not
+    /// stop the replace: the target's unit there is written as one that can never verify, the
+    /// stripe stays refused on read (as before the replace), and the replace goes on. For an
+    /// array that lost more than its parity covers, so that what remains gets its redundancy
+    /// back.
+    pub skip_unrecoverable: bool,
 }
 
 impl ReplaceForce {
@@ -51,12 +60,14 @@ impl ReplaceForce {
     pub const NONE: ReplaceForce = ReplaceForce {
         retire: false,
         take: false,
+        skip_unrecoverable: false,
     };
     /// Everything confirmed (tests and simulations that replace healthy members onto used
     /// devices on purpose).
     pub const ALL: ReplaceForce = ReplaceForce {
         retire: true,
         take: true,
+        skip_unrecoverable: false,
     };
 }
 
@@ -207,6 +218,7 @@ impl Array {
         let located_before = self.counters().located;
         let total = todo.len() as u64;
         let mut visited = 0u64;
+        let mut skipped = Vec::new();
         for &s in todo.iter().filter(|&&s| s >= start) {
             if self.members().take_cancel() {
                 target.flush()?;
@@ -224,7 +236,18 @@ impl Array {
             if let Err(e) = &rebuilt {
                 interrupted(s, &e.to_string());
             }
-            if let Err(e) = rebuilt? {
+            let rebuilt = match rebuilt? {
+                Err(EngineError::Unrecoverable { reason, .. }) if force.skip_unrecoverable => {
+                    self.poison_onto(StripeIx::new(s), member, &target)?;
+                    // One line per stripe would flood the event log's ring: the finish event
+                    // counts them, the summary lists them.
+                    let _ = reason;
+                    skipped.push(s);
+                    Ok(())
+                }
+                other => other,
+            };
+            if let Err(e) = rebuilt {
                 ck.rebuild_next = s;
                 self.save_rebuild(&target, &mut ck)?;
                 interrupted(s, &e.to_string());
@@ -258,9 +281,17 @@ impl Array {
             EventKind::ReplaceFinished,
             Some(member),
             format!(
-                "member {member} is {}: {visited} stripe(s) rebuilt, {} silently wrong survivor unit(s) repaired",
+                "member {member} is {}: {visited} stripe(s) rebuilt, {} silently wrong survivor unit(s) repaired{}",
                 target.name(),
-                self.counters().located - located_before
+                self.counters().located - located_before,
+                if skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", {} unrecoverable stripe(s) passed over (they stay refused)",
+                        skipped.len()
+                    )
+                }
             ),
         );
         if plan.readd {
@@ -278,6 +309,7 @@ impl Array {
             readded: plan.readd,
             stripes_to_rebuild: total,
             full_rebuild_reason: plan.full_rebuild_reason,
+            skipped,
         })
     }
 
@@ -469,6 +501,27 @@ impl Array {
     /// voting) and write it to `target`. The stripe lock is held through the write: a write to
     /// this stripe waits for it, then goes to the new device too. The inner error is the
     /// stripe's (it could not be rebuilt), the outer one the target's.
+    /// The target's unit of a stripe `replace --skip-unrecoverable` passed over: zeros with an
+    /// appendix of 0xff bytes (or, for the checksum member, a table of them), which fail every
+    /// check — a unit the stripe can never take as good (FORMAT.md §2.9).
+    fn poison_onto(
+        &self,
+        s: StripeIx,
+        member: MemberIx,
+        target: &DiskRef,
+    ) -> Result<(), EngineError> {
+        let pos = self.position_of(s, member);
+        let c = crate::num::usize_of(self.geometry().chunk_bytes);
+        let mut unit = vec![0u8; crate::num::usize_of(self.unit_bytes())];
+        if pos == self.ck_pos() {
+            unit.fill(0xff);
+        } else {
+            unit[c..].fill(0xff);
+        }
+        target.write_at(self.unit_offset(s.get()), &unit)?;
+        Ok(())
+    }
+
     fn rebuild_onto(
         &self,
         s: StripeIx,

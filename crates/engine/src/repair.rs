@@ -147,8 +147,11 @@ impl Array {
         }
         for f in findings {
             let member = self.member_of(stripe, f.pos);
-            if f.kind == EventKind::ReadError && self.is_failed(member) {
-                // A failed member is reported once, when it fails, not in every stripe.
+            if f.kind == EventKind::ReadError
+                && (self.is_failed(member) || self.forced_unvouched(stripe, member))
+            {
+                // A failed member is reported once, when it fails, not in every stripe (and a
+                // stale member's unit a forced assembly cannot vouch for is not a read error).
                 continue;
             }
             // A crash leaves units torn (checksum), behind (stale, outvoted) or missing; an

@@ -35,8 +35,8 @@ pub(crate) enum Settle<'a> {
 pub(crate) enum Why {
     /// The last writer did not close: the dirty regions.
     Unclean,
-    /// A writable forced assembly brought back stale members: every stripe (every region's
-    /// bit was set first), each undecidable one settled.
+    /// A writable forced assembly brought back stale members: every stripe, each undecidable
+    /// one settled.
     Forced,
 }
 
@@ -174,18 +174,13 @@ impl Array {
         self.resync_as(Why::Unclean)
     }
 
-    /// A writable forced assembly, before its first superblock write: set every region's bit,
-    /// durably on every member given, and hold back the superblocks of `members` (the stale
-    /// members it brought back) until [`Array::adopt_forced`]. A crash in between leaves them
-    /// stale on disk: the array then needs the forced assembly again, which starts over.
+    /// A writable forced assembly, before its first superblock write: hold back the
+    /// superblocks of `members` (the stale members it brought back) until
+    /// [`Array::adopt_forced`]. A crash in between leaves them stale on disk: the array then
+    /// needs the forced assembly again, which starts over (the write-intent record is left as
+    /// it was, so what it says was written since they left still decides what is trusted of
+    /// them, forced.rs).
     pub(crate) fn hold_back_forced(&self, members: &[MemberIx]) -> Result<(), EngineError> {
-        {
-            let mut i = self.intent().lock().expect("lock");
-            i.set_all();
-            // Both copies: the newest may tear; the other must then say the same.
-            self.persist_intent(&mut i)?;
-            self.persist_intent(&mut i)?;
-        }
         let mut meta = self.meta().lock().expect("lock");
         meta.held_back = members.iter().map(|m| m.get()).collect();
         Ok(())
@@ -199,7 +194,11 @@ impl Array {
         for m in members {
             meta.table[m.get()].state = stripeguard_format::MemberState::Active;
         }
-        self.write_superblocks_locked(&mut meta)
+        self.write_superblocks_locked(&mut meta)?;
+        drop(meta);
+        // Every stripe is resynced: what they hold now is as current as anyone's.
+        self.clear_forced();
+        Ok(())
     }
 
     /// [`Array::resync`] after an unclean shutdown, or of the whole array after a forced
@@ -210,7 +209,10 @@ impl Array {
         let touched = self.replay_journal()?;
         // Every stripe of the dirty regions, and every stripe a record named (a record is
         // only written inside a dirty region; one outside is checked all the same).
-        let mut list = self.dirty_stripes();
+        let mut list = match why {
+            Why::Unclean => self.dirty_stripes(),
+            Why::Forced => (0..self.geometry().stripes).collect(),
+        };
         list.extend(touched.keys().copied());
         list.sort_unstable();
         list.dedup();

@@ -19,7 +19,7 @@ impl Array {
         e: Extent,
     ) -> Result<Option<AlignedBuf>, EngineError> {
         let member = self.member_of(stripe, pos);
-        if self.is_failed(member) {
+        if self.is_failed(member) || self.forced_unvouched(stripe, member) {
             let stand_in = self.stand_in().lock().expect("lock");
             return Ok(match stand_in.as_ref() {
                 Some((s, p, unit)) if *s == stripe && *p == pos => {
@@ -145,7 +145,8 @@ impl Array {
         positions
             .map(|p| {
                 let m = self.member_of(stripe, p);
-                (!self.is_failed(m)).then(|| self.members().get(m))
+                (!self.is_failed(m) && !self.forced_unvouched(stripe, m))
+                    .then(|| self.members().get(m))
             })
             .collect()
     }

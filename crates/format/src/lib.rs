@@ -64,9 +64,10 @@ pub use state::{
 };
 pub use superblock::{
     check_name, write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState,
-    MetadataLayout, Superblock, SuperblockError, CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET,
-    JOURNAL_HEADER_BYTES, JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS,
-    MAX_MEMBERS, MAX_NAME_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
+    MetadataLayout, Superblock, SuperblockError, CHECKPOINT_OFFSET, FORMAT_VERSION,
+    INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES, JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES,
+    MAX_JOURNAL_SLOTS, MAX_MEMBERS, MAX_NAME_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
+    SUPERBLOCK_COPY_OFFSETS,
 };
 
 /// Why a copy of one of the records this crate added is not read as a record.

@@ -26,7 +26,9 @@ pub const JOURNAL_HEADER_BYTES: u64 = 4096;
 /// Largest member count (the member table's bound).
 pub const MAX_MEMBERS: u16 = 255;
 const MAGIC: [u8; 8] = *b"SGARRAY\0";
-const VERSION: u32 = 2;
+/// The members' on-disk format version (FORMAT.md §2).
+pub const FORMAT_VERSION: u32 = 2;
+const VERSION: u32 = FORMAT_VERSION;
 const CRC_AT: usize = SUPERBLOCK_BYTES - 4;
 const TABLE_AT: usize = 256;
 const ENTRY_BYTES: usize = 12;

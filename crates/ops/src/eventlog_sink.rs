@@ -28,8 +28,14 @@ pub fn log_events(array: &Array, tag: &'static str) {
 /// refuses to assemble), as one syslog message at severity err: `KIND: WHY`. Standard error
 /// has it already, as the command's error.
 pub fn log_refusal(kind: &str, why: &str) {
+    syslog(3, "stripeguard", &format!("{kind}: {why}"));
+}
+
+/// One syslog message at `severity` (3 err, 4 warning, 5 notice) under `tag`; nothing when
+/// there is no syslog.
+pub fn syslog(severity: u8, tag: &str, line: &str) {
     if let Some(s) = Syslog::open() {
-        s.send(3, "stripeguard", &format!("{kind}: {why}"));
+        s.send(severity, tag, line);
     }
 }
 

@@ -21,8 +21,11 @@ use stripeguard_ops::open_member_paths;
 pub struct EventsArgs {
     /// The array's member files or block devices (read without taking the array: works while
     /// another process holds it).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "array")]
     members: Vec<PathBuf>,
+    /// The array by name or uuid instead of its members (found as `scan` finds them).
+    #[arg(long, value_name = "NAME|UUID", conflicts_with = "members")]
+    array: Option<String>,
     /// Only events newer than this: Unix seconds, or an age such as 90s, 10m, 2h, 3d.
     #[arg(long)]
     since: Option<String>,
@@ -30,7 +33,7 @@ pub struct EventsArgs {
     #[arg(long)]
     follow: bool,
     /// Run this shell command for each new event (logged after the command started, or after
-    /// the --cursor), with SG_ARRAY_UUID, SG_MEMBER_PATH (the path given for the event's member)
+    /// the --cursor), with SG_ARRAY_UUID, SG_ARRAY_NAME, SG_MEMBER_PATH (the path given for the event's member)
     /// and SG_EVENT_{NUMBER,TIME_MS,KIND,ACTION,STRIPE,MEMBER,POSITION,ROLE,EVIDENCE} in its
     /// environment, names as in --json (as ZFS's event daemon does).
     #[arg(long)]
@@ -49,7 +52,7 @@ pub struct EventsArgs {
 
 /// The saved position of `--cursor FILE`: the array's uuid and the first event number no hook
 /// has run for yet; `None` when the file does not exist yet.
-fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u64>> {
+pub(crate) fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u64>> {
     use std::io::Read;
     let mut text = String::new();
     match std::fs::File::open(path) {
@@ -89,7 +92,7 @@ fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u64>> {
 }
 
 /// Replace the cursor file atomically (a crash leaves the old position or the new one).
-fn write_cursor(path: &std::path::Path, uuid: &str, number: u64) -> Result<()> {
+pub(crate) fn write_cursor(path: &std::path::Path, uuid: &str, number: u64) -> Result<()> {
     let tmp = path.with_extension("tmp-stripeguard");
     std::fs::write(&tmp, format!("{uuid} {number}\n"))
         .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
@@ -118,11 +121,13 @@ fn since_ms(s: &str) -> Result<u64> {
     Ok(now.saturating_sub(secs.saturating_mul(1000)))
 }
 
-pub fn run(a: EventsArgs) -> Result<ExitCode> {
+pub fn run(mut a: EventsArgs) -> Result<ExitCode> {
+    crate::cmd::shared::resolve_members(&mut a.members, a.array.as_deref(), false)?;
     let since = a.since.as_deref().map(since_ms).transpose()?.unwrap_or(0);
     let members = open_member_paths(&a.members, false);
     let first = read_log_of(&members)?;
     let uuid = stripeguard_format::hex(&first.array_uuid);
+    let name = first.name.clone();
     // The last event number a hook must not run for (None: every event since `since`).
     let saved = match &a.cursor {
         Some(c) => read_cursor(c, &uuid)?,
@@ -217,7 +222,7 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
                 // The member's path only for an event about a member or one of its units.
                 let about_member = !matches!(e.role, stripeguard_engine::EventRole::Stripe);
                 let path = a.members.get(e.member as usize).filter(|_| about_member);
-                run_hook(cmd, e, &uuid, path)?;
+                run_hook(cmd, e, &uuid, &name, path)?;
                 hook_from = e.number + 1;
                 if let Some(c) = &a.cursor {
                     write_cursor(c, &uuid, hook_from)?;
@@ -243,11 +248,18 @@ pub fn run(a: EventsArgs) -> Result<ExitCode> {
 }
 
 /// Run `--exec`'s command for one event.
-fn run_hook(cmd: &str, e: &LoggedEvent, uuid: &str, member_path: Option<&PathBuf>) -> Result<()> {
+pub(crate) fn run_hook(
+    cmd: &str,
+    e: &LoggedEvent,
+    uuid: &str,
+    name: &str,
+    member_path: Option<&PathBuf>,
+) -> Result<()> {
     let status = std::process::Command::new("sh")
         .arg("-c")
         .arg(cmd)
         .env("SG_ARRAY_UUID", uuid)
+        .env("SG_ARRAY_NAME", name)
         .env(
             "SG_MEMBER_PATH",
             member_path

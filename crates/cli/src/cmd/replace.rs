@@ -34,6 +34,12 @@ pub struct ReplaceArgs {
     /// it (give NEW again). A member of an array a running process holds is refused.
     #[arg(long, value_name = "NEW")]
     force_take: Option<PathBuf>,
+    /// A stripe that cannot be rebuilt (more of it lost than the parity covers) does not stop
+    /// the replace: NEW's unit there is written as one that never verifies, the stripe stays
+    /// refused on read, and the replace goes on (exit 3, the stripes listed). For an array that
+    /// lost more than its parity covers: what remains gets its redundancy back.
+    #[arg(long)]
+    skip_unrecoverable: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -109,6 +115,7 @@ impl ReplaceArgs {
         ReplaceForce {
             retire: self.force,
             take: self.force_take.is_some(),
+            skip_unrecoverable: self.skip_unrecoverable,
         }
     }
     fn confirmations(&self) -> Confirmations {
@@ -239,6 +246,24 @@ pub fn run(mut a: ReplaceArgs) -> Result<ExitCode> {
             summary.survivors_repaired
         );
         print_events(&array, true);
+        if !summary.skipped.is_empty() {
+            println!(
+                "{} unrecoverable stripe(s) passed over; they stay refused on read: {}",
+                summary.skipped.len(),
+                summary
+                    .skipped
+                    .iter()
+                    .take(20)
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if summary.skipped.len() > 20 {
+                        ", ..."
+                    } else {
+                        ""
+                    }
+            );
+        }
         println!(
             "from now on give {} in place of the old member {}",
             a.with.display(),
@@ -246,5 +271,9 @@ pub fn run(mut a: ReplaceArgs) -> Result<ExitCode> {
         );
     }
     array.close()?;
-    Ok(ExitCode::from(exit::OK))
+    Ok(ExitCode::from(if summary.skipped.is_empty() {
+        exit::OK
+    } else {
+        exit::UNRECOVERABLE
+    }))
 }

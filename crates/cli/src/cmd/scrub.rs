@@ -88,6 +88,15 @@ pub struct ScrubArgs {
 
 pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
     a.array.resolve(false)?;
+    if a.rate.is_none() {
+        // `--array NAME`: the configuration's scrub_rate (the scrub timer gives no --rate).
+        a.rate = a
+            .array
+            .configured()
+            .and_then(|c| c.scrub_rate)
+            .and_then(|r| stripeguard_ops::config::parse_rate(&r))
+            .map(|b| b as f64 / 1e6);
+    }
     if let Some(r) = a.rate {
         if !(r > 0.0 && r.is_finite()) {
             bail!("--rate {r} must be a positive number of MB/s");

@@ -44,55 +44,73 @@ pub struct MembersArgs {
 }
 
 impl MembersArgs {
+    /// The configuration file's settings for the array given by `--array`, if any.
+    pub(crate) fn configured(&self) -> Option<stripeguard_ops::config::ArrayConf> {
+        let key = self.array.as_ref()?;
+        let (_, cfg) = stripeguard_ops::config::Config::load(None).ok()?;
+        cfg.array(key).map(|(_, a)| a.clone())
+    }
+
     /// Fill in the member list: found by scanning for `--array` (with `wait`, waiting up to the
     /// configuration's `wait` for members not there yet, as at boot), or the list given put
     /// in index order.
     pub(crate) fn resolve(&mut self, wait: bool) -> Result<()> {
-        let Some(key) = &self.array else {
-            let (ordered, note) = stripeguard_ops::order_members(&self.members);
-            if let Some(n) = note {
-                eprintln!("stripeguard: note: {n}");
-                self.members = ordered;
-            }
-            return Ok(());
-        };
-        let (_, cfg) = stripeguard_ops::config::Config::load(None).map_err(anyhow::Error::msg)?;
-        let patience = wait
-            .then(|| cfg.array(key).and_then(|(_, a)| a.wait.clone()))
-            .flatten()
-            .and_then(|w| stripeguard_ops::config::parse_duration(&w))
-            .unwrap_or_default();
-        let started = std::time::Instant::now();
-        let mut said = false;
-        let found = loop {
-            let found = stripeguard_ops::find_array(key, &cfg);
-            let complete = matches!(&found, Ok(f) if f.health() == "complete");
-            if complete || started.elapsed() >= patience {
-                break found?;
-            }
-            if !said {
-                eprintln!(
-                    "stripeguard: waiting up to {} s for the members of {key} not found yet",
-                    patience.as_secs()
-                );
-                said = true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(500));
-        };
-        eprintln!(
-            "stripeguard: array {} ({}): {}",
-            found.name,
-            found.uuid,
-            found
-                .member_paths()
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        self.members = found.member_paths();
-        Ok(())
+        resolve_members(&mut self.members, self.array.as_deref(), wait)
     }
+}
+
+/// Fill in a member list: found by scanning for `array` (a name or uuid; with `wait`, waiting
+/// up to the configuration's `wait` for members not there yet, as at boot), or the list given
+/// put in index order.
+pub(crate) fn resolve_members(
+    members: &mut Vec<PathBuf>,
+    array: Option<&str>,
+    wait: bool,
+) -> Result<()> {
+    let Some(key) = array else {
+        let (ordered, note) = stripeguard_ops::order_members(members);
+        if let Some(n) = note {
+            eprintln!("stripeguard: note: {n}");
+            *members = ordered;
+        }
+        return Ok(());
+    };
+    let (_, cfg) = stripeguard_ops::config::Config::load(None).map_err(anyhow::Error::msg)?;
+    let patience = wait
+        .then(|| cfg.array(key).and_then(|(_, a)| a.wait.clone()))
+        .flatten()
+        .and_then(|w| stripeguard_ops::config::parse_duration(&w))
+        .unwrap_or_default();
+    let started = std::time::Instant::now();
+    let mut said = false;
+    let found = loop {
+        let found = stripeguard_ops::find_array(key, &cfg);
+        let complete = matches!(&found, Ok(f) if f.health() == "complete");
+        if complete || started.elapsed() >= patience {
+            break found?;
+        }
+        if !said {
+            eprintln!(
+                "stripeguard: waiting up to {} s for the members of {key} not found yet",
+                patience.as_secs()
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    eprintln!(
+        "stripeguard: array {} ({}): {}",
+        found.name,
+        found.uuid,
+        found
+            .member_paths()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    *members = found.member_paths();
+    Ok(())
 }
 
 /// A forced assembly is read-only unless `--writable` says otherwise, and `--writable` means

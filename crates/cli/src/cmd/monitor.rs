@@ -1,0 +1,177 @@
+//! `stripeguard monitor` (issue 36 §3, as `mdadm --monitor` and ZFS's zed): follows the event
+//! log of every array it can find — the configuration file's and what a scan finds, held or
+//! not — and for each new event logs a line (stderr and syslog), runs the array's hook (the
+//! configuration's `hook`, or `--exec`) with the same variables as `events --exec` plus
+//! SG_ARRAY_NAME, and mails it when `--mail` says where. Its position per array is kept in a
+//! cursor file (`--cursor-dir`, one `UUID.cursor` each, the format of `events --cursor`), so a
+//! restart runs nothing twice and misses nothing. `--oneshot` makes one pass and exits with a
+//! status (0 every array complete and no event needing attention, 1 otherwise): for cron.
+
+use crate::cmd::events::{read_cursor, run_hook, write_cursor};
+use crate::exit;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use stripeguard_engine::{read_log_of, EventKind, LoggedEvent};
+use stripeguard_ops::config::Config;
+
+#[derive(Args)]
+pub struct MonitorArgs {
+    /// Where the per-array positions are kept (made if missing).
+    #[arg(long, default_value = "/var/lib/stripeguard")]
+    cursor_dir: PathBuf,
+    /// A hook for arrays whose configuration names none (a shell command, as `events --exec`).
+    #[arg(long)]
+    exec: Option<String>,
+    /// Mail each event to this address through --mail-program (as `mdadm --monitor --mail`).
+    #[arg(long)]
+    mail: Option<String>,
+    /// The program that sends mail: it reads the message, headers first, on its standard input.
+    #[arg(long, default_value = "sendmail -t")]
+    mail_program: String,
+    /// Check once and exit: 0 every array complete with no event needing attention, 1 otherwise.
+    #[arg(long)]
+    oneshot: bool,
+    /// Seconds between passes.
+    #[arg(long, default_value_t = 2)]
+    interval: u64,
+}
+
+pub fn run(a: MonitorArgs) -> Result<ExitCode> {
+    std::fs::create_dir_all(&a.cursor_dir)
+        .with_context(|| format!("cannot make --cursor-dir {}", a.cursor_dir.display()))?;
+    loop {
+        let attention = pass(&a)?;
+        if a.oneshot {
+            return Ok(ExitCode::from(if attention {
+                exit::FOUND
+            } else {
+                exit::OK
+            }));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(a.interval.max(1)));
+    }
+}
+
+/// One look at every array: new events handled, whether anything needs attention.
+fn pass(a: &MonitorArgs) -> Result<bool> {
+    let (_, cfg) = Config::load(None).map_err(anyhow::Error::msg)?;
+    let found = stripeguard_ops::scan(&stripeguard_ops::candidates(&[], &cfg), &cfg);
+    let mut attention = false;
+    for f in &found {
+        if f.health() != "complete" {
+            attention = true;
+        }
+        let name = if f.name.is_empty() {
+            f.uuid[..8].to_string()
+        } else {
+            f.name.clone()
+        };
+        let paths = f.member_paths();
+        let members = stripeguard_ops::open_member_paths(&paths, false);
+        let log = match read_log_of(&members) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("stripeguard monitor: {name}: cannot read its event log: {e}");
+                attention = true;
+                continue;
+            }
+        };
+        let cursor = a.cursor_dir.join(format!("{}.cursor", f.uuid));
+        let next_new = log.entries.last().map_or(0, |e| e.number + 1);
+        let Some(from) = read_cursor(&cursor, &f.uuid)? else {
+            // First sight of this array: its old events are history, not news.
+            write_cursor(&cursor, &f.uuid, next_new)?;
+            continue;
+        };
+        let hook = cfg
+            .array(&name)
+            .and_then(|(_, c)| c.hook.clone())
+            .or_else(|| a.exec.clone());
+        for e in log.entries.iter().filter(|e| e.number >= from) {
+            if needs_attention(e) {
+                attention = true;
+            }
+            let line = format!(
+                "{name}: {} {}: {} [{}]",
+                e.kind,
+                stripeguard_engine::event_place(
+                    e.kind,
+                    e.role,
+                    e.stripe,
+                    e.member as usize,
+                    e.position as usize,
+                    log.data_chunks,
+                    None
+                ),
+                stripeguard_xfer::proto::printable(e.evidence.as_bytes()),
+                e.action
+            );
+            eprintln!("stripeguard monitor: {line}");
+            stripeguard_ops::syslog(severity(e), "stripeguard monitor", &line);
+            let path = paths
+                .get(e.member as usize)
+                .filter(|_| e.role != stripeguard_engine::EventRole::Stripe);
+            if let Some(cmd) = &hook {
+                run_hook(cmd, e, &f.uuid, &name, path)?;
+            }
+            if let Some(to) = &a.mail {
+                mail(&a.mail_program, to, &name, &f.uuid, &line);
+            }
+            // After the hook: a crash before this runs it again, never skips it.
+            write_cursor(&cursor, &f.uuid, e.number + 1)?;
+        }
+    }
+    Ok(attention)
+}
+
+/// Whether an event means something is wrong now (a member gone, data refused).
+fn needs_attention(e: &LoggedEvent) -> bool {
+    matches!(
+        e.kind,
+        EventKind::MemberFailed
+            | EventKind::Unrecoverable
+            | EventKind::ResyncUnrecoverable
+            | EventKind::Untrusted
+            | EventKind::ForcedAssembly
+    )
+}
+
+fn severity(e: &LoggedEvent) -> u8 {
+    if needs_attention(e) {
+        3
+    } else if e.action.as_str() == "notice" || e.action.as_str() == "resynced" {
+        5
+    } else {
+        4
+    }
+}
+
+/// Hand one message to the mail program; a failure is said, not fatal.
+fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) {
+    use std::io::Write;
+    let msg = format!(
+        "To: {to}\nSubject: stripeguard: {name}: {}\n\nArray {name} ({uuid}) on {}:\n\n{line}\n",
+        line.split(':').nth(1).unwrap_or("event").trim(),
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    );
+    let sent = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(program)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            if let Some(mut i) = c.stdin.take() {
+                i.write_all(msg.as_bytes())?;
+            }
+            c.wait()
+        });
+    match sent {
+        Ok(s) if s.success() => {}
+        Ok(s) => eprintln!("stripeguard monitor: --mail-program {program:?} exited with {s}"),
+        Err(e) => eprintln!("stripeguard monitor: cannot run --mail-program {program:?}: {e}"),
+    }
+}
