@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{ok, sg};
+use common::{err_of, ok, sg};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -177,4 +177,57 @@ fn a_split_brain_refused_reaches_syslog() {
             && msg.contains("]: split-brain-refused: split brain: "),
         "{msg}"
     );
+}
+
+/// From an outside attack: a member given from one side of a split brain with the other side's
+/// members (A's m2 with B's m3 and m4, both sides at the same event count) was taken as current
+/// because the newest table (B's) counts m2 active — and garbage mixed of both sides read back
+/// with exit 0. Its own table records m3 and m4 gone while B's counts them current: written
+/// apart, refused.
+#[test]
+fn one_sides_member_with_the_other_sides_members_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let five = ["m0", "m1", "m2", "m3", "m4"];
+    let with5 = |verb: &'static str, extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v = vec![verb];
+        v.extend(five);
+        v.extend(extra);
+        v
+    };
+    ok(&sg(
+        &with5("create", &["--level", "6", "--size", "4M", "--chunk", "4K"]),
+        d,
+    ));
+    std::fs::write(d.join("a"), vec![1u8; 200_000]).unwrap();
+    std::fs::write(d.join("x"), vec![2u8; 200_000]).unwrap();
+    std::fs::write(d.join("y"), vec![3u8; 200_000]).unwrap();
+    ok(&sg(&with5("write", &["-i", "a"]), d));
+    let b = d.join("b");
+    std::fs::create_dir(&b).unwrap();
+    for m in ["m2", "m3", "m4"] {
+        std::fs::copy(d.join(m), b.join(m)).unwrap();
+    }
+    std::fs::remove_file(d.join("m3")).unwrap();
+    std::fs::remove_file(d.join("m4")).unwrap();
+    let _ = sg(&with5("write", &["-i", "x"]), d); // side A: m0 m1 m2
+    let _ = sg(&with5("write", &["-i", "../y"]), &b); // side B: m2' m3 m4
+    std::fs::copy(b.join("m3"), d.join("m3")).unwrap();
+    std::fs::copy(b.join("m4"), d.join("m4")).unwrap();
+    let out = sg(&with5("status", &[]), d);
+    let err = err_of(&out);
+    assert!(err.contains("split brain"), "{err}");
+    // A's m2 is named with A's m0 and m1, not with B's members.
+    let (a_side, b_side) = err.split_once(" and ").unwrap();
+    assert!(b_side.contains("m2 (") || a_side.contains("m2 ("), "{err}");
+    assert!(
+        !(a_side.contains("m3 (") && a_side.contains("m2 (")),
+        "m2 grouped with B: {err}"
+    );
+    // A's m2 with B's members alone: refused, never read.
+    std::fs::rename(d.join("m0"), d.join("m0.a")).unwrap();
+    std::fs::rename(d.join("m1"), d.join("m1.a")).unwrap();
+    let out = sg(&with5("read", &["--length", "200000", "-o", "got"]), d);
+    assert_eq!(out.status.code(), Some(2), "{}", err_of(&out));
+    assert!(err_of(&out).contains("split brain"), "{}", err_of(&out));
 }

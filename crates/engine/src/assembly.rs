@@ -180,7 +180,28 @@ fn standing(
         ));
     }
     if slot.state == MemberState::Active {
-        return Standing::Current;
+        // Active in the newest table, yet its own table records as gone a member the newest
+        // table counts current on the same device, at a later event: the two were written
+        // apart (each side recorded the other's members gone). The one innocent way to get
+        // there is a crash in the superblock write that ended a re-add, which leaves a member
+        // exactly one event count behind: that is taken as current, as before; level with the
+        // newest, or further behind, it is not one history.
+        let disagrees =
+            sb.member_table
+                .iter()
+                .zip(&reference.member_table)
+                .any(|(mine, newest)| {
+                    mine.state != MemberState::Active
+                        && newest.state == MemberState::Active
+                        && mine.device == newest.device
+                        && newest.last_event > mine.last_event
+                });
+        let apart = disagrees && sb.generation.saturating_add(1) != reference.generation;
+        return if apart {
+            Standing::Split
+        } else {
+            Standing::Current
+        };
     }
     if sb.generation <= slot.last_event {
         return Standing::Stale(format!(

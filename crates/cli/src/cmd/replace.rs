@@ -161,6 +161,18 @@ pub fn run(mut a: ReplaceArgs) -> Result<ExitCode> {
             a.with.display()
         );
     }
+    // Ctrl-C stops at the next stripe, the position saved, the array closed clean (from the
+    // start: one during the assembly stops the replace before its first stripe).
+    let canceller: std::sync::Arc<std::sync::Mutex<Option<stripeguard_engine::RebuildCanceller>>> =
+        std::sync::Arc::default();
+    let interrupt = {
+        let canceller = std::sync::Arc::clone(&canceller);
+        crate::interrupt::Interrupt::on_first(move || {
+            if let Some(c) = canceller.lock().expect("lock").as_ref() {
+                c.cancel();
+            }
+        })
+    };
     let array = match assemble(&a.array, true) {
         Ok(array) => array,
         Err(e) => {
@@ -191,8 +203,11 @@ pub fn run(mut a: ReplaceArgs) -> Result<ExitCode> {
     let bar = count_bar("rebuilding");
     let started = std::time::Instant::now();
     // Ctrl-C stops at the next stripe, the position saved, the array closed clean.
-    let canceller = array.rebuild_canceller();
-    let interrupt = crate::interrupt::Interrupt::on_first(move || canceller.cancel());
+    *canceller.lock().expect("lock") = Some(array.rebuild_canceller());
+    if interrupt.fired() {
+        // Interrupted while the array was assembled: stop before the first stripe.
+        array.cancel_rebuild();
+    }
     let result = target.run(&array, a.member, a.force_flags(), &mut updater(&bar));
     bar.finish_and_clear();
     let summary = match result {

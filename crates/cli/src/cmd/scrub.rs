@@ -102,6 +102,15 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
             bail!("--rate {r} must be a positive number of MB/s");
         }
     }
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Ctrl-C stops at the next stripe, the position saved, the array closed clean (from the
+    // start: one during the assembly's resync stops the scrub before its first stripe).
+    let interrupt = {
+        let cancel = std::sync::Arc::clone(&cancel);
+        crate::interrupt::Interrupt::on_first(move || {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
     let array = match assemble(&a.array, !a.check_only) {
         Ok(array) => array,
         Err(e) => {
@@ -128,17 +137,12 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
             return via_holder(&a, &uuid);
         }
     }
-    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = ScrubOptions {
         restart: a.restart,
         rate_bytes_per_second: rate_bytes(a.rate),
         cancel: Some(std::sync::Arc::clone(&cancel)),
         ..ScrubOptions::default()
     };
-    // Ctrl-C stops at the next stripe, the position saved, the array closed clean.
-    let interrupt = crate::interrupt::Interrupt::on_first(move || {
-        cancel.store(true, std::sync::atomic::Ordering::Relaxed);
-    });
     let bar = count_bar(if a.check_only {
         "checking stripes"
     } else {

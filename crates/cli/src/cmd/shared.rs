@@ -123,7 +123,7 @@ pub(crate) fn check_forced(a: &MembersArgs, writable: bool) -> Result<()> {
     }
     if a.writable && !writable {
         anyhow::bail!(
-            "--writable makes a forced assembly permanent, but this command only reads: leave it out, or give it to a command that writes (replace, serve, scrub)"
+            "--writable makes a forced assembly permanent, but this command only reads: leave it out, or give it to a command that writes (replace, serve, scrub, write)"
         );
     }
     Ok(())
@@ -192,16 +192,11 @@ const EVENTS_SHOWN: usize = 20;
 pub(super) fn print_events(array: &Array, to_stdout: bool) {
     let events = array.events();
     let k = array.superblock().data_chunks as usize;
-    let mut lines = Vec::new();
-    if events.len() > EVENTS_SHOWN {
-        lines.push(format!(
-            "  (first {EVENTS_SHOWN} of {} events; --json lists them all)",
-            events.len()
-        ));
-    }
     let names: Vec<String> = array.health().into_iter().map(|h| h.name).collect();
-    for e in events.into_iter().take(EVENTS_SHOWN) {
-        lines.push(format!(
+    // The same finding met again (a stripe read twice) is one line with a count.
+    let mut distinct: Vec<(String, usize)> = Vec::new();
+    for e in &events {
+        let line = format!(
             "  {}: {} — {} [{}]",
             stripeguard_engine::event_place(
                 e.kind,
@@ -218,7 +213,21 @@ pub(super) fn print_events(array: &Array, to_stdout: bool) {
             e.kind,
             e.evidence,
             e.action
+        );
+        match distinct.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, n)) => *n += 1,
+            None => distinct.push((line, 1)),
+        }
+    }
+    let mut lines = Vec::new();
+    if distinct.len() > EVENTS_SHOWN {
+        lines.push(format!(
+            "  (first {EVENTS_SHOWN} of {} events; --json lists them all)",
+            events.len()
         ));
+    }
+    for (l, n) in distinct.into_iter().take(EVENTS_SHOWN) {
+        lines.push(if n > 1 { format!("{l} (x{n})") } else { l });
     }
     for l in lines {
         if to_stdout {
