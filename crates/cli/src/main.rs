@@ -80,6 +80,10 @@ enum Command {
     /// --exec; the variables of `events --exec` and SG_ARRAY_NAME), mail with --mail; its
     /// position kept per array across restarts. --oneshot checks once (exit 0 all well, 1 not).
     Monitor(cmd::monitor::MonitorArgs),
+    /// Prometheus metrics of every array found (held ones live from their holders): array
+    /// state, members by state, units found by kind, repairs, unrecoverable stripes, member
+    /// failures, progress; --textfile DIR for node_exporter's textfile collector.
+    Metrics(cmd::metrics::MetricsArgs),
     /// Print a shell completion script (bash, zsh, fish): `stripeguard completions bash >
     /// /usr/share/bash-completion/completions/stripeguard`.
     Completions(cmd::docs::CompletionsArgs),
@@ -179,6 +183,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => cmd::scan::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Monitor(a) => cmd::monitor::run(a),
+        Command::Metrics(a) => cmd::metrics::run(a),
         Command::Completions(a) => cmd::docs::completions(a, Cli::command()),
         Command::Manpages(a) => cmd::docs::manpages(a, Cli::command()),
         Command::Replace(a) => cmd::replace::run(a),

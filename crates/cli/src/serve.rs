@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// No line per connection or failed request on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Serve Prometheus metrics of the array and the NBD front end at http://ADDR/metrics
+    /// (e.g. 127.0.0.1:9750; the configuration's `metrics` for `--array NAME` when not given).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// On SIGTERM (or `stripeguard stop`), how long to go on serving the clients still
     /// connected before stopping anyway (a second SIGTERM stops at once; still clean).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
@@ -190,12 +194,54 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         }
         Ok(())
     };
+    // Prometheus metrics, when asked: a thread of its own, scraping what `status` would show.
+    let metrics_addr = a
+        .metrics
+        .clone()
+        .or_else(|| a.array.configured().and_then(|c| c.metrics));
+    let metrics_listener = match &metrics_addr {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
     let hooks = stripeguard_ops::HolderHooks {
         front_end: &counters,
         stop: Some(&stop_request),
     };
-    let served = stripeguard_ops::with_control_socket_hooks(&array, &hooks, || {
-        server.run(listener, &stop, &hurry)
+    let metrics_stop = AtomicBool::new(false);
+    let uuid = array.superblock().array_uuid;
+    let served = std::thread::scope(|scope| {
+        if let Some(l) = metrics_listener {
+            let (array, metrics_stop) = (&array, &metrics_stop);
+            scope.spawn(move || {
+                stripeguard_ops::metrics::serve_http(l, metrics_stop, &|| {
+                    // This holder's own live status (through its control socket, as any
+                    // other process would see it), with its counters by kind.
+                    let mut m = match stripeguard_ops::ask_holder(&uuid) {
+                        Ok(live) => stripeguard_ops::metrics::ArrayMetrics::from_live(
+                            &live,
+                            Some(&array.counters()),
+                        ),
+                        Err(_) => return String::new(),
+                    };
+                    let sb = array.superblock();
+                    m.level = stripeguard_ops::metrics::level(
+                        sb.parity_chunks,
+                        sb.code.name(),
+                        sb.data_chunks,
+                    );
+                    m.scheme = sb.scheme.name().to_string();
+                    stripeguard_ops::metrics::render(&[m])
+                });
+            });
+        }
+        let served = stripeguard_ops::with_control_socket_hooks(&array, &hooks, || {
+            server.run(listener, &stop, &hurry)
+        });
+        metrics_stop.store(true, Ordering::Relaxed);
+        served
     });
     served.context("serving")?;
     drop(server);

@@ -385,6 +385,11 @@ impl Array {
                 array.hold_back_forced(&forced_members)?;
             }
             array.write_superblocks(ArrayState::Dirty)?;
+            // The members found gone are news now, not at the first flush (a monitor reads
+            // the durable log while this process holds the array). Best effort, as any save.
+            if !newly_out.is_empty() {
+                let _ = array.save_events();
+            }
             if !forced.is_empty() {
                 array.resync_as(crate::resync::Why::Forced)?;
                 array.adopt_forced(&forced_members)?;

@@ -30,6 +30,7 @@ use stripeguard_engine::{
 pub mod config;
 mod eventlog_sink;
 mod list;
+pub mod metrics;
 mod scan;
 pub mod sdnotify;
 pub use list::{list, Listed};

@@ -13,6 +13,7 @@ pub mod examine;
 pub mod inject;
 pub mod list;
 mod live;
+pub mod metrics;
 pub mod monitor;
 pub mod replace;
 pub mod rw;

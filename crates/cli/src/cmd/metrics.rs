@@ -1,0 +1,51 @@
+//! `stripeguard metrics`: Prometheus metrics of every array found (held ones live from their
+//! holders), on standard output or as node_exporter's textfile collector wants them: one file,
+//! `DIR/stripeguard.prom`, replaced atomically (a scrape never sees half of it).
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use stripeguard_ops::config::Config;
+use stripeguard_ops::metrics::{from_scan, render, ArrayMetrics};
+
+#[derive(Args)]
+pub struct MetricsArgs {
+    /// Write DIR/stripeguard.prom (node_exporter --collector.textfile.directory=DIR) instead
+    /// of printing.
+    #[arg(long, value_name = "DIR")]
+    textfile: Option<PathBuf>,
+}
+
+pub fn run(a: MetricsArgs) -> Result<ExitCode> {
+    let (_, cfg) = Config::load(None).map_err(anyhow::Error::msg)?;
+    let found = stripeguard_ops::scan(&stripeguard_ops::candidates(&[], &cfg), &cfg);
+    let all: Vec<ArrayMetrics> = found
+        .iter()
+        .map(|f| match stripeguard_ops::ask_holder(&f.uuid_bytes()) {
+            Ok(live) => {
+                let mut m = ArrayMetrics::from_live(&live, None);
+                m.level = stripeguard_ops::metrics::level(f.parity_chunks, &f.code, f.data_chunks);
+                m.scheme = f.scheme.clone();
+                if m.name.is_empty() {
+                    m.name = f.name.clone();
+                }
+                m
+            }
+            Err(_) => from_scan(f),
+        })
+        .collect();
+    let text = render(&all);
+    match &a.textfile {
+        None => print!("{text}"),
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot make {}", dir.display()))?;
+            let tmp = dir.join(".stripeguard.prom.tmp");
+            std::fs::write(&tmp, text)
+                .and_then(|()| std::fs::rename(&tmp, dir.join("stripeguard.prom")))
+                .with_context(|| format!("cannot write {}/stripeguard.prom", dir.display()))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,368 @@
+//! Metrics in the Prometheus text exposition format (version 0.0.4; issue 36 §3): for
+//! node_exporter's textfile collector (`stripeguard metrics --textfile DIR`, every array found)
+//! and on a holder's HTTP endpoint (`serve --metrics ADDR`, its array live). One renderer for
+//! both, so the names are the same wherever they are scraped:
+//!
+//! - `stripeguard_array_info{array,uuid,level,scheme}` 1, `stripeguard_array_healthy` 0/1,
+//!   `stripeguard_array_state{state}` 1 per state (`clean`, `degraded`, `rebuilding`, ...);
+//! - `stripeguard_members{state="online"|"out"}`;
+//! - `stripeguard_units_found_total{kind,member}` (located units by finding kind and member),
+//!   `stripeguard_units_repaired_total`, `stripeguard_stripes_unrecoverable_total`,
+//!   `stripeguard_checks_failed_total`, `stripeguard_stripes_resynced_total`,
+//!   `stripeguard_member_failures_total`;
+//! - `stripeguard_progress_ratio{operation}` (a replace or scrub under way, 0..1);
+//! - `stripeguard_nbd_*` from the holder's front end (connections, requests, bytes), counters.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// One array's numbers.
+#[derive(Clone, Debug, Default)]
+pub struct ArrayMetrics {
+    pub name: String,
+    pub uuid: String,
+    /// `raid5`, `raid6`, or `K+M`.
+    pub level: String,
+    pub scheme: String,
+    pub states: Vec<String>,
+    pub healthy: bool,
+    pub members_online: u64,
+    pub members_out: u64,
+    /// Located units by (kind, member index).
+    pub found: BTreeMap<(String, usize), u64>,
+    pub repaired: u64,
+    pub unrecoverable: u64,
+    pub detected: u64,
+    pub resynced: u64,
+    pub member_failures: u64,
+    /// (operation, done fraction).
+    pub progress: Vec<(String, f64)>,
+    /// The front end's counters (`connections_total`, `requests_total`, ...).
+    pub front_end: Vec<(String, u64)>,
+}
+
+impl ArrayMetrics {
+    /// From what a holder reports of itself, with its counters when it is this process.
+    pub fn from_live(
+        live: &crate::LiveStatus,
+        c: Option<&stripeguard_engine::Counters>,
+    ) -> ArrayMetrics {
+        let states: Vec<String> = live.states().iter().map(|s| s.to_string()).collect();
+        let mut found = BTreeMap::new();
+        // The holder keeps located units by kind and by member apart: by kind on member "all".
+        for (k, n) in c.map(|c| &c.by_kind).into_iter().flatten() {
+            found.insert((k.clone(), usize::MAX), *n);
+        }
+        let mut progress = Vec::new();
+        if let Some(r) = live.replace.as_ref().filter(|r| r.running) {
+            progress.push(("replace".into(), frac(r.done, r.total)));
+        }
+        if let Some(s) = live.scrub.as_ref().filter(|s| s.running) {
+            progress.push(("scrub".into(), frac(s.done, s.total)));
+        }
+        ArrayMetrics {
+            name: live.name.clone(),
+            uuid: live.uuid.clone(),
+            level: String::new(),
+            scheme: String::new(),
+            healthy: states.iter().all(|s| s == "clean"),
+            states,
+            members_online: live.members.len().saturating_sub(live.out.len()) as u64,
+            members_out: live.out.len() as u64,
+            found,
+            repaired: live.repaired,
+            unrecoverable: live.unrecoverable,
+            detected: live.detected,
+            resynced: live.resynced,
+            member_failures: c.map_or(live.out.len() as u64, |c| c.members_failed),
+            progress,
+            front_end: live.front_end.clone(),
+        }
+    }
+}
+
+fn frac(done: u64, total: u64) -> f64 {
+    if total == 0 {
+        1.0
+    } else {
+        done as f64 / total as f64
+    }
+}
+
+/// A label value, escaped as the exposition format says (backslash, quote, newline).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Every array's metrics, each family's HELP and TYPE once.
+pub fn render(arrays: &[ArrayMetrics]) -> String {
+    let mut out = String::new();
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+    };
+    let id = |a: &ArrayMetrics| format!("array=\"{}\",uuid=\"{}\"", esc(&a.name), esc(&a.uuid));
+    family(
+        &mut out,
+        "stripeguard_array_info",
+        "gauge",
+        "An array this host knows (always 1).",
+    );
+    for a in arrays {
+        let _ = writeln!(
+            out,
+            "stripeguard_array_info{{{},level=\"{}\",scheme=\"{}\"}} 1",
+            id(a),
+            esc(&a.level),
+            esc(&a.scheme)
+        );
+    }
+    family(
+        &mut out,
+        "stripeguard_array_healthy",
+        "gauge",
+        "1 when the array is clean and complete, else 0.",
+    );
+    for a in arrays {
+        let _ = writeln!(
+            out,
+            "stripeguard_array_healthy{{{}}} {}",
+            id(a),
+            u8::from(a.healthy)
+        );
+    }
+    family(
+        &mut out,
+        "stripeguard_array_state",
+        "gauge",
+        "1 for each state the array is in.",
+    );
+    for a in arrays {
+        for s in &a.states {
+            let _ = writeln!(
+                out,
+                "stripeguard_array_state{{{},state=\"{}\"}} 1",
+                id(a),
+                esc(s)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "stripeguard_members",
+        "gauge",
+        "Members by state.",
+    );
+    for a in arrays {
+        let _ = writeln!(
+            out,
+            "stripeguard_members{{{},state=\"online\"}} {}",
+            id(a),
+            a.members_online
+        );
+        let _ = writeln!(
+            out,
+            "stripeguard_members{{{},state=\"out\"}} {}",
+            id(a),
+            a.members_out
+        );
+    }
+    family(
+        &mut out,
+        "stripeguard_units_found",
+        "counter",
+        "Units found wrong, by finding kind and member (member \"all\": not kept per member).",
+    );
+    for a in arrays {
+        for ((kind, member), n) in &a.found {
+            let m = if *member == usize::MAX {
+                "all".to_string()
+            } else {
+                member.to_string()
+            };
+            let _ = writeln!(
+                out,
+                "stripeguard_units_found_total{{{},kind=\"{}\",member=\"{m}\"}} {n}",
+                id(a),
+                esc(kind)
+            );
+        }
+    }
+    for (name, help, get) in [
+        (
+            "stripeguard_units_repaired",
+            "Units rebuilt or whose appendix was rewritten, verified.",
+            (|a: &ArrayMetrics| a.repaired) as fn(&ArrayMetrics) -> u64,
+        ),
+        (
+            "stripeguard_stripes_unrecoverable",
+            "Stripes found unrecoverable.",
+            |a| a.unrecoverable,
+        ),
+        (
+            "stripeguard_checks_failed",
+            "Checks that failed (each triggers a diagnosis of the stripe).",
+            |a| a.detected,
+        ),
+        (
+            "stripeguard_stripes_resynced",
+            "Stripes resynced after an unclean shutdown.",
+            |a| a.resynced,
+        ),
+        (
+            "stripeguard_member_failures",
+            "Members taken out of the array.",
+            |a| a.member_failures,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        for a in arrays {
+            let _ = writeln!(out, "{name}_total{{{}}} {}", id(a), get(a));
+        }
+    }
+    family(
+        &mut out,
+        "stripeguard_progress_ratio",
+        "gauge",
+        "A replace or scrub under way: how far, 0 to 1.",
+    );
+    for a in arrays {
+        for (op, f) in &a.progress {
+            let _ = writeln!(
+                out,
+                "stripeguard_progress_ratio{{{},operation=\"{}\"}} {f:.6}",
+                id(a),
+                esc(op)
+            );
+        }
+    }
+    let mut fe: BTreeMap<&str, Vec<(&ArrayMetrics, u64)>> = BTreeMap::new();
+    for a in arrays {
+        for (k, v) in &a.front_end {
+            fe.entry(k.as_str()).or_default().push((a, *v));
+        }
+    }
+    for (k, rows) in fe {
+        let name: String = k
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let (metric, kind) = if name.ends_with("_now") {
+            (format!("stripeguard_nbd_{name}"), "gauge")
+        } else {
+            (
+                format!("stripeguard_nbd_{}", name.trim_end_matches("_total")),
+                "counter",
+            )
+        };
+        family(
+            &mut out,
+            &metric,
+            kind,
+            &format!("The NBD front end's {k}."),
+        );
+        for (a, v) in rows {
+            let suffix = if kind == "counter" { "_total" } else { "" };
+            let _ = writeln!(out, "{metric}{suffix}{{{}}} {v}", id(a));
+        }
+    }
+    out
+}
+
+/// The numbers of an array nobody holds, from what a scan found and its durable event log
+/// (located units by kind and member, repairs, unrecoverable stripes, member failures).
+pub fn from_scan(f: &crate::FoundArray) -> ArrayMetrics {
+    let health = f.health();
+    let mut m = ArrayMetrics {
+        name: f.name.clone(),
+        uuid: f.uuid.clone(),
+        level: level(f.parity_chunks, &f.code, f.data_chunks),
+        scheme: f.scheme.clone(),
+        states: vec![health.to_string(), f.state.clone()],
+        healthy: health == "complete" && f.state == "clean",
+        members_online: f.current() as u64,
+        members_out: u64::from(f.members) - f.current() as u64,
+        ..ArrayMetrics::default()
+    };
+    let members = crate::open_member_paths(&f.member_paths(), false);
+    if let Ok(log) = stripeguard_engine::read_log_of(&members) {
+        use stripeguard_engine::{EventAction, EventKind};
+        for e in &log.entries {
+            match (e.kind, e.action) {
+                (EventKind::MemberFailed, _) => m.member_failures += 1,
+                (_, EventAction::Unrecoverable) => m.unrecoverable += 1,
+                (_, EventAction::Notice | EventAction::Resynced | EventAction::Mismatch) => {}
+                (k, a) => {
+                    *m.found
+                        .entry((k.to_string(), e.member as usize))
+                        .or_default() += 1;
+                    if !matches!(a, EventAction::Reread | EventAction::FoundReadOnly) {
+                        m.repaired += 1;
+                    }
+                }
+            }
+        }
+    }
+    m
+}
+
+/// `raid5`, `raid6` (the usual codes) or `K+M code`.
+pub fn level(m: u16, code: &str, k: u16) -> String {
+    match (m, code) {
+        (1, "xor") => "raid5".into(),
+        (2, "raid6") => "raid6".into(),
+        _ => format!("{k}+{m} {code}"),
+    }
+}
+
+/// Serve `GET /metrics` on `listener` until `stop` is set: each scrape renders what `now`
+/// returns. A minimal HTTP/1.1 server (one request per connection, 2 s to send it, 8 KiB at
+/// most): Prometheus and curl are its clients, and nothing it answers changes anything.
+pub fn serve_http(
+    listener: std::net::TcpListener,
+    stop: &std::sync::atomic::AtomicBool,
+    now: &(dyn Fn() -> String + Sync),
+) {
+    use std::io::{Read, Write};
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let (mut conn, _) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let _ = conn.set_nonblocking(false);
+        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+        let mut req = Vec::new();
+        let mut buf = [0u8; 1024];
+        while req.len() < 8192 && !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => req.extend_from_slice(&buf[..n]),
+            }
+        }
+        let line = String::from_utf8_lossy(&req);
+        let first = line.lines().next().unwrap_or_default();
+        let (status, ctype, body) = match first.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["GET", "/metrics", ..] => {
+                ("200 OK", "text/plain; version=0.0.4; charset=utf-8", now())
+            }
+            ["GET", ..] => (
+                "404 Not Found",
+                "text/plain",
+                "only /metrics is here\n".into(),
+            ),
+            _ => ("400 Bad Request", "text/plain", "GET /metrics\n".into()),
+        };
+        let _ = write!(
+            conn,
+            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+}
