@@ -84,6 +84,10 @@ enum Command {
     /// state, members by state, units found by kind, repairs, unrecoverable stripes, member
     /// failures, progress; --textfile DIR for node_exporter's textfile collector.
     Metrics(cmd::metrics::MetricsArgs),
+    /// Remove members' stripeguard signatures (both superblock copies, every metadata record,
+    /// the journal slots) so nothing takes them for members again; the data area is left.
+    /// Refused for a device in use or a member a running process holds.
+    Wipe(cmd::wipe::WipeArgs),
     /// Print a shell completion script (bash, zsh, fish): `stripeguard completions bash >
     /// /usr/share/bash-completion/completions/stripeguard`.
     Completions(cmd::docs::CompletionsArgs),
@@ -184,6 +188,7 @@ fn main() -> ExitCode {
         Command::List(a) => cmd::list::run(a),
         Command::Monitor(a) => cmd::monitor::run(a),
         Command::Metrics(a) => cmd::metrics::run(a),
+        Command::Wipe(a) => cmd::wipe::run(a),
         Command::Completions(a) => cmd::docs::completions(a, Cli::command()),
         Command::Manpages(a) => cmd::docs::manpages(a, Cli::command()),
         Command::Replace(a) => cmd::replace::run(a),

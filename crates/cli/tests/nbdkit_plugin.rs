@@ -332,3 +332,66 @@ fn an_unrecoverable_stripe_is_eio_for_that_request_only() {
         "the plugin counted no unrecoverable stripe"
     );
 }
+
+/// `array=NAME|UUID` (issue 36): the plugin finds the members as `scan` does, from the
+/// configuration file, in any order.
+#[test]
+fn the_plugin_takes_the_array_by_name() {
+    need!("nbdkit", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, "hybrid-seq", "8M");
+    let st = status_json(d);
+    let (uuid, capacity) = (
+        st["uuid"].as_str().unwrap().to_string(),
+        st["capacity_bytes"].as_u64().unwrap(),
+    );
+    let conf = d.join("c.conf");
+    std::fs::write(&conf, format!("devices = [\"{}/*\"]\n", d.display())).unwrap();
+    let sock = d.join("byname.sock");
+    let mut child = Command::new("nbdkit")
+        .args(["-f", "--unix"])
+        .arg(&sock)
+        .arg(plugin())
+        .arg(format!("array={uuid}"))
+        .env("STRIPEGUARD_CONFIG", &conf)
+        .current_dir("/")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "nbdkit exited");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "nbdkit did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let out = run(Command::new("nbdinfo").args(["--json", &uri]));
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        info["exports"][0]["export-size"].as_u64(),
+        Some(capacity),
+        "{info}"
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(child.wait().unwrap().success());
+    // Both, or an unknown name: refused at start, saying so.
+    let out = Command::new("nbdkit")
+        .args(["-f", "--unix"])
+        .arg(&sock)
+        .arg(plugin())
+        .arg("array=nosuch")
+        .env("STRIPEGUARD_CONFIG", &conf)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("array=nosuch"),
+        "{out:?}"
+    );
+}

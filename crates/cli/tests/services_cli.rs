@@ -12,6 +12,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The standard output of a command that exits 0 or 1 (something found).
+fn ok_or_found(out: &std::process::Output) -> String {
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_stripeguard")
 }
@@ -192,6 +198,12 @@ fn names_scan_config_and_members_in_any_order() {
         sg(&["examine", "--export", "data"], d).status.code(),
         Some(1)
     );
+    // wipe: its signatures gone, the scan sees one member fewer, a second wipe finds nothing.
+    let w = ok(&sg(&["wipe", "b1"], d));
+    assert!(w.contains("wiped b1: it was member 1 of array"), "{w}");
+    assert_eq!(sg(&["examine", "b1"], d).status.code(), Some(2));
+    assert!(ok_or_found(&sg(&["scan", &glob], d)).contains(" 2/3 members degraded"));
+    assert!(err_of(&sg(&["wipe", "b1"], d)).contains("nothing to wipe"));
     // Errors in the configuration name the line.
     std::fs::write(
         d.join("bad.conf"),

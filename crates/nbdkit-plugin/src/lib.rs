@@ -249,7 +249,9 @@ impl Server for Connection {
 
     fn config_help() -> Option<&'static str> {
         Some(
-            "members=PATH,PATH,...  The array's member files or devices, in member order (required).\n\
+            "members=PATH,PATH,...  The array's member files or devices, in member order.\n\
+             array=NAME|UUID        Or the array by name or uuid, its members found as `stripeguard\n\
+             \x20                      scan` finds them (/etc/stripeguard/stripeguard.conf or STRIPEGUARD_CONFIG).\n\
              direct=BOOL            Open the members with O_DIRECT (default false).",
         )
     }
@@ -278,12 +280,26 @@ impl Server for Connection {
                 }
                 Ok(())
             }
+            "array" => {
+                if !c.members.is_empty() {
+                    return Err(config_error(
+                        "give members=... or array=NAME, not both".into(),
+                    ));
+                }
+                let (_, cfg) = stripeguard_ops::config::Config::load(None).map_err(config_error)?;
+                let found = stripeguard_ops::find_array(value, &cfg)
+                    .map_err(|e| config_error(format!("array={value}: {e}")))?;
+                for p in found.member_paths() {
+                    c.members.push(std::path::absolute(&p).unwrap_or(p));
+                }
+                Ok(())
+            }
             "direct" => {
                 c.direct = nbdkit::parse_bool(value)?;
                 Ok(())
             }
             _ => Err(config_error(format!(
-                "unknown parameter {key} (this plugin takes members=PATH,PATH,... and direct=BOOL)"
+                "unknown parameter {key} (this plugin takes members=PATH,PATH,..., array=NAME and direct=BOOL)"
             ))),
         }
     }
@@ -291,7 +307,7 @@ impl Server for Connection {
     fn config_complete() -> Result<()> {
         if CONFIG.lock().expect("config lock").members.is_empty() {
             return Err(config_error(
-                "members=PATH,PATH,... is required (the array's members in order)".into(),
+                "members=PATH,PATH,... or array=NAME is required (the array's members in order, or its name)".into(),
             ));
         }
         Ok(())

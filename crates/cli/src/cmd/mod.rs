@@ -23,3 +23,4 @@ pub mod shared;
 mod simulate;
 pub mod status;
 pub mod stop;
+pub mod wipe;

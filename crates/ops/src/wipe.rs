@@ -1,0 +1,72 @@
+//! `stripeguard wipe`: remove a member's stripeguard signatures (md's `--zero-superblock`,
+//! issue 36 §1), so that no scan, assembly or probe takes it for a member again: both
+//! superblock copies and every metadata record before the data area (owner, checkpoint, intent
+//! record, event log, stripe-state record; FORMAT.md §2), and the journal slots after the last
+//! unit. The data area is left as it is. Refused for a device in use (mounted, held, backing a
+//! loop device) and for a member a live process holds.
+
+use crate::probe::{Found, Target};
+use std::path::Path;
+use stripeguard_engine::{read_superblock_of, EngineError};
+
+/// What was wiped.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Wiped {
+    pub path: String,
+    /// The array it belonged to and its index there, when its superblock still read.
+    pub array_uuid: Option<String>,
+    pub name: String,
+    pub member_index: Option<u16>,
+    /// Bytes zeroed.
+    pub bytes: u64,
+}
+
+/// Wipe the member at `p` (a file, block device or NBD export).
+pub fn wipe_member(p: &Path) -> Result<Wiped, EngineError> {
+    let t = Target::open(p, false)?;
+    let name = p.display();
+    let Found::Member(_) = t.found() else {
+        return Err(EngineError::Config(format!(
+            "{name} holds no stripeguard superblock (in either copy): nothing to wipe"
+        )));
+    };
+    // A live holder keeps its members locked: never pull the metadata from under it.
+    t.disk.try_lock(true)?;
+    let sb = read_superblock_of(t.disk.as_ref()).ok();
+    let size = t.disk.size_bytes();
+    // Without a readable superblock the layout is unknown: the fixed records (superblock
+    // copies, owner, checkpoint) and the smallest layout's variable ones.
+    let mut ranges: Vec<(u64, u64)> = match &sb {
+        Some(sb) => vec![
+            (0, sb.data_offset_bytes),
+            (sb.journal_offset(), sb.member_bytes()),
+        ],
+        None => vec![(
+            0,
+            stripeguard_format::MetadataLayout::for_member(size).data_offset(),
+        )],
+    };
+    for r in &mut ranges {
+        r.1 = r.1.min(size);
+    }
+    let mut bytes = 0u64;
+    const STEP: u64 = 1 << 20;
+    let zeros = vec![0u8; STEP as usize];
+    for (start, end) in ranges {
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(STEP);
+            t.disk.write_at(at, &zeros[..n as usize])?;
+            at += n;
+            bytes += n;
+        }
+    }
+    t.disk.flush()?;
+    Ok(Wiped {
+        path: p.display().to_string(),
+        array_uuid: sb.as_ref().map(|s| stripeguard_format::hex(&s.array_uuid)),
+        name: sb.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+        member_index: sb.as_ref().map(|s| s.member_index),
+        bytes,
+    })
+}
