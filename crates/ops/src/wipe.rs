@@ -50,15 +50,15 @@ pub fn wipe_member(p: &Path) -> Result<Wiped, EngineError> {
         r.1 = r.1.min(size);
     }
     let mut bytes = 0u64;
-    const STEP: u64 = 1 << 20;
-    let zeros = vec![0u8; STEP as usize];
+    const STEP: usize = 1 << 20;
+    let zeros = vec![0u8; STEP];
     for (start, end) in ranges {
         let mut at = start;
         while at < end {
-            let n = (end - at).min(STEP);
-            t.disk.write_at(at, &zeros[..n as usize])?;
-            at += n;
-            bytes += n;
+            let n = usize::try_from(end - at).map_or(STEP, |left| left.min(STEP));
+            t.disk.write_at(at, &zeros[..n])?;
+            at += n as u64;
+            bytes += n as u64;
         }
     }
     t.disk.flush()?;
