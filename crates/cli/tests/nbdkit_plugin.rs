@@ -191,7 +191,8 @@ fn a_wrong_member_list_stops_nbdkit_at_start() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("members=PATH,PATH,... is required"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("members=PATH,PATH,... or array=NAME is required"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

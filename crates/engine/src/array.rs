@@ -231,7 +231,7 @@ pub struct Array {
     sabotage: Option<Sabotage>,
     /// A forced assembly's stale members and what of them may be trusted (forced.rs). A leaf
     /// lock, held only to read it.
-    forced: Mutex<Option<crate::forced::ForcedView>>,
+    forced: Mutex<Option<crate::trust::ForcedView>>,
 }
 
 impl Array {
@@ -391,7 +391,7 @@ impl Array {
                 let _ = array.save_events();
             }
             if !forced.is_empty() {
-                array.resync_as(crate::resync::Why::Forced)?;
+                array.resync_forced()?;
                 array.adopt_forced(&forced_members)?;
                 for (member, why) in &forced {
                     array.note(
@@ -581,7 +581,7 @@ impl Array {
         &self.meta
     }
 
-    pub(crate) fn forced_view(&self) -> &Mutex<Option<crate::forced::ForcedView>> {
+    pub(crate) fn forced_view(&self) -> &Mutex<Option<crate::trust::ForcedView>> {
         &self.forced
     }
 

@@ -43,6 +43,7 @@ mod resync;
 mod scrub;
 mod stripe_state;
 pub mod sync;
+mod trust;
 mod unitio;
 mod units;
 mod untrusted;

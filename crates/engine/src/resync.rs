@@ -201,6 +201,11 @@ impl Array {
         Ok(())
     }
 
+    /// Every stripe after a writable forced assembly ([`Why::Forced`]).
+    pub(crate) fn resync_forced(&self) -> Result<u64, EngineError> {
+        self.resync_as(Why::Forced)
+    }
+
     /// [`Array::resync`] after an unclean shutdown, or of the whole array after a forced
     /// assembly ([`Why`]).
     pub(crate) fn resync_as(&self, why: Why) -> Result<u64, EngineError> {
