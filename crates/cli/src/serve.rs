@@ -85,6 +85,19 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         });
         n
     });
+    // Prometheus metrics, when asked: bound before the array is opened, so a bad or busy
+    // address fails without touching it.
+    let metrics_addr = a
+        .metrics
+        .clone()
+        .or_else(|| a.array.configured().and_then(|c| c.metrics));
+    let metrics_listener = match &metrics_addr {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
     // Assemble first, then listen: a socket that exists means a server that is ready (and that
     // holds the array), which is what scripts waiting for it rely on.
     let assembled = assemble(&a.array, !a.read_only);
@@ -193,18 +206,6 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
             hurry.store(true, Ordering::Relaxed);
         }
         Ok(())
-    };
-    // Prometheus metrics, when asked: a thread of its own, scraping what `status` would show.
-    let metrics_addr = a
-        .metrics
-        .clone()
-        .or_else(|| a.array.configured().and_then(|c| c.metrics));
-    let metrics_listener = match &metrics_addr {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr)
-                .with_context(|| format!("cannot listen for metrics on {addr}"))?,
-        ),
-        None => None,
     };
     let hooks = stripeguard_ops::HolderHooks {
         front_end: &counters,

@@ -501,7 +501,7 @@ fn list_monitor_and_metrics() {
     assert_eq!(m.status.code(), Some(1), "{}", err_of(&m));
     let hooks = std::fs::read_to_string(&hooklog).unwrap_or_default();
     assert!(
-        hooks.lines().any(|l| l.starts_with("one member-failed ")),
+        hooks.lines().any(|l| l.starts_with("one member-failed")),
         "{hooks}"
     );
     // Across a restart, nothing runs twice.

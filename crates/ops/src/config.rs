@@ -96,6 +96,13 @@ impl Config {
                 parse_duration(w)
                     .ok_or_else(|| at(format!("wait {w:?} is not a duration (30s, 2m, 1h)")))?;
             }
+            if let Some(m) = &a.metrics {
+                m.parse::<std::net::SocketAddr>().map_err(|_| {
+                    at(format!(
+                        "metrics {m:?} is not an address and port (127.0.0.1:9750)"
+                    ))
+                })?;
+            }
             if let Some(r) = &a.scrub_rate {
                 parse_rate(r).ok_or_else(|| {
                     at(format!(
@@ -180,7 +187,8 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "h" => v * 3600.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    // At most a day: a longer wait is a mistake, and a huge one would not fit a Duration.
+    (secs.is_finite() && (0.0..=86_400.0).contains(&secs)).then(|| Duration::from_secs_f64(secs))
 }
 
 /// `50M`, `1G`, `4096` bytes per second (binary units, as everywhere in the tool).

@@ -244,14 +244,49 @@ pub(crate) fn open_member_how(
     exclusive: bool,
     write: bool,
 ) -> Result<DiskRef, DiskError> {
-    match p.to_str() {
-        Some(uri) if stripeguard_nbd::is_uri(uri) => {
-            Ok(Arc::new(stripeguard_nbd::NbdDisk::open(uri)?) as DiskRef)
+    let refuse = |why: &str| DiskError::Io {
+        name: display_member(p),
+        op: "open",
+        offset: 0,
+        len: 0,
+        source: std::io::Error::other(why.to_string()),
+    };
+    // A slot a scan did not find (FoundArray::member_paths): never a file, whatever exists.
+    if let Some(why) = scan::not_found(p) {
+        return Err(refuse(&why));
+    }
+    if let Some(uri) = p.to_str().filter(|u| stripeguard_nbd::is_uri(u)) {
+        return Ok(Arc::new(stripeguard_nbd::NbdDisk::open(uri)?) as DiskRef);
+    }
+    // A FIFO would block the open until a writer came; a socket or character device is no
+    // member either.
+    if let Ok(m) = std::fs::metadata(p) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        if t.is_fifo() || t.is_socket() || t.is_char_device() || t.is_dir() {
+            return Err(refuse(if t.is_fifo() {
+                "a FIFO, not a file or block device"
+            } else if t.is_socket() {
+                "a socket, not a file or block device"
+            } else if t.is_dir() {
+                "a directory, not a file or block device"
+            } else {
+                "a character device, not a file or block device"
+            }));
         }
+    }
+    match p.to_str() {
         _ if !write => Ok(Arc::new(FileDisk::open_read_only(p, direct)?) as DiskRef),
         _ if exclusive => Ok(Arc::new(FileDisk::open_exclusive(p, direct)?) as DiskRef),
         _ => Ok(Arc::new(FileDisk::open(p, direct)?) as DiskRef),
     }
+}
+
+/// How a member path is named in messages (a slot a scan did not find by its words).
+pub fn display_member(p: &Path) -> String {
+    scan::not_found(p)
+        .map(|_| p.display().to_string().replace('\0', ""))
+        .unwrap_or_else(|| p.display().to_string())
 }
 
 /// A block device the kernel refused to open exclusively: why it is in use, as an error.
@@ -280,7 +315,7 @@ pub fn open_member_paths(paths: &[PathBuf], direct: bool) -> Vec<DiskRef> {
         .iter()
         .map(|p| {
             open_or_failed(p, direct, false, false, &abort).unwrap_or_else(|e| {
-                Arc::new(FailedDisk::new(p.display().to_string(), e.to_string())) as DiskRef
+                Arc::new(FailedDisk::new(display_member(p), e.to_string())) as DiskRef
             })
         })
         .collect()
@@ -328,7 +363,7 @@ fn open_or_failed(
         }),
         Err(e) => match busy(p, &e).filter(|_| exclusive) {
             Some(err) => Err(err),
-            None => Ok(Arc::new(FailedDisk::new(p.display().to_string(), e.reason())) as DiskRef),
+            None => Ok(Arc::new(FailedDisk::new(display_member(p), e.reason())) as DiskRef),
         },
     }
 }

@@ -70,10 +70,28 @@ pub fn list(cfg: &Config) -> (Vec<Listed>, Vec<PathBuf>) {
             members: f
                 .member_paths()
                 .iter()
-                .map(|p| p.display().to_string())
+                .map(|p| crate::display_member(p))
                 .collect(),
             attention: health != "complete" || f.state != "clean",
         });
+    }
+    // Configured arrays of which no member was found: gone, not healthy.
+    for (name, a) in &cfg.arrays {
+        let Some(u) = a.uuid.as_deref().and_then(crate::config::parse_uuid) else {
+            continue;
+        };
+        let hex = stripeguard_format::hex(&u);
+        if !out.iter().any(|l| l.uuid == hex) {
+            out.push(Listed {
+                name: name.clone(),
+                uuid: hex,
+                holder: None,
+                states: vec!["missing".into()],
+                progress: None,
+                members: vec![],
+                attention: true,
+            });
+        }
     }
     for l in &mut out {
         if l.name.is_empty() {

@@ -217,9 +217,12 @@ pub fn render(arrays: &[ArrayMetrics]) -> String {
             |a| a.member_failures,
         ),
     ] {
-        family(&mut out, name, "counter", help);
+        // The text format's TYPE names the samples' own name (`..._total`), as node_exporter's
+        // counters do.
+        let name = format!("{name}_total");
+        family(&mut out, &name, "counter", help);
         for a in arrays {
-            let _ = writeln!(out, "{name}_total{{{}}} {}", id(a), get(a));
+            let _ = writeln!(out, "{name}{{{}}} {}", id(a), get(a));
         }
     }
     family(
@@ -325,44 +328,85 @@ pub fn serve_http(
     stop: &std::sync::atomic::AtomicBool,
     now: &(dyn Fn() -> String + Sync),
 ) {
-    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let _ = listener.set_nonblocking(true);
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let (mut conn, _) = match listener.accept() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+    let busy = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        while !stop.load(Ordering::Relaxed) {
+            let conn = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            // Each request on a thread of its own, at most 16 at once: a slow or idle client
+            // holds its own thread, not the scrapes behind it.
+            if busy.load(Ordering::Relaxed) >= 16 {
+                drop(conn);
                 continue;
             }
-            Err(_) => continue,
-        };
-        let _ = conn.set_nonblocking(false);
-        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-        let mut req = Vec::new();
-        let mut buf = [0u8; 1024];
-        while req.len() < 8192 && !req.windows(4).any(|w| w == b"\r\n\r\n") {
-            match conn.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => req.extend_from_slice(&buf[..n]),
-            }
+            busy.fetch_add(1, Ordering::Relaxed);
+            let busy = &busy;
+            scope.spawn(move || {
+                answer(conn, now);
+                busy.fetch_sub(1, Ordering::Relaxed);
+            });
         }
-        let line = String::from_utf8_lossy(&req);
-        let first = line.lines().next().unwrap_or_default();
-        let (status, ctype, body) = match first.split_whitespace().collect::<Vec<_>>().as_slice() {
-            ["GET", "/metrics", ..] => {
-                ("200 OK", "text/plain; version=0.0.4; charset=utf-8", now())
-            }
-            ["GET", ..] => (
-                "404 Not Found",
-                "text/plain",
-                "only /metrics is here\n".into(),
-            ),
-            _ => ("400 Bad Request", "text/plain", "GET /metrics\n".into()),
-        };
-        let _ = write!(
-            conn,
-            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-    }
+    });
+}
+
+/// One request: read it (2 s in all, 8 KiB at most), answer, close.
+fn answer(mut conn: std::net::TcpStream, now: &(dyn Fn() -> String + Sync)) {
+    use std::io::{Read, Write};
+    let _ = conn.set_nonblocking(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    let complete = loop {
+        if req.windows(4).any(|w| w == b"\r\n\r\n") {
+            break true;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || req.len() >= 8192 {
+            break false;
+        }
+        let _ = conn.set_read_timeout(Some(left));
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break false,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    };
+    let text = String::from_utf8_lossy(&req);
+    let first = text.lines().next().unwrap_or_default();
+    let words: Vec<&str> = first.split_whitespace().collect();
+    let path = words
+        .get(1)
+        .map(|p| p.split('?').next().unwrap_or_default());
+    let (status, ctype, body) = match (complete, words.first(), path) {
+        (false, ..) => (
+            "400 Bad Request",
+            "text/plain",
+            "an incomplete request\n".to_string(),
+        ),
+        (_, Some(&"GET"), Some("/metrics")) => {
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", now())
+        }
+        (_, Some(&"GET"), _) => (
+            "404 Not Found",
+            "text/plain",
+            "only /metrics is here\n".into(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n".into(),
+        ),
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }

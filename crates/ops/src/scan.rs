@@ -12,6 +12,16 @@ use std::path::{Path, PathBuf};
 use stripeguard_engine::{read_superblock_of, EngineError};
 use stripeguard_format::{MemberState, Superblock};
 
+/// How a slot the scan did not find is named in a member list (`member_paths`).
+const NOT_FOUND: &str = "\0not found by scan: member ";
+
+/// Why `p` names no device: a slot the scan did not find.
+pub(crate) fn not_found(p: &Path) -> Option<String> {
+    let s = p.to_str()?;
+    s.starts_with(NOT_FOUND)
+        .then(|| "not found by scan among the configured devices".to_string())
+}
+
 /// One member found.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct FoundMember {
@@ -46,6 +56,9 @@ pub struct FoundArray {
     pub slots: Vec<Option<FoundMember>>,
     /// Candidates that name a slot another candidate holds with a newer event count.
     pub ignored: Vec<FoundMember>,
+    /// Slots two candidates claim at the same event count (copies of a member, or two
+    /// histories written apart): nothing can say which is the member.
+    pub ambiguous: Vec<FoundMember>,
 }
 
 impl FoundArray {
@@ -61,6 +74,9 @@ impl FoundArray {
     /// The health in a word: `complete` (every member current), `degraded` (the parity
     /// covers what is missing or stale), `incomplete` (it cannot be assembled as found).
     pub fn health(&self) -> &'static str {
+        if !self.ambiguous.is_empty() {
+            return "ambiguous";
+        }
         let out = usize::from(self.members) - self.current();
         match out {
             0 => "complete",
@@ -77,7 +93,8 @@ impl FoundArray {
             .enumerate()
             .map(|(i, s)| match s {
                 Some(m) => m.path.clone(),
-                None => PathBuf::from(format!("(member {i} not found)")),
+                // A NUL byte: no file can have this name, so nothing on disk is taken for it.
+                None => PathBuf::from(format!("{NOT_FOUND}{i}\0")),
             })
             .collect()
     }
@@ -177,6 +194,7 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
     let n = usize::from(newest.members);
     let mut slots: Vec<Option<FoundMember>> = vec![None; n];
     let mut ignored = Vec::new();
+    let mut ambiguous = Vec::new();
     let mut by_age: Vec<&&(PathBuf, Superblock)> = mine.iter().collect();
     by_age.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.generation));
     for (path, sb) in by_age.into_iter().map(|x| (&x.0, &x.1)) {
@@ -189,6 +207,7 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
         };
         match slots.get_mut(i) {
             Some(s @ None) => *s = Some(m),
+            Some(Some(held)) if held.event_count == m.event_count => ambiguous.push(m),
             _ => ignored.push(m),
         }
     }
@@ -209,6 +228,7 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
         event_count: newest.generation,
         slots,
         ignored,
+        ambiguous,
     }
 }
 
@@ -247,6 +267,25 @@ pub fn find_array(key: &str, cfg: &Config) -> Result<FoundArray, EngineError> {
         })
         .collect();
     match hits.as_slice() {
+        [one] if !one.ambiguous.is_empty() => Err(EngineError::Assemble(format!(
+            "array {key:?}: {} claimed by two devices at the same event count ({}): copies of a member, or two histories written apart; give the members by hand",
+            one.ambiguous
+                .iter()
+                .map(|m| format!("member {}", m.index))
+                .collect::<Vec<_>>()
+                .join(", "),
+            one.ambiguous
+                .iter()
+                .map(|m| {
+                    let other = one.slots[usize::from(m.index)]
+                        .as_ref()
+                        .map(|s| s.path.display().to_string())
+                        .unwrap_or_default();
+                    format!("{} and {}", other, m.path.display())
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))),
         [one] => Ok((*one).clone()),
         [] => Err(EngineError::Assemble(format!(
             "no member of an array {key:?} found among {} candidate(s) ({}); give its members, or list them in the configuration file (`devices` globs, or `members` under [array.{key}])",

@@ -39,6 +39,9 @@ pub struct MonitorArgs {
 }
 
 pub fn run(a: MonitorArgs) -> Result<ExitCode> {
+    // A mail program or hook that exits without reading its input must not kill the monitor
+    // (the write fails instead, and is said).
+    crate::sigpipe::ignore();
     std::fs::create_dir_all(&a.cursor_dir)
         .with_context(|| format!("cannot make --cursor-dir {}", a.cursor_dir.display()))?;
     loop {
@@ -59,6 +62,22 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
     let (_, cfg) = Config::load(None).map_err(anyhow::Error::msg)?;
     let found = stripeguard_ops::scan(&stripeguard_ops::candidates(&[], &cfg), &cfg);
     let mut attention = false;
+    // A configured array none of whose members is found is news too.
+    for (n, c) in &cfg.arrays {
+        let u = c
+            .uuid
+            .as_deref()
+            .and_then(stripeguard_ops::config::parse_uuid);
+        if let Some(u) = u.filter(|u| !found.iter().any(|f| f.uuid_bytes() == *u)) {
+            let line = format!(
+                "{n}: no member of array {} found among the configured devices",
+                stripeguard_format::hex(&u)
+            );
+            eprintln!("stripeguard monitor: {line}");
+            stripeguard_ops::syslog(3, "stripeguard monitor", &line);
+            attention = true;
+        }
+    }
     for f in &found {
         if f.health() != "complete" {
             attention = true;
@@ -85,8 +104,12 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
             write_cursor(&cursor, &f.uuid, next_new)?;
             continue;
         };
-        let hook = cfg
-            .array(&name)
+        // The configuration's entry for this array: by its uuid, else by the name it goes by.
+        let conf = cfg
+            .name_of(&f.uuid_bytes())
+            .and_then(|n| cfg.array(n))
+            .or_else(|| cfg.array(&name));
+        let hook = conf
             .and_then(|(_, c)| c.hook.clone())
             .or_else(|| a.exec.clone());
         for e in log.entries.iter().filter(|e| e.number >= from) {
@@ -110,9 +133,11 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
             );
             eprintln!("stripeguard monitor: {line}");
             stripeguard_ops::syslog(severity(e), "stripeguard monitor", &line);
+            // (A slot the scan did not find has no path to give.)
             let path = paths
                 .get(e.member as usize)
-                .filter(|_| e.role != stripeguard_engine::EventRole::Stripe);
+                .filter(|_| e.role != stripeguard_engine::EventRole::Stripe)
+                .filter(|p| !std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).contains(&0));
             if let Some(cmd) = &hook {
                 run_hook(cmd, e, &f.uuid, &name, path)?;
             }
@@ -165,9 +190,20 @@ fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) {
         .spawn()
         .and_then(|mut c| {
             if let Some(mut i) = c.stdin.take() {
-                i.write_all(msg.as_bytes())?;
+                let _ = i.write_all(msg.as_bytes());
             }
-            c.wait()
+            // A mail program that hangs does not stop the monitor: 60 s, then it is killed.
+            let t = std::time::Instant::now();
+            loop {
+                if let Some(s) = c.try_wait()? {
+                    return Ok(s);
+                }
+                if t.elapsed() > std::time::Duration::from_secs(60) {
+                    let _ = c.kill();
+                    return c.wait();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
         });
     match sent {
         Ok(s) if s.success() => {}

@@ -55,6 +55,14 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
                         None => println!("  member {i}: NOT FOUND"),
                     }
                 }
+                for m in &f.ambiguous {
+                    println!(
+                        "  AMBIGUOUS: {} also names member {} at the same event count {}",
+                        m.path.display(),
+                        m.index,
+                        m.event_count
+                    );
+                }
                 for m in &f.ignored {
                     println!(
                         "  ignored: {} (names member {}, event {}: an older copy)",
@@ -66,8 +74,25 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
             }
         }
     }
+    // Configured arrays of which nothing was found (a default scan only).
+    let mut missing = 0;
+    if a.candidates.is_empty() && !a.json && !a.config {
+        for (n, c) in &cfg.arrays {
+            let u = c
+                .uuid
+                .as_deref()
+                .and_then(stripeguard_ops::config::parse_uuid);
+            if let Some(u) = u.filter(|u| !found.iter().any(|f| f.uuid_bytes() == *u)) {
+                println!(
+                    "{n} {} MISSING: no member found among the configured devices",
+                    stripeguard_format::hex(&u)
+                );
+                missing += 1;
+            }
+        }
+    }
     // As `zpool status -x`: 0 when every array found is complete.
-    let attention = found.iter().any(|f| f.health() != "complete");
+    let attention = missing > 0 || found.iter().any(|f| f.health() != "complete");
     Ok(ExitCode::from(if attention {
         exit::FOUND
     } else {

@@ -105,7 +105,7 @@ pub(crate) fn resolve_members(
         found
             .member_paths()
             .iter()
-            .map(|p| p.display().to_string())
+            .map(|p| stripeguard_ops::display_member(p))
             .collect::<Vec<_>>()
             .join(" ")
     );
