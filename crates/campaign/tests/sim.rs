@@ -44,8 +44,10 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // pass (docs/SEEDED-SIMULATION.md, "Found and open"). 395 and 408 passed once the state-change
 // events moved the runs (they add member I/O, so scheduling and power cuts fall elsewhere); a
 // sweep of seeds 1000-1999 found the same family at 1166 (checksum-chunk, several clients,
-// members out and back), outside the shards, kept here so the test below watches it.
-const OPEN: &[u64] = &[1166];
+// members out and back), outside the shards, kept here so the test below watches it — until
+// the forced-assembly and member-failure events of issue 35 moved the runs once more and it
+// passed (the family is not known to be fixed: see docs/SEEDED-SIMULATION.md).
+const OPEN: &[u64] = &[];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 

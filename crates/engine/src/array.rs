@@ -231,7 +231,13 @@ pub struct Array {
     sabotage: Option<Sabotage>,
     /// A forced assembly's stale members and what of them may be trusted (forced.rs). A leaf
     /// lock, held only to read it.
-    forced: Mutex<Option<crate::trust::ForcedView>>,
+    ///
+    /// A std mutex, not one of `crate::sync`'s: it is taken on every unit read of a forced
+    /// assembly only (`forced_any` says whether there is one), and is no scheduling point of
+    /// the seeded simulation (an array without a forced assembly reads exactly as before).
+    forced: std::sync::Mutex<Option<crate::trust::ForcedView>>,
+    /// Whether `forced` holds a view: read first, without the lock.
+    forced_any: std::sync::atomic::AtomicBool,
 }
 
 impl Array {
@@ -479,7 +485,8 @@ impl Array {
             sb,
             writable,
             sabotage: None,
-            forced: Mutex::new(None),
+            forced: std::sync::Mutex::new(None),
+            forced_any: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -581,8 +588,12 @@ impl Array {
         &self.meta
     }
 
-    pub(crate) fn forced_view(&self) -> &Mutex<Option<crate::trust::ForcedView>> {
+    pub(crate) fn forced_view(&self) -> &std::sync::Mutex<Option<crate::trust::ForcedView>> {
         &self.forced
+    }
+
+    pub(crate) fn forced_any(&self) -> &std::sync::atomic::AtomicBool {
+        &self.forced_any
     }
 
     pub(crate) fn intent(&self) -> &Mutex<crate::intent::Intent> {

@@ -26,6 +26,9 @@ impl Array {
     /// forced assembly brought back, in a region written since, with no current metadata to
     /// vouch for its unit.
     pub(crate) fn forced_unvouched(&self, stripe: StripeIx, member: MemberIx) -> bool {
+        if !self.forced_any().load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
         let guard = self.forced_view().lock().expect("lock");
         let Some(v) = guard.as_ref() else {
             return false;
@@ -72,10 +75,14 @@ impl Array {
             per_bit,
             written,
         });
+        self.forced_any()
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The members brought back are current now (a writable forced assembly adopted them).
     pub(crate) fn clear_forced(&self) {
+        self.forced_any()
+            .store(false, std::sync::atomic::Ordering::Release);
         *self.forced_view().lock().expect("lock") = None;
     }
 }
