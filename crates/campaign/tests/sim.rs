@@ -46,8 +46,10 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // sweep of seeds 1000-1999 found the same family at 1166 (checksum-chunk, several clients,
 // members out and back), outside the shards, kept here so the test below watches it — until
 // the forced-assembly and member-failure events of issue 35 moved the runs once more and it
-// passed (the family is not known to be fixed: see docs/SEEDED-SIMULATION.md).
-const OPEN: &[u64] = &[];
+// passed (the family is not known to be fixed: see docs/SEEDED-SIMULATION.md). The same moves
+// exposed seed 865 of the other open family (`none`, a departure and power cuts: the write
+// hole of a degraded array without the journal), which returns wrong bytes on this build.
+const OPEN: &[u64] = &[865];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
