@@ -371,7 +371,7 @@ impl Array {
                 // the saved chunk (md's rule, with the chunk md would have lost).
                 self.settle_or_report(
                     stripe,
-                    crate::resync::Settle::Known(pos, unit),
+                    crate::layout::Settle::Known(pos, unit),
                     EventKind::ResyncJournal,
                     "a degraded write was interrupted: parity recomputed from the data and the missing member's chunk from the journal",
                 )?;
@@ -402,7 +402,7 @@ impl Array {
                 }
                 Err(EngineError::Unrecoverable { .. }) => self.settle_or_report(
                     stripe,
-                    crate::resync::Settle::Known(pos, unit),
+                    crate::layout::Settle::Known(pos, unit),
                     EventKind::ResyncSettled,
                     "a degraded write was interrupted beyond what the parity decides: the missing member's chunk restored from the journal, the other data kept as on disk, parity recomputed",
                 )?,

@@ -339,3 +339,16 @@ impl Array {
         }
     }
 }
+
+/// What a settle takes for the data units (`Array::settle_with`).
+#[derive(Clone, Copy)]
+pub(crate) enum Settle<'a> {
+    /// Every data unit as on disk; one no member gives leaves the stripe unsettled.
+    AsOnDisk,
+    /// Data position `.0`'s unit from `.1` instead of the disk (a missing member's chunk
+    /// saved in the journal before a degraded write).
+    Known(Pos, &'a [u8]),
+    /// A data unit no member gives is lost: zero-filled and listed untrusted whole (a
+    /// writable forced assembly, whose operator accepted that what cannot be verified goes).
+    LoseUnreadable,
+}

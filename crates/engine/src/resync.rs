@@ -9,26 +9,13 @@ use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::EventAction;
 use crate::intent::{Durable, InFlight, Intent};
-use crate::layout::Interrupted;
+use crate::layout::{Interrupted, Settle};
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use stripeguard_codes::Located;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
 use stripeguard_format::IntentRecord;
 use stripeguard_integrity::{Scheme, INTENT_RECORD_OFFSET};
-
-/// What a settle takes for the data units ([`Array::settle_with`]).
-#[derive(Clone, Copy)]
-pub(crate) enum Settle<'a> {
-    /// Every data unit as on disk; one no member gives leaves the stripe unsettled.
-    AsOnDisk,
-    /// Data position `.0`'s unit from `.1` instead of the disk (a missing member's chunk
-    /// saved in the journal before a degraded write).
-    Known(Pos, &'a [u8]),
-    /// A data unit no member gives is lost: zero-filled and listed untrusted whole (a
-    /// writable forced assembly, whose operator accepted that what cannot be verified goes).
-    LoseUnreadable,
-}
 
 /// Why a resync runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
