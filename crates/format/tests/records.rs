@@ -122,7 +122,7 @@ fn layout() -> MetadataLayout {
 fn superblock() -> Superblock {
     let layout = layout();
     Superblock {
-        name: String::new(),
+        name: "golden-1".into(),
         array_uuid: [3; 16],
         member_index: 2,
         members: 4,
@@ -322,7 +322,9 @@ fn superblock_matches_format_md() {
             ("created", le(1_800_000_000, 8)),
             ("cross-check", vec![1]),
             ("incompatible features", le(1 | 2, 8)),
-            ("compatible features", le(0, 8)),
+            // Bit 0: the name at 168..200.
+            ("compatible features", le(1, 8)),
+            ("name", text("golden-1", 32)),
             ("intent record offset", le(16384, 8)),
             ("intent record size", le(l.intent_bytes, 8)),
             ("event log offset", le(l.log_offset(), 8)),
