@@ -60,10 +60,13 @@ pub fn text_prefix(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// NUL-padded text: up to the first NUL, invalid UTF-8 replaced (a reader never fails on it).
+/// NUL-padded text: up to the first NUL, invalid UTF-8 replaced (a reader never fails on it),
+/// and cut to the field's width at a character boundary (a replacement character takes three
+/// bytes, so the text read must still fit the field it is written back to: round trip).
 pub fn text_at(b: &[u8]) -> String {
     let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    let text = String::from_utf8_lossy(&b[..end]);
+    text_prefix(&text, b.len()).to_string()
 }
 
 /// Close a copy: the CRC-32C of every byte before its last four, into its last four.
