@@ -35,7 +35,9 @@ mod scan;
 pub mod sdnotify;
 mod wipe;
 pub use list::{list, Listed};
-pub use scan::{candidates, find_array, order_members, scan, FoundArray, FoundMember};
+pub use scan::{
+    candidates, configured_missing, find_array, order_members, scan, FoundArray, FoundMember,
+};
 pub use wipe::{wipe_member, Wiped};
 mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};

@@ -364,3 +364,14 @@ pub fn order_members(paths: &[PathBuf]) -> (Vec<PathBuf>, Option<String>) {
         )),
     )
 }
+
+/// The arrays the configuration names by uuid of which `found` holds no member: (name, uuid).
+pub fn configured_missing(cfg: &Config, found: &[FoundArray]) -> Vec<(String, [u8; 16])> {
+    cfg.arrays
+        .iter()
+        .filter_map(|(n, c)| {
+            let u = c.uuid.as_deref().and_then(parse_uuid)?;
+            (!found.iter().any(|f| f.uuid_bytes() == u)).then(|| (n.clone(), u))
+        })
+        .collect()
+}

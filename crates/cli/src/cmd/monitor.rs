@@ -63,20 +63,14 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
     let found = stripeguard_ops::scan(&stripeguard_ops::candidates(&[], &cfg), &cfg);
     let mut attention = false;
     // A configured array none of whose members is found is news too.
-    for (n, c) in &cfg.arrays {
-        let u = c
-            .uuid
-            .as_deref()
-            .and_then(stripeguard_ops::config::parse_uuid);
-        if let Some(u) = u.filter(|u| !found.iter().any(|f| f.uuid_bytes() == *u)) {
-            let line = format!(
-                "{n}: no member of array {} found among the configured devices",
-                stripeguard_format::hex(&u)
-            );
-            eprintln!("stripeguard monitor: {line}");
-            stripeguard_ops::syslog(3, "stripeguard monitor", &line);
-            attention = true;
-        }
+    for (n, u) in stripeguard_ops::configured_missing(&cfg, &found) {
+        let line = format!(
+            "{n}: no member of array {} found among the configured devices",
+            stripeguard_format::hex(&u)
+        );
+        eprintln!("stripeguard monitor: {line}");
+        stripeguard_ops::syslog(3, "stripeguard monitor", &line);
+        attention = true;
     }
     for f in &found {
         if f.health() != "complete" {

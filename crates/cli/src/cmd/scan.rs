@@ -77,18 +77,12 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
     // Configured arrays of which nothing was found (a default scan only).
     let mut missing = 0;
     if a.candidates.is_empty() && !a.json && !a.config {
-        for (n, c) in &cfg.arrays {
-            let u = c
-                .uuid
-                .as_deref()
-                .and_then(stripeguard_ops::config::parse_uuid);
-            if let Some(u) = u.filter(|u| !found.iter().any(|f| f.uuid_bytes() == *u)) {
-                println!(
-                    "{n} {} MISSING: no member found among the configured devices",
-                    stripeguard_format::hex(&u)
-                );
-                missing += 1;
-            }
+        for (n, u) in stripeguard_ops::configured_missing(&cfg, &found) {
+            println!(
+                "{n} {} MISSING: no member found among the configured devices",
+                stripeguard_format::hex(&u)
+            );
+            missing += 1;
         }
     }
     // As `zpool status -x`: 0 when every array found is complete.
