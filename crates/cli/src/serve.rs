@@ -61,9 +61,9 @@ const STOPPING: &str =
     "STOPPING=1\nSTATUS=stopping: serving the connected clients until they leave, then closing the array clean";
 
 pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
-    a.array.resolve(true)?;
-    // Under systemd (Type=notify): while the array is assembled (a resync can take hours),
-    // the start timeout is extended every 10 s; READY=1 once it serves.
+    // Under systemd (Type=notify): while the members are waited for (`wait` in the
+    // configuration) and the array is assembled (a resync can take hours), the start timeout
+    // is extended every 10 s; READY=1 once it serves.
     let assembling = Arc::new(AtomicBool::new(true));
     let notifier = stripeguard_ops::sdnotify::Notifier::from_env().map(|n| {
         let (n, assembling) = (Arc::new(n), Arc::clone(&assembling));
@@ -72,7 +72,7 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
             let began = std::time::Instant::now();
             while assembling.load(Ordering::Relaxed) {
                 keep.send(&format!(
-                    "EXTEND_TIMEOUT_USEC=30000000\nSTATUS=assembling the array (and resyncing it if it was not closed clean): {} s",
+                    "EXTEND_TIMEOUT_USEC=30000000\nSTATUS=finding the members (late ones waited for) and assembling the array (resyncing it if it was not closed clean): {} s",
                     began.elapsed().as_secs()
                 ));
                 for _ in 0..100 {
@@ -85,6 +85,11 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         });
         n
     });
+    let resolved = a.array.resolve(true);
+    if resolved.is_err() {
+        assembling.store(false, Ordering::Relaxed);
+    }
+    resolved?;
     // Prometheus metrics, when asked: bound before the array is opened, so a bad or busy
     // address fails without touching it.
     let metrics_addr = a
@@ -207,8 +212,28 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         }
         Ok(())
     };
+    let stats_for_latency = server.stats();
+    let latency = || {
+        stripeguard_serve::LATENCY_COMMANDS
+            .iter()
+            .zip(&stats_for_latency.latency)
+            .map(|(command, l)| {
+                let (counts, sum_us) = l.snapshot();
+                stripeguard_ops::metrics::LatencyHistogram {
+                    command: command.to_string(),
+                    bounds_seconds: stripeguard_serve::LATENCY_BOUNDS_US
+                        .iter()
+                        .map(|&us| us as f64 / 1e6)
+                        .collect(),
+                    counts,
+                    sum_seconds: sum_us as f64 / 1e6,
+                }
+            })
+            .collect()
+    };
     let hooks = stripeguard_ops::HolderHooks {
         front_end: &counters,
+        latency: Some(&latency),
         stop: Some(&stop_request),
     };
     let metrics_stop = AtomicBool::new(false);

@@ -120,6 +120,24 @@ fn hooks_run_for_new_events_once_across_restarts() {
     let _ = follow.kill();
     let _ = follow.wait();
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "7:repaired\n");
+
+    // A hook that hangs is killed (its children too) and the next event's hook still runs.
+    let hung = format!(
+        "sleep 30 & wait; echo $SG_EVENT_NUMBER >> {}",
+        d.join("late").display()
+    );
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args("events", &["--exec", &hung, "--from-start"]))
+        .env("STRIPEGUARD_HOOK_TIMEOUT", "1")
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", err_of(&out));
+    let said = err_of(&out);
+    assert_eq!(said.matches("killed after 1 s").count(), 9, "{said}");
+    assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
+    assert!(!d.join("late").exists(), "a killed hook went on");
 }
 
 /// A split brain refused (issue 35 §4) writes nothing to the members — which side holds the

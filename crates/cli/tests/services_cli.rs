@@ -400,7 +400,20 @@ fn list_monitor_and_metrics() {
     drop(std::os::unix::net::UnixListener::bind(&stale));
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let (held, _) = serve(d, &conf, "one", &["--metrics", &addr]);
+    let (held, sock) = serve(d, &conf, "one", &["--metrics", &addr]);
+    // Three reads through the NBD front end, for its latency histogram.
+    {
+        use stripeguard_disk::Disk;
+        let nbd = stripeguard_nbd::client::NbdDisk::open(&format!(
+            "nbd+unix:///?socket={}",
+            sock.display()
+        ))
+        .unwrap();
+        let mut buf = vec![0u8; 4096];
+        for i in 0..3u64 {
+            nbd.read_at(i * 4096, &mut buf).unwrap();
+        }
+    }
     let out = sgc(&["list", "--json"], d, &conf);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(!stale.exists(), "the stale control socket is still there");
@@ -436,6 +449,28 @@ fn list_monitor_and_metrics() {
         );
         assert!(
             samples.contains("stripeguard_members array=one,state=online,"),
+            "{samples}"
+        );
+        // The front end's latency, a histogram the parser read as one: every read in a bucket.
+        let count = |prefix: &str, also: &str| {
+            samples
+                .lines()
+                .find(|l| {
+                    l.starts_with(prefix)
+                        && l.contains("array=one,command=read,")
+                        && l.contains(also)
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let reads = count("stripeguard_nbd_request_duration_seconds_count ", "");
+        assert!(reads.is_some_and(|n| n >= 3.0), "{samples}");
+        assert_eq!(
+            count(
+                "stripeguard_nbd_request_duration_seconds_bucket ",
+                "le=+Inf,"
+            ),
+            reads,
             "{samples}"
         );
     }
@@ -519,6 +554,11 @@ fn list_monitor_and_metrics() {
     assert_eq!(std::fs::read_to_string(&hooklog).unwrap(), hooks);
     // The textfile collector's file: every array, parsed.
     let tf = d.join("textfile");
+    // A directory that is not there is refused (a typo would hold metrics nobody scrapes).
+    let no = sgc(&["metrics", "--textfile", tf.to_str().unwrap()], d, &conf);
+    assert_eq!(no.status.code(), Some(2), "{}", err_of(&no));
+    assert!(err_of(&no).contains("no such directory"), "{}", err_of(&no));
+    std::fs::create_dir(&tf).unwrap();
     ok(&sgc(
         &["metrics", "--textfile", tf.to_str().unwrap()],
         d,

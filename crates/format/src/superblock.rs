@@ -399,6 +399,9 @@ pub enum SuperblockError {
         /// Of the bytes.
         computed: u32,
     },
+    /// The name field (compatible feature bit 0) is damaged.
+    #[error("the superblock's array name field is damaged: {0}")]
+    Name(&'static str),
     /// Fields that cannot describe an array.
     #[error("superblock describes an impossible geometry: {0}")]
     Geometry(&'static str),
@@ -459,7 +462,7 @@ impl Superblock {
     pub fn validate(&self) -> Result<(), SuperblockError> {
         let g = SuperblockError::Geometry;
         if !self.name.is_empty() && check_name(&self.name).is_err() {
-            return Err(g("the array's name is not a valid name"));
+            return Err(SuperblockError::Name("not a valid name"));
         }
         if self.data_chunks == 0 || self.parity_chunks == 0 {
             return Err(g("k and m must both be at least 1"));
@@ -677,11 +680,12 @@ impl Superblock {
             name: if u64_at(b, 104) & COMPAT_NAME != 0 {
                 let field = &b[NAME_AT..NAME_AT + MAX_NAME_BYTES];
                 let len = field.iter().position(|&c| c == 0).unwrap_or(MAX_NAME_BYTES);
+                if field[len..].iter().any(|&c| c != 0) {
+                    return Err(SuperblockError::Name("bytes after its end are not zero"));
+                }
                 let name = std::str::from_utf8(&field[..len])
-                    .map_err(|_| SuperblockError::Geometry("the array's name is not text"))?;
-                check_name(name).map_err(|_| {
-                    SuperblockError::Geometry("the array's name is not a valid name")
-                })?;
+                    .map_err(|_| SuperblockError::Name("not text"))?;
+                check_name(name).map_err(|_| SuperblockError::Name("not a valid name"))?;
                 name.to_string()
             } else {
                 String::new()
@@ -885,8 +889,16 @@ mod tests {
         bad[168] = b'-';
         assert!(matches!(
             Superblock::decode(&reseal(bad)),
-            Err(SuperblockError::Geometry(_))
+            Err(SuperblockError::Name(_))
         ));
+        // Bytes after the name's end: written by no build, so damage (the copy's CRC covers
+        // them, so a writer wrote them).
+        let mut tail = b;
+        tail[190] = b'x';
+        assert_eq!(
+            Superblock::decode(&reseal(tail)),
+            Err(SuperblockError::Name("bytes after its end are not zero"))
+        );
         let mut full = b;
         full[168..200].copy_from_slice(&[b'x'; 32]);
         assert_eq!(

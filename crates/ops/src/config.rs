@@ -72,7 +72,23 @@ impl Config {
                 None => (PathBuf::from(DEFAULT_CONFIG), false),
             },
         };
-        let text = match std::fs::read_to_string(&path) {
+        // A configuration is a few lines: a bigger file is a wrong path (a disk image named by
+        // mistake), not something to read into memory.
+        const MAX_CONFIG_BYTES: u64 = 1 << 20;
+        let read = std::fs::File::open(&path).and_then(|f| {
+            use std::io::Read;
+            let mut t = String::new();
+            f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut t)?;
+            Ok(t)
+        });
+        let text = match read {
+            Ok(t) if t.len() as u64 > MAX_CONFIG_BYTES => {
+                return Err(format!(
+                    "{}: over {} KiB, too big for a configuration file (is it the right path?)",
+                    path.display(),
+                    MAX_CONFIG_BYTES >> 10
+                ))
+            }
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => {
                 return Ok((path, Config::default()))

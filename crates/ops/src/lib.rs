@@ -36,7 +36,8 @@ pub mod sdnotify;
 mod wipe;
 pub use list::{list, Listed};
 pub use scan::{
-    candidates, configured_missing, find_array, order_members, scan, FoundArray, FoundMember,
+    candidates, candidates_noted, configured_missing, find_array, order_members, others_named,
+    scan, scan_noted, FoundArray, FoundMember,
 };
 pub use wipe::{wipe_member, Wiped};
 mod examine;
@@ -502,6 +503,9 @@ pub struct LiveStatus {
     /// Counters of the holder's front end (a server's connections, requests, bytes), by name.
     #[serde(default)]
     pub front_end: Vec<(String, u64)>,
+    /// The front end's request latency histograms, by command.
+    #[serde(default)]
+    pub front_end_latency: Vec<metrics::LatencyHistogram>,
     /// A replace the holder runs (or ran) on request (`stripeguard replace` while it serves).
     #[serde(default)]
     pub replace: Option<LiveReplace>,
@@ -644,6 +648,7 @@ pub fn with_control_socket_and<R>(
         array,
         &HolderHooks {
             front_end,
+            latency: None,
             stop: None,
         },
         body,
@@ -654,6 +659,8 @@ pub fn with_control_socket_and<R>(
 pub struct HolderHooks<'a> {
     /// The front end's own counters (the NBD server's), by name.
     pub front_end: &'a (dyn Fn() -> Vec<(String, u64)> + Sync),
+    /// The front end's request latency histograms.
+    pub latency: Option<&'a (dyn Fn() -> Vec<metrics::LatencyHistogram> + Sync)>,
     /// Asked to stop (`stripeguard stop [--force]`, FORMAT.md §3): `Ok` when it will, else
     /// why not (clients connected, without `force`); `None`: this holder is not stopped so.
     pub stop: Option<&'a (dyn Fn(bool) -> Result<(), String> + Sync)>,
@@ -746,6 +753,10 @@ pub fn with_control_socket_hooks<R>(
                                         })
                                         .collect(),
                                     front_end: front_end(),
+                                    front_end_latency: hooks
+                                        .latency
+                                        .map(|l| l())
+                                        .unwrap_or_default(),
                                     replace: replacing.lock().expect("lock").clone(),
                                     scrub: scrubbing.state.lock().expect("lock").clone(),
                                     untrusted: array.untrusted(),

@@ -11,7 +11,10 @@
 //!   `stripeguard_checks_failed_total`, `stripeguard_stripes_resynced_total`,
 //!   `stripeguard_member_failures_total`;
 //! - `stripeguard_progress_ratio{operation}` (a replace or scrub under way, 0..1);
-//! - `stripeguard_nbd_*` from the holder's front end (connections, requests, bytes), counters.
+//! - `stripeguard_nbd_*` from the holder's front end (connections, requests, bytes), counters;
+//! - `stripeguard_nbd_request_duration_seconds{command}`, a histogram of the front end's request
+//!   latency (from the request read to its reply handed to the writer, the wait for a worker
+//!   included).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -39,6 +42,20 @@ pub struct ArrayMetrics {
     pub progress: Vec<(String, f64)>,
     /// The front end's counters (`connections_total`, `requests_total`, ...).
     pub front_end: Vec<(String, u64)>,
+    /// The front end's request latency, by command.
+    pub latency: Vec<LatencyHistogram>,
+}
+
+/// One command's request latency: the count in each bucket (not cumulative; the last bucket
+/// takes everything above the last bound) and the sum.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyHistogram {
+    pub command: String,
+    /// Upper bounds of the buckets, in seconds, rising.
+    pub bounds_seconds: Vec<f64>,
+    /// `bounds_seconds.len() + 1` counts.
+    pub counts: Vec<u64>,
+    pub sum_seconds: f64,
 }
 
 impl ArrayMetrics {
@@ -77,6 +94,7 @@ impl ArrayMetrics {
             member_failures: c.map_or(live.out.len() as u64, |c| c.members_failed),
             progress,
             front_end: live.front_end.clone(),
+            latency: live.front_end_latency.clone(),
         }
     }
 }
@@ -271,6 +289,32 @@ pub fn render(arrays: &[ArrayMetrics]) -> String {
             let _ = writeln!(out, "{metric}{suffix}{{{}}} {v}", id(a));
         }
     }
+    let name = "stripeguard_nbd_request_duration_seconds";
+    if arrays.iter().any(|a| !a.latency.is_empty()) {
+        family(
+            &mut out,
+            name,
+            "histogram",
+            "NBD requests by command: from the request read to its reply handed to the writer.",
+        );
+    }
+    for a in arrays {
+        for h in &a.latency {
+            let labels = format!("{},command=\"{}\"", id(a), esc(&h.command));
+            let mut below = 0u64;
+            // Exactly one line per bound and a `+Inf` line, whatever the counts' length.
+            for i in 0..=h.bounds_seconds.len() {
+                below += h.counts.get(i).copied().unwrap_or(0);
+                let le = h
+                    .bounds_seconds
+                    .get(i)
+                    .map_or_else(|| "+Inf".to_string(), |b| format!("{b}"));
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {below}");
+            }
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {:.6}", h.sum_seconds);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {below}");
+        }
+    }
     out
 }
 
@@ -409,4 +453,71 @@ fn answer(mut conn: std::net::TcpStream, now: &(dyn Fn() -> String + Sync)) {
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ArrayMetrics {
+        ArrayMetrics {
+            name: "db".into(),
+            uuid: "00112233445566778899aabbccddeeff".into(),
+            level: "raid6".into(),
+            scheme: "hybrid-seq".into(),
+            states: vec!["clean".into()],
+            healthy: true,
+            members_online: 6,
+            members_out: 0,
+            found: [(("checksum".to_string(), 2), 3)].into_iter().collect(),
+            progress: vec![("scrub".into(), 0.5)],
+            front_end: vec![("bytes_read".into(), 4096), ("bytes_written".into(), 0)],
+            latency: vec![LatencyHistogram {
+                command: "read".into(),
+                bounds_seconds: vec![0.001, 0.01],
+                counts: vec![2, 1, 1],
+                sum_seconds: 0.5,
+            }],
+            ..ArrayMetrics::default()
+        }
+    }
+
+    #[test]
+    fn a_histogram_is_cumulative_and_ends_at_inf() {
+        let text = render(&[sample()]);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("stripeguard_nbd_request_duration_seconds"))
+            .collect();
+        let ends = |l: &&str| l.rsplit(' ').next().unwrap().to_string();
+        assert_eq!(
+            lines.iter().map(ends).collect::<Vec<_>>(),
+            ["2", "3", "4", "0.500000", "4"],
+            "{text}"
+        );
+        assert!(lines[2].contains("le=\"+Inf\""), "{text}");
+        assert!(text.contains("# TYPE stripeguard_nbd_request_duration_seconds histogram"));
+    }
+
+    /// The dashboard shipped in packaging/grafana asks only for metrics this renderer writes.
+    #[test]
+    fn the_grafana_dashboard_names_only_metrics_that_exist() {
+        let dash = include_str!("../../../packaging/grafana/stripeguard-dashboard.json");
+        let text = render(&[sample()]);
+        let v: serde_json::Value = serde_json::from_str(dash).expect("the dashboard is JSON");
+        assert!(v["panels"].as_array().is_some_and(|p| p.len() >= 8));
+        let mut names = 0;
+        for (i, _) in dash.match_indices("stripeguard_") {
+            let name: String = dash[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+                "the dashboard asks for {name}, which no sample has:\n{text}"
+            );
+            names += 1;
+        }
+        assert!(names >= 10, "{names}");
+    }
 }

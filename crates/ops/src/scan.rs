@@ -108,6 +108,13 @@ impl FoundArray {
 /// The candidates to read: the globs given (or the configuration's `devices`, or every block
 /// device), and every member URI the configuration lists. Sorted, without duplicates.
 pub fn candidates(given: &[String], cfg: &Config) -> Vec<PathBuf> {
+    candidates_noted(given, cfg).0
+}
+
+/// [`candidates`], with a note for each glob that is not valid or found nothing (said to the
+/// user: a typo in a glob otherwise looks like a missing array).
+pub fn candidates_noted(given: &[String], cfg: &Config) -> (Vec<PathBuf>, Vec<String>) {
+    let mut notes = Vec::new();
     let mut out: Vec<PathBuf> = Vec::new();
     let globs: Vec<String> = if !given.is_empty() {
         given.to_vec()
@@ -128,11 +135,18 @@ pub fn candidates(given: &[String], cfg: &Config) -> Vec<PathBuf> {
                 out.extend(paths.flatten());
                 // A plain path that does not exist yet is still a candidate (it fails to open
                 // and is skipped, as any unreadable candidate).
-                if out.len() == before && !g.contains(['*', '?', '[']) {
-                    out.push(PathBuf::from(g));
+                if out.len() == before {
+                    if g.contains(['*', '?', '[']) {
+                        notes.push(format!("{g}: matches nothing"));
+                    } else {
+                        out.push(PathBuf::from(g));
+                    }
                 }
             }
-            Err(_) => out.push(PathBuf::from(g)),
+            Err(e) => {
+                notes.push(format!("{g}: not a valid glob ({}), read as a path", e.msg));
+                out.push(PathBuf::from(g));
+            }
         }
     }
     if given.is_empty() {
@@ -142,7 +156,7 @@ pub fn candidates(given: &[String], cfg: &Config) -> Vec<PathBuf> {
     }
     out.sort();
     out.dedup();
-    out
+    (out, notes)
 }
 
 /// Every block device of this host (`/dev/NAME` for each entry of `/sys/class/block`).
@@ -159,17 +173,33 @@ fn block_devices() -> Vec<PathBuf> {
 /// Read every candidate's superblock (those that hold none, or cannot be opened, are skipped)
 /// and group them into arrays, sorted by name. `cfg` names arrays whose superblock has none.
 pub fn scan(candidates: &[PathBuf], cfg: &Config) -> Vec<FoundArray> {
+    scan_noted(candidates, cfg).0
+}
+
+/// [`scan`], with each candidate that was not read and why (`scan -v`): it could not be
+/// opened, is empty, or holds no stripeguard superblock (or a damaged one).
+pub fn scan_noted(
+    candidates: &[PathBuf],
+    cfg: &Config,
+) -> (Vec<FoundArray>, Vec<(PathBuf, String)>) {
     let mut found: Vec<(PathBuf, Superblock)> = Vec::new();
+    let mut unread = Vec::new();
     for p in candidates {
         // Read-only, no lock, no O_EXCL: a held array's members are read too.
-        let Ok(disk) = crate::open_member_how(p, false, false, false) else {
-            continue;
+        let disk = match crate::open_member_how(p, false, false, false) {
+            Ok(d) => d,
+            Err(e) => {
+                unread.push((p.clone(), e.to_string()));
+                continue;
+            }
         };
         if disk.size_bytes() == 0 {
+            unread.push((p.clone(), "empty (0 bytes)".into()));
             continue;
         }
-        if let Ok(sb) = read_superblock_of(disk.as_ref()) {
-            found.push((p.clone(), sb));
+        match read_superblock_of(disk.as_ref()) {
+            Ok(sb) => found.push((p.clone(), sb)),
+            Err(e) => unread.push((p.clone(), e.to_string())),
         }
     }
     let mut uuids: Vec<[u8; 16]> = found.iter().map(|(_, sb)| sb.array_uuid).collect();
@@ -177,7 +207,7 @@ pub fn scan(candidates: &[PathBuf], cfg: &Config) -> Vec<FoundArray> {
     uuids.dedup();
     let mut arrays: Vec<FoundArray> = uuids.iter().map(|u| group(u, &found, cfg)).collect();
     arrays.sort_by(|a, b| (&a.name, &a.uuid).cmp(&(&b.name, &b.uuid)));
-    arrays
+    (arrays, unread)
 }
 
 /// The array with `uuid` from the superblocks found.
@@ -253,6 +283,12 @@ fn standing(sb: &Superblock, newest: &Superblock) -> String {
 /// The array `key` names — a name (the configuration's, or a superblock's) or a uuid — with
 /// its members, from the candidates the configuration gives. An error says what was looked at.
 pub fn find_array(key: &str, cfg: &Config) -> Result<FoundArray, EngineError> {
+    // (An unnamed array's name is empty: an empty key would pick one of those.)
+    if key.is_empty() {
+        return Err(EngineError::Assemble(
+            "an empty array name: give the array's name or uuid".into(),
+        ));
+    }
     let wanted: Option<[u8; 16]> = match cfg.array(key) {
         Some((_, a)) => a.uuid.as_deref().and_then(parse_uuid),
         None => parse_uuid(key),
@@ -363,6 +399,38 @@ pub fn order_members(paths: &[PathBuf]) -> (Vec<PathBuf>, Option<String>) {
             moved.join(", ")
         )),
     )
+}
+
+/// Uuids (hex) of other arrays already called `name`: the configuration's entry, and arrays
+/// found on the configuration's `devices` (not every block device, nor NBD members: a
+/// `create` does not wait on those), leaving out the devices in `skip` (the members about to
+/// be overwritten). `create --name` warns with it.
+pub fn others_named(name: &str, cfg: &Config, skip: &[PathBuf]) -> Vec<String> {
+    let mut out: Vec<String> = cfg
+        .array(name)
+        .and_then(|(_, a)| a.uuid.clone())
+        .into_iter()
+        .collect();
+    if !cfg.devices.is_empty() {
+        let skip: Vec<PathBuf> = skip
+            .iter()
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+            .collect();
+        let cands: Vec<PathBuf> = candidates(&cfg.devices, cfg)
+            .into_iter()
+            .filter(|p| !p.to_string_lossy().contains("://"))
+            .filter(|p| !skip.contains(&std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())))
+            .collect();
+        out.extend(
+            scan(&cands, cfg)
+                .into_iter()
+                .filter(|a| a.name == name)
+                .map(|a| a.uuid),
+        );
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The arrays the configuration names by uuid of which `found` holds no member: (name, uuid).

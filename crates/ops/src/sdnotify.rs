@@ -17,19 +17,41 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// From `NOTIFY_SOCKET`; `None` when unset or unusable.
+    /// From `NOTIFY_SOCKET`; `None` when unset, or unusable (said once on standard error: a
+    /// `Type=notify` unit whose messages go nowhere times out at start, and this line is the
+    /// clue in its journal).
     pub fn from_env() -> Option<Notifier> {
         let path = std::env::var_os("NOTIFY_SOCKET")?;
-        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+        let made = Self::at(&path);
+        if let Err(why) = &made {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "stripeguard: NOTIFY_SOCKET={} is unusable ({why}): systemd is not told of readiness",
+                    path.to_string_lossy()
+                )
+            });
+        }
+        made.ok()
+    }
+
+    fn at(path: &std::ffi::OsStr) -> Result<Notifier, String> {
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path).to_vec();
         let addr = match bytes.strip_prefix(b"@") {
             Some(name) => {
                 use std::os::linux::net::SocketAddrExt;
-                std::os::unix::net::SocketAddr::from_abstract_name(name).ok()?
+                std::os::unix::net::SocketAddr::from_abstract_name(name)
+                    .map_err(|e| e.to_string())?
             }
-            None => std::os::unix::net::SocketAddr::from_pathname(&path).ok()?,
+            None if !bytes.starts_with(b"/") => {
+                return Err("neither an absolute path nor @name".into())
+            }
+            None => {
+                std::os::unix::net::SocketAddr::from_pathname(path).map_err(|e| e.to_string())?
+            }
         };
-        let sock = UnixDatagram::unbound().ok()?;
-        Some(Notifier { sock, addr })
+        let sock = UnixDatagram::unbound().map_err(|e| e.to_string())?;
+        Ok(Notifier { sock, addr })
     }
 
     /// Send `state` (`KEY=VALUE` lines). Best effort: systemd not listening is not an error

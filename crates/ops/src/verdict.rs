@@ -207,6 +207,7 @@ mod tests {
             out: vec![],
             recent_events: vec![],
             front_end: vec![],
+            front_end_latency: vec![],
             replace: None,
             untrusted: vec![],
             members: vec![],

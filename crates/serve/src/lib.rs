@@ -12,4 +12,7 @@ pub mod export;
 pub mod server;
 
 pub use export::ArrayExport;
-pub use server::{Export, ExportError, Listener, Server, ServerConfig, Stats, Stream};
+pub use server::{
+    Export, ExportError, Latency, Listener, Server, ServerConfig, Stats, Stream, LATENCY_BOUNDS_US,
+    LATENCY_COMMANDS,
+};

@@ -64,6 +64,47 @@ pub struct Stats {
     pub bytes_written: AtomicU64,
     pub errors: AtomicU64,
     pub protocol_violations: AtomicU64,
+    /// How long requests took, by command ([`LATENCY_COMMANDS`]): from the request read
+    /// (payload included) to its reply handed to the connection's writer, so the wait for a
+    /// worker counts.
+    pub latency: [Latency; LATENCY_COMMANDS.len()],
+}
+
+/// The commands whose latency is kept, in the order of [`Stats::latency`].
+pub const LATENCY_COMMANDS: [&str; 5] = ["read", "write", "flush", "trim", "write_zeroes"];
+
+/// Upper bounds of the latency buckets in microseconds (a last bucket takes everything above):
+/// 50 µs (a cached read) to 10 s (a request stuck behind a member's timeout).
+pub const LATENCY_BOUNDS_US: [u64; 16] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 10_000_000,
+];
+
+/// One command's latency histogram: a count per bucket (not cumulative) and the sum.
+#[derive(Default, Debug)]
+pub struct Latency {
+    buckets: [AtomicU64; LATENCY_BOUNDS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Latency {
+    pub fn record(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let i = LATENCY_BOUNDS_US.partition_point(|&b| b < us);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// The count in each bucket (the last: above every bound) and the sum in microseconds.
+    pub fn snapshot(&self) -> (Vec<u64>, u64) {
+        (
+            self.buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+            self.sum_us.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl Stats {
@@ -641,9 +682,21 @@ impl Conn {
             let replies = replies.clone();
             let info = Arc::clone(&self.info);
             let log = self.config.log;
+            let read_at = std::time::Instant::now();
             self.pool.submit(Box::new(move || {
                 let reply = execute(&*export, &info, &stats, req, &payload, log);
                 drop(payload);
+                let slot = match req.kind {
+                    proto::CMD_READ => Some(0),
+                    proto::CMD_WRITE => Some(1),
+                    proto::CMD_FLUSH => Some(2),
+                    proto::CMD_TRIM => Some(3),
+                    proto::CMD_WRITE_ZEROES => Some(4),
+                    _ => None,
+                };
+                if let Some(l) = slot {
+                    stats.latency[l].record(read_at.elapsed());
+                }
                 // The connection's reply thread writes it and ends the request's count.
                 let _ = replies.send((reply, Some(bytes)));
             }));

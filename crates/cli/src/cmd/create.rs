@@ -118,6 +118,19 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
                 || format!("unknown code `{name}` (choose xor, raid6, rs, rdp or tier)"),
             )?),
         };
+    if let Some(name) = &a.name {
+        // Names are for finding arrays: a second array of one name is allowed (`--array` then
+        // asks for the uuid), but it is most likely a mistake.
+        if let Ok((_, cfg)) = stripeguard_ops::config::Config::load(None) {
+            let others = stripeguard_ops::others_named(name, &cfg, &a.members);
+            if !others.is_empty() {
+                eprintln!(
+                    "stripeguard: warning: an array called {name:?} already exists (uuid {}): `--array {name}` will have to be given a uuid instead",
+                    others.join(", ")
+                );
+            }
+        }
+    }
     let req = CreateOnPaths {
         paths: a.members.clone(),
         size_bytes: a.size,

@@ -35,7 +35,9 @@ pub struct EventsArgs {
     /// Run this shell command for each new event (logged after the command started, or after
     /// the --cursor), with SG_ARRAY_UUID, SG_ARRAY_NAME, SG_MEMBER_PATH (the path given for the event's member)
     /// and SG_EVENT_{NUMBER,TIME_MS,KIND,ACTION,STRIPE,MEMBER,POSITION,ROLE,EVIDENCE} in its
-    /// environment, names as in --json (as ZFS's event daemon does).
+    /// environment, names as in --json (as ZFS's event daemon does). A hook still running
+    /// after 120 s (STRIPEGUARD_HOOK_TIMEOUT) is killed with its process group, and the next
+    /// event goes on.
     #[arg(long)]
     exec: Option<String>,
     /// With --exec: run the hook for the events already in the log too (or those since --since).
@@ -255,28 +257,35 @@ pub(crate) fn run_hook(
     name: &str,
     member_path: Option<&PathBuf>,
 ) -> Result<()> {
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .env("SG_ARRAY_UUID", uuid)
-        .env("SG_ARRAY_NAME", name)
-        .env(
-            "SG_MEMBER_PATH",
-            member_path
-                .map(|p| p.as_os_str().to_owned())
-                .unwrap_or_default(),
-        )
-        .env("SG_EVENT_NUMBER", e.number.to_string())
-        .env("SG_EVENT_TIME_MS", e.time_unix_ms.to_string())
-        .env("SG_EVENT_KIND", e.kind.as_str())
-        .env("SG_EVENT_ACTION", e.action.as_str())
-        .env("SG_EVENT_STRIPE", e.stripe.to_string())
-        .env("SG_EVENT_MEMBER", e.member.to_string())
-        .env("SG_EVENT_POSITION", e.position.to_string())
-        .env("SG_EVENT_ROLE", e.role.as_str())
-        .env("SG_EVENT_EVIDENCE", &e.evidence)
-        .status()
-        .with_context(|| format!("running --exec {cmd:?}"))?;
+    let status = super::shared::run_bounded(cmd, None, |c| {
+        c.env("SG_ARRAY_UUID", uuid)
+            .env("SG_ARRAY_NAME", name)
+            .env(
+                "SG_MEMBER_PATH",
+                member_path
+                    .map(|p| p.as_os_str().to_owned())
+                    .unwrap_or_default(),
+            )
+            .env("SG_EVENT_NUMBER", e.number.to_string())
+            .env("SG_EVENT_TIME_MS", e.time_unix_ms.to_string())
+            .env("SG_EVENT_KIND", e.kind.as_str())
+            .env("SG_EVENT_ACTION", e.action.as_str())
+            .env("SG_EVENT_STRIPE", e.stripe.to_string())
+            .env("SG_EVENT_MEMBER", e.member.to_string())
+            .env("SG_EVENT_POSITION", e.position.to_string())
+            .env("SG_EVENT_ROLE", e.role.as_str())
+            .env("SG_EVENT_EVIDENCE", &e.evidence);
+    });
+    let status = match status {
+        Err(err) if err.kind() == std::io::ErrorKind::TimedOut => {
+            eprintln!(
+                "stripeguard: warning: --exec for event #{} {err}; going on with the next event",
+                e.number
+            );
+            return Ok(());
+        }
+        other => other.with_context(|| format!("running --exec {cmd:?}"))?,
+    };
     if !status.success() {
         eprintln!(
             "stripeguard: warning: --exec for event #{} exited with {status}",

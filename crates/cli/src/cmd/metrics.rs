@@ -39,8 +39,14 @@ pub fn run(a: MetricsArgs) -> Result<ExitCode> {
     match &a.textfile {
         None => print!("{text}"),
         Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot make {}", dir.display()))?;
+            // Not made when missing: node_exporter reads one directory, and a mistyped one
+            // made here would hold metrics nobody scrapes.
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "{}: no such directory (give node_exporter's --collector.textfile.directory)",
+                    dir.display()
+                );
+            }
             let tmp = dir.join(".stripeguard.prom.tmp");
             std::fs::write(&tmp, text)
                 .and_then(|()| std::fs::rename(&tmp, dir.join("stripeguard.prom")))

@@ -169,7 +169,6 @@ fn severity(e: &LoggedEvent) -> u8 {
 
 /// Hand one message to the mail program; a failure is said, not fatal.
 fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) {
-    use std::io::Write;
     let msg = format!(
         "To: {to}\nSubject: stripeguard: {name}: {}\n\nArray {name} ({uuid}) on {}:\n\n{line}\n",
         line.split(':').nth(1).unwrap_or("event").trim(),
@@ -177,28 +176,8 @@ fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) {
             .map(|h| h.trim().to_string())
             .unwrap_or_default()
     );
-    let sent = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(program)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            if let Some(mut i) = c.stdin.take() {
-                let _ = i.write_all(msg.as_bytes());
-            }
-            // A mail program that hangs does not stop the monitor: 60 s, then it is killed.
-            let t = std::time::Instant::now();
-            loop {
-                if let Some(s) = c.try_wait()? {
-                    return Ok(s);
-                }
-                if t.elapsed() > std::time::Duration::from_secs(60) {
-                    let _ = c.kill();
-                    return c.wait();
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        });
+    // A mail program that hangs does not stop the monitor: it is killed after a while.
+    let sent = super::shared::run_bounded(program, Some(msg.as_bytes()), |_| {});
     match sent {
         Ok(s) if s.success() => {}
         Ok(s) => eprintln!("stripeguard monitor: --mail-program {program:?} exited with {s}"),

@@ -28,8 +28,11 @@ pub struct ScanArgs {
 
 pub fn run(a: ScanArgs) -> Result<ExitCode> {
     let (_, cfg) = Config::load(None).map_err(anyhow::Error::msg)?;
-    let candidates = stripeguard_ops::candidates(&a.candidates, &cfg);
-    let found = stripeguard_ops::scan(&candidates, &cfg);
+    let (candidates, notes) = stripeguard_ops::candidates_noted(&a.candidates, &cfg);
+    for n in &notes {
+        eprintln!("stripeguard: note: {n}");
+    }
+    let (found, unread) = stripeguard_ops::scan_noted(&candidates, &cfg);
     if a.json {
         println!("{}", serde_json::to_string(&found)?);
     } else if a.config {
@@ -52,7 +55,11 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
                             m.event_count,
                             m.standing
                         ),
-                        None => println!("  member {i}: NOT FOUND"),
+                        None => println!(
+                            "  member {i}: NOT FOUND (no candidate read holds it; {} candidate(s) could not be read{})",
+                            unread.len(),
+                            if unread.is_empty() { "" } else { ", listed below" }
+                        ),
                     }
                 }
                 for m in &f.ambiguous {
@@ -71,6 +78,17 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
                         m.event_count
                     );
                 }
+            }
+        }
+    }
+    if a.verbose && !a.json && !a.config {
+        for (p, why) in &unread {
+            // (Open errors already start with the path.)
+            let p = p.display().to_string();
+            if why.starts_with(&p) {
+                println!("not read: {why}");
+            } else {
+                println!("not read: {p}: {why}");
             }
         }
     }
@@ -122,20 +140,33 @@ fn config_for(given: &[String], found: &[FoundArray], cfg: &Config) -> String {
         devices: if given.is_empty() {
             cfg.devices.clone()
         } else {
+            // Absolute: the file is read from wherever the service runs.
+            let here = std::env::current_dir().unwrap_or_default();
             given
                 .iter()
                 .filter(|g| !g.contains("://"))
-                .cloned()
+                .map(|g| here.join(g).to_string_lossy().into_owned())
                 .collect()
         },
         arrays: Default::default(),
     };
     for f in found {
-        let name = if f.name.is_empty() {
+        let mut name = if f.name.is_empty() {
             format!("array-{}", &f.uuid[..8])
         } else {
             f.name.clone()
         };
+        if out.arrays.contains_key(&name) {
+            // Two arrays of one name: the file keys arrays by name, so the second is written
+            // under a name of its own (its superblock keeps its name; `--array` takes either).
+            // (Names are ASCII, at most 32 bytes: cut to leave room for `-UUID8`.)
+            let other = format!("{}-{}", &name[..name.len().min(23)], &f.uuid[..8]);
+            eprintln!(
+                "stripeguard: note: two arrays are called {name:?}: the one with uuid {} is written as [array.{other}]",
+                f.uuid
+            );
+            name = other;
+        }
         let mut a = cfg.array(&name).map(|(_, a)| a.clone()).unwrap_or_default();
         a.uuid = Some(f.uuid.clone());
         let nbd: Vec<String> = f

@@ -252,3 +252,55 @@ pub(super) fn ago(t: u64) -> String {
         _ => format!("{} days ago", s / 86400),
     }
 }
+
+/// How long a hook (`--exec`) or the mail program may run before it is killed: one that hangs
+/// (a mail server that does not answer) must not stop the events behind it. 120 s, or
+/// `STRIPEGUARD_HOOK_TIMEOUT` seconds.
+fn hook_limit() -> std::time::Duration {
+    std::time::Duration::from_secs(
+        std::env::var("STRIPEGUARD_HOOK_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(120),
+    )
+}
+
+/// Run `sh -c` with `cmd` as configured by `setup`, feeding `input` on its standard input, and
+/// wait for it at most [`hook_limit`]; past that, its whole process group is killed (a shell's
+/// children too) and the error says so.
+pub(crate) fn run_bounded(
+    cmd: &str,
+    input: Option<&[u8]>,
+    setup: impl FnOnce(&mut std::process::Command),
+) -> std::io::Result<std::process::ExitStatus> {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(cmd).process_group(0);
+    if input.is_some() {
+        c.stdin(std::process::Stdio::piped());
+    }
+    setup(&mut c);
+    let mut child = c.spawn()?;
+    if let (Some(mut i), Some(bytes)) = (child.stdin.take(), input) {
+        let _ = i.write_all(bytes);
+    }
+    let t = std::time::Instant::now();
+    let limit = hook_limit();
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(s);
+        }
+        if t.elapsed() > limit {
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("killed after {} s", limit.as_secs()),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
