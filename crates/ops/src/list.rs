@@ -76,22 +76,20 @@ pub fn list(cfg: &Config) -> (Vec<Listed>, Vec<PathBuf>) {
         });
     }
     // Configured arrays of which no member was found: gone, not healthy.
-    for (name, a) in &cfg.arrays {
-        let Some(u) = a.uuid.as_deref().and_then(crate::config::parse_uuid) else {
-            continue;
-        };
-        let hex = stripeguard_format::hex(&u);
-        if !out.iter().any(|l| l.uuid == hex) {
-            out.push(Listed {
-                name: name.clone(),
-                uuid: hex,
-                holder: None,
-                states: vec!["missing".into()],
-                progress: None,
-                members: vec![],
-                attention: true,
-            });
-        }
+    let known: Vec<[u8; 16]> = out
+        .iter()
+        .filter_map(|l| crate::config::parse_uuid(&l.uuid))
+        .collect();
+    for (name, u) in crate::configured_missing(cfg, &known) {
+        out.push(Listed {
+            name,
+            uuid: stripeguard_format::hex(&u),
+            holder: None,
+            states: vec!["missing".into()],
+            progress: None,
+            members: vec![],
+            attention: true,
+        });
     }
     for l in &mut out {
         if l.name.is_empty() {

@@ -433,13 +433,14 @@ pub fn others_named(name: &str, cfg: &Config, skip: &[PathBuf]) -> Vec<String> {
     out
 }
 
-/// The arrays the configuration names by uuid of which `found` holds no member: (name, uuid).
-pub fn configured_missing(cfg: &Config, found: &[FoundArray]) -> Vec<(String, [u8; 16])> {
+/// The arrays the configuration names by uuid that are not among `known` (the uuids found or
+/// held): (name, uuid).
+pub fn configured_missing(cfg: &Config, known: &[[u8; 16]]) -> Vec<(String, [u8; 16])> {
     cfg.arrays
         .iter()
         .filter_map(|(n, c)| {
             let u = c.uuid.as_deref().and_then(parse_uuid)?;
-            (!found.iter().any(|f| f.uuid_bytes() == u)).then(|| (n.clone(), u))
+            (!known.contains(&u)).then(|| (n.clone(), u))
         })
         .collect()
 }

@@ -63,7 +63,10 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
     let found = stripeguard_ops::scan(&stripeguard_ops::candidates(&[], &cfg), &cfg);
     let mut attention = false;
     // A configured array none of whose members is found is news too.
-    for (n, u) in stripeguard_ops::configured_missing(&cfg, &found) {
+    for (n, u) in stripeguard_ops::configured_missing(
+        &cfg,
+        &found.iter().map(|f| f.uuid_bytes()).collect::<Vec<_>>(),
+    ) {
         let line = format!(
             "{n}: no member of array {} found among the configured devices",
             stripeguard_format::hex(&u)

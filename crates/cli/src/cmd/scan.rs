@@ -95,7 +95,10 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
     // Configured arrays of which nothing was found (a default scan only).
     let mut missing = 0;
     if a.candidates.is_empty() && !a.json && !a.config {
-        for (n, u) in stripeguard_ops::configured_missing(&cfg, &found) {
+        for (n, u) in stripeguard_ops::configured_missing(
+            &cfg,
+            &found.iter().map(|f| f.uuid_bytes()).collect::<Vec<_>>(),
+        ) {
             println!(
                 "{n} {} MISSING: no member found among the configured devices",
                 stripeguard_format::hex(&u)
