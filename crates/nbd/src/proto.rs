@@ -39,11 +39,15 @@ pub const OPT_LIST: u32 = 3;
 pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
+pub const OPT_STRUCTURED_REPLY: u32 = 8;
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 // Option replies.
 pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
+pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
@@ -63,7 +67,10 @@ pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
 pub const TFLAG_SEND_FUA: u16 = 1 << 3;
 pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
 pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+pub const TFLAG_SEND_DF: u16 = 1 << 7;
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+pub const TFLAG_SEND_CACHE: u16 = 1 << 10;
+pub const TFLAG_SEND_FAST_ZERO: u16 = 1 << 11;
 
 // Commands and their flags.
 pub const CMD_READ: u16 = 0;
@@ -71,9 +78,34 @@ pub const CMD_WRITE: u16 = 1;
 pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
+pub const CMD_CACHE: u16 = 5;
 pub const CMD_WRITE_ZEROES: u16 = 6;
+pub const CMD_BLOCK_STATUS: u16 = 7;
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+pub const CMD_FLAG_DF: u16 = 1 << 2;
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
+pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
+
+// Structured replies.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+pub const REPLY_FLAG_DONE: u16 = 1 << 0;
+pub const REPLY_TYPE_NONE: u16 = 0;
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) + 2;
+
+// Meta contexts this server offers, and their flags (FORMAT.md §4).
+pub const CONTEXT_ALLOCATION: &str = "base:allocation";
+pub const STATE_HOLE: u32 = 1 << 0;
+pub const STATE_ZERO: u32 = 1 << 1;
+pub const CONTEXT_INTEGRITY: &str = "stripeguard:integrity";
+/// Bytes listed untrusted (FORMAT.md §2.7): a read of them is refused (or zeros, as asked).
+pub const INTEGRITY_UNTRUSTED: u32 = 1 << 0;
+/// A member is out: damage found here now could be detected but not repaired.
+pub const INTEGRITY_DEGRADED: u32 = 1 << 1;
 
 // Errors in simple replies.
 pub const EPERM: u32 = 1;
@@ -81,11 +113,15 @@ pub const EIO: u32 = 5;
 pub const EINVAL: u32 = 22;
 pub const ENOSPC: u32 = 28;
 pub const EOVERFLOW: u32 = 75;
+pub const ENOTSUP: u32 = 95;
 pub const ESHUTDOWN: u32 = 108;
 
 /// The largest option payload this server reads (an export name is at most 4,096 bytes; the
-/// rest of a GO is a short list of information requests).
-pub const MAX_OPTION_BYTES: u32 = 8192;
+/// rest of a GO is a short list of information requests; a meta-context request a few
+/// names). A longer option is read and thrown away, and answered `NBD_REP_ERR_INVALID`.
+pub const MAX_OPTION_BYTES: u32 = 16384;
+/// An option longer than this is hostile: the connection is dropped rather than read on.
+pub const MAX_DISCARD_BYTES: u32 = 64 << 20;
 /// The largest READ or WRITE payload (the protocol's 2^25 that no client may be refused).
 pub const MAX_PAYLOAD_BYTES: u32 = 32 << 20;
 /// The longest export name the protocol allows.
@@ -139,6 +175,61 @@ pub fn simple_reply(error: u32, cookie: u64) -> [u8; 16] {
     b
 }
 
+/// A structured reply chunk's header (20 bytes) for `len` bytes of payload.
+pub fn chunk_header(flags: u16, kind: u16, cookie: u64, len: u32) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    b[4..6].copy_from_slice(&flags.to_be_bytes());
+    b[6..8].copy_from_slice(&kind.to_be_bytes());
+    b[8..16].copy_from_slice(&cookie.to_be_bytes());
+    b[16..20].copy_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// A final `NBD_REPLY_TYPE_ERROR` chunk: the error and a message for the user (cut to the
+/// protocol's 4,096 bytes at a character boundary).
+pub fn error_chunk(cookie: u64, errno: u32, message: &str) -> Vec<u8> {
+    let mut end = message.len().min(MAX_NAME_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let msg = &message.as_bytes()[..end];
+    let mut b = Vec::with_capacity(26 + msg.len());
+    let mlen = u16::try_from(msg.len()).unwrap_or(u16::MAX);
+    let len = 6 + u32::from(mlen);
+    b.extend_from_slice(&chunk_header(
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_ERROR,
+        cookie,
+        len,
+    ));
+    b.extend_from_slice(&errno.to_be_bytes());
+    b.extend_from_slice(&mlen.to_be_bytes());
+    b.extend_from_slice(msg);
+    b
+}
+
+/// A `NBD_REPLY_TYPE_BLOCK_STATUS` chunk for context `id`: (length, flags) descriptors.
+pub fn block_status_chunk(cookie: u64, done: bool, id: u32, extents: &[(u32, u32)]) -> Vec<u8> {
+    // At most 2^20 extents, as the protocol asks (the server sends no more).
+    let extents = &extents[..extents.len().min(1 << 20)];
+    let len = 4 + 8 * extents.len();
+    let mut b = Vec::with_capacity(20 + len);
+    let flags = if done { REPLY_FLAG_DONE } else { 0 };
+    b.extend_from_slice(&chunk_header(
+        flags,
+        REPLY_TYPE_BLOCK_STATUS,
+        cookie,
+        u32::try_from(len).unwrap_or(u32::MAX),
+    ));
+    b.extend_from_slice(&id.to_be_bytes());
+    for (l, f) in extents {
+        b.extend_from_slice(&l.to_be_bytes());
+        b.extend_from_slice(&f.to_be_bytes());
+    }
+    b
+}
+
 pub fn be16(b: &[u8]) -> u16 {
     u16::from_be_bytes([b[0], b[1]])
 }
@@ -162,15 +253,34 @@ pub struct ExportInfo {
     pub min_block: u32,
     pub preferred_block: u32,
     pub max_payload: u32,
+    /// The meta contexts offered (`NBD_OPT_LIST_META_CONTEXT`), by name.
+    pub meta_contexts: Vec<&'static str>,
+}
+
+/// What a handshake agreed on for the transmission phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Negotiated {
+    /// `NBD_OPT_STRUCTURED_REPLY` was acknowledged.
+    pub structured: bool,
+    /// The meta contexts the last `NBD_OPT_SET_META_CONTEXT` selected: (id, name).
+    pub contexts: Vec<(u32, &'static str)>,
 }
 
 /// How a handshake ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Handshake {
     /// Transmission begins.
-    Go,
+    Go(Negotiated),
     /// The client aborted (or asked only for information and left).
     Aborted,
+}
+
+/// Why every option but ABORT is being refused (the server is stopping, or full).
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    /// `NBD_REP_ERR_SHUTDOWN`, `NBD_REP_ERR_POLICY`, ...
+    pub reply: u32,
+    pub message: String,
 }
 
 /// Why a handshake was cut off (a hard disconnect; the reason is logged, never sent).
@@ -182,21 +292,37 @@ pub enum HandshakeError {
     BadMagic(u64),
     #[error("the client set unknown client flags {0:#x}")]
     ClientFlags(u32),
-    #[error("an option of {0} bytes (at most {MAX_OPTION_BYTES} are accepted)")]
+    #[error("an option of {0} bytes (over {MAX_DISCARD_BYTES}: not read on)")]
     OptionTooLong(u32),
+    #[error("the client left during the handshake")]
+    Left,
+    #[error("{0}")]
+    Refused(String),
     #[error("the client asked for export {0:?}, which this server does not have")]
     UnknownExport(String),
-    #[error("the server is shutting down")]
-    ShuttingDown,
 }
 
-/// Run the fixed-newstyle handshake on `s` for `export`. `shutting_down` is asked before each
-/// option: once it says yes, options other than ABORT get `NBD_REP_ERR_SHUTDOWN`.
+/// Run the fixed-newstyle handshake on `s` for `export`. `refusing` is asked before each
+/// option: once it gives a refusal (the server stopping, or full), options other than ABORT
+/// get its reply and message. A client that closes the connection during the handshake is
+/// [`HandshakeError::Left`].
 pub fn handshake<S: Read + Write>(
     s: &mut S,
     export: &ExportInfo,
-    shutting_down: &dyn Fn() -> bool,
+    refusing: &dyn Fn() -> Option<Refusal>,
 ) -> Result<Handshake, HandshakeError> {
+    handshake_inner(s, export, refusing).map_err(|e| match e {
+        HandshakeError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => HandshakeError::Left,
+        other => other,
+    })
+}
+
+fn handshake_inner<S: Read + Write>(
+    s: &mut S,
+    export: &ExportInfo,
+    refusing: &dyn Fn() -> Option<Refusal>,
+) -> Result<Handshake, HandshakeError> {
+    let mut neg = Negotiated::default();
     let mut hello = Vec::with_capacity(18);
     hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
     hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
@@ -219,17 +345,33 @@ pub fn handshake<S: Read + Write>(
         }
         let option = be32(&h[8..12]);
         let len = be32(&h[12..16]);
-        if len > MAX_OPTION_BYTES {
+        if len > MAX_DISCARD_BYTES {
             return Err(HandshakeError::OptionTooLong(len));
+        }
+        if len > MAX_OPTION_BYTES {
+            // Read and thrown away, as the reference servers do: the client learns why.
+            io::copy(&mut (&mut *s).take(u64::from(len)), &mut io::sink())?;
+            if option == OPT_EXPORT_NAME {
+                // (EXPORT_NAME has no error reply: the protocol's answer is to close.)
+                return Err(HandshakeError::UnknownExport(format!(
+                    "(a name of {len} bytes)"
+                )));
+            }
+            let msg =
+                format!("an option of {len} bytes; this server reads at most {MAX_OPTION_BYTES}");
+            option_reply(s, option, REP_ERR_INVALID, msg.as_bytes())?;
+            continue;
         }
         let mut data = vec![0u8; len as usize];
         s.read_exact(&mut data)?;
-        if option != OPT_ABORT && shutting_down() {
-            if option == OPT_EXPORT_NAME {
-                return Err(HandshakeError::ShuttingDown);
+        if option != OPT_ABORT {
+            if let Some(r) = refusing() {
+                if option == OPT_EXPORT_NAME {
+                    return Err(HandshakeError::Refused(r.message));
+                }
+                option_reply(s, option, r.reply, r.message.as_bytes())?;
+                continue;
             }
-            option_reply(s, option, REP_ERR_SHUTDOWN, b"the server is shutting down")?;
-            continue;
         }
         match option {
             OPT_EXPORT_NAME => {
@@ -245,7 +387,7 @@ pub fn handshake<S: Read + Write>(
                 }
                 s.write_all(&r)?;
                 s.flush()?;
-                return Ok(Handshake::Go);
+                return Ok(Handshake::Go(neg));
             }
             OPT_ABORT => {
                 // The client may already have gone; a failed ACK changes nothing.
@@ -268,6 +410,10 @@ pub fn handshake<S: Read + Write>(
                     option_reply(s, option, REP_ERR_INVALID, b"malformed INFO/GO request")?;
                     continue;
                 };
+                if name.contains('\0') {
+                    option_reply(s, option, REP_ERR_INVALID, b"an export name holds a NUL")?;
+                    continue;
+                }
                 if !name_matches(&name, export) {
                     let msg = format!(
                         "no export named {name:?} (this server has {:?})",
@@ -296,8 +442,78 @@ pub fn handshake<S: Read + Write>(
                 option_reply(s, option, REP_INFO, &bs)?;
                 option_reply(s, option, REP_ACK, &[])?;
                 if option == OPT_GO {
-                    return Ok(Handshake::Go);
+                    return Ok(Handshake::Go(neg));
                 }
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    option_reply(
+                        s,
+                        option,
+                        REP_ERR_INVALID,
+                        b"STRUCTURED_REPLY takes no data",
+                    )?;
+                    continue;
+                }
+                neg.structured = true;
+                option_reply(s, option, REP_ACK, &[])?;
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                let set = option == OPT_SET_META_CONTEXT;
+                if set {
+                    // Replaced, even when this one fails.
+                    neg.contexts.clear();
+                }
+                if set && !neg.structured {
+                    option_reply(
+                        s,
+                        option,
+                        REP_ERR_INVALID,
+                        b"SET_META_CONTEXT needs structured replies first",
+                    )?;
+                    continue;
+                }
+                let Some((name, queries)) = parse_meta_request(&data) else {
+                    option_reply(
+                        s,
+                        option,
+                        REP_ERR_INVALID,
+                        b"malformed meta-context request",
+                    )?;
+                    continue;
+                };
+                if name.contains('\0') {
+                    option_reply(s, option, REP_ERR_INVALID, b"an export name holds a NUL")?;
+                    continue;
+                }
+                if !name_matches(&name, export) {
+                    let msg = format!(
+                        "no export named {name:?} (this server has {:?})",
+                        export.name
+                    );
+                    option_reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes())?;
+                    continue;
+                }
+                let chosen = select_contexts(&export.meta_contexts, &queries, set);
+                for (i, c) in export.meta_contexts.iter().enumerate() {
+                    if !chosen.contains(c) {
+                        continue;
+                    }
+                    // Ids: 1 + the context's place in the offer (0 when listing, as the
+                    // protocol asks).
+                    let id = if set {
+                        u32::try_from(i + 1).unwrap_or(u32::MAX)
+                    } else {
+                        0
+                    };
+                    let mut r = id.to_be_bytes().to_vec();
+                    r.extend_from_slice(c.as_bytes());
+                    option_reply(s, option, REP_META_CONTEXT, &r)?;
+                    if set {
+                        neg.contexts.push((id, c));
+                    }
+                }
+                option_reply(s, option, REP_ACK, &[])?;
             }
             OPT_STARTTLS => {
                 option_reply(s, option, REP_ERR_POLICY, b"TLS is not offered: serve on a unix socket or loopback, or tunnel through ssh")?;
@@ -308,6 +524,49 @@ pub fn handshake<S: Read + Write>(
             }
         }
     }
+}
+
+/// `u32 name length, name, u32 n, n × (u32 length, query)` — `None` when the lengths do not
+/// add up (or a string is not UTF-8).
+pub fn parse_meta_request(data: &[u8]) -> Option<(String, Vec<String>)> {
+    let mut at = 0usize;
+    let string = |at: &mut usize| -> Option<String> {
+        let len = be32(data.get(*at..*at + 4)?) as usize;
+        if len > MAX_NAME_BYTES {
+            return None;
+        }
+        let s = std::str::from_utf8(data.get(*at + 4..*at + 4 + len)?).ok()?;
+        *at += 4 + len;
+        Some(s.to_string())
+    };
+    let name = string(&mut at)?;
+    let n = be32(data.get(at..at + 4)?) as usize;
+    at += 4;
+    // Each query takes 4 bytes at least: a count past that is a lie.
+    if n > (data.len() - at) / 4 {
+        return None;
+    }
+    let mut queries = Vec::with_capacity(n);
+    for _ in 0..n {
+        queries.push(string(&mut at)?);
+    }
+    (at == data.len()).then_some((name, queries))
+}
+
+/// The offered contexts the queries select: a whole name selects it; listing also takes no
+/// query as every context and `NAMESPACE:` as every context of that namespace. Queries for
+/// anything else are ignored, as the protocol asks.
+fn select_contexts(offered: &[&'static str], queries: &[String], set: bool) -> Vec<&'static str> {
+    offered
+        .iter()
+        .copied()
+        .filter(|c| {
+            (!set && queries.is_empty())
+                || queries
+                    .iter()
+                    .any(|q| q == c || (!set && q.ends_with(':') && c.starts_with(q.as_str())))
+        })
+        .collect()
 }
 
 /// The default export ("") and the export's own name both select it.

@@ -96,6 +96,61 @@ impl Export for ArrayExport {
         self.array.flush().map_err(nbd_error)
     }
 
+    /// `base:allocation`: every byte is allocated (nothing is a hole yet, FORMAT.md §4).
+    /// `stripeguard:integrity`: ranges listed untrusted (§2.7), and everything degraded while
+    /// a member is out.
+    fn block_status(
+        &self,
+        context: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u32)>, ExportError> {
+        if context != proto::CONTEXT_INTEGRITY {
+            return Ok(vec![(len, 0)]);
+        }
+        let degraded = if self.array.health().iter().any(|h| h.failed.is_some()) {
+            proto::INTEGRITY_DEGRADED
+        } else {
+            0
+        };
+        let g = self.array.geometry();
+        let (sd, c) = (g.stripe_data_bytes(), g.chunk_bytes);
+        let end = offset + len;
+        // Listed ranges as array bytes, in order, merged where they touch.
+        let mut listed: Vec<(u64, u64)> = self
+            .array
+            .untrusted()
+            .iter()
+            .map(|r| {
+                let lo = r.stripe * sd + u64::from(r.position) * c + u64::from(r.offset);
+                (lo, lo + u64::from(r.len))
+            })
+            .filter(|&(lo, hi)| hi > offset && lo < end)
+            .collect();
+        listed.sort_unstable();
+        let mut bad: Vec<(u64, u64)> = Vec::new();
+        for (lo, hi) in listed {
+            match bad.last_mut() {
+                Some(last) if last.1 >= lo => last.1 = last.1.max(hi),
+                _ => bad.push((lo, hi)),
+            }
+        }
+        let mut out = Vec::new();
+        let mut at = offset;
+        for (lo, hi) in bad {
+            let (lo, hi) = (lo.max(offset), hi.min(end));
+            if lo > at {
+                out.push((lo - at, degraded));
+            }
+            out.push((hi - lo, degraded | proto::INTEGRITY_UNTRUSTED));
+            at = hi;
+        }
+        if at < end {
+            out.push((end - at, degraded));
+        }
+        Ok(out)
+    }
+
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         let mut pos = offset;
         let end = offset + len;

@@ -41,6 +41,23 @@ pub trait Export: Send + Sync + 'static {
     fn flush(&self) -> Result<(), ExportError>;
     /// Make `len` bytes at `offset` read back as zeros.
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError>;
+    /// Whether zeroing `len` bytes at `offset` is faster than writing them (NBD's FAST_ZERO:
+    /// when not, such a request fails at once with ENOTSUP).
+    fn fast_zero(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
+    /// Extents of `len > 0` bytes at `offset` for meta context `context` (one of
+    /// `ExportInfo::meta_contexts`): (length, flags), consecutive from `offset`, covering at
+    /// least one byte. By default all of it in one extent with no flag (`base:allocation`:
+    /// allocated, contents unknown).
+    fn block_status(
+        &self,
+        _context: &str,
+        _offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u32)>, ExportError> {
+        Ok(vec![(len, 0)])
+    }
 }
 
 /// A failed request: the NBD error to answer and a message for the server's log.
@@ -369,10 +386,15 @@ impl Server {
         // A FLUSH on any connection makes every completed write durable (it flushes every
         // member), which is what multi-conn asks.
         flags |= proto::TFLAG_CAN_MULTI_CONN;
+        // DF: a READ is always one content chunk. CACHE: a read that verifies and keeps
+        // nothing but the engine's caches.
+        flags |= proto::TFLAG_SEND_DF | proto::TFLAG_SEND_CACHE;
         if read_only {
             flags |= proto::TFLAG_READ_ONLY;
         } else {
-            flags |= proto::TFLAG_SEND_TRIM | proto::TFLAG_SEND_WRITE_ZEROES;
+            flags |= proto::TFLAG_SEND_TRIM
+                | proto::TFLAG_SEND_WRITE_ZEROES
+                | proto::TFLAG_SEND_FAST_ZERO;
         }
         let (min_block, preferred_block) = e.block_sizes();
         ExportInfo {
@@ -383,6 +405,7 @@ impl Server {
             min_block,
             preferred_block,
             max_payload: proto::MAX_PAYLOAD_BYTES,
+            meta_contexts: vec![proto::CONTEXT_ALLOCATION, proto::CONTEXT_INTEGRITY],
         }
     }
 
@@ -399,6 +422,7 @@ impl Server {
         // Set when the stop begins: a client still in its handshake is refused with
         // ERR_SHUTDOWN (FORMAT.md §4); the ones already transmitting are served on.
         let draining = Arc::new(AtomicBool::new(false));
+        let refusing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         while !stop.load(Ordering::Relaxed) {
             let stream = match listener.accept() {
                 Ok(s) => s,
@@ -432,7 +456,34 @@ impl Server {
                     stream.peer(),
                     self.config.max_connections
                 ));
-                stream.shutdown(Shutdown::Both);
+                // The client is told why (every option answered NBD_REP_ERR_POLICY with the
+                // reason, as a full server should), on a thread of its own for at most 5 s;
+                // past a few such at once, refused clients are simply closed.
+                if refusing.load(Ordering::Relaxed) < 4 {
+                    refusing.fetch_add(1, Ordering::Relaxed);
+                    let (refusing, info) = (Arc::clone(&refusing), Arc::clone(&info));
+                    let why = format!(
+                        "this server is full: {now} clients are connected (--max-connections {}); try again later",
+                        self.config.max_connections
+                    );
+                    let _ =
+                        std::thread::Builder::new()
+                            .name("nbd-refuse".into())
+                            .spawn(move || {
+                                let mut stream = stream;
+                                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                                let _ = proto::handshake(&mut stream, &info, &|| {
+                                    Some(proto::Refusal {
+                                        reply: proto::REP_ERR_POLICY,
+                                        message: why.clone(),
+                                    })
+                                });
+                                stream.shutdown(Shutdown::Both);
+                                refusing.fetch_sub(1, Ordering::Relaxed);
+                            });
+                } else {
+                    stream.shutdown(Shutdown::Both);
+                }
                 continue;
             }
             let id = next_id;
@@ -562,18 +613,25 @@ impl Conn {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
         let stopping = Arc::clone(&self.stopping);
         let draining = Arc::clone(&self.draining);
-        match proto::handshake(&mut stream, &self.info, &move || {
-            stopping.load(Ordering::Relaxed) || draining.load(Ordering::Relaxed)
+        let neg = match proto::handshake(&mut stream, &self.info, &move || {
+            (stopping.load(Ordering::Relaxed) || draining.load(Ordering::Relaxed)).then(|| {
+                proto::Refusal {
+                    reply: proto::REP_ERR_SHUTDOWN,
+                    message: "the server is shutting down".into(),
+                }
+            })
         }) {
-            Ok(Handshake::Go) => {}
+            Ok(Handshake::Go(neg)) => Arc::new(neg),
             Ok(Handshake::Aborted) => return Ok(()),
+            // Not a violation: a client may go at any time (a probe, a refused option).
+            Err(proto::HandshakeError::Left) => return Ok(()),
             Err(e) => {
                 self.stats
                     .protocol_violations
                     .fetch_add(1, Ordering::Relaxed);
                 return Err(format!("handshake: {e}"));
             }
-        }
+        };
         let _ = stream.set_read_timeout(None);
         if self.config.log {
             eprintln!(
@@ -616,7 +674,7 @@ impl Conn {
                 }
             })
             .map_err(|e| format!("thread: {e}"))?;
-        let result = self.requests(&mut stream, &tx, &inflight);
+        let result = self.requests(&mut stream, &tx, &inflight, &neg);
         // Answer everything already read before the connection goes.
         inflight.wait_idle();
         drop(tx);
@@ -630,6 +688,7 @@ impl Conn {
         stream: &mut Stream,
         replies: &mpsc::Sender<(Vec<u8>, Option<u64>)>,
         inflight: &Arc<InFlight>,
+        neg: &Arc<proto::Negotiated>,
     ) -> Result<(), String> {
         loop {
             let mut h = [0u8; Request::BYTES];
@@ -663,7 +722,12 @@ impl Conn {
                 }
             }
             if self.stopping.load(Ordering::Relaxed) {
-                let reply = proto::simple_reply(proto::ESHUTDOWN, req.cookie).to_vec();
+                let reply = error_reply(
+                    neg,
+                    req.cookie,
+                    proto::ESHUTDOWN,
+                    "the server is shutting down",
+                );
                 let _ = replies.send((reply, None));
                 continue;
             }
@@ -682,9 +746,10 @@ impl Conn {
             let replies = replies.clone();
             let info = Arc::clone(&self.info);
             let log = self.config.log;
+            let neg = Arc::clone(neg);
             let read_at = std::time::Instant::now();
             self.pool.submit(Box::new(move || {
-                let reply = execute(&*export, &info, &stats, req, &payload, log);
+                let reply = execute(&*export, &info, &neg, &stats, req, &payload, log);
                 drop(payload);
                 let slot = match req.kind {
                     proto::CMD_READ => Some(0),
@@ -725,97 +790,173 @@ fn read_full(s: &mut Stream, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
+/// An error reply: a structured error chunk with the message when structured replies were
+/// negotiated (the protocol's preference: the client can show why), else a simple reply.
+fn error_reply(neg: &proto::Negotiated, cookie: u64, errno: u32, message: &str) -> Vec<u8> {
+    if neg.structured {
+        proto::error_chunk(cookie, errno, message)
+    } else {
+        proto::simple_reply(errno, cookie).to_vec()
+    }
+}
+
 /// Execute one request and return the whole reply (header, and data for a successful READ).
 fn execute(
     export: &dyn Export,
     info: &ExportInfo,
+    neg: &proto::Negotiated,
     stats: &Stats,
     req: Request,
     payload: &[u8],
     log: bool,
 ) -> Vec<u8> {
-    let fail = |errno: u32| proto::simple_reply(errno, req.cookie).to_vec();
     let size = info.size_bytes;
     let read_only = info.flags & proto::TFLAG_READ_ONLY != 0;
     let end = req.offset.checked_add(u64::from(req.length));
     let in_range = end.is_some_and(|e| e <= size);
-    // Flags the protocol allows on each command (FUA on all of them, NO_HOLE on WRITE_ZEROES).
-    let allowed = match req.kind {
-        proto::CMD_WRITE_ZEROES => proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE,
-        _ => proto::CMD_FLAG_FUA,
-    };
-    if req.flags & !allowed != 0 {
-        stats.errors.fetch_add(1, Ordering::Relaxed);
-        return fail(proto::EINVAL);
-    }
+    // Flags the protocol allows on each command (FUA on all of them).
+    let allowed = proto::CMD_FLAG_FUA
+        | match req.kind {
+            proto::CMD_WRITE_ZEROES => proto::CMD_FLAG_NO_HOLE | proto::CMD_FLAG_FAST_ZERO,
+            proto::CMD_READ if neg.structured => proto::CMD_FLAG_DF,
+            proto::CMD_BLOCK_STATUS => proto::CMD_FLAG_REQ_ONE,
+            _ => 0,
+        };
     let fua = req.flags & proto::CMD_FLAG_FUA != 0;
-    let outcome: Result<Vec<u8>, ExportError> = match req.kind {
-        proto::CMD_READ => {
-            if req.length > proto::MAX_PAYLOAD_BYTES {
-                Err(errno(
-                    proto::EOVERFLOW,
-                    "READ longer than the maximum payload",
-                ))
-            } else if !in_range {
-                Err(errno(proto::EINVAL, "READ beyond the end of the export"))
-            } else {
-                let mut r = vec![0u8; 16 + req.length as usize];
-                export.read(req.offset, &mut r[16..]).map(|()| {
-                    stats.reads.fetch_add(1, Ordering::Relaxed);
-                    stats
-                        .bytes_read
-                        .fetch_add(u64::from(req.length), Ordering::Relaxed);
-                    r[..16].copy_from_slice(&proto::simple_reply(0, req.cookie));
-                    r
-                })
-            }
-        }
-        proto::CMD_WRITE => {
-            if read_only {
-                Err(errno(proto::EPERM, "WRITE to a read-only export"))
-            } else if !in_range {
-                Err(errno(proto::ENOSPC, "WRITE beyond the end of the export"))
-            } else {
-                export
-                    .write(req.offset, payload)
-                    .and_then(|()| if fua { export.flush() } else { Ok(()) })
-                    .map(|()| {
-                        stats.writes.fetch_add(1, Ordering::Relaxed);
-                        stats
-                            .bytes_written
-                            .fetch_add(u64::from(req.length), Ordering::Relaxed);
-                        Vec::new()
-                    })
-            }
-        }
-        proto::CMD_FLUSH => export.flush().map(|()| {
-            stats.flushes.fetch_add(1, Ordering::Relaxed);
-            Vec::new()
-        }),
-        proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
-            if read_only {
-                Err(errno(
-                    proto::EPERM,
-                    "TRIM/WRITE_ZEROES on a read-only export",
-                ))
-            } else if !in_range {
-                let e = if req.kind == proto::CMD_TRIM {
-                    proto::EINVAL
+    let outcome: Result<Vec<u8>, ExportError> = if req.flags & !allowed != 0 {
+        Err(errno(
+            proto::EINVAL,
+            &format!(
+                "command flags {:#x} are not valid here",
+                req.flags & !allowed
+            ),
+        ))
+    } else {
+        match req.kind {
+            proto::CMD_READ => {
+                if req.length > proto::MAX_PAYLOAD_BYTES {
+                    // (With DF the protocol's word for "too long to send in one piece".)
+                    let e = if req.flags & proto::CMD_FLAG_DF != 0 {
+                        proto::EOVERFLOW
+                    } else {
+                        proto::EINVAL
+                    };
+                    Err(errno(e, "READ longer than the maximum payload (32 MiB)"))
+                } else if !in_range {
+                    Err(errno(proto::EINVAL, "READ beyond the end of the export"))
                 } else {
-                    proto::ENOSPC
-                };
-                Err(errno(e, "TRIM/WRITE_ZEROES beyond the end of the export"))
-            } else {
-                export
-                    .write_zeroes(req.offset, u64::from(req.length))
-                    .and_then(|()| if fua { export.flush() } else { Ok(()) })
-                    .map(|()| {
-                        stats.zeroes.fetch_add(1, Ordering::Relaxed);
-                        Vec::new()
+                    // One content chunk (so DF always holds), or the simple reply.
+                    let head = if neg.structured { 28 } else { 16 };
+                    let mut r = vec![0u8; head + req.length as usize];
+                    export.read(req.offset, &mut r[head..]).map(|()| {
+                        stats.reads.fetch_add(1, Ordering::Relaxed);
+                        stats
+                            .bytes_read
+                            .fetch_add(u64::from(req.length), Ordering::Relaxed);
+                        if neg.structured {
+                            r[..20].copy_from_slice(&proto::chunk_header(
+                                proto::REPLY_FLAG_DONE,
+                                proto::REPLY_TYPE_OFFSET_DATA,
+                                req.cookie,
+                                8 + req.length,
+                            ));
+                            r[20..28].copy_from_slice(&req.offset.to_be_bytes());
+                        } else {
+                            r[..16].copy_from_slice(&proto::simple_reply(0, req.cookie));
+                        }
+                        r
                     })
+                }
             }
+            proto::CMD_WRITE => {
+                if read_only {
+                    Err(errno(proto::EPERM, "WRITE to a read-only export"))
+                } else if !in_range {
+                    Err(errno(proto::ENOSPC, "WRITE beyond the end of the export"))
+                } else {
+                    export
+                        .write(req.offset, payload)
+                        .and_then(|()| if fua { export.flush() } else { Ok(()) })
+                        .map(|()| {
+                            stats.writes.fetch_add(1, Ordering::Relaxed);
+                            stats
+                                .bytes_written
+                                .fetch_add(u64::from(req.length), Ordering::Relaxed);
+                            Vec::new()
+                        })
+                }
+            }
+            proto::CMD_FLUSH => export.flush().map(|()| {
+                stats.flushes.fetch_add(1, Ordering::Relaxed);
+                Vec::new()
+            }),
+            proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
+                if read_only {
+                    Err(errno(
+                        proto::EPERM,
+                        "TRIM/WRITE_ZEROES on a read-only export",
+                    ))
+                } else if !in_range {
+                    let e = if req.kind == proto::CMD_TRIM {
+                        proto::EINVAL
+                    } else {
+                        proto::ENOSPC
+                    };
+                    Err(errno(e, "TRIM/WRITE_ZEROES beyond the end of the export"))
+                } else if req.flags & proto::CMD_FLAG_FAST_ZERO != 0
+                    && !export.fast_zero(req.offset, u64::from(req.length))
+                {
+                    // Asked to fail rather than be as slow as a WRITE (qemu-img then skips its
+                    // pre-zeroing pass).
+                    Err(errno(
+                        proto::ENOTSUP,
+                        "zeroing this range would be as slow as writing it",
+                    ))
+                } else {
+                    export
+                        .write_zeroes(req.offset, u64::from(req.length))
+                        .and_then(|()| if fua { export.flush() } else { Ok(()) })
+                        .map(|()| {
+                            stats.zeroes.fetch_add(1, Ordering::Relaxed);
+                            Vec::new()
+                        })
+                }
+            }
+            proto::CMD_CACHE => {
+                if !in_range {
+                    Err(errno(proto::EINVAL, "CACHE beyond the end of the export"))
+                } else {
+                    // Read and verified now, so the reads that follow find the stripes checked
+                    // and their appendices cached; the bytes are not sent.
+                    let mut buf = vec![0u8; (1usize << 20).min(req.length as usize)];
+                    let mut at = req.offset;
+                    let end = req.offset + u64::from(req.length);
+                    let mut r = Ok(());
+                    while at < end && r.is_ok() {
+                        let n = usize::try_from(end - at).map_or(buf.len(), |n| n.min(buf.len()));
+                        r = export.read(at, &mut buf[..n]);
+                        at += n as u64;
+                    }
+                    r.map(|()| Vec::new())
+                }
+            }
+            proto::CMD_BLOCK_STATUS => {
+                if !neg.structured || neg.contexts.is_empty() {
+                    Err(errno(
+                        proto::EINVAL,
+                        "BLOCK_STATUS without a meta context selected",
+                    ))
+                } else if req.length == 0 || !in_range {
+                    Err(errno(
+                        proto::EINVAL,
+                        "BLOCK_STATUS of nothing, or beyond the end of the export",
+                    ))
+                } else {
+                    block_status(export, info, neg, req)
+                }
+            }
+            _ => Err(errno(proto::EINVAL, "unknown command")),
         }
-        _ => Err(errno(proto::EINVAL, "unknown command")),
     };
     match outcome {
         Ok(r) if r.is_empty() => proto::simple_reply(0, req.cookie).to_vec(),
@@ -832,9 +973,43 @@ fn execute(
                     e.message
                 );
             }
-            fail(e.errno)
+            // A READ is never answered with a simple reply once structured replies are on.
+            error_reply(neg, req.cookie, e.errno, &e.message)
         }
     }
+}
+
+/// A BLOCK_STATUS reply: one chunk per selected context, the last one final. Extents come
+/// from the export, cut to what a descriptor holds (whole minimum blocks under 4 GiB) and to
+/// 2^20 per chunk; with REQ_ONE, one extent no longer than the request.
+fn block_status(
+    export: &dyn Export,
+    info: &ExportInfo,
+    neg: &proto::Negotiated,
+    req: Request,
+) -> Result<Vec<u8>, ExportError> {
+    let max = u32::MAX / info.min_block.max(1) * info.min_block.max(1);
+    let mut out = Vec::new();
+    for (i, (id, name)) in neg.contexts.iter().enumerate() {
+        let extents = export.block_status(name, req.offset, u64::from(req.length))?;
+        let mut desc: Vec<(u32, u32)> = Vec::new();
+        for (mut len, flags) in extents {
+            while len > 0 && desc.len() < 1 << 20 {
+                let n = u32::try_from(len).map_or(max, |l| l.min(max));
+                desc.push((n, flags));
+                len -= u64::from(n);
+            }
+        }
+        if req.flags & proto::CMD_FLAG_REQ_ONE != 0 {
+            desc.truncate(1);
+        }
+        if desc.is_empty() {
+            return Err(errno(proto::EIO, "the export reported no extent"));
+        }
+        let done = i + 1 == neg.contexts.len();
+        out.extend(proto::block_status_chunk(req.cookie, done, *id, &desc));
+    }
+    Ok(out)
 }
 
 fn errno(errno: u32, message: &str) -> ExportError {
@@ -851,6 +1026,8 @@ fn command_name(kind: u16) -> String {
         proto::CMD_FLUSH => "FLUSH".into(),
         proto::CMD_TRIM => "TRIM".into(),
         proto::CMD_WRITE_ZEROES => "WRITE_ZEROES".into(),
+        proto::CMD_CACHE => "CACHE".into(),
+        proto::CMD_BLOCK_STATUS => "BLOCK_STATUS".into(),
         k => format!("command {k}"),
     }
 }

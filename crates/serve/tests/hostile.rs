@@ -67,6 +67,7 @@ impl Export for Mem {
 
 struct Running {
     path: PathBuf,
+    stats: Arc<stripeguard_serve::Stats>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -85,6 +86,10 @@ impl Drop for Running {
 static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn start(bad_from: u64) -> Running {
+    start_with(bad_from, 64)
+}
+
+fn start_with(bad_from: u64, max_connections: usize) -> Running {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let default = std::panic::take_hook();
@@ -108,16 +113,18 @@ fn start(bad_from: u64) -> Running {
         ServerConfig {
             export_name: "e".into(),
             log: false,
-            max_connections: 64,
+            max_connections,
             ..ServerConfig::default()
         },
     );
+    let stats = server.stats();
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = Arc::clone(&stop);
     // Stopping is hurried at once: these tests stop with clients connected.
     let thread = std::thread::spawn(move || server.run(listener, &s2, &s2).unwrap());
     Running {
         path,
+        stats,
         stop,
         thread: Some(thread),
         _dir: dir,
@@ -156,12 +163,23 @@ fn read_reply(s: &mut UnixStream, opt: u32) -> (u32, Vec<u8>) {
 
 /// A client through GO, ready for transmission.
 fn go(path: &PathBuf) -> UnixStream {
+    let mut s = hello(path);
+    send_go(&mut s);
+    s
+}
+
+/// A client past the greeting, in option haggling.
+fn hello(path: &PathBuf) -> UnixStream {
     let mut s = connect(path);
     let hello = read_n(&mut s, 18);
     assert_eq!(&hello[0..8], b"NBDMAGIC");
     assert_eq!(&hello[8..16], b"IHAVEOPT");
     s.write_all(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes())
         .unwrap();
+    s
+}
+
+fn send_go(s: &mut UnixStream) {
     let mut d = 1u32.to_be_bytes().to_vec();
     d.extend_from_slice(b"e");
     d.extend_from_slice(&0u16.to_be_bytes());
@@ -171,11 +189,57 @@ fn go(path: &PathBuf) -> UnixStream {
     m.extend_from_slice(&d);
     s.write_all(&m).unwrap();
     loop {
-        let (kind, _) = read_reply(&mut s, proto::OPT_GO);
+        let (kind, _) = read_reply(s, proto::OPT_GO);
         if kind == proto::REP_ACK {
-            return s;
+            return;
         }
         assert_eq!(kind, proto::REP_INFO);
+    }
+}
+
+/// The next structured reply chunk: (flags, type, cookie, payload).
+fn chunk(s: &mut UnixStream) -> (u16, u16, u64, Vec<u8>) {
+    let h = read_n(s, 20);
+    assert_eq!(proto::be32(&h[0..4]), proto::STRUCTURED_REPLY_MAGIC);
+    let len = proto::be32(&h[16..20]) as usize;
+    (
+        proto::be16(&h[4..6]),
+        proto::be16(&h[6..8]),
+        proto::be64(&h[8..16]),
+        read_n(s, len),
+    )
+}
+
+/// A meta-context option's data: export name and queries.
+fn meta(name: &str, queries: &[&str]) -> Vec<u8> {
+    let mut d = (name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        d.extend_from_slice(q.as_bytes());
+    }
+    d
+}
+
+/// (reply type, context id, name) of every reply to a meta-context option, its ACK last.
+fn meta_replies(s: &mut UnixStream, opt: u32, data: &[u8]) -> Vec<(u32, u32, String)> {
+    let (mut kind, mut d) = option(s, opt, data);
+    let mut out = Vec::new();
+    loop {
+        let (id, name) = if kind == proto::REP_META_CONTEXT {
+            (
+                proto::be32(&d[0..4]),
+                String::from_utf8_lossy(&d[4..]).into_owned(),
+            )
+        } else {
+            (0, String::from_utf8_lossy(&d).into_owned())
+        };
+        out.push((kind, id, name));
+        if kind != proto::REP_META_CONTEXT {
+            return out;
+        }
+        (kind, d) = read_reply(s, opt);
     }
 }
 
@@ -243,6 +307,213 @@ fn options_get_the_protocols_answers() {
     assert_eq!(option(&mut s, proto::OPT_ABORT, b"").0, proto::REP_ACK);
 }
 
+/// Structured replies (FORMAT.md §4): negotiated, every READ is one OFFSET_DATA chunk and every
+/// error a chunk with its message; meta contexts are listed and selected as the protocol says,
+/// and BLOCK_STATUS answers one chunk per selected context, the last one final.
+#[test]
+fn structured_replies_meta_contexts_and_block_status() {
+    let r = start(SIZE / 2);
+    // SET before STRUCTURED_REPLY is refused; LIST is answered.
+    let mut s = hello(&r.path);
+    let set = meta("e", &[proto::CONTEXT_ALLOCATION]);
+    assert_eq!(
+        meta_replies(&mut s, proto::OPT_SET_META_CONTEXT, &set)[0].0,
+        proto::REP_ERR_INVALID
+    );
+    assert_eq!(
+        option(&mut s, proto::OPT_STRUCTURED_REPLY, b"x").0,
+        proto::REP_ERR_INVALID
+    );
+    assert_eq!(
+        option(&mut s, proto::OPT_STRUCTURED_REPLY, b"").0,
+        proto::REP_ACK
+    );
+    let every = meta_replies(&mut s, proto::OPT_LIST_META_CONTEXT, &meta("", &[]));
+    assert_eq!(
+        every,
+        [
+            (proto::REP_META_CONTEXT, 0, proto::CONTEXT_ALLOCATION.into()),
+            (proto::REP_META_CONTEXT, 0, proto::CONTEXT_INTEGRITY.into()),
+            (proto::REP_ACK, 0, String::new()),
+        ]
+    );
+    let base = meta_replies(&mut s, proto::OPT_LIST_META_CONTEXT, &meta("e", &["base:"]));
+    assert_eq!(base.len(), 2, "{base:?}");
+    assert_eq!(base[0].2, proto::CONTEXT_ALLOCATION);
+    // Another export's name; a malformed request; unknown queries are ignored.
+    let other = meta_replies(
+        &mut s,
+        proto::OPT_SET_META_CONTEXT,
+        &meta("nop", &["base:allocation"]),
+    );
+    assert_eq!(other[0].0, proto::REP_ERR_UNKNOWN);
+    let mut bad = meta("e", &["base:allocation"]);
+    bad[8] = 9;
+    assert_eq!(
+        meta_replies(&mut s, proto::OPT_SET_META_CONTEXT, &bad)[0].0,
+        proto::REP_ERR_INVALID
+    );
+    let both = meta_replies(
+        &mut s,
+        proto::OPT_SET_META_CONTEXT,
+        &meta(
+            "e",
+            &[
+                "x-foo:bar",
+                proto::CONTEXT_INTEGRITY,
+                "base:",
+                proto::CONTEXT_ALLOCATION,
+            ],
+        ),
+    );
+    assert_eq!(both.len(), 3, "{both:?}");
+    let ids: Vec<u32> = both[..2].iter().map(|b| b.1).collect();
+    assert!(ids.iter().all(|&i| i != 0) && ids[0] != ids[1], "{both:?}");
+    send_go(&mut s);
+
+    // A READ: one final OFFSET_DATA chunk at the request's offset.
+    round_trip_structured(&mut s, 8192, 0x3C);
+    // Errors are chunks with a message: an unrecoverable READ, a huge READ (EINVAL, and
+    // EOVERFLOW with DF), an unknown command.
+    request(&mut s, proto::CMD_READ, 0, 21, SIZE / 2, 4096);
+    let (flags, kind, cookie, p) = chunk(&mut s);
+    assert_eq!(
+        (flags, kind, cookie),
+        (proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_ERROR, 21)
+    );
+    assert_eq!(proto::be32(&p[0..4]), proto::EIO);
+    let msg_len = proto::be16(&p[4..6]) as usize;
+    assert_eq!(&p[6..6 + msg_len], b"unrecoverable");
+    request(&mut s, proto::CMD_READ, 0, 22, 0, u32::MAX);
+    assert_eq!(proto::be32(&chunk(&mut s).3[0..4]), proto::EINVAL);
+    request(&mut s, proto::CMD_READ, proto::CMD_FLAG_DF, 23, 0, u32::MAX);
+    assert_eq!(proto::be32(&chunk(&mut s).3[0..4]), proto::EOVERFLOW);
+    request(&mut s, proto::CMD_READ, proto::CMD_FLAG_DF, 24, 0, 4096);
+    let (_, kind, _, p) = chunk(&mut s);
+    assert_eq!((kind, p.len()), (proto::REPLY_TYPE_OFFSET_DATA, 8 + 4096));
+    // BLOCK_STATUS: a chunk per context, the final one last; REQ_ONE: one extent, no longer
+    // than asked; past the end: EINVAL.
+    request(&mut s, proto::CMD_BLOCK_STATUS, 0, 25, 4096, 65536);
+    let mut seen = Vec::new();
+    loop {
+        let (flags, kind, cookie, p) = chunk(&mut s);
+        assert_eq!((kind, cookie), (proto::REPLY_TYPE_BLOCK_STATUS, 25));
+        let id = proto::be32(&p[0..4]);
+        let extents: Vec<(u32, u32)> = p[4..]
+            .chunks_exact(8)
+            .map(|e| (proto::be32(&e[0..4]), proto::be32(&e[4..8])))
+            .collect();
+        assert_eq!(extents, [(65536, 0)]);
+        seen.push(id);
+        if flags & proto::REPLY_FLAG_DONE != 0 {
+            break;
+        }
+    }
+    seen.sort_unstable();
+    let mut want = ids.clone();
+    want.sort_unstable();
+    assert_eq!(seen, want);
+    request(
+        &mut s,
+        proto::CMD_BLOCK_STATUS,
+        proto::CMD_FLAG_REQ_ONE,
+        26,
+        0,
+        512,
+    );
+    for _ in 0..2 {
+        let p = chunk(&mut s).3;
+        assert_eq!(p.len(), 12);
+        assert_eq!(proto::be32(&p[4..8]), 512);
+    }
+    request(&mut s, proto::CMD_BLOCK_STATUS, 0, 27, SIZE - 512, 4096);
+    assert_eq!(proto::be32(&chunk(&mut s).3[0..4]), proto::EINVAL);
+    // CACHE reads (and is answered simply); FAST_ZERO fails fast with ENOTSUP and zeroes
+    // nothing; a plain WRITE_ZEROES zeroes.
+    request(&mut s, proto::CMD_CACHE, 0, 28, 0, 65536);
+    assert_eq!(reply(&mut s), (0, 28));
+    request(
+        &mut s,
+        proto::CMD_WRITE_ZEROES,
+        proto::CMD_FLAG_FAST_ZERO,
+        29,
+        8192,
+        4096,
+    );
+    assert_eq!(proto::be32(&chunk(&mut s).3[0..4]), proto::ENOTSUP);
+    request(&mut s, proto::CMD_READ, 0, 30, 8192, 4096);
+    assert_eq!(chunk(&mut s).3[8..], [0x3C; 4096]);
+    assert_eq!(r.stats.protocol_violations.load(Ordering::Relaxed), 0);
+
+    // Without structured replies: no DF, no BLOCK_STATUS.
+    let mut plain = go(&r.path);
+    request(&mut plain, proto::CMD_READ, proto::CMD_FLAG_DF, 31, 0, 512);
+    assert_eq!(reply(&mut plain), (proto::EINVAL, 31));
+    request(&mut plain, proto::CMD_BLOCK_STATUS, 0, 32, 0, 512);
+    assert_eq!(reply(&mut plain), (proto::EINVAL, 32));
+    round_trip(&mut plain, 0, 0x11);
+}
+
+/// A write and a read back with structured replies on.
+fn round_trip_structured(s: &mut UnixStream, at: u64, fill: u8) {
+    request(s, proto::CMD_WRITE, 0, 19, at, 4096);
+    s.write_all(&[fill; 4096]).unwrap();
+    assert_eq!(reply(s), (0, 19));
+    request(s, proto::CMD_READ, 0, 20, at, 4096);
+    let (flags, kind, cookie, p) = chunk(s);
+    assert_eq!(
+        (flags, kind, cookie),
+        (proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_OFFSET_DATA, 20)
+    );
+    assert_eq!(proto::be64(&p[0..8]), at);
+    assert_eq!(p[8..], [fill; 4096]);
+}
+
+/// The edge cases where this server differed from qemu-nbd and nbdkit (issue 37 §5): a long
+/// option is answered ERR_INVALID and the haggling goes on; an export name with a NUL is
+/// ERR_INVALID; a client that leaves mid-handshake is no protocol violation; a full server
+/// says why it refuses.
+#[test]
+fn edge_cases_answer_as_the_reference_servers_do() {
+    let r = start_with(SIZE, 1);
+    let mut s = hello(&r.path);
+    let (kind, msg) = option(&mut s, proto::OPT_INFO, &vec![0u8; 20_000]);
+    assert_eq!(kind, proto::REP_ERR_INVALID);
+    assert!(String::from_utf8_lossy(&msg).contains("20000 bytes"));
+    let mut d = 3u32.to_be_bytes().to_vec();
+    d.extend_from_slice(b"e\0x");
+    d.extend_from_slice(&0u16.to_be_bytes());
+    assert_eq!(option(&mut s, proto::OPT_GO, &d).0, proto::REP_ERR_INVALID);
+    // Gone in the middle of an option.
+    let mut m = proto::IHAVEOPT.to_be_bytes().to_vec();
+    m.extend_from_slice(&proto::OPT_GO.to_be_bytes());
+    m.extend_from_slice(&100u32.to_be_bytes());
+    s.write_all(&m).unwrap();
+    drop(s);
+    // The one slot is free again once the server has seen it go; then a second client finds
+    // the server full and is told so.
+    let held = loop {
+        let mut s = hello(&r.path);
+        let mut d = 1u32.to_be_bytes().to_vec();
+        d.extend_from_slice(b"e");
+        d.extend_from_slice(&0u16.to_be_bytes());
+        let (kind, _) = option(&mut s, proto::OPT_INFO, &d);
+        if kind == proto::REP_INFO {
+            while read_reply(&mut s, proto::OPT_INFO).0 != proto::REP_ACK {}
+            send_go(&mut s);
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut full = hello(&r.path);
+    let (kind, msg) = option(&mut full, proto::OPT_LIST, b"");
+    assert_eq!(kind, proto::REP_ERR_POLICY);
+    assert!(String::from_utf8_lossy(&msg).contains("full"), "{msg:?}");
+    assert_eq!(option(&mut full, proto::OPT_ABORT, b"").0, proto::REP_ACK);
+    drop(held);
+    assert_eq!(r.stats.protocol_violations.load(Ordering::Relaxed), 0);
+}
+
 #[test]
 fn bad_requests_get_errors_and_the_connection_goes_on() {
     let r = start(SIZE / 2);
@@ -265,8 +536,9 @@ fn bad_requests_get_errors_and_the_connection_goes_on() {
     assert_eq!(reply(&mut s), (proto::EINVAL, 6));
     request(&mut s, proto::CMD_READ, proto::CMD_FLAG_NO_HOLE, 7, 0, 512);
     assert_eq!(reply(&mut s), (proto::EINVAL, 7));
+    // (EINVAL, as the protocol says without DF: not EOVERFLOW, which it keeps for DF.)
     request(&mut s, proto::CMD_READ, 0, 8, 0, u32::MAX);
-    assert_eq!(reply(&mut s), (proto::EOVERFLOW, 8));
+    assert_eq!(reply(&mut s), (proto::EINVAL, 8));
     // An unrecoverable region is EIO for that request only.
     request(&mut s, proto::CMD_READ, 0, 9, SIZE / 2, 4096);
     assert_eq!(reply(&mut s), (proto::EIO, 9));
