@@ -653,3 +653,100 @@ fn status_of_a_held_array_lists_the_untrusted_ranges() {
     assert_eq!(v["untrusted"].as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(st.status.code(), Some(3), "{v}");
 }
+
+/// `nbdinfo --map=stripeguard:integrity` (libnbd, as any NBD client would ask): the server's
+/// integrity meta context shows the listed bytes as untrusted (flag 1), inside the stripe that
+/// was settled, and nothing else; `base:allocation` says every byte is data. The control is the
+/// same array before the damage: no flag anywhere.
+#[test]
+fn an_nbd_client_sees_which_extents_are_untrusted() {
+    if std::process::Command::new("nbdinfo")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping: nbdinfo (libnbd-bin) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = members(4);
+    ok(&sg(
+        &with(
+            &["create"],
+            &ms,
+            &["--size", "1M", "--level", "5", "--chunk", "4K"],
+        ),
+        d,
+    ));
+    random_file(&d.join("A"), 65536, 7);
+    ok(&sg(&with(&["write"], &ms, &["-i", "A"]), d));
+    // (uri, map of a context as `offset length flags` lines).
+    let map = |context: &str| -> Vec<(u64, u64, u32)> {
+        let sock = d.join("s.sock");
+        let _ = std::fs::remove_file(&sock);
+        let mut args = with(&["serve"], &ms, &["--socket"]);
+        let s = sock.to_str().unwrap().to_string();
+        args.push(&s);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+            .args(&args)
+            .current_dir(d)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            assert!(t.elapsed().as_secs() < 30, "serve did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = std::process::Command::new("nbdinfo")
+            .arg(format!("--map={context}"))
+            .arg(format!("nbd+unix:///?socket={}", sock.display()))
+            .output()
+            .unwrap();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+        assert!(out.status.success(), "{}", err_of(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (
+                    f[0].parse().unwrap(),
+                    f[1].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let clean = map("stripeguard:integrity");
+    assert!(clean.iter().all(|e| e.2 == 0), "{clean:?}");
+    let all_data = map("base:allocation");
+    assert!(all_data.iter().all(|e| e.2 == 0), "{all_data:?}");
+    // Two units of stripe 3 damaged by hand (more than RAID-5 repairs), then a crash: the
+    // resync lists the stripe's unverifiable bytes untrusted.
+    for mem in &ms[1..=2] {
+        poke(&d.join(mem), D + 3 * 4608 + 100, b"XY");
+    }
+    crash_by_hand(d, &ms);
+    let (code, _, e) = read_all(d, &ms, 0, 65536);
+    assert_eq!(code, Some(3), "{e}");
+    let listed = map("stripeguard:integrity");
+    let bad: Vec<&(u64, u64, u32)> = listed.iter().filter(|e| e.2 & 1 != 0).collect();
+    assert!(!bad.is_empty(), "{listed:?}");
+    // Stripe 3 holds array bytes 3 * 12 KiB .. 4 * 12 KiB.
+    assert!(
+        bad.iter()
+            .all(|e| e.0 >= 3 * 12288 && e.0 + e.1 <= 4 * 12288),
+        "{listed:?}"
+    );
+    assert!(listed.iter().all(|e| e.2 & !1 == 0), "{listed:?}");
+    // The extents cover the export, in order.
+    let mut at = 0;
+    for e in &listed {
+        assert_eq!(e.0, at, "{listed:?}");
+        at += e.1;
+    }
+}
