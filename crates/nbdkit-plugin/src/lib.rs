@@ -27,7 +27,7 @@
 
 #![warn(clippy::unwrap_used)]
 
-use nbdkit::{Error, Flags, FuaFlags, Result, Server, ThreadModel};
+use nbdkit::{CacheFlags, Error, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -408,9 +408,17 @@ impl Server for Connection {
         Ok(true)
     }
 
+    fn can_cache(&self) -> Result<CacheFlags> {
+        // A CACHE is a read whose bytes are thrown away: verified (and repaired) now, its
+        // appendices cached, as `serve` does it (FORMAT.md §4).
+        Ok(CacheFlags::Emulate)
+    }
+
     fn can_fast_zero(&self) -> Result<bool> {
-        // Zeros are written like any data; nothing is faster than a write.
-        Ok(false)
+        // Offered, and every fast zero fails at once with ENOTSUP (zeros are written like any
+        // data; nothing is faster than a write), as `serve` does: a client such as qemu-img
+        // then skips a pre-zeroing pass instead of writing the image twice.
+        Ok(true)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -443,6 +451,12 @@ impl Server for Connection {
     }
 
     fn zero(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
+        if flags.contains(Flags::FAST_ZERO) {
+            return Err(Error::new(
+                libc::ENOTSUP,
+                "zeroing this range would be as slow as writing it",
+            ));
+        }
         self.zeroes("zero", count, offset, flags)
     }
 }
@@ -461,6 +475,7 @@ nbdkit::plugin!(Connection {
     can_trim,
     can_zero,
     can_fast_zero,
+    can_cache,
     write_at,
     flush,
     trim,
