@@ -24,10 +24,20 @@ pub struct ServeArgs {
     /// given). NBD has no authentication: an address other than loopback needs --allow-remote.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
-    /// Allow --listen on an address other than loopback (anyone who can reach it can read and
-    /// write the array).
+    /// Allow --listen on an address other than loopback; needs --tls-certificates (or
+    /// --no-tls).
     #[arg(long)]
     pub allow_remote: bool,
+    /// Require TLS of every client, X.509 with client certificates (NBD has no other
+    /// authentication): DIR holds ca-cert.pem (clients' certificates must chain to it),
+    /// server-cert.pem and server-key.pem, as nbdkit's --tls-certificates and qemu's
+    /// tls-creds-x509 lay it out.
+    #[arg(long, value_name = "DIR")]
+    pub tls_certificates: Option<PathBuf>,
+    /// With --allow-remote: serve in the clear anyway (anyone who can reach the address can
+    /// read and write the array).
+    #[arg(long, requires = "allow_remote", conflicts_with = "tls_certificates")]
+    pub no_tls: bool,
     /// The export's name (clients asking for the default export "" get it too).
     #[arg(long, default_value = "stripeguard")]
     pub export: String,
@@ -90,6 +100,14 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         assembling.store(false, Ordering::Relaxed);
     }
     resolved?;
+    // TLS credentials are read before the array is opened: a bad file fails without touching it.
+    let tls = match &a.tls_certificates {
+        Some(dir) => Some(
+            stripeguard_serve::TlsConfig::from_dir(dir)
+                .map_err(|e| anyhow::anyhow!("--tls-certificates: {e}"))?,
+        ),
+        None => None,
+    };
     // Prometheus metrics, when asked: bound before the array is opened, so a bad or busy
     // address fails without touching it.
     let metrics_addr = a
@@ -130,6 +148,7 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
             workers: a.threads as usize,
             log: !a.quiet,
             stop_timeout: std::time::Duration::from_secs(a.stop_timeout),
+            tls,
             ..ServerConfig::default()
         },
     );
@@ -325,9 +344,14 @@ fn bind(a: &ServeArgs) -> Result<Listener> {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 10809)));
     if !addr.ip().is_loopback() {
         if !a.allow_remote {
-            bail!("--listen {addr} is not a loopback address; NBD has no authentication, so anyone who can reach it could read and write the array. Add --allow-remote to do it anyway (or serve on --socket and tunnel through ssh)");
+            bail!("--listen {addr} is not a loopback address; NBD has no authentication of its own, so anyone who can reach it could read and write the array. Add --allow-remote with --tls-certificates DIR (clients then need a certificate), or serve on --socket and tunnel through ssh");
         }
-        eprintln!("stripeguard serve: WARNING: listening on {addr} without authentication or encryption: anyone who can reach it can read and write the array");
+        if a.tls_certificates.is_none() && !a.no_tls {
+            bail!("--allow-remote needs --tls-certificates DIR (TLS with client certificates: NBD has no other authentication), or --no-tls to serve in the clear anyway");
+        }
+        if a.no_tls {
+            eprintln!("stripeguard serve: WARNING: listening on {addr} without authentication or encryption (--no-tls): anyone who can reach it can read and write the array");
+        }
     }
     let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     Ok(Listener::Tcp(l))

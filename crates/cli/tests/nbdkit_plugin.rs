@@ -136,7 +136,9 @@ fn nbdinfo_reports_the_size_and_flags_and_status_sees_the_holder() {
         ("can_fua", true),
         ("can_trim", true),
         ("can_zero", true),
-        ("can_fast_zero", false),
+        // Offered; every fast zero fails at once (FORMAT.md §4).
+        ("can_fast_zero", true),
+        ("can_cache", true),
     ] {
         assert_eq!(e[flag].as_bool(), Some(want), "{flag}: {info}");
     }

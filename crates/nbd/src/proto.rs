@@ -51,6 +51,7 @@ pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 pub const REP_ERR_SHUTDOWN: u32 = (1 << 31) + 7;
 
@@ -275,6 +276,9 @@ pub enum Handshake {
     Aborted,
 }
 
+/// Turns a client's stream into its TLS session's plaintext stream, in place (`STARTTLS`).
+pub type Upgrade<S> = dyn Fn(&mut S) -> io::Result<()>;
+
 /// Why every option but ABORT is being refused (the server is stopping, or full).
 #[derive(Clone, Debug)]
 pub struct Refusal {
@@ -305,13 +309,18 @@ pub enum HandshakeError {
 /// Run the fixed-newstyle handshake on `s` for `export`. `refusing` is asked before each
 /// option: once it gives a refusal (the server stopping, or full), options other than ABORT
 /// get its reply and message. A client that closes the connection during the handshake is
-/// [`HandshakeError::Left`].
+/// [`HandshakeError::Left`]. With `tls`, TLS is required (the protocol's FORCEDTLS mode):
+/// until `STARTTLS`, every option but `STARTTLS` and `ABORT` gets `NBD_REP_ERR_TLS_REQD`;
+/// `STARTTLS` is acknowledged and `tls` turns `s` into the session's plaintext stream, and the
+/// haggling starts over on it (structured replies and meta contexts negotiated before are
+/// forgotten, as the protocol asks).
 pub fn handshake<S: Read + Write>(
     s: &mut S,
     export: &ExportInfo,
     refusing: &dyn Fn() -> Option<Refusal>,
+    tls: Option<&Upgrade<S>>,
 ) -> Result<Handshake, HandshakeError> {
-    handshake_inner(s, export, refusing).map_err(|e| match e {
+    handshake_inner(s, export, refusing, tls).map_err(|e| match e {
         HandshakeError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => HandshakeError::Left,
         other => other,
     })
@@ -321,8 +330,10 @@ fn handshake_inner<S: Read + Write>(
     s: &mut S,
     export: &ExportInfo,
     refusing: &dyn Fn() -> Option<Refusal>,
+    tls: Option<&Upgrade<S>>,
 ) -> Result<Handshake, HandshakeError> {
     let mut neg = Negotiated::default();
+    let mut encrypted = false;
     let mut hello = Vec::with_capacity(18);
     hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
     hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
@@ -364,6 +375,20 @@ fn handshake_inner<S: Read + Write>(
         }
         let mut data = vec![0u8; len as usize];
         s.read_exact(&mut data)?;
+        if tls.is_some() && !encrypted && option != OPT_STARTTLS && option != OPT_ABORT {
+            if option == OPT_EXPORT_NAME {
+                return Err(HandshakeError::Refused(
+                    "TLS is required, and EXPORT_NAME came before STARTTLS".into(),
+                ));
+            }
+            option_reply(
+                s,
+                option,
+                REP_ERR_TLS_REQD,
+                b"TLS is required: send STARTTLS first",
+            )?;
+            continue;
+        }
         if option != OPT_ABORT {
             if let Some(r) = refusing() {
                 if option == OPT_EXPORT_NAME {
@@ -515,9 +540,21 @@ fn handshake_inner<S: Read + Write>(
                 }
                 option_reply(s, option, REP_ACK, &[])?;
             }
-            OPT_STARTTLS => {
-                option_reply(s, option, REP_ERR_POLICY, b"TLS is not offered: serve on a unix socket or loopback, or tunnel through ssh")?;
-            }
+            OPT_STARTTLS => match tls {
+                None => option_reply(s, option, REP_ERR_POLICY, b"TLS is not offered by this server (serve --tls-certificates DIR): serve on a unix socket or loopback, or tunnel through ssh")?,
+                Some(_) if encrypted => {
+                    option_reply(s, option, REP_ERR_INVALID, b"TLS is already on")?;
+                }
+                Some(_) if !data.is_empty() => {
+                    option_reply(s, option, REP_ERR_INVALID, b"STARTTLS takes no data")?;
+                }
+                Some(upgrade) => {
+                    option_reply(s, option, REP_ACK, &[])?;
+                    upgrade(s)?;
+                    encrypted = true;
+                    neg = Negotiated::default();
+                }
+            },
             _ => {
                 let msg = format!("option {option} is not supported by this server");
                 option_reply(s, option, REP_ERR_UNSUP, msg.as_bytes())?;

@@ -158,6 +158,8 @@ pub struct ServerConfig {
     pub log: bool,
     /// How long a stop waits for connected clients to leave.
     pub stop_timeout: Duration,
+    /// TLS required of every client (X.509 with client certificates); `None`: plaintext.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Default for ServerConfig {
@@ -171,6 +173,7 @@ impl Default for ServerConfig {
             max_inflight_bytes: 128 << 20,
             log: true,
             stop_timeout: Duration::from_secs(60),
+            tls: None,
         }
     }
 }
@@ -179,6 +182,9 @@ impl Default for ServerConfig {
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A client on TLS: the local end of the plaintext pair its pump relays (crate::tls), and
+    /// who it is.
+    Tls(UnixStream, String),
 }
 
 impl Stream {
@@ -186,24 +192,25 @@ impl Stream {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tls(s, who) => Stream::Tls(s.try_clone()?, who.clone()),
         })
     }
     fn shutdown(&self, how: Shutdown) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(how),
-            Stream::Unix(s) => s.shutdown(how),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.shutdown(how),
         };
     }
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(t),
-            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.set_write_timeout(t),
         }
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
-            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.set_read_timeout(t),
         }
     }
     fn peer(&self) -> String {
@@ -216,6 +223,7 @@ impl Stream {
                 Ok(c) => format!("unix socket peer (pid {})", c.pid.as_raw_nonzero()),
                 Err(_) => "unix socket peer".into(),
             },
+            Stream::Tls(_, who) => who.clone(),
         }
     }
 }
@@ -224,7 +232,7 @@ impl Read for Stream {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(b),
-            Stream::Unix(s) => s.read(b),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.read(b),
         }
     }
 }
@@ -233,13 +241,13 @@ impl Write for Stream {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(b),
-            Stream::Unix(s) => s.write(b),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.flush(),
         }
     }
 }
@@ -472,12 +480,17 @@ impl Server {
                             .spawn(move || {
                                 let mut stream = stream;
                                 let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                                let _ = proto::handshake(&mut stream, &info, &|| {
-                                    Some(proto::Refusal {
-                                        reply: proto::REP_ERR_POLICY,
-                                        message: why.clone(),
-                                    })
-                                });
+                                let _ = proto::handshake(
+                                    &mut stream,
+                                    &info,
+                                    &|| {
+                                        Some(proto::Refusal {
+                                            reply: proto::REP_ERR_POLICY,
+                                            message: why.clone(),
+                                        })
+                                    },
+                                    None,
+                                );
                                 stream.shutdown(Shutdown::Both);
                                 refusing.fetch_sub(1, Ordering::Relaxed);
                             });
@@ -613,14 +626,37 @@ impl Conn {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
         let stopping = Arc::clone(&self.stopping);
         let draining = Arc::clone(&self.draining);
-        let neg = match proto::handshake(&mut stream, &self.info, &move || {
-            (stopping.load(Ordering::Relaxed) || draining.load(Ordering::Relaxed)).then(|| {
-                proto::Refusal {
-                    reply: proto::REP_ERR_SHUTDOWN,
-                    message: "the server is shutting down".into(),
-                }
-            })
-        }) {
+        let tls = self.config.tls.clone();
+        let upgrade = move |s: &mut Stream| -> io::Result<()> {
+            let Some(tls) = &tls else {
+                return Err(io::Error::other("no TLS configured"));
+            };
+            let who = format!("{} (TLS)", s.peer());
+            let placeholder = Stream::Tls(UnixStream::pair()?.0, String::new());
+            let plain = match std::mem::replace(s, placeholder) {
+                Stream::Tcp(t) => tls.accept(t)?,
+                Stream::Unix(u) => tls.accept(u)?,
+                Stream::Tls(..) => return Err(io::Error::other("TLS is already on")),
+            };
+            *s = Stream::Tls(plain, who);
+            Ok(())
+        };
+        let neg = match proto::handshake(
+            &mut stream,
+            &self.info,
+            &move || {
+                (stopping.load(Ordering::Relaxed) || draining.load(Ordering::Relaxed)).then(|| {
+                    proto::Refusal {
+                        reply: proto::REP_ERR_SHUTDOWN,
+                        message: "the server is shutting down".into(),
+                    }
+                })
+            },
+            self.config
+                .tls
+                .as_ref()
+                .map(|_| &upgrade as &dyn Fn(&mut Stream) -> io::Result<()>),
+        ) {
             Ok(Handshake::Go(neg)) => Arc::new(neg),
             Ok(Handshake::Aborted) => return Ok(()),
             // Not a violation: a client may go at any time (a probe, a refused option).
