@@ -198,6 +198,18 @@ fn names_scan_config_and_members_in_any_order() {
         sg(&["examine", "--export", "data"], d).status.code(),
         Some(1)
     );
+    // One device by two paths (a symlink, as /dev/disk/by-id has two per disk) is one
+    // candidate, not two copies of a member.
+    std::os::unix::fs::symlink(d.join("b1"), d.join("b1-link")).unwrap();
+    let twice = ok_or_found(&sg(&["scan", &glob], d));
+    assert!(twice.contains(" 3/3 members complete"), "{twice}");
+    std::fs::remove_file(d.join("b1-link")).unwrap();
+    // A wipe of several devices checks them all first: one that is not a member leaves the
+    // others as they were.
+    std::fs::write(d.join("plain"), vec![7u8; 1 << 20]).unwrap();
+    let refused = sg(&["wipe", "b0", "plain"], d);
+    assert_eq!(refused.status.code(), Some(2), "{}", err_of(&refused));
+    assert_eq!(sg(&["examine", "b0"], d).status.code(), Some(0));
     // wipe: its signatures gone, the scan sees one member fewer, a second wipe finds nothing.
     let w = ok(&sg(&["wipe", "b1"], d));
     assert!(w.contains("wiped b1: it was member 1 of array"), "{w}");

@@ -67,7 +67,7 @@ impl Config {
     pub fn load(path: Option<&Path>) -> Result<(PathBuf, Config), String> {
         let (path, named) = match path {
             Some(p) => (p.to_path_buf(), true),
-            None => match std::env::var_os("STRIPEGUARD_CONFIG") {
+            None => match std::env::var_os("STRIPEGUARD_CONFIG").filter(|p| !p.is_empty()) {
                 Some(p) => (PathBuf::from(p), true),
                 None => (PathBuf::from(DEFAULT_CONFIG), false),
             },
@@ -75,6 +75,12 @@ impl Config {
         // A configuration is a few lines: a bigger file is a wrong path (a disk image named by
         // mistake), not something to read into memory.
         const MAX_CONFIG_BYTES: u64 = 1 << 20;
+        // Only a regular file (a FIFO would block for ever, a device read without end).
+        if let Ok(m) = std::fs::metadata(&path) {
+            if !m.is_file() {
+                return Err(format!("{}: not a regular file", path.display()));
+            }
+        }
         let read = std::fs::File::open(&path).and_then(|f| {
             use std::io::Read;
             let mut t = String::new();

@@ -39,7 +39,7 @@ pub use scan::{
     candidates, candidates_noted, configured_missing, find_array, order_members, others_named,
     scan, scan_noted, FoundArray, FoundMember,
 };
-pub use wipe::{wipe_member, Wiped};
+pub use wipe::{wipe_member, wipe_preflight, Wiped};
 mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod online;
@@ -171,15 +171,20 @@ impl CreateOnPaths {
         // and judged before anything is made or touched.
         let mut targets = Vec::new();
         for &p in &existing {
+            let id = file_id(p);
             let t = Target::open(p, false)?;
             t.judge(None, &self.confirm)?;
-            targets.push(t);
+            targets.push((t, id));
         }
-        let mut created: Vec<&Path> = Vec::new();
+        let mut created: Vec<(&Path, DiskRef)> = Vec::new();
         let result = self.make_and_create(&cfg, targets, &mut created, progress);
         if result.is_err() {
-            for p in created {
+            // Removed while this call still holds the file's lock (taken when it made it): a
+            // second `create` racing on the same paths can have taken none of them, so a file
+            // removed here is never one it wrote its array into.
+            for (p, lock) in created {
                 let _ = std::fs::remove_file(p);
+                drop(lock);
             }
         }
         result
@@ -191,22 +196,42 @@ impl CreateOnPaths {
     fn make_and_create<'a>(
         &'a self,
         cfg: &ArrayConfig,
-        mut targets: Vec<Target>,
-        created: &mut Vec<&'a Path>,
+        mut targets: Vec<(Target, Option<(u64, u64)>)>,
+        created: &mut Vec<(&'a Path, DiskRef)>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Array, EngineError> {
         let mut members = Vec::with_capacity(self.paths.len());
         for p in &self.paths {
-            if let Some(i) = targets.iter().position(|t| &t.path == p) {
-                members.push(targets.remove(i));
+            if let Some(i) = targets.iter().position(|(t, _)| &t.path == p) {
+                let (t, id) = targets.remove(i);
+                // Locked from here on: another `create` (or a holder) on it stops one of us.
+                t.disk.try_lock(true)?;
+                // Still the file that was opened: one a racing `create` made and has removed
+                // again (its rollback) must not receive this array.
+                if file_id(p) != id {
+                    return Err(EngineError::Config(format!(
+                        "{} was removed or replaced while this command opened it (another `create` on the same paths?)",
+                        p.display()
+                    )));
+                }
+                members.push(t);
                 continue;
             }
             let size = self
                 .size_bytes
                 .expect("checked above: every missing member has a size");
             FileDisk::create(p, size, false)?;
-            created.push(p);
-            members.push(Target::open(p, false)?);
+            let t = Target::open(p, false)?;
+            if t.disk.try_lock(true).is_err() {
+                // Another `create` opened and locked the file in the instant after this one
+                // made it: it is that one's now, and not removed on the way out.
+                return Err(EngineError::Config(format!(
+                    "{} was taken by another command as soon as it was made (two `create`s on the same paths?)",
+                    p.display()
+                )));
+            }
+            created.push((p, DiskRef::clone(&t.disk)));
+            members.push(t);
         }
         let fresh = created.len() == self.paths.len();
         let disks: Vec<DiskRef> = members.iter().map(|t| DiskRef::clone(&t.disk)).collect();
@@ -219,6 +244,12 @@ impl CreateOnPaths {
         array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
         Ok(array)
     }
+}
+
+/// A path's device and inode (symlinks followed), when it has one.
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Whether a member is there: a file or device that exists, or an NBD export (which is asked

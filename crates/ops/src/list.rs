@@ -130,13 +130,13 @@ fn held(live: &LiveStatus, uuid: &[u8; 16]) -> Listed {
 }
 
 fn percent(done: u64, total: u64) -> String {
+    // (A total of 0: the operation has not counted its stripes yet.)
+    if total == 0 {
+        return "starting".into();
+    }
     format!(
         "{done} of {total} stripes ({:.0} %)",
-        if total == 0 {
-            100.0
-        } else {
-            done as f64 * 100.0 / total as f64
-        }
+        done as f64 * 100.0 / total as f64
     )
 }
 

@@ -100,8 +100,9 @@ impl ArrayMetrics {
 }
 
 fn frac(done: u64, total: u64) -> f64 {
+    // (A running operation with a total of 0 has not counted its stripes yet: not done.)
     if total == 0 {
-        1.0
+        0.0
     } else {
         done as f64 / total as f64
     }
@@ -189,7 +190,7 @@ pub fn render(arrays: &[ArrayMetrics]) -> String {
     }
     family(
         &mut out,
-        "stripeguard_units_found",
+        "stripeguard_units_found_total",
         "counter",
         "Units found wrong, by finding kind and member (member \"all\": not kept per member).",
     );
@@ -270,11 +271,13 @@ pub fn render(arrays: &[ArrayMetrics]) -> String {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
+        // A counter's TYPE line names its samples' own name (`..._total`), as the others do:
+        // a parser then types the family as a counter, not as "unknown".
         let (metric, kind) = if name.ends_with("_now") {
             (format!("stripeguard_nbd_{name}"), "gauge")
         } else {
             (
-                format!("stripeguard_nbd_{}", name.trim_end_matches("_total")),
+                format!("stripeguard_nbd_{}_total", name.trim_end_matches("_total")),
                 "counter",
             )
         };
@@ -285,8 +288,7 @@ pub fn render(arrays: &[ArrayMetrics]) -> String {
             &format!("The NBD front end's {k}."),
         );
         for (a, v) in rows {
-            let suffix = if kind == "counter" { "_total" } else { "" };
-            let _ = writeln!(out, "{metric}{suffix}{{{}}} {v}", id(a));
+            let _ = writeln!(out, "{metric}{{{}}} {v}", id(a));
         }
     }
     let name = "stripeguard_nbd_request_duration_seconds";
@@ -497,6 +499,36 @@ mod tests {
         );
         assert!(lines[2].contains("le=\"+Inf\""), "{text}");
         assert!(text.contains("# TYPE stripeguard_nbd_request_duration_seconds histogram"));
+    }
+
+    /// Every sample belongs to the family its TYPE line names (a counter's samples are that
+    /// name, `..._total`; a histogram's its `_bucket`, `_sum` and `_count`), so a parser types
+    /// none of them "unknown".
+    #[test]
+    fn every_sample_is_of_the_family_its_type_line_names() {
+        let mut a = sample();
+        a.front_end.push(("connections_now".into(), 1));
+        a.found.insert(("parity".into(), usize::MAX), 1);
+        let text = render(&[a]);
+        let mut family = ("", "");
+        for l in text.lines() {
+            if let Some(t) = l.strip_prefix("# TYPE ") {
+                let mut w = t.split(' ');
+                family = (w.next().unwrap(), w.next().unwrap());
+                continue;
+            }
+            if l.starts_with('#') {
+                continue;
+            }
+            let name = l.split(['{', ' ']).next().unwrap();
+            let ok = match family.1 {
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|s| name == format!("{}{s}", family.0)),
+                _ => name == family.0,
+            };
+            assert!(ok, "{name} under # TYPE {} {}:\n{text}", family.0, family.1);
+        }
     }
 
     /// The dashboard shipped in packaging/grafana asks only for metrics this renderer writes.

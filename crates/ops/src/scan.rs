@@ -136,9 +136,13 @@ pub fn candidates_noted(given: &[String], cfg: &Config) -> (Vec<PathBuf>, Vec<St
                 // A plain path that does not exist yet is still a candidate (it fails to open
                 // and is skipped, as any unreadable candidate).
                 if out.len() == before {
-                    if g.contains(['*', '?', '[']) {
+                    if Path::new(g).exists() {
+                        // A path whose name holds glob characters (`br[1]`), as it is.
+                        out.push(PathBuf::from(g));
+                    } else if g.contains(['*', '?', '[']) {
                         notes.push(format!("{g}: matches nothing"));
                     } else {
+                        notes.push(format!("{g}: no such file"));
                         out.push(PathBuf::from(g));
                     }
                 }
@@ -156,7 +160,27 @@ pub fn candidates_noted(given: &[String], cfg: &Config) -> (Vec<PathBuf>, Vec<St
     }
     out.sort();
     out.dedup();
+    // One device reached by two paths (the `ata-` and `wwn-` links of one disk under
+    // /dev/disk/by-id, a symlink beside its target, two nodes of one block device) is one
+    // candidate, not two copies of a member: the first path in sorted order stands for it.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| match identity(p) {
+        Some(id) => seen.insert(id),
+        None => true,
+    });
     (out, notes)
+}
+
+/// What a path names, whatever the path: a block device's device number, else the file's
+/// device and inode (symlinks followed). `None` when it cannot be looked at (or is an NBD URI).
+fn identity(p: &Path) -> Option<(u64, u64, bool)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::metadata(p).ok()?;
+    Some(if m.file_type().is_block_device() {
+        (m.rdev(), 0, true)
+    } else {
+        (m.dev(), m.ino(), false)
+    })
 }
 
 /// Every block device of this host (`/dev/NAME` for each entry of `/sys/class/block`).
@@ -216,10 +240,23 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
         .iter()
         .filter(|(_, sb)| &sb.array_uuid == uuid)
         .collect();
+    // The newest superblock; among equals, the one most others share the geometry of (one
+    // member's damaged field must not make its good peers look wrong).
+    let top = mine.iter().map(|(_, sb)| sb.generation).max().unwrap_or(0);
+    let shape = |s: &Superblock| {
+        (
+            s.members,
+            s.data_chunks,
+            s.parity_chunks,
+            s.chunk_bytes,
+            s.stripes,
+        )
+    };
     let newest = mine
         .iter()
         .map(|(_, sb)| sb)
-        .max_by_key(|sb| sb.generation)
+        .filter(|sb| sb.generation == top)
+        .max_by_key(|sb| mine.iter().filter(|(_, o)| shape(o) == shape(sb)).count())
         .expect("at least one");
     let n = usize::from(newest.members);
     let mut slots: Vec<Option<FoundMember>> = vec![None; n];
@@ -265,6 +302,22 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
 /// What the newest superblock's table says of a member whose own superblock is `sb` (the rules
 /// of FORMAT.md §2.1, without the split-brain and size checks assembly adds).
 fn standing(sb: &Superblock, newest: &Superblock) -> String {
+    // A member whose geometry is not the array's cannot be assembled with it, whatever its
+    // table says (a damaged field with a valid CRC, or a superblock written by something else).
+    let shape = |s: &Superblock| {
+        (
+            s.members,
+            s.data_chunks,
+            s.parity_chunks,
+            s.chunk_bytes,
+            s.stripes,
+            s.scheme,
+            s.code,
+        )
+    };
+    if shape(sb) != shape(newest) {
+        return "disagrees with the array's geometry (damaged?)".into();
+    }
     let i = usize::from(sb.member_index);
     let Some(slot) = newest.member_table.get(i) else {
         return "not in the member table".into();

@@ -22,16 +22,28 @@ pub struct Wiped {
 }
 
 /// Wipe the member at `p` (a file, block device or NBD export).
-pub fn wipe_member(p: &Path) -> Result<Wiped, EngineError> {
+/// Whether `p` could be wiped now (a member, not held): `wipe` asks it of every device before
+/// it wipes the first, so that a bad one in the list leaves them all as they were.
+pub fn wipe_preflight(p: &Path) -> Result<(), EngineError> {
+    open_checked(p).map(drop)
+}
+
+/// `p` opened and locked, when it holds a stripeguard superblock.
+fn open_checked(p: &Path) -> Result<Target, EngineError> {
     let t = Target::open(p, false)?;
-    let name = p.display();
     let Found::Member(_) = t.found() else {
         return Err(EngineError::Config(format!(
-            "{name} holds no stripeguard superblock (in either copy): nothing to wipe"
+            "{} holds no stripeguard superblock (in either copy): nothing to wipe",
+            p.display()
         )));
     };
     // A live holder keeps its members locked: never pull the metadata from under it.
     t.disk.try_lock(true)?;
+    Ok(t)
+}
+
+pub fn wipe_member(p: &Path) -> Result<Wiped, EngineError> {
+    let t = open_checked(p)?;
     let sb = read_superblock_of(t.disk.as_ref()).ok();
     let size = t.disk.size_bytes();
     // Without a readable superblock the layout is unknown: the fixed records (superblock

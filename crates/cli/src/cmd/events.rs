@@ -139,9 +139,15 @@ pub fn run(mut a: EventsArgs) -> Result<ExitCode> {
     let mut hook_from = saved.unwrap_or(if a.from_start || a.since.is_some() {
         0
     } else {
-        first.entries.last().map_or(0, |e| e.number + 1)
+        first
+            .entries
+            .last()
+            .map_or(0, |e| e.number.saturating_add(1))
     });
-    let next = first.entries.last().map_or(0, |e| e.number + 1);
+    let next = first
+        .entries
+        .last()
+        .map_or(0, |e| e.number.saturating_add(1));
     if saved.is_some_and(|n| n > next) {
         eprintln!(
             "stripeguard: warning: the cursor is at event {}, past the log's last ({}): events before it are not run; is it this array's cursor from another copy of its members?",
@@ -224,8 +230,8 @@ pub fn run(mut a: EventsArgs) -> Result<ExitCode> {
                 // The member's path only for an event about a member or one of its units.
                 let about_member = !matches!(e.role, stripeguard_engine::EventRole::Stripe);
                 let path = a.members.get(e.member as usize).filter(|_| about_member);
-                run_hook(cmd, e, &uuid, &name, path)?;
-                hook_from = e.number + 1;
+                run_hook(cmd, e, &uuid, &name, path, a.json)?;
+                hook_from = e.number.saturating_add(1);
                 if let Some(c) = &a.cursor {
                     write_cursor(c, &uuid, hook_from)?;
                 }
@@ -256,8 +262,13 @@ pub(crate) fn run_hook(
     uuid: &str,
     name: &str,
     member_path: Option<&PathBuf>,
+    stdout_to_stderr: bool,
 ) -> Result<()> {
     let status = super::shared::run_bounded(cmd, None, |c| {
+        if stdout_to_stderr {
+            // (Standard output holds JSON: a hook's words go beside it, not into it.)
+            c.stdout(std::process::Stdio::from(std::io::stderr()));
+        }
         c.env("SG_ARRAY_UUID", uuid)
             .env("SG_ARRAY_NAME", name)
             .env(

@@ -35,6 +35,19 @@ pub fn run(a: MetricsArgs) -> Result<ExitCode> {
             Err(_) => from_scan(f),
         })
         .collect();
+    // A configured array none of whose members is found is there too, unhealthy: its absence
+    // is what an alert must see.
+    let mut all = all;
+    let known: Vec<[u8; 16]> = found.iter().map(|f| f.uuid_bytes()).collect();
+    for (name, uuid) in stripeguard_ops::configured_missing(&cfg, &known) {
+        all.push(ArrayMetrics {
+            name,
+            uuid: stripeguard_format::hex(&uuid),
+            states: vec!["missing".into()],
+            healthy: false,
+            ..ArrayMetrics::default()
+        });
+    }
     let text = render(&all);
     match &a.textfile {
         None => print!("{text}"),
@@ -47,7 +60,8 @@ pub fn run(a: MetricsArgs) -> Result<ExitCode> {
                     dir.display()
                 );
             }
-            let tmp = dir.join(".stripeguard.prom.tmp");
+            // (Named by process: two runs at once each rename their own whole file.)
+            let tmp = dir.join(format!(".stripeguard.prom.{}.tmp", std::process::id()));
             std::fs::write(&tmp, text)
                 .and_then(|()| std::fs::rename(&tmp, dir.join("stripeguard.prom")))
                 .with_context(|| format!("cannot write {}/stripeguard.prom", dir.display()))?;

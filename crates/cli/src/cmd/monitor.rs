@@ -95,7 +95,7 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
             }
         };
         let cursor = a.cursor_dir.join(format!("{}.cursor", f.uuid));
-        let next_new = log.entries.last().map_or(0, |e| e.number + 1);
+        let next_new = log.entries.last().map_or(0, |e| e.number.saturating_add(1));
         let Some(from) = read_cursor(&cursor, &f.uuid)? else {
             // First sight of this array: its old events are history, not news.
             write_cursor(&cursor, &f.uuid, next_new)?;
@@ -136,13 +136,13 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
                 .filter(|_| e.role != stripeguard_engine::EventRole::Stripe)
                 .filter(|p| !std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).contains(&0));
             if let Some(cmd) = &hook {
-                run_hook(cmd, e, &f.uuid, &name, path)?;
+                run_hook(cmd, e, &f.uuid, &name, path, false)?;
             }
             if let Some(to) = &a.mail {
                 mail(&a.mail_program, to, &name, &f.uuid, &line);
             }
             // After the hook: a crash before this runs it again, never skips it.
-            write_cursor(&cursor, &f.uuid, e.number + 1)?;
+            write_cursor(&cursor, &f.uuid, e.number.saturating_add(1))?;
         }
     }
     Ok(attention)

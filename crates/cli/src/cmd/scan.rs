@@ -106,6 +106,11 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
             missing += 1;
         }
     }
+    // A path given that is not there is a usage error (exit 2), as for every command; the
+    // rest was still scanned and printed.
+    if !a.candidates.is_empty() && notes.iter().any(|n| n.ends_with(": no such file")) {
+        return Ok(ExitCode::from(exit::USAGE));
+    }
     // As `zpool status -x`: 0 when every array found is complete.
     let attention = missing > 0 || found.iter().any(|f| f.health() != "complete");
     Ok(ExitCode::from(if attention {

@@ -16,6 +16,11 @@ pub struct WipeArgs {
 }
 
 pub fn run(a: WipeArgs) -> Result<ExitCode> {
+    // Every device checked first: one that is not a member, or is held, stops the command
+    // before anything is wiped.
+    for d in &a.devices {
+        stripeguard_ops::wipe_preflight(d)?;
+    }
     let mut all = Vec::new();
     for d in &a.devices {
         let w = stripeguard_ops::wipe_member(d)?;
