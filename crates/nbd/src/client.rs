@@ -30,7 +30,9 @@ use stripeguard_disk::{Disk, DiskError};
 
 /// Whether a member name is an NBD URI rather than a path.
 pub fn is_uri(name: &str) -> bool {
-    name.starts_with("nbd://") || name.starts_with("nbd+unix://")
+    ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://"]
+        .iter()
+        .any(|s| name.starts_with(s))
 }
 
 /// Where an export is.
@@ -39,6 +41,9 @@ pub struct Target {
     pub address: Address,
     pub export: String,
     pub timeout: Duration,
+    /// `nbds://`: TLS with the credentials in this directory (`ca-cert.pem`, `client-cert.pem`,
+    /// `client-key.pem`, as libnbd and qemu lay them out).
+    pub tls: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,16 +52,23 @@ pub enum Address {
     Unix(PathBuf),
 }
 
-/// Parse `nbd://host[:port][/export][?timeout=S]` or `nbd+unix:///export?socket=PATH`.
+/// Parse `nbd://host[:port][/export][?timeout=S]` or `nbd+unix:///export?socket=PATH`; with
+/// `nbds` for `nbd`, TLS, whose credentials `tls-certificates=DIR` names (libnbd's spelling).
 pub fn parse_uri(uri: &str) -> Result<Target, String> {
     let bad = |why: &str| {
         format!(
-            "{uri}: {why} (expected nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH)"
+            "{uri}: {why} (expected nbd[s]://HOST[:PORT]/EXPORT or nbd[s]+unix:///EXPORT?socket=PATH, with ?tls-certificates=DIR for nbds)"
         )
     };
-    let (rest, unix) = if let Some(r) = uri.strip_prefix("nbd://") {
+    let secure = uri.starts_with("nbds");
+    let plain = if secure {
+        uri.replacen("nbds", "nbd", 1)
+    } else {
+        uri.to_string()
+    };
+    let (rest, unix) = if let Some(r) = plain.strip_prefix("nbd://") {
         (r, false)
-    } else if let Some(r) = uri.strip_prefix("nbd+unix://") {
+    } else if let Some(r) = plain.strip_prefix("nbd+unix://") {
         (r, true)
     } else {
         return Err(bad("not an NBD URI"));
@@ -70,6 +82,7 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
         None => (path, String::new()),
     };
     let mut socket = None;
+    let mut tls = None;
     let mut timeout = std::env::var("STRIPEGUARD_NBD_TIMEOUT")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
@@ -77,6 +90,7 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
     for kv in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
         match kv.split_once('=') {
             Some(("socket", v)) => socket = Some(PathBuf::from(v)),
+            Some(("tls-certificates", v)) if secure => tls = Some(PathBuf::from(v)),
             Some(("timeout", v)) => {
                 timeout = v
                     .parse::<f64>()
@@ -86,6 +100,11 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
             }
             _ => return Err(bad(&format!("unknown parameter {kv:?}"))),
         }
+    }
+    if secure && tls.is_none() {
+        return Err(bad(
+            "nbds needs ?tls-certificates=DIR (ca-cert.pem, client-cert.pem, client-key.pem)",
+        ));
     }
     let address = if unix {
         if !authority.is_empty() {
@@ -116,12 +135,24 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
         address,
         export,
         timeout: Duration::from_secs_f64(timeout),
+        tls,
     })
 }
 
 enum Conn {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A TLS session's plaintext end (its pump owns the socket: crate::tls).
+    Tls(UnixStream),
+}
+
+impl std::os::fd::AsFd for Conn {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Conn::Tcp(s) => s.as_fd(),
+            Conn::Unix(s) | Conn::Tls(s) => s.as_fd(),
+        }
+    }
 }
 
 impl Conn {
@@ -129,18 +160,19 @@ impl Conn {
         Ok(match self {
             Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
             Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+            Conn::Tls(s) => Conn::Tls(s.try_clone()?),
         })
     }
     fn shutdown(&self) {
         let _ = match self {
             Conn::Tcp(s) => s.shutdown(Shutdown::Both),
-            Conn::Unix(s) => s.shutdown(Shutdown::Both),
+            Conn::Unix(s) | Conn::Tls(s) => s.shutdown(Shutdown::Both),
         };
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Conn::Tcp(s) => s.set_read_timeout(t),
-            Conn::Unix(s) => s.set_read_timeout(t),
+            Conn::Unix(s) | Conn::Tls(s) => s.set_read_timeout(t),
         }
     }
 }
@@ -149,7 +181,7 @@ impl Read for Conn {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         match self {
             Conn::Tcp(s) => s.read(b),
-            Conn::Unix(s) => s.read(b),
+            Conn::Unix(s) | Conn::Tls(s) => s.read(b),
         }
     }
 }
@@ -158,7 +190,7 @@ impl Write for Conn {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         match self {
             Conn::Tcp(s) => s.write(b),
-            Conn::Unix(s) => s.write(b),
+            Conn::Unix(s) | Conn::Tls(s) => s.write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -388,7 +420,7 @@ impl NbdDisk {
         };
         conn.set_read_timeout(Some(left))
             .map_err(|e| ConnectError::Transient(e.to_string()))?;
-        let (size, flags) = client_handshake(&mut conn, &self.target.export)?;
+        let (size, flags) = client_handshake(&mut conn, &self.target)?;
         conn.set_read_timeout(None)
             .map_err(|e| ConnectError::Transient(e.to_string()))?;
         let t = |e: io::Error| ConnectError::Transient(e.to_string());
@@ -524,7 +556,8 @@ enum ConnectError {
 }
 
 /// The client side of the fixed-newstyle handshake: GO with the export's name.
-fn client_handshake(c: &mut Conn, export: &str) -> Result<(u64, u16), ConnectError> {
+fn client_handshake(c: &mut Conn, target: &Target) -> Result<(u64, u16), ConnectError> {
+    let export = target.export.as_str();
     let io = |e: io::Error| ConnectError::Transient(format!("handshake: {e}"));
     let mut hello = [0u8; 18];
     c.read_exact(&mut hello).map_err(io)?;
@@ -545,6 +578,60 @@ fn client_handshake(c: &mut Conn, export: &str) -> Result<(u64, u16), ConnectErr
         flags |= proto::CLIENT_NO_ZEROES;
     }
     let mut m = flags.to_be_bytes().to_vec();
+    let mut session_error: Option<crate::tls::SessionError> = None;
+    if let Some(dir) = &target.tls {
+        // STARTTLS first; the rest of the haggling (and transmission) inside TLS.
+        m.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
+        m.extend_from_slice(&proto::OPT_STARTTLS.to_be_bytes());
+        m.extend_from_slice(&0u32.to_be_bytes());
+        c.write_all(&m).map_err(io)?;
+        m.clear();
+        let mut h = [0u8; 20];
+        c.read_exact(&mut h).map_err(io)?;
+        let kind = proto::be32(&h[12..16]);
+        let len = proto::be32(&h[16..20]).min(proto::MAX_OPTION_BYTES);
+        let mut data = vec![0u8; len as usize];
+        c.read_exact(&mut data).map_err(io)?;
+        if proto::be64(&h[0..8]) != proto::REPLY_MAGIC || kind != proto::REP_ACK {
+            return Err(ConnectError::Refused(format!(
+                "the server refused STARTTLS: {} (reply {kind:#x})",
+                String::from_utf8_lossy(&data)
+            )));
+        }
+        let config = crate::tls::client_config(dir).map_err(ConnectError::Refused)?;
+        let host = match &target.address {
+            Address::Tcp(hp) => hp
+                .rsplit_once(':')
+                .map_or(hp.as_str(), |(h, _)| h)
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            Address::Unix(_) => "localhost".to_string(),
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| ConnectError::Refused(format!("{host:?} as a TLS server name: {e}")))?;
+        let session = rustls::ClientConnection::new(config, name)
+            .map_err(|e| ConnectError::Refused(format!("TLS: {e}")))?;
+        let raw = std::mem::replace(c, Conn::Tls(UnixStream::pair().map_err(io)?.0));
+        let (plain, tls_error) = crate::tls::start(rustls::Connection::Client(session), raw)
+            .map_err(|e| ConnectError::Refused(format!("TLS handshake: {e}")))?;
+        *c = Conn::Tls(plain);
+        session_error = Some(tls_error);
+    }
+    // After TLS: a connection the server ends right away most often means it refused this
+    // client's certificate, which the session's alert says.
+    let after = |e: io::Error| {
+        match (session_error.as_ref(), e.kind()) {
+        (Some(s), _) if s.get().is_some() => ConnectError::Refused(format!(
+            "TLS: {} (does the server's CA sign this client's client-cert.pem?)",
+            s.get().map_or("", String::as_str)
+        )),
+        (Some(_), io::ErrorKind::UnexpectedEof) => ConnectError::Refused(
+            "the server closed the connection right after the TLS handshake: it most likely refused this client's certificate (does its CA sign client-cert.pem?)".into(),
+        ),
+        _ => io(e),
+    }
+    };
     let too_long = |_| ConnectError::Refused(format!("an export name of {} bytes", export.len()));
     let mut d = u32::try_from(export.len())
         .map_err(too_long)?
@@ -556,11 +643,11 @@ fn client_handshake(c: &mut Conn, export: &str) -> Result<(u64, u16), ConnectErr
     m.extend_from_slice(&proto::OPT_GO.to_be_bytes());
     m.extend_from_slice(&u32::try_from(d.len()).map_err(too_long)?.to_be_bytes());
     m.extend_from_slice(&d);
-    c.write_all(&m).map_err(io)?;
+    c.write_all(&m).map_err(after)?;
     let mut info = None;
     loop {
         let mut h = [0u8; 20];
-        c.read_exact(&mut h).map_err(io)?;
+        c.read_exact(&mut h).map_err(after)?;
         if proto::be64(&h[0..8]) != proto::REPLY_MAGIC {
             return Err(ConnectError::Refused(
                 "an option reply with a wrong magic number".into(),
@@ -698,7 +785,17 @@ mod tests {
         assert_eq!(t.export, "");
         let t = parse_uri("nbd+unix:///e?socket=/run/x.sock").unwrap();
         assert_eq!(t.address, Address::Unix("/run/x.sock".into()));
+        assert_eq!(t.tls, None);
+        // nbds: TLS, with libnbd's credentials parameter (required).
+        let t = parse_uri("nbds://h:10810/e?tls-certificates=/etc/pki/c").unwrap();
+        assert_eq!(t.address, Address::Tcp("h:10810".into()));
+        assert_eq!(t.tls, Some("/etc/pki/c".into()));
+        let t = parse_uri("nbds+unix:///e?socket=/s&tls-certificates=c").unwrap();
+        assert_eq!(t.address, Address::Unix("/s".into()));
+        assert!(is_uri("nbds://h") && is_uri("nbds+unix:///e"));
         for bad in [
+            "nbds://h/e",
+            "nbd://h/e?tls-certificates=c",
             "nbd+unix:///e",
             "nbd://",
             "nbd://h/e?socket=/x",
