@@ -62,10 +62,10 @@ pub(crate) fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u
         Ok(f) => {
             f.take(256)
                 .read_to_string(&mut text)
-                .with_context(|| format!("reading --cursor {}", path.display()))?;
+                .with_context(|| format!("reading the cursor {}", path.display()))?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading --cursor {}", path.display())),
+        Err(e) => return Err(e).with_context(|| format!("reading the cursor {}", path.display())),
     }
     // An empty file (made with `touch`) holds no position yet.
     if text.trim().is_empty() {
@@ -74,19 +74,19 @@ pub(crate) fn read_cursor(path: &std::path::Path, uuid: &str) -> Result<Option<u
     let mut words = text.split_whitespace();
     let (Some(saved), Some(number), None) = (words.next(), words.next(), words.next()) else {
         bail!(
-            "--cursor {} is not a stripeguard event cursor (expected: UUID NUMBER)",
+            "the cursor {} is not a stripeguard event cursor (expected: UUID NUMBER)",
             path.display()
         );
     };
     if saved != uuid {
         bail!(
-            "--cursor {} belongs to array {saved}, not to this one ({uuid}); give another file",
+            "the cursor {} belongs to array {saved}, not to this one ({uuid}); give another file",
             path.display()
         );
     }
     let n = number.parse().with_context(|| {
         format!(
-            "--cursor {}: {number:?} is not an event number",
+            "the cursor {}: {number:?} is not an event number",
             path.display()
         )
     })?;

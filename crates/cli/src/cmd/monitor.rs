@@ -96,10 +96,23 @@ fn pass(a: &MonitorArgs) -> Result<bool> {
         };
         let cursor = a.cursor_dir.join(format!("{}.cursor", f.uuid));
         let next_new = log.entries.last().map_or(0, |e| e.number.saturating_add(1));
-        let Some(from) = read_cursor(&cursor, &f.uuid)? else {
-            // First sight of this array: its old events are history, not news.
-            write_cursor(&cursor, &f.uuid, next_new)?;
-            continue;
+        // A cursor that cannot be read is this array's problem, said and counted, not a
+        // reason to stop watching every other array.
+        let from = match read_cursor(&cursor, &f.uuid) {
+            Ok(Some(from)) => from,
+            Ok(None) => {
+                // First sight of this array: its old events are history, not news.
+                write_cursor(&cursor, &f.uuid, next_new)?;
+                continue;
+            }
+            Err(e) => {
+                eprintln!(
+                    "stripeguard monitor: {name}: its position {} cannot be used ({e:#}); remove the file to start again from the newest event",
+                    cursor.display()
+                );
+                attention = true;
+                continue;
+            }
         };
         // The configuration's entry for this array: by its uuid, else by the name it goes by.
         let conf = cfg
