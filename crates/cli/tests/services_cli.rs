@@ -215,6 +215,9 @@ fn names_scan_config_and_members_in_any_order() {
     assert!(w.contains("wiped b1: it was member 1 of array"), "{w}");
     assert_eq!(sg(&["examine", "b1"], d).status.code(), Some(2));
     assert!(ok_or_found(&sg(&["scan", &glob], d)).contains(" 2/3 members degraded"));
+    let v: serde_json::Value =
+        serde_json::from_str(&ok_or_found(&sg(&["scan", "--json", &glob], d))).unwrap();
+    assert_eq!(v[0]["health"], "degraded", "{v}");
     assert!(err_of(&sg(&["wipe", "b1"], d)).contains("nothing to wipe"));
     // Errors in the configuration name the line.
     std::fs::write(

@@ -77,6 +77,15 @@ impl FoundArray {
         if !self.ambiguous.is_empty() {
             return "ambiguous";
         }
+        // (Assembly refuses it whatever else is found: not merely degraded.)
+        if self
+            .slots
+            .iter()
+            .flatten()
+            .any(|m| m.standing.contains("split brain"))
+        {
+            return "split-brain";
+        }
         let out = usize::from(self.members) - self.current();
         match out {
             0 => "complete",

@@ -34,7 +34,26 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
     }
     let (found, unread) = stripeguard_ops::scan_noted(&candidates, &cfg);
     if a.json {
-        println!("{}", serde_json::to_string(&found)?);
+        // Each array with its health (`complete`, `degraded`, `ambiguous`, ...), and the
+        // configured arrays of which nothing was found, as `missing` (a default scan only).
+        let mut all: Vec<serde_json::Value> = Vec::new();
+        for f in &found {
+            let mut v = serde_json::to_value(f)?;
+            v["health"] = f.health().into();
+            all.push(v);
+        }
+        if a.candidates.is_empty() {
+            let known: Vec<[u8; 16]> = found.iter().map(|f| f.uuid_bytes()).collect();
+            for (n, u) in stripeguard_ops::configured_missing(&cfg, &known) {
+                all.push(serde_json::json!({
+                    "name": n,
+                    "uuid": stripeguard_format::hex(&u),
+                    "health": "missing",
+                    "slots": [],
+                }));
+            }
+        }
+        println!("{}", serde_json::to_string(&all)?);
     } else if a.config {
         print!("{}", config_for(&a.candidates, &found, &cfg));
     } else {
