@@ -209,6 +209,7 @@ mod tests {
         let record = stripeguard_integrity::StateRecord {
             sequence: 1,
             entries: set.into_iter().collect(),
+            zero: Vec::new(),
         };
         let b = record.encode(8192).unwrap();
         assert!(stripeguard_integrity::StateRecord::decode(&b).is_ok());

@@ -66,11 +66,14 @@ impl Array {
     /// Whether every entry of `r` names a data chunk range of this array.
     fn untrusted_fits(&self, r: &StateRecord) -> bool {
         let g = self.geometry();
-        r.entries.iter().all(|e| {
-            e.stripe < g.stripes
-                && (e.position as usize) < g.k
-                && e.offset as u64 + e.len as u64 <= g.chunk_bytes
-        })
+        // Zero ranges (FORMAT.md §2.7) are not written by this build, which would read their
+        // stripes' unspecified bytes as data: a copy holding one is not one it can use.
+        r.zero.is_empty()
+            && r.entries.iter().all(|e| {
+                e.stripe < g.stripes
+                    && (e.position as usize) < g.k
+                    && e.offset as u64 + e.len as u64 <= g.chunk_bytes
+            })
     }
 
     /// Every listed range, in order.
@@ -287,6 +290,7 @@ impl Array {
         let record = StateRecord {
             sequence: u.sequence,
             entries: u.entries.iter().copied().collect(),
+            zero: Vec::new(),
         };
         let bytes = record
             .encode(u.copy_bytes)
@@ -336,6 +340,7 @@ impl Array {
         let record = StateRecord {
             sequence: u.sequence,
             entries: u.entries.iter().copied().collect(),
+            zero: Vec::new(),
         };
         let bytes = record
             .encode(u.copy_bytes)

@@ -60,7 +60,8 @@ pub use journal::{JournalHeader, JournalKind};
 pub use owner::Owner;
 pub use scheme::{MirrorKind, Scheme};
 pub use state::{
-    state_capacity, StateError, StateRecord, UntrustedRange, STATE_ENTRY_BYTES, STATE_HEADER_BYTES,
+    state_capacity, StateError, StateRecord, UntrustedRange, ZeroRange, STATE_ENTRY_BYTES,
+    STATE_HEADER_BYTES,
 };
 pub use superblock::{
     check_name, write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState,

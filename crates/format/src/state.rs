@@ -24,6 +24,10 @@ pub const STATE_HEADER_BYTES: usize = 64;
 pub const STATE_ENTRY_BYTES: usize = 24;
 /// Entry state: the range failed its check in a stripe a resync settled.
 const STATE_UNTRUSTED: u8 = 1;
+/// Entry state: a range of whole stripes that read as zeros (docs/ZERO-STRIPES.md). Defined
+/// here, with its bytes and checks; no build writes it yet, and an array that holds one carries
+/// incompatible feature bit 3, which this build refuses.
+const STATE_ZERO: u8 = 2;
 /// Entry flag: `expected_crc` is the CRC-32C the range's metadata vouched for before the settle.
 const FLAG_EXPECTED: u8 = 1;
 
@@ -63,6 +67,18 @@ pub struct StateRecord {
     pub sequence: u64,
     /// Sorted, distinct, non-overlapping within a chunk.
     pub entries: Vec<UntrustedRange>,
+    /// Stripes that read as zeros, sorted, neither overlapping nor touching (touching ranges
+    /// are one range). Stored after the untrusted entries.
+    pub zero: Vec<ZeroRange>,
+}
+
+/// Stripes `first..first + count` read as zeros: whatever their units hold on the members is
+/// never read (docs/ZERO-STRIPES.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ZeroRange {
+    pub first: u64,
+    /// At least 1.
+    pub count: u64,
 }
 
 /// Why a copy is not a valid record.
@@ -87,13 +103,13 @@ pub fn state_capacity(copy_bytes: usize) -> usize {
 impl StateRecord {
     /// Serialize one copy of `copy_bytes`; an error when the entries do not fit.
     pub fn encode(&self, copy_bytes: usize) -> Result<Vec<u8>, StateError> {
-        if self.entries.len() > state_capacity(copy_bytes) {
-            return Err(StateError::Full(self.entries.len()));
+        let all = self.entries.len() + self.zero.len();
+        if all > state_capacity(copy_bytes) {
+            return Err(StateError::Full(all));
         }
-        let size = u32::try_from(copy_bytes).map_err(|_| StateError::Full(self.entries.len()))?;
+        let size = u32::try_from(copy_bytes).map_err(|_| StateError::Full(all))?;
         // Fits: at most state_capacity(copy_bytes) entries, checked above.
-        let count =
-            u32::try_from(self.entries.len()).map_err(|_| StateError::Full(self.entries.len()))?;
+        let count = u32::try_from(all).map_err(|_| StateError::Full(all))?;
         let mut b = vec![0u8; copy_bytes];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -115,6 +131,14 @@ impl StateRecord {
             b[o + 12..o + 16].copy_from_slice(&e.offset.to_le_bytes());
             b[o + 16..o + 20].copy_from_slice(&e.len.to_le_bytes());
             b[o + 20..o + 24].copy_from_slice(&e.expected_crc.unwrap_or(0).to_le_bytes());
+        }
+        let mut zero = self.zero.clone();
+        zero.sort_unstable();
+        for (i, z) in zero.iter().enumerate() {
+            let o = STATE_HEADER_BYTES + (sorted.len() + i) * STATE_ENTRY_BYTES;
+            b[o..o + 8].copy_from_slice(&z.first.to_le_bytes());
+            b[o + 10] = STATE_ZERO;
+            b[o + 12..o + 20].copy_from_slice(&z.count.to_le_bytes());
         }
         let at = copy_bytes - 4;
         let crc = crc32c(&b[..at]);
@@ -151,8 +175,33 @@ impl StateRecord {
             ));
         }
         let mut entries: Vec<UntrustedRange> = Vec::with_capacity(count);
+        let mut zero: Vec<ZeroRange> = Vec::new();
         for i in 0..count {
             let o = STATE_HEADER_BYTES + i * STATE_ENTRY_BYTES;
+            if b[o + 10] == STATE_ZERO {
+                if b[o + 8..o + 10] != [0, 0] || b[o + 11] != 0 || b[o + 20..o + 24] != [0; 4] {
+                    return Err(StateError::Malformed("a zero range with stray bytes"));
+                }
+                let z = ZeroRange {
+                    first: u64_at(b, o),
+                    count: u64_at(b, o + 12),
+                };
+                if z.count == 0 || z.first.checked_add(z.count).is_none() {
+                    return Err(StateError::Malformed("an empty or overflowing zero range"));
+                }
+                if zero.last().is_some_and(|p| p.first + p.count >= z.first) {
+                    return Err(StateError::Malformed(
+                        "zero ranges out of order, overlapping or touching",
+                    ));
+                }
+                zero.push(z);
+                continue;
+            }
+            if !zero.is_empty() {
+                return Err(StateError::Malformed(
+                    "an untrusted entry after a zero range",
+                ));
+            }
             if b[o + 10] != STATE_UNTRUSTED {
                 return Err(StateError::Malformed("unknown entry state"));
             }
@@ -187,6 +236,7 @@ impl StateRecord {
         Ok(Some(StateRecord {
             sequence: u64_at(b, 16),
             entries,
+            zero,
         }))
     }
 }
@@ -243,7 +293,53 @@ mod tests {
                     expected_crc: None,
                 },
             ],
+            zero: vec![
+                ZeroRange {
+                    first: 10,
+                    count: 4,
+                },
+                ZeroRange {
+                    first: 100,
+                    count: 1,
+                },
+            ],
         }
+    }
+
+    #[test]
+    fn zero_ranges_that_are_impossible_are_refused() {
+        let reseal = |b: &mut Vec<u8>| {
+            let at = b.len() - 4;
+            let crc = crc32c(&b[..at]);
+            b[at..].copy_from_slice(&crc.to_le_bytes());
+        };
+        let good = sample().encode(4096).unwrap();
+        // The first zero range is entry 2, at 64 + 2 * 24.
+        let z = 64 + 2 * 24;
+        for (what, at, bytes) in [
+            ("an empty range", z + 12, 0u64.to_le_bytes().to_vec()),
+            ("overflowing", z, u64::MAX.to_le_bytes().to_vec()),
+            ("touching the next", z + 12, 90u64.to_le_bytes().to_vec()),
+            ("stray position bytes", z + 8, vec![1, 0]),
+            ("stray flags", z + 11, vec![1]),
+        ] {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(&bytes);
+            reseal(&mut b);
+            assert!(
+                matches!(StateRecord::decode(&b), Err(StateError::Malformed(_))),
+                "{what}"
+            );
+        }
+        // An untrusted entry after a zero range: the order is untrusted first.
+        let mut b = good.clone();
+        let (u, zz) = (64usize, z);
+        let first: Vec<u8> = b[u..u + 24].to_vec();
+        let zero: Vec<u8> = b[zz..zz + 24].to_vec();
+        b[u..u + 24].copy_from_slice(&zero);
+        b[zz..zz + 24].copy_from_slice(&first);
+        reseal(&mut b);
+        assert!(StateRecord::decode(&b).is_err());
     }
 
     #[test]
@@ -262,13 +358,13 @@ mod tests {
     fn golden_bytes() {
         // FORMAT.md §2.7, byte for byte.
         let b = sample().encode(256).unwrap();
-        let hex: String = b[..112].iter().map(|x| format!("{x:02x}")).collect();
+        let hex: String = b[..160].iter().map(|x| format!("{x:02x}")).collect();
         let expected = [
             "5347535441544500", // magic
             "01000000",         // version
             "00010000",         // copy size 256
             "0500000000000000", // sequence
-            "02000000",         // entries
+            "04000000",         // entries (two untrusted, two zero ranges)
             &"00".repeat(36),   // reserved
             "0300000000000000", // stripe 3
             "0100",             // position 1
@@ -284,10 +380,22 @@ mod tests {
             "00200000",         // offset 8192
             "00100000",         // len 4096
             "00000000",         // CRC field zero
+            "0a00000000000000", // zero range: first stripe 10
+            "0000",             // nothing
+            "02",               // zero
+            "00",               // no flags
+            "0400000000000000", // 4 stripes
+            "00000000",         // nothing
+            "6400000000000000", // zero range: first stripe 100
+            "0000",
+            "02",
+            "00",
+            "0100000000000000", // 1 stripe
+            "00000000",
         ]
         .concat();
         assert_eq!(hex, expected);
-        assert!(b[112..252].iter().all(|&x| x == 0));
+        assert!(b[160..252].iter().all(|&x| x == 0));
         assert_eq!(b[252..], crc32c(&b[..252]).to_le_bytes());
     }
 

@@ -212,6 +212,10 @@ pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
 /// Set while it holds an entry: a reader that does not know the record would read a listed
 /// block as good (its appendix was re-sealed over it), so it must refuse the array.
 pub const INCOMPAT_UNTRUSTED: u64 = 4;
+/// Incompatible feature bit 3: the stripe-state record holds zero ranges (FORMAT.md §2.7,
+/// docs/ZERO-STRIPES.md). No build writes it yet; this build refuses it as unknown (a reader
+/// that does not know zero stripes would read their unspecified bytes as data).
+pub const INCOMPAT_ZERO_STRIPES: u64 = 8;
 /// Compatible feature bit 0: the array has a name, at bytes 168..200 (FORMAT.md §2.1). A
 /// reader that does not know it ignores the name (and a writer that does not know it drops it).
 pub const COMPAT_NAME: u64 = 1;

@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use stripeguard_checksum::crc32c;
 use stripeguard_format::{
     Appendix, ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout,
-    Role, Scheme, StateRecord, Superblock, UntrustedRange, SUPERBLOCK_BYTES,
+    Role, Scheme, StateRecord, Superblock, UntrustedRange, ZeroRange, SUPERBLOCK_BYTES,
 };
 
 fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
@@ -160,6 +160,9 @@ proptest! {
                     len: 4096,
                     expected_crc: (i % 2 == 0).then_some(0xabcd_0000 + i as u32),
                 })
+                .collect(),
+            zero: (0..entries as u64 / 3)
+                .map(|i| ZeroRange { first: 100 + 10 * i, count: 1 + i })
                 .collect(),
         };
         let mut b = r.encode(copy).unwrap();

@@ -239,6 +239,10 @@ fn state() -> StateRecord {
             len: 4096,
             expected_crc: Some(0x1234_5678),
         }],
+        zero: vec![ZeroRange {
+            first: 9,
+            count: 0x1_0000_0002,
+        }],
     }
 }
 
@@ -486,10 +490,11 @@ fn stripe_state_record_matches_format_md() {
             ("version", le(1, 4)),
             ("copy size", le(copy as u64, 4)),
             ("sequence", le(6, 8)),
-            ("entries", le(1, 4)),
+            ("entries", le(2, 4)),
         ],
     );
-    // One 24-byte entry at 64 (FORMAT.md's entry table), then zeros, then the CRC.
+    // One 24-byte untrusted entry at 64 (FORMAT.md's entry table), the zero range after it
+    // (its own table), then zeros, then the CRC.
     let mut e = le(5, 8);
     e.extend(le(1, 2));
     e.extend([1, 1]);
@@ -497,7 +502,12 @@ fn stripe_state_record_matches_format_md() {
     e.extend(le(4096, 4));
     e.extend(le(0x1234_5678, 4));
     assert_eq!(&b[64..88], &e[..]);
-    assert!(b[88..copy - 4].iter().all(|&x| x == 0));
+    let mut z = le(9, 8);
+    z.extend([0, 0, 2, 0]);
+    z.extend(le(0x1_0000_0002, 8));
+    z.extend([0; 4]);
+    assert_eq!(&b[88..112], &z[..]);
+    assert!(b[112..copy - 4].iter().all(|&x| x == 0));
     assert_eq!(b[copy - 4..], crc32c(&b[..copy - 4]).to_le_bytes());
 }
 

@@ -34,6 +34,7 @@ pub use stripeguard_format::{
 };
 pub use stripeguard_format::{ck_table_bytes, CkError, CkTable};
 pub use stripeguard_format::{
-    state_capacity, StateError, StateRecord, UntrustedRange, STATE_ENTRY_BYTES, STATE_HEADER_BYTES,
+    state_capacity, StateError, StateRecord, UntrustedRange, ZeroRange, STATE_ENTRY_BYTES,
+    STATE_HEADER_BYTES,
 };
 pub use stripeguard_format::{MirrorKind, Scheme};
