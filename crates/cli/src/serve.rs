@@ -271,6 +271,12 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
                         ),
                         Err(_) => return String::new(),
                     };
+                    // The counts from the durable log, as `metrics` gives them whether the
+                    // array is held or not.
+                    let members: Vec<_> = (0..usize::from(array.superblock().members))
+                        .filter_map(|i| array.member_disk(i))
+                        .collect();
+                    stripeguard_ops::metrics::log_totals(&mut m, &members);
                     let sb = array.superblock();
                     m.level = stripeguard_ops::metrics::level(
                         sb.parity_chunks,

@@ -796,3 +796,51 @@ fn loop_devices_reattached_in_shuffled_order() {
     );
     assert!(std::fs::read(d.join("back")).unwrap() == data);
 }
+
+/// The repair counts come from the durable event log whether the array is held or not: the
+/// same `stripeguard_units_repaired_total` from `metrics` before, during and after a holder,
+/// and from the holder's own endpoint (a holder's session counts would start again at zero).
+#[test]
+fn metrics_count_the_same_held_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&sg(
+        &[
+            "create", "r0", "r1", "r2", "--size", "1M", "--chunk", "4K", "--name", "rep",
+        ],
+        d,
+    ));
+    std::fs::write(d.join("data"), vec![0x5Au8; 200_000]).unwrap();
+    ok(&sg(&["write", "r0", "r1", "r2", "-i", "data"], d));
+    ok(&sg(
+        &["inject", "r1", "--fault", "bit-rot", "--chunk", "3"],
+        d,
+    ));
+    let _ = sg(&["scrub", "r0", "r1", "r2"], d);
+    let conf = d.join("conf");
+    std::fs::write(&conf, format!("devices = [\"{}/r*\"]\n", d.display())).unwrap();
+    let repaired = |text: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with("stripeguard_units_repaired_total{array=\"rep\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or("none")
+            .to_string()
+    };
+    let before = repaired(&String::from_utf8_lossy(
+        &sgc(&["metrics"], d, &conf).stdout,
+    ));
+    assert_ne!(before, "0", "the scrub's repair is not counted");
+    assert_ne!(before, "none");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let (held, _) = serve(d, &conf, "rep", &["--metrics", &addr]);
+    let during = repaired(&String::from_utf8_lossy(
+        &sgc(&["metrics"], d, &conf).stdout,
+    ));
+    let endpoint = repaired(&http_get(&addr, "/metrics"));
+    stop(held);
+    let after = repaired(&String::from_utf8_lossy(
+        &sgc(&["metrics"], d, &conf).stdout,
+    ));
+    assert_eq!((&during, &endpoint, &after), (&before, &before, &before));
+}

@@ -336,25 +336,39 @@ pub fn from_scan(f: &crate::FoundArray) -> ArrayMetrics {
         ..ArrayMetrics::default()
     };
     let members = crate::open_member_paths(&f.member_paths(), false);
-    if let Ok(log) = stripeguard_engine::read_log_of(&members) {
-        use stripeguard_engine::{EventAction, EventKind};
-        for e in &log.entries {
-            match (e.kind, e.action) {
-                (EventKind::MemberFailed, _) => m.member_failures += 1,
-                (_, EventAction::Unrecoverable) => m.unrecoverable += 1,
-                (_, EventAction::Notice | EventAction::Resynced | EventAction::Mismatch) => {}
-                (k, a) => {
-                    *m.found
-                        .entry((k.to_string(), e.member as usize))
-                        .or_default() += 1;
-                    if !matches!(a, EventAction::Reread | EventAction::FoundReadOnly) {
-                        m.repaired += 1;
-                    }
+    log_totals(&mut m, &members);
+    m
+}
+
+/// The counts of units found by kind and member, repairs, unrecoverable stripes and member
+/// failures, from the array's durable event log on `members` — held or not, so a scrape sees
+/// the same series whether a holder runs or not (a holder's own session counts would start
+/// again at zero each time it starts). Counts come from the entries the log still holds (its
+/// ring keeps the newest 320).
+pub fn log_totals(m: &mut ArrayMetrics, members: &[stripeguard_disk::DiskRef]) {
+    use stripeguard_engine::{EventAction, EventKind};
+    let Ok(log) = stripeguard_engine::read_log_of(members) else {
+        return;
+    };
+    m.found.clear();
+    m.repaired = 0;
+    m.unrecoverable = 0;
+    m.member_failures = 0;
+    for e in &log.entries {
+        match (e.kind, e.action) {
+            (EventKind::MemberFailed, _) => m.member_failures += 1,
+            (_, EventAction::Unrecoverable) => m.unrecoverable += 1,
+            (_, EventAction::Notice | EventAction::Resynced | EventAction::Mismatch) => {}
+            (k, a) => {
+                *m.found
+                    .entry((k.to_string(), e.member as usize))
+                    .or_default() += 1;
+                if !matches!(a, EventAction::Reread | EventAction::FoundReadOnly) {
+                    m.repaired += 1;
                 }
             }
         }
     }
-    m
 }
 
 /// `raid5`, `raid6` (the usual codes) or `K+M code`.

@@ -25,6 +25,9 @@ pub fn run(a: MetricsArgs) -> Result<ExitCode> {
         .map(|f| match stripeguard_ops::ask_holder(&f.uuid_bytes()) {
             Ok(live) => {
                 let mut m = ArrayMetrics::from_live(&live, None);
+                // The same counts as when nobody holds it: from the durable log.
+                let members = stripeguard_ops::open_member_paths(&f.member_paths(), false);
+                stripeguard_ops::metrics::log_totals(&mut m, &members);
                 m.level = stripeguard_ops::metrics::level(f.parity_chunks, &f.code, f.data_chunks);
                 m.scheme = f.scheme.clone();
                 if m.name.is_empty() {
