@@ -108,11 +108,19 @@ impl Config {
     /// Parse the text of a file; errors name the line.
     pub fn parse(text: &str) -> Result<Config, String> {
         let cfg: Config = toml::from_str(text).map_err(|e| one_line(&e))?;
+        let mut uuids: std::collections::HashMap<[u8; 16], &str> = Default::default();
         for (name, a) in &cfg.arrays {
             let at = |what: String| format!("[array.{name}]: {what}");
             stripeguard_format::check_name(name).map_err(at)?;
             if let Some(u) = &a.uuid {
-                parse_uuid(u).ok_or_else(|| at(format!("uuid {u:?} is not 32 hex digits")))?;
+                let bytes =
+                    parse_uuid(u).ok_or_else(|| at(format!("uuid {u:?} is not 32 hex digits")))?;
+                // One array, two names: which settings apply would be a guess.
+                if let Some(other) = uuids.insert(bytes, name) {
+                    return Err(at(format!(
+                        "uuid {u} is also [array.{other}]'s: one array, one section"
+                    )));
+                }
             }
             if let Some(w) = &a.wait {
                 parse_duration(w)
@@ -261,6 +269,12 @@ wait = "30s"
         assert!(e.contains("name"), "{e}");
         let e = Config::parse("devices = [\n").unwrap_err();
         assert!(e.contains("line "), "{e}");
+        let u = "00112233445566778899aabbccddeeff";
+        let e = Config::parse(&format!(
+            "[array.a]\nuuid = \"{u}\"\n[array.b]\nuuid = \"{u}\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("one array, one section"), "{e}");
     }
 
     #[test]
