@@ -257,12 +257,19 @@ pub(super) fn ago(t: u64) -> String {
 /// (a mail server that does not answer) must not stop the events behind it. 120 s, or
 /// `STRIPEGUARD_HOOK_TIMEOUT` seconds.
 fn hook_limit() -> std::time::Duration {
-    std::time::Duration::from_secs(
-        std::env::var("STRIPEGUARD_HOOK_TIMEOUT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(120),
-    )
+    let secs = match std::env::var("STRIPEGUARD_HOOK_TIMEOUT") {
+        Err(_) => 120,
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!(
+                    "stripeguard: warning: STRIPEGUARD_HOOK_TIMEOUT={v:?} is not a whole number of seconds above 0; using 120"
+                );
+                120
+            }
+        },
+    };
+    std::time::Duration::from_secs(secs)
 }
 
 /// Run `sh -c` with `cmd` as configured by `setup`, feeding `input` on its standard input, and
