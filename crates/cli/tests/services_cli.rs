@@ -555,6 +555,12 @@ fn list_monitor_and_metrics() {
         &conf,
     );
     assert_eq!(m.status.code(), Some(1), "{}", err_of(&m));
+    // Why: the array is degraded, its missing member named (an idle array's loss is news).
+    assert!(
+        err_of(&m).contains("one: degraded, 3/4 members: member 2 not found"),
+        "{}",
+        err_of(&m)
+    );
     let hooks = std::fs::read_to_string(&hooklog).unwrap_or_default();
     assert!(
         hooks.lines().any(|l| l.starts_with("one member-failed")),

@@ -44,8 +44,11 @@ pub fn run(a: MonitorArgs) -> Result<ExitCode> {
     crate::sigpipe::ignore();
     std::fs::create_dir_all(&a.cursor_dir)
         .with_context(|| format!("cannot make --cursor-dir {}", a.cursor_dir.display()))?;
+    // Each array's health as last said: a change is news (a member gone from an idle array,
+    // and its return), the same health pass after pass is not.
+    let mut said: std::collections::HashMap<String, String> = Default::default();
     loop {
-        let attention = pass(&a)?;
+        let attention = pass(&a, &mut said)?;
         if a.oneshot {
             return Ok(ExitCode::from(if attention {
                 exit::FOUND
@@ -58,27 +61,67 @@ pub fn run(a: MonitorArgs) -> Result<ExitCode> {
 }
 
 /// One look at every array: new events handled, whether anything needs attention.
-fn pass(a: &MonitorArgs) -> Result<bool> {
+fn pass(a: &MonitorArgs, said: &mut std::collections::HashMap<String, String>) -> Result<bool> {
     let (_, cfg) = Config::load(None).map_err(anyhow::Error::msg)?;
     let found = stripeguard_ops::scan(&stripeguard_ops::candidates(&[], &cfg), &cfg);
     let mut attention = false;
+    // Health that changed since the last pass (or is not complete at the first) is a line on
+    // stderr and in syslog: err when it needs attention, notice when it is complete again.
+    let mut tell = |uuid: String, health: String, line: String| {
+        if said.get(&uuid) == Some(&health) || (!said.contains_key(&uuid) && health == "complete") {
+            said.insert(uuid, health);
+            return;
+        }
+        let severity = if health == "complete" { 5 } else { 3 };
+        eprintln!("stripeguard monitor: {line}");
+        stripeguard_ops::syslog(severity, "stripeguard monitor", &line);
+        said.insert(uuid, health);
+    };
     // A configured array none of whose members is found is news too.
     for (n, u) in stripeguard_ops::configured_missing(
         &cfg,
         &found.iter().map(|f| f.uuid_bytes()).collect::<Vec<_>>(),
     ) {
-        let line = format!(
-            "{n}: no member of array {} found among the configured devices",
-            stripeguard_format::hex(&u)
-        );
-        eprintln!("stripeguard monitor: {line}");
-        stripeguard_ops::syslog(3, "stripeguard monitor", &line);
+        let hex = stripeguard_format::hex(&u);
+        let line = format!("{n}: no member of array {hex} found among the configured devices");
+        tell(hex, "missing".into(), line);
         attention = true;
     }
     for f in &found {
-        if f.health() != "complete" {
+        let health = f.health();
+        if health != "complete" {
             attention = true;
         }
+        let shown = if f.name.is_empty() {
+            &f.uuid[..8]
+        } else {
+            &f.name
+        };
+        let line = if health == "complete" {
+            format!(
+                "{shown}: complete again ({}/{} members)",
+                f.current(),
+                f.members
+            )
+        } else {
+            let gone: Vec<String> = f
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.as_ref().is_none_or(|m| m.standing != "current"))
+                .map(|(i, s)| match s {
+                    None => format!("member {i} not found"),
+                    Some(m) => format!("member {i} {} ({})", m.path.display(), m.standing),
+                })
+                .collect();
+            format!(
+                "{shown}: {health}, {}/{} members: {}",
+                f.current(),
+                f.members,
+                gone.join("; ")
+            )
+        };
+        tell(f.uuid.clone(), health.to_string(), line);
         let name = if f.name.is_empty() {
             f.uuid[..8].to_string()
         } else {
