@@ -127,6 +127,9 @@ pub fn run(mut a: EventsArgs) -> Result<ExitCode> {
     crate::cmd::shared::resolve_members(&mut a.members, a.array.as_deref(), false)?;
     let since = a.since.as_deref().map(since_ms).transpose()?.unwrap_or(0);
     let members = open_member_paths(&a.members, false);
+    if a.exec.is_some() {
+        super::shared::hooks_die_with_us();
+    }
     let first = read_log_of(&members)?;
     let uuid = stripeguard_format::hex(&first.array_uuid);
     let name = first.name.clone();

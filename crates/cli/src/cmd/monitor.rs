@@ -42,6 +42,7 @@ pub fn run(a: MonitorArgs) -> Result<ExitCode> {
     // A mail program or hook that exits without reading its input must not kill the monitor
     // (the write fails instead, and is said).
     crate::sigpipe::ignore();
+    super::shared::hooks_die_with_us();
     std::fs::create_dir_all(&a.cursor_dir)
         .with_context(|| format!("cannot make --cursor-dir {}", a.cursor_dir.display()))?;
     // Each array's health as last said: a change is news (a member gone from an idle array,

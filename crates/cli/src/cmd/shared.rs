@@ -289,6 +289,9 @@ pub(crate) fn run_bounded(
     }
     setup(&mut c);
     let mut child = c.spawn()?;
+    let pgid = i32::try_from(child.id()).unwrap_or(0);
+    RUNNING_HOOK.store(pgid, std::sync::atomic::Ordering::SeqCst);
+    let _clear = ClearOnDrop;
     if let (Some(mut i), Some(bytes)) = (child.stdin.take(), input) {
         let _ = i.write_all(bytes);
     }
@@ -310,4 +313,37 @@ pub(crate) fn run_bounded(
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The process group of the hook running now (0: none), for [`hooks_die_with_us`].
+static RUNNING_HOOK: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+struct ClearOnDrop;
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        RUNNING_HOOK.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// On SIGINT or SIGTERM, end the hook running now (its whole process group: it runs in one of
+/// its own, so a terminal's Ctrl-C does not reach it) and exit as the signal would
+/// (128 + its number). Without this a hook outlives a stopped monitor (`events --follow
+/// --exec`, `monitor`).
+pub(crate) fn hooks_die_with_us() {
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let pg = RUNNING_HOOK.load(std::sync::atomic::Ordering::SeqCst);
+            if let Some(pid) = rustix::process::Pid::from_raw(pg) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+            }
+            std::process::exit(128 + sig);
+        }
+    });
 }
