@@ -39,7 +39,7 @@ pub struct ServeArgs {
     #[arg(long, requires = "allow_remote", conflicts_with = "tls_certificates")]
     pub no_tls: bool,
     /// The export's name (clients asking for the default export "" get it too).
-    #[arg(long, default_value = "stripeguard")]
+    #[arg(long, default_value = "stripeguard", value_parser = export_name)]
     pub export: String,
     /// Serve read-only (the array is assembled without writing anything to it).
     #[arg(long)]
@@ -361,4 +361,20 @@ fn bind(a: &ServeArgs) -> Result<Listener> {
     }
     let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     Ok(Listener::Tcp(l))
+}
+
+/// An export name clients can ask for: at most 4,096 bytes (the protocol's limit on strings),
+/// no control characters (NUL is refused by the protocol, a newline would break the logs).
+fn export_name(s: &str) -> std::result::Result<String, String> {
+    if s.len() > stripeguard_nbd::proto::MAX_NAME_BYTES {
+        return Err(format!(
+            "{} bytes; an NBD export name has at most {}",
+            s.len(),
+            stripeguard_nbd::proto::MAX_NAME_BYTES
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("an export name has no control characters".into());
+    }
+    Ok(s.to_string())
 }

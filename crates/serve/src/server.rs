@@ -160,6 +160,8 @@ pub struct ServerConfig {
     pub stop_timeout: Duration,
     /// TLS required of every client (X.509 with client certificates); `None`: plaintext.
     pub tls: Option<crate::tls::TlsConfig>,
+    /// How long a client's whole handshake may take.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -174,6 +176,7 @@ impl Default for ServerConfig {
             log: true,
             stop_timeout: Duration::from_secs(60),
             tls: None,
+            handshake_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -623,7 +626,7 @@ struct Conn {
 impl Conn {
     fn run(&self, mut stream: Stream) -> Result<(), String> {
         // A client that connects and says nothing does not hold a slot for ever.
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let _ = stream.set_read_timeout(Some(self.config.handshake_timeout));
         let stopping = Arc::clone(&self.stopping);
         let draining = Arc::clone(&self.draining);
         let tls = self.config.tls.clone();
@@ -633,15 +636,33 @@ impl Conn {
             };
             let who = format!("{} (TLS)", s.peer());
             let placeholder = Stream::Tls(UnixStream::pair()?.0, String::new());
+            // A failed TLS handshake (no certificate, another CA's) is a refusal, not a
+            // protocol violation: said as such (PermissionDenied) below.
+            let refused =
+                |e: io::Error| io::Error::new(io::ErrorKind::PermissionDenied, format!("TLS: {e}"));
             let plain = match std::mem::replace(s, placeholder) {
-                Stream::Tcp(t) => tls.accept(t)?,
-                Stream::Unix(u) => tls.accept(u)?,
+                Stream::Tcp(t) => tls.accept(t).map_err(refused)?,
+                Stream::Unix(u) => tls.accept(u).map_err(refused)?,
                 Stream::Tls(..) => return Err(io::Error::other("TLS is already on")),
             };
             *s = Stream::Tls(plain, who);
             Ok(())
         };
-        let neg = match proto::handshake(
+        // The whole handshake gets 30 s, however slowly its bytes trickle in (the read timeout
+        // alone restarts with every byte, and a TLS session's plaintext end has none): past
+        // that the connection is shut, which ends the handshake's next read.
+        let (handshook, watch) = mpsc::channel::<()>();
+        let limit = self.config.handshake_timeout;
+        if let Ok(raw) = stream.try_clone() {
+            let _ = std::thread::Builder::new()
+                .name("nbd-handshake-deadline".into())
+                .spawn(move || {
+                    if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(limit) {
+                        raw.shutdown(Shutdown::Both);
+                    }
+                });
+        }
+        let neg = proto::handshake(
             &mut stream,
             &self.info,
             &move || {
@@ -656,11 +677,28 @@ impl Conn {
                 .tls
                 .as_ref()
                 .map(|_| &upgrade as &dyn Fn(&mut Stream) -> io::Result<()>),
-        ) {
+        );
+        drop(handshook);
+        let neg = match neg {
             Ok(Handshake::Go(neg)) => Arc::new(neg),
             Ok(Handshake::Aborted) => return Ok(()),
-            // Not a violation: a client may go at any time (a probe, a refused option).
+            // Not a violation: a client may go at any time (a probe, a refused option), and the
+            // socket says so in more ways than an end of stream.
             Err(proto::HandshakeError::Left) => return Ok(()),
+            Err(proto::HandshakeError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::NotConnected
+                ) =>
+            {
+                return Ok(())
+            }
+            Err(proto::HandshakeError::Io(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(format!("refused: {e}"));
+            }
             Err(e) => {
                 self.stats
                     .protocol_violations
@@ -694,6 +732,10 @@ impl Conn {
         let mut out = stream.try_clone().map_err(|e| format!("socket: {e}"))?;
         let _ = out.set_write_timeout(Some(Duration::from_secs(120)));
         let done = Arc::clone(&inflight);
+        // Set once a reply cannot be written (the client is gone): reads still queued for it
+        // are not done (their replies would go nowhere), writes still are.
+        let gone = Arc::new(AtomicBool::new(false));
+        let gone_w = Arc::clone(&gone);
         let writer = std::thread::Builder::new()
             .name("nbd-reply".into())
             .spawn(move || {
@@ -702,6 +744,7 @@ impl Conn {
                     if !broken && out.write_all(&bytes).is_err() {
                         // Gone, or not reading for two minutes: drop it.
                         broken = true;
+                        gone_w.store(true, Ordering::Relaxed);
                         out.shutdown(Shutdown::Both);
                     }
                     if let Some(b) = held {
@@ -710,7 +753,7 @@ impl Conn {
                 }
             })
             .map_err(|e| format!("thread: {e}"))?;
-        let result = self.requests(&mut stream, &tx, &inflight, &neg);
+        let result = self.requests(&mut stream, &tx, &inflight, &neg, &gone);
         // Answer everything already read before the connection goes.
         inflight.wait_idle();
         drop(tx);
@@ -725,6 +768,7 @@ impl Conn {
         replies: &mpsc::Sender<(Vec<u8>, Option<u64>)>,
         inflight: &Arc<InFlight>,
         neg: &Arc<proto::Negotiated>,
+        gone: &Arc<AtomicBool>,
     ) -> Result<(), String> {
         loop {
             let mut h = [0u8; Request::BYTES];
@@ -783,8 +827,18 @@ impl Conn {
             let info = Arc::clone(&self.info);
             let log = self.config.log;
             let neg = Arc::clone(neg);
+            let gone = Arc::clone(gone);
             let read_at = std::time::Instant::now();
             self.pool.submit(Box::new(move || {
+                let only_answers = matches!(
+                    req.kind,
+                    proto::CMD_READ | proto::CMD_CACHE | proto::CMD_BLOCK_STATUS
+                );
+                if only_answers && gone.load(Ordering::Relaxed) {
+                    // Its reply would go nowhere: the request only ends its count.
+                    let _ = replies.send((Vec::new(), Some(bytes)));
+                    return;
+                }
                 let reply = execute(&*export, &info, &neg, &stats, req, &payload, log);
                 drop(payload);
                 let slot = match req.kind {
@@ -880,6 +934,16 @@ fn execute(
                     Err(errno(e, "READ longer than the maximum payload (32 MiB)"))
                 } else if !in_range {
                     Err(errno(proto::EINVAL, "READ beyond the end of the export"))
+                } else if req.length == 0 && neg.structured {
+                    // Nothing to cover: no content chunk (OFFSET_DATA needs a byte), just the
+                    // final NONE.
+                    Ok(proto::chunk_header(
+                        proto::REPLY_FLAG_DONE,
+                        proto::REPLY_TYPE_NONE,
+                        req.cookie,
+                        0,
+                    )
+                    .to_vec())
                 } else {
                     // One content chunk (so DF always holds), or the simple reply.
                     let head = if neg.structured { 28 } else { 16 };

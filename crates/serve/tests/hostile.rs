@@ -90,6 +90,10 @@ fn start(bad_from: u64) -> Running {
 }
 
 fn start_with(bad_from: u64, max_connections: usize) -> Running {
+    start_config(bad_from, max_connections, Duration::from_secs(30))
+}
+
+fn start_config(bad_from: u64, max_connections: usize, handshake: Duration) -> Running {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let default = std::panic::take_hook();
@@ -114,6 +118,7 @@ fn start_with(bad_from: u64, max_connections: usize) -> Running {
             export_name: "e".into(),
             log: false,
             max_connections,
+            handshake_timeout: handshake,
             ..ServerConfig::default()
         },
     );
@@ -511,7 +516,62 @@ fn edge_cases_answer_as_the_reference_servers_do() {
     assert!(String::from_utf8_lossy(&msg).contains("full"), "{msg:?}");
     assert_eq!(option(&mut full, proto::OPT_ABORT, b"").0, proto::REP_ACK);
     drop(held);
+    // A client that asks and closes without reading the answer just leaves, too.
+    for _ in 0..3 {
+        let mut s = hello(&r.path);
+        let mut m = proto::IHAVEOPT.to_be_bytes().to_vec();
+        m.extend_from_slice(&proto::OPT_LIST.to_be_bytes());
+        m.extend_from_slice(&0u32.to_be_bytes());
+        s.write_all(&m).unwrap();
+        drop(s);
+    }
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(r.stats.protocol_violations.load(Ordering::Relaxed), 0);
+}
+
+/// The handshake has one deadline for all of it: a client that trickles an option a byte at a
+/// time (each read well within the read timeout) is cut off when it passes, and a READ of
+/// nothing with structured replies on is one final NONE chunk (OFFSET_DATA needs a byte).
+#[test]
+fn a_trickled_handshake_meets_its_deadline_and_an_empty_read_is_none() {
+    let r = start_config(SIZE, 64, Duration::from_secs(1));
+    let mut s = hello(&r.path);
+    let t = std::time::Instant::now();
+    let mut m = proto::IHAVEOPT.to_be_bytes().to_vec();
+    m.extend_from_slice(&proto::OPT_LIST.to_be_bytes());
+    m.extend_from_slice(&0u32.to_be_bytes());
+    let mut cut = false;
+    for b in m.iter().cycle().take(200) {
+        if s.write_all(&[*b]).is_err() {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let mut probe = [0u8; 1];
+        s.set_nonblocking(true).unwrap();
+        let r = s.read(&mut probe);
+        s.set_nonblocking(false).unwrap();
+        if matches!(r, Ok(0)) {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "a trickling client was never cut off");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+
+    let mut s = hello(&r.path);
+    assert_eq!(
+        option(&mut s, proto::OPT_STRUCTURED_REPLY, b"").0,
+        proto::REP_ACK
+    );
+    send_go(&mut s);
+    request(&mut s, proto::CMD_READ, 0, 41, 0, 0);
+    let (flags, kind, cookie, p) = chunk(&mut s);
+    assert_eq!(
+        (flags, kind, cookie, p.len()),
+        (proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_NONE, 41, 0)
+    );
+    round_trip_structured(&mut s, 0, 0x22);
 }
 
 #[test]
