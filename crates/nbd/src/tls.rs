@@ -183,14 +183,31 @@ fn pump<T: Read + Write + AsFd>(
         if !to_local.is_empty() {
             local_flags |= PollFlags::OUT;
         }
-        let mut fds = [
-            PollFd::new(&raw, raw_flags),
-            PollFd::new(&local, local_flags),
-        ];
-        if poll(&mut fds, None).is_err() {
+        // Only a side something is wanted of is polled: a hang-up is reported whatever was
+        // asked, and a closed side polled for nothing would wake this loop at once, for ever.
+        let mut fds = Vec::with_capacity(2);
+        if !raw_flags.is_empty() {
+            fds.push(PollFd::new(&raw, raw_flags));
+        }
+        if !local_flags.is_empty() {
+            fds.push(PollFd::new(&local, local_flags));
+        }
+        if fds.is_empty() || poll(&mut fds, None).is_err() {
             return;
         }
-        let (raw_ready, local_ready) = (fds[0].revents(), fds[1].revents());
+        let mut ready = fds.iter().map(PollFd::revents);
+        let raw_ready = if raw_flags.is_empty() {
+            PollFlags::empty()
+        } else {
+            ready.next().unwrap_or_else(PollFlags::empty)
+        };
+        let local_ready = if local_flags.is_empty() {
+            PollFlags::empty()
+        } else {
+            ready.next().unwrap_or_else(PollFlags::empty)
+        };
+        drop(ready);
+        drop(fds);
         if want_raw_in && raw_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
             match conn.read_tls(&mut raw) {
                 Ok(0) => client_done = true,
