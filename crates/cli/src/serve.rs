@@ -53,7 +53,8 @@ pub struct ServeArgs {
     /// Print a JSON summary of the session when the server stops.
     #[arg(long)]
     pub json: bool,
-    /// No line per connection or failed request on stderr.
+    /// No line per connection or failed request on stderr (failed requests are at most 20
+    /// lines a second anyway; the rest are counted in a line of their own).
     #[arg(long)]
     pub quiet: bool,
     /// Serve Prometheus metrics of the array and the NBD front end at http://ADDR/metrics

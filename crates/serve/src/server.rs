@@ -85,7 +85,15 @@ pub struct Stats {
     /// (payload included) to its reply handed to the connection's writer, so the wait for a
     /// worker counts.
     pub latency: [Latency; LATENCY_COMMANDS.len()],
+    /// The log's rate limit on failed requests: the second being counted, lines in it, lines
+    /// left out (a client sending bad requests as fast as it can must not fill the log).
+    log_second: AtomicU64,
+    log_lines: AtomicU64,
+    log_dropped: AtomicU64,
 }
+
+/// Failed requests logged per second at most; the rest are counted and said once a second.
+const LOG_LINES_PER_SECOND: u64 = 20;
 
 /// The commands whose latency is kept, in the order of [`Stats::latency`].
 pub const LATENCY_COMMANDS: [&str; 5] = ["read", "write", "flush", "trim", "write_zeroes"];
@@ -125,6 +133,35 @@ impl Latency {
 }
 
 impl Stats {
+    /// Whether one more failed request may be a line of the log now; a new second first says
+    /// how many the last one left out.
+    fn may_log(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let was = self.log_second.load(Ordering::Relaxed);
+        if was != now
+            && self
+                .log_second
+                .compare_exchange(was, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.log_lines.store(0, Ordering::Relaxed);
+            let dropped = self.log_dropped.swap(0, Ordering::Relaxed);
+            if dropped > 0 {
+                eprintln!(
+                    "stripeguard serve: {dropped} more failed request(s) not logged (at most {LOG_LINES_PER_SECOND} a second)"
+                );
+            }
+        }
+        if self.log_lines.fetch_add(1, Ordering::Relaxed) < LOG_LINES_PER_SECOND {
+            true
+        } else {
+            self.log_dropped.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         vec![
@@ -547,8 +584,12 @@ impl Server {
         // A client that does not read its replies would hold the stop for the reply timeout:
         // after a grace period its socket is closed (its requests still finish in the engine;
         // only their replies, which it was not reading, are lost).
+        // A hurried stop (a second SIGTERM, `stop --force`) waits for nobody, now or during it.
         let grace = std::time::Instant::now() + Duration::from_secs(10);
-        while handles.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < grace {
+        while handles.iter().any(|h| !h.is_finished())
+            && std::time::Instant::now() < grace
+            && !hurry.load(Ordering::Relaxed)
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         for (s, _) in open.lock().expect("lock").values() {
@@ -1063,7 +1104,7 @@ fn execute(
         Ok(r) => r,
         Err(e) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
-            if log {
+            if log && stats.may_log() {
                 eprintln!(
                     "stripeguard serve: {} of {} bytes at {} failed, answered errno {}: {}",
                     command_name(req.kind),
