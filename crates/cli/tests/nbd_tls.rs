@@ -4,17 +4,12 @@
 //! one without a certificate and one whose certificate another CA signed are refused; and
 //! `--allow-remote` without TLS is refused unless `--no-tls` says so.
 
+mod common;
+
+use common::{free_port, have, ok, sg};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// A CA, and certificates it signs.
 struct Ca {
@@ -92,14 +87,6 @@ fn serve(d: &Path, args: &[&str]) -> Served {
     Served(child)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn wait_tcp(port: u16) {
     let t = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -130,12 +117,7 @@ fn tls_with_client_certificates_lets_in_only_the_cas_clients() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(["create", "m0", "m1", "m2", "m3", "--size", "4M"])
-        .current_dir(d)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    ok(&sg(&["create", "m0", "m1", "m2", "m3", "--size", "4M"], d));
     let ca = Ca::new("stripeguard test CA");
     let other = Ca::new("another CA");
     creds(&d.join("server"), &ca, Some(("server", ca.issue(true))));
@@ -234,12 +216,7 @@ fn tls_with_client_certificates_lets_in_only_the_cas_clients() {
 fn allow_remote_needs_tls_or_says_no_tls() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(["create", "m0", "m1", "m2", "m3", "--size", "1M"])
-        .current_dir(d)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    ok(&sg(&["create", "m0", "m1", "m2", "m3", "--size", "1M"], d));
     let port = free_port();
     let listen = format!("0.0.0.0:{port}");
     let out = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
@@ -310,15 +287,8 @@ fn a_remote_member_over_tls() {
             d.join(creds).display()
         )
     };
-    let sg = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-            .args(args)
-            .current_dir(d)
-            .output()
-            .unwrap()
-    };
     let good = member("client");
-    let out = sg(&["create", "m0", "m1", "m2", &good, "--size", "4M"]);
+    let out = sg(&["create", "m0", "m1", "m2", &good, "--size", "4M"], d);
     assert!(
         out.status.success(),
         "{}",
@@ -328,15 +298,18 @@ fn a_remote_member_over_tls() {
         .map(|i| i.wrapping_mul(2_246_822_519).to_le_bytes()[2])
         .collect();
     std::fs::write(d.join("in"), &data).unwrap();
-    let out = sg(&["write", "m0", "m1", "m2", &good, "-i", "in"]);
+    let out = sg(&["write", "m0", "m1", "m2", &good, "-i", "in"], d);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = sg(&[
-        "read", "m0", "m1", "m2", &good, "--length", "1048576", "-o", "out",
-    ]);
+    let out = sg(
+        &[
+            "read", "m0", "m1", "m2", &good, "--length", "1048576", "-o", "out",
+        ],
+        d,
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -344,7 +317,7 @@ fn a_remote_member_over_tls() {
     );
     assert_eq!(std::fs::read(d.join("out")).unwrap(), data);
     // Another CA's certificate: the member is refused (the array reads on degraded, saying so).
-    let out = sg(&["status", "m0", "m1", "m2", &member("stranger")]);
+    let out = sg(&["status", "m0", "m1", "m2", &member("stranger")], d);
     let said =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("TLS"), "{said}");

@@ -8,18 +8,10 @@
 
 mod common;
 
-use common::{err_of, ok, sg};
+use common::{err_of, have, ok, sg};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 macro_rules! need {
     ($($tool:expr),*) => {

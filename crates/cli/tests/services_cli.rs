@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{err_of, ok, sg};
+use common::{err_of, free_port, ok, sg};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -116,14 +116,6 @@ fn http_get(addr: &str, path: &str) -> String {
     let mut r = String::new();
     s.read_to_string(&mut r).unwrap();
     r
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -435,16 +435,8 @@ fn handshake_inner<S: Read + Write>(
                     option_reply(s, option, REP_ERR_INVALID, b"malformed INFO/GO request")?;
                     continue;
                 };
-                if name.contains('\0') {
-                    option_reply(s, option, REP_ERR_INVALID, b"an export name holds a NUL")?;
-                    continue;
-                }
-                if !name_matches(&name, export) {
-                    let msg = format!(
-                        "no export named {name:?} (this server has {:?})",
-                        export.name
-                    );
-                    option_reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes())?;
+                if let Some((reply, why)) = wrong_name(&name, export) {
+                    option_reply(s, option, reply, why.as_bytes())?;
                     continue;
                 }
                 // Every information type is sent whether asked for or not (the protocol allows
@@ -507,16 +499,8 @@ fn handshake_inner<S: Read + Write>(
                     )?;
                     continue;
                 };
-                if name.contains('\0') {
-                    option_reply(s, option, REP_ERR_INVALID, b"an export name holds a NUL")?;
-                    continue;
-                }
-                if !name_matches(&name, export) {
-                    let msg = format!(
-                        "no export named {name:?} (this server has {:?})",
-                        export.name
-                    );
-                    option_reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes())?;
+                if let Some((reply, why)) = wrong_name(&name, export) {
+                    option_reply(s, option, reply, why.as_bytes())?;
                     continue;
                 }
                 let chosen = select_contexts(&export.meta_contexts, &queries, set);
@@ -604,6 +588,23 @@ fn select_contexts(offered: &[&'static str], queries: &[String], set: bool) -> V
                     .any(|q| q == c || (!set && q.ends_with(':') && c.starts_with(q.as_str())))
         })
         .collect()
+}
+
+/// Why `name` (of an INFO, GO or meta-context request) selects no export: the reply and its
+/// message; `None` when it selects this one.
+fn wrong_name(name: &str, export: &ExportInfo) -> Option<(u32, String)> {
+    if name.contains('\0') {
+        return Some((REP_ERR_INVALID, "an export name holds a NUL".into()));
+    }
+    (!name_matches(name, export)).then(|| {
+        (
+            REP_ERR_UNKNOWN,
+            format!(
+                "no export named {name:?} (this server has {:?})",
+                export.name
+            ),
+        )
+    })
 }
 
 /// The default export ("") and the export's own name both select it.

@@ -252,15 +252,6 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
     // The newest superblock; among equals, the one most others share the geometry of (one
     // member's damaged field must not make its good peers look wrong).
     let top = mine.iter().map(|(_, sb)| sb.generation).max().unwrap_or(0);
-    let shape = |s: &Superblock| {
-        (
-            s.members,
-            s.data_chunks,
-            s.parity_chunks,
-            s.chunk_bytes,
-            s.stripes,
-        )
-    };
     let newest = mine
         .iter()
         .map(|(_, sb)| sb)
@@ -308,22 +299,24 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
     }
 }
 
+/// The fields a member must share with its array to be assembled with it.
+fn shape(s: &Superblock) -> impl PartialEq {
+    (
+        s.members,
+        s.data_chunks,
+        s.parity_chunks,
+        s.chunk_bytes,
+        s.stripes,
+        s.scheme,
+        s.code,
+    )
+}
+
 /// What the newest superblock's table says of a member whose own superblock is `sb` (the rules
 /// of FORMAT.md §2.1, without the split-brain and size checks assembly adds).
 fn standing(sb: &Superblock, newest: &Superblock) -> String {
     // A member whose geometry is not the array's cannot be assembled with it, whatever its
     // table says (a damaged field with a valid CRC, or a superblock written by something else).
-    let shape = |s: &Superblock| {
-        (
-            s.members,
-            s.data_chunks,
-            s.parity_chunks,
-            s.chunk_bytes,
-            s.stripes,
-            s.scheme,
-            s.code,
-        )
-    };
     if shape(sb) != shape(newest) {
         return "disagrees with the array's geometry (damaged?)".into();
     }

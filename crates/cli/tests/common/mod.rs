@@ -66,3 +66,23 @@ pub fn bin_under_test(default: &'static str) -> &'static str {
     }
 }
 pub mod xfer;
+
+/// Whether `tool` is on the PATH (tests that need it skip, saying so, when not).
+#[allow(dead_code, reason = "not every test binary uses every helper")]
+pub fn have(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+#[allow(dead_code, reason = "not every test binary uses every helper")]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
