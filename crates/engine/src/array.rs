@@ -61,6 +61,11 @@ pub struct ArrayConfig {
     /// The array's name (FORMAT.md §2.1); `None`: the host's name and the first 8 hex digits
     /// of the new uuid (`backup-3f2a9c01`), unique without asking any other array.
     pub name: Option<String>,
+    /// Keep zero stripes (incompatible feature bit 3, FORMAT.md §2.7): every stripe starts as
+    /// one instead of being written, and TRIM / WRITE_ZEROES of whole stripes write metadata
+    /// only. Off: every unit is written at create and zeros are written (an older build can
+    /// assemble the array).
+    pub zero_stripes: bool,
 }
 
 impl ArrayConfig {
@@ -81,6 +86,7 @@ impl ArrayConfig {
             env: RealEnv::shared(),
             local_locks: true,
             name: None,
+            zero_stripes: false,
         }
     }
 
@@ -263,7 +269,13 @@ impl Array {
         if !fresh {
             array.zero_metadata_regions()?;
         }
-        array.layout().initialise(&array, fresh, progress)?;
+        if array.keeps_zero_stripes() {
+            // Every stripe one zero range: nothing of the data area is written (zero.rs).
+            array.start_all_zero()?;
+            progress(array.geometry.stripes, array.geometry.stripes);
+        } else {
+            array.layout().initialise(&array, fresh, progress)?;
+        }
         array.write_superblocks(ArrayState::Dirty)?;
         Ok(array)
     }
@@ -1153,6 +1165,7 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
         journal_slots: slots,
         write_journal: cfg.write_journal,
         untrusted_listed: false,
+        zero_stripes: cfg.zero_stripes,
         member_table: vec![
             MemberSlot {
                 state: MemberState::Active,

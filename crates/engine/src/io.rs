@@ -72,6 +72,11 @@ impl Array {
         let _caller = Caller::enter(self);
         self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
             let _guard = self.lock_stripe(stripe);
+            // A zero stripe reads as zeros, nothing read (FORMAT.md §2.7, zero.rs).
+            if self.is_zero(stripe) {
+                buf[at..at + usize_of(len)].fill(0);
+                return Ok(());
+            }
             // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
             self.refuse_untrusted_read(stripe, off, len)?;
             let plan = self.plan_piece(Op::Read, off, len);
@@ -172,6 +177,25 @@ impl Array {
         batch: &[(StripeIx, u64, u64, usize)],
         data: &[u8],
     ) -> Result<(), EngineError> {
+        // A piece into a zero stripe writes the stripe whole (zero.rs).
+        if self.untrusted_set().any_zero() {
+            let zero: Vec<bool> = batch.iter().map(|p| self.is_zero(p.0)).collect();
+            if zero.contains(&true) {
+                return self.write_into_zero(batch, data, &zero);
+            }
+        }
+        self.write_pieces(batch, data, &[])
+    }
+
+    /// Write a batch of pieces, every stripe's lock held. `zero[i]` (when given): piece `i` is
+    /// its zero stripe written whole, from nothing read (zero.rs).
+    pub(crate) fn write_pieces(
+        &self,
+        batch: &[(StripeIx, u64, u64, usize)],
+        data: &[u8],
+        zero: &[bool],
+    ) -> Result<(), EngineError> {
+        let is_zero = |i: usize| zero.get(i).copied().unwrap_or(false);
         // Listed untrusted blocks the batch covers whole come off once it has landed; a write
         // into part of one is refused before anything is written (FORMAT.md §2.7).
         let mut replaced = Vec::new();
@@ -182,18 +206,27 @@ impl Array {
         // first unit write.
         let mut pending = self.pending();
         let mut plans = Vec::with_capacity(batch.len());
-        for &(stripe, off, len, at) in batch {
+        for (i, &(stripe, off, len, at)) in batch.iter().enumerate() {
             pending.claim(stripe)?;
-            self.unverified_on_error(stripe, pending.save_missing(stripe))?;
+            // A stripe zero on disk comes back zero after a crash whatever its units hold:
+            // nothing of it to save (and nothing readable).
+            if !(is_zero(i) && self.is_zero_on_disk(stripe)) {
+                self.unverified_on_error(stripe, pending.save_missing(stripe))?;
+            }
             plans.push((
                 self.plan_piece(Op::Write, off, len),
                 &data[at..at + usize_of(len)],
             ));
         }
         let mut ready = Vec::with_capacity(plans.len());
-        for (plan, piece) in &plans {
+        for (i, (plan, piece)) in plans.iter().enumerate() {
             let stripe = StripeIx::new(plan.stripe);
-            let units = self.unverified_on_error(stripe, self.gather(plan))?;
+            let gathered = if is_zero(i) {
+                self.gather_zero(plan)
+            } else {
+                self.gather(plan)
+            };
+            let units = self.unverified_on_error(stripe, gathered)?;
             let prepared = self.prepare_write(plan, units, piece);
             ready.push(self.unverified_on_error(stripe, prepared)?);
         }
@@ -211,6 +244,15 @@ impl Array {
         }
         drop(pending);
         self.take_off_untrusted(&replaced, "written whole by a write");
+        if zero.contains(&true) {
+            self.leave_zero(
+                batch
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| is_zero(i))
+                    .map(|(_, p)| p.0),
+            );
+        }
         Ok(())
     }
 
@@ -630,6 +672,10 @@ impl Array {
         }
         let ix = StripeIx::new(stripe);
         let _guard = self.lock_stripe(ix);
+        // A zero stripe has nothing to check: its units are never read (zero.rs).
+        if self.is_zero(ix) {
+            return Ok(0);
+        }
         let before = self.counters().located;
         if check_only {
             self.check_stripe_locked(ix)?;

@@ -47,6 +47,7 @@ mod trust;
 mod unitio;
 mod units;
 mod untrusted;
+mod zero;
 
 pub use array::{
     create_accepts, member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions,

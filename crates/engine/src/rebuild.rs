@@ -530,6 +530,10 @@ impl Array {
     ) -> Result<Result<(), EngineError>, EngineError> {
         let pos = self.position_of(s, member);
         let _guard = self.lock_stripe(s);
+        // A zero stripe's units are never read: nothing to rebuild (zero.rs).
+        if self.is_zero(s) {
+            return Ok(Ok(()));
+        }
         self.members().rebuilding_stripe(member, Some(s));
         let image = self.repair_stripe(s, &[]);
         self.members().rebuilding_stripe(member, None);

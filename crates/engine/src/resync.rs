@@ -71,6 +71,9 @@ impl Array {
     pub(crate) fn flush_and_clear(&self, all: bool) -> Result<(), EngineError> {
         let epoch = self.intent().lock().expect("lock").next_epoch();
         let idle = self.idle_journal_slots();
+        // Taken before the members are flushed: what the stripe-state record may forget is
+        // what was taken off before this (stripe_state.rs).
+        let mark = self.untrusted_set().hold().removals;
         self.save_events()?;
         self.flush_members()?;
         if !self.is_writable() {
@@ -82,8 +85,9 @@ impl Array {
             // may survive (a freeing has no flush of its own).
             self.flush_members()?;
         }
-        // Listed blocks that writes replaced come off only now that those writes are durable.
-        self.settle_untrusted_after_flush()?;
+        // Listed blocks that writes replaced, and zero stripes written into, come off only now
+        // that those writes are durable; stripes zeroed since the last flush go on.
+        self.settle_untrusted_after_flush(mark)?;
         // While a member is out, no bit is cleared: the set bits are then the regions written
         // since it left, which is what a re-add of that member rebuilds (md's write-intent
         // bitmap keeps its bits for a missing member the same way).
@@ -268,6 +272,10 @@ impl Array {
         why: Why,
     ) -> Result<(), EngineError> {
         let _guard = self.lock_stripe(stripe);
+        // A zero stripe reads as zeros whatever a crash left in its units (zero.rs).
+        if self.is_zero(stripe) {
+            return Ok(());
+        }
         if self.sb().scheme == Scheme::None {
             return self.recompute_parity(stripe, "resync: parity recomputed from the data");
         }

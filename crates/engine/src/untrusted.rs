@@ -53,7 +53,9 @@ impl Array {
         let mut u = self.untrusted_set().hold();
         if let Some(r) = best {
             u.sequence = r.sequence;
-            u.entries = r.entries.into_iter().collect();
+            u.entries = r.entries.iter().copied().collect();
+            u.zero = crate::stripe_state::ZeroSet::from_record(&r.zero);
+            u.durable = r;
         }
         // Entries on disk with the bit clear (cleared by hand, or by a tool that rewrote the
         // superblock): the next superblock write sets it again.
@@ -66,9 +68,11 @@ impl Array {
     /// Whether every entry of `r` names a data chunk range of this array.
     fn untrusted_fits(&self, r: &StateRecord) -> bool {
         let g = self.geometry();
-        // Zero ranges (FORMAT.md §2.7) are not written by this build, which would read their
-        // stripes' unspecified bytes as data: a copy holding one is not one it can use.
-        r.zero.is_empty()
+        // Zero ranges only in an array that keeps zero stripes (feature bit 3), and within it.
+        (r.zero.is_empty() || self.sb().zero_stripes)
+            && r.zero
+                .iter()
+                .all(|z| z.first.saturating_add(z.count) <= g.stripes)
             && r.entries.iter().all(|e| {
                 e.stripe < g.stripes
                     && (e.position as usize) < g.k
@@ -221,9 +225,8 @@ impl Array {
         {
             let mut u = self.untrusted_set().hold();
             for r in ranges {
-                u.entries.remove(r);
+                u.take_off(crate::stripe_state::Removed::Untrusted(*r));
             }
-            u.dirty = true;
         }
         self.record_ranges(
             ranges,
@@ -245,14 +248,22 @@ impl Array {
         if fresh.is_empty() {
             return Ok(true);
         }
-        if entries.len() > state_capacity(u.copy_bytes) {
+        // Written with every pending taking off still in it (nothing says those writes are
+        // durable): that is what must fit.
+        let before = std::mem::replace(&mut u.entries, entries);
+        let record = u.record_since(0);
+        if record.entries.len() + record.zero.len() > state_capacity(u.copy_bytes) {
+            u.entries = before;
             return Ok(false);
         }
         // The feature bit first: a build that does not know the record must never open the
         // array while a listed block's appendix holds a seal over bytes that failed.
-        self.set_untrusted_bit(true)?;
-        u.entries = entries;
-        self.persist_untrusted(&mut u)?;
+        if let Err(e) = self.set_untrusted_bit(true) {
+            u.entries = before;
+            return Err(e);
+        }
+        u.dirty = true;
+        self.persist_untrusted(&mut u, None)?;
         drop(u);
         self.record_ranges(
             &fresh,
@@ -263,14 +274,32 @@ impl Array {
         Ok(true)
     }
 
-    /// After a flush made every completed write durable: write the record if entries were taken
-    /// off, and clear the feature bit once it is empty.
-    pub(crate) fn settle_untrusted_after_flush(&self) -> Result<(), EngineError> {
-        let mut u = self.untrusted_set().hold();
-        if u.dirty {
-            self.persist_untrusted(&mut u)?;
+    /// After a flush made every write completed before `mark` was taken durable: write the
+    /// record if memory moved on from it, and clear feature bit 2 once no entry is listed on
+    /// disk. A record that would not fit (more zero ranges than a copy holds: writes split
+    /// them) first gives up its smallest zero ranges, written out as real zeros and flushed.
+    pub(crate) fn settle_untrusted_after_flush(&self, mark: u64) -> Result<(), EngineError> {
+        let mut mark = mark;
+        loop {
+            let mut u = self.untrusted_set().hold();
+            if !u.dirty {
+                break;
+            }
+            let record = u.record_since(mark);
+            let excess = (record.entries.len() + record.zero.len())
+                .saturating_sub(state_capacity(u.copy_bytes));
+            if excess == 0 || u.zero.is_empty() {
+                self.persist_untrusted(&mut u, Some(mark))?;
+                break;
+            }
+            let victims = u.zero.smallest(excess);
+            drop(u);
+            self.write_out_zero_ranges(&victims)?;
+            mark = self.untrusted_set().hold().removals;
+            self.flush_members()?;
         }
-        if u.entries.is_empty() && self.meta().lock().expect("lock").untrusted_listed {
+        let listed = !self.untrusted_set().hold().durable.entries.is_empty();
+        if !listed && self.meta().lock().expect("lock").untrusted_listed {
             self.set_untrusted_bit(false)?;
         }
         Ok(())
@@ -287,12 +316,9 @@ impl Array {
         if u.copy_bytes == 0 {
             return Ok(());
         }
-        let record = StateRecord {
-            sequence: u.sequence,
-            entries: u.entries.iter().copied().collect(),
-            zero: Vec::new(),
-        };
-        let bytes = record
+        // What every current member holds (it always fits; memory may be ahead of it).
+        let bytes = u
+            .durable
             .encode(u.copy_bytes)
             .map_err(|e| EngineError::Config(e.to_string()))?;
         let at = self.sb().layout.state_offset();
@@ -302,14 +328,23 @@ impl Array {
         Ok(())
     }
 
-    /// Write the record into both copies on every current member (a scrub found one damaged).
+    /// Write the record into both copies on every current member (a scrub found one damaged):
+    /// what the disk held, with new sequences (memory may be ahead of what is durable).
     pub(crate) fn rewrite_untrusted_copies(&self) -> Result<(), EngineError> {
         let mut u = self.untrusted_set().hold();
         if u.copy_bytes == 0 {
             return Ok(());
         }
-        self.persist_untrusted(&mut u)?;
-        self.persist_untrusted(&mut u)
+        for _ in 0..2 {
+            let mut record = u.durable.clone();
+            record.sequence = u.sequence + 1;
+            self.write_state_record(&record, u.copy_bytes)?;
+            let dirty = u.dirty;
+            u.sequence = record.sequence;
+            u.durable = record;
+            u.dirty = dirty;
+        }
+        Ok(())
     }
 
     /// One event per range: `bytes LO..HI: evidence`.
@@ -335,15 +370,23 @@ impl Array {
         self.log_events(|_| {}, events);
     }
 
-    fn persist_untrusted(&self, u: &mut Inner) -> Result<(), EngineError> {
-        u.sequence += 1;
-        let record = StateRecord {
-            sequence: u.sequence,
-            entries: u.entries.iter().copied().collect(),
-            zero: Vec::new(),
-        };
+    /// Write memory (with the entries taken off since `mark` still in; `None`: every pending
+    /// one) as the next copy on every current member.
+    fn persist_untrusted(&self, u: &mut Inner, mark: Option<u64>) -> Result<(), EngineError> {
+        let mut record = u.record_since(mark.unwrap_or(0));
+        record.sequence = u.sequence + 1;
+        self.write_state_record(&record, u.copy_bytes)?;
+        u.written(record, mark);
+        Ok(())
+    }
+
+    fn write_state_record(
+        &self,
+        record: &StateRecord,
+        copy_bytes: usize,
+    ) -> Result<(), EngineError> {
         let bytes = record
-            .encode(u.copy_bytes)
+            .encode(copy_bytes)
             .map_err(|e| EngineError::Config(e.to_string()))?;
         // A copy this build would refuse to read is never written (it would silently fall back
         // to the older copy, or to none).
@@ -352,9 +395,12 @@ impl Array {
                 "refusing to write an invalid stripe-state record: {e}"
             )));
         }
-        self.write_slot(self.sb().layout.state_offset(), u.sequence, &bytes, true)?;
-        u.dirty = false;
-        Ok(())
+        self.write_slot(
+            self.sb().layout.state_offset(),
+            record.sequence,
+            &bytes,
+            true,
+        )
     }
 
     fn set_untrusted_bit(&self, on: bool) -> Result<(), EngineError> {

@@ -212,9 +212,11 @@ pub const INCOMPAT_WRITE_JOURNAL: u64 = 2;
 /// Set while it holds an entry: a reader that does not know the record would read a listed
 /// block as good (its appendix was re-sealed over it), so it must refuse the array.
 pub const INCOMPAT_UNTRUSTED: u64 = 4;
-/// Incompatible feature bit 3: the stripe-state record holds zero ranges (FORMAT.md §2.7,
-/// docs/ZERO-STRIPES.md). No build writes it yet; this build refuses it as unknown (a reader
-/// that does not know zero stripes would read their unspecified bytes as data).
+/// Incompatible feature bit 3: the array keeps zero stripes (FORMAT.md §2.7,
+/// docs/ZERO-STRIPES.md): its stripe-state record may list ranges of stripes that read as zeros
+/// whatever their units hold. Set by `create` for the array's life (`--no-zero-stripes` leaves
+/// it clear, and TRIM then writes zeros as before). A reader that does not know it would read a
+/// zero stripe's unspecified bytes as data, so it must refuse the array.
 pub const INCOMPAT_ZERO_STRIPES: u64 = 8;
 /// Compatible feature bit 0: the array has a name, at bytes 168..200 (FORMAT.md §2.1). A
 /// reader that does not know it ignores the name (and a writer that does not know it drops it).
@@ -371,6 +373,8 @@ pub struct Superblock {
     pub write_journal: bool,
     /// The stripe-state record lists untrusted blocks (incompatible feature bit 2).
     pub untrusted_listed: bool,
+    /// The array keeps zero stripes in its stripe-state record (incompatible feature bit 3).
+    pub zero_stripes: bool,
     /// The array's name (`create --name`; compatible feature bit 0); empty: none.
     pub name: String,
     /// What this superblock's writer knew about every member.
@@ -605,7 +609,13 @@ impl Superblock {
         } else {
             0
         };
-        b[96..104].copy_from_slice(&(INCOMPAT_BLOCK_CRCS | journal | untrusted).to_le_bytes());
+        let zero = if self.zero_stripes {
+            INCOMPAT_ZERO_STRIPES
+        } else {
+            0
+        };
+        b[96..104]
+            .copy_from_slice(&(INCOMPAT_BLOCK_CRCS | journal | untrusted | zero).to_le_bytes());
         b[112..120].copy_from_slice(&INTENT_RECORD_OFFSET.to_le_bytes());
         b[120..128].copy_from_slice(&self.layout.intent_bytes.to_le_bytes());
         b[128..136].copy_from_slice(&self.layout.log_offset().to_le_bytes());
@@ -697,9 +707,13 @@ impl Superblock {
             journal_slots: u32_at(b, 144),
             write_journal: u64_at(b, 96) & INCOMPAT_WRITE_JOURNAL != 0,
             untrusted_listed: u64_at(b, 96) & INCOMPAT_UNTRUSTED != 0,
+            zero_stripes: u64_at(b, 96) & INCOMPAT_ZERO_STRIPES != 0,
         };
         let incompatible = u64_at(b, 96);
-        let known = INCOMPAT_BLOCK_CRCS | INCOMPAT_WRITE_JOURNAL | INCOMPAT_UNTRUSTED;
+        let known = INCOMPAT_BLOCK_CRCS
+            | INCOMPAT_WRITE_JOURNAL
+            | INCOMPAT_UNTRUSTED
+            | INCOMPAT_ZERO_STRIPES;
         if incompatible & !known != 0 {
             return Err(SuperblockError::Features(incompatible & !known));
         }
@@ -805,6 +819,7 @@ mod tests {
             journal_slots: JOURNAL_SLOTS,
             write_journal: false,
             untrusted_listed: true,
+            zero_stripes: false,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {
@@ -929,18 +944,18 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
-        b[96] = 9;
+        b[96] = 17;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(8)));
-        // Bit 2 (untrusted blocks listed, §2.7) is known, and round-trips.
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(16)));
+        // Bits 2 (untrusted blocks listed) and 3 (zero stripes, §2.7) are known, and
+        // round-trip.
         let mut sb = sample();
-        for listed in [true, false] {
-            sb.untrusted_listed = listed;
-            assert_eq!(
-                Superblock::decode(&sb.encode()).unwrap().untrusted_listed,
-                listed
-            );
+        for on in [true, false] {
+            sb.untrusted_listed = on;
+            sb.zero_stripes = !on;
+            let back = Superblock::decode(&sb.encode()).unwrap();
+            assert_eq!((back.untrusted_listed, back.zero_stripes), (on, !on));
         }
         // The stripe-state record's offset must be where the layout puts it.
         let mut c = sample().encode();

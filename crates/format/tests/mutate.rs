@@ -43,6 +43,7 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
         journal_slots: stripeguard_format::JOURNAL_SLOTS,
         write_journal: false,
         untrusted_listed: false,
+        zero_stripes: false,
         member_table: (0..members)
             .map(|i| MemberSlot {
                 state: if i % 3 == 1 {

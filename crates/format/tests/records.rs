@@ -143,6 +143,7 @@ fn superblock() -> Superblock {
         journal_slots: JOURNAL_SLOTS,
         write_journal: true,
         untrusted_listed: false,
+        zero_stripes: false,
         member_table: (0..4)
             .map(|i| MemberSlot {
                 state: MemberState::Active,

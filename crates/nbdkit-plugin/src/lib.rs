@@ -27,7 +27,9 @@
 
 #![warn(clippy::unwrap_used)]
 
-use nbdkit::{CacheFlags, Error, Flags, FuaFlags, Result, Server, ThreadModel};
+use nbdkit::{
+    CacheFlags, Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel,
+};
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -116,6 +118,7 @@ fn nbdkit_error_of(e: ExportError) -> Error {
         proto::ENOSPC => libc::ENOSPC,
         proto::EOVERFLOW => libc::EOVERFLOW,
         proto::ESHUTDOWN => libc::ESHUTDOWN,
+        proto::ENOTSUP => libc::ENOTSUP,
         _ => libc::EIO,
     };
     Error::new(errno, e.message)
@@ -213,9 +216,25 @@ impl Connection {
 
     /// Zeros through the engine (TRIM and WRITE_ZEROES, FORMAT.md §4), then the engine's flush
     /// when the client asked for FUA.
-    fn zeroes(&self, what: &str, count: u32, offset: u64, flags: Flags) -> Result<()> {
+    fn zeroes(
+        &self,
+        what: &str,
+        count: u32,
+        offset: u64,
+        flags: Flags,
+        may_trim: bool,
+    ) -> Result<()> {
         self.call(what, |export| {
-            export.write_zeroes(offset, count as u64)?;
+            // Asked to fail rather than be as slow as a write (qemu-img then skips a
+            // pre-zeroing pass): cheap only where whole zero stripes cover the range.
+            if flags.contains(Flags::FAST_ZERO) && !export.fast_zero(offset, count as u64, may_trim)
+            {
+                return Err(ExportError {
+                    errno: proto::ENOTSUP,
+                    message: "zeroing this range would be as slow as writing it".into(),
+                });
+            }
+            export.write_zeroes(offset, count as u64, may_trim)?;
             if flags.contains(Flags::FUA) {
                 export.flush()?;
             }
@@ -415,9 +434,8 @@ impl Server for Connection {
     }
 
     fn can_fast_zero(&self) -> Result<bool> {
-        // Offered, and every fast zero fails at once with ENOTSUP (zeros are written like any
-        // data; nothing is faster than a write), as `serve` does: a client such as qemu-img
-        // then skips a pre-zeroing pass instead of writing the image twice.
+        // Offered: a fast zero succeeds where whole zero stripes cover the range and fails at
+        // once with ENOTSUP elsewhere, as `serve` does.
         Ok(true)
     }
 
@@ -447,17 +465,46 @@ impl Server for Connection {
     }
 
     fn trim(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
-        self.zeroes("trim", count, offset, flags)
+        self.zeroes("trim", count, offset, flags, true)
     }
 
     fn zero(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
-        if flags.contains(Flags::FAST_ZERO) {
-            return Err(Error::new(
-                libc::ENOTSUP,
-                "zeroing this range would be as slow as writing it",
-            ));
+        self.zeroes(
+            "zero",
+            count,
+            offset,
+            flags,
+            flags.contains(Flags::MAY_TRIM),
+        )
+    }
+
+    fn can_extents(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// `base:allocation`: zero stripes are holes that read as zeros (FORMAT.md §2.7), the
+    /// rest data.
+    fn extents(
+        &self,
+        count: u32,
+        offset: u64,
+        _flags: Flags,
+        handle: &mut ExtentHandle,
+    ) -> Result<()> {
+        let extents = self.call("extents", |export| {
+            Ok(export.allocation(offset, count as u64))
+        })?;
+        let mut at = offset;
+        for (len, flags) in extents {
+            let kind = if flags & proto::STATE_HOLE != 0 {
+                ExtentType::HoleZero
+            } else {
+                ExtentType::Allocated
+            };
+            handle.add(at, len, kind)?;
+            at += len;
         }
-        self.zeroes("zero", count, offset, flags)
+        Ok(())
     }
 }
 
@@ -476,6 +523,8 @@ nbdkit::plugin!(Connection {
     can_zero,
     can_fast_zero,
     can_cache,
+    can_extents,
+    extents,
     write_at,
     flush,
     trim,

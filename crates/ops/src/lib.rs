@@ -81,6 +81,8 @@ pub struct CreateOnPaths {
     pub write_journal: bool,
     /// The array's name ([`ArrayConfig::name`]; `None`: derived from the host).
     pub name: Option<String>,
+    /// Keep zero stripes ([`ArrayConfig::zero_stripes`]).
+    pub zero_stripes: bool,
 }
 
 /// The usual parity count for `n` members: RAID-6 from 6 members, else RAID-5.
@@ -143,6 +145,7 @@ impl CreateOnPaths {
             env: RealEnv::shared(),
             local_locks: local_locks(),
             name: self.name.clone(),
+            zero_stripes: self.zero_stripes,
         })
     }
 

@@ -1,30 +1,25 @@
 //! The array as an NBD export (the server is [`crate::server`]): every READ goes through
 //! the engine's checks (a silently wrong chunk is repaired and the client gets the right bytes;
 //! an unrecoverable stripe is `EIO` for that request only), FLUSH and FUA are the engine's flush
-//! (every completed write durable, on every member), and TRIM and WRITE_ZEROES write zeros
-//! through the engine, so parity, appendices and versions stay consistent and the range reads
-//! back as zeros (FORMAT.md §4).
+//! (every completed write durable, on every member), and TRIM and WRITE_ZEROES are the engine's
+//! zeroing: whole stripes become zero stripes (metadata, FORMAT.md §2.7) on an array that keeps
+//! them, the rest is written as zeros through the engine, so parity, appendices and versions
+//! stay consistent and the range reads back as zeros (FORMAT.md §4). `base:allocation` reports
+//! zero stripes as holes that read as zeros.
 
 use crate::server::{Export, ExportError};
 use std::sync::Arc;
-use stripeguard_engine::{usize_of, Array, EngineError};
+use stripeguard_engine::{Array, EngineError};
 use stripeguard_nbd::proto;
 
 /// The engine's array as an NBD export.
 pub struct ArrayExport {
     array: Arc<Array>,
-    zeros: Vec<u8>,
 }
 
 impl ArrayExport {
     pub fn new(array: Arc<Array>) -> ArrayExport {
-        // Zeroing goes in whole stripes where it can (no read-modify-write), a few MiB a step.
-        let stripe = usize_of(array.geometry().stripe_data_bytes());
-        let step = stripe * (4usize << 20).div_ceil(stripe);
-        ArrayExport {
-            array,
-            zeros: vec![0u8; step],
-        }
+        ArrayExport { array }
     }
 
     pub fn array(&self) -> &Arc<Array> {
@@ -96,9 +91,9 @@ impl Export for ArrayExport {
         self.array.flush().map_err(nbd_error)
     }
 
-    /// `base:allocation`: every byte is allocated (nothing is a hole yet, FORMAT.md §4).
-    /// `stripeguard:integrity`: ranges listed untrusted (§2.7), and everything degraded while
-    /// a member is out.
+    /// `base:allocation`: zero stripes are holes that read as zeros, everything else data
+    /// (FORMAT.md §4). `stripeguard:integrity`: ranges listed untrusted (§2.7), and everything
+    /// degraded while a member is out.
     fn block_status(
         &self,
         context: &str,
@@ -106,7 +101,7 @@ impl Export for ArrayExport {
         len: u64,
     ) -> Result<Vec<(u64, u32)>, ExportError> {
         if context != proto::CONTEXT_INTEGRITY {
-            return Ok(vec![(len, 0)]);
+            return Ok(self.allocation(offset, len));
         }
         let degraded = if self.array.health().iter().any(|h| h.failed.is_some()) {
             proto::INTEGRITY_DEGRADED
@@ -151,18 +146,47 @@ impl Export for ArrayExport {
         Ok(out)
     }
 
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError> {
-        let mut pos = offset;
-        let end = offset + len;
-        while pos < end {
-            // Up to the next multiple of the step, so later steps are stripe-aligned.
-            let step = self.zeros.len() as u64;
-            let n = (step - pos % step).min(end - pos);
-            self.array
-                .write(pos, &self.zeros[..usize_of(n)])
-                .map_err(nbd_error)?;
-            pos += n;
+    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<(), ExportError> {
+        if may_trim {
+            self.array.zero(offset, len)
+        } else {
+            // NO_HOLE: the client wants the bytes allocated; they are written.
+            self.array.write_zeros(offset, len)
         }
-        Ok(())
+        .map_err(nbd_error)
+    }
+
+    fn fast_zero(&self, offset: u64, len: u64, may_trim: bool) -> bool {
+        may_trim && self.array.zero_is_cheap(offset, len)
+    }
+}
+
+impl ArrayExport {
+    /// `base:allocation` extents of `len > 0` bytes at `offset`: zero stripes `HOLE | ZERO`,
+    /// the rest 0 (data).
+    pub fn allocation(&self, offset: u64, len: u64) -> Vec<(u64, u32)> {
+        let sd = self.array.geometry().stripe_data_bytes();
+        let end = offset + len;
+        let mut out: Vec<(u64, u32)> = Vec::new();
+        let mut push = |n: u64, flags: u32| match out.last_mut() {
+            Some(last) if last.1 == flags => last.0 += n,
+            _ => out.push((n, flags)),
+        };
+        let mut at = offset;
+        for (lo, hi) in self
+            .array
+            .zero_stripes_within(offset / sd, end.div_ceil(sd))
+        {
+            let (lo, hi) = ((lo * sd).max(offset), (hi * sd).min(end));
+            if lo > at {
+                push(lo - at, 0);
+            }
+            push(hi - lo, proto::STATE_HOLE | proto::STATE_ZERO);
+            at = hi;
+        }
+        if at < end {
+            push(end - at, 0);
+        }
+        out
     }
 }

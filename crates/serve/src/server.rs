@@ -39,11 +39,12 @@ pub trait Export: Send + Sync + 'static {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError>;
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), ExportError>;
-    /// Make `len` bytes at `offset` read back as zeros.
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError>;
+    /// Make `len` bytes at `offset` read back as zeros; `may_trim`: they may become a hole
+    /// (TRIM, or WRITE_ZEROES without NO_HOLE).
+    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<(), ExportError>;
     /// Whether zeroing `len` bytes at `offset` is faster than writing them (NBD's FAST_ZERO:
     /// when not, such a request fails at once with ENOTSUP).
-    fn fast_zero(&self, _offset: u64, _len: u64) -> bool {
+    fn fast_zero(&self, _offset: u64, _len: u64, _may_trim: bool) -> bool {
         false
     }
     /// Extents of `len > 0` bytes at `offset` for meta context `context` (one of
@@ -1032,6 +1033,8 @@ fn execute(
                 Vec::new()
             }),
             proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
+                let may_trim =
+                    req.kind == proto::CMD_TRIM || req.flags & proto::CMD_FLAG_NO_HOLE == 0;
                 if read_only {
                     Err(errno(
                         proto::EPERM,
@@ -1045,7 +1048,7 @@ fn execute(
                     };
                     Err(errno(e, "TRIM/WRITE_ZEROES beyond the end of the export"))
                 } else if req.flags & proto::CMD_FLAG_FAST_ZERO != 0
-                    && !export.fast_zero(req.offset, u64::from(req.length))
+                    && !export.fast_zero(req.offset, u64::from(req.length), may_trim)
                 {
                     // Asked to fail rather than be as slow as a WRITE (qemu-img then skips its
                     // pre-zeroing pass).
@@ -1055,7 +1058,7 @@ fn execute(
                     ))
                 } else {
                     export
-                        .write_zeroes(req.offset, u64::from(req.length))
+                        .write_zeroes(req.offset, u64::from(req.length), may_trim)
                         .and_then(|()| if fua { export.flush() } else { Ok(()) })
                         .map(|()| {
                             stats.zeroes.fetch_add(1, Ordering::Relaxed);

@@ -58,7 +58,7 @@ impl Export for Mem {
     fn flush(&self) -> Result<(), ExportError> {
         Ok(())
     }
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+    fn write_zeroes(&self, offset: u64, len: u64, _: bool) -> Result<(), ExportError> {
         let mut b = self.bytes.lock().unwrap();
         b[offset as usize..(offset + len) as usize].fill(0);
         Ok(())

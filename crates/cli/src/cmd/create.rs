@@ -77,6 +77,12 @@ pub struct CreateArgs {
     /// the config file. Default: this host's name and the uuid's first 8 hex digits.
     #[arg(long, value_parser = parse_name)]
     name: Option<String>,
+    /// Write every stripe now and zeros on TRIM, as builds before zero stripes did, so that
+    /// such a build can still assemble the array. By default the array keeps zero stripes
+    /// (incompatible feature bit 3, FORMAT.md §2.7): create writes metadata only, whatever the
+    /// size, and TRIM / WRITE_ZEROES of whole stripes are a metadata update at the next flush.
+    #[arg(long)]
+    no_zero_stripes: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -147,6 +153,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         code,
         write_journal: a.journal,
         name: a.name.clone(),
+        zero_stripes: !a.no_zero_stripes,
     };
     let bar = count_bar("initialising stripes");
     let result = req.run(&mut updater(&bar));
@@ -162,7 +169,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
             json!({"uuid": hex(&sb.array_uuid), "name": sb.name, "members": n, "data_chunks": sb.data_chunks, "parity_chunks": m,
                    "code": sb.code.name(), "scheme": sb.scheme.name(), "chunk_bytes": sb.chunk_bytes,
                    "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes, "capacity_bytes": cap,
-                   "write_journal": sb.write_journal})
+                   "write_journal": sb.write_journal, "zero_stripes": sb.zero_stripes})
         );
     } else {
         println!(
