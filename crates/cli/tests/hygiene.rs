@@ -94,6 +94,9 @@ fn status_says_what_the_check_found() {
     let d = dir.path();
     let ms = ["m0", "m1", "m2"];
     create(d, &ms, &["--scheme", "hybrid1"]);
+    // Stripes 0..=3 hold data (a zero stripe's units are never read, FORMAT.md §2.7).
+    std::fs::write(d.join("A"), vec![0x5au8; 4 * 8192]).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "A"]), d));
     let out = sg(
         &cmd("inject", &["m1"], &["--fault", "bit-rot", "--chunk", "3"]),
         d,

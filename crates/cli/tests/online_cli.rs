@@ -82,6 +82,12 @@ fn an_online_scrub_repairs_while_fio_verifies_and_every_event_is_logged() {
     let d = dir.path();
     create(d, "hybrid-seq", "48M");
     // Damage far past what fio writes (its jobs cover the first 24 MiB): only the scrub meets it.
+    // Those stripes get data first: a zero stripe's units are never read (FORMAT.md §2.7).
+    std::fs::write(d.join("B"), vec![0x5au8; 6 * 64 * 1024]).unwrap();
+    for stripe in [200u64, 230] {
+        let at = (stripe * 6 * 64 * 1024).to_string();
+        ok(&sg(&with("write", &["-i", "B", "--offset", &at]), d));
+    }
     flip(d, "m2", 200);
     flip(d, "m5", 230);
     let log = d.join("log.sock");

@@ -321,9 +321,10 @@ fn every_way_out_of_the_untrusted_record() {
     ] {
         assert!(ev.contains(kind), "no {kind} event:\n{ev}");
     }
-    // The feature bit is clear again: the superblock's incompatible features are block CRCs only.
+    // The feature bit is clear again: the superblock's incompatible features are block CRCs
+    // and zero stripes (bit 3, set for the array's life) only.
     let sb = peek(&d.join("m0"), 0, 4096);
-    assert_eq!(u64::from_le_bytes(sb[96..104].try_into().unwrap()), 1);
+    assert_eq!(u64::from_le_bytes(sb[96..104].try_into().unwrap()), 1 | 8);
 }
 
 /// Member and byte offset of unit `pos` (`0..k` data, then parity) of `stripe` (FORMAT.md §2.8),
@@ -723,8 +724,16 @@ fn an_nbd_client_sees_which_extents_are_untrusted() {
     };
     let clean = map("stripeguard:integrity");
     assert!(clean.iter().all(|e| e.2 == 0), "{clean:?}");
-    let all_data = map("base:allocation");
-    assert!(all_data.iter().all(|e| e.2 == 0), "{all_data:?}");
+    // The 64 KiB written are data up to the end of their stripe (3 × 4 KiB of data each); the
+    // rest has never been written: zero stripes, holes that read as zeros.
+    let allocation = map("base:allocation");
+    assert_eq!(allocation.len(), 2, "{allocation:?}");
+    assert_eq!(allocation[0], (0, 6 * 12288, 0), "{allocation:?}");
+    assert_eq!(
+        (allocation[1].0, allocation[1].2),
+        (6 * 12288, 3),
+        "{allocation:?}"
+    );
     // Two units of stripe 3 damaged by hand (more than RAID-5 repairs), then a crash: the
     // resync lists the stripe's unverifiable bytes untrusted.
     for mem in &ms[1..=2] {

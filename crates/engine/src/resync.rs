@@ -73,7 +73,7 @@ impl Array {
         let idle = self.idle_journal_slots();
         // Taken before the members are flushed: what the stripe-state record may forget is
         // what was taken off before this (stripe_state.rs).
-        let mark = self.untrusted_set().hold().removals;
+        let mark = self.untrusted_set().removals();
         self.save_events()?;
         self.flush_members()?;
         if !self.is_writable() {

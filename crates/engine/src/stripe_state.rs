@@ -20,7 +20,7 @@
 use crate::num::{Pos, StripeIx};
 use crate::sync::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use stripeguard_integrity::{StateRecord, UntrustedRange, ZeroRange};
 
 /// Stripes that read as zeros: disjoint ranges, merged where they touch.
@@ -271,6 +271,8 @@ pub(crate) struct UntrustedSet {
     inner: Mutex<Inner>,
     any: AtomicBool,
     any_zero: AtomicBool,
+    /// [`Inner::removals`], readable without the lock (a flush's mark).
+    removals: AtomicU64,
 }
 
 /// The set held for a change; on release the fast flags follow the entries.
@@ -278,6 +280,7 @@ pub(crate) struct Held<'a> {
     guard: MutexGuard<'a, Inner>,
     any: &'a AtomicBool,
     any_zero: &'a AtomicBool,
+    removals: &'a AtomicU64,
 }
 
 impl std::ops::Deref for Held<'_> {
@@ -299,6 +302,7 @@ impl Drop for Held<'_> {
             .store(!self.guard.entries.is_empty(), Ordering::Release);
         self.any_zero
             .store(!self.guard.zero.is_empty(), Ordering::Release);
+        self.removals.store(self.guard.removals, Ordering::Release);
     }
 }
 
@@ -312,6 +316,7 @@ impl UntrustedSet {
             }),
             any: AtomicBool::new(false),
             any_zero: AtomicBool::new(false),
+            removals: AtomicU64::new(0),
         }
     }
 
@@ -321,7 +326,14 @@ impl UntrustedSet {
             guard: self.inner.lock().expect("lock"),
             any: &self.any,
             any_zero: &self.any_zero,
+            removals: &self.removals,
         }
+    }
+
+    /// The number the next taking off gets: a flush's mark (one atomic load; a taking off
+    /// counts once the set it changed is released).
+    pub(crate) fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
     }
 
     /// Whether `stripe` reads as zeros (one atomic load when no stripe does).

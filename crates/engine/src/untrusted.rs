@@ -282,27 +282,25 @@ impl Array {
         let mut mark = mark;
         loop {
             let mut u = self.untrusted_set().hold();
-            if !u.dirty {
-                break;
-            }
-            let record = u.record_since(mark);
-            let excess = (record.entries.len() + record.zero.len())
-                .saturating_sub(state_capacity(u.copy_bytes));
-            if excess == 0 || u.zero.is_empty() {
+            if u.dirty {
+                let record = u.record_since(mark);
+                let excess = (record.entries.len() + record.zero.len())
+                    .saturating_sub(state_capacity(u.copy_bytes));
+                if excess > 0 && !u.zero.is_empty() {
+                    let victims = u.zero.smallest(excess);
+                    drop(u);
+                    self.write_out_zero_ranges(&victims)?;
+                    mark = self.untrusted_set().removals();
+                    self.flush_members()?;
+                    continue;
+                }
                 self.persist_untrusted(&mut u, Some(mark))?;
-                break;
             }
-            let victims = u.zero.smallest(excess);
-            drop(u);
-            self.write_out_zero_ranges(&victims)?;
-            mark = self.untrusted_set().hold().removals;
-            self.flush_members()?;
+            if u.durable.entries.is_empty() && self.meta().lock().expect("lock").untrusted_listed {
+                self.set_untrusted_bit(false)?;
+            }
+            return Ok(());
         }
-        let listed = !self.untrusted_set().hold().durable.entries.is_empty();
-        if !listed && self.meta().lock().expect("lock").untrusted_listed {
-            self.set_untrusted_bit(false)?;
-        }
-        Ok(())
     }
 
     /// Give a replace's new device the record (both copies), before it becomes current: it

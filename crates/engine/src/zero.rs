@@ -41,13 +41,12 @@ impl Array {
 
     /// A new array: every stripe reads as zeros, the record durable on every member.
     pub(crate) fn start_all_zero(&self) -> Result<(), EngineError> {
-        self.untrusted_set()
-            .hold()
-            .zero
-            .insert(0, self.geometry().stripes);
-        self.untrusted_set().hold().dirty = true;
-        let mark = self.untrusted_set().hold().removals;
-        self.settle_untrusted_after_flush(mark)
+        {
+            let mut u = self.untrusted_set().hold();
+            u.zero.insert(0, self.geometry().stripes);
+            u.dirty = true;
+        }
+        self.settle_untrusted_after_flush(self.untrusted_set().removals())
     }
 
     /// Whether `stripe` reads as zeros (its units are not read).
@@ -116,7 +115,7 @@ impl Array {
         }
         let sd = self.geometry().stripe_data_bytes();
         let end = offset + len;
-        let partial = |at: u64| at % sd != 0 && !self.is_zero(StripeIx::new(at / sd));
+        let partial = |at: u64| !at.is_multiple_of(sd) && !self.is_zero(StripeIx::new(at / sd));
         len == 0 || (!partial(offset) && !partial(end))
     }
 
@@ -253,10 +252,24 @@ impl Array {
     /// version any unit of the stripe still claims on disk, so that every new version is
     /// higher than any left there from before the stripe was zeroed (a lost write of the new
     /// unit then leaves a unit that claims less, which is found stale, never one that wins).
+    ///
+    /// The checksum member's unit must be zero after its table's bytes (a scrub checks it):
+    /// written as zeros here; the write puts the table in place (at once, or from the cache).
     pub(crate) fn gather_zero(&self, plan: &PiecePlan) -> Result<InHand, EngineError> {
         let g = self.geometry();
         let (n, k) = (g.n(), g.k);
         let stripe = StripeIx::new(plan.stripe);
+        if self.sb().scheme == Scheme::ChecksumChunk && !self.is_failed(self.ck_member()) {
+            let (blocks, _) = self.ck_shape();
+            let used = stripeguard_integrity::cktable::used_bytes(n, blocks);
+            let c = usize_of(g.chunk_bytes);
+            if used < c {
+                let zeros = vec![0u8; c - used];
+                self.members()
+                    .get(self.ck_member())
+                    .write_at(self.unit_offset(plan.stripe) + used as u64, &zeros)?;
+            }
+        }
         let truth = if self.sb().scheme == Scheme::Hybrid1 {
             vec![Some(self.highest_claim_on_disk(stripe)?); k]
         } else {

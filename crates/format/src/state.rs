@@ -1,5 +1,7 @@
 //! The stripe-state record (FORMAT.md §2.7): which byte ranges of which data chunks must not be
-//! trusted, byte for byte.
+//! trusted, byte for byte, and which ranges of whole stripes read as zeros (zero stripes,
+//! docs/ZERO-STRIPES.md: their units are never read; only in an array with incompatible feature
+//! bit 3).
 //!
 //! A resync that cannot decide a stripe (more units interrupted or damaged than the code has
 //! parity) keeps the stripe writable by recomputing its parity over the data as it is on disk;
@@ -24,9 +26,8 @@ pub const STATE_HEADER_BYTES: usize = 64;
 pub const STATE_ENTRY_BYTES: usize = 24;
 /// Entry state: the range failed its check in a stripe a resync settled.
 const STATE_UNTRUSTED: u8 = 1;
-/// Entry state: a range of whole stripes that read as zeros (docs/ZERO-STRIPES.md). Defined
-/// here, with its bytes and checks; no build writes it yet, and an array that holds one carries
-/// incompatible feature bit 3, which this build refuses.
+/// Entry state: a range of whole stripes that read as zeros (docs/ZERO-STRIPES.md), only in an
+/// array with incompatible feature bit 3.
 const STATE_ZERO: u8 = 2;
 /// Entry flag: `expected_crc` is the CRC-32C the range's metadata vouched for before the settle.
 const FLAG_EXPECTED: u8 = 1;
