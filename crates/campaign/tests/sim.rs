@@ -48,7 +48,9 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // the forced-assembly and member-failure events of issue 35 moved the runs once more and it
 // passed (the family is not known to be fixed: see docs/SEEDED-SIMULATION.md). The same moves
 // exposed seed 865 of the other open family (`none`, a departure and power cuts: the write
-// hole of a degraded array without the journal), which returns wrong bytes on this build.
+// hole of a degraded array without the journal), which returns wrong bytes on this build. Zero
+// stripes are drawn per seed since issue 37 (the other fields stay as they were); an open seed
+// is watched as it was found, without them.
 const OPEN: &[u64] = &[865];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
@@ -84,7 +86,13 @@ fn seeds_with_members_staying_in_keep_every_rule() {
 #[test]
 fn the_open_seeds_still_break_a_rule() {
     for &seed in OPEN {
-        let rep = simulate(&SimConfig::from_seed(seed, SHARD_OPS));
+        // As found: before zero stripes were drawn (the run with them, which passes, is
+        // another run).
+        let cfg = SimConfig {
+            zero_stripes: false,
+            ..SimConfig::from_seed(seed, SHARD_OPS)
+        };
+        let rep = simulate(&cfg);
         assert!(rep.broken > 0, "seed {seed} passes now: take it off OPEN");
     }
 }
@@ -131,6 +139,15 @@ fn a_skipped_resync_is_caught() {
 #[test]
 fn a_missing_stripe_lock_is_caught() {
     let found = caught(Sabotage::NoStripeLock, 60);
+    eprintln!("{found:?}");
+    assert!(found.is_some());
+}
+
+/// A write into a zero stripe computed over the stale bytes its units hold (instead of the
+/// stripe written whole): the reads of the rest of the stripe, or the checks, say so.
+#[test]
+fn a_write_over_a_zero_stripes_stale_units_is_caught() {
+    let found = caught(Sabotage::StaleZeroWrite, 60);
     eprintln!("{found:?}");
     assert!(found.is_some());
 }

@@ -275,9 +275,15 @@ impl Array {
                 ),
             });
         };
-        // Everything after the table's own bytes is zero (its padding to `T` included).
+        // Everything after the table's own bytes is zero (its padding to `T` included; while
+        // the table is dirty here, from `T`: the table's write covers its padding).
         let used = stripeguard_integrity::cktable::used_bytes(self.geometry().n(), blocks);
-        let tail_bad = buf[used..c].iter().any(|&x| x != 0);
+        let from = if matches!(cached, Some((_, true))) {
+            tb
+        } else {
+            used
+        };
+        let tail_bad = buf[from..c].iter().any(|&x| x != 0);
         let disk = self.ck_decode(&buf[..tb], stripe);
         self.recycle([buf]);
         Ok(match cached {

@@ -174,14 +174,18 @@ pub enum Sabotage {
     SkippedResync,
     /// Writes take no stripe lock (reads and repairs still do).
     NoStripeLock,
+    /// A write into a zero stripe is an ordinary write over whatever its units hold (parity
+    /// over the stale bytes), and the stripe leaves the zero set.
+    StaleZeroWrite,
 }
 
 impl Sabotage {
     /// Every defect.
-    pub const ALL: [Sabotage; 3] = [
+    pub const ALL: [Sabotage; 4] = [
         Sabotage::BrokenRepair,
         Sabotage::SkippedResync,
         Sabotage::NoStripeLock,
+        Sabotage::StaleZeroWrite,
     ];
 
     /// Its name on the command line.
@@ -190,6 +194,7 @@ impl Sabotage {
             Sabotage::BrokenRepair => "broken-repair",
             Sabotage::SkippedResync => "skipped-resync",
             Sabotage::NoStripeLock => "no-stripe-lock",
+            Sabotage::StaleZeroWrite => "stale-zero-write",
         }
     }
 

@@ -181,6 +181,11 @@ impl Array {
         if self.untrusted_set().any_zero() {
             let zero: Vec<bool> = batch.iter().map(|p| self.is_zero(p.0)).collect();
             if zero.contains(&true) {
+                if self.sabotaged(crate::env::Sabotage::StaleZeroWrite) {
+                    self.write_pieces(batch, data, &[])?;
+                    self.leave_zero(batch.iter().zip(&zero).filter(|p| *p.1).map(|p| p.0 .0));
+                    return Ok(());
+                }
                 return self.write_into_zero(batch, data, &zero);
             }
         }

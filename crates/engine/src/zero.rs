@@ -95,16 +95,17 @@ impl Array {
         }
         let sd = self.geometry().stripe_data_bytes();
         let end = offset + len;
+        // Whole stripes `first..last`; the pieces before and after them (a range inside one
+        // stripe, or across a boundary with no whole stripe, is all pieces).
         let (first, last) = (offset.div_ceil(sd), end / sd);
-        if first >= last {
-            return self.write_zeros_unless_zero(offset, end);
-        }
-        self.write_zeros_unless_zero(offset, first * sd)?;
+        let head_end = (first * sd).min(end);
+        let tail_start = (last * sd).max(head_end);
+        self.write_zeros_unless_zero(offset, head_end)?;
         for s in (first..last).map(StripeIx::new) {
             let _guard = self.lock_stripe(s);
             self.make_zero(s);
         }
-        self.write_zeros_unless_zero(last * sd, end)
+        self.write_zeros_unless_zero(tail_start, end)
     }
 
     /// Whether [`Array::zero`] of this range writes nothing (NBD's FAST_ZERO): the array keeps
@@ -156,13 +157,19 @@ impl Array {
         }
     }
 
-    /// Bytes `lo..hi` of one stripe written as zeros, unless the stripe reads as zeros already.
+    /// Bytes `lo..hi` (within at most two stripes) written as zeros, each stripe's part unless
+    /// it reads as zeros already.
     fn write_zeros_unless_zero(&self, lo: u64, hi: u64) -> Result<(), EngineError> {
         let sd = self.geometry().stripe_data_bytes();
-        if hi <= lo || self.is_zero(StripeIx::new(lo / sd)) {
-            return Ok(());
+        let mut at = lo;
+        while at < hi {
+            let piece_end = ((at / sd + 1) * sd).min(hi);
+            if !self.is_zero(StripeIx::new(at / sd)) {
+                self.write_zeros(at, piece_end - at)?;
+            }
+            at = piece_end;
         }
-        self.write_zeros(lo, hi - lo)
+        Ok(())
     }
 
     /// Write `len` zero bytes at `offset`, in steps that stay stripe-aligned (WRITE_ZEROES
@@ -253,21 +260,26 @@ impl Array {
     /// higher than any left there from before the stripe was zeroed (a lost write of the new
     /// unit then leaves a unit that claims less, which is found stale, never one that wins).
     ///
-    /// The checksum member's unit must be zero after its table's bytes (a scrub checks it):
-    /// written as zeros here; the write puts the table in place (at once, or from the cache).
+    /// The checksum member's unit must be zero after its table (a scrub checks it): written as
+    /// zeros here; the write puts the table in place (at once, or from the cache).
     pub(crate) fn gather_zero(&self, plan: &PiecePlan) -> Result<InHand, EngineError> {
         let g = self.geometry();
         let (n, k) = (g.n(), g.k);
         let stripe = StripeIx::new(plan.stripe);
         if self.sb().scheme == Scheme::ChecksumChunk && !self.is_failed(self.ck_member()) {
-            let (blocks, _) = self.ck_shape();
-            let used = stripeguard_integrity::cktable::used_bytes(n, blocks);
+            // From the table's padded end (block-aligned, as every member I/O): the table's own
+            // write covers its padding.
+            let (_, tb) = self.ck_shape();
             let c = usize_of(g.chunk_bytes);
-            if used < c {
-                let zeros = vec![0u8; c - used];
-                self.members()
+            if tb < c {
+                let mut zeros = self.unit_buf();
+                zeros[tb..c].fill(0);
+                let w = self
+                    .members()
                     .get(self.ck_member())
-                    .write_at(self.unit_offset(plan.stripe) + used as u64, &zeros)?;
+                    .write_at(self.unit_offset(plan.stripe) + tb as u64, &zeros[tb..c]);
+                self.recycle([zeros]);
+                w?;
             }
         }
         let truth = if self.sb().scheme == Scheme::Hybrid1 {

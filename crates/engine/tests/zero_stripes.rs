@@ -75,7 +75,12 @@ fn every_scheme_reads_zeros_writes_into_zero_stripes_and_trims_across_reassembly
             a.read(0, &mut got).unwrap();
             assert_eq!(got, model, "{scheme:?}: a new array reads as zeros");
             // Partial writes into zero stripes, one across a stripe boundary.
-            for (off, len) in [(100, 300), (sd + 4096, 4096), (3 * sd - 1000, 3000)] {
+            for (off, len) in [
+                (100, 300),
+                (sd + 4096, 4096),
+                (3 * sd - 1000, 3000),
+                (7 * sd + 8, 8),
+            ] {
                 let data = random(&mut rng, len);
                 a.write(off as u64, &data).unwrap();
                 model[off..off + len].copy_from_slice(&data);
@@ -87,8 +92,19 @@ fn every_scheme_reads_zeros_writes_into_zero_stripes_and_trims_across_reassembly
             );
             assert_eq!(
                 a.zero_stripe_count().0,
-                8 - 4,
-                "{scheme:?}: four stripes written"
+                8 - 5,
+                "{scheme:?}: five stripes written"
+            );
+            // Zeros across a boundary with no whole stripe: written | zero already (3 | 4),
+            // zero already | written (6 | 7).
+            for (off, len) in [(4 * sd - 100, 200), (7 * sd - 100, 200)] {
+                a.zero(off as u64, len as u64).unwrap();
+                model[off..off + len].fill(0);
+            }
+            a.read(0, &mut got).unwrap();
+            assert!(
+                got == model,
+                "{scheme:?} journal {journal}: after zeros across a boundary"
             );
             for s in 0..8 {
                 let found = a.scrub_stripe(s).unwrap();

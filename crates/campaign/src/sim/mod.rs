@@ -81,6 +81,8 @@ pub struct SimConfig {
     pub power_cuts: bool,
     /// `create --journal`.
     pub write_journal: bool,
+    /// The array keeps zero stripes (every stripe starts as one), and clients zero ranges too.
+    pub zero_stripes: bool,
     /// A deliberate defect in the engine (the simulator's negative controls).
     #[serde(skip)]
     pub sabotage: Option<Sabotage>,
@@ -135,6 +137,8 @@ impl SimConfig {
             code: CodeId::for_parity(m),
             cross_check: CrossCheck::One,
             plan: Plan::Mixed,
+            // Drawn last: the fields above stay what they were for every seed.
+            zero_stripes: rng.random_bool(0.5),
         }
     }
 
@@ -167,6 +171,7 @@ impl SimConfig {
             member_failures: false,
             power_cuts: matches!(plan, Plan::Crashes(_)),
             write_journal: false,
+            zero_stripes: false,
             sabotage: None,
             code: CodeId::for_parity(m),
             cross_check: CrossCheck::One,
@@ -180,14 +185,19 @@ impl SimConfig {
             None => String::new(),
             Some(s) => format!(" --sabotage {}", s.name()),
         };
-        let drawn = SimConfig::from_seed(self.seed, self.ops).member_failures;
-        let stay = if drawn && !self.member_failures {
+        let drawn = SimConfig::from_seed(self.seed, self.ops);
+        let stay = if drawn.member_failures && !self.member_failures {
             " --members-stay"
         } else {
             ""
         };
+        let zero = if drawn.zero_stripes && !self.zero_stripes {
+            " --no-zero-stripes"
+        } else {
+            ""
+        };
         format!(
-            "stripeguard campaign --simulate --seeds 1 --seed {} --ops {}{stay}{sabotage}",
+            "stripeguard campaign --simulate --seeds 1 --seed {} --ops {}{stay}{zero}{sabotage}",
             self.seed, self.ops
         )
     }
@@ -349,6 +359,7 @@ fn rig(
 ) -> Result<Rig, EngineError> {
     let acfg = ArrayConfig {
         write_journal: cfg.write_journal,
+        zero_stripes: cfg.zero_stripes,
         code: cfg.code,
         cross_check: cfg.cross_check,
         env: SimEnv::shared(rng.next_u64()),
@@ -411,8 +422,19 @@ fn rig(
 /// What a client does next.
 #[derive(Clone, Debug)]
 enum Op {
-    Write { off: usize, data: Vec<u8> },
-    Read { off: usize, len: usize },
+    Write {
+        off: usize,
+        data: Vec<u8>,
+    },
+    /// TRIM / WRITE_ZEROES (`Array::zero`).
+    Zero {
+        off: usize,
+        len: usize,
+    },
+    Read {
+        off: usize,
+        len: usize,
+    },
     Flush,
     Scrub(u64),
     Out(usize),
@@ -425,6 +447,7 @@ impl Op {
     fn describe(&self) -> String {
         match self {
             Op::Write { off, data } => format!("write {off}+{}", data.len()),
+            Op::Zero { off, len } => format!("zero {off}+{len}"),
             Op::Read { off, len } => format!("read {off}+{len}"),
             Op::Flush => "flush".into(),
             Op::Scrub(s) => format!("scrub of stripe {s}"),
@@ -720,7 +743,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
         sched.doing(op.describe());
         let span = match &op {
             Op::Write { off, data } => Some((*off, data.len())),
-            Op::Read { off, len } => Some((*off, *len)),
+            Op::Zero { off, len } | Op::Read { off, len } => Some((*off, *len)),
             _ => None,
         };
         if let Some(s) = span.and_then(|(o, l)| traced(a, o, l)) {
@@ -736,9 +759,23 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 eprintln!("[tick {tick}] client {me} stripe {st}: scrub");
             }
         }
+        let (op, zero) = match op {
+            Op::Zero { off, len } => (
+                Op::Write {
+                    off,
+                    data: vec![0u8; len],
+                },
+                true,
+            ),
+            other => (other, false),
+        };
         match op {
             Op::Write { off, data } => {
-                let r = a.write(off as u64, &data);
+                let r = if zero {
+                    a.zero(off as u64, data.len() as u64)
+                } else {
+                    a.write(off as u64, &data)
+                };
                 let mut d = lock(shared);
                 d.rep.writes += 1;
                 let sd = a.geometry().stripe_data_bytes();
@@ -767,6 +804,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     v.wrote(off, &data, landed, cfg.chunk_bytes as usize);
                 }
             }
+            Op::Zero { .. } => unreachable!("a zero runs as a write of zeros (above)"),
             Op::Read { off, len } => {
                 let mut got = vec![0u8; len];
                 let r = a.read(off as u64, &mut got);
@@ -987,6 +1025,25 @@ impl Driver {
                 usize_of(g.chunk_bytes),
                 g.k,
             );
+            if write && cfg.zero_stripes && self.rng.random_bool(0.2) {
+                // Half of them whole stripes (metadata only), the rest as drawn.
+                let sd = usize_of(g.chunk_bytes) * g.k;
+                let (off, len) = if self.rng.random_bool(0.5) {
+                    let first = off / sd;
+                    let n = self
+                        .rng
+                        .random_range(1..=3)
+                        .min(self.model.cap() / sd - first);
+                    (first * sd, n * sd)
+                } else {
+                    (off, len)
+                };
+                if self.model.write_begin(off, len) {
+                    self.model.write_content(off, &vec![0u8; len]);
+                    return Op::Zero { off, len };
+                }
+                continue;
+            }
             if write && self.model.write_begin(off, len) {
                 let mut data = vec![0u8; len];
                 self.rng.fill(&mut data[..]);
@@ -1048,7 +1105,11 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
             continue;
         }
         let bad = m.faulty.corrupted_units()?;
-        let bad: Vec<u64> = bad.into_iter().filter(|u| *u < cfg.stripes).collect();
+        // A zero stripe's units are unspecified and never read: damage there is no damage.
+        let bad: Vec<u64> = bad
+            .into_iter()
+            .filter(|&u| u < cfg.stripes && a.zero_stripes_within(u, u + 1).is_empty())
+            .collect();
         if !bad.is_empty() && !hit.is_empty() {
             d.rep.find(
                 Rule::DamageLeft,

@@ -51,12 +51,16 @@ pub struct CampaignArgs {
     #[arg(long, requires = "simulate", default_value_t = 100)]
     seeds: u64,
     /// With --simulate: run an engine with a deliberate defect (broken-repair, skipped-resync,
-    /// no-stripe-lock), to see the simulator catch it.
+    /// no-stripe-lock, stale-zero-write), to see the simulator catch it.
     #[arg(long, requires = "simulate", value_name = "DEFECT")]
     sabotage: Option<String>,
     /// With --simulate: no member leaves (no re-add, no replace) whatever the seed draws.
     #[arg(long, requires = "simulate")]
     members_stay: bool,
+    /// With --simulate: arrays without zero stripes (and no client zeroes a range) whatever
+    /// the seed draws.
+    #[arg(long, requires = "simulate")]
+    no_zero_stripes: bool,
     /// Print JSON.
     #[arg(long)]
     pub(super) json: bool,
@@ -70,6 +74,7 @@ pub fn run(a: CampaignArgs) -> Result<ExitCode> {
             ops: a.ops,
             sabotage: a.sabotage,
             members_stay: a.members_stay,
+            no_zero_stripes: a.no_zero_stripes,
             json: a.json,
         });
     }

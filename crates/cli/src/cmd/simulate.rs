@@ -18,6 +18,7 @@ pub(super) struct SimRun {
     pub(super) ops: u64,
     pub(super) sabotage: Option<String>,
     pub(super) members_stay: bool,
+    pub(super) no_zero_stripes: bool,
     pub(super) json: bool,
 }
 
@@ -56,6 +57,7 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
         let cfg = SimConfig {
             sabotage,
             member_failures: drawn.member_failures && !r.members_stay,
+            zero_stripes: drawn.zero_stripes && !r.no_zero_stripes,
             ..drawn
         };
         let rep = simulate(&cfg);
