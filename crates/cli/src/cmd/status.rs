@@ -111,6 +111,10 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
                    "log_not_understood": log.not_understood,
                    "checked": a.check, "counters": counters_json(&c), "events": array.events(),
                    "untrusted": untrusted,
+                   "zero_stripes": sb.zero_stripes.then(|| {
+                       let (stripes, ranges) = array.zero_stripe_count();
+                       json!({"stripes": stripes, "ranges": ranges})
+                   }),
                    "unrecoverable": unrecoverable})
         );
     } else {
@@ -136,6 +140,13 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
             if sb.write_journal { "on" } else { "off" },
             sb.generation
         );
+        if sb.zero_stripes {
+            let (stripes, ranges) = array.zero_stripe_count();
+            println!(
+                "  zero stripes: {stripes} of {} in {ranges} range(s) (never written or trimmed: read as zeros, not read from the members)",
+                sb.stripes
+            );
+        }
         println!("  scan: {}", scan_line(last_scrub.as_ref()));
         print_untrusted(&untrusted, Some(array.geometry()));
         if array.was_unclean() {
