@@ -121,6 +121,142 @@ fn qemu_img_converts_an_image_in_and_out_byte_identical() {
     assert!(status.success(), "{err}");
 }
 
+/// Zero stripes seen by real clients (issue 37 §1-2): a new array is all hole; data written
+/// at two places makes those stripes data; nbdcopy and qemu-img convert copy it into files that
+/// are identical and sparse (only the data lands); a TRIM of whole stripes makes them holes
+/// again that read as zeros, before and after a restart; FAST_ZERO succeeds on whole stripes
+/// and is refused where a partial stripe would need writing.
+#[test]
+fn a_sparse_export_copies_sparse_and_trims_to_holes() {
+    need!("nbdcopy", "qemu-img", "qemu-io", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, "hybrid-seq", "40M");
+    let s = serve(d, &[]);
+    let map = |uri: &str| -> Vec<(u64, u64, u32)> {
+        let out = run(Command::new("nbdinfo").arg("--map").arg(uri));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (
+                    f[0].parse().unwrap(),
+                    f[1].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let fresh = map(&s.uri);
+    assert!(
+        fresh.len() == 1 && fresh[0].0 == 0 && fresh[0].2 == 3,
+        "{fresh:?}"
+    );
+    // 6 data chunks of 64 KiB: a stripe holds 384 KiB.
+    let sd: u64 = 6 * 64 * 1024;
+    run(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "write -P 0x5a 1M 2M",
+        "-c",
+        "write -P 0xa5 100M 1M",
+        "-c",
+        "flush",
+        &s.uri,
+    ]));
+    let written = map(&s.uri);
+    let data: Vec<(u64, u64)> = written
+        .iter()
+        .filter(|e| e.2 == 0)
+        .map(|e| (e.0, e.0 + e.1))
+        .collect();
+    // Each written range, widened to its stripes.
+    let widen = |lo: u64, hi: u64| (lo / sd * sd, hi.div_ceil(sd) * sd);
+    assert_eq!(
+        data,
+        vec![widen(1 << 20, 3 << 20), widen(100 << 20, 101 << 20)],
+        "{written:?}"
+    );
+    // Copies land sparse and identical.
+    let a = d.join("a.img");
+    run(Command::new("nbdcopy").arg(&s.uri).arg(&a));
+    let b = d.join("b.img");
+    run(Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "raw", &s.uri])
+        .arg(&b));
+    let want = {
+        let size = std::fs::metadata(&a).unwrap().len();
+        let mut v = vec![0u8; size as usize];
+        v[1 << 20..3 << 20].fill(0x5a);
+        v[100 << 20..101 << 20].fill(0xa5);
+        v
+    };
+    for f in [&a, &b] {
+        assert!(std::fs::read(f).unwrap() == want, "{} differs", f.display());
+        use std::os::unix::fs::MetadataExt;
+        let allocated = std::fs::metadata(f).unwrap().blocks() * 512;
+        assert!(
+            allocated <= 4 << 20,
+            "{} has {allocated} bytes allocated for 3 MiB of data",
+            f.display()
+        );
+    }
+    // TRIM two whole stripes of the first range and part of a third: holes, zeros.
+    let (lo, hi) = widen(1 << 20, 3 << 20);
+    let trim = format!("discard {} {}", lo, 2 * sd + 4096);
+    run(Command::new("qemu-io").args(["-f", "raw", "-c", &trim, "-c", "flush", &s.uri]));
+    let after = map(&s.uri);
+    assert!(
+        after.contains(&(0, lo + 2 * sd, 3)),
+        "whole stripes trimmed are holes: {after:?}"
+    );
+    let check = format!("read -P 0 {lo} {}", 2 * sd + 4096);
+    let rest = format!(
+        "read -P 0x5a {} {}",
+        lo + 2 * sd + 4096,
+        (3 << 20) - lo - 2 * sd - 4096
+    );
+    let out = run(Command::new("qemu-io").args(["-f", "raw", "-c", &check, "-c", &rest, &s.uri]));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("Pattern verification failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // FAST_ZERO: whole stripes succeed, a partial stripe is refused before anything is done.
+    let fast = |off: u64, len: u64| -> bool {
+        Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                "import nbd, sys; h = nbd.NBD(); h.connect_uri(sys.argv[1]); h.zero(int(sys.argv[3]), int(sys.argv[2]), nbd.CMD_FLAG_FAST_ZERO)",
+                &s.uri,
+                &off.to_string(),
+                &len.to_string(),
+            ])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    if have("nbdsh") {
+        assert!(fast(50 * sd, 3 * sd), "fast zero of whole stripes");
+        assert!(!fast(hi - 4096, 4096), "fast zero of part of a data stripe");
+    }
+    let (status, _, err) = s.stop();
+    assert!(status.success(), "{err}");
+    // After a restart: the same holes, the same bytes.
+    let s = serve(d, &[]);
+    assert_eq!(map(&s.uri), after);
+    let out = run(Command::new("qemu-io").args(["-f", "raw", "-c", &check, "-c", &rest, &s.uri]));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("Pattern verification failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (status, _, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
+
 /// Write with fio (verified as it goes), damage the stopped array, verify again: for a checked
 /// scheme no error and repairs in the log; for `none` (the negative control) fio's verify fails.
 fn fio_damage_round(scheme: &str) -> (bool, usize) {
