@@ -42,9 +42,23 @@ impl Array {
             return Ok(());
         }
         let copy = region / 2;
+        // A copy listing zero stripes in an array without feature bit 3: the bit was cleared by
+        // hand or by a tool (no build writes such a copy). Reading on would return those
+        // stripes' unspecified bytes.
+        let zero_without_bit = std::cell::Cell::new(false);
         let best = self
-            .newest_record(at, copy, |r: &StateRecord| self.untrusted_fits(r))
+            .newest_record(at, copy, |r: &StateRecord| {
+                if !r.zero.is_empty() && !self.sb().zero_stripes {
+                    zero_without_bit.set(true);
+                }
+                self.untrusted_fits(r)
+            })
             .record;
+        if zero_without_bit.get() {
+            return Err(EngineError::Assemble(format!(
+                "a copy of the stripe-state record at byte {at} lists zero stripes (FORMAT.md §2.7), but the superblock does not carry incompatible feature bit 3 (zero stripes): refusing, as reads would return those stripes' unspecified bytes (was the bit cleared by hand?)"
+            )));
+        }
         if best.is_none() && self.sb().untrusted_listed {
             return Err(EngineError::Assemble(format!(
                 "the superblock says blocks are listed as untrusted (feature bit 2) but no member holds a copy of the stripe-state record at byte {at} that is both intact and possible for this array (every copy is damaged, or lists a stripe, position or range the array does not have: FORMAT.md §2.7); refusing to read blocks that may be listed"

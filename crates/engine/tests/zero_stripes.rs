@@ -291,3 +291,31 @@ fn zeroing_is_refused_where_writing_is() {
     .unwrap();
     assert!(ro.zero(0, 4096).is_err());
 }
+
+/// Feature bit 3 cleared by hand on every member (each copy re-sealed): the record still lists
+/// zero stripes, and the array is refused rather than read as if it had none.
+#[test]
+fn zero_stripes_without_the_feature_bit_are_refused() {
+    use stripeguard_integrity::{Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS};
+    let scheme = Scheme::None;
+    let cfg = config(scheme, 3, 1, 4, false);
+    let mems = members(&cfg, scheme);
+    Array::create(mems.clone(), &cfg, true, &mut |_, _| {})
+        .unwrap()
+        .close()
+        .unwrap();
+    for d in &mems {
+        for at in SUPERBLOCK_COPY_OFFSETS {
+            let mut b = vec![0u8; SUPERBLOCK_BYTES];
+            d.read_at(at, &mut b).unwrap();
+            let mut sb = Superblock::decode(&b).unwrap();
+            assert!(sb.zero_stripes);
+            sb.zero_stripes = false;
+            d.write_at(at, &sb.encode()).unwrap();
+        }
+    }
+    let err = Array::assemble(mems.clone(), &Default::default())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("feature bit 3"), "{err}");
+}
