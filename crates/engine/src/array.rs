@@ -983,14 +983,21 @@ impl Array {
     /// Zero the reserved regions of the metadata area (owner record to the data offset) of
     /// members that held something before `create`.
     fn zero_metadata_regions(&self) -> Result<(), EngineError> {
-        let zeros = vec![0u8; 64 << 10];
         for d in &self.members.all() {
-            let mut at = OWNER_RECORD_OFFSET;
-            while at < self.sb.data_offset_bytes {
-                let len = usize_of((self.sb.data_offset_bytes - at).min(zeros.len() as u64));
-                d.write_at(at, &zeros[..len])?;
-                at += len as u64;
-            }
+            self.zero_metadata_of(d)?;
+        }
+        Ok(())
+    }
+
+    /// Zero the reserved regions of the metadata area (owner record to the data offset) of
+    /// `d` (a member at `create`, a replace's new device).
+    pub(crate) fn zero_metadata_of(&self, d: &DiskRef) -> Result<(), EngineError> {
+        let zeros = vec![0u8; 64 << 10];
+        let mut at = OWNER_RECORD_OFFSET;
+        while at < self.sb.data_offset_bytes {
+            let len = usize_of((self.sb.data_offset_bytes - at).min(zeros.len() as u64));
+            d.write_at(at, &zeros[..len])?;
+            at += len as u64;
         }
         Ok(())
     }

@@ -101,7 +101,12 @@ impl Array {
                 "state",
                 layout.state_offset(),
                 (layout.state_bytes / 2) as usize,
-                &damaged::<StateRecord>,
+                // Intact but impossible for this array (a stripe, position or zero range it
+                // does not have) is damage too: assembly never uses such a copy.
+                &|c: &[u8]| {
+                    damaged::<StateRecord>(c)
+                        || matches!(StateRecord::decode(c), Ok(Some(r)) if !self.untrusted_fits(&r))
+                },
                 found,
             );
         }

@@ -181,6 +181,13 @@ impl Array {
         } else {
             (0..self.geometry().stripes).collect()
         };
+        // A new device's metadata regions may hold anything (old data, another array's
+        // records): zeroed as `create` zeroes them, before it joins, so a metadata scrub finds
+        // nothing there but what this array writes. Not on a re-add (its records are this
+        // array's) nor a resume (its checkpoint says where to go on).
+        if start == 0 && !plan.readd {
+            self.zero_metadata_of(&target)?;
+        }
         self.take_slot(member, &target, plan.readd)?;
         self.save_rebuild(&target, &mut ck)?;
         self.note(

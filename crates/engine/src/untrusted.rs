@@ -80,7 +80,7 @@ impl Array {
     }
 
     /// Whether every entry of `r` names a data chunk range of this array.
-    fn untrusted_fits(&self, r: &StateRecord) -> bool {
+    pub(crate) fn untrusted_fits(&self, r: &StateRecord) -> bool {
         let g = self.geometry();
         // Zero ranges only in an array that keeps zero stripes (feature bit 3), and within it.
         (r.zero.is_empty() || self.sb().zero_stripes)

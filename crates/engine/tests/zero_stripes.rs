@@ -319,3 +319,57 @@ fn zero_stripes_without_the_feature_bit_are_refused() {
         .expect("refused");
     assert!(err.to_string().contains("feature bit 3"), "{err}");
 }
+
+/// A record copy that is intact but names a zero range past the array's end (newer than the
+/// good one): assembly passes over it, and the metadata scrub reports it as damaged and
+/// rewrites it, as it does a copy that fails its CRC.
+#[test]
+fn an_impossible_zero_range_is_damage_to_the_metadata_scrub() {
+    use stripeguard_integrity::{StateRecord, ZeroRange};
+    let scheme = Scheme::HybridSeq;
+    let cfg = config(scheme, 3, 1, 4, false);
+    let mems = members(&cfg, scheme);
+    let a = Array::create(mems.clone(), &cfg, true, &mut |_, _| {}).unwrap();
+    let (at, copy) = {
+        let l = a.superblock().layout;
+        (l.state_offset(), (l.state_bytes / 2) as usize)
+    };
+    a.write(0, &[7u8; 100]).unwrap();
+    a.close().unwrap();
+    let bad = StateRecord {
+        sequence: 99,
+        entries: vec![],
+        zero: vec![ZeroRange {
+            first: 5000,
+            count: 1,
+        }],
+    };
+    mems[0]
+        .write_at(at + copy as u64, &bad.encode(copy).unwrap())
+        .unwrap();
+    let a = assemble(&mems);
+    let mut got = vec![0u8; 100];
+    a.read(0, &mut got).unwrap();
+    assert_eq!(got, vec![7u8; 100], "the impossible copy was not used");
+    let check = stripeguard_engine::ScrubOptions {
+        check_only: true,
+        ..Default::default()
+    };
+    let found = stripeguard_engine::scrub(&a, &check, &mut |_, _| {}).unwrap();
+    assert!(
+        found
+            .metadata
+            .iter()
+            .any(|f| f.region == "state" && f.member == 0),
+        "{:?}",
+        found.metadata
+    );
+    let fixed = stripeguard_engine::scrub(&a, &Default::default(), &mut |_, _| {}).unwrap();
+    assert!(fixed
+        .metadata
+        .iter()
+        .any(|f| f.region == "state" && f.repaired));
+    let again = stripeguard_engine::scrub(&a, &check, &mut |_, _| {}).unwrap();
+    assert!(again.metadata.is_empty(), "{:?}", again.metadata);
+    a.close().unwrap();
+}

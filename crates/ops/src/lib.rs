@@ -553,6 +553,9 @@ pub struct LiveStatus {
     /// A scrub the holder runs (or ran) on request (`stripeguard scrub` while it serves).
     #[serde(default)]
     pub scrub: Option<LiveScrub>,
+    /// Zero stripes (FORMAT.md §2.7): stripes and ranges, when the array keeps them.
+    #[serde(default)]
+    pub zero_stripes: Option<(u64, usize)>,
 }
 
 /// A replace run by the holder of the array.
@@ -794,6 +797,9 @@ pub fn with_control_socket_hooks<R>(
                                     replace: replacing.lock().expect("lock").clone(),
                                     scrub: scrubbing.state.lock().expect("lock").clone(),
                                     untrusted: array.untrusted(),
+                                    zero_stripes: array
+                                        .keeps_zero_stripes()
+                                        .then(|| array.zero_stripe_count()),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }

@@ -212,6 +212,7 @@ mod tests {
             untrusted: vec![],
             members: vec![],
             scrub: None,
+            zero_stripes: None,
         };
         assert_eq!(live.verdict(false), Verdict::Clean);
         assert_eq!(live.verdict(true), Verdict::NotChecked);

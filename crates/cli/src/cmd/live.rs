@@ -65,6 +65,7 @@ pub(super) fn live_status(
         println!(
             "{}",
             json!({"in_use_by": live.pid, "command": live.command, "untrusted": live.untrusted,
+                   "zero_stripes": live.zero_stripes.map(|(stripes, ranges)| json!({"stripes": stripes, "ranges": ranges})),
                    "state": live.states()[0], "states": live.states(),
                    "live": live, "checked": checked.is_some(), "check": checked})
         );
@@ -111,6 +112,11 @@ pub(super) fn live_status(
                 .map(|(k, v)| format!("{} {v}", k.replace('_', " ")))
                 .collect();
             println!("  serving: {}", parts.join(", "));
+        }
+        if let Some((stripes, ranges)) = live.zero_stripes {
+            println!(
+                "  zero stripes: {stripes} in {ranges} range(s) (never written or trimmed: read as zeros, not read from the members)"
+            );
         }
         for (m, why) in &live.out {
             println!("  member {m} out of the array: {why}");
