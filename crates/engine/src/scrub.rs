@@ -44,6 +44,8 @@ pub struct ScrubSummary {
     pub metadata: Vec<crate::metacheck::MetadataFinding>,
     /// Where it stopped when cancelled (`None`: it ran to the end).
     pub interrupted_at: Option<u64>,
+    /// Zero stripes passed over (FORMAT.md §2.7: their units are never read).
+    pub zero_stripes: u64,
 }
 
 /// Scrub `array`: every stripe from where the last interrupted scrub stopped (or from 0), every
@@ -121,6 +123,11 @@ pub fn scrub(
             summary.interrupted_at = Some(s);
             return Ok(summary);
         }
+        // A zero stripe is passed over (scrub_stripe_as returns at once): counted, and not
+        // against the rate, which bounds member bytes read.
+        if array.is_zero(crate::num::StripeIx::new(s)) {
+            summary.zero_stripes += 1;
+        }
         match array.scrub_stripe_as(s, opts.check_only) {
             Ok(_) => {}
             Err(e @ EngineError::Unrecoverable { .. }) => {
@@ -137,8 +144,8 @@ pub fn scrub(
             saved_at = env.monotonic();
         }
         if let Some(rate) = opts.rate_bytes_per_second.filter(|&r| r > 0) {
-            let due =
-                Duration::from_secs_f64(((s + 1 - start) * stripe_bytes) as f64 / rate as f64);
+            let read = s + 1 - start - summary.zero_stripes;
+            let due = Duration::from_secs_f64((read * stripe_bytes) as f64 / rate as f64);
             if let Some(wait) = due.checked_sub(env.monotonic() - began) {
                 // In slices, so a cancel (the holder stopping) is seen within 100 ms however
                 // slow the rate.

@@ -173,7 +173,8 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
             json!({"check_only": a.check_only, "resumed_at": summary.resumed_at, "stripes": summary.stripes,
                    "record": summary.record, "counters": counters_json(&c), "events": array.events(),
                    "unrecoverable": summary.unrecoverable, "metadata": summary.metadata,
-                   "awaiting_resync_skipped": summary.awaiting_resync})
+                   "awaiting_resync_skipped": summary.awaiting_resync,
+                   "zero_stripes": summary.zero_stripes})
         );
     } else {
         if summary.resumed_at > 0 {
@@ -196,6 +197,12 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
                 String::new()
             }
         );
+        if summary.zero_stripes > 0 {
+            println!(
+                "  {} of them zero stripes (never written or trimmed): nothing to read",
+                summary.zero_stripes
+            );
+        }
         if summary.awaiting_resync > 0 {
             println!(
                 "  not checked: {} stripe(s) of regions awaiting resync (the array was not closed cleanly; a scrub without --check-only resyncs them first)",
