@@ -51,7 +51,12 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // hole of a degraded array without the journal), which returns wrong bytes on this build. Zero
 // stripes are drawn per seed since issue 37 (the other fields stay as they were); an open seed
 // is watched as it was found, without them.
-const OPEN: &[u64] = &[865];
+// Seed 865 passed once a replace zeroed its new device's metadata regions (more member I/O,
+// the runs moved again; the `none` family is not known to be fixed, and a sweep of seeds
+// 1000-1999 without zero stripes did not find it). That sweep found seed 1456 of the
+// checksum-chunk family instead (4+2, four clients, members out and back: flushed blocks
+// refused in stripes the resync settled after a cut), watched here from now on.
+const OPEN: &[u64] = &[1456];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
