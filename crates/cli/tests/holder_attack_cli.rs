@@ -95,6 +95,9 @@ fn control_socket(d: &Path) -> PathBuf {
 fn a_slow_online_scrub_does_not_keep_serve_from_stopping() {
     let dir = array();
     let d = dir.path();
+    // Stripes with data to read: a zero stripe (FORMAT.md §2.7) costs the rate nothing.
+    std::fs::write(d.join("A"), vec![0x5au8; 1 << 20]).unwrap();
+    ok(&sg(&with("write", &["-i", "A"]), d));
     let mut s = serve(d);
     let scrub = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
         .args(with("scrub", &["--rate", "0.001"]))

@@ -241,6 +241,25 @@ fn a_sparse_export_copies_sparse_and_trims_to_holes() {
     if have("nbdsh") {
         assert!(fast(50 * sd, 3 * sd), "fast zero of whole stripes");
         assert!(!fast(hi - 4096, 4096), "fast zero of part of a data stripe");
+        // A READ wholly in zero stripes comes back as one hole chunk (no zeros on the wire);
+        // one that touches data as a data chunk. Each reads as what it holds.
+        let chunks = |off: u64, len: u64| -> String {
+            let out = run(Command::new("/usr/bin/python3").args([
+                "-c",
+                "import nbd, sys\n\
+                 h = nbd.NBD(); h.connect_uri(sys.argv[1])\n\
+                 seen = []\n\
+                 def cb(buf, off, status, err):\n    seen.append('hole' if status == nbd.READ_HOLE else 'data')\n    return 0\n\
+                 b = h.pread_structured(int(sys.argv[3]), int(sys.argv[2]), cb)\n\
+                 print(','.join(seen), 'zeros' if b == bytes(len(b)) else 'bytes')",
+                &s.uri,
+                &off.to_string(),
+                &len.to_string(),
+            ]));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        assert_eq!(chunks(60 * sd, 65536), "hole zeros");
+        assert_eq!(chunks(hi - 65536, 65536), "data bytes");
     }
     let (status, _, err) = s.stop();
     assert!(status.success(), "{err}");

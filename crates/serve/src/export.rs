@@ -156,6 +156,11 @@ impl Export for ArrayExport {
         .map_err(nbd_error)
     }
 
+    /// Bytes all in zero stripes (FORMAT.md §2.7) read as zeros without member I/O.
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        matches!(self.allocation(offset, len)[..], [(_, flags)] if flags & proto::STATE_HOLE != 0)
+    }
+
     fn fast_zero(&self, offset: u64, len: u64, may_trim: bool) -> bool {
         may_trim && self.array.zero_is_cheap(offset, len)
     }

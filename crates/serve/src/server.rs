@@ -47,6 +47,11 @@ pub trait Export: Send + Sync + 'static {
     fn fast_zero(&self, _offset: u64, _len: u64, _may_trim: bool) -> bool {
         false
     }
+    /// Whether all `len > 0` bytes at `offset` are known to read as zeros without reading them
+    /// (a READ is then answered with one `OFFSET_HOLE` chunk). By default nothing is.
+    fn is_hole(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
     /// Extents of `len > 0` bytes at `offset` for meta context `context` (one of
     /// `ExportInfo::meta_contexts`): (length, flags), consecutive from `offset`, covering at
     /// least one byte. By default all of it in one extent with no flag (`base:allocation`:
@@ -986,6 +991,27 @@ fn execute(
                         0,
                     )
                     .to_vec())
+                } else if neg.structured
+                    && req.flags & proto::CMD_FLAG_DF == 0
+                    && export.is_hole(req.offset, u64::from(req.length))
+                {
+                    // All of it reads as zeros without a read (zero stripes): one final hole
+                    // chunk, u64 offset and u32 length, instead of the zeros. (With DF the
+                    // zeros are sent as data: one data chunk always holds.)
+                    stats.reads.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .bytes_read
+                        .fetch_add(u64::from(req.length), Ordering::Relaxed);
+                    let mut r = proto::chunk_header(
+                        proto::REPLY_FLAG_DONE,
+                        proto::REPLY_TYPE_OFFSET_HOLE,
+                        req.cookie,
+                        12,
+                    )
+                    .to_vec();
+                    r.extend_from_slice(&req.offset.to_be_bytes());
+                    r.extend_from_slice(&req.length.to_be_bytes());
+                    Ok(r)
                 } else {
                     // One content chunk (so DF always holds), or the simple reply.
                     let head = if neg.structured { 28 } else { 16 };
