@@ -245,6 +245,9 @@ fn an_interrupted_scrub_resumes_where_it_stopped() {
     args.extend(ms);
     args.extend(["--size", "8M", "--chunk", "4K"]);
     ok(&sg(&args, d));
+    // Data in (nearly) every stripe: a zero stripe (FORMAT.md §2.7) costs the rate nothing.
+    std::fs::write(d.join("A"), vec![0x5au8; 20_000_000]).unwrap();
+    ok(&sg(&cmd("write", &ms, &["-i", "A"]), d));
     // A slow scrub (2 MB/s over ~33 MB of units), killed (-9) after it wrote a checkpoint.
     let mut slow = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
         .args(cmd("scrub", &ms, &["--rate", "2"]))

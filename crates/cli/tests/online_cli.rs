@@ -174,6 +174,9 @@ fn a_scrub_stopped_with_its_holder_resumes_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     create(d, "hybrid-seq", "48M");
+    // Data to read: a zero stripe (FORMAT.md §2.7) costs the rate nothing.
+    std::fs::write(d.join("A"), vec![0x5au8; 32 << 20]).unwrap();
+    ok(&sg(&with("write", &["-i", "A"]), d));
     let s = serve(d, None);
     // Slow enough to be stopped midway: 4 MB/s of member reads.
     let scrub = Command::new(env!("CARGO_BIN_EXE_stripeguard"))

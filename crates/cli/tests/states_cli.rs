@@ -580,6 +580,9 @@ fn ctrl_c_stops_a_scrub_clean_and_the_next_one_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(&sg(&args("create", &["--size", "16M"]), d));
+    // Data to read: a zero stripe (FORMAT.md §2.7) costs the rate nothing.
+    std::fs::write(d.join("A"), vec![0x5au8; 16 << 20]).unwrap();
+    ok(&sg(&args("write", &["-i", "A"]), d));
     // Rate-limited so it is still running when the signal comes (about 10 s in all).
     let child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
         .args(args("scrub", &["--rate", "5"]))
