@@ -357,6 +357,11 @@ impl UntrustedSet {
         self.matching(|_| true)
     }
 
+    /// The listed ranges of stripes `lo..hi`.
+    pub(crate) fn in_stripes(&self, lo: u64, hi: u64) -> Vec<UntrustedRange> {
+        self.matching(|e| (lo..hi).contains(&e.stripe))
+    }
+
     /// The listed ranges of `stripe`.
     pub(crate) fn of_stripe(&self, stripe: StripeIx) -> Vec<UntrustedRange> {
         self.matching(|e| e.stripe == stripe.get())

@@ -99,6 +99,11 @@ impl Array {
         self.untrusted_set().all()
     }
 
+    /// The listed ranges of stripes `lo..hi`, in order (what a block-status request covers).
+    pub fn untrusted_within(&self, lo: u64, hi: u64) -> Vec<UntrustedRange> {
+        self.untrusted_set().in_stripes(lo, hi)
+    }
+
     /// The data chunks a piece of `len > 0` bytes at array byte `off` (within one stripe)
     /// touches: (position, first byte, end byte) within each chunk.
     fn piece_chunks(&self, off: u64, len: u64) -> impl Iterator<Item = (Pos, u32, u32)> {

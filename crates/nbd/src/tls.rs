@@ -129,17 +129,20 @@ fn pump<T: Read + Write + AsFd>(
     use rustix::event::{poll, PollFd, PollFlags};
     let mut to_local: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
-    let (mut client_done, mut server_done) = (false, false);
+    // The TLS peer (the other end of `raw`) has nothing more to send; our plaintext end
+    // (`local`) has nothing more to send. (The pump serves both the server and the client
+    // side: "peer" and "local" name the ends, not the roles.)
+    let (mut peer_done, mut local_done) = (false, false);
     loop {
         // What can be done without waiting. Plaintext rustls already holds first: records that
         // came in with the end of the handshake (the client's first option often does) were
         // decrypted then, and no poll of the socket would ever announce them again.
-        while !client_done && to_local.len() < PUMP_BUFFER {
+        while !peer_done && to_local.len() < PUMP_BUFFER {
             match conn.reader().read(&mut buf) {
-                Ok(0) => client_done = true,
+                Ok(0) => peer_done = true,
                 Ok(n) => to_local.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => client_done = true,
+                Err(_) => peer_done = true,
             }
         }
         while conn.wants_write() {
@@ -158,17 +161,17 @@ fn pump<T: Read + Write + AsFd>(
                 Err(_) => return,
             }
         }
-        if client_done && to_local.is_empty() {
+        if peer_done && to_local.is_empty() {
             let _ = local.shutdown(std::net::Shutdown::Write);
         }
-        if server_done && !conn.wants_write() {
+        if local_done && !conn.wants_write() {
             return;
         }
-        if client_done && server_done {
+        if peer_done && local_done {
             return;
         }
-        let want_raw_in = !client_done && to_local.len() < PUMP_BUFFER;
-        let want_local_in = !server_done && !conn.wants_write();
+        let want_raw_in = !peer_done && to_local.len() < PUMP_BUFFER;
+        let want_local_in = !local_done && !conn.wants_write();
         let mut raw_flags = PollFlags::empty();
         if want_raw_in {
             raw_flags |= PollFlags::IN;
@@ -210,7 +213,7 @@ fn pump<T: Read + Write + AsFd>(
         drop(fds);
         if want_raw_in && raw_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
             match conn.read_tls(&mut raw) {
-                Ok(0) => client_done = true,
+                Ok(0) => peer_done = true,
                 Ok(_) => {
                     if let Err(e) = conn.process_new_packets() {
                         let _ = error.set(e.to_string());
@@ -228,7 +231,7 @@ fn pump<T: Read + Write + AsFd>(
         {
             match local.read(&mut buf) {
                 Ok(0) => {
-                    server_done = true;
+                    local_done = true;
                     conn.send_close_notify();
                 }
                 Ok(n) => {

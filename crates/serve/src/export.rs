@@ -114,7 +114,7 @@ impl Export for ArrayExport {
         // Listed ranges as array bytes, in order, merged where they touch.
         let mut listed: Vec<(u64, u64)> = self
             .array
-            .untrusted()
+            .untrusted_within(offset / sd, end.div_ceil(sd))
             .iter()
             .map(|r| {
                 let lo = r.stripe * sd + u64::from(r.position) * c + u64::from(r.offset);
