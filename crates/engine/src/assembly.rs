@@ -41,7 +41,9 @@ pub(crate) fn decide(
 }
 
 /// The array is the one most of the given members belong to (so a single foreign member is
-/// the one named), and its newest superblock speaks for it.
+/// the one named), its geometry the one most of those members describe (so a single member
+/// whose geometry fields were changed is the one named, however new its event count), and its
+/// newest such superblock speaks for it.
 fn reference(
     names: &[String],
     found: &[Result<(Superblock, u8), String>],
@@ -55,7 +57,15 @@ fn reference(
     found
         .iter()
         .filter_map(|f| f.as_ref().ok())
-        .max_by_key(|(sb, _)| (votes(&sb.array_uuid), sb.generation))
+        .max_by_key(|(sb, _)| {
+            let alike = found
+                .iter()
+                .filter(|f| {
+                    matches!(f, Ok((o, _)) if o.array_uuid == sb.array_uuid && same_geometry(o, sb))
+                })
+                .count();
+            (votes(&sb.array_uuid), alike, sb.generation)
+        })
         .map(|(sb, _)| sb.clone())
         .ok_or_else(|| {
             let why: Vec<String> = names

@@ -580,3 +580,34 @@ fn a_truncated_member_is_out_from_assembly_with_the_reason() {
     a.read(0, &mut back).unwrap();
     assert_eq!(back, data);
 }
+
+/// One member's superblock copies re-sealed with another stripe count and a newer event count
+/// (valid CRCs, so nothing but the other members can say they are wrong): the refusal names
+/// that member, not one of the three that agree (an outside tester saw the good member named
+/// when the changed copy was the newest).
+#[test]
+fn a_member_whose_geometry_alone_differs_is_the_one_named() {
+    use stripeguard_integrity::{Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS};
+    let m = mems(Scheme::HybridSeq, 4);
+    create(
+        &m,
+        &ArrayConfig::new(3, 1, Scheme::HybridSeq, CHUNK, STRIPES),
+    )
+    .unwrap();
+    for at in SUPERBLOCK_COPY_OFFSETS {
+        let mut b = vec![0u8; SUPERBLOCK_BYTES];
+        m[2].read_at(at, &mut b).unwrap();
+        let mut sb = Superblock::decode(&b).unwrap();
+        sb.stripes -= 1;
+        sb.generation += 5;
+        m[2].write_at(at, &sb.encode()).unwrap();
+    }
+    let err = Array::assemble(refs(&m), &AssembleOptions::default())
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("m2: its superblock disagrees with the others about the geometry"),
+        "{text}"
+    );
+}
