@@ -842,3 +842,55 @@ fn metrics_count_the_same_held_or_not() {
     ));
     assert_eq!((&during, &endpoint, &after), (&before, &before, &before));
 }
+
+/// A mail the mail program refuses is not lost: the monitor keeps its position before that
+/// event and hands it over at the next pass (issue 36 leftover: the position used to move on).
+#[test]
+fn a_failed_mail_is_sent_again_at_the_next_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let conf = d.join("stripeguard.conf");
+    std::fs::write(&conf, format!("devices = [\"{}/m*\"]\n", d.display())).unwrap();
+    ok(&sgc(
+        &[
+            "create", "m0", "m1", "m2", "--size", "8M", "--name", "mailed",
+        ],
+        d,
+        &conf,
+    ));
+    let cursors = d.join("cursors");
+    let monitor = |program: &str| {
+        sgc(
+            &[
+                "monitor",
+                "--oneshot",
+                "--cursor-dir",
+                cursors.to_str().unwrap(),
+                "--mail",
+                "root@localhost",
+                "--mail-program",
+                program,
+            ],
+            d,
+            &conf,
+        )
+    };
+    // The first pass takes its position; then a scrub logs two events.
+    monitor("true");
+    ok(&sgc(&["scrub", "m0", "m1", "m2"], d, &conf));
+    let failed = monitor("false");
+    assert!(
+        err_of(&failed).contains("is tried again at the next pass"),
+        "{}",
+        err_of(&failed)
+    );
+    let mails = d.join("mails");
+    let program = format!("sh -c 'cat >> {}'", mails.display());
+    monitor(&program);
+    let sent = std::fs::read_to_string(&mails).unwrap_or_default();
+    assert!(sent.contains("scrub-started"), "{sent}");
+    assert!(sent.contains("scrub-finished"), "{sent}");
+    // Sent once: the next pass has nothing new.
+    monitor(&program);
+    assert_eq!(std::fs::read_to_string(&mails).unwrap(), sent);
+}

@@ -24,7 +24,8 @@ pub struct MonitorArgs {
     /// A hook for arrays whose configuration names none (a shell command, as `events --exec`).
     #[arg(long)]
     exec: Option<String>,
-    /// Mail each event to this address through --mail-program (as `mdadm --monitor --mail`).
+    /// Mail each event to this address through --mail-program (as `mdadm --monitor --mail`);
+    /// an event the mail program fails for is tried again at the next pass (its hook too).
     #[arg(long)]
     mail: Option<String>,
     /// The program that sends mail: it reads the message, headers first, on its standard input.
@@ -195,8 +196,17 @@ fn pass(a: &MonitorArgs, said: &mut std::collections::HashMap<String, String>) -
             if let Some(cmd) = &hook {
                 run_hook(cmd, e, &f.uuid, &name, path, false)?;
             }
+            // A mail that could not be handed over is tried again at the next pass, from this
+            // event (its hook then runs again too: at least once, never skipped).
             if let Some(to) = &a.mail {
-                mail(&a.mail_program, to, &name, &f.uuid, &line);
+                if !mail(&a.mail_program, to, &name, &f.uuid, &line) {
+                    eprintln!(
+                        "stripeguard monitor: {name}: event #{} is tried again at the next pass",
+                        e.number
+                    );
+                    attention = true;
+                    break;
+                }
             }
             // After the hook: a crash before this runs it again, never skips it.
             write_cursor(&cursor, &f.uuid, e.number.saturating_add(1))?;
@@ -227,8 +237,8 @@ fn severity(e: &LoggedEvent) -> u8 {
     }
 }
 
-/// Hand one message to the mail program; a failure is said, not fatal.
-fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) {
+/// Hand one message to the mail program; a failure is said, not fatal. Whether it took it.
+fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) -> bool {
     let msg = format!(
         "To: {to}\nSubject: stripeguard: {name}: {}\n\nArray {name} ({uuid}) on {}:\n\n{line}\n",
         line.split(':').nth(1).unwrap_or("event").trim(),
@@ -239,8 +249,14 @@ fn mail(program: &str, to: &str, name: &str, uuid: &str, line: &str) {
     // A mail program that hangs does not stop the monitor: it is killed after a while.
     let sent = super::shared::run_bounded(program, Some(msg.as_bytes()), |_| {});
     match sent {
-        Ok(s) if s.success() => {}
-        Ok(s) => eprintln!("stripeguard monitor: --mail-program {program:?} exited with {s}"),
-        Err(e) => eprintln!("stripeguard monitor: cannot run --mail-program {program:?}: {e}"),
+        Ok(s) if s.success() => true,
+        Ok(s) => {
+            eprintln!("stripeguard monitor: --mail-program {program:?} exited with {s}");
+            false
+        }
+        Err(e) => {
+            eprintln!("stripeguard monitor: cannot run --mail-program {program:?}: {e}");
+            false
+        }
     }
 }
