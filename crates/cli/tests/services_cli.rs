@@ -894,3 +894,44 @@ fn a_failed_mail_is_sent_again_at_the_next_pass() {
     monitor(&program);
     assert_eq!(std::fs::read_to_string(&mails).unwrap(), sent);
 }
+
+/// Events the ring overwrote between two passes are said, not silently skipped (issue 36
+/// leftover): 330 events into a ring of 320 after the monitor took its position.
+#[test]
+fn events_overwritten_before_the_monitor_saw_them_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let conf = d.join("stripeguard.conf");
+    std::fs::write(&conf, format!("devices = [\"{}/m*\"]\n", d.display())).unwrap();
+    ok(&sgc(
+        &["create", "m0", "m1", "m2", "--size", "8M", "--name", "busy"],
+        d,
+        &conf,
+    ));
+    let cursors = d.join("cursors");
+    let monitor = || {
+        sgc(
+            &[
+                "monitor",
+                "--oneshot",
+                "--cursor-dir",
+                cursors.to_str().unwrap(),
+            ],
+            d,
+            &conf,
+        )
+    };
+    let first = monitor();
+    assert_eq!(first.status.code(), Some(0), "{}", err_of(&first));
+    // Two events a scrub.
+    for _ in 0..165 {
+        ok(&sgc(&["scrub", "m0", "m1", "m2"], d, &conf));
+    }
+    let second = monitor();
+    let text = err_of(&second);
+    assert!(
+        text.contains("event(s) were overwritten in the event log's ring (of 320)"),
+        "{text}"
+    );
+    assert_eq!(second.status.code(), Some(1), "{text}");
+}

@@ -167,6 +167,20 @@ fn pass(a: &MonitorArgs, said: &mut std::collections::HashMap<String, String>) -
         let hook = conf
             .and_then(|(_, c)| c.hook.clone())
             .or_else(|| a.exec.clone());
+        // Events the ring overwrote before this pass saw them (the monitor was stopped, or
+        // the array logged faster than it polls): said, as they can no longer be reported.
+        if let Some(oldest) = log.entries.first().map(|e| e.number) {
+            if from < oldest {
+                let lost = oldest - from;
+                let line = format!(
+                    "{name}: {lost} event(s) were overwritten in the event log's ring (of {}) before this monitor saw them: `stripeguard status` counts what the log still holds",
+                    log.capacity
+                );
+                eprintln!("stripeguard monitor: {line}");
+                stripeguard_ops::syslog(4, "stripeguard monitor", &line);
+                attention = true;
+            }
+        }
         for e in log.entries.iter().filter(|e| e.number >= from) {
             if needs_attention(e) {
                 attention = true;
