@@ -135,17 +135,7 @@ fn a_sparse_export_copies_sparse_and_trims_to_holes() {
     let s = serve(d, &[]);
     let map = |uri: &str| -> Vec<(u64, u64, u32)> {
         let out = run(Command::new("nbdinfo").arg("--map").arg(uri));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (
-                    f[0].parse().unwrap(),
-                    f[1].parse().unwrap(),
-                    f[2].parse().unwrap(),
-                )
-            })
-            .collect()
+        common::nbd_map(&out.stdout)
     };
     let fresh = map(&s.uri);
     assert!(

@@ -710,17 +710,7 @@ fn an_nbd_client_sees_which_extents_are_untrusted() {
             .status();
         let _ = child.wait();
         assert!(out.status.success(), "{}", err_of(&out));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (
-                    f[0].parse().unwrap(),
-                    f[1].parse().unwrap(),
-                    f[2].parse().unwrap(),
-                )
-            })
-            .collect()
+        common::nbd_map(&out.stdout)
     };
     let clean = map("stripeguard:integrity");
     assert!(clean.iter().all(|e| e.2 == 0), "{clean:?}");

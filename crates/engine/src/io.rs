@@ -20,7 +20,7 @@
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::layout::{Image, InHand, NewChunk, NewWrite, Reads, Sealed};
-use crate::num::{usize_of, Pos, StripeIx};
+use crate::num::{usize_of, Piece, Pos, StripeIx};
 use stripeguard_codes::ChunkUpdate;
 use stripeguard_disk::AlignedBuf;
 use stripeguard_format::EventKind;
@@ -103,7 +103,7 @@ impl Array {
         }
         self.check_range(offset, data.len() as u64)?;
         let _caller = Caller::enter(self);
-        let mut pieces: Vec<(StripeIx, u64, u64, usize)> = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::new();
         self.for_pieces(offset, data.len() as u64, |stripe, off, len, at| {
             pieces.push((stripe, off, len, at));
             Ok(())
@@ -122,7 +122,7 @@ impl Array {
             self.geometry().chunk_bytes,
         );
         let (k, m) = (self.geometry().k, self.geometry().m);
-        let slots_for = |&(stripe, off, len, _): &(StripeIx, u64, u64, usize)| {
+        let slots_for = |&(stripe, off, len, _): &Piece| {
             let missing = Pos::upto(k)
                 .filter(|&pos| self.is_failed(self.member_of(stripe, pos)))
                 .count();
@@ -151,11 +151,7 @@ impl Array {
     /// Write a batch of pieces (stripe, array offset, length, where in `data`): the stripes'
     /// locks in order (so two batches can never wait for each other), the intent bits and saved
     /// chunks, the write journal (when the array has it), then each piece in place.
-    fn write_batch(
-        &self,
-        batch: &[(StripeIx, u64, u64, usize)],
-        data: &[u8],
-    ) -> Result<(), EngineError> {
+    fn write_batch(&self, batch: &[Piece], data: &[u8]) -> Result<(), EngineError> {
         let _guards = self.lock_stripes(batch.iter().map(|p| p.0));
         self.write_batch_locked(batch, data)
     }
@@ -172,11 +168,7 @@ impl Array {
     }
 
     /// [`Array::write_batch`] with every stripe's lock held.
-    fn write_batch_locked(
-        &self,
-        batch: &[(StripeIx, u64, u64, usize)],
-        data: &[u8],
-    ) -> Result<(), EngineError> {
+    fn write_batch_locked(&self, batch: &[Piece], data: &[u8]) -> Result<(), EngineError> {
         // A piece into a zero stripe writes the stripe whole (zero.rs).
         if self.untrusted_set().any_zero() {
             let zero: Vec<bool> = batch.iter().map(|p| self.is_zero(p.0)).collect();
@@ -196,7 +188,7 @@ impl Array {
     /// its zero stripe written whole, from nothing read (zero.rs).
     pub(crate) fn write_pieces(
         &self,
-        batch: &[(StripeIx, u64, u64, usize)],
+        batch: &[Piece],
         data: &[u8],
         zero: &[bool],
     ) -> Result<(), EngineError> {

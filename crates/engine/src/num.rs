@@ -125,6 +125,10 @@ const _: () = assert!(std::mem::size_of::<StripeIx>() == std::mem::size_of::<u64
 const _: () = assert!(std::mem::size_of::<Pos>() == std::mem::size_of::<usize>());
 const _: () = assert!(std::mem::size_of::<MemberIx>() == std::mem::size_of::<usize>());
 
+/// A piece of a request within one stripe: the stripe, its array byte offset, its length, and
+/// where its bytes are in the request's buffer.
+pub(crate) type Piece = (StripeIx, u64, u64, usize);
+
 #[cfg(test)]
 mod tests {
     use super::{MemberIx, Pos, StripeIx};

@@ -23,7 +23,7 @@
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::layout::InHand;
-use crate::num::{usize_of, Pos, StripeIx};
+use crate::num::{usize_of, Piece, Pos, StripeIx};
 use crate::stripe_state::Removed;
 use stripeguard_format::EventKind;
 use stripeguard_integrity::{Appendix, Scheme};
@@ -203,7 +203,7 @@ impl Array {
     /// Every stripe's lock is held.
     pub(crate) fn write_into_zero(
         &self,
-        batch: &[(StripeIx, u64, u64, usize)],
+        batch: &[Piece],
         data: &[u8],
         zero: &[bool],
     ) -> Result<(), EngineError> {

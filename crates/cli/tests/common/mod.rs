@@ -86,3 +86,18 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// `nbdinfo --map` output: one (offset, length, flags) per line.
+pub fn nbd_map(stdout: &[u8]) -> Vec<(u64, u64, u32)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
