@@ -91,7 +91,7 @@ fn one_case(
         faulty.iter().map(|f| f.clone() as DiskRef).collect(),
         &AssembleOptions::default(),
     )?;
-    let g = *array.geometry();
+    let g = array.geometry();
     let mut rng = rand::rngs::StdRng::seed_from_u64(kind as u64 * 31 + scheme.id() as u64);
     let cap = usize_of(array.capacity_bytes());
     let mut model = vec![0u8; cap];

@@ -30,6 +30,9 @@ impl Disk for AbortDisk {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
     }
+    fn measure_size(&self) -> u64 {
+        self.inner.measure_size()
+    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         self.inner.read_at(offset, buf)
     }

@@ -110,6 +110,9 @@ impl Disk for CountingDisk {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
     }
+    fn measure_size(&self) -> u64 {
+        self.inner.measure_size()
+    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         if self.is_metadata(offset) {
             self.metadata_reads.fetch_add(1, Relaxed);

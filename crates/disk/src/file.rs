@@ -20,7 +20,9 @@ const FALLBACK_ALIGN: usize = 4096;
 pub struct FileDisk {
     name: String,
     file: File,
-    size: u64,
+    /// Bytes, as measured at open or by [`Disk::measure_size`] since (a file extended, a
+    /// device grown while held).
+    size: std::sync::atomic::AtomicU64,
     direct: bool,
     /// Direct I/O alignment of offsets and lengths, and of buffer addresses (1 when buffered).
     offset_align: usize,
@@ -120,7 +122,7 @@ impl FileDisk {
         Ok(FileDisk {
             name,
             file,
-            size,
+            size: std::sync::atomic::AtomicU64::new(size),
             direct,
             offset_align,
             mem_align,
@@ -218,10 +220,19 @@ impl Disk for FileDisk {
         })
     }
     fn size_bytes(&self) -> u64 {
-        self.size
+        self.size.load(std::sync::atomic::Ordering::Acquire)
+    }
+    fn measure_size(&self) -> u64 {
+        // Seeking a shared handle moves only the file position, which no I/O here uses (every
+        // read and write is positional).
+        if let Ok(now) = (&self.file).seek(SeekFrom::End(0)) {
+            self.size
+                .fetch_max(now, std::sync::atomic::Ordering::AcqRel);
+        }
+        self.size_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        check_range(&self.name, "read", offset, buf.len(), self.size)?;
+        check_range(&self.name, "read", offset, buf.len(), self.size_bytes())?;
         if self.aligned(offset, buf.as_ptr(), buf.len()) {
             return self
                 .file
@@ -242,7 +253,7 @@ impl Disk for FileDisk {
         Ok(())
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
-        check_range(&self.name, "write", offset, buf.len(), self.size)?;
+        check_range(&self.name, "write", offset, buf.len(), self.size_bytes())?;
         if self.aligned(offset, buf.as_ptr(), buf.len()) {
             return self
                 .file
@@ -253,8 +264,8 @@ impl Disk for FileDisk {
         let mut b = Bounce::new(offset, buf.len(), self.offset_align, self.mem_align);
         let start = b.start;
         let cover = b.region().len();
-        let readable =
-            usize::try_from(self.size.saturating_sub(start)).map_or(cover, |n| n.min(cover));
+        let readable = usize::try_from(self.size_bytes().saturating_sub(start))
+            .map_or(cover, |n| n.min(cover));
         self.file
             .read_exact_at(&mut b.region()[..readable], start)
             .map_err(|e| self.err("write", offset, buf.len(), e))?;
@@ -287,7 +298,7 @@ impl Disk for FileDisk {
         use std::os::fd::AsRawFd;
         let in_range = offset
             .checked_add(len as u64)
-            .is_some_and(|end| end <= self.size);
+            .is_some_and(|end| end <= self.size_bytes());
         (in_range && self.aligned(offset, ptr, len)).then(|| self.file.as_raw_fd())
     }
     fn flush(&self) -> Result<(), DiskError> {

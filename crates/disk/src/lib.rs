@@ -153,6 +153,13 @@ pub trait Disk: Send + Sync {
     fn name(&self) -> &str;
     /// Size in bytes.
     fn size_bytes(&self) -> u64;
+    /// Size in bytes as the device says now: a disk whose size can change while it is open (a
+    /// file extended, a block device grown) measures it again, and [`Disk::size_bytes`] says
+    /// the new size from then on. A size never shrinks in this handle (a member that shrank
+    /// fails its I/O past the end as before).
+    fn measure_size(&self) -> u64 {
+        self.size_bytes()
+    }
     /// Fill `buf` from byte `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
     /// Write `buf` at byte `offset`.

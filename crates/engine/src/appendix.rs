@@ -294,6 +294,7 @@ impl Layout for Appendices {
         &self,
         a: &Array,
         fresh: bool,
+        stripes: std::ops::Range<u64>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), EngineError> {
         let g = a.geometry();
@@ -306,7 +307,7 @@ impl Layout for Appendices {
         };
         let tags = vec![zero; g.k];
         let mut buf = vec![0u8; usize_of(a.unit_bytes())];
-        for s in (0..g.stripes).map(StripeIx::new) {
+        for s in stripes.clone().map(StripeIx::new) {
             // Fresh members already hold the zero chunks; without appendices, nothing else.
             if !fresh || scheme.has_appendix() {
                 let off = a.unit_offset(s.get());
@@ -324,7 +325,7 @@ impl Layout for Appendices {
                     }
                 }
             }
-            crate::layout::report(progress, s, g.stripes);
+            crate::layout::report(progress, s, stripes.clone());
         }
         Ok(())
     }

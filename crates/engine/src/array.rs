@@ -193,8 +193,15 @@ pub const APPENDIX_CACHE_ENTRIES: usize = 16384;
 /// Its locks are taken in the order of the numbered list in docs/DESIGN.md ("Lock order.",
 /// under "Inside the engine"); each lock field below gives its number there.
 pub struct Array {
+    /// The superblock as assembled (member index 0's view). Its `stripes` is the count at
+    /// assembly: a grow changes `stripes` below, so the stripe count and everything that
+    /// follows from it (the journal's offset, the bytes a member needs) are read from
+    /// [`Array::geometry`], never from here.
     sb: Superblock,
-    geometry: Geometry,
+    /// k, m and the chunk size (its `stripes`: as assembled, see `stripes`).
+    shape: Geometry,
+    /// Stripes now ([`Array::grow`] raises it, under every stripe lock).
+    stripes: std::sync::atomic::AtomicU64,
     /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
     gran: Granularity,
     /// Shared with the heartbeat thread (as is `ownership`). Its locks: lock order 12 (leaves).
@@ -272,9 +279,10 @@ impl Array {
         if array.keeps_zero_stripes() {
             // Every stripe one zero range: nothing of the data area is written (zero.rs).
             array.start_all_zero()?;
-            progress(array.geometry.stripes, array.geometry.stripes);
+            progress(array.geometry().stripes, array.geometry().stripes);
         } else {
-            array.layout().initialise(&array, fresh, progress)?;
+            let all = 0..array.geometry().stripes;
+            array.layout().initialise(&array, fresh, all, progress)?;
         }
         array.write_superblocks(ArrayState::Dirty)?;
         Ok(array)
@@ -485,7 +493,8 @@ impl Array {
             events: Mutex::new(EventLog::new(EnvRef::clone(&env))),
             env,
             code,
-            geometry,
+            shape: geometry,
+            stripes: std::sync::atomic::AtomicU64::new(sb.stripes),
             members: Arc::new(Members::new(members)),
             generation: std::sync::atomic::AtomicU64::new(sb.generation),
             units,
@@ -557,7 +566,7 @@ impl Array {
     ) {
         let mut planner = self.planner.lock().expect("lock");
         for pos in positions {
-            let id = self.geometry.data_chunk_id(stripe.get(), pos.get());
+            let id = self.geometry().data_chunk_id(stripe.get(), pos.get());
             planner.map_mut().mark_written(id);
         }
     }
@@ -589,6 +598,18 @@ impl Array {
             .iter()
             .map(|&l| self.locks[l].lock().expect("lock"))
             .collect()
+    }
+
+    /// How many stripe locks there are: stripes `0..` this many take every one of them.
+    pub(crate) fn stripe_lock_count(&self) -> u64 {
+        self.locks.len() as u64
+    }
+
+    /// The array has `stripes` stripes from now on (a grow's commit, under every stripe lock
+    /// and the superblock lock).
+    pub(crate) fn set_stripes(&self, stripes: u64) {
+        self.stripes.store(stripes, Ordering::Release);
+        self.planner.lock().expect("lock").set_stripes(stripes);
     }
 
     /// Whether the simulator asked for defect `s`.
@@ -716,13 +737,19 @@ impl Array {
         &self.env
     }
 
-    /// The superblock (member index 0's view).
-    pub fn superblock(&self) -> &Superblock {
-        &self.sb
+    /// The superblock (member index 0's view), with the stripe count as it is now.
+    pub fn superblock(&self) -> Superblock {
+        Superblock {
+            stripes: self.geometry().stripes,
+            ..self.sb.clone()
+        }
     }
-    /// The geometry.
-    pub fn geometry(&self) -> &Geometry {
-        &self.geometry
+    /// The geometry, with the stripe count as it is now.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            stripes: self.stripes.load(std::sync::atomic::Ordering::Acquire),
+            ..self.shape
+        }
     }
     /// The scheme.
     pub fn scheme(&self) -> Scheme {
@@ -730,7 +757,7 @@ impl Array {
     }
     /// User-visible bytes.
     pub fn capacity_bytes(&self) -> u64 {
-        self.geometry.capacity_bytes()
+        self.geometry().capacity_bytes()
     }
     /// Bytes per unit.
     pub fn unit_bytes(&self) -> u64 {
@@ -738,7 +765,7 @@ impl Array {
     }
     /// Where units are on each member (for fault injection).
     pub fn unit_map(&self) -> UnitMap {
-        unit_map(&self.sb)
+        unit_map(&self.superblock())
     }
     /// The handle of member `i` as assembled (a stale or failed member's too, when it could be
     /// opened).
@@ -896,11 +923,11 @@ impl Array {
 
     fn check_survivable(&self) -> Result<(), EngineError> {
         // The checksum member holds no data: without it reads go unverified, not lost.
-        let failed = self.members.out_among(self.geometry.n());
-        if failed > self.geometry.m {
+        let failed = self.members.out_among(self.geometry().n());
+        if failed > self.geometry().m {
             return Err(EngineError::TooManyFailed {
                 failed,
-                tolerated: self.geometry.m,
+                tolerated: self.geometry().m,
             });
         }
         Ok(())
@@ -952,7 +979,7 @@ impl Array {
                 if self.is_failed(i) {
                     continue;
                 }
-                let mut sb = self.sb.clone();
+                let mut sb = self.superblock();
                 sb.member_index = crate::num::index_u16(i.get());
                 sb.state = meta.state;
                 sb.sequence_high_water = meta.high_water;
@@ -1004,11 +1031,11 @@ impl Array {
 
     /// Expected identity of position `pos` of `stripe`.
     pub(crate) fn identity(&self, stripe: StripeIx, pos: Pos) -> Identity {
-        let k = self.geometry.k;
+        let k = self.geometry().k;
         let pos = pos.get();
         Identity {
             array_uuid: self.sb.array_uuid,
-            member_index: crate::num::index_u16(self.geometry.member_of(stripe.get(), pos)),
+            member_index: crate::num::index_u16(self.geometry().member_of(stripe.get(), pos)),
             chunk_number: stripe.get(),
             // Positions are below 255 (the member table's bound), so they fit a byte.
             role: if pos < k {
@@ -1017,6 +1044,12 @@ impl Array {
                 Role::Parity(u8::try_from(pos - k).expect("at most 255 positions"))
             },
         }
+    }
+
+    /// Where the journal slots start on every member of the array at `stripes` stripes
+    /// (right after the last unit, FORMAT.md §2.6).
+    pub(crate) fn journal_offset_at(&self, stripes: u64) -> u64 {
+        self.unit_offset(stripes)
     }
 
     /// Byte offset of `stripe`'s unit on every member.

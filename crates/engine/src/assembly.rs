@@ -41,9 +41,9 @@ pub(crate) fn decide(
 }
 
 /// The array is the one most of the given members belong to (so a single foreign member is
-/// the one named), its geometry the one most of those members describe (so a single member
-/// whose geometry fields were changed is the one named, however new its event count), and its
-/// newest such superblock speaks for it.
+/// the one named), its geometry the one most of those members describe or trail by a grow (so
+/// a single member whose geometry fields were changed is the one named, however new its event
+/// count), and its newest such superblock speaks for it.
 fn reference(
     names: &[String],
     found: &[Result<(Superblock, u8), String>],
@@ -61,7 +61,9 @@ fn reference(
             let alike = found
                 .iter()
                 .filter(|f| {
-                    matches!(f, Ok((o, _)) if o.array_uuid == sb.array_uuid && same_geometry(o, sb))
+                    matches!(f, Ok((o, _)) if o.array_uuid == sb.array_uuid
+                        && same_geometry(o, sb)
+                        && stripes_agree(o, sb))
                 })
                 .count();
             (votes(&sb.array_uuid), alike, sb.generation)
@@ -102,7 +104,7 @@ fn check_members(
                 hex(&reference.array_uuid)
             )));
         }
-        if !same_geometry(sb, reference) {
+        if !same_geometry(sb, reference) || !stripes_agree(sb, reference) {
             return Err(EngineError::Assemble(format!(
                 "{}: its superblock disagrees with the others about the geometry",
                 d
@@ -387,20 +389,21 @@ pub(crate) fn read_superblock(d: &dyn stripeguard_disk::Disk) -> Result<(Superbl
     }
 }
 
+/// Same shape, stripes aside: a member may trail the newest superblock in its stripe count by
+/// a grow whose superblock writes it missed ([`trails_a_grow`]).
 fn same_geometry(a: &Superblock, b: &Superblock) -> bool {
     (a.members, a.data_chunks, a.parity_chunks, a.code, a.scheme)
         == (b.members, b.data_chunks, b.parity_chunks, b.code, b.scheme)
         && (a.cross_check, a.layout, a.journal_slots, a.write_journal)
             == (b.cross_check, b.layout, b.journal_slots, b.write_journal)
-        && (
-            a.sector_shift,
-            a.chunk_bytes,
-            a.data_offset_bytes,
-            a.stripes,
-        ) == (
-            b.sector_shift,
-            b.chunk_bytes,
-            b.data_offset_bytes,
-            b.stripes,
-        )
+        && (a.sector_shift, a.chunk_bytes, a.data_offset_bytes)
+            == (b.sector_shift, b.chunk_bytes, b.data_offset_bytes)
+}
+
+/// Whether `sb`'s stripe count may differ from the newest superblock's (FORMAT.md §2,
+/// "Growing the array"): only by trailing it — fewer stripes and an older event count (a grow
+/// is committed by its superblock writes, and a crash among them leaves both kinds).
+fn stripes_agree(sb: &Superblock, newest: &Superblock) -> bool {
+    sb.stripes == newest.stripes
+        || (sb.stripes < newest.stripes && sb.generation < newest.generation)
 }

@@ -543,6 +543,7 @@ impl Layout for ChecksumMember {
         &self,
         a: &Array,
         fresh: bool,
+        stripes: std::ops::Range<u64>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), EngineError> {
         let g = a.geometry();
@@ -552,7 +553,7 @@ impl Layout for ChecksumMember {
         let zeros: Vec<&[u8]> = (0..g.n()).map(|_| &zero[..]).collect();
         let mut t = a.ck_table_of(StripeIx::new(0), &zeros);
         let ck = a.members().get(a.ck_member());
-        for s in (0..g.stripes).map(StripeIx::new) {
+        for s in stripes.clone().map(StripeIx::new) {
             let off = a.unit_offset(s.get());
             t.stripe = s.get();
             let enc = a.ck_encode(&t);
@@ -572,7 +573,7 @@ impl Layout for ChecksumMember {
                     a.members().get(a.member_of(s, pos)).write_at(off, &zero)?;
                 }
             }
-            crate::layout::report(progress, s, g.stripes);
+            crate::layout::report(progress, s, stripes.clone());
         }
         Ok(())
     }

@@ -73,6 +73,19 @@ impl Intent {
         }
     }
 
+    /// Cut the record for an array grown to `stripes` (its region size follows the stripe
+    /// count), keeping its sequence and "cleared at". Only with no bit set and nothing in
+    /// flight: a grow flushes and clears everything first, under every stripe lock.
+    pub(crate) fn regrid(&mut self, layout: &MetadataLayout, stripes: u64, stripe_data_bytes: u64) {
+        debug_assert!(self.set.iter().all(|&b| b == 0));
+        let mut new = Intent::new(layout, stripes, stripe_data_bytes);
+        new.sequence = self.sequence;
+        new.cleared_at = self.cleared_at;
+        new.disabled = self.disabled;
+        new.epoch = self.epoch;
+        *self = new;
+    }
+
     /// Stripes per bit.
     pub(crate) fn stripes_per_bit(&self) -> u64 {
         self.stripes_per_bit

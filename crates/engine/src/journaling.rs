@@ -24,7 +24,8 @@ impl Array {
     }
 
     fn journal_slot_offset(&self, slot: usize) -> u64 {
-        self.sb().journal_offset() + slot as u64 * self.sb().journal_slot_bytes()
+        self.journal_offset_at(self.geometry().stripes)
+            + slot as u64 * self.sb().journal_slot_bytes()
     }
 
     /// Take a free slot for each of `wanted` (stripe, kind, position), all at once (a writer

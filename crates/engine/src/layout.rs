@@ -88,12 +88,15 @@ pub(crate) trait Layout: Sync {
     /// only (dirty checksum tables).
     fn write_back(&self, a: &Array) -> Result<(), EngineError>;
 
-    /// Write every stripe of a new array as all-zero data with valid metadata. `fresh`: the
-    /// members read as zeros already (new files), so zero chunks need not be written.
+    /// Write the stripes `stripes` (every stripe of a new array, or a grow's new ones) as
+    /// all-zero data with valid metadata. `fresh`: the members read as zeros already (new
+    /// files), so zero chunks need not be written. `progress(done, total)` counts within
+    /// `stripes`.
     fn initialise(
         &self,
         a: &Array,
         fresh: bool,
+        stripes: std::ops::Range<u64>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), EngineError>;
 
@@ -107,10 +110,17 @@ pub(crate) trait Layout: Sync {
 }
 
 /// Report the progress of an initialisation every 64 stripes and at the end.
-pub(crate) fn report(progress: &mut dyn FnMut(u64, u64), stripe: StripeIx, total: u64) {
-    let stripe = stripe.get();
-    if stripe % 64 == 63 || stripe + 1 == total {
-        progress(stripe + 1, total);
+pub(crate) fn report(
+    progress: &mut dyn FnMut(u64, u64),
+    stripe: StripeIx,
+    stripes: std::ops::Range<u64>,
+) {
+    let (done, total) = (
+        stripe.get() + 1 - stripes.start,
+        stripes.end - stripes.start,
+    );
+    if done % 64 == 0 || done == total {
+        progress(done, total);
     }
 }
 

@@ -27,6 +27,7 @@ mod error;
 mod events;
 mod evlog;
 mod forced;
+mod grow;
 mod heartbeat;
 mod intent;
 mod io;
@@ -60,6 +61,7 @@ pub use events::{
     event_place, unit_label, Counters, Event, EventAction, EventKind, EventListener, EventRole,
 };
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
+pub use grow::Grown;
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use members::MemberHealth;
 pub use metacheck::MetadataFinding;

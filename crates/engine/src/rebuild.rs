@@ -139,6 +139,12 @@ impl Array {
                 "its superblock is at event {g}, newer than event {}, the last at which the array counted it current: it was written apart from the array",
                 slot.last_event
             )))
+        } else if own.stripes != self.geometry().stripes {
+            Err((true, format!(
+                "its superblock says {} stripes and the array has {}: it was out when the array grew, so its new stripes hold nothing",
+                own.stripes,
+                self.geometry().stripes
+            )))
         } else if g < cleared_at {
             Err((true, format!(
                 "its superblock is at event {g}, older than event {cleared_at}, when the write-intent record was last empty with every member in: it may lack writes whose bits were cleared before it left"
@@ -362,7 +368,7 @@ impl Array {
                 self.members().get(member).name()
             ));
         }
-        let need = self.sb().member_bytes();
+        let need = self.superblock().member_bytes();
         if target.size_bytes() < need {
             return cfg(format!(
                 "{} ({} bytes) is too small: a member of this array needs {need} bytes",

@@ -389,7 +389,11 @@ impl Array {
 
     /// Write memory (with the entries taken off since `mark` still in; `None`: every pending
     /// one) as the next copy on every current member.
-    fn persist_untrusted(&self, u: &mut Inner, mark: Option<u64>) -> Result<(), EngineError> {
+    pub(crate) fn persist_untrusted(
+        &self,
+        u: &mut Inner,
+        mark: Option<u64>,
+    ) -> Result<(), EngineError> {
         let mut record = u.record_since(mark.unwrap_or(0));
         record.sequence = u.sequence + 1;
         self.write_state_record(&record, u.copy_bytes)?;

@@ -26,7 +26,7 @@ use crate::layout::InHand;
 use crate::num::{usize_of, Piece, Pos, StripeIx};
 use crate::stripe_state::Removed;
 use stripeguard_format::EventKind;
-use stripeguard_integrity::{Appendix, Scheme};
+use stripeguard_integrity::{state_capacity, Appendix, Scheme};
 use stripeguard_plan::{Extent, PiecePlan};
 
 /// Bytes of zeros written per step where zeros are written (a few MiB, whole stripes).
@@ -47,6 +47,32 @@ impl Array {
             u.dirty = true;
         }
         self.settle_untrusted_after_flush(self.untrusted_set().removals())
+    }
+
+    /// Whether the stripe-state record as memory has it fits a copy (a record over its room
+    /// is brought back by the next flush, which writes the smallest zero ranges out).
+    pub(crate) fn zero_set_fits(&self) -> bool {
+        let u = self.untrusted_set().hold();
+        let r = u.record_since(0);
+        r.entries.len() + r.zero.len() <= state_capacity(u.copy_bytes)
+    }
+
+    /// A grow's new stripes `from..to` as zero stripes, durably in the record, before the
+    /// superblocks say them (FORMAT.md §2, "Growing the array"); `false`, with nothing
+    /// changed, when the record has no room for another range. Every stripe lock is held and
+    /// the array was just flushed: nothing is pending.
+    pub(crate) fn list_zero_stripes(&self, from: u64, to: u64) -> Result<bool, EngineError> {
+        let mut u = self.untrusted_set().hold();
+        let before = u.zero.clone();
+        u.zero.insert(from, to);
+        let r = u.record_since(0);
+        if r.entries.len() + r.zero.len() > state_capacity(u.copy_bytes) {
+            u.zero = before;
+            return Ok(false);
+        }
+        u.dirty = true;
+        self.persist_untrusted(&mut u, None)?;
+        Ok(true)
     }
 
     /// Whether `stripe` reads as zeros (its units are not read).

@@ -47,7 +47,7 @@ fn agree(scheme: Scheme, chunk: u32, cross: CrossCheck) {
             ..ArrayConfig::new(k, m, scheme, chunk, stripes)
         };
         let array = Array::create(members, &cfg, true, &mut |_, _| {}).unwrap();
-        let mut planner = Planner::new(*array.geometry(), scheme, 1 << 20).with_cross_check(cross);
+        let mut planner = Planner::new(array.geometry(), scheme, 1 << 20).with_cross_check(cross);
         // Reserve hybrid-seq's first block of sequence numbers before counting.
         array.write(0, &[1]).unwrap();
         planner.plan(Op::Write, 0, 1, |_| {});

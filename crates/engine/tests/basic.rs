@@ -118,7 +118,7 @@ fn one_fault(scheme: Scheme, fault: Fault, read_fault: bool) -> (usize, u64) {
     r.array.write(0, &model).unwrap();
     let mut back = vec![0u8; cap];
     r.array.read(0, &mut back).unwrap();
-    let g = *r.array.geometry();
+    let g = r.array.geometry();
     let stripe = 2u64;
     let member = g.member_of(stripe, 1);
     r.faulty[member].arm(stripe, fault).unwrap();

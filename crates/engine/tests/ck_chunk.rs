@@ -58,7 +58,7 @@ fn hand_damage_is_found_and_repaired_and_none_returns_it() {
         a.close().unwrap();
         // A block of data unit 2 of stripe 1 (FORMAT.md §2.8 gives its member).
         let a = open(&d);
-        let g = *a.geometry();
+        let g = a.geometry();
         flip(&d, &a, g.member_of(1, 2), 1, 3 * 4096 + 17);
         let mut back = vec![0u8; cap];
         a.read(0, &mut back).unwrap();
@@ -104,7 +104,7 @@ fn the_table_on_disk_is_as_format_md_says() {
     a.write(0, &data).unwrap();
     let uuid = a.superblock().array_uuid;
     let off = a.superblock().data_offset_bytes as usize + 2 * a.unit_bytes() as usize;
-    let g = *a.geometry();
+    let g = a.geometry();
     a.close().unwrap();
     let bytes = d[g.n()].with_bytes_mut(|b| b[off..off + 4096].to_vec());
     assert_eq!(&bytes[..4], b"SGCK");
@@ -129,7 +129,7 @@ fn the_checksum_member_is_lost_and_rebuilt() {
     a.close().unwrap();
     let g = {
         let a = open(&d);
-        let g = *a.geometry();
+        let g = a.geometry();
         a.close().unwrap();
         g
     };
@@ -174,7 +174,7 @@ fn a_lost_write_of_data_and_its_table_together_is_the_blind_spot() {
     let cap = a.capacity_bytes() as usize;
     let old = pattern(cap, 1);
     a.write(0, &old).unwrap();
-    let g = *a.geometry();
+    let g = a.geometry();
     let map = a.unit_map();
     a.close().unwrap();
     let faulty: Vec<Arc<FaultyDisk>> = d

@@ -105,7 +105,7 @@ fn members_driven_in_parallel_round_trip_and_repair() {
         let mut model = data.clone();
         model.copy_within(0..20000, 5000);
         // Rot one data unit behind the engine's back; every scheme but none repairs it.
-        let g = *array.geometry();
+        let g = array.geometry();
         let member = g.member_of(3, 0);
         mems[member].0.with_bytes_mut(|b| {
             b[array.superblock().data_offset_bytes as usize

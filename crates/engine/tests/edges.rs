@@ -69,7 +69,7 @@ fn k1_refuses_checksum_mirroring_and_versions_catch_a_flip() {
         let a = assemble(refs(&d)).unwrap();
         let data = bytes(CHUNK as usize, 1);
         a.write(0, &data).unwrap();
-        let (g, off) = (*a.geometry(), a.superblock().data_offset_bytes as usize);
+        let (g, off) = (a.geometry(), a.superblock().data_offset_bytes as usize);
         a.close().unwrap();
         d[g.member_of(0, 0)].with_bytes_mut(|b| b[off + 100] ^= 0x55);
         let a = assemble(refs(&d)).unwrap();
@@ -126,7 +126,7 @@ fn lost_writes(
     let a = assemble(refs(&d)).unwrap();
     a.write(0, &bytes(4 * CHUNK as usize, 7)).unwrap();
     let (g, off, unit) = (
-        *a.geometry(),
+        a.geometry(),
         a.superblock().data_offset_bytes as usize,
         a.unit_bytes() as usize,
     );
@@ -327,7 +327,7 @@ fn none_check_reports_parity_that_disagrees_with_data() {
     let a = assemble(refs(&d)).unwrap();
     a.write(0, &bytes(2 * CHUNK as usize * STRIPES as usize, 3))
         .unwrap();
-    let (g, off) = (*a.geometry(), a.superblock().data_offset_bytes as usize);
+    let (g, off) = (a.geometry(), a.superblock().data_offset_bytes as usize);
     a.close().unwrap();
     // Before any damage: nothing reported.
     let ro = AssembleOptions {

@@ -85,7 +85,7 @@ fn crash_with_fault(scheme: Scheme, k: usize, m: usize, write_journal: bool) -> 
     // The power cut: every I/O of the write landed (the array is open: dirty, its intent bit
     // and journal record on disk), then the chunk's second half is torn back to old bytes.
     let mut images: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
-    let g = *a.geometry();
+    let g = a.geometry();
     let base = a.superblock().data_offset_bytes as usize + S as usize * a.unit_bytes() as usize;
     let first = (S as usize * k) * CHUNK;
     let img0 = &mut images[g.member_of(S, 0)];
@@ -199,7 +199,7 @@ fn crash_then_lose_a_member(scheme: Scheme, k: usize, m: usize, write_journal: b
     let new0 = pattern(CHUNK, 91);
     a.write(S * (k * CHUNK) as u64, &new0).unwrap();
     let mut images: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
-    let g = *a.geometry();
+    let g = a.geometry();
     let unit = a.unit_bytes() as usize;
     let base = a.superblock().data_offset_bytes as usize + S as usize * unit;
     // The parity units (and the checksum member's table) of stripe S never landed.
@@ -262,7 +262,7 @@ fn crash_in_the_journal_round(scheme: Scheme, k: usize, m: usize) -> Outcome {
     let new0 = pattern(CHUNK, 93);
     a.write(S * (k * CHUNK) as u64, &new0).unwrap();
     let mut images: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
-    let g = *a.geometry();
+    let g = a.geometry();
     let sb = a.superblock().clone();
     let unit = a.unit_bytes() as usize;
     let base = sb.data_offset_bytes as usize + S as usize * unit;
@@ -330,7 +330,7 @@ fn a_journal_record_that_is_not_this_arrays_is_never_replayed() {
         // Dirty: open, with a write in flight's bookkeeping on disk.
         a.write(0, &old[..CHUNK]).unwrap();
         let sb = a.superblock().clone();
-        let g = *a.geometry();
+        let g = a.geometry();
         let mut images: Vec<Vec<u8>> = d.iter().map(|x| x.snapshot()).collect();
         drop(a);
         let payload = vec![0xAAu8; 4096];

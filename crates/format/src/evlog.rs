@@ -190,11 +190,13 @@ codes! {
         /// A forced assembly brought a stale member back (read-only, or made current for
         /// good with `--writable`).
         ForcedAssembly = 28, "forced-assembly";
+        /// The array grew (`stripeguard grow`): its stripe is the old stripe count.
+        Grown = 29, "grown";
     }
 }
 
 impl EventKind {
-    /// A change of the array's or a member's state (codes 21–28), not a finding in a stripe:
+    /// A change of the array's or a member's state (codes 21–29), not a finding in a stripe:
     /// its stripe and position say nothing.
     pub fn is_state_change(self) -> bool {
         matches!(
@@ -207,6 +209,7 @@ impl EventKind {
                 | EventKind::ResyncFinished
                 | EventKind::MemberReturned
                 | EventKind::ForcedAssembly
+                | EventKind::Grown
         )
     }
 }

@@ -264,6 +264,11 @@ impl Planner {
         &self.geometry
     }
 
+    /// The array grew to `stripes` stripes.
+    pub fn set_stripes(&mut self, stripes: u64) {
+        self.geometry.stripes = stripes;
+    }
+
     /// The scheme.
     pub fn scheme(&self) -> Scheme {
         self.scheme

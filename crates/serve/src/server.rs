@@ -468,7 +468,6 @@ impl Server {
     pub fn run(&self, listener: Listener, stop: &AtomicBool, hurry: &AtomicBool) -> io::Result<()> {
         listener.set_nonblocking(true)?;
         let pool = Arc::new(Pool::new(self.config.workers));
-        let info = Arc::new(self.export_info());
         let open: Arc<Mutex<HashMap<u64, (Stream, String)>>> = Arc::default();
         let mut handles = Vec::new();
         let mut next_id = 0u64;
@@ -500,6 +499,10 @@ impl Server {
             if let Stream::Unix(s) = &stream {
                 let _ = s.set_nonblocking(false);
             }
+            // Per connection: an array grown meanwhile (`stripeguard grow`) is offered at its
+            // new size to clients that connect from now on (NBD has no resize notification;
+            // a connected client keeps the size it was given).
+            let info = Arc::new(self.export_info());
             let now = self.stats.connections_now.load(Ordering::Relaxed);
             if now >= self.config.max_connections as u64 {
                 self.stats

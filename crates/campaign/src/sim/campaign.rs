@@ -182,7 +182,7 @@ impl Driver {
         for s in &ripe {
             st.hit.remove(s);
         }
-        let g = *rig.array().geometry();
+        let g = rig.array().geometry();
         if st.fail_at == Some(op) && st.spare_failures > 0 {
             let d = (0..g.n())
                 .find(|d| !st.failed.contains(d))

@@ -148,7 +148,7 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
             );
         }
         println!("  scan: {}", scan_line(last_scrub.as_ref()));
-        print_untrusted(&untrusted, Some(array.geometry()));
+        print_untrusted(&untrusted, Some(&array.geometry()));
         if array.was_unclean() {
             println!(
                 "  not closed cleanly: {awaiting} stripe(s) in regions awaiting resync (the next command that may write resyncs them first){}",
