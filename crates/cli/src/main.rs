@@ -48,6 +48,10 @@ enum Command {
     /// Rebuild a failed, missing, stale or retired member onto a new file or device, checking the
     /// survivors as they are read; resumable.
     Replace(cmd::replace::ReplaceArgs),
+    /// Add stripes when every member has room for them (each replaced by a bigger device, or
+    /// its file extended), online when a process holds the array; the new stripes read as
+    /// zeros. Refused while a member is out.
+    Grow(cmd::grow::GrowArgs),
     /// Zero-fill the blocks of a stripe that a resync listed as untrusted (it could not verify
     /// them), so the stripe is whole again; the bytes they held are gone. `status` lists them.
     ///
@@ -192,6 +196,7 @@ fn main() -> ExitCode {
         Command::Completions(a) => cmd::docs::completions(a, Cli::command()),
         Command::Manpages(a) => cmd::docs::manpages(a, Cli::command()),
         Command::Replace(a) => cmd::replace::run(a),
+        Command::Grow(a) => cmd::grow::run(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),
         Command::Send(a) => xfer::send_cmd(a),

@@ -56,6 +56,18 @@ impl Array {
             .unwrap_or(0)
     }
 
+    /// The member with the least room, and its bytes (what limits [`Array::stripes_that_fit`]).
+    pub fn smallest_member(&self) -> (String, u64) {
+        MemberIx::upto(self.members().len())
+            .filter(|&m| !self.is_failed(m))
+            .map(|m| {
+                let d = self.members().get(m);
+                (d.name().to_string(), d.measure_size())
+            })
+            .min_by_key(|(_, s)| *s)
+            .unwrap_or_default()
+    }
+
     /// Grow the array to `stripes` stripes (FORMAT.md §2, "Growing the array"), online: reads
     /// and writes wait only while the old end is settled and the superblocks are written.
     /// `progress(done, total)` counts the stripes initialised (none when the new ones are zero
@@ -164,13 +176,7 @@ impl Array {
         }
         let fits = self.stripes_that_fit();
         if stripes > fits {
-            let (smallest, size) = MemberIx::upto(self.members().len())
-                .map(|m| {
-                    let d = self.members().get(m);
-                    (d.name().to_string(), d.size_bytes())
-                })
-                .min_by_key(|(_, s)| *s)
-                .unwrap_or_default();
+            let (smallest, size) = self.smallest_member();
             return cfg(format!(
                 "{stripes} stripes need {} bytes on every member, but {smallest} holds {size} ({fits} stripes fit): grow every member first",
                 self.member_bytes_at(stripes)

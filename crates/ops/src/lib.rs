@@ -42,9 +42,13 @@ pub use scan::{
 pub use wipe::{wipe_member, wipe_preflight, Wiped};
 mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
+mod grow;
 mod online;
 pub use eventlog_sink::{line_of, log_events, syslog};
 mod probe;
+pub use grow::{
+    ask_holder_grow, follow_holder_grow, grow_array, grown_line, target_stripes, GrowTo, LiveGrow,
+};
 pub use online::{ask_holder_scrub, follow_holder_scrub, LiveScrub};
 mod verdict;
 pub use probe::{in_use, Confirmations, Found, Target};
@@ -556,6 +560,12 @@ pub struct LiveStatus {
     /// Zero stripes (FORMAT.md §2.7): stripes and ranges, when the array keeps them.
     #[serde(default)]
     pub zero_stripes: Option<(u64, usize)>,
+    /// A grow the holder runs (or ran) on request (`stripeguard grow` while it serves).
+    #[serde(default)]
+    pub grow: Option<LiveGrow>,
+    /// The array's bytes now (0 from holders of builds before `grow`).
+    #[serde(default)]
+    pub capacity_bytes: u64,
 }
 
 /// A replace run by the holder of the array.
@@ -732,9 +742,11 @@ pub fn with_control_socket_hooks<R>(
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let replacing: std::sync::Mutex<Option<LiveReplace>> = std::sync::Mutex::new(None);
     let scrubbing = online::ScrubSlot::default();
+    let growing = grow::GrowSlot::default();
     let out = std::thread::scope(|s| {
         let replacing = &replacing;
         let scrubbing = &scrubbing;
+        let growing = &growing;
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
@@ -800,6 +812,8 @@ pub fn with_control_socket_hooks<R>(
                                     zero_stripes: array
                                         .keeps_zero_stripes()
                                         .then(|| array.zero_stripe_count()),
+                                    grow: growing.state.lock().expect("lock").clone(),
+                                    capacity_bytes: array.capacity_bytes(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }
@@ -846,6 +860,22 @@ pub fn with_control_socket_hooks<R>(
                                     Err(e) => serde_json::json!({ "error": e }).to_string(),
                                 },
                             },
+                            req if req.starts_with("grow ") && !may_change(&conn) => {
+                                serde_json::json!({ "error": format!(
+                                    "only root or the holder's user (uid {}) may ask it to grow the array",
+                                    rustix::process::geteuid().as_raw()
+                                ) })
+                                .to_string()
+                            }
+                            req if req.starts_with("grow ") => {
+                                match grow::start_grow(array, req, growing, s) {
+                                    Ok(()) => "{\"started\":true}".to_string(),
+                                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                                }
+                            }
+                            req if req.starts_with("replace ") && growing.running() => {
+                                serde_json::json!({ "error": "a grow is running in this holder; replace when it has finished" }).to_string()
+                            }
                             req if req.starts_with("replace ") && scrubbing.running() => {
                                 serde_json::json!({ "error": "a scrub or check is running in this holder; replace when it has finished (`status` shows its progress)" }).to_string()
                             }
@@ -856,7 +886,7 @@ pub fn with_control_socket_hooks<R>(
                                 }
                             }
                             other => serde_json::json!({ "error": format!(
-                                "unknown request {:?} (this holder answers: status, replace, scrub, stop)",
+                                "unknown request {:?} (this holder answers: status, replace, scrub, grow, stop)",
                                 other.chars().take(32).collect::<String>()
                             ) })
                             .to_string(),

@@ -10,7 +10,7 @@
 //!   `stripeguard_units_repaired_total`, `stripeguard_stripes_unrecoverable_total`,
 //!   `stripeguard_checks_failed_total`, `stripeguard_stripes_resynced_total`,
 //!   `stripeguard_member_failures_total`;
-//! - `stripeguard_progress_ratio{operation}` (a replace or scrub under way, 0..1);
+//! - `stripeguard_progress_ratio{operation}` (a replace, scrub or grow under way, 0..1);
 //! - `stripeguard_nbd_*` from the holder's front end (connections, requests, bytes), counters;
 //! - `stripeguard_nbd_request_duration_seconds{command}`, a histogram of the front end's request
 //!   latency (from the request read to its reply handed to the writer, the wait for a worker
@@ -71,6 +71,9 @@ impl ArrayMetrics {
             found.insert((k.clone(), usize::MAX), *n);
         }
         let mut progress = Vec::new();
+        if let Some(g) = live.grow.as_ref().filter(|g| g.running) {
+            progress.push(("grow".into(), frac(g.done, g.total)));
+        }
         if let Some(r) = live.replace.as_ref().filter(|r| r.running) {
             progress.push(("replace".into(), frac(r.done, r.total)));
         }
@@ -248,7 +251,7 @@ pub fn render(arrays: &[ArrayMetrics]) -> String {
         &mut out,
         "stripeguard_progress_ratio",
         "gauge",
-        "A replace or scrub under way: how far, 0 to 1.",
+        "A replace, scrub or grow under way: how far, 0 to 1.",
     );
     for a in arrays {
         for (op, f) in &a.progress {

@@ -213,6 +213,8 @@ mod tests {
             members: vec![],
             scrub: None,
             zero_stripes: None,
+            grow: None,
+            capacity_bytes: 0,
         };
         assert_eq!(live.verdict(false), Verdict::Clean);
         assert_eq!(live.verdict(true), Verdict::NotChecked);

@@ -105,6 +105,15 @@ pub(super) fn live_status(
                 pct(r.done, r.total)
             );
         }
+        if let Some(g) = live.grow.as_ref().filter(|g| g.running) {
+            println!(
+                "  grow running: from {} bytes, new stripe {} of {} written ({}%)",
+                g.from_bytes,
+                g.done,
+                g.total,
+                pct(g.done, g.total)
+            );
+        }
         if !live.front_end.is_empty() {
             let parts: Vec<String> = live
                 .front_end

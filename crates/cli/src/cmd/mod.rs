@@ -10,6 +10,7 @@ pub mod demo;
 pub mod docs;
 pub mod events;
 pub mod examine;
+pub mod grow;
 pub mod inject;
 pub mod list;
 mod live;

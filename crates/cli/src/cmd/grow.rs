@@ -1,0 +1,101 @@
+//! `stripeguard grow`: more stripes on members that have room for them (each replaced by a
+//! bigger one, or its file extended), here or in the process holding the array while it serves.
+
+use crate::cmd::shared::{assemble, MembersArgs};
+use crate::exit;
+use crate::progress::{count_bar, updater};
+use anyhow::{bail, Result};
+use clap::Args;
+use serde_json::json;
+use std::process::ExitCode;
+use stripeguard_ops::{
+    ask_holder, ask_holder_grow, follow_holder_grow, grow_array, grown_line, peek_uuid, GrowTo,
+};
+
+#[derive(Args)]
+pub struct GrowArgs {
+    #[command(flatten)]
+    array: MembersArgs,
+    /// The array's new size in bytes (K, M, G, T suffixes; rounded down to whole stripes), or
+    /// `max`: as much as every member has room for.
+    #[arg(long, default_value = "max", value_parser = parse_to)]
+    size: GrowTo,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_to(s: &str) -> Result<GrowTo, String> {
+    if s == "max" {
+        return Ok(GrowTo::Max);
+    }
+    crate::units::parse_bytes(s).map(GrowTo::Bytes)
+}
+
+/// What NBD clients of a holder must do to see the new size.
+const RECONNECT: &str = "clients of `stripeguard serve` see the new size when they connect again (NBD has no resize notification)";
+
+/// `grow` of an array another process holds: ask it over its control socket, then follow its
+/// progress in its status until it finishes.
+fn via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
+    ask_holder_grow(uuid, a.size)
+        .map_err(|e| anyhow::anyhow!("the process holding the array refused to grow it: {e}"))?;
+    let bar = count_bar("initialising new stripes");
+    let result = follow_holder_grow(uuid, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let (g, _) = result.map_err(anyhow::Error::msg)?;
+    let outcome = g.outcome.clone().unwrap_or_default();
+    if !g.ok {
+        bail!("{outcome}");
+    }
+    if a.json {
+        println!("{}", json!({"via_holder": true, "grow": g}));
+    } else {
+        println!("{outcome}");
+        if g.to_bytes != g.from_bytes {
+            println!("{RECONNECT}");
+        }
+    }
+    Ok(ExitCode::from(exit::OK))
+}
+
+pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
+    a.array.resolve(false)?;
+    let array = match assemble(&a.array, true) {
+        Ok(array) => array,
+        Err(e) => {
+            // Held by a process on this host that answers its control socket (a running
+            // `serve`): it grows the array while it goes on serving.
+            if let Some(uuid) = peek_uuid(&a.array.members) {
+                if ask_holder(&uuid).is_ok() {
+                    return via_holder(&a, &uuid);
+                }
+            }
+            return Err(e);
+        }
+    };
+    let bar = count_bar("initialising new stripes");
+    let result = grow_array(&array, a.size, &mut updater(&bar));
+    bar.finish_and_clear();
+    let grown = match result {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = array.close();
+            return Err(e.into());
+        }
+    };
+    if a.json {
+        println!(
+            "{}",
+            json!({"from_stripes": grown.from_stripes, "to_stripes": grown.to_stripes,
+                   "capacity_bytes": grown.capacity_bytes, "as_zero_stripes": grown.as_zero_stripes})
+        );
+    } else {
+        println!("{}", grown_line(&grown, &array));
+    }
+    array.close()?;
+    Ok(ExitCode::from(exit::OK))
+}
