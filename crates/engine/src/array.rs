@@ -1206,6 +1206,8 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
         write_journal: cfg.write_journal,
         untrusted_listed: false,
         zero_stripes: cfg.zero_stripes,
+        spares: Vec::new(),
+        spare_policy: None,
         member_table: vec![
             MemberSlot {
                 state: MemberState::Active,

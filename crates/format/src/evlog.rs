@@ -192,11 +192,13 @@ codes! {
         ForcedAssembly = 28, "forced-assembly";
         /// The array grew (`stripeguard grow`): its stripe is the old stripe count.
         Grown = 29, "grown";
+        /// A hot spare took an out (or failing) member's place: a replace onto it begins.
+        SpareTaken = 30, "spare-taken";
     }
 }
 
 impl EventKind {
-    /// A change of the array's or a member's state (codes 21–29), not a finding in a stripe:
+    /// A change of the array's or a member's state (codes 21–30), not a finding in a stripe:
     /// its stripe and position say nothing.
     pub fn is_state_change(self) -> bool {
         matches!(
@@ -210,6 +212,7 @@ impl EventKind {
                 | EventKind::MemberReturned
                 | EventKind::ForcedAssembly
                 | EventKind::Grown
+                | EventKind::SpareTaken
         )
     }
 }

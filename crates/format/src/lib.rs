@@ -15,6 +15,7 @@
 //! | §2.8 | — | stripe layout (no record: computed by `stripeguard-plan`) | — |
 //! | §2.9 | [`appendix`] | unit appendix (§2.9.1: what each I/O moves) | `SGAX` |
 //! | §2.10 | [`cktable`] | checksum-chunk table | `SGCK` |
+//! | §2.11 | [`spare`] | spare label (on a hot spare device) | `SGSPARE\0` |
 //!
 //! [`scheme`] holds the scheme codes the superblock and appendix store, [`cursor`] the one set of
 //! little-endian field readers and writers every record uses.
@@ -44,6 +45,7 @@ pub mod journal;
 pub mod owner;
 pub mod scheme;
 pub mod shard;
+pub mod spare;
 pub mod state;
 pub mod superblock;
 
@@ -59,15 +61,17 @@ pub use intent::IntentRecord;
 pub use journal::{JournalHeader, JournalKind};
 pub use owner::Owner;
 pub use scheme::{MirrorKind, Scheme};
+pub use spare::{SpareLabel, SPARE_LABEL_BYTES, SPARE_LABEL_OFFSETS};
 pub use state::{
     state_capacity, StateError, StateRecord, UntrustedRange, ZeroRange, STATE_ENTRY_BYTES,
     STATE_HEADER_BYTES,
 };
 pub use superblock::{
     check_name, write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState,
-    MetadataLayout, Superblock, SuperblockError, CHECKPOINT_OFFSET, FORMAT_VERSION,
-    INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES, JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES,
-    MAX_JOURNAL_SLOTS, MAX_MEMBERS, MAX_NAME_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
+    MetadataLayout, SpareEntry, SparePolicy, Superblock, SuperblockError, CHECKPOINT_OFFSET,
+    DEFAULT_SPARE_DELAY_SECONDS, FORMAT_VERSION, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES,
+    JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS, MAX_MEMBERS,
+    MAX_NAME_BYTES, MAX_SPARES, MAX_SPARE_HINT_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
     SUPERBLOCK_COPY_OFFSETS,
 };
 

@@ -218,9 +218,63 @@ pub const INCOMPAT_UNTRUSTED: u64 = 4;
 /// it clear, and TRIM then writes zeros as before). A reader that does not know it would read a
 /// zero stripe's unspecified bytes as data, so it must refuse the array.
 pub const INCOMPAT_ZERO_STRIPES: u64 = 8;
+/// Incompatible feature bit 4: the superblock lists hot spares (FORMAT.md §2.1, §2.11) in its
+/// spare table. Set while it lists any: a writer that does not know the table would drop it
+/// when it rewrote the superblock, and the spares' labels would name an array that no longer
+/// knows them.
+pub const INCOMPAT_SPARES: u64 = 16;
 /// Compatible feature bit 0: the array has a name, at bytes 168..200 (FORMAT.md §2.1). A
 /// reader that does not know it ignores the name (and a writer that does not know it drops it).
 pub const COMPAT_NAME: u64 = 1;
+/// Compatible feature bit 1: bytes 200..208 hold the spare policy (FORMAT.md §2.1). A reader
+/// that does not know it uses no spare (it knows none); a writer that does not know it drops it
+/// (the defaults apply again).
+pub const COMPAT_SPARE_POLICY: u64 = 2;
+/// Most spares a superblock lists.
+pub const MAX_SPARES: usize = 6;
+/// Bytes of a spare's path hint at most.
+pub const MAX_SPARE_HINT_BYTES: usize = 100;
+/// Where the spare table starts (past the largest member table, 256 + 12 * 255).
+const SPARES_AT: usize = 3328;
+/// Bytes of one spare table entry.
+const SPARE_ENTRY_BYTES: usize = 124;
+/// Seconds a member stays out before a spare takes its place, by default.
+pub const DEFAULT_SPARE_DELAY_SECONDS: u32 = 30;
+
+/// A hot spare the array lists (FORMAT.md §2.1 spare table; the device carries the matching
+/// label, §2.11).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SpareEntry {
+    /// The spare's uuid (in its label).
+    pub uuid: [u8; 16],
+    /// Its bytes when added.
+    pub device_bytes: u64,
+    /// The path it was added by, where to look first (empty: too long to keep; found by
+    /// scanning).
+    pub hint: String,
+}
+
+/// When a spare takes a member's place (FORMAT.md §2.1, compatible bit 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SparePolicy {
+    /// Seconds a member stays out (failed, missing, stale) before a spare is rebuilt in its
+    /// place: a member that comes back sooner (an NBD member that dropped out for a few
+    /// seconds) gets its cheap re-add instead.
+    pub delay_seconds: u32,
+    /// Units found silently wrong on one member (since the holder assembled the array) at which
+    /// a spare takes its place while it is still in; 0: never.
+    pub error_threshold: u32,
+}
+
+impl Default for SparePolicy {
+    fn default() -> Self {
+        SparePolicy {
+            delay_seconds: DEFAULT_SPARE_DELAY_SECONDS,
+            error_threshold: 0,
+        }
+    }
+}
+
 /// Bytes of an array's name at most.
 pub const MAX_NAME_BYTES: usize = 32;
 
@@ -377,6 +431,10 @@ pub struct Superblock {
     pub zero_stripes: bool,
     /// The array's name (`create --name`; compatible feature bit 0); empty: none.
     pub name: String,
+    /// Hot spares listed (incompatible feature bit 4 while any is).
+    pub spares: Vec<SpareEntry>,
+    /// When a spare takes a member's place (compatible feature bit 1; `None`: the defaults).
+    pub spare_policy: Option<SparePolicy>,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
 }
@@ -495,6 +553,9 @@ impl Superblock {
         }
         if self.members > MAX_MEMBERS {
             return Err(g("more than 255 members"));
+        }
+        if self.spares.len() > MAX_SPARES {
+            return Err(g("more than 6 spares"));
         }
         if self.member_table.len() != self.members as usize {
             return Err(g("member table length differs from the member count"));
@@ -631,6 +692,26 @@ impl Superblock {
             b[NAME_AT..NAME_AT + len].copy_from_slice(&name[..len]);
             b[104..112].copy_from_slice(&COMPAT_NAME.to_le_bytes());
         }
+        let mut incompatible = u64_at(&b, 96);
+        let mut compatible = u64_at(&b, 104);
+        if let Some(p) = self.spare_policy {
+            b[200..204].copy_from_slice(&p.delay_seconds.to_le_bytes());
+            b[204..208].copy_from_slice(&p.error_threshold.to_le_bytes());
+            compatible |= COMPAT_SPARE_POLICY;
+        }
+        if !self.spares.is_empty() {
+            incompatible |= INCOMPAT_SPARES;
+            b[208] = u8::try_from(self.spares.len().min(MAX_SPARES)).unwrap_or(0);
+            for (i, e) in self.spares.iter().take(MAX_SPARES).enumerate() {
+                let at = SPARES_AT + i * SPARE_ENTRY_BYTES;
+                b[at..at + 16].copy_from_slice(&e.uuid);
+                b[at + 16..at + 24].copy_from_slice(&e.device_bytes.to_le_bytes());
+                let hint = crate::cursor::text_prefix(&e.hint, MAX_SPARE_HINT_BYTES);
+                crate::cursor::put_text(&mut b[at + 24..at + SPARE_ENTRY_BYTES], hint);
+            }
+        }
+        b[96..104].copy_from_slice(&incompatible.to_le_bytes());
+        b[104..112].copy_from_slice(&compatible.to_le_bytes());
         for (i, slot) in self.member_table.iter().enumerate() {
             let at = TABLE_AT + i * ENTRY_BYTES;
             b[at] = slot.state.id();
@@ -708,12 +789,22 @@ impl Superblock {
             write_journal: u64_at(b, 96) & INCOMPAT_WRITE_JOURNAL != 0,
             untrusted_listed: u64_at(b, 96) & INCOMPAT_UNTRUSTED != 0,
             zero_stripes: u64_at(b, 96) & INCOMPAT_ZERO_STRIPES != 0,
+            spares: if u64_at(b, 96) & INCOMPAT_SPARES != 0 {
+                spares_at(b)?
+            } else {
+                Vec::new()
+            },
+            spare_policy: (u64_at(b, 104) & COMPAT_SPARE_POLICY != 0).then(|| SparePolicy {
+                delay_seconds: u32_at(b, 200),
+                error_threshold: u32_at(b, 204),
+            }),
         };
         let incompatible = u64_at(b, 96);
         let known = INCOMPAT_BLOCK_CRCS
             | INCOMPAT_WRITE_JOURNAL
             | INCOMPAT_UNTRUSTED
-            | INCOMPAT_ZERO_STRIPES;
+            | INCOMPAT_ZERO_STRIPES
+            | INCOMPAT_SPARES;
         if incompatible & !known != 0 {
             return Err(SuperblockError::Features(incompatible & !known));
         }
@@ -748,6 +839,36 @@ impl Superblock {
         sb.validate()?;
         Ok(sb)
     }
+}
+
+/// The spare table of a copy whose incompatible bit 4 is set: 1 to [`MAX_SPARES`] entries,
+/// each with a non-zero uuid and a hint that is text; none listed twice.
+fn spares_at(b: &[u8]) -> Result<Vec<SpareEntry>, SuperblockError> {
+    let bad = SuperblockError::Geometry;
+    let n = usize::from(b[208]);
+    if n == 0 || n > MAX_SPARES {
+        return Err(bad(
+            "the spare count is 0 or over 6 with the spares feature bit set",
+        ));
+    }
+    let mut out: Vec<SpareEntry> = Vec::with_capacity(n);
+    for i in 0..n {
+        let at = SPARES_AT + i * SPARE_ENTRY_BYTES;
+        let field = &b[at + 24..at + SPARE_ENTRY_BYTES];
+        let len = field.iter().position(|&c| c == 0).unwrap_or(field.len());
+        let hint = std::str::from_utf8(&field[..len])
+            .map_err(|_| bad("a spare's path hint is not text"))?;
+        let e = SpareEntry {
+            uuid: crate::cursor::id_at(b, at),
+            device_bytes: u64_at(b, at + 16),
+            hint: hint.to_string(),
+        };
+        if e.uuid == [0; 16] || out.iter().any(|o| o.uuid == e.uuid) {
+            return Err(bad("a spare's uuid is zero or listed twice"));
+        }
+        out.push(e);
+    }
+    Ok(out)
 }
 
 impl crate::Record for Superblock {
@@ -820,6 +941,8 @@ mod tests {
             write_journal: false,
             untrusted_listed: true,
             zero_stripes: false,
+            spares: Vec::new(),
+            spare_policy: None,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {
@@ -944,10 +1067,18 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
+        b[96] = 33;
+        let crc = crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(32)));
+        // Bit 4 (spares) with no spare counted is not a valid copy.
         b[96] = 17;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(16)));
+        assert!(matches!(
+            Superblock::decode(&b),
+            Err(SuperblockError::Geometry(_))
+        ));
         // Bits 2 (untrusted blocks listed) and 3 (zero stripes, §2.7) are known, and
         // round-trip.
         let mut sb = sample();

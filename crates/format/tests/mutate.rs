@@ -44,6 +44,15 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
         write_journal: false,
         untrusted_listed: false,
         zero_stripes: false,
+        spares: vec![stripeguard_format::SpareEntry {
+            uuid: [8; 16],
+            device_bytes: 1 << 30,
+            hint: "/srv/spare0".into(),
+        }],
+        spare_policy: Some(stripeguard_format::SparePolicy {
+            delay_seconds: 5,
+            error_threshold: 3,
+        }),
         member_table: (0..members)
             .map(|i| MemberSlot {
                 state: if i % 3 == 1 {

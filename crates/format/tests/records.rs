@@ -144,6 +144,22 @@ fn superblock() -> Superblock {
         write_journal: true,
         untrusted_listed: false,
         zero_stripes: false,
+        spares: vec![
+            SpareEntry {
+                uuid: [5; 16],
+                device_bytes: 1 << 31,
+                hint: "/dev/disk/by-id/spare-0".into(),
+            },
+            SpareEntry {
+                uuid: [6; 16],
+                device_bytes: 3 << 30,
+                hint: String::new(),
+            },
+        ],
+        spare_policy: Some(SparePolicy {
+            delay_seconds: 45,
+            error_threshold: 7,
+        }),
         member_table: (0..4)
             .map(|i| MemberSlot {
                 state: MemberState::Active,
@@ -166,6 +182,16 @@ fn owner() -> Owner {
         interval_ms: 5000,
         host: "node-é".into(),
         command: "stripeguard write m0 m1".into(),
+    }
+}
+
+fn spare() -> SpareLabel {
+    SpareLabel {
+        spare_uuid: [4; 16],
+        array_uuid: [3; 16],
+        generation: 2,
+        labelled_unix: 1_800_000_200,
+        device_bytes: 5 << 30,
     }
 }
 
@@ -326,10 +352,14 @@ fn superblock_matches_format_md() {
             ("event count", le(9, 8)),
             ("created", le(1_800_000_000, 8)),
             ("cross-check", vec![1]),
-            ("incompatible features", le(1 | 2, 8)),
-            // Bit 0: the name at 168..200.
-            ("compatible features", le(1, 8)),
+            // Bits 0 (block CRCs), 1 (write journal), 4 (spares).
+            ("incompatible features", le(1 | 2 | 16, 8)),
+            // Bit 0: the name at 168..200; bit 1: the spare policy at 200..208.
+            ("compatible features", le(1 | 2, 8)),
             ("name", text("golden-1", 32)),
+            ("spare delay", le(45, 4)),
+            ("spare error threshold", le(7, 4)),
+            ("spares", vec![2]),
             ("intent record offset", le(16384, 8)),
             ("intent record size", le(l.intent_bytes, 8)),
             ("event log offset", le(l.log_offset(), 8)),
@@ -344,6 +374,17 @@ fn superblock_matches_format_md() {
         &b[256 + 12 * 3..256 + 12 * 4],
         &[1, 0, 3, 0, 9, 0, 0, 0, 0, 0, 0, 0]
     );
+    // The spare table (its own table in FORMAT.md: uuid, device bytes, path hint), at 3328.
+    let mut entry = vec![5u8; 16];
+    entry.extend(le(1 << 31, 8));
+    entry.extend(text("/dev/disk/by-id/spare-0", 100));
+    assert_eq!(&b[3328..3328 + 124], &entry[..]);
+    let mut entry = vec![6u8; 16];
+    entry.extend(le(3 << 30, 8));
+    entry.extend(vec![0; 100]);
+    assert_eq!(&b[3328 + 124..3328 + 248], &entry[..]);
+    assert!(b[3328 + 248..4092].iter().all(|&x| x == 0));
+    assert!(b[256 + 12 * 4..3328].iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -395,6 +436,25 @@ fn checkpoint_record_matches_format_md() {
             ("rebuild next stripe", le(1000, 8)),
             ("rebuild started", le(1_800_000_050, 8)),
             ("rebuild target", vec![9; 16]),
+        ],
+    );
+}
+
+#[test]
+fn spare_label_matches_format_md() {
+    let b = spare().to_copy(SpareLabel::SIZE).expect("encodes");
+    golden(
+        "### 2.11 Spare label",
+        &b,
+        &[
+            ("magic", b"SGSPARE\0".to_vec()),
+            ("version", le(1, 4)),
+            ("label size", le(4096, 4)),
+            ("spare uuid", vec![4; 16]),
+            ("array uuid", vec![3; 16]),
+            ("generation", le(2, 8)),
+            ("labelled", le(1_800_000_200, 8)),
+            ("device bytes", le(5 << 30, 8)),
         ],
     );
 }
@@ -613,6 +673,7 @@ fn every_sample_round_trips_and_empty_copies_are_empty() {
     both::<Superblock>(&superblock().to_copy(SUPERBLOCK_BYTES).expect("sb"));
     both::<Owner>(&owner().to_copy(Owner::SIZE).expect("owner"));
     both::<Checkpoint>(&checkpoint().to_copy(Checkpoint::SIZE).expect("ckpt"));
+    both::<SpareLabel>(&spare().to_copy(SpareLabel::SIZE).expect("spare"));
     both::<IntentRecord>(&intent().to_copy(4096).expect("intent"));
     both::<EventEntry>(&entry().to_copy(EventEntry::SIZE).expect("entry"));
     both::<JournalHeader>(&journal().to_copy(JournalHeader::SIZE).expect("journal"));
@@ -714,6 +775,11 @@ proptest! {
     }
 
     #[test]
+    fn mutated_spare_labels(p in pokes()) {
+        mutated::<SpareLabel>(&spare().to_copy(SpareLabel::SIZE).expect("spare"), &p);
+    }
+
+    #[test]
     fn mutated_intent_records(p in pokes()) {
         mutated::<IntentRecord>(&intent().to_copy(4096).expect("intent"), &p);
     }
@@ -754,6 +820,7 @@ proptest! {
             let d = &data[..len.min(data.len())];
             prop_assert!(check_round_trip::<Owner>(d).is_ok());
             prop_assert!(check_round_trip::<Checkpoint>(d).is_ok());
+            prop_assert!(check_round_trip::<SpareLabel>(d).is_ok());
             prop_assert!(check_round_trip::<IntentRecord>(d).is_ok());
             prop_assert!(check_round_trip::<EventEntry>(d).is_ok());
             prop_assert!(check_round_trip::<JournalHeader>(d).is_ok());
