@@ -52,6 +52,11 @@ enum Command {
     /// its file extended), online when a process holds the array; the new stripes read as
     /// zeros. Refused while a member is out.
     Grow(cmd::grow::GrowArgs),
+    /// Keep a device as a hot spare of the array: labelled for it, and rebuilt in place of a
+    /// member that stays out longer than the spare delay by the process serving the array.
+    AddSpare(cmd::spares::AddSpareArgs),
+    /// Stop keeping a hot spare (by path or uuid); its label is zeroed.
+    RemoveSpare(cmd::spares::RemoveSpareArgs),
     /// Zero-fill the blocks of a stripe that a resync listed as untrusted (it could not verify
     /// them), so the stripe is whole again; the bytes they held are gone. `status` lists them.
     ///
@@ -197,6 +202,8 @@ fn main() -> ExitCode {
         Command::Manpages(a) => cmd::docs::manpages(a, Cli::command()),
         Command::Replace(a) => cmd::replace::run(a),
         Command::Grow(a) => cmd::grow::run(a),
+        Command::AddSpare(a) => cmd::spares::add(a),
+        Command::RemoveSpare(a) => cmd::spares::remove(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),
         Command::Send(a) => xfer::send_cmd(a),

@@ -181,6 +181,10 @@ pub(crate) struct Meta {
     /// stale, so a crash before then leaves an array that needs the forced assembly again
     /// (which starts over), never one that takes them as current half-resynced.
     pub(crate) held_back: Vec<usize>,
+    /// Hot spares listed (FORMAT.md §2.1 spare table, §2.11).
+    pub(crate) spares: Vec<stripeguard_format::SpareEntry>,
+    /// When a spare takes a member's place (`None`: the defaults, not written).
+    pub(crate) spare_policy: Option<stripeguard_format::SparePolicy>,
 }
 
 /// Appendices the commands and the server keep in memory (about 10 MiB with 512-byte
@@ -488,6 +492,8 @@ impl Array {
                 state: sb.state,
                 untrusted_listed: sb.untrusted_listed,
                 held_back: Vec::new(),
+                spares: sb.spares.clone(),
+                spare_policy: sb.spare_policy,
             }),
             untrusted: crate::stripe_state::UntrustedSet::new(sb.layout.state_bytes),
             events: Mutex::new(EventLog::new(EnvRef::clone(&env))),
@@ -986,6 +992,8 @@ impl Array {
                 sb.untrusted_listed = meta.untrusted_listed;
                 sb.generation = generation;
                 sb.member_table = meta.table.clone();
+                sb.spares = meta.spares.clone();
+                sb.spare_policy = meta.spare_policy;
                 let bytes = sb.encode();
                 // Each copy flushed before the next is written: a power cut can tear only the
                 // one in flight, never both.

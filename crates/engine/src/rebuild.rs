@@ -53,6 +53,9 @@ pub struct ReplaceForce {
     /// array that lost more than its parity covers, so that what remains gets its redundancy
     /// back.
     pub skip_unrecoverable: bool,
+    /// The target is this hot spare of the array (its uuid in the spare table): the superblock
+    /// write that gives it the slot takes it off the table (FORMAT.md §2.11).
+    pub spare: Option<[u8; 16]>,
 }
 
 impl ReplaceForce {
@@ -61,6 +64,7 @@ impl ReplaceForce {
         retire: false,
         take: false,
         skip_unrecoverable: false,
+        spare: None,
     };
     /// Everything confirmed (tests and simulations that replace healthy members onto used
     /// devices on purpose).
@@ -68,6 +72,7 @@ impl ReplaceForce {
         retire: true,
         take: true,
         skip_unrecoverable: false,
+        spare: None,
     };
 }
 
@@ -194,7 +199,7 @@ impl Array {
         if start == 0 && !plan.readd {
             self.zero_metadata_of(&target)?;
         }
-        self.take_slot(member, &target, plan.readd)?;
+        self.take_slot(member, &target, plan.readd, force.spare)?;
         self.save_rebuild(&target, &mut ck)?;
         self.note(
             EventKind::ReplaceStarted,
@@ -467,6 +472,7 @@ impl Array {
         member: MemberIx,
         target: &DiskRef,
         readd: bool,
+        spare: Option<[u8; 16]>,
     ) -> Result<(), EngineError> {
         if !self.is_failed(member) {
             self.fail_member(
@@ -485,6 +491,9 @@ impl Array {
                 slot.device = slot.device.wrapping_add(1);
             }
             slot.state = MemberState::Rebuilding;
+            if let Some(u) = spare {
+                meta.spares.retain(|e| e.uuid != u);
+            }
             self.write_superblocks_locked(&mut meta)?;
         }
         self.members().set(member, target.clone());

@@ -44,6 +44,7 @@ mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod grow;
 mod online;
+pub mod spares;
 pub use eventlog_sink::{line_of, log_events, syslog};
 mod probe;
 pub use grow::{
@@ -566,6 +567,9 @@ pub struct LiveStatus {
     /// The array's bytes now (0 from holders of builds before `grow`).
     #[serde(default)]
     pub capacity_bytes: u64,
+    /// The hot spares the array lists, and whether each is where the holder looks for it.
+    #[serde(default)]
+    pub spares: Vec<spares::SpareState>,
 }
 
 /// A replace run by the holder of the array.
@@ -748,6 +752,8 @@ pub fn with_control_socket_hooks<R>(
         let scrubbing = &scrubbing;
         let growing = &growing;
         s.spawn(|| {
+            let mut keeper = spares::Keeper::default();
+            let mut last_look = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
@@ -813,6 +819,7 @@ pub fn with_control_socket_hooks<R>(
                                         .keeps_zero_stripes()
                                         .then(|| array.zero_stripe_count()),
                                     grow: growing.state.lock().expect("lock").clone(),
+                                    spares: spares::spare_states(array),
                                     capacity_bytes: array.capacity_bytes(),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
@@ -873,6 +880,26 @@ pub fn with_control_socket_hooks<R>(
                                     Err(e) => serde_json::json!({ "error": e }).to_string(),
                                 }
                             }
+                            req if (req.starts_with("add-spare ")
+                                || req.starts_with("remove-spare ")
+                                || req.starts_with("spare-policy "))
+                                && !may_change(&conn) =>
+                            {
+                                serde_json::json!({ "error": format!(
+                                    "only root or the holder's user (uid {}) may change the array's spares",
+                                    rustix::process::geteuid().as_raw()
+                                ) })
+                                .to_string()
+                            }
+                            req if req.starts_with("add-spare ")
+                                || req.starts_with("remove-spare ")
+                                || req.starts_with("spare-policy ") =>
+                            {
+                                match spares::serve_request(array, req, whole) {
+                                    Ok(v) => v.to_string(),
+                                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                                }
+                            }
                             req if req.starts_with("replace ") && growing.running() => {
                                 serde_json::json!({ "error": "a grow is running in this holder; replace when it has finished" }).to_string()
                             }
@@ -886,7 +913,7 @@ pub fn with_control_socket_hooks<R>(
                                 }
                             }
                             other => serde_json::json!({ "error": format!(
-                                "unknown request {:?} (this holder answers: status, replace, scrub, grow, stop)",
+                                "unknown request {:?} (this holder answers: status, replace, scrub, grow, add-spare, remove-spare, spare-policy, stop)",
                                 other.chars().take(32).collect::<String>()
                             ) })
                             .to_string(),
@@ -896,6 +923,11 @@ pub fn with_control_socket_hooks<R>(
                         let _ = w.write_all(b"\n");
                     }
                     Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                }
+                // Once a second: a member out for the spare delay gets a hot spare.
+                if last_look.elapsed() >= std::time::Duration::from_secs(1) {
+                    last_look = std::time::Instant::now();
+                    keeper.look(array, replacing, s);
                 }
             }
         });
@@ -990,17 +1022,6 @@ fn start_replace<'scope>(
         .filter(|t| !t.is_empty())
         .ok_or("replace MEMBER TARGET: TARGET is missing")?
         .to_string();
-    if !array.is_writable() {
-        return Err("this holder has the array read-only".into());
-    }
-    if state
-        .lock()
-        .expect("lock")
-        .as_ref()
-        .is_some_and(|r| r.running)
-    {
-        return Err("a replace is already running in this holder".into());
-    }
     let confirm = Confirmations {
         overwrite: if overwrite {
             vec![PathBuf::from(&target)]
@@ -1014,7 +1035,32 @@ fn start_replace<'scope>(
         },
         take_all: false,
     };
-    let replacement = Replacement::open(array, member, Path::new(&target), false, false, &confirm)
+    launch_replace(array, member, target, force, &confirm, state, scope)
+}
+
+/// Check a replace of `member` onto `target` and start it on a thread of the holder's scope
+/// (asked over the control socket, or a spare taking a member's place).
+pub(crate) fn launch_replace<'scope>(
+    array: &'scope Array,
+    member: usize,
+    target: String,
+    force: ReplaceForce,
+    confirm: &Confirmations,
+    state: &'scope std::sync::Mutex<Option<LiveReplace>>,
+    scope: &'scope std::thread::Scope<'scope, '_>,
+) -> Result<(), String> {
+    if !array.is_writable() {
+        return Err("this holder has the array read-only".into());
+    }
+    if state
+        .lock()
+        .expect("lock")
+        .as_ref()
+        .is_some_and(|r| r.running)
+    {
+        return Err("a replace is already running in this holder".into());
+    }
+    let replacement = Replacement::open(array, member, Path::new(&target), false, false, confirm)
         .map_err(|e| e.to_string())?;
     // Every refusal answers the request itself, before anything is written or started.
     replacement

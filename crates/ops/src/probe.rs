@@ -42,6 +42,8 @@ pub enum Found {
     Member(Option<([u8; 16], u16)>),
     /// Foreign data libblkid recognises, described ("an ext4 filesystem labelled precious").
     Foreign(String),
+    /// A hot spare's label (FORMAT.md §2.11): the array it is a spare of, and its own uuid.
+    Spare { array: [u8; 16], spare: [u8; 16] },
 }
 
 /// The confirmations an operator gave: the devices each flag named.
@@ -137,9 +139,10 @@ impl Target {
         let name = p.display();
         if p.to_str().is_some_and(stripeguard_nbd::is_uri) {
             let disk = crate::open_member(p, direct)?;
-            let found = match stripeguard_member(disk.as_ref()) {
-                Some(m) => Found::Member(m),
-                None => foreign(probe_ends(disk.as_ref()), p)?,
+            let found = match (stripeguard_member(disk.as_ref()), spare_of(disk.as_ref())) {
+                (Some(m), _) => Found::Member(m),
+                (None, Some(found)) => found,
+                (None, None) => foreign(probe_ends(disk.as_ref()), p)?,
             };
             return Ok(Target {
                 path: p.to_path_buf(),
@@ -165,9 +168,10 @@ impl Target {
             return Err(in_use_error(p, &why));
         }
         let disk: DiskRef = std::sync::Arc::new(fd);
-        let found = match stripeguard_member(disk.as_ref()) {
-            Some(m) => Found::Member(m),
-            None => foreign(blkid_file(&file), p)?,
+        let found = match (stripeguard_member(disk.as_ref()), spare_of(disk.as_ref())) {
+            (Some(m), _) => Found::Member(m),
+            (None, Some(found)) => found,
+            (None, None) => foreign(blkid_file(&file), p)?,
         };
         Ok(Target {
             path: p.to_path_buf(),
@@ -235,6 +239,32 @@ impl Target {
                     p.display()
                 ))
             }
+            // A spare of the array it is about to serve (a replace onto it, or labelled again).
+            Found::Spare { array, .. }
+                if slot.is_some_and(|(a, _)| a.superblock().array_uuid == *array) =>
+            {
+                Ok(())
+            }
+            Found::Spare { array, .. } => {
+                if let Ok(live) = crate::ask_holder(array) {
+                    return refuse(format!(
+                        "{} is a hot spare of stripeguard array {}, which process {} ({}) holds and may rebuild onto it at any moment; remove it there first (`stripeguard remove-spare`)",
+                        p.display(),
+                        hex(array),
+                        live.pid,
+                        live.command
+                    ));
+                }
+                if ok.take(p) {
+                    return Ok(());
+                }
+                refuse(format!(
+                    "{} is a hot spare of stripeguard array {}; pass --force-take {} to take it (that array loses the spare)",
+                    p.display(),
+                    hex(array),
+                    p.display()
+                ))
+            }
             Found::Foreign(_) if ok.overwrite(p) => Ok(()),
             Found::Foreign(what) => refuse(format!(
                 "{} holds {what}; pass --force-overwrite {} to destroy it",
@@ -288,6 +318,16 @@ fn same_superblock(d: &dyn Disk, array: &Array, ix: usize) -> bool {
         d.read_at(0, &mut b).ok().map(|()| b)
     };
     matches!((read(d), read(theirs.as_ref())), (Some(a), Some(b)) if a == b)
+}
+
+/// A hot spare's label on `disk`, when it carries a valid one.
+fn spare_of(disk: &dyn Disk) -> Option<Found> {
+    stripeguard_engine::read_spare_label(disk)
+        .0
+        .map(|l| Found::Spare {
+            array: l.array_uuid,
+            spare: l.spare_uuid,
+        })
 }
 
 /// Whether `disk` holds a stripeguard superblock in either copy (even one this build cannot

@@ -215,6 +215,7 @@ mod tests {
             zero_stripes: None,
             grow: None,
             capacity_bytes: 0,
+            spares: vec![],
         };
         assert_eq!(live.verdict(false), Verdict::Clean);
         assert_eq!(live.verdict(true), Verdict::NotChecked);

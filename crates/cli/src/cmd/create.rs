@@ -83,6 +83,19 @@ pub struct CreateArgs {
     /// size, and TRIM / WRITE_ZEROES of whole stripes are a metadata update at the next flush.
     #[arg(long)]
     no_zero_stripes: bool,
+    /// A hot spare (FORMAT.md §2.11): a device labelled for this array, rebuilt in place of a
+    /// member that stays out for --spare-delay by the process serving the array. Repeat for
+    /// up to 6; a file that does not exist is created at the member size.
+    #[arg(long, value_name = "DEV")]
+    spare: Vec<PathBuf>,
+    /// Seconds a member stays out before a spare takes its place (default 30): a member that
+    /// comes back sooner (an NBD member that dropped out for a moment) is re-added instead.
+    #[arg(long, value_name = "SECONDS")]
+    spare_delay: Option<u32>,
+    /// Units found silently wrong on one member (by the process serving the array) at which a
+    /// spare takes its place while it is still in (default 0: never).
+    #[arg(long, value_name = "N")]
+    spare_threshold: Option<u32>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -155,10 +168,43 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         name: a.name.clone(),
         zero_stripes: !a.no_zero_stripes,
     };
+    // The spares are probed before anything is written: a refused spare refuses the create.
+    for sp in &a.spare {
+        if a.members.contains(sp) {
+            bail!("{} is given as a member and as a spare", sp.display());
+        }
+        if stripeguard_ops::member_exists(sp) {
+            stripeguard_ops::Target::open(sp, false)?.judge(None, &req.confirm)?;
+        }
+    }
+    if a.spare.len() > stripeguard_format::MAX_SPARES {
+        bail!(
+            "{} spares given; an array lists at most {}",
+            a.spare.len(),
+            stripeguard_format::MAX_SPARES
+        );
+    }
     let bar = count_bar("initialising stripes");
     let result = req.run(&mut updater(&bar));
     bar.finish_and_clear();
     let array = result?;
+    if a.spare_delay.is_some() || a.spare_threshold.is_some() {
+        let d = stripeguard_format::SparePolicy::default();
+        array.set_spare_policy(stripeguard_format::SparePolicy {
+            delay_seconds: a.spare_delay.unwrap_or(d.delay_seconds),
+            error_threshold: a.spare_threshold.unwrap_or(d.error_threshold),
+        })?;
+    }
+    for sp in &a.spare {
+        if let Err(e) = stripeguard_ops::spares::add_spare(&array, sp, false, &req.confirm) {
+            let _ = array.close();
+            bail!(
+                "the array was created, but {} could not be added as its spare: {e} (`stripeguard add-spare` adds it later)",
+                sp.display()
+            );
+        }
+    }
+    let spares = stripeguard_ops::spares::spare_states(&array);
     let m = parity;
     let sb = array.superblock().clone();
     let cap = array.capacity_bytes();
@@ -169,7 +215,8 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
             json!({"uuid": hex(&sb.array_uuid), "name": sb.name, "members": n, "data_chunks": sb.data_chunks, "parity_chunks": m,
                    "code": sb.code.name(), "scheme": sb.scheme.name(), "chunk_bytes": sb.chunk_bytes,
                    "sector_bytes": sb.sector_bytes(), "stripes": sb.stripes, "capacity_bytes": cap,
-                   "write_journal": sb.write_journal, "zero_stripes": sb.zero_stripes})
+                   "write_journal": sb.write_journal, "zero_stripes": sb.zero_stripes,
+                   "spares": spares})
         );
     } else {
         println!(
@@ -187,6 +234,9 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
             cap,
             format_bytes(cap)
         );
+        for sp in &spares {
+            println!("hot spare {} ({})", sp.path, sp.uuid);
+        }
     }
     Ok(ExitCode::from(crate::exit::OK))
 }

@@ -130,6 +130,7 @@ pub(super) fn live_status(
         for (m, why) in &live.out {
             println!("  member {m} out of the array: {why}");
         }
+        crate::cmd::status::print_spares(&live.spares, None);
         for (i, (given, held)) in array.members.iter().zip(&live.members).enumerate() {
             if moved(given, held) {
                 println!(

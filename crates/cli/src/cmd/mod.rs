@@ -22,6 +22,7 @@ pub mod scan;
 pub mod scrub;
 pub mod shared;
 mod simulate;
+pub mod spares;
 pub mod status;
 pub mod stop;
 pub mod wipe;

@@ -116,6 +116,7 @@ impl ReplaceArgs {
             retire: self.force,
             take: self.force_take.is_some(),
             skip_unrecoverable: self.skip_unrecoverable,
+            spare: None,
         }
     }
     fn confirmations(&self) -> Confirmations {

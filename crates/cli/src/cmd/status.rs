@@ -115,6 +115,8 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
                        let (stripes, ranges) = array.zero_stripe_count();
                        json!({"stripes": stripes, "ranges": ranges})
                    }),
+                   "spares": stripeguard_ops::spares::spare_states(&array),
+                   "spare_policy": array.spare_policy(),
                    "unrecoverable": unrecoverable})
         );
     } else {
@@ -147,6 +149,10 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
                 sb.stripes
             );
         }
+        print_spares(
+            &stripeguard_ops::spares::spare_states(&array),
+            Some(array.spare_policy()),
+        );
         println!("  scan: {}", scan_line(last_scrub.as_ref()));
         print_untrusted(&untrusted, Some(&array.geometry()));
         if array.was_unclean() {
@@ -333,4 +339,33 @@ fn state_line(
         }
     }
     words.join(", ")
+}
+
+/// The hot spares, one line each, and when they are used.
+pub(crate) fn print_spares(
+    spares: &[stripeguard_ops::spares::SpareState],
+    policy: Option<stripeguard_format::SparePolicy>,
+) {
+    for s in spares {
+        println!(
+            "  hot spare: {} ({}){}",
+            s.path,
+            s.uuid,
+            if s.found { "" } else { " — not there" }
+        );
+    }
+    if let (false, Some(p)) = (spares.is_empty(), policy) {
+        println!(
+            "  a spare takes the place of a member out for {} s{}",
+            p.delay_seconds,
+            if p.error_threshold > 0 {
+                format!(
+                    ", or of one with {} unit(s) found silently wrong",
+                    p.error_threshold
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
 }
