@@ -97,10 +97,19 @@ pub fn examine(path: &Path) -> Result<Examined, EngineError> {
         })
         .collect();
     let sb = read_superblock_of(disk.as_ref()).map_err(|why| {
-        EngineError::Assemble(format!(
-            "{} holds no valid stripeguard superblock: {why}",
-            path.display()
-        ))
+        match stripeguard_engine::read_spare_label(disk.as_ref()).0 {
+            Some(l) => EngineError::Assemble(format!(
+                "{} is not a member: it is a hot spare (uuid {}) of array {}, labelled at Unix time {} (FORMAT.md §2.11; `stripeguard status` of that array lists its spares)",
+                path.display(),
+                stripeguard_format::hex(&l.spare_uuid),
+                stripeguard_format::hex(&l.array_uuid),
+                l.labelled_unix
+            )),
+            None => EngineError::Assemble(format!(
+                "{} holds no valid stripeguard superblock: {why}",
+                path.display()
+            )),
+        }
     })?;
     let owner = owner_of(disk.as_ref());
     let log = read_log_of(&[std::sync::Arc::clone(&disk)]).ok();

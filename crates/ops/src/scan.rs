@@ -59,6 +59,20 @@ pub struct FoundArray {
     /// Slots two candidates claim at the same event count (copies of a member, or two
     /// histories written apart): nothing can say which is the member.
     pub ambiguous: Vec<FoundMember>,
+    /// Hot spares found whose label names this array (FORMAT.md §2.11), and whether the newest
+    /// superblock lists each (an unlisted one was left by a crash, or removed while away).
+    pub spares: Vec<FoundSpare>,
+}
+
+/// A hot spare's label found by a scan.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FoundSpare {
+    /// Where it was found.
+    pub path: PathBuf,
+    /// Its uuid, hex.
+    pub uuid: String,
+    /// The array's newest superblock lists it.
+    pub listed: bool,
 }
 
 impl FoundArray {
@@ -216,6 +230,7 @@ pub fn scan_noted(
     cfg: &Config,
 ) -> (Vec<FoundArray>, Vec<(PathBuf, String)>) {
     let mut found: Vec<(PathBuf, Superblock)> = Vec::new();
+    let mut labels: Vec<(PathBuf, stripeguard_format::SpareLabel)> = Vec::new();
     let mut unread = Vec::new();
     for p in candidates {
         // Read-only, no lock, no O_EXCL: a held array's members are read too.
@@ -232,13 +247,39 @@ pub fn scan_noted(
         }
         match read_superblock_of(disk.as_ref()) {
             Ok(sb) => found.push((p.clone(), sb)),
-            Err(e) => unread.push((p.clone(), e.to_string())),
+            Err(e) => match stripeguard_engine::read_spare_label(disk.as_ref()).0 {
+                Some(l) => labels.push((p.clone(), l)),
+                None => unread.push((p.clone(), e.to_string())),
+            },
         }
     }
     let mut uuids: Vec<[u8; 16]> = found.iter().map(|(_, sb)| sb.array_uuid).collect();
     uuids.sort_unstable();
     uuids.dedup();
     let mut arrays: Vec<FoundArray> = uuids.iter().map(|u| group(u, &found, cfg)).collect();
+    for (p, l) in labels {
+        match arrays.iter_mut().find(|a| a.uuid_bytes() == l.array_uuid) {
+            Some(a) => {
+                let listed = found
+                    .iter()
+                    .filter(|(_, sb)| sb.array_uuid == l.array_uuid)
+                    .max_by_key(|(_, sb)| sb.generation)
+                    .is_some_and(|(_, sb)| sb.spares.iter().any(|e| e.uuid == l.spare_uuid));
+                a.spares.push(FoundSpare {
+                    path: p,
+                    uuid: stripeguard_format::hex(&l.spare_uuid),
+                    listed,
+                });
+            }
+            None => unread.push((
+                p,
+                format!(
+                    "a hot spare of array {}, none of whose members was found",
+                    stripeguard_format::hex(&l.array_uuid)
+                ),
+            )),
+        }
+    }
     arrays.sort_by(|a, b| (&a.name, &a.uuid).cmp(&(&b.name, &b.uuid)));
     (arrays, unread)
 }
@@ -296,6 +337,7 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
         slots,
         ignored,
         ambiguous,
+        spares: Vec::new(),
     }
 }
 
@@ -306,7 +348,6 @@ fn shape(s: &Superblock) -> impl PartialEq {
         s.data_chunks,
         s.parity_chunks,
         s.chunk_bytes,
-        s.stripes,
         s.scheme,
         s.code,
     )
@@ -317,7 +358,10 @@ fn shape(s: &Superblock) -> impl PartialEq {
 fn standing(sb: &Superblock, newest: &Superblock) -> String {
     // A member whose geometry is not the array's cannot be assembled with it, whatever its
     // table says (a damaged field with a valid CRC, or a superblock written by something else).
-    if shape(sb) != shape(newest) {
+    // Stripes may trail the newest by a grow whose superblock writes it missed (FORMAT.md §2).
+    let stripes_agree = sb.stripes == newest.stripes
+        || (sb.stripes < newest.stripes && sb.generation < newest.generation);
+    if shape(sb) != shape(newest) || !stripes_agree {
         return "disagrees with the array's geometry (damaged?)".into();
     }
     let i = usize::from(sb.member_index);

@@ -89,6 +89,18 @@ pub fn run(a: ScanArgs) -> Result<ExitCode> {
                         m.event_count
                     );
                 }
+                for sp in &f.spares {
+                    println!(
+                        "  hot spare: {} ({}{})",
+                        sp.path.display(),
+                        sp.uuid,
+                        if sp.listed {
+                            ""
+                        } else {
+                            "; NOT LISTED by the array: `add-spare` takes it again"
+                        }
+                    );
+                }
                 for m in &f.ignored {
                     println!(
                         "  ignored: {} (names member {}, event {}: an older copy)",
