@@ -203,3 +203,91 @@ fn spares_are_added_listed_and_removed_and_what_is_not_theirs_is_refused() {
     let e = sg(&with("remove-spare", &MEMBERS, &["--spare", &uuid]), d);
     assert_eq!(e.status.code(), Some(2));
 }
+
+#[test]
+fn the_monitor_moves_a_spare_within_its_group_to_an_array_with_a_member_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let devs = d.join("dev");
+    std::fs::create_dir(&devs).unwrap();
+    let conf = d.join("conf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "devices = [\"{}/*\"]\n[array.arrA]\nspare_group = \"g\"\n[array.arrB]\nspare_group = \"g\"\n[array.arrC]\n",
+            devs.display()
+        ),
+    )
+    .unwrap();
+    let run_sg = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+            .args(args)
+            .current_dir(&devs)
+            .env("STRIPEGUARD_CONFIG", &conf)
+            .output()
+            .unwrap()
+    };
+    ok(&run_sg(&[
+        "create", "a0", "a1", "a2", "--size", "24M", "--name", "arrA", "--spare", "spareA",
+    ]));
+    ok(&run_sg(&[
+        "create",
+        "b0",
+        "b1",
+        "b2",
+        "--size",
+        "24M",
+        "--name",
+        "arrB",
+        "--spare-delay",
+        "0",
+    ]));
+    ok(&run_sg(&[
+        "create",
+        "c0",
+        "c1",
+        "c2",
+        "--size",
+        "24M",
+        "--name",
+        "arrC",
+        "--spare-delay",
+        "0",
+    ]));
+    let cursors = d.join("cursors");
+    let monitor = || {
+        run_sg(&[
+            "monitor",
+            "--oneshot",
+            "--cursor-dir",
+            cursors.to_str().unwrap(),
+        ])
+    };
+    // Nothing out: nothing moves.
+    assert_eq!(monitor().status.code(), Some(0));
+    // Array C (no group) loses a member: it gets nothing. Array B (group g) loses one: it
+    // gets A's spare.
+    std::fs::rename(devs.join("c1"), d.join("c1.away")).unwrap();
+    std::fs::rename(devs.join("b1"), d.join("b1.away")).unwrap();
+    let out = monitor();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err_of(&out).contains("spare group g: hot spare") && err_of(&out).contains("moved"),
+        "{}",
+        err_of(&out)
+    );
+    let spares_of = |name: &str| -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_slice(&run_sg(&["status", "--array", name, "--json"]).stdout).unwrap();
+        v["spares"].clone()
+    };
+    assert_eq!(spares_of("arrA").as_array().unwrap().len(), 0);
+    let b = spares_of("arrB");
+    assert_eq!(b.as_array().unwrap().len(), 1, "{b}");
+    assert!(b[0]["path"].as_str().unwrap().ends_with("spareA"), "{b}");
+    assert_eq!(b[0]["found"], true);
+    assert_eq!(spares_of("arrC").as_array().unwrap().len(), 0);
+    // A second pass moves nothing more (A has none left to give).
+    let out = monitor();
+    assert!(!err_of(&out).contains("moved"), "{}", err_of(&out));
+}

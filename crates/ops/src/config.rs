@@ -13,6 +13,7 @@
 //! scrub_rate = "50M"                   # the scrub timer's --rate, bytes per second
 //! hook = "/usr/local/bin/on-event"     # `monitor` runs it for each new event
 //! metrics = "127.0.0.1:9750"           # `serve --array` serves metrics there
+//! spare_group = "rack1"                # arrays of one group share hot spares (`monitor`)
 //! ```
 //!
 //! Unknown keys are errors (a misspelt key silently ignored is a setting silently lost).
@@ -59,6 +60,10 @@ pub struct ArrayConf {
     /// Where `serve --array` serves Prometheus metrics (`127.0.0.1:9750`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+    /// Arrays with the same spare group share their hot spares: `monitor` moves a spare from
+    /// one to another that has a member out and no spare of its own (FORMAT.md §2.11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare_group: Option<String>,
 }
 
 impl Config {
@@ -132,6 +137,9 @@ impl Config {
                         "metrics {m:?} is not an address and port (127.0.0.1:9750)"
                     ))
                 })?;
+            }
+            if let Some(g) = &a.spare_group {
+                stripeguard_format::check_name(g).map_err(|e| at(format!("spare_group: {e}")))?;
             }
             if let Some(r) = &a.scrub_rate {
                 parse_rate(r).ok_or_else(|| {

@@ -37,7 +37,7 @@ mod wipe;
 pub use list::{list, Listed};
 pub use scan::{
     candidates, candidates_noted, configured_missing, find_array, order_members, others_named,
-    scan, scan_noted, FoundArray, FoundMember,
+    scan, scan_noted, FoundArray, FoundMember, FoundSpare,
 };
 pub use wipe::{wipe_member, wipe_preflight, Wiped};
 mod examine;

@@ -62,6 +62,9 @@ pub struct FoundArray {
     /// Hot spares found whose label names this array (FORMAT.md §2.11), and whether the newest
     /// superblock lists each (an unlisted one was left by a crash, or removed while away).
     pub spares: Vec<FoundSpare>,
+    /// Seconds a member stays out before a spare takes its place (the newest superblock's
+    /// spare policy, FORMAT.md §2.1).
+    pub spare_delay_seconds: u32,
 }
 
 /// A hot spare's label found by a scan.
@@ -338,6 +341,7 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
         ignored,
         ambiguous,
         spares: Vec::new(),
+        spare_delay_seconds: newest.spare_policy.unwrap_or_default().delay_seconds,
     }
 }
 

@@ -346,3 +346,35 @@ pub fn ask_holder_spares(uuid: &[u8; 16], req: &str) -> Result<(), String> {
     }
     crate::ask_holder_to(uuid, req)
 }
+
+/// Move the hot spare `spare` (found by a scan, listed by `giver`) to `taker`, arrays of one
+/// spare group (FORMAT.md §2.11): off the giver first (its label zeroed), then labelled for and
+/// listed by the taker — each through the array's holder when one holds it, else by assembling
+/// it here. A crash between the two leaves the device listed by neither, never by both.
+pub fn move_spare(
+    giver: &crate::scan::FoundArray,
+    spare: &crate::scan::FoundSpare,
+    taker: &crate::scan::FoundArray,
+) -> Result<(), String> {
+    let path = spare_hint(&spare.path);
+    let held = |u: &[u8; 16]| crate::ask_holder(u).is_ok();
+    let (g, t) = (giver.uuid_bytes(), taker.uuid_bytes());
+    if held(&g) {
+        ask_holder_spares(&g, &format!("remove-spare {}", spare.uuid))?;
+    } else {
+        let a = crate::assemble_paths(&giver.member_paths(), false, true)
+            .map_err(|e| format!("array {}: {e}", giver.uuid))?;
+        let r = remove_spare(&a, &spare.uuid);
+        a.close().map_err(|e| e.to_string())?;
+        r.map_err(|e| e.to_string())?;
+    }
+    if held(&t) {
+        ask_holder_spares(&t, &format!("add-spare {path}"))
+    } else {
+        let a = crate::assemble_paths(&taker.member_paths(), false, true)
+            .map_err(|e| format!("array {}: {e}", taker.uuid))?;
+        let r = add_spare(&a, &spare.path, false, &Confirmations::default());
+        a.close().map_err(|e| e.to_string())?;
+        r.map(|_| ()).map_err(|e| e.to_string())
+    }
+}

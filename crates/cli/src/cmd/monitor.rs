@@ -89,6 +89,9 @@ fn pass(a: &MonitorArgs, said: &mut std::collections::HashMap<String, String>) -
         tell(hex, "missing".into(), line);
         attention = true;
     }
+    if share_spares(a, &cfg, &found) {
+        attention = true;
+    }
     for f in &found {
         let health = f.health();
         if health != "complete" {
@@ -227,6 +230,84 @@ fn pass(a: &MonitorArgs, said: &mut std::collections::HashMap<String, String>) -
         }
     }
     Ok(attention)
+}
+
+/// Spare groups (FORMAT.md §2.11): an array of a group that has had a member out for its spare
+/// delay (as this monitor has seen, kept in `UUID.degraded` beside the cursors) and lists no
+/// spare found gets one from a complete array of its group. Whether a move failed.
+fn share_spares(a: &MonitorArgs, cfg: &Config, found: &[stripeguard_ops::FoundArray]) -> bool {
+    let group_of = |f: &stripeguard_ops::FoundArray| {
+        cfg.name_of(&f.uuid_bytes())
+            .and_then(|n| cfg.array(n))
+            .or_else(|| cfg.array(&f.name))
+            .and_then(|(_, c)| c.spare_group.clone())
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut failed = false;
+    let mut given: Vec<String> = Vec::new();
+    for taker in found {
+        let since_file = a.cursor_dir.join(format!("{}.degraded", taker.uuid));
+        if taker.health() == "complete" {
+            let _ = std::fs::remove_file(&since_file);
+            continue;
+        }
+        let since = match std::fs::read_to_string(&since_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+        {
+            Some(t) => t,
+            None => {
+                let _ = std::fs::write(&since_file, format!("{now}\n"));
+                now
+            }
+        };
+        let Some(group) = group_of(taker) else {
+            continue;
+        };
+        if taker.spares.iter().any(|s| s.listed)
+            || now.saturating_sub(since) < u64::from(taker.spare_delay_seconds)
+        {
+            continue;
+        }
+        let giver = found.iter().find_map(|g| {
+            (g.uuid != taker.uuid
+                && g.health() == "complete"
+                && group_of(g).as_deref() == Some(group.as_str()))
+            .then(|| {
+                g.spares
+                    .iter()
+                    .find(|s| s.listed && !given.contains(&s.uuid))
+                    .map(|s| (g, s))
+            })
+            .flatten()
+        });
+        let Some((giver, spare)) = giver else {
+            continue;
+        };
+        given.push(spare.uuid.clone());
+        let line = match stripeguard_ops::spares::move_spare(giver, spare, taker) {
+            Ok(()) => format!(
+                "spare group {group}: hot spare {} moved from array {} to array {}, which has a member out",
+                spare.path.display(),
+                giver.uuid,
+                taker.uuid
+            ),
+            Err(e) => {
+                failed = true;
+                format!(
+                    "spare group {group}: hot spare {} could not move from array {} to array {}: {e}",
+                    spare.path.display(),
+                    giver.uuid,
+                    taker.uuid
+                )
+            }
+        };
+        eprintln!("stripeguard monitor: {line}");
+        stripeguard_ops::syslog(if failed { 3 } else { 5 }, "stripeguard monitor", &line);
+    }
+    failed
 }
 
 /// Whether an event means something is wrong now (a member gone, data refused).
