@@ -1216,6 +1216,8 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
         zero_stripes: cfg.zero_stripes,
         spares: Vec::new(),
         spare_policy: None,
+        journal_devices: Vec::new(),
+        journal_devices_lost: 0,
         member_table: vec![
             MemberSlot {
                 state: MemberState::Active,

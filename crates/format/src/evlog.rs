@@ -194,11 +194,13 @@ codes! {
         Grown = 29, "grown";
         /// A hot spare took an out (or failing) member's place: a replace onto it begins.
         SpareTaken = 30, "spare-taken";
+        /// A journal device failed or was missing (FORMAT.md §2.12): not used again.
+        JournalDeviceLost = 31, "journal-device-lost";
     }
 }
 
 impl EventKind {
-    /// A change of the array's or a member's state (codes 21–30), not a finding in a stripe:
+    /// A change of the array's or a member's state (codes 21–31), not a finding in a stripe:
     /// its stripe and position say nothing.
     pub fn is_state_change(self) -> bool {
         matches!(
@@ -213,6 +215,7 @@ impl EventKind {
                 | EventKind::ForcedAssembly
                 | EventKind::Grown
                 | EventKind::SpareTaken
+                | EventKind::JournalDeviceLost
         )
     }
 }

@@ -16,6 +16,7 @@
 //! | §2.9 | [`appendix`] | unit appendix (§2.9.1: what each I/O moves) | `SGAX` |
 //! | §2.10 | [`cktable`] | checksum-chunk table | `SGCK` |
 //! | §2.11 | [`spare`] | spare label (on a hot spare device) | `SGSPARE\0` |
+//! | §2.12 | [`jdev`] | journal device label (the write journal on faster media) | `SGJDEV\0\0` |
 //!
 //! [`scheme`] holds the scheme codes the superblock and appendix store, [`cursor`] the one set of
 //! little-endian field readers and writers every record uses.
@@ -41,6 +42,7 @@ pub mod cktable;
 pub mod cursor;
 pub mod evlog;
 pub mod intent;
+pub mod jdev;
 pub mod journal;
 pub mod owner;
 pub mod scheme;
@@ -58,6 +60,9 @@ pub use cktable::{table_bytes as ck_table_bytes, CkError, CkTable};
 pub use cursor::hex;
 pub use evlog::{EventAction, EventEntry, EventKind, EventRole, EVENT_ENTRY_BYTES};
 pub use intent::IntentRecord;
+pub use jdev::{
+    JournalDeviceLabel, JDEV_LABEL_BYTES, JDEV_LABEL_OFFSETS, JDEV_SLOTS_AT, MAX_JOURNAL_DEVICES,
+};
 pub use journal::{JournalHeader, JournalKind};
 pub use owner::Owner;
 pub use scheme::{MirrorKind, Scheme};

@@ -223,6 +223,10 @@ pub const INCOMPAT_ZERO_STRIPES: u64 = 8;
 /// when it rewrote the superblock, and the spares' labels would name an array that no longer
 /// knows them.
 pub const INCOMPAT_SPARES: u64 = 16;
+/// Incompatible feature bit 5: the write journal is on journal devices (FORMAT.md §2.1,
+/// §2.12) listed at bytes 209..244. A reader that does not know them would look for the
+/// journal's records on the members only and resync without the ones on the devices.
+pub const INCOMPAT_JOURNAL_DEVICES: u64 = 32;
 /// Compatible feature bit 0: the array has a name, at bytes 168..200 (FORMAT.md §2.1). A
 /// reader that does not know it ignores the name (and a writer that does not know it drops it).
 pub const COMPAT_NAME: u64 = 1;
@@ -435,6 +439,11 @@ pub struct Superblock {
     pub spares: Vec<SpareEntry>,
     /// When a spare takes a member's place (compatible feature bit 1; `None`: the defaults).
     pub spare_policy: Option<SparePolicy>,
+    /// The write journal's devices (incompatible feature bit 5; at most 2, a mirror).
+    pub journal_devices: Vec<[u8; 16]>,
+    /// Bit `i`: journal device `i` was lost (its records are gone; the journal is on the
+    /// others, or on the members when every one is lost).
+    pub journal_devices_lost: u8,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
 }
@@ -556,6 +565,14 @@ impl Superblock {
         }
         if self.spares.len() > MAX_SPARES {
             return Err(g("more than 6 spares"));
+        }
+        if self.journal_devices.len() > 2
+            || (!self.journal_devices.is_empty() && !self.write_journal)
+            || self.journal_devices.iter().any(|u| u == &[0; 16])
+        {
+            return Err(g(
+                "journal devices: at most 2, with non-zero uuids, and only with the write journal",
+            ));
         }
         if self.member_table.len() != self.members as usize {
             return Err(g("member table length differs from the member count"));
@@ -710,6 +727,14 @@ impl Superblock {
                 crate::cursor::put_text(&mut b[at + 24..at + SPARE_ENTRY_BYTES], hint);
             }
         }
+        if !self.journal_devices.is_empty() {
+            incompatible |= INCOMPAT_JOURNAL_DEVICES;
+            b[209] = u8::try_from(self.journal_devices.len().min(2)).unwrap_or(0);
+            b[210] = self.journal_devices_lost;
+            for (i, u) in self.journal_devices.iter().take(2).enumerate() {
+                b[212 + 16 * i..228 + 16 * i].copy_from_slice(u);
+            }
+        }
         b[96..104].copy_from_slice(&incompatible.to_le_bytes());
         b[104..112].copy_from_slice(&compatible.to_le_bytes());
         for (i, slot) in self.member_table.iter().enumerate() {
@@ -798,13 +823,32 @@ impl Superblock {
                 delay_seconds: u32_at(b, 200),
                 error_threshold: u32_at(b, 204),
             }),
+            journal_devices: if u64_at(b, 96) & INCOMPAT_JOURNAL_DEVICES != 0 {
+                let n = usize::from(b[209]);
+                if n == 0 || n > 2 || b[210] >> n != 0 {
+                    return Err(SuperblockError::Geometry(
+                        "the journal device count is 0 or over 2, or a lost bit names none",
+                    ));
+                }
+                (0..n)
+                    .map(|i| crate::cursor::id_at(b, 212 + 16 * i))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            journal_devices_lost: if u64_at(b, 96) & INCOMPAT_JOURNAL_DEVICES != 0 {
+                b[210]
+            } else {
+                0
+            },
         };
         let incompatible = u64_at(b, 96);
         let known = INCOMPAT_BLOCK_CRCS
             | INCOMPAT_WRITE_JOURNAL
             | INCOMPAT_UNTRUSTED
             | INCOMPAT_ZERO_STRIPES
-            | INCOMPAT_SPARES;
+            | INCOMPAT_SPARES
+            | INCOMPAT_JOURNAL_DEVICES;
         if incompatible & !known != 0 {
             return Err(SuperblockError::Features(incompatible & !known));
         }
@@ -943,6 +987,8 @@ mod tests {
             zero_stripes: false,
             spares: Vec::new(),
             spare_policy: None,
+            journal_devices: Vec::new(),
+            journal_devices_lost: 0,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {
@@ -1067,10 +1113,10 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
-        b[96] = 33;
+        b[96] = 65;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(32)));
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(64)));
         // Bit 4 (spares) with no spare counted is not a valid copy.
         b[96] = 17;
         let crc = crc32c(&b[..CRC_AT]);

@@ -53,6 +53,8 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
             delay_seconds: 5,
             error_threshold: 3,
         }),
+        journal_devices: Vec::new(),
+        journal_devices_lost: 0,
         member_table: (0..members)
             .map(|i| MemberSlot {
                 state: if i % 3 == 1 {

@@ -160,6 +160,8 @@ fn superblock() -> Superblock {
             delay_seconds: 45,
             error_threshold: 7,
         }),
+        journal_devices: vec![[11; 16], [12; 16]],
+        journal_devices_lost: 2,
         member_table: (0..4)
             .map(|i| MemberSlot {
                 state: MemberState::Active,
@@ -192,6 +194,17 @@ fn spare() -> SpareLabel {
         generation: 2,
         labelled_unix: 1_800_000_200,
         device_bytes: 5 << 30,
+    }
+}
+
+fn jdev() -> JournalDeviceLabel {
+    JournalDeviceLabel {
+        device_uuid: [13; 16],
+        array_uuid: [3; 16],
+        generation: 4,
+        slots: 48,
+        mirror_index: 1,
+        slot_bytes: 4096 + 66048,
     }
 }
 
@@ -352,14 +365,20 @@ fn superblock_matches_format_md() {
             ("event count", le(9, 8)),
             ("created", le(1_800_000_000, 8)),
             ("cross-check", vec![1]),
-            // Bits 0 (block CRCs), 1 (write journal), 4 (spares).
-            ("incompatible features", le(1 | 2 | 16, 8)),
+            // Bits 0 (block CRCs), 1 (write journal), 4 (spares), 5 (journal devices).
+            ("incompatible features", le(1 | 2 | 16 | 32, 8)),
             // Bit 0: the name at 168..200; bit 1: the spare policy at 200..208.
             ("compatible features", le(1 | 2, 8)),
             ("name", text("golden-1", 32)),
             ("spare delay", le(45, 4)),
             ("spare error threshold", le(7, 4)),
             ("spares", vec![2]),
+            ("journal devices", vec![2]),
+            ("journal devices lost", vec![2]),
+            (
+                "journal device uuids",
+                [vec![11u8; 16], vec![12u8; 16]].concat(),
+            ),
             ("intent record offset", le(16384, 8)),
             ("intent record size", le(l.intent_bytes, 8)),
             ("event log offset", le(l.log_offset(), 8)),
@@ -455,6 +474,26 @@ fn spare_label_matches_format_md() {
             ("generation", le(2, 8)),
             ("labelled", le(1_800_000_200, 8)),
             ("device bytes", le(5 << 30, 8)),
+        ],
+    );
+}
+
+#[test]
+fn journal_device_label_matches_format_md() {
+    let b = jdev().to_copy(JournalDeviceLabel::SIZE).expect("encodes");
+    golden(
+        "### 2.12 Journal devices",
+        &b,
+        &[
+            ("magic", b"SGJDEV\0\0".to_vec()),
+            ("version", le(1, 4)),
+            ("label size", le(4096, 4)),
+            ("device uuid", vec![13; 16]),
+            ("array uuid", vec![3; 16]),
+            ("generation", le(4, 8)),
+            ("slots", le(48, 4)),
+            ("mirror index", le(1, 4)),
+            ("slot bytes", le(4096 + 66048, 8)),
         ],
     );
 }
@@ -674,6 +713,7 @@ fn every_sample_round_trips_and_empty_copies_are_empty() {
     both::<Owner>(&owner().to_copy(Owner::SIZE).expect("owner"));
     both::<Checkpoint>(&checkpoint().to_copy(Checkpoint::SIZE).expect("ckpt"));
     both::<SpareLabel>(&spare().to_copy(SpareLabel::SIZE).expect("spare"));
+    both::<JournalDeviceLabel>(&jdev().to_copy(JournalDeviceLabel::SIZE).expect("jdev"));
     both::<IntentRecord>(&intent().to_copy(4096).expect("intent"));
     both::<EventEntry>(&entry().to_copy(EventEntry::SIZE).expect("entry"));
     both::<JournalHeader>(&journal().to_copy(JournalHeader::SIZE).expect("journal"));
@@ -780,6 +820,11 @@ proptest! {
     }
 
     #[test]
+    fn mutated_journal_device_labels(p in pokes()) {
+        mutated::<JournalDeviceLabel>(&jdev().to_copy(JournalDeviceLabel::SIZE).expect("jdev"), &p);
+    }
+
+    #[test]
     fn mutated_intent_records(p in pokes()) {
         mutated::<IntentRecord>(&intent().to_copy(4096).expect("intent"), &p);
     }
@@ -821,6 +866,7 @@ proptest! {
             prop_assert!(check_round_trip::<Owner>(d).is_ok());
             prop_assert!(check_round_trip::<Checkpoint>(d).is_ok());
             prop_assert!(check_round_trip::<SpareLabel>(d).is_ok());
+            prop_assert!(check_round_trip::<JournalDeviceLabel>(d).is_ok());
             prop_assert!(check_round_trip::<IntentRecord>(d).is_ok());
             prop_assert!(check_round_trip::<EventEntry>(d).is_ok());
             prop_assert!(check_round_trip::<JournalHeader>(d).is_ok());
