@@ -66,6 +66,28 @@ pub struct ArrayConfig {
     /// only. Off: every unit is written at create and zeros are written (an older build can
     /// assemble the array).
     pub zero_stripes: bool,
+    /// The write journal on these devices (one, or two as a mirror) instead of the members'
+    /// slots (FORMAT.md §2.12); needs `write_journal`.
+    pub journal_devices: Devices,
+}
+
+/// Devices given by handle (printed by their names).
+#[derive(Clone, Default)]
+pub struct Devices(pub Vec<DiskRef>);
+
+impl std::fmt::Debug for Devices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|d| d.name().to_string()))
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Devices {
+    type Target = Vec<DiskRef>;
+    fn deref(&self) -> &Vec<DiskRef> {
+        &self.0
+    }
 }
 
 impl ArrayConfig {
@@ -87,6 +109,7 @@ impl ArrayConfig {
             local_locks: true,
             name: None,
             zero_stripes: false,
+            journal_devices: Devices::default(),
         }
     }
 
@@ -146,6 +169,9 @@ pub struct AssembleOptions {
     /// current and every stripe is resynced at once, what cannot be verified listed untrusted
     /// (FORMAT.md §2.1, §2.7) — permanent, as md's rewritten event counts are.
     pub force: bool,
+    /// Devices that may be the array's journal devices (FORMAT.md §2.12): matched by their
+    /// labels; a listed journal device not among them is lost.
+    pub journal_devices: Devices,
 }
 
 impl Default for AssembleOptions {
@@ -159,6 +185,7 @@ impl Default for AssembleOptions {
             local_locks: true,
             sabotage: None,
             force: false,
+            journal_devices: Devices::default(),
         }
     }
 }
@@ -255,6 +282,11 @@ pub struct Array {
     forced: std::sync::Mutex<Option<crate::trust::ForcedView>>,
     /// Whether `forced` holds a view: read first, without the lock.
     forced_any: std::sync::atomic::AtomicBool,
+    /// The write journal's devices (FORMAT.md §2.12), when the array has them.
+    jdevs: Option<crate::jdev::JournalDevices>,
+    /// A journal device was missing at an unclean assembly: the records of the interrupted
+    /// writes may be gone, so the resync may not take the journal as complete.
+    journal_incomplete: std::sync::atomic::AtomicBool,
 }
 
 impl Array {
@@ -269,8 +301,10 @@ impl Array {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Array, EngineError> {
         lock_members(&members, true, cfg.local_locks)?;
-        let sb = new_superblock(cfg, &members)?;
-        let array = Array::from_parts(
+        let mut sb = new_superblock(cfg, &members)?;
+        let labels = journal_labels(cfg, &sb)?;
+        sb.journal_devices = labels.iter().map(|l| l.device_uuid).collect();
+        let mut array = Array::from_parts(
             sb,
             members,
             true,
@@ -280,6 +314,11 @@ impl Array {
         if !fresh {
             array.zero_metadata_regions()?;
         }
+        array.jdevs = crate::jdev::write_new(
+            &cfg.journal_devices,
+            &labels,
+            array.sb().journal_slot_bytes(),
+        )?;
         if array.keeps_zero_stripes() {
             // Every stripe one zero range: nothing of the data area is written (zero.rs).
             array.start_all_zero()?;
@@ -296,7 +335,8 @@ impl Array {
     /// stripes that fit the smallest member, ...), checked without writing anything: a caller
     /// that must destroy something first (foreign signatures) does it only after this.
     pub fn create_preflight(members: &[DiskRef], cfg: &ArrayConfig) -> Result<(), EngineError> {
-        new_superblock(cfg, members).map(|_| ())
+        let sb = new_superblock(cfg, members)?;
+        journal_labels(cfg, &sb).map(|_| ())
     }
 
     /// Assemble the array whose members are `members`, in member-index order. Up to `m` members
@@ -361,6 +401,25 @@ impl Array {
             .last()
             .map(|e| e.number.saturating_add(1))
             .unwrap_or(0);
+        let (jdevs, jlost) = crate::jdev::find(array.sb(), &opts.journal_devices);
+        array.jdevs = jdevs;
+        if !jlost.is_empty() && array.sb.state == ArrayState::Dirty {
+            // The records of the writes the crash interrupted may be gone with it.
+            array
+                .journal_incomplete
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        for why in jlost.iter().filter(|_| opts.writable) {
+            array.log_event(Event {
+                stripe: 0,
+                member: 0,
+                position: 0,
+                role: EventRole::Stripe,
+                kind: EventKind::JournalDeviceLost,
+                evidence: why.clone(),
+                action: crate::events::EventAction::Notice,
+            });
+        }
         // Numbered after the log on the members (a writable assembly saves them with the
         // first save). A member current until now and absent at this assembly has failed as
         // surely as one an I/O error takes out: its event says so (a read-only assembly
@@ -514,6 +573,8 @@ impl Array {
             sabotage: None,
             forced: std::sync::Mutex::new(None),
             forced_any: std::sync::atomic::AtomicBool::new(false),
+            jdevs: None,
+            journal_incomplete: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -619,6 +680,15 @@ impl Array {
     }
 
     /// Whether the simulator asked for defect `s`.
+    pub(crate) fn jdevs(&self) -> Option<&crate::jdev::JournalDevices> {
+        self.jdevs.as_ref()
+    }
+
+    /// See the `journal_incomplete` field.
+    pub(crate) fn journal_incomplete(&self) -> &std::sync::atomic::AtomicBool {
+        &self.journal_incomplete
+    }
+
     pub(crate) fn sabotaged(&self, s: Sabotage) -> bool {
         self.sabotage == Some(s)
     }
@@ -994,6 +1064,9 @@ impl Array {
                 sb.member_table = meta.table.clone();
                 sb.spares = meta.spares.clone();
                 sb.spare_policy = meta.spare_policy;
+                if let Some(j) = &self.jdevs {
+                    sb.journal_devices_lost = j.lost_bits();
+                }
                 let bytes = sb.encode();
                 // Each copy flushed before the next is written: a power cut can tear only the
                 // one in flight, never both.
@@ -1235,6 +1308,19 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
     })?;
     check_chunk_rows(cfg)?;
     Ok(sb)
+}
+
+/// The labels of `cfg`'s journal devices for the array `sb` describes (FORMAT.md §2.12).
+fn journal_labels(
+    cfg: &ArrayConfig,
+    sb: &Superblock,
+) -> Result<Vec<stripeguard_format::JournalDeviceLabel>, EngineError> {
+    let uuids: Vec<[u8; 16]> = cfg
+        .journal_devices
+        .iter()
+        .map(|_| crate::env::random::<16>(cfg.env.as_ref()))
+        .collect();
+    crate::jdev::labels_for(&cfg.journal_devices, &uuids, sb).map_err(EngineError::Config)
 }
 
 /// `HOST-UUID8`: the host's name cut to what a name may hold, and the uuid's first 8 hex digits.

@@ -57,10 +57,25 @@ struct Slot {
     busy: u32,
     /// Its header is being zeroed (no longer a record to rely on, not yet a free slot).
     zeroing: bool,
-    /// The members its copies went to; empty = every current member.
-    on: Vec<MemberIx>,
+    /// Where its copies went.
+    on: Copies,
     /// The record's sequence (a flush frees the record it saw idle, not a later one).
     sequence: u64,
+}
+
+/// Where a record's copies went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Copies {
+    /// These members' slots (empty: every current member's).
+    Members(Vec<MemberIx>),
+    /// The journal devices' slots (FORMAT.md §2.12).
+    Devices,
+}
+
+impl Default for Copies {
+    fn default() -> Self {
+        Copies::Members(Vec::new())
+    }
 }
 
 /// Slot bookkeeping.
@@ -116,7 +131,7 @@ impl Journal {
                 pos,
                 busy: 1,
                 zeroing: false,
-                on: Vec::new(),
+                on: Copies::default(),
                 sequence: first + i as u64,
             };
         }
@@ -128,8 +143,8 @@ impl Journal {
         )
     }
 
-    /// The members `slot`'s copies go to (empty: every current member).
-    pub(crate) fn set_copies(&mut self, slot: usize, on: Vec<MemberIx>) {
+    /// Where `slot`'s copies go.
+    pub(crate) fn set_copies(&mut self, slot: usize, on: Copies) {
         self.slots[slot].on = on;
     }
 
@@ -151,7 +166,7 @@ impl Journal {
     pub(crate) fn start_freeing(
         &mut self,
         idle: Vec<(usize, u64)>,
-    ) -> (Vec<(usize, Vec<MemberIx>)>, bool) {
+    ) -> (Vec<(usize, Copies)>, bool) {
         let mut undo = false;
         let mut freed = Vec::new();
         for (s, sequence) in idle {

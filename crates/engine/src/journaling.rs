@@ -7,7 +7,7 @@
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::journal::{
-    slots_u32, Record, Saved, SlotWrite, Touched, UnitWrites, HEADER, SAVED, UNIT_WRITES,
+    slots_u32, Copies, Record, Saved, SlotWrite, Touched, UnitWrites, HEADER, SAVED, UNIT_WRITES,
 };
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use std::collections::BTreeMap;
@@ -55,13 +55,16 @@ impl Array {
     /// records are durable after about one write and one flush.
     fn put_records(&self, records: &[(usize, Record, Vec<MemberIx>)]) -> Result<(), EngineError> {
         let event = self.generation().load(std::sync::atomic::Ordering::Relaxed);
+        if self.put_on_devices(records, event)? {
+            return Ok(());
+        }
         let n = self.members().len();
         let on = |members: &Vec<MemberIx>, m: MemberIx| members.is_empty() || members.contains(&m);
         let mut jobs: Vec<(MemberIx, SlotWrite)> = Vec::new();
         {
             let mut j = self.journal().lock().expect("lock");
             for (slot, record, members) in records {
-                j.set_copies(*slot, members.clone());
+                j.set_copies(*slot, Copies::Members(members.clone()));
                 let bytes = record.encode(event, self.sb().array_uuid);
                 let at = self.journal_slot_offset(*slot);
                 let bytes = std::sync::Arc::new(bytes);
@@ -75,6 +78,53 @@ impl Array {
             .collect();
         self.member_jobs(&jobs, |_, d, (at, b)| d.write_at(*at, b))?;
         self.each_member(Some(&flushed), |_, d| d.flush())
+    }
+
+    /// [`Array::put_records`] on the journal devices (FORMAT.md §2.12): every record to every
+    /// live device, then a group commit. `false` when no device is left (before or after a
+    /// failure here): the caller writes them to the members instead.
+    fn put_on_devices(
+        &self,
+        records: &[(usize, Record, Vec<MemberIx>)],
+        event: u64,
+    ) -> Result<bool, EngineError> {
+        let Some(jd) = self.jdevs() else {
+            return Ok(false);
+        };
+        if jd.live().is_empty() {
+            return Ok(false);
+        }
+        {
+            let mut j = self.journal().lock().expect("lock");
+            for (slot, _, _) in records {
+                j.set_copies(*slot, Copies::Devices);
+            }
+        }
+        let mut failed = Vec::new();
+        for (slot, record, _) in records {
+            let bytes = record.encode(event, self.sb().array_uuid);
+            failed.extend(jd.write_slot(*slot, &bytes));
+        }
+        failed.extend(jd.commit());
+        if failed.is_empty() {
+            return Ok(true);
+        }
+        self.lose_journal_devices(failed)?;
+        if jd.live().is_empty() {
+            // Written again where the journal goes on, before any of these writes goes in place.
+            let mut j = self.journal().lock().expect("lock");
+            for (slot, _, members) in records {
+                j.set_copies(*slot, Copies::Members(members.clone()));
+            }
+            return Ok(false);
+        }
+        // A device left: what it holds was flushed by the commit (or is, now).
+        let again = jd.commit();
+        if again.is_empty() {
+            return Ok(true);
+        }
+        self.lose_journal_devices(again)?;
+        Ok(!jd.live().is_empty())
     }
 
     /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
@@ -238,15 +288,31 @@ impl Array {
             return Ok(());
         }
         let zeros = vec![0u8; HEADER];
+        let on_member = |on: &Copies, m: MemberIx| match on {
+            Copies::Members(v) => v.is_empty() || v.contains(&m),
+            Copies::Devices => false,
+        };
         let jobs: Vec<(MemberIx, u64)> = MemberIx::upto(self.members().len())
             .flat_map(|m| {
                 freed
                     .iter()
-                    .filter(move |(_, on)| on.is_empty() || on.contains(&m))
+                    .filter(move |(_, on)| on_member(on, m))
                     .map(move |(s, _)| (m, self.journal_slot_offset(*s)))
             })
             .collect();
         let zeroed = self.member_jobs(&jobs, |_, d, &at| d.write_at(at, &zeros));
+        let on_devices: Vec<usize> = freed
+            .iter()
+            .filter(|(_, on)| *on == Copies::Devices)
+            .map(|(s, _)| *s)
+            .collect();
+        if let (Some(jd), false) = (self.jdevs(), on_devices.is_empty()) {
+            let mut failed = jd.zero_headers(&on_devices);
+            if undo {
+                failed.extend(jd.flush_all());
+            }
+            self.lose_journal_devices(failed)?;
+        }
         // Free even when a member failed: its zeroing no longer matters.
         self.journal()
             .lock()
@@ -279,12 +345,27 @@ impl Array {
         let mut saved: BTreeMap<(u64, usize), Record> = BTreeMap::new();
         let mut redo: BTreeMap<u64, Record> = BTreeMap::new();
         let mut b = vec![0u8; slot_bytes];
+        // Every slot of every current member, then of every live journal device (§2.12).
+        let mut places: Vec<(stripeguard_disk::DiskRef, u64)> = Vec::new();
         for (m, d) in self.members().all().iter().enumerate() {
-            if self.is_failed(MemberIx::new(m)) {
-                continue;
+            if !self.is_failed(MemberIx::new(m)) {
+                places.extend(
+                    (0..self.sb().journal_slots as usize)
+                        .map(|s| (d.clone(), self.journal_slot_offset(s))),
+                );
             }
-            for s in 0..self.sb().journal_slots as usize {
-                if d.read_at(self.journal_slot_offset(s), &mut b).is_err() {
+        }
+        if let Some(jd) = self.jdevs() {
+            for i in jd.live() {
+                places.extend(
+                    (0..self.sb().journal_slots as usize)
+                        .map(|s| (jd.get(i).clone(), jd.slot_offset(s))),
+                );
+            }
+        }
+        for (d, at) in places {
+            {
+                if d.read_at(at, &mut b).is_err() {
                     continue;
                 }
                 let Some(r) = Record::decode(&b, unit, &self.sb().array_uuid) else {
@@ -419,6 +500,12 @@ impl Array {
         self.flush_members()?;
         let all = self.journal().lock().expect("lock").all_to_free();
         self.free_journal_slots(all)?;
+        if let Some(jd) = self.jdevs() {
+            let slots: Vec<usize> = (0..self.sb().journal_slots as usize).collect();
+            let mut failed = jd.zero_headers(&slots);
+            failed.extend(jd.flush_all());
+            self.lose_journal_devices(failed)?;
+        }
         self.flush_members()
     }
 }

@@ -31,6 +31,8 @@ mod grow;
 mod heartbeat;
 mod intent;
 mod io;
+mod jdev;
+mod jdev_array;
 mod journal;
 mod journaling;
 mod layout;
@@ -53,7 +55,7 @@ mod zero;
 
 pub use array::{
     create_accepts, member_unit_map, read_superblock_of, Array, ArrayConfig, AssembleOptions,
-    APPENDIX_CACHE_ENTRIES,
+    Devices, APPENDIX_CACHE_ENTRIES,
 };
 pub use ckcache::CK_CACHE_TABLES;
 pub use env::{Env, EnvRef, Host, LiveHolders, RealEnv, Sabotage, SimEnv};
@@ -64,6 +66,7 @@ pub use events::{
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use grow::Grown;
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
+pub use jdev::read_journal_device_label;
 pub use members::MemberHealth;
 pub use metacheck::MetadataFinding;
 pub use num::usize_of;

@@ -220,7 +220,15 @@ impl Array {
                 // missed: every undecidable stripe is settled, whatever the journal says.
                 _ if why == Why::Forced => Interrupted::Unknown,
                 Some(mask) => Interrupted::Only(mask),
-                None if self.sb().write_journal => Interrupted::Only(&[]),
+                // (Unless a journal device holding the interrupted writes' records was lost
+                // with them: then as without the journal, FORMAT.md §2.12.)
+                None if self.sb().write_journal
+                    && !self
+                        .journal_incomplete()
+                        .load(std::sync::atomic::Ordering::Acquire) =>
+                {
+                    Interrupted::Only(&[])
+                }
                 None => Interrupted::Unknown,
             };
             self.resync_stripe(StripeIx::new(s), cause, why)?;

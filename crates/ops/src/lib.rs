@@ -88,6 +88,9 @@ pub struct CreateOnPaths {
     pub name: Option<String>,
     /// Keep zero stripes ([`ArrayConfig::zero_stripes`]).
     pub zero_stripes: bool,
+    /// The write journal on these devices ([`ArrayConfig::journal_devices`]); a file that does
+    /// not exist is made at the size the journal needs.
+    pub journal_devices: Vec<PathBuf>,
 }
 
 /// The usual parity count for `n` members: RAID-6 from 6 members, else RAID-5.
@@ -151,6 +154,7 @@ impl CreateOnPaths {
             local_locks: local_locks(),
             name: self.name.clone(),
             zero_stripes: self.zero_stripes,
+            journal_devices: stripeguard_engine::Devices::default(),
         })
     }
 
@@ -243,12 +247,40 @@ impl CreateOnPaths {
         }
         let fresh = created.len() == self.paths.len();
         let disks: Vec<DiskRef> = members.iter().map(|t| DiskRef::clone(&t.disk)).collect();
-        Array::create_preflight(&disks, cfg)?;
-        for t in &members {
+        let mut cfg = cfg.clone();
+        let mut journal = Vec::new();
+        for p in &self.journal_devices {
+            if self.paths.contains(p) {
+                return Err(EngineError::Config(format!(
+                    "{} is given as a member and as a journal device",
+                    p.display()
+                )));
+            }
+            if !member_exists(p) {
+                // The label and the journal's slots (FORMAT.md §2.12).
+                let slots = u64::from(cfg.journal_slots().unwrap_or(0));
+                let size = stripeguard_format::JDEV_SLOTS_AT + slots * (4096 + cfg.unit_bytes());
+                FileDisk::create(p, size, false)?;
+                let t = Target::open(p, false)?;
+                t.disk.try_lock(true)?;
+                created.push((p, DiskRef::clone(&t.disk)));
+                journal.push(t);
+                continue;
+            }
+            let t = Target::open(p, false)?;
+            t.judge(None, &self.confirm)?;
+            t.disk.try_lock(true)?;
+            journal.push(t);
+        }
+        cfg.journal_devices =
+            stripeguard_engine::Devices(journal.iter().map(|t| DiskRef::clone(&t.disk)).collect());
+        Array::create_preflight(&disks, &cfg)?;
+        for t in members.iter().chain(&journal) {
             t.wipe()?;
         }
         drop(members);
-        let array = Array::create(disks, cfg, fresh, progress)?;
+        drop(journal);
+        let array = Array::create(disks, &cfg, fresh, progress)?;
         array.enable_appendix_cache(APPENDIX_CACHE_ENTRIES);
         Ok(array)
     }
@@ -436,7 +468,16 @@ pub fn assemble_paths_with(
         local_locks: opts.local_locks && local_locks(),
         ..opts.clone()
     };
-    let members = open_member_paths_as(paths, direct, opts.writable)?;
+    let opened = open_member_paths_as(paths, direct, opts.writable)?;
+    // A device carrying a journal device label is one of the array's journal devices
+    // (FORMAT.md §2.12), wherever it was given; the others are the members, in order.
+    let (journal, members): (Vec<DiskRef>, Vec<DiskRef>) = opened
+        .into_iter()
+        .partition(|d| stripeguard_engine::read_journal_device_label(d.as_ref()).is_some());
+    let opts = AssembleOptions {
+        journal_devices: stripeguard_engine::Devices(journal),
+        ..opts
+    };
     let array = match Array::assemble(members, &opts) {
         Err(EngineError::SplitBrain(why)) => {
             // Nothing reaches the members of an array refused; the refusal reaches syslog.

@@ -448,6 +448,21 @@ pub fn find_array(key: &str, cfg: &Config) -> Result<FoundArray, EngineError> {
 /// (a missing member) keep their relative order in the slots left free. Anything else is
 /// returned as given (assembly then explains what is wrong).
 pub fn order_members(paths: &[PathBuf]) -> (Vec<PathBuf>, Option<String>) {
+    // Journal devices (FORMAT.md §2.12) stand anywhere in the list: the members are ordered
+    // without them, and they follow.
+    let is_journal = |p: &PathBuf| {
+        crate::open_member_how(p, false, false, false)
+            .ok()
+            .and_then(|d| stripeguard_engine::read_journal_device_label(d.as_ref()))
+            .is_some()
+    };
+    let (journal, members): (Vec<PathBuf>, Vec<PathBuf>) =
+        paths.iter().cloned().partition(is_journal);
+    if !journal.is_empty() {
+        let (mut ordered, note) = order_members(&members);
+        ordered.extend(journal);
+        return (ordered, note);
+    }
     let read: Vec<Option<Superblock>> = paths
         .iter()
         .map(|p| {

@@ -83,6 +83,13 @@ pub struct CreateArgs {
     /// size, and TRIM / WRITE_ZEROES of whole stripes are a metadata update at the next flush.
     #[arg(long)]
     no_zero_stripes: bool,
+    /// Keep the write journal (--journal) on this device instead of the members: a faster
+    /// device in front of the members (md's --write-journal, ZFS's SLOG; FORMAT.md §2.12).
+    /// Give it twice for a mirror of two. A file that does not exist is made at the size the
+    /// journal needs. Give it again among the members to every later command (its label says
+    /// what it is).
+    #[arg(long, value_name = "DEV")]
+    journal_device: Vec<PathBuf>,
     /// A hot spare (FORMAT.md §2.11): a device labelled for this array, rebuilt in place of a
     /// member that stays out for --spare-delay by the process serving the array. Repeat for
     /// up to 6; a file that does not exist is created at the member size.
@@ -167,6 +174,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         write_journal: a.journal,
         name: a.name.clone(),
         zero_stripes: !a.no_zero_stripes,
+        journal_devices: a.journal_device.clone(),
     };
     // The spares are probed before anything is written: a refused spare refuses the create.
     for sp in &a.spare {

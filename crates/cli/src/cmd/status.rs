@@ -105,6 +105,7 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
                    "shutdown": format!("{:?}", sb.state).to_lowercase(), "members": health,
                    "cross_check": sb.cross_check, "event_count": sb.generation,
                    "write_journal": sb.write_journal, "journal_slots": sb.journal_slots,
+                   "journal_devices": array.journal_devices().iter().map(|(n, lost)| json!({"device": n, "lost": lost})).collect::<Vec<_>>(),
                    "member_table": array.member_table(), "last_scrub": last_scrub,
                    "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
                    "log_entries": log.entries.len(), "log_dropped": log.dropped,
@@ -147,6 +148,16 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
             println!(
                 "  zero stripes: {stripes} of {} in {ranges} range(s) (never written or trimmed: read as zeros, not read from the members)",
                 sb.stripes
+            );
+        }
+        for (i, (name, lost)) in array.journal_devices().iter().enumerate() {
+            println!(
+                "  journal device {i}: {}",
+                if *lost {
+                    "LOST (the journal is on the other device, or on the members)".to_string()
+                } else {
+                    name.clone()
+                }
             );
         }
         print_spares(
