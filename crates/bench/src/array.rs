@@ -389,3 +389,124 @@ pub fn concurrency(
     }
     out
 }
+
+/// One row of the journal-device benchmark: a variant, its time for the same writes, and its
+/// overhead against the write-intent record alone (measured in the same run).
+#[derive(Clone, Debug, Serialize)]
+pub struct JournalDeviceMeasurement {
+    /// `intent only`, `journal on device`.
+    pub variant: &'static str,
+    /// 4 KiB random writes issued, by `queue_depth` concurrent writers.
+    pub user_writes: u64,
+    pub queue_depth: usize,
+    /// Best wall seconds of `reps`.
+    pub seconds: f64,
+    /// Writes per second.
+    pub writes_per_second: f64,
+    /// Member flushes per 1,000 user writes.
+    pub member_flushes_per_1000: f64,
+    /// seconds / intent-only seconds - 1.
+    pub overhead: f64,
+}
+
+/// What the write journal costs against the write-intent record alone when it is on a journal
+/// device (FORMAT.md §2.12) with `dev_io` per I/O and `dev_flush` per flush, members at `io`
+/// and `flush`: `writes` 4 KiB random writes by `queue_depth` writers at once (no flush until
+/// the end, as fio's randwrite issues none), hybrid-seq, the variants alternating, best of
+/// `reps`.
+pub fn journal_device_overhead(
+    opts: &ArrayBenchOptions,
+    (io, flush): (Duration, Duration),
+    (dev_io, dev_flush): (Duration, Duration),
+    writes: u64,
+    queue_depth: usize,
+) -> Vec<JournalDeviceMeasurement> {
+    use stripeguard_disk::{CountingDisk, LatencyDisk};
+    let (k, m) = (opts.data_chunks, opts.parity_chunks);
+    let stripe = k as u64 * opts.chunk_bytes as u64;
+    let stripes = opts.capacity_bytes.div_ceil(stripe).max(1);
+    // (The journal on the members at this depth is ~80x slower: `--journal` without a device
+    // measures it; docs/PERFORMANCE.md has a figure.)
+    let variants: [(&'static str, bool, bool); 2] = [
+        ("intent only", false, false),
+        ("journal on device", true, true),
+    ];
+    let qd = queue_depth.max(1);
+    let mut best = [(f64::MAX, 0u64); 2];
+    for _ in 0..opts.reps.max(1) {
+        for (v, &(_, journal, device)) in variants.iter().enumerate() {
+            let base = ArrayConfig {
+                write_journal: journal,
+                ..ArrayConfig::new(k, m, Scheme::HybridSeq, opts.chunk_bytes, stripes)
+            };
+            let size = base.member_bytes();
+            let counting: Vec<Arc<CountingDisk>> = (0..k + m)
+                .map(|i| {
+                    Arc::new(CountingDisk::new(
+                        Arc::new(MemDisk::new(format!("m{i}"), size)) as DiskRef,
+                    ))
+                })
+                .collect();
+            let members: Vec<DiskRef> = counting
+                .iter()
+                .map(|c| Arc::new(LatencyDisk::new(c.clone() as DiskRef, io, flush)) as DiskRef)
+                .collect();
+            let journal_devices = if device {
+                let unit = base.unit_bytes();
+                let bytes = 8192 + u64::from(stripeguard_engine::MAX_DEVICE_SLOTS) * (4096 + unit);
+                vec![Arc::new(LatencyDisk::new(
+                    Arc::new(MemDisk::new("journal", bytes)) as DiskRef,
+                    dev_io,
+                    dev_flush,
+                )) as DiskRef]
+            } else {
+                Vec::new()
+            };
+            let cfg = ArrayConfig {
+                journal_devices: stripeguard_engine::Devices(journal_devices),
+                ..base
+            };
+            let a = Array::create(members, &cfg, true, &mut |_, _| {}).expect("array");
+            a.flush().expect("flush");
+            counting.iter().for_each(|c| c.reset());
+            let slots = a.capacity_bytes() / 4096;
+            let t = std::time::Instant::now();
+            std::thread::scope(|s| {
+                for w in 0..qd {
+                    let a = &a;
+                    s.spawn(move || {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(7 + w as u64);
+                        let buf = vec![0x5au8; 4096];
+                        for _ in 0..writes / qd as u64 {
+                            let slot = rng.random_range(0..slots);
+                            a.write(slot * 4096, &buf).expect("write");
+                        }
+                    });
+                }
+            });
+            a.flush().expect("flush");
+            let secs = t.elapsed().as_secs_f64();
+            let flushes: u64 = counting.iter().map(|c| c.counts().flushes).sum();
+            if secs < best[v].0 {
+                best[v] = (secs, flushes);
+            }
+            drop(a);
+        }
+    }
+    let done = writes / qd as u64 * qd as u64;
+    variants
+        .iter()
+        .zip(best)
+        .map(
+            |(&(name, _, _), (secs, flushes))| JournalDeviceMeasurement {
+                variant: name,
+                user_writes: done,
+                queue_depth: qd,
+                seconds: secs,
+                writes_per_second: done as f64 / secs,
+                member_flushes_per_1000: flushes as f64 * 1000.0 / done.max(1) as f64,
+                overhead: secs / best[0].0 - 1.0,
+            },
+        )
+        .collect()
+}

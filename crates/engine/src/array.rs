@@ -287,6 +287,9 @@ pub struct Array {
     /// A journal device was missing at an unclean assembly: the records of the interrupted
     /// writes may be gone, so the resync may not take the journal as complete.
     journal_incomplete: std::sync::atomic::AtomicBool,
+    /// Flushes running now, and flushes finished (a writer waiting for journal slots waits
+    /// for a running one instead of starting its own: `journaling.rs`).
+    flushes: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
 }
 
 impl Array {
@@ -319,6 +322,7 @@ impl Array {
             &labels,
             array.sb().journal_slot_bytes(),
         )?;
+        array.size_journal();
         if array.keeps_zero_stripes() {
             // Every stripe one zero range: nothing of the data area is written (zero.rs).
             array.start_all_zero()?;
@@ -403,6 +407,7 @@ impl Array {
             .unwrap_or(0);
         let (jdevs, jlost) = crate::jdev::find(array.sb(), &opts.journal_devices);
         array.jdevs = jdevs;
+        array.size_journal();
         if !jlost.is_empty() && array.sb.state == ArrayState::Dirty {
             // The records of the writes the crash interrupted may be gone with it.
             array
@@ -575,6 +580,7 @@ impl Array {
             forced_any: std::sync::atomic::AtomicBool::new(false),
             jdevs: None,
             journal_incomplete: std::sync::atomic::AtomicBool::new(false),
+            flushes: Default::default(),
         })
     }
 
@@ -682,6 +688,33 @@ impl Array {
     /// Whether the simulator asked for defect `s`.
     pub(crate) fn jdevs(&self) -> Option<&crate::jdev::JournalDevices> {
         self.jdevs.as_ref()
+    }
+
+    /// The journal's slots are the journal devices' while one lives (FORMAT.md §2.12), else
+    /// the members'.
+    fn size_journal(&mut self) {
+        if let Some(j) = self.jdevs.as_ref().filter(|j| !j.live().is_empty()) {
+            self.journal = Mutex::new(crate::journal::Journal::new(j.slots()));
+        }
+    }
+
+    /// Counts a flush as running until the guard is dropped.
+    pub(crate) fn flush_running(&self) -> FlushRunning<'_> {
+        self.flushes.0.fetch_add(1, Ordering::AcqRel);
+        FlushRunning(&self.flushes)
+    }
+
+    /// (flushes running, flushes finished).
+    pub(crate) fn flush_counts(&self) -> (u64, u64) {
+        (
+            self.flushes.0.load(Ordering::Acquire),
+            self.flushes.1.load(Ordering::Acquire),
+        )
+    }
+
+    /// Slots the journal has.
+    pub(crate) fn journal_slot_count(&self) -> usize {
+        self.journal.lock().expect("lock").slot_count()
     }
 
     /// See the `journal_incomplete` field.
@@ -1308,6 +1341,18 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
     })?;
     check_chunk_rows(cfg)?;
     Ok(sb)
+}
+
+/// A flush running (see [`Array::flush_running`]).
+pub(crate) struct FlushRunning<'a>(
+    &'a (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
+);
+
+impl Drop for FlushRunning<'_> {
+    fn drop(&mut self) {
+        self.0 .1.fetch_add(1, Ordering::AcqRel);
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The labels of `cfg`'s journal devices for the array `sb` describes (FORMAT.md §2.12).

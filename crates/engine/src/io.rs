@@ -128,7 +128,7 @@ impl Array {
                 .count();
             usize_of((off + len - 1) % sd / c - off % sd / c + 1) + m + 1 + missing
         };
-        let slots = self.sb().journal_slots as usize;
+        let slots = self.journal_slot_count();
         let mut rest = &pieces[..];
         while !rest.is_empty() {
             // A piece takes at most 2n <= slots: every batch takes at least one.

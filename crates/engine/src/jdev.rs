@@ -23,6 +23,8 @@ pub(crate) struct JournalDevices {
     devs: Vec<DiskRef>,
     lost: Vec<AtomicBool>,
     slot_bytes: u64,
+    /// Slots on each (the fewest any label says).
+    slots: usize,
     /// Tickets handed out (group commit), and the newest one a finished flush covers.
     written: AtomicU64,
     flushed: AtomicU64,
@@ -60,15 +62,21 @@ pub(crate) fn write_label(disk: &DiskRef, label: &JournalDeviceLabel) -> Result<
 impl JournalDevices {
     /// `devs` by mirror index (`None`: missing, lost from the start), `lost` the superblock's
     /// bits, slots of `slot_bytes`.
-    pub(crate) fn new(devs: Vec<(DiskRef, bool)>, slot_bytes: u64) -> JournalDevices {
+    pub(crate) fn new(devs: Vec<(DiskRef, bool)>, slot_bytes: u64, slots: usize) -> JournalDevices {
         JournalDevices {
             lost: devs.iter().map(|(_, l)| AtomicBool::new(*l)).collect(),
             devs: devs.into_iter().map(|(d, _)| d).collect(),
             slot_bytes,
+            slots,
             written: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
         }
+    }
+
+    /// Slots on each device.
+    pub(crate) fn slots(&self) -> usize {
+        self.slots
     }
 
     /// How many the array lists.
@@ -142,15 +150,33 @@ impl JournalDevices {
         failed
     }
 
-    /// Zero the headers of `slots` on every live device; the devices whose write failed.
+    /// Zero the headers of `slots` on every live device; the devices whose write failed. Many
+    /// at once (a flush frees thousands): spread over up to [`ZEROING_THREADS`] threads, as a
+    /// device's queue takes them.
     pub(crate) fn zero_headers(&self, slots: &[usize]) -> Vec<(usize, DiskError)> {
         let zeros = vec![0u8; stripeguard_format::journal::JOURNAL_HEADER_SIZE];
         let mut failed = Vec::new();
         for i in self.live() {
-            if let Err(e) = slots
-                .iter()
-                .try_for_each(|&s| self.devs[i].write_at(self.slot_offset(s), &zeros))
-            {
+            let d = &self.devs[i];
+            let per = slots.len().div_ceil(ZEROING_THREADS).max(64);
+            let zero = |part: &[usize]| {
+                part.iter()
+                    .try_for_each(|&s| d.write_at(self.slot_offset(s), &zeros))
+            };
+            let result = if slots.len() <= per {
+                zero(slots)
+            } else {
+                std::thread::scope(|scope| {
+                    let parts: Vec<_> = slots
+                        .chunks(per)
+                        .map(|part| scope.spawn(move || zero(part)))
+                        .collect();
+                    parts
+                        .into_iter()
+                        .try_for_each(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                })
+            };
+            if let Err(e) = result {
                 failed.push((i, e));
             }
         }
@@ -174,6 +200,16 @@ pub(crate) fn missing(name: String) -> DiskRef {
     ))
 }
 
+/// Threads that zero freed slot headers at once.
+const ZEROING_THREADS: usize = 16;
+
+/// Slots a journal device holds at most.
+pub const MAX_DEVICE_SLOTS: u32 = 4096;
+
+/// The slots a new journal device file is made with when `create` makes it: enough for 32
+/// concurrent writers of a few units each between flushes.
+pub const NEW_DEVICE_SLOTS: u64 = 512;
+
 /// The labels `create` gives `devs` (with the `uuids` drawn for them) for the array `sb`
 /// describes: checked — the write journal is on, at most two, each big enough.
 pub(crate) fn labels_for(
@@ -196,27 +232,31 @@ pub(crate) fn labels_for(
         ));
     }
     let slot_bytes = sb.journal_slot_bytes();
-    let mut labels = Vec::new();
-    for ((i, d), uuid) in devs.iter().enumerate().zip(uuids) {
-        let label = JournalDeviceLabel {
+    // As many slots as the smallest device holds, up to MAX_DEVICE_SLOTS, at least the
+    // members' count: more slots, fewer flushes to free them under concurrent writers.
+    let smallest = devs.iter().map(|d| d.measure_size()).min().unwrap_or(0);
+    let fits = smallest.saturating_sub(stripeguard_format::JDEV_SLOTS_AT) / slot_bytes;
+    let slots = u32::try_from(fits.min(u64::from(MAX_DEVICE_SLOTS))).unwrap_or(MAX_DEVICE_SLOTS);
+    if slots < sb.journal_slots {
+        return Err(format!(
+            "a journal device holds {smallest} bytes; the journal needs at least {} ({} slots of {slot_bytes} bytes after an 8 KiB label)",
+            stripeguard_format::JDEV_SLOTS_AT + u64::from(sb.journal_slots) * slot_bytes,
+            sb.journal_slots
+        ));
+    }
+    Ok(devs
+        .iter()
+        .zip(uuids)
+        .enumerate()
+        .map(|(i, (_, uuid))| JournalDeviceLabel {
             device_uuid: *uuid,
             array_uuid: sb.array_uuid,
             generation: 1,
-            slots: sb.journal_slots,
+            slots,
             mirror_index: u32::try_from(i).expect("at most 2"),
             slot_bytes,
-        };
-        let (need, have) = (label.device_bytes(), d.measure_size());
-        if have < need {
-            return Err(format!(
-                "journal device {} holds {have} bytes; the journal needs {need} ({} slots of {slot_bytes} bytes after an 8 KiB label)",
-                d.name(),
-                sb.journal_slots
-            ));
-        }
-        labels.push(label);
-    }
-    Ok(labels)
+        })
+        .collect())
 }
 
 /// Zero every slot header of the new journal devices `devs` and label them.
@@ -238,6 +278,7 @@ pub(crate) fn write_new(
     Ok(Some(JournalDevices::new(
         devs.iter().map(|d| (DiskRef::clone(d), false)).collect(),
         slot_bytes,
+        labels.iter().map(|l| l.slots as usize).min().unwrap_or(0),
     )))
 }
 
@@ -253,12 +294,17 @@ pub(crate) fn find(sb: &Superblock, given: &[DiskRef]) -> (Option<JournalDevices
         .collect();
     let mut newly = Vec::new();
     let mut devs = Vec::new();
+    let mut slots = usize::MAX;
     for (i, uuid) in sb.journal_devices.iter().enumerate() {
         let was_lost = sb.journal_devices_lost >> i & 1 == 1;
         let found = given.iter().zip(&labels).find_map(|(d, l)| {
             l.as_ref()
                 .filter(|l| &l.device_uuid == uuid && l.array_uuid == sb.array_uuid)
-                .map(|_| DiskRef::clone(d))
+                .map(|l| (DiskRef::clone(d), l.slots as usize))
+        });
+        let found = found.map(|(d, n)| {
+            slots = slots.min(n);
+            d
         });
         match found {
             Some(d) => devs.push((d, was_lost)),
@@ -278,8 +324,9 @@ pub(crate) fn find(sb: &Superblock, given: &[DiskRef]) -> (Option<JournalDevices
             }
         }
     }
+    let slots = if slots == usize::MAX { 0 } else { slots };
     (
-        Some(JournalDevices::new(devs, sb.journal_slot_bytes())),
+        Some(JournalDevices::new(devs, sb.journal_slot_bytes(), slots)),
         newly,
     )
 }

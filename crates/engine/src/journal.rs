@@ -40,9 +40,9 @@ pub(crate) const HEADER: usize = JOURNAL_HEADER_SIZE;
 pub(crate) const SAVED: u8 = JournalKind::Saved as u8;
 pub(crate) const UNIT_WRITES: u8 = JournalKind::UnitWrites as u8;
 
-/// A count of journal slots (at most MAX_JOURNAL_SLOTS, 64).
+/// A count of journal slots (at most 64 on members, 4096 on a journal device).
 pub(crate) fn slots_u32(n: usize) -> u32 {
-    u32::try_from(n).expect("at most 64 journal slots")
+    u32::try_from(n).expect("at most 4096 journal slots")
 }
 
 /// One slot's bookkeeping.
@@ -96,6 +96,22 @@ impl Journal {
         }
     }
 
+    /// Whether `count` slots would be free once the freeing under way ends (another thread's
+    /// flush is zeroing them): waiting for it beats a flush of one's own.
+    pub(crate) fn freeing_would_do(&self, count: usize) -> bool {
+        let soon = self
+            .slots
+            .iter()
+            .filter(|s| s.held.is_none() || s.zeroing)
+            .count();
+        soon >= count && self.slots.iter().any(|s| s.zeroing)
+    }
+
+    /// Slots it has.
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The crash campaign's negative control only: write without the journal.
     pub(crate) fn disable(&mut self) {
         self.disabled = true;
@@ -109,11 +125,21 @@ impl Journal {
     /// returned [`Saved`]'s owner is done: (slot, sequence) pairs. `None` when too few are free
     /// or a slot still holds a record of the same kind for one of these chunks (a flush frees
     /// them: then try again).
-    pub(crate) fn try_take(&mut self, wanted: &[(u64, u8, usize)]) -> Option<Vec<(usize, u64)>> {
+    /// With `repeat_unit_writes` (the journal devices, FORMAT.md §2.12), a unit-writes record
+    /// may be taken while an older one of the same unit is still held: both are replayed, in
+    /// sequence order, and their freeing zeroes the older first, durably
+    /// ([`Journal::freeing_phases`]).
+    pub(crate) fn try_take(
+        &mut self,
+        wanted: &[(u64, u8, usize)],
+        repeat_unit_writes: bool,
+    ) -> Option<Vec<(usize, u64)>> {
         let count = wanted.len();
         let older = self.slots.iter().any(|s| {
-            s.held
-                .is_some_and(|stripe| wanted.contains(&(stripe, s.kind, s.pos)))
+            s.held.is_some_and(|stripe| {
+                wanted.contains(&(stripe, s.kind, s.pos))
+                    && !(repeat_unit_writes && s.kind == UNIT_WRITES)
+            })
         });
         let free: Vec<usize> = (0..self.slots.len())
             .filter(|&s| self.slots[s].held.is_none())
@@ -178,6 +204,30 @@ impl Journal {
             }
         }
         (freed, undo)
+    }
+
+    /// `freed` (slots [`Journal::start_freeing`] gave) in the order their zeroing must reach
+    /// the disk: phase `i` holds each unit's `i`-th oldest record, so a unit's older record is
+    /// zeroed, durably, before a newer one of it is (a crash that kept an older record but lost
+    /// its newer one would replay stale bytes over the newer write).
+    pub(crate) fn freeing_phases(&self, freed: &[usize]) -> Vec<Vec<usize>> {
+        let mut by_unit: BTreeMap<(u64, u8, usize), Vec<(u64, usize)>> = BTreeMap::new();
+        for &s in freed {
+            let slot = &self.slots[s];
+            let unit = (slot.held.unwrap_or(0), slot.kind, slot.pos);
+            by_unit.entry(unit).or_default().push((slot.sequence, s));
+        }
+        let mut phases: Vec<Vec<usize>> = Vec::new();
+        for mut records in by_unit.into_values() {
+            records.sort_unstable();
+            for (i, (_, s)) in records.into_iter().enumerate() {
+                if phases.len() <= i {
+                    phases.push(Vec::new());
+                }
+                phases[i].push(s);
+            }
+        }
+        phases
     }
 
     /// `slots`' headers are zeroed (or their members failed): free.

@@ -38,15 +38,41 @@ impl Array {
         let count = wanted.len();
         // Other writers' slots free as they finish; a bound keeps a shape the slots cannot hold
         // (a member failed while a batch was being put together) from flushing forever.
-        for _ in 0..10_000 {
-            if let Some(taken) = self.journal().lock().expect("lock").try_take(wanted) {
+        for _ in 0..100_000 {
+            let on_devices = self.jdevs().is_some_and(|j| !j.live().is_empty());
+            if let Some(taken) = self
+                .journal()
+                .lock()
+                .expect("lock")
+                .try_take(wanted, on_devices)
+            {
                 return Ok(taken);
+            }
+            // On the journal devices, concurrent writers run out of slots together: while
+            // another thread's flush runs (it frees every slot whose write is done), wait for it
+            // instead of flushing the members again (FORMAT.md §2.12).
+            if on_devices {
+                let (running, finished) = self.flush_counts();
+                let freeing = self
+                    .journal()
+                    .lock()
+                    .expect("lock")
+                    .freeing_would_do(wanted.len());
+                if running > 0 || freeing {
+                    while running > 0 && self.flush_counts().1 == finished {
+                        self.env().sleep(std::time::Duration::from_micros(50));
+                    }
+                    if freeing {
+                        self.env().sleep(std::time::Duration::from_micros(50));
+                    }
+                    continue;
+                }
             }
             self.flush()?;
         }
         Err(EngineError::Config(format!(
             "the write journal's {} slots stayed full: {count} were needed at once",
-            self.sb().journal_slots
+            self.journal_slot_count()
         )))
     }
 
@@ -111,12 +137,7 @@ impl Array {
         }
         self.lose_journal_devices(failed)?;
         if jd.live().is_empty() {
-            // Written again where the journal goes on, before any of these writes goes in place.
-            let mut j = self.journal().lock().expect("lock");
-            for (slot, _, members) in records {
-                j.set_copies(*slot, Copies::Members(members.clone()));
-            }
-            return Ok(false);
+            return Err(self.journal_gone());
         }
         // A device left: what it holds was flushed by the commit (or is, now).
         let again = jd.commit();
@@ -124,7 +145,23 @@ impl Array {
             return Ok(true);
         }
         self.lose_journal_devices(again)?;
-        Ok(!jd.live().is_empty())
+        if jd.live().is_empty() {
+            return Err(self.journal_gone());
+        }
+        Ok(true)
+    }
+
+    /// Every journal device is lost while the array runs (FORMAT.md §2.12): the write whose
+    /// records could not be made durable fails before anything of it goes in place, and the
+    /// array goes on with the write-intent record alone (its slots are the devices', which the
+    /// members do not have) — until the next assembly puts the journal on the members' slots.
+    fn journal_gone(&self) -> EngineError {
+        self.journal().lock().expect("lock").disable();
+        self.journal_incomplete()
+            .store(true, std::sync::atomic::Ordering::Release);
+        EngineError::Config(
+            "every journal device is lost: this write failed before anything of it went in place; the array goes on with the write-intent record alone until it is assembled again (the journal is then on the members)".into(),
+        )
     }
 
     /// Before a degraded write to `stripe`: save every missing data chunk of the stripe.
@@ -143,14 +180,14 @@ impl Array {
         {
             return Ok(None);
         }
-        if missing.len() > self.sb().journal_slots as usize {
+        if missing.len() > self.journal_slot_count() {
             self.log_event(crate::events::stripe_event(
                 stripe,
                 EventKind::JournalTooSmall,
                 format!(
                     "{} data chunks of this stripe are missing but the journal has {} slots: written without it (a crash during this write may lose them)",
                     missing.len(),
-                    self.sb().journal_slots
+                    self.journal_slot_count()
                 ),
                 crate::events::EventAction::Notice,
             ));
@@ -292,11 +329,13 @@ impl Array {
             Copies::Members(v) => v.is_empty() || v.contains(&m),
             Copies::Devices => false,
         };
+        // (The journal devices' slots outnumber the members': only these have a place there.)
+        let member_slots = self.sb().journal_slots as usize;
         let jobs: Vec<(MemberIx, u64)> = MemberIx::upto(self.members().len())
             .flat_map(|m| {
                 freed
                     .iter()
-                    .filter(move |(_, on)| on_member(on, m))
+                    .filter(move |(s, on)| *s < member_slots && on_member(on, m))
                     .map(move |(s, _)| (m, self.journal_slot_offset(*s)))
             })
             .collect();
@@ -307,9 +346,20 @@ impl Array {
             .map(|(s, _)| *s)
             .collect();
         if let (Some(jd), false) = (self.jdevs(), on_devices.is_empty()) {
-            let mut failed = jd.zero_headers(&on_devices);
-            if undo {
-                failed.extend(jd.flush_all());
+            // A unit's older records zeroed, durably, before its newer ones (several records of
+            // one unit live at once on the devices: `take_slots`).
+            let phases = self
+                .journal()
+                .lock()
+                .expect("lock")
+                .freeing_phases(&on_devices);
+            let last = phases.len().saturating_sub(1);
+            let mut failed = Vec::new();
+            for (i, phase) in phases.iter().enumerate() {
+                failed.extend(jd.zero_headers(phase));
+                if i < last || undo {
+                    failed.extend(jd.flush_all());
+                }
             }
             self.lose_journal_devices(failed)?;
         }
@@ -357,10 +407,7 @@ impl Array {
         }
         if let Some(jd) = self.jdevs() {
             for i in jd.live() {
-                places.extend(
-                    (0..self.sb().journal_slots as usize)
-                        .map(|s| (jd.get(i).clone(), jd.slot_offset(s))),
-                );
+                places.extend((0..jd.slots()).map(|s| (jd.get(i).clone(), jd.slot_offset(s))));
             }
         }
         for (d, at) in places {
@@ -501,7 +548,7 @@ impl Array {
         let all = self.journal().lock().expect("lock").all_to_free();
         self.free_journal_slots(all)?;
         if let Some(jd) = self.jdevs() {
-            let slots: Vec<usize> = (0..self.sb().journal_slots as usize).collect();
+            let slots: Vec<usize> = (0..jd.slots()).collect();
             let mut failed = jd.zero_headers(&slots);
             failed.extend(jd.flush_all());
             self.lose_journal_devices(failed)?;

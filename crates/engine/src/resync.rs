@@ -69,6 +69,7 @@ impl Array {
 
     /// [`Array::flush`]; with `all` (closing: nothing can be in flight), clear every bit.
     pub(crate) fn flush_and_clear(&self, all: bool) -> Result<(), EngineError> {
+        let _running = self.flush_running();
         let epoch = self.intent().lock().expect("lock").next_epoch();
         let idle = self.idle_journal_slots();
         // Taken before the members are flushed: what the stripe-state record may forget is

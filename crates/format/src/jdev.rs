@@ -13,7 +13,7 @@
 //!     16   16 device uuid
 //!     32   16 array uuid
 //!     48    8 generation (every write of the label: one more)
-//!     56    4 slots J
+//!     56    4 slots on the device (1..4096, at least the superblock's J)
 //!     60    4 mirror index (0 or 1)
 //!     64    8 slot bytes (4096 + U)
 //!     72 4020 zero
@@ -42,7 +42,7 @@ pub struct JournalDeviceLabel {
     pub array_uuid: [u8; 16],
     /// One more at every write.
     pub generation: u64,
-    /// Journal slots on it.
+    /// Journal slots on it (its own count: at least the superblock's `J`).
     pub slots: u32,
     /// Its place in the mirror.
     pub mirror_index: u32,

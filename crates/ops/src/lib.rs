@@ -258,7 +258,7 @@ impl CreateOnPaths {
             }
             if !member_exists(p) {
                 // The label and the journal's slots (FORMAT.md §2.12).
-                let slots = u64::from(cfg.journal_slots().unwrap_or(0));
+                let slots = stripeguard_engine::NEW_DEVICE_SLOTS;
                 let size = stripeguard_format::JDEV_SLOTS_AT + slots * (4096 + cfg.unit_bytes());
                 FileDisk::create(p, size, false)?;
                 let t = Target::open(p, false)?;
