@@ -123,9 +123,8 @@ fn a_served_array_with_a_journal_device_keeps_every_flushed_write_across_kill_9(
         let out = sg(&with("read", &["j0"]), d);
         ok(&out);
         assert_eq!(out.stdout.len() as u64, cap);
-        for i in 0..cap / 65536 {
-            let chunk = &out.stdout[(i * 65536) as usize..((i + 1) * 65536) as usize];
-            let of = |r: u64| ((i * 7 + r) % 251) as u8;
+        for (i, chunk) in (0u64..).zip(out.stdout.chunks(65536)) {
+            let of = |r: u64| ((i * 7 + r) % 251).to_le_bytes()[0];
             // Flushed in this round: its bytes. Otherwise this round's or the last one's, whole.
             let want: Vec<u8> = if i <= upto {
                 vec![of(round)]
