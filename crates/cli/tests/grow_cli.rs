@@ -96,12 +96,15 @@ fn grow_keeps_the_data_reads_the_new_stripes_as_zeros_and_refuses_what_it_cannot
         let events = ok(&sg(&with("events", &[]), d));
         assert!(events.contains("grown — grown from"), "{events}");
 
-        // A member out: refused, naming it.
-        std::fs::remove_file(d.join("m3")).unwrap();
+        // A member out: refused, naming it, and nothing written (back, it is current).
+        std::fs::rename(d.join("m3"), d.join("m3.away")).unwrap();
         extend_but(d, 64 << 20, "m3");
         let e = sg(&with("grow", &[]), d);
         assert_eq!(e.status.code(), Some(2));
-        assert!(err_of(&e).contains("member 3 is"), "{}", err_of(&e));
+        assert!(err_of(&e).contains("member 3 (m3)"), "{}", err_of(&e));
+        std::fs::rename(d.join("m3.away"), d.join("m3")).unwrap();
+        let st = sg(&with("status", &[]), d);
+        assert_eq!(st.status.code(), Some(0), "{}", ok(&st));
     }
 }
 

@@ -146,3 +146,49 @@ fn a_served_array_with_a_journal_device_keeps_every_flushed_write_across_kill_9(
     let st = ok(&sg(&with("status", &["j0"]), d));
     assert!(st.contains("journal device 0: LOST"), "{st}");
 }
+
+#[test]
+fn another_arrays_journal_device_is_never_taken_or_used_unasked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = ["a0", "a1", "a2", "a3"];
+    let b = ["b0", "b1", "b2", "b3"];
+    let args = |names: &[&'static str], rest: &[&'static str]| -> Vec<&'static str> {
+        let mut v = vec!["create"];
+        v.extend(names);
+        v.extend(["--size", "16M", "--journal"]);
+        v.extend(rest);
+        v
+    };
+    ok(&sg(&args(&a, &["--journal-device", "jA"]), d));
+    ok(&sg(&args(&b, &["--journal-device", "jB"]), d));
+    // Creating over A's journal device, or keeping it as B's spare: refused without
+    // --force-take, naming whose it is.
+    for cmd in [
+        args(&["c0", "c1", "c2", "c3"], &["--journal-device", "jA"]),
+        vec!["add-spare", "b0", "b1", "b2", "b3", "jB", "--spare", "jA"],
+    ] {
+        let e = sg(&cmd, d);
+        assert_eq!(e.status.code(), Some(2), "{cmd:?}");
+        assert!(
+            err_of(&e).contains("is the journal device of stripeguard array"),
+            "{cmd:?}: {}",
+            err_of(&e)
+        );
+    }
+    // A's journal device given to B: refused (B's own would otherwise be missed, and lost).
+    let e = sg(&["status", "b0", "b1", "b2", "b3", "jA"], d);
+    assert_eq!(e.status.code(), Some(2));
+    assert!(
+        err_of(&e).contains("is the journal device of another array"),
+        "{}",
+        err_of(&e)
+    );
+    let st = ok(&sg(&["status", "b0", "b1", "b2", "b3", "jB"], d));
+    assert!(!st.contains("LOST"), "{st}");
+    // Without it, read-only: not given (nothing marked); the array's own is found again.
+    let st = ok(&sg(&["status", "b0", "b1", "b2", "b3"], d));
+    assert!(st.contains("journal device 0: not given"), "{st}");
+    let st = ok(&sg(&["status", "b0", "b1", "b2", "b3", "jB"], d));
+    assert!(!st.contains("LOST") && !st.contains("not given"), "{st}");
+}

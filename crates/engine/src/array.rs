@@ -290,6 +290,8 @@ pub struct Array {
     /// Flushes running now, and flushes finished (a writer waiting for journal slots waits
     /// for a running one instead of starting its own: `journaling.rs`).
     flushes: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
+    /// The journal's slots are the journal devices' (set at create or assembly).
+    journal_on_devices: bool,
 }
 
 impl Array {
@@ -581,6 +583,7 @@ impl Array {
             jdevs: None,
             journal_incomplete: std::sync::atomic::AtomicBool::new(false),
             flushes: Default::default(),
+            journal_on_devices: false,
         })
     }
 
@@ -695,6 +698,7 @@ impl Array {
     fn size_journal(&mut self) {
         if let Some(j) = self.jdevs.as_ref().filter(|j| !j.live().is_empty()) {
             self.journal = Mutex::new(crate::journal::Journal::new(j.slots()));
+            self.journal_on_devices = true;
         }
     }
 
@@ -712,9 +716,13 @@ impl Array {
         )
     }
 
-    /// Slots the journal has.
+    /// Slots the journal has (without its lock: a lock taken here would move the seeded
+    /// simulation's schedules).
     pub(crate) fn journal_slot_count(&self) -> usize {
-        self.journal.lock().expect("lock").slot_count()
+        match self.jdevs.as_ref() {
+            Some(j) if self.journal_on_devices => j.slots(),
+            _ => self.sb.journal_slots as usize,
+        }
     }
 
     /// See the `journal_incomplete` field.

@@ -22,6 +22,8 @@ pub(crate) struct JournalDevices {
     /// By mirror index; a device missing at assembly is a lost placeholder.
     devs: Vec<DiskRef>,
     lost: Vec<AtomicBool>,
+    /// Not among the devices the assembly was given (a placeholder stands in).
+    absent: Vec<bool>,
     slot_bytes: u64,
     /// Slots on each (the fewest any label says).
     slots: usize,
@@ -65,6 +67,10 @@ impl JournalDevices {
     pub(crate) fn new(devs: Vec<(DiskRef, bool)>, slot_bytes: u64, slots: usize) -> JournalDevices {
         JournalDevices {
             lost: devs.iter().map(|(_, l)| AtomicBool::new(*l)).collect(),
+            absent: devs
+                .iter()
+                .map(|(d, _)| d.name().starts_with(ABSENT))
+                .collect(),
             devs: devs.into_iter().map(|(d, _)| d).collect(),
             slot_bytes,
             slots,
@@ -94,6 +100,11 @@ impl JournalDevices {
     /// Whether device `i` is lost.
     pub(crate) fn is_lost(&self, i: usize) -> bool {
         self.lost[i].load(Ordering::Acquire)
+    }
+
+    /// Whether device `i` was not given to the assembly.
+    pub(crate) fn is_absent(&self, i: usize) -> bool {
+        self.absent[i]
     }
 
     /// Device `i` (for names and reads).
@@ -192,10 +203,13 @@ impl JournalDevices {
     }
 }
 
+/// How the placeholder of a journal device missing at assembly is named.
+const ABSENT: &str = "(not given) ";
+
 /// A device that stands for a journal device missing at assembly: every I/O fails.
 pub(crate) fn missing(name: String) -> DiskRef {
     std::sync::Arc::new(stripeguard_disk::FailedDisk::new(
-        name,
+        format!("{ABSENT}{name}"),
         "missing at assembly",
     ))
 }

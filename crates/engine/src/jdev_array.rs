@@ -49,11 +49,23 @@ impl Array {
         Ok(())
     }
 
-    /// The journal devices as `status` shows them: (name, lost), by mirror index.
-    pub fn journal_devices(&self) -> Vec<(String, bool)> {
+    /// The journal devices as `status` shows them, by mirror index: the device, and `in use`,
+    /// `lost` (FORMAT.md §2.12: for good), or `not given` (a read-only assembly without it;
+    /// a writable one marks it lost).
+    pub fn journal_devices(&self) -> Vec<(String, &'static str)> {
         self.jdevs().map_or(Vec::new(), |j| {
             (0..j.count())
-                .map(|i| (j.get(i).name().to_string(), j.is_lost(i)))
+                .map(|i| {
+                    let lost_on_disk = self.sb().journal_devices_lost >> i & 1 == 1;
+                    let state = if j.is_absent(i) && !self.is_writable() && !lost_on_disk {
+                        "not given"
+                    } else if j.is_lost(i) {
+                        "lost"
+                    } else {
+                        "in use"
+                    };
+                    (j.get(i).name().to_string(), state)
+                })
                 .collect()
         })
     }

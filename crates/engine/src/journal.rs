@@ -107,11 +107,6 @@ impl Journal {
         soon >= count && self.slots.iter().any(|s| s.zeroing)
     }
 
-    /// Slots it has.
-    pub(crate) fn slot_count(&self) -> usize {
-        self.slots.len()
-    }
-
     /// The crash campaign's negative control only: write without the journal.
     pub(crate) fn disable(&mut self) {
         self.disabled = true;

@@ -249,7 +249,13 @@ impl CreateOnPaths {
         let disks: Vec<DiskRef> = members.iter().map(|t| DiskRef::clone(&t.disk)).collect();
         let mut cfg = cfg.clone();
         let mut journal = Vec::new();
-        for p in &self.journal_devices {
+        for (i, p) in self.journal_devices.iter().enumerate() {
+            if self.journal_devices[..i].contains(p) {
+                return Err(EngineError::Config(format!(
+                    "{} is given twice as a journal device (a mirror needs two devices)",
+                    p.display()
+                )));
+            }
             if self.paths.contains(p) {
                 return Err(EngineError::Config(format!(
                     "{} is given as a member and as a journal device",
@@ -474,6 +480,25 @@ pub fn assemble_paths_with(
     let (journal, members): (Vec<DiskRef>, Vec<DiskRef>) = opened
         .into_iter()
         .partition(|d| stripeguard_engine::read_journal_device_label(d.as_ref()).is_some());
+    // Another array's journal device given here would be ignored and this array's own missed
+    // (then lost for good at a writable assembly): refused, naming it.
+    let ours = members
+        .iter()
+        .find_map(|d| stripeguard_engine::read_superblock_of(d.as_ref()).ok())
+        .map(|sb| sb.array_uuid);
+    for d in &journal {
+        let label = stripeguard_engine::read_journal_device_label(d.as_ref());
+        if let (Some(l), Some(u)) = (label, ours) {
+            if l.array_uuid != u {
+                return Err(EngineError::Config(format!(
+                    "{} is the journal device of another array ({}), not of this one ({}): give this array's own journal device",
+                    d.name(),
+                    stripeguard_format::hex(&l.array_uuid),
+                    stripeguard_format::hex(&u)
+                )));
+            }
+        }
+    }
     let opts = AssembleOptions {
         journal_devices: stripeguard_engine::Devices(journal),
         ..opts

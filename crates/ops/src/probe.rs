@@ -44,6 +44,8 @@ pub enum Found {
     Foreign(String),
     /// A hot spare's label (FORMAT.md §2.11): the array it is a spare of, and its own uuid.
     Spare { array: [u8; 16], spare: [u8; 16] },
+    /// A journal device's label (FORMAT.md §2.12): the array whose write journal it holds.
+    JournalDevice { array: [u8; 16] },
 }
 
 /// The confirmations an operator gave: the devices each flag named.
@@ -265,6 +267,28 @@ impl Target {
                     p.display()
                 ))
             }
+            // Another array's write journal (or this one's): never taken while that array is
+            // held (it may be writing records there now), else only with --force-take.
+            Found::JournalDevice { array } => {
+                if let Ok(live) = crate::ask_holder(array) {
+                    return refuse(format!(
+                        "{} is the journal device of stripeguard array {}, which process {} ({}) holds and writes its journal to; stripeguard never takes it while that array is in use",
+                        p.display(),
+                        hex(array),
+                        live.pid,
+                        live.command
+                    ));
+                }
+                if ok.take(p) {
+                    return Ok(());
+                }
+                refuse(format!(
+                    "{} is the journal device of stripeguard array {}; pass --force-take {} to take it (that array loses its journal device and goes on with the journal on its members)",
+                    p.display(),
+                    hex(array),
+                    p.display()
+                ))
+            }
             Found::Foreign(_) if ok.overwrite(p) => Ok(()),
             Found::Foreign(what) => refuse(format!(
                 "{} holds {what}; pass --force-overwrite {} to destroy it",
@@ -320,8 +344,13 @@ fn same_superblock(d: &dyn Disk, array: &Array, ix: usize) -> bool {
     matches!((read(d), read(theirs.as_ref())), (Some(a), Some(b)) if a == b)
 }
 
-/// A hot spare's label on `disk`, when it carries a valid one.
+/// A hot spare's or a journal device's label on `disk`, when it carries a valid one.
 fn spare_of(disk: &dyn Disk) -> Option<Found> {
+    if let Some(l) = stripeguard_engine::read_journal_device_label(disk) {
+        return Some(Found::JournalDevice {
+            array: l.array_uuid,
+        });
+    }
     stripeguard_engine::read_spare_label(disk)
         .0
         .map(|l| Found::Spare {

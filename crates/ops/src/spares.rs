@@ -106,15 +106,30 @@ pub fn remove_spare(array: &Array, which: &str) -> Result<SpareEntry, EngineErro
     Ok(gone)
 }
 
-/// The device of a listed spare, by its path hint, when it carries this array's label for it.
-pub fn open_spare(array: &Array, entry: &SpareEntry) -> Option<(String, DiskRef)> {
+/// The device of a listed spare, by its path hint, when it carries this array's label for it
+/// and is big enough for a member; else why not.
+pub fn usable_spare(array: &Array, entry: &SpareEntry) -> Result<(String, DiskRef), String> {
     if entry.hint.is_empty() {
-        return None;
+        return Err("its path was too long to keep: remove it and add it by a shorter path".into());
     }
-    let disk = crate::open_member(Path::new(&entry.hint), false).ok()?;
-    array
-        .is_spare_of_this(disk.as_ref(), entry)
-        .then(|| (entry.hint.clone(), disk))
+    let disk = crate::open_member(Path::new(&entry.hint), false)
+        .map_err(|e| format!("not there ({e})"))?;
+    if !array.is_spare_of_this(disk.as_ref(), entry) {
+        return Err("the device there does not carry this array's label for it".into());
+    }
+    let need = array.superblock().member_bytes();
+    let have = disk.measure_size();
+    if have < need {
+        return Err(format!(
+            "too small: {have} bytes, a member of this array needs {need} (it grew)"
+        ));
+    }
+    Ok((entry.hint.clone(), disk))
+}
+
+/// [`usable_spare`], when it is.
+pub fn open_spare(array: &Array, entry: &SpareEntry) -> Option<(String, DiskRef)> {
+    usable_spare(array, entry).ok()
 }
 
 /// A listed spare as `status` shows it.
@@ -124,8 +139,11 @@ pub struct SpareState {
     pub uuid: String,
     /// Where the array looks for it.
     pub path: String,
-    /// Whether the device is there and carries the label.
+    /// Whether the device is there, carries the label and is big enough.
     pub found: bool,
+    /// Why not, when it is not.
+    #[serde(default)]
+    pub why: Option<String>,
 }
 
 /// The listed spares and whether each is where the array looks for it.
@@ -133,10 +151,14 @@ pub fn spare_states(array: &Array) -> Vec<SpareState> {
     array
         .spares()
         .iter()
-        .map(|s| SpareState {
-            uuid: hex(&s.uuid),
-            path: s.hint.clone(),
-            found: open_spare(array, s).is_some(),
+        .map(|s| {
+            let why = usable_spare(array, s).err();
+            SpareState {
+                uuid: hex(&s.uuid),
+                path: s.hint.clone(),
+                found: why.is_none(),
+                why,
+            }
         })
         .collect()
 }
@@ -213,7 +235,7 @@ impl Keeper {
             .find_map(|s| open_spare(array, s).map(|(p, _)| (p, s.uuid)))
         else {
             let line = format!(
-                "member {member} needs a spare ({why}), but no listed spare's device is where the array looks for it (`stripeguard status` lists them)"
+                "member {member} needs a spare ({why}), but no listed spare is usable (`stripeguard status` says why for each)"
             );
             if self.said.as_ref() != Some(&line) {
                 eprintln!("stripeguard: {line}");
@@ -227,14 +249,7 @@ impl Keeper {
             ..ReplaceForce::NONE
         };
         *replacing.lock().expect("lock") = None;
-        array.note_spare_taken(
-            member,
-            format!(
-                "member {member} ({why}): rebuilding it onto hot spare {} ({path})",
-                hex(&spare)
-            ),
-        );
-        if let Err(e) = crate::launch_replace(
+        match crate::launch_replace(
             array,
             member,
             path.clone(),
@@ -243,11 +258,20 @@ impl Keeper {
             replacing,
             scope,
         ) {
-            eprintln!(
-                "stripeguard: hot spare {} ({path}) could not take member {member}'s place: {e}",
-                hex(&spare)
-            );
-            self.refused.push(spare);
+            Ok(()) => array.note_spare_taken(
+                member,
+                format!(
+                    "member {member} ({why}): rebuilding it onto hot spare {} ({path})",
+                    hex(&spare)
+                ),
+            ),
+            Err(e) => {
+                eprintln!(
+                    "stripeguard: hot spare {} ({path}) could not take member {member}'s place: {e}",
+                    hex(&spare)
+                );
+                self.refused.push(spare);
+            }
         }
         self.out_since.remove(&member);
     }

@@ -64,6 +64,25 @@ fn via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
 
 pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
     a.array.resolve(false)?;
+    // A member out refuses the grow: seen read-only first, so the refusal writes nothing (a
+    // writable assembly would record the absent member as gone).
+    if let Ok(look) = assemble(&a.array, false) {
+        let out: Vec<String> = look
+            .health()
+            .into_iter()
+            .filter_map(|h| {
+                h.failed
+                    .map(|why| format!("member {} ({}): {why}", h.index, h.name))
+            })
+            .collect();
+        drop(look);
+        if !out.is_empty() {
+            bail!(
+                "a member is out, so the array cannot grow (a re-add needs the write-intent bits of what it missed): {}; bring it back or `replace` it first",
+                out.join("; ")
+            );
+        }
+    }
     let array = match assemble(&a.array, true) {
         Ok(array) => array,
         Err(e) => {
@@ -87,14 +106,32 @@ pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
             return Err(e.into());
         }
     };
+    let small = stripeguard_ops::spares::spare_states(&array)
+        .into_iter()
+        .filter(|s| s.why.is_some())
+        .collect::<Vec<_>>();
     if a.json {
         println!(
             "{}",
             json!({"from_stripes": grown.from_stripes, "to_stripes": grown.to_stripes,
-                   "capacity_bytes": grown.capacity_bytes, "as_zero_stripes": grown.as_zero_stripes})
+                   "capacity_bytes": grown.capacity_bytes, "as_zero_stripes": grown.as_zero_stripes,
+                   "spares_unusable": small})
         );
     } else {
-        println!("{}", grown_line(&grown, &array));
+        match (a.size, grown.from_stripes == grown.to_stripes) {
+            (GrowTo::Bytes(_), true) => println!(
+                "the array already has {} stripes ({} bytes), the size asked for: nothing to grow",
+                grown.to_stripes, grown.capacity_bytes
+            ),
+            _ => println!("{}", grown_line(&grown, &array)),
+        }
+        for s in &small {
+            eprintln!(
+                "stripeguard: warning: hot spare {} cannot take a member's place any more: {} (`remove-spare` it and `add-spare` a bigger one)",
+                s.path,
+                s.why.as_deref().unwrap_or_default()
+            );
+        }
     }
     array.close()?;
     Ok(ExitCode::from(exit::OK))

@@ -95,7 +95,11 @@ pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
     };
     let array = assemble(&a.array, true)?;
     if let Some(len) = known_len {
-        array.check_range(a.offset, len)?;
+        // Refused before anything is written: closed clean (nothing for a resync to do).
+        if let Err(e) = array.check_range(a.offset, len) {
+            array.close()?;
+            return Err(e.into());
+        }
     }
     let step = step_of(&array)?;
     let mut buf = vec![0u8; step];

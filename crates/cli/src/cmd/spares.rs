@@ -71,10 +71,10 @@ fn print_spares(list: &[SpareState], json: bool, what: serde_json::Value) {
             "hot spare {} ({}){}",
             s.path,
             s.uuid,
-            if s.found {
-                ""
-            } else {
-                ": not there (the array looks for it at that path)"
+            match (s.found, &s.why) {
+                (true, _) => String::new(),
+                (false, Some(why)) => format!(": not usable: {why}"),
+                (false, None) => ": not there (the array looks for it at that path)".into(),
             }
         );
     }

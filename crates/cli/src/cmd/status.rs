@@ -105,7 +105,7 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
                    "shutdown": format!("{:?}", sb.state).to_lowercase(), "members": health,
                    "cross_check": sb.cross_check, "event_count": sb.generation,
                    "write_journal": sb.write_journal, "journal_slots": sb.journal_slots,
-                   "journal_devices": array.journal_devices().iter().map(|(n, lost)| json!({"device": n, "lost": lost})).collect::<Vec<_>>(),
+                   "journal_devices": array.journal_devices().iter().map(|(n, state)| json!({"device": n, "state": state, "lost": *state == "lost"})).collect::<Vec<_>>(),
                    "member_table": array.member_table(), "last_scrub": last_scrub,
                    "awaiting_resync_stripes": awaiting, "logged_by_member": by_member,
                    "log_entries": log.entries.len(), "log_dropped": log.dropped,
@@ -150,13 +150,13 @@ pub fn run(mut a: StatusArgs) -> Result<ExitCode> {
                 sb.stripes
             );
         }
-        for (i, (name, lost)) in array.journal_devices().iter().enumerate() {
+        for (i, (name, state)) in array.journal_devices().iter().enumerate() {
             println!(
                 "  journal device {i}: {}",
-                if *lost {
-                    "LOST (the journal is on the other device, or on the members)".to_string()
-                } else {
-                    name.clone()
+                match *state {
+                    "lost" => "LOST (for good: the journal is on the other device, or on the members)".to_string(),
+                    "not given" => "not given (give it among the members: a command that writes without it marks it lost for good)".to_string(),
+                    _ => name.clone(),
                 }
             );
         }
@@ -362,7 +362,11 @@ pub(crate) fn print_spares(
             "  hot spare: {} ({}){}",
             s.path,
             s.uuid,
-            if s.found { "" } else { " — not there" }
+            match (&s.found, &s.why) {
+                (true, _) => String::new(),
+                (false, Some(why)) => format!(" — not usable: {why}"),
+                (false, None) => " — not there".to_string(),
+            }
         );
     }
     if let (false, Some(p)) = (spares.is_empty(), policy) {
