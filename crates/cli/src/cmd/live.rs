@@ -130,7 +130,7 @@ pub(super) fn live_status(
         for (m, why) in &live.out {
             println!("  member {m} out of the array: {why}");
         }
-        crate::cmd::status::print_spares(&live.spares, None);
+        print_spares(&live.spares, None);
         for (i, (given, held)) in array.members.iter().zip(&live.members).enumerate() {
             if moved(given, held) {
                 println!(
@@ -202,6 +202,39 @@ pub(super) fn print_untrusted(
                 ""
             } else {
                 " (no CRC to verify it against: only a write or clear takes it off)"
+            }
+        );
+    }
+}
+
+/// The hot spares, one line each, and when they are used.
+pub(crate) fn print_spares(
+    spares: &[stripeguard_ops::spares::SpareState],
+    policy: Option<stripeguard_format::SparePolicy>,
+) {
+    for s in spares {
+        println!(
+            "  hot spare: {} ({}){}",
+            s.path,
+            s.uuid,
+            match (&s.found, &s.why) {
+                (true, _) => String::new(),
+                (false, Some(why)) => format!(" — not usable: {why}"),
+                (false, None) => " — not there".to_string(),
+            }
+        );
+    }
+    if let (false, Some(p)) = (spares.is_empty(), policy) {
+        println!(
+            "  a spare takes the place of a member out for {} s{}",
+            p.delay_seconds,
+            if p.error_threshold > 0 {
+                format!(
+                    ", or of one with {} unit(s) found silently wrong",
+                    p.error_threshold
+                )
+            } else {
+                String::new()
             }
         );
     }

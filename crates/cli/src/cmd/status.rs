@@ -1,7 +1,7 @@
 //! `stripeguard status`: an array's geometry, members, last scrub and per-member fault counts,
 //! with `--check` a read-only check of every stripe; an array another process holds is asked.
 
-use crate::cmd::live::{live_status, print_untrusted};
+use crate::cmd::live::{live_status, print_spares, print_untrusted};
 use crate::cmd::shared::{ago, counters_json, print_events, MembersArgs};
 use crate::exit;
 use crate::progress::{count_bar, updater};
@@ -350,37 +350,4 @@ fn state_line(
         }
     }
     words.join(", ")
-}
-
-/// The hot spares, one line each, and when they are used.
-pub(crate) fn print_spares(
-    spares: &[stripeguard_ops::spares::SpareState],
-    policy: Option<stripeguard_format::SparePolicy>,
-) {
-    for s in spares {
-        println!(
-            "  hot spare: {} ({}){}",
-            s.path,
-            s.uuid,
-            match (&s.found, &s.why) {
-                (true, _) => String::new(),
-                (false, Some(why)) => format!(" — not usable: {why}"),
-                (false, None) => " — not there".to_string(),
-            }
-        );
-    }
-    if let (false, Some(p)) = (spares.is_empty(), policy) {
-        println!(
-            "  a spare takes the place of a member out for {} s{}",
-            p.delay_seconds,
-            if p.error_threshold > 0 {
-                format!(
-                    ", or of one with {} unit(s) found silently wrong",
-                    p.error_threshold
-                )
-            } else {
-                String::new()
-            }
-        );
-    }
 }
