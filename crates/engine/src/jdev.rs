@@ -62,16 +62,17 @@ pub(crate) fn write_label(disk: &DiskRef, label: &JournalDeviceLabel) -> Result<
 }
 
 impl JournalDevices {
-    /// `devs` by mirror index (`None`: missing, lost from the start), `lost` the superblock's
-    /// bits, slots of `slot_bytes`.
-    pub(crate) fn new(devs: Vec<(DiskRef, bool)>, slot_bytes: u64, slots: usize) -> JournalDevices {
+    /// `devs` by mirror index: each device (a placeholder whose I/O fails when it was not
+    /// given), whether it is lost and whether it was absent; `slots` of `slot_bytes` each.
+    pub(crate) fn new(
+        devs: Vec<(DiskRef, bool, bool)>,
+        slot_bytes: u64,
+        slots: usize,
+    ) -> JournalDevices {
         JournalDevices {
-            lost: devs.iter().map(|(_, l)| AtomicBool::new(*l)).collect(),
-            absent: devs
-                .iter()
-                .map(|(d, _)| d.name().starts_with(ABSENT))
-                .collect(),
-            devs: devs.into_iter().map(|(d, _)| d).collect(),
+            lost: devs.iter().map(|(_, l, _)| AtomicBool::new(*l)).collect(),
+            absent: devs.iter().map(|(_, _, a)| *a).collect(),
+            devs: devs.into_iter().map(|(d, _, _)| d).collect(),
             slot_bytes,
             slots,
             written: AtomicU64::new(0),
@@ -203,13 +204,10 @@ impl JournalDevices {
     }
 }
 
-/// How the placeholder of a journal device missing at assembly is named.
-const ABSENT: &str = "(not given) ";
-
 /// A device that stands for a journal device missing at assembly: every I/O fails.
 pub(crate) fn missing(name: String) -> DiskRef {
     std::sync::Arc::new(stripeguard_disk::FailedDisk::new(
-        format!("{ABSENT}{name}"),
+        name,
         "missing at assembly",
     ))
 }
@@ -290,7 +288,9 @@ pub(crate) fn write_new(
         write_label(d, l)?;
     }
     Ok(Some(JournalDevices::new(
-        devs.iter().map(|d| (DiskRef::clone(d), false)).collect(),
+        devs.iter()
+            .map(|d| (DiskRef::clone(d), false, false))
+            .collect(),
         slot_bytes,
         labels.iter().map(|l| l.slots as usize).min().unwrap_or(0),
     )))
@@ -321,7 +321,7 @@ pub(crate) fn find(sb: &Superblock, given: &[DiskRef]) -> (Option<JournalDevices
             d
         });
         match found {
-            Some(d) => devs.push((d, was_lost)),
+            Some(d) => devs.push((d, was_lost, false)),
             None => {
                 if !was_lost {
                     newly.push(format!(
@@ -334,7 +334,7 @@ pub(crate) fn find(sb: &Superblock, given: &[DiskRef]) -> (Option<JournalDevices
                         }
                     ));
                 }
-                devs.push((missing(format!("journal device {i}")), true));
+                devs.push((missing(format!("journal device {i}")), true, true));
             }
         }
     }
