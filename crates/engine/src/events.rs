@@ -140,6 +140,19 @@ impl EventLog {
                 *c.by_member.entry(e.member).or_default() += 1;
             }
         }
+        // A stripe refused again and again for the same reason (a read that returns every
+        // sector it can verifies the refused chunk sector by sector) is one event, not one per
+        // attempt: a ring of 320 entries must not lose its history to one bad stripe.
+        if e.action == EventAction::Unrecoverable
+            && self.recent.iter().rev().take(RECENT_REFUSALS).any(|r| {
+                r.action == e.action
+                    && (r.kind, r.stripe, r.member, r.position)
+                        == (e.kind, e.stripe, e.member, e.position)
+                    && r.evidence == e.evidence
+            })
+        {
+            return;
+        }
         if self.unsaved.len() < EVENT_LOG_ENTRIES {
             let ms = crate::env::unix_millis(self.env.as_ref());
             self.unsaved.push((self.next_number, ms, e.clone()));
@@ -154,6 +167,9 @@ impl EventLog {
         self.recent.push_back(e);
     }
 }
+
+/// How far back [`EventLog::record`] looks for the same refusal.
+const RECENT_REFUSALS: usize = 16;
 
 /// An event about a whole stripe rather than one of its units.
 pub(crate) fn stripe_event(

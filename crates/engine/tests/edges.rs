@@ -611,3 +611,45 @@ fn a_member_whose_geometry_alone_differs_is_the_one_named() {
         "{text}"
     );
 }
+
+#[test]
+fn a_stripe_refused_again_and_again_is_one_event() {
+    // `read --skip-unrecoverable` reads a refused chunk sector by sector: one event for the
+    // stripe, not one per attempt (the ring of 320 would lose its history to one bad stripe).
+    let m = mems(Scheme::HybridSeq, 4);
+    let cfg = ArrayConfig::new(3, 1, Scheme::HybridSeq, CHUNK, STRIPES);
+    create(&m, &cfg).unwrap();
+    let a = Array::assemble(refs(&m), &AssembleOptions::default()).unwrap();
+    a.write(0, &vec![9u8; a.capacity_bytes() as usize]).unwrap();
+    a.close().unwrap();
+    // Two units of stripe 0 wrong: beyond RAID-5's one.
+    let (unit, off) = {
+        let a = Array::assemble(refs(&m), &AssembleOptions::default()).unwrap();
+        let r = (a.unit_bytes() as usize, a.unit_offset(0) as usize);
+        a.close().unwrap();
+        r
+    };
+    for d in &m[..2] {
+        d.write_at(off as u64, &vec![0x66u8; unit]).unwrap();
+    }
+    let a = Array::assemble(refs(&m), &AssembleOptions::default()).unwrap();
+    let mut b = vec![0u8; 512];
+    // Data chunks 0 and 1 (on members 0 and 1), a sector at a time: 16 refusals.
+    for i in 0..16u64 {
+        let r = a.read(i * 512, &mut b);
+        assert!(
+            r.is_err(),
+            "read {i}: {:?} {:?} events {:?}",
+            r,
+            &b[..8],
+            a.events()
+        );
+    }
+    let refusals = a
+        .events()
+        .iter()
+        .filter(|e| e.action == stripeguard_engine::EventAction::Unrecoverable)
+        .count();
+    assert_eq!(refusals, 1, "{:?}", a.events());
+    a.close().unwrap();
+}
