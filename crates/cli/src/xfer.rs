@@ -60,9 +60,30 @@ pub struct SendArgs {
     /// receiving DIR) for `stripeguard verify-manifest DIR FILE` later.
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
+    /// Send at most RATE of file data a second, on average (as rsync's --bwlimit: a plain
+    /// number is KiB per second; K, M, G suffixes are 1024-based).
+    #[arg(long, value_name = "RATE", value_parser = parse_bwlimit)]
+    bwlimit: Option<u64>,
     /// Print a JSON summary.
     #[arg(long)]
     json: bool,
+}
+
+/// `--bwlimit`: rsync's units (a plain number is KiB/s), bytes a second.
+fn parse_bwlimit(s: &str) -> Result<u64, String> {
+    let plain = s.chars().all(|c| c.is_ascii_digit());
+    let bytes = if plain {
+        s.parse::<u64>()
+            .ok()
+            .and_then(|k| k.checked_mul(1024))
+            .ok_or_else(|| format!("{s:?} is not a rate"))?
+    } else {
+        crate::units::parse_bytes(s)?
+    };
+    if bytes == 0 {
+        return Err("--bwlimit 0 would send nothing (leave it out for no limit)".into());
+    }
+    Ok(bytes)
 }
 
 #[derive(Args)]
@@ -532,6 +553,7 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         key: read_key(a.key_file.as_deref())?,
         owner: a.owner,
         xattrs: a.xattrs,
+        bwlimit: a.bwlimit,
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();

@@ -750,3 +750,30 @@ fn a_receiver_decides_who_may_send_and_what_it_applies() {
     assert_eq!(out.status.code(), Some(0), "{}", err_of(&out));
     assert!(!sock.exists(), "the socket is removed at the end");
 }
+
+#[test]
+fn bwlimit_holds_the_average_rate_and_the_tree_still_arrives_verified() {
+    // 3 MiB at 1 MiB/s takes at least about 3 s (a lower bound only: a loaded machine may be
+    // slower, never faster); without the limit the same send is far quicker.
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    let t = std::time::Instant::now();
+    let out = send_via(&src, &rsh, &["--bwlimit", "1M"]);
+    let took = t.elapsed();
+    json(&out);
+    same_tree(&src, &dst.join("src"));
+    assert!(
+        took >= std::time::Duration::from_millis(2800),
+        "3 MiB at 1 MiB/s took {took:?}"
+    );
+    // rsync's units: a plain number is KiB per second; 0 is refused.
+    let e = Command::new(sg_bin())
+        .args(["send", "x", "--bwlimit", "0", "--rsh", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(e.status.code(), Some(2));
+    assert!(err_of(&e).contains("--bwlimit 0"), "{}", err_of(&e));
+}

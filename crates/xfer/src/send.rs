@@ -38,6 +38,9 @@ pub struct SendOptions {
     /// Send owners (uid, gid) and extended attributes.
     pub owner: bool,
     pub xattrs: bool,
+    /// At most this many bytes a second of file data and headers on the wire, on average
+    /// since the start (`--bwlimit`, as rsync's); `None`: as fast as it goes.
+    pub bwlimit: Option<u64>,
 }
 
 impl Default for SendOptions {
@@ -52,6 +55,7 @@ impl Default for SendOptions {
             key: None,
             owner: false,
             xattrs: false,
+            bwlimit: None,
         }
     }
 }
@@ -341,6 +345,7 @@ pub fn send(
         ready: VecDeque::new(),
         prep_done: false,
         credits: credit_tx,
+        throttle: Throttle::new(opts.bwlimit),
     };
     let r = s.run(&rx);
     let (summary, manifest) = (s.summary, s.manifest);
@@ -422,6 +427,36 @@ struct Sender<'a> {
     prep_done: bool,
     /// One credit back to the preparer per prepared entry taken.
     credits: mpsc::SyncSender<()>,
+    /// `--bwlimit`.
+    throttle: Throttle,
+}
+
+/// `--bwlimit`: frames go out at most `rate` bytes a second on average since the start (a
+/// sender that fell behind catches up, as rsync's does, without bursting past the average).
+struct Throttle {
+    rate: Option<u64>,
+    start: std::time::Instant,
+    sent: u64,
+}
+
+impl Throttle {
+    fn new(rate: Option<u64>) -> Throttle {
+        Throttle {
+            rate: rate.filter(|&r| r > 0),
+            start: std::time::Instant::now(),
+            sent: 0,
+        }
+    }
+
+    /// `n` more bytes went out: wait until the average allows them.
+    fn pass(&mut self, n: usize) {
+        let Some(rate) = self.rate else { return };
+        self.sent += n as u64;
+        let due = std::time::Duration::from_secs_f64(self.sent as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
 }
 
 fn io(e: std::io::Error) -> ProtoError {
@@ -451,7 +486,9 @@ impl Sender<'_> {
                 });
                 self.open_blocks += f.blocks();
                 self.held += f.held();
-                proto::write_frame(self.out, proto::T_FILE, &h.encode()).map_err(io)?;
+                let frame = h.encode();
+                proto::write_frame(self.out, proto::T_FILE, &frame).map_err(io)?;
+                self.throttle.pass(frame.len());
                 self.flights.insert(h.id, f);
             }
             self.send_blocks()?;
@@ -583,6 +620,7 @@ impl Sender<'_> {
                 let ts = std::time::Instant::now();
                 proto::write_frame(self.out, proto::T_BLOCK, &p).map_err(io)?;
                 self.summary.ns_send += crate::nanos(ts.elapsed());
+                self.throttle.pass(p.len());
                 f.inflight.insert(i);
                 self.bytes_in_flight += n as u64;
                 self.summary.blocks_sent += 1;
