@@ -16,7 +16,9 @@ use stripeguard_xfer::{receive, send, Policy, RecvOptions, RecvSummary, SendOpti
 
 #[derive(Args)]
 pub struct SendArgs {
-    /// Files and directories to send (a file lands as DIR/NAME, a directory as DIR/NAME/...).
+    /// Files and directories to send (a file lands as DIR/NAME, a directory as DIR/NAME/...;
+    /// a directory with a trailing slash, `src/`, lands what it holds in DIR itself, as rsync
+    /// does).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// A receiver listening there (`stripeguard recv --listen`): `unix:PATH` (the receiver

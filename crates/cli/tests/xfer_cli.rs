@@ -777,3 +777,25 @@ fn bwlimit_holds_the_average_rate_and_the_tree_still_arrives_verified() {
     assert_eq!(e.status.code(), Some(2));
     assert!(err_of(&e).contains("--bwlimit 0"), "{}", err_of(&e));
 }
+
+#[test]
+fn a_trailing_slash_sends_what_the_directory_holds_as_rsync_does() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let dst = d.path().join("dst");
+    let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
+    let with_slash = format!("{}/", src.display());
+    let out = Command::new(sg_bin())
+        .args(["send", &with_slash, "--json", "--rsh", &rsh])
+        .output()
+        .unwrap();
+    json(&out);
+    same_tree(&src, &dst);
+    assert!(!dst.join("src").exists(), "src/ landed as DIR/src");
+    // Without the slash: DIR/src, as before.
+    let dst2 = d.path().join("dst2");
+    let rsh2 = format!("{} recv --stdio --dir {}", sg_bin(), dst2.display());
+    json(&send_via(&src, &rsh2, &[]));
+    same_tree(&src, &dst2.join("src"));
+}

@@ -147,6 +147,36 @@ fn walk(
     }
 }
 
+/// What directory `dir` holds, each entry named as it is within it (a path argument with a
+/// trailing slash, rsync's rule: `src/` lands its files in DIR, `src` lands as DIR/src).
+fn contents_of(dir: &Path, out: &mut Vec<Entry>, s: &mut SendSummary) {
+    let fd = match rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        Ok(fd) => std::sync::Arc::new(fd),
+        Err(e) => {
+            s.failed
+                .push(format!("{}: {}", dir.display(), std::io::Error::from(e)));
+            return;
+        }
+    };
+    let names: Result<Vec<OsString>, _> =
+        fs::read_dir(dir).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect());
+    match names {
+        Ok(mut names) => {
+            names.sort();
+            for n in names {
+                walk(&fd, &dir.join(&n), n.as_bytes().to_vec(), out, s);
+            }
+        }
+        Err(e) => s
+            .failed
+            .push(format!("{}: cannot list: {e}", dir.display())),
+    }
+}
+
 /// The name a path argument lands under: its last component (a symlink argument keeps its own
 /// name, as `cp -r` and rsync do); `.` and `..` are named after the directory they stand for.
 fn top_name(p: &Path) -> Vec<u8> {
@@ -269,6 +299,12 @@ pub fn send(
     let mut summary = SendSummary::default();
     let mut entries = Vec::new();
     for p in paths {
+        // rsync's rule: a directory given with a trailing slash sends what it holds, into DIR
+        // itself (not DIR/NAME); the files are opened beneath the directory.
+        if p.as_os_str().as_bytes().ends_with(b"/") && p.is_dir() {
+            contents_of(p, &mut entries, &mut summary);
+            continue;
+        }
         // The directory that holds the argument (the argument itself may be `.` or `..`).
         let parent = match p.file_name() {
             Some(_) => p
