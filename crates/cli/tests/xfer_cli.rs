@@ -783,6 +783,26 @@ fn a_trailing_slash_sends_what_the_directory_holds_as_rsync_does() {
     let d = scratch();
     let src = d.path().join("src");
     tree(&src);
+    // rsync on the same tree, both ways: the trees each lands are the reference.
+    let by_rsync = |arg: String, to: &Path| {
+        if !have("rsync") {
+            return false;
+        }
+        let out = Command::new("rsync")
+            .arg("-a")
+            .arg(arg)
+            .arg(to)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", err_of(&out));
+        true
+    };
+    let (r1, r2) = (d.path().join("rsync1"), d.path().join("rsync2"));
+    let have_rsync =
+        by_rsync(format!("{}/", src.display()), &r1) && by_rsync(src.display().to_string(), &r2);
+    if !have_rsync {
+        eprintln!("rsync is not installed (scripts/install-deps installs it): checked against the expected trees only");
+    }
     let dst = d.path().join("dst");
     let rsh = format!("{} recv --stdio --dir {}", sg_bin(), dst.display());
     let with_slash = format!("{}/", src.display());
@@ -798,4 +818,8 @@ fn a_trailing_slash_sends_what_the_directory_holds_as_rsync_does() {
     let rsh2 = format!("{} recv --stdio --dir {}", sg_bin(), dst2.display());
     json(&send_via(&src, &rsh2, &[]));
     same_tree(&src, &dst2.join("src"));
+    if have_rsync {
+        same_tree(&r1, &dst);
+        same_tree(&r2, &dst2);
+    }
 }
