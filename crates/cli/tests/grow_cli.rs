@@ -11,7 +11,7 @@ use common::{err_of, ok, sg};
 use nbd_common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn with<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut v = vec![verb];
@@ -119,48 +119,16 @@ fn extend_but(dir: &Path, size: u64, skip: &str) {
     }
 }
 
-/// `serve` on the array in `dir`.
-fn serve(dir: &Path) -> Served {
-    let sock = dir.join("sg.sock");
-    let stderr = dir.join("serve.err");
-    let child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(with("serve", &["--socket"]))
-        .arg(&sock)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("start the server");
-    let t = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the server did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Served {
-        child,
-        uri: format!("nbd+unix:///stripeguard?socket={}", sock.display()),
-        stderr,
-    }
-}
-
 #[test]
 fn a_served_array_grows_while_fio_verifies_and_clients_see_it_when_they_reconnect() {
     need!("fio", "nbdinfo");
-    if Command::new(python())
-        .args(["-c", "import nbd"])
-        .status()
-        .map_or(true, |s| !s.success())
-    {
-        eprintln!("skipping: python3-libnbd is not installed (scripts/install-deps installs it)");
+    if !have_libnbd() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     create(d, "hybrid-seq", "48M");
-    let s = serve(d);
+    let s = serve_with(d, &MEMBERS);
     let size = |uri: &str| -> u64 {
         let out = run(Command::new("nbdinfo").args(["--size", uri]));
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()

@@ -12,7 +12,7 @@ use nbd_common::*;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn with<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut v = vec![verb];
@@ -22,29 +22,9 @@ fn with<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 fn serve(dir: &Path) -> Served {
-    let sock = dir.join("sg.sock");
-    let stderr = dir.join("serve.err");
-    let child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(with("serve", &["j0", "--socket"]))
-        .arg(&sock)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("start the server");
-    let t = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the server did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Served {
-        child,
-        uri: format!("nbd+unix:///stripeguard?socket={}", sock.display()),
-        stderr,
-    }
+    let mut args = MEMBERS.to_vec();
+    args.push("j0");
+    serve_with(dir, &args)
 }
 
 /// Chunk-sized writes, each a pattern of its index and round; a flush every 4, the index of
@@ -66,12 +46,7 @@ while True:
 #[test]
 fn a_served_array_with_a_journal_device_keeps_every_flushed_write_across_kill_9() {
     need!("nbdinfo");
-    if Command::new(python())
-        .args(["-c", "import nbd"])
-        .status()
-        .map_or(true, |s| !s.success())
-    {
-        eprintln!("skipping: python3-libnbd is not installed (scripts/install-deps installs it)");
+    if !have_libnbd() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

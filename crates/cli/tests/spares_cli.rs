@@ -19,37 +19,28 @@ fn with<'a>(verb: &'a str, members: &[&'a str], extra: &[&'a str]) -> Vec<&'a st
     v
 }
 
-/// `serve` on the array whose members are `members`, in `dir`.
-fn serve(dir: &Path, members: &[&str]) -> Served {
-    let sock = dir.join("sg.sock");
-    let stderr = dir.join("serve.err");
-    let child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
-        .args(with("serve", members, &["--socket"]))
-        .arg(&sock)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("start the server");
-    let t = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the server did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Served {
-        child,
-        uri: format!("nbd+unix:///stripeguard?socket={}", sock.display()),
-        stderr,
-    }
-}
-
 /// The holder's status as JSON.
 fn live(dir: &Path, members: &[&str]) -> serde_json::Value {
     let out = sg(&with("status", members, &["--json"]), dir);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", err_of(&out)))
+}
+
+/// The holder's status once a replace it ran (a spare taking a member's place) has finished
+/// well, within `secs`.
+fn replaced(dir: &Path, secs: u64) -> serde_json::Value {
+    let t = Instant::now();
+    loop {
+        let v = live(dir, &MEMBERS);
+        let r = &v["live"]["replace"];
+        if r["running"] == false && r["ok"] == true {
+            return v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "no spare took a member's place within {secs} s: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -66,7 +57,7 @@ fn a_spare_takes_a_failed_members_place_while_fio_verifies() {
         ),
         d,
     ));
-    let s = serve(d, &MEMBERS);
+    let s = serve_with(d, &MEMBERS);
     let fio = fio_job(&s.uri, false)
         .current_dir(d)
         .stdout(Stdio::piped())
@@ -87,19 +78,7 @@ fn a_spare_takes_a_failed_members_place_while_fio_verifies() {
         String::from_utf8_lossy(&fio.stdout)
     );
     // The spare is rebuilt in its place by the server itself.
-    let t = Instant::now();
-    let v = loop {
-        let v = live(d, &MEMBERS);
-        let r = &v["live"]["replace"];
-        if r["running"] == false && r["ok"] == true {
-            break v;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(90),
-            "no spare took member 2's place: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let v = replaced(d, 90);
     assert_eq!(v["live"]["replace"]["member"], 2, "{v}");
     assert!(v["live"]["spares"].as_array().unwrap().is_empty(), "{v}");
     assert!(
@@ -137,7 +116,7 @@ fn a_member_out_for_less_than_the_delay_gets_no_spare() {
         d,
     ));
     need!("nbdcopy");
-    let s = serve(d, &MEMBERS);
+    let s = serve_with(d, &MEMBERS);
     std::fs::write(d.join("B"), vec![7u8; 6 << 20]).unwrap();
     run(Command::new("nbdcopy").args([d.join("B").to_str().unwrap(), &s.uri]));
     std::fs::OpenOptions::new()
@@ -305,7 +284,7 @@ fn a_member_past_the_error_threshold_is_retired_onto_a_spare() {
             .collect::<Vec<u8>>(),
     )
     .unwrap();
-    let s = serve(d, &MEMBERS);
+    let s = serve_with(d, &MEMBERS);
     run(Command::new("nbdcopy").args([d.join("data").to_str().unwrap(), &s.uri]));
     let _ = s.stop();
     // Units of members 1, 4 and 6 silently wrong (FORMAT.md offsets, by hand): the reads
@@ -320,18 +299,9 @@ fn a_member_past_the_error_threshold_is_retired_onto_a_spare() {
         ),
         d,
     ));
-    let s = serve(d, &MEMBERS);
+    let s = serve_with(d, &MEMBERS);
     run(Command::new("nbdcopy").args([&s.uri, "null:"]));
-    let t = Instant::now();
-    let v = loop {
-        let v = live(d, &MEMBERS);
-        let r = &v["live"]["replace"];
-        if r["running"] == false && r["ok"] == true {
-            break v;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "no spare: {v}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let v = replaced(d, 60);
     assert_eq!(v["live"]["replace"]["member"], 1, "{v}");
     let (_, _, stderr) = s.stop();
     assert!(

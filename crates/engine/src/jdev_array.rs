@@ -7,7 +7,7 @@ use crate::array::Array;
 use crate::error::EngineError;
 use crate::events::{Event, EventAction};
 use stripeguard_disk::DiskError;
-use stripeguard_format::{EventKind, EventRole, JDEV_SLOTS_AT};
+use stripeguard_format::{EventKind, EventRole};
 
 impl Array {
     /// Journal devices whose I/O failed are lost: an event each, and the superblocks say so
@@ -70,6 +70,3 @@ impl Array {
         })
     }
 }
-
-/// Slot offsets start past the label.
-const _: () = assert!(JDEV_SLOTS_AT == 8192);

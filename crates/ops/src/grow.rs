@@ -171,19 +171,14 @@ pub fn follow_holder_grow(
     uuid: &[u8; 16],
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(LiveGrow, LiveStatus), String> {
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let live = crate::ask_holder(uuid).map_err(|e| {
-            format!(
-                "the holder stopped (or stopped answering) while it grew the array ({e}); `stripeguard status` says which size the array has, and `grow` again finishes it"
-            )
-        })?;
-        let Some(s) = live.grow.clone() else {
-            return Err("the holder reports no grow".into());
-        };
-        progress(s.done, s.total.max(1));
-        if !s.running {
-            return Ok((s, live));
-        }
-    }
+    crate::online::follow_holder(
+        uuid,
+        (
+            "grow",
+            "it grew the array",
+            "; `stripeguard status` says which size the array has, and `grow` again finishes it",
+        ),
+        |l| l.grow.clone().map(|g| ((g.done, g.total, g.running), g)),
+        progress,
+    )
 }

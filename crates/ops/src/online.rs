@@ -183,20 +183,39 @@ pub fn follow_holder_scrub(
     uuid: &[u8; 16],
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(LiveScrub, LiveStatus), String> {
+    follow_holder(
+        uuid,
+        (
+            "scrub",
+            "it scrubbed",
+            "; a holder that stops saves the scrub's position, and the next scrub resumes there",
+        ),
+        |l| l.scrub.clone().map(|s| ((s.done, s.total, s.running), s)),
+        progress,
+    )
+}
+
+/// Poll the holder of array `uuid` every 200 ms until the operation `pick` finds in its status
+/// (`(done, total, running)` and the operation's state) has stopped running; `progress(done,
+/// total)` as it goes. `(what, while_doing, then)` name the operation for the errors: the
+/// holder reports none, or stopped answering while doing it (`then`: what to do about that).
+pub(crate) fn follow_holder<T>(
+    uuid: &[u8; 16],
+    (what, while_doing, then): (&str, &str, &str),
+    pick: impl Fn(&LiveStatus) -> Option<((u64, u64, bool), T)>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(T, LiveStatus), String> {
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let live = crate::ask_holder(uuid)
-            .map_err(|e| {
-                format!(
-                    "the holder stopped (or stopped answering) while it scrubbed ({e}); a holder that stops saves the scrub's position, and the next scrub resumes there"
-                )
-            })?;
-        let Some(s) = live.scrub.clone() else {
-            return Err("the holder reports no scrub".into());
+        let live = crate::ask_holder(uuid).map_err(|e| {
+            format!("the holder stopped (or stopped answering) while {while_doing} ({e}){then}")
+        })?;
+        let Some(((done, total, running), state)) = pick(&live) else {
+            return Err(format!("the holder reports no {what}"));
         };
-        progress(s.done, s.total.max(1));
-        if !s.running {
-            return Ok((s, live));
+        progress(done, total.max(1));
+        if !running {
+            return Ok((state, live));
         }
     }
 }

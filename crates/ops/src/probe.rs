@@ -247,48 +247,24 @@ impl Target {
             {
                 Ok(())
             }
-            Found::Spare { array, .. } => {
-                if let Ok(live) = crate::ask_holder(array) {
-                    return refuse(format!(
-                        "{} is a hot spare of stripeguard array {}, which process {} ({}) holds and may rebuild onto it at any moment; remove it there first (`stripeguard remove-spare`)",
-                        p.display(),
-                        hex(array),
-                        live.pid,
-                        live.command
-                    ));
-                }
-                if ok.take(p) {
-                    return Ok(());
-                }
-                refuse(format!(
-                    "{} is a hot spare of stripeguard array {}; pass --force-take {} to take it (that array loses the spare)",
-                    p.display(),
-                    hex(array),
-                    p.display()
-                ))
-            }
+            Found::Spare { array, .. } => take_labelled(
+                p,
+                array,
+                ok,
+                "a hot spare",
+                "may rebuild onto it at any moment; remove it there first (`stripeguard remove-spare`)",
+                "that array loses the spare",
+            ),
             // Another array's write journal (or this one's): never taken while that array is
             // held (it may be writing records there now), else only with --force-take.
-            Found::JournalDevice { array } => {
-                if let Ok(live) = crate::ask_holder(array) {
-                    return refuse(format!(
-                        "{} is the journal device of stripeguard array {}, which process {} ({}) holds and writes its journal to; stripeguard never takes it while that array is in use",
-                        p.display(),
-                        hex(array),
-                        live.pid,
-                        live.command
-                    ));
-                }
-                if ok.take(p) {
-                    return Ok(());
-                }
-                refuse(format!(
-                    "{} is the journal device of stripeguard array {}; pass --force-take {} to take it (that array loses its journal device and goes on with the journal on its members)",
-                    p.display(),
-                    hex(array),
-                    p.display()
-                ))
-            }
+            Found::JournalDevice { array } => take_labelled(
+                p,
+                array,
+                ok,
+                "the journal device",
+                "writes its journal to it; stripeguard never takes it while that array is in use",
+                "that array loses its journal device and goes on with the journal on its members",
+            ),
             Found::Foreign(_) if ok.overwrite(p) => Ok(()),
             Found::Foreign(what) => refuse(format!(
                 "{} holds {what}; pass --force-overwrite {} to destroy it",
@@ -309,6 +285,37 @@ impl Target {
             None => wipe_ends(self.disk.as_ref()),
         }
     }
+}
+
+/// A device labelled `role` ("a hot spare", "the journal device") of stripeguard array
+/// `array`: refused while a process holds that array (`held`: what it may be doing with it),
+/// else taken only with `--force-take` (`loses`: what that array loses then).
+fn take_labelled(
+    p: &Path,
+    array: &[u8; 16],
+    ok: &Confirmations,
+    role: &str,
+    held: &str,
+    loses: &str,
+) -> Result<(), EngineError> {
+    if let Ok(live) = crate::ask_holder(array) {
+        return Err(EngineError::Config(format!(
+            "{} is {role} of stripeguard array {}, which process {} ({}) holds and {held}",
+            p.display(),
+            hex(array),
+            live.pid,
+            live.command
+        )));
+    }
+    if ok.take(p) {
+        return Ok(());
+    }
+    Err(EngineError::Config(format!(
+        "{} is {role} of stripeguard array {}; pass --force-take {} to take it ({loses})",
+        p.display(),
+        hex(array),
+        p.display()
+    )))
 }
 
 /// A probe's answer as a finding; a probe that cannot run is an error naming the device (saying

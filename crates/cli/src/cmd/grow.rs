@@ -1,16 +1,14 @@
 //! `stripeguard grow`: more stripes on members that have room for them (each replaced by a
 //! bigger one, or its file extended), here or in the process holding the array while it serves.
 
-use crate::cmd::shared::{assemble, MembersArgs};
+use crate::cmd::shared::{assemble, assemble_or_holder, Held, MembersArgs};
 use crate::exit;
 use crate::progress::{count_bar, updater};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use std::process::ExitCode;
-use stripeguard_ops::{
-    ask_holder, ask_holder_grow, follow_holder_grow, grow_array, grown_line, peek_uuid, GrowTo,
-};
+use stripeguard_ops::{ask_holder_grow, follow_holder_grow, grow_array, grown_line, GrowTo};
 
 #[derive(Args)]
 pub struct GrowArgs {
@@ -83,18 +81,10 @@ pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
             );
         }
     }
-    let array = match assemble(&a.array, true) {
-        Ok(array) => array,
-        Err(e) => {
-            // Held by a process on this host that answers its control socket (a running
-            // `serve`): it grows the array while it goes on serving.
-            if let Some(uuid) = peek_uuid(&a.array.members) {
-                if ask_holder(&uuid).is_ok() {
-                    return via_holder(&a, &uuid);
-                }
-            }
-            return Err(e);
-        }
+    // Held by a running `serve`: it grows the array while it goes on serving.
+    let array = match assemble_or_holder(&a.array, true)? {
+        Held::Here(array) => array,
+        Held::ByHolder(uuid) => return via_holder(&a, &uuid),
     };
     let bar = count_bar("initialising new stripes");
     let result = grow_array(&array, a.size, &mut updater(&bar));

@@ -1,7 +1,7 @@
 //! `stripeguard replace`: rebuild a member onto a new file or device here, or ask the process
 //! holding the array to do it while it serves, and follow its progress.
 
-use crate::cmd::shared::{assemble, counters_json, print_events, MembersArgs};
+use crate::cmd::shared::{assemble_or_holder, counters_json, print_events, Held, MembersArgs};
 use crate::exit;
 use crate::progress::{count_bar, updater};
 use anyhow::{bail, Context, Result};
@@ -10,7 +10,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use stripeguard_engine::ReplaceForce;
-use stripeguard_ops::{ask_holder, ask_holder_replace, peek_uuid, Confirmations, Replacement};
+use stripeguard_ops::{ask_holder, ask_holder_replace, Confirmations, Replacement};
 
 #[derive(Args)]
 pub struct ReplaceArgs {
@@ -174,18 +174,10 @@ pub fn run(mut a: ReplaceArgs) -> Result<ExitCode> {
             }
         })
     };
-    let array = match assemble(&a.array, true) {
-        Ok(array) => array,
-        Err(e) => {
-            // Held by a process on this host that answers its control socket (a running
-            // `serve`): it runs the replace while it goes on serving.
-            if let Some(uuid) = peek_uuid(&a.array.members) {
-                if ask_holder(&uuid).is_ok() {
-                    return via_holder(&a, &uuid);
-                }
-            }
-            return Err(e);
-        }
+    // Held by a running `serve`: it runs the replace while it goes on serving.
+    let array = match assemble_or_holder(&a.array, true)? {
+        Held::Here(array) => array,
+        Held::ByHolder(uuid) => return via_holder(&a, &uuid),
     };
     let target = match Replacement::open(
         &array,

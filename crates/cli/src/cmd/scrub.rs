@@ -1,7 +1,7 @@
 //! `stripeguard scrub`: check every stripe with every unit voting and repair what can be
 //! repaired (`--check-only`: repair nothing), resuming an interrupted scrub.
 
-use crate::cmd::shared::{assemble, counters_json, print_events, MembersArgs};
+use crate::cmd::shared::{assemble_or_holder, counters_json, print_events, Held, MembersArgs};
 use crate::exit;
 use crate::progress::{count_bar, updater};
 use anyhow::{bail, Result};
@@ -10,8 +10,7 @@ use serde_json::json;
 use std::process::ExitCode;
 use stripeguard_engine::{scrub, ScrubOptions};
 use stripeguard_ops::{
-    ask_holder, ask_holder_scrub, follow_holder_scrub, peek_uuid, scrub_verdict,
-    with_control_socket, Verdict,
+    ask_holder, ask_holder_scrub, follow_holder_scrub, scrub_verdict, with_control_socket, Verdict,
 };
 
 /// `scrub` of an array another process holds: ask it over its control socket, then follow its
@@ -111,18 +110,10 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
             cancel.store(true, std::sync::atomic::Ordering::Relaxed);
         })
     };
-    let array = match assemble(&a.array, !a.check_only) {
-        Ok(array) => array,
-        Err(e) => {
-            // Held by a process on this host that answers its control socket (a running
-            // `serve`): it scrubs while it goes on serving.
-            if let Some(uuid) = peek_uuid(&a.array.members) {
-                if ask_holder(&uuid).is_ok() {
-                    return via_holder(&a, &uuid);
-                }
-            }
-            return Err(e);
-        }
+    // Held by a running `serve`: it scrubs while it goes on serving.
+    let array = match assemble_or_holder(&a.array, !a.check_only)? {
+        Held::Here(array) => array,
+        Held::ByHolder(uuid) => return via_holder(&a, &uuid),
     };
     // Members no flock reaches (NBD exports): a read-only assembly succeeds beside a holder,
     // whose writes a check from here would race; the holder checks instead.

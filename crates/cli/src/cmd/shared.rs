@@ -147,6 +147,27 @@ pub(crate) fn assemble_quietly(a: &MembersArgs) -> Result<Array, stripeguard_eng
     Ok(array)
 }
 
+/// Where a command that changes the array runs: here, on the array it assembled, or in the
+/// process on this host that holds it and answers its control socket (a running `serve`).
+pub(crate) enum Held {
+    Here(Box<Array>),
+    ByHolder([u8; 16]),
+}
+
+/// [`assemble`]; when that fails because a process holding the array answers its control
+/// socket, [`Held::ByHolder`] with the array's uuid, else the assembly's error.
+pub(crate) fn assemble_or_holder(a: &MembersArgs, writable: bool) -> Result<Held> {
+    match assemble(a, writable) {
+        Ok(array) => Ok(Held::Here(Box::new(array))),
+        Err(e) => match stripeguard_ops::peek_uuid(&a.members)
+            .filter(|u| stripeguard_ops::ask_holder(u).is_ok())
+        {
+            Some(uuid) => Ok(Held::ByHolder(uuid)),
+            None => Err(e),
+        },
+    }
+}
+
 /// Assemble the array on the members given, warning on stderr of each member out of it.
 pub(crate) fn assemble(a: &MembersArgs, writable: bool) -> Result<Array> {
     check_forced(a, writable)?;

@@ -1,7 +1,7 @@
 //! `stripeguard add-spare` and `remove-spare`: the hot spares an array lists (FORMAT.md §2.11),
 //! here or through the process holding the array.
 
-use crate::cmd::shared::{assemble, MembersArgs};
+use crate::cmd::shared::{assemble_or_holder, Held, MembersArgs};
 use crate::exit;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -9,7 +9,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stripeguard_ops::spares::{self, ask_holder_spares, SpareState};
-use stripeguard_ops::{ask_holder, peek_uuid, Confirmations};
+use stripeguard_ops::{ask_holder, Confirmations};
 
 #[derive(Args)]
 pub struct AddSpareArgs {
@@ -98,12 +98,9 @@ pub fn add(mut a: AddSpareArgs) -> Result<ExitCode> {
     if a.array.members.contains(&a.spare) {
         bail!("{} is a member of the array", a.spare.display());
     }
-    let array = match assemble(&a.array, true) {
-        Ok(array) => array,
-        Err(e) => {
-            let Some(uuid) = peek_uuid(&a.array.members).filter(|u| ask_holder(u).is_ok()) else {
-                return Err(e);
-            };
+    let array = match assemble_or_holder(&a.array, true)? {
+        Held::Here(array) => array,
+        Held::ByHolder(uuid) => {
             let path = absolute(&a.spare)?;
             let flags = match (a.force_overwrite.is_some(), a.force_take.is_some()) {
                 (true, true) => "--force-overwrite --force-take ",
@@ -160,12 +157,9 @@ pub fn add(mut a: AddSpareArgs) -> Result<ExitCode> {
 
 pub fn remove(mut a: RemoveSpareArgs) -> Result<ExitCode> {
     a.array.resolve(false)?;
-    let array = match assemble(&a.array, true) {
-        Ok(array) => array,
-        Err(e) => {
-            let Some(uuid) = peek_uuid(&a.array.members).filter(|u| ask_holder(u).is_ok()) else {
-                return Err(e);
-            };
+    let array = match assemble_or_holder(&a.array, true)? {
+        Held::Here(array) => array,
+        Held::ByHolder(uuid) => {
             let which = if Path::new(&a.spare).exists() {
                 absolute(Path::new(&a.spare))?
             } else {

@@ -75,6 +75,36 @@ impl Drop for Served {
     }
 }
 
+/// `stripeguard serve ARGS... --socket DIR/sg.sock` in `dir`, its stderr in DIR/serve.err,
+/// returned once it listens.
+pub fn serve_with(dir: &Path, args: &[&str]) -> Served {
+    let sock = dir.join("sg.sock");
+    let stderr = dir.join("serve.err");
+    let child = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .arg("serve")
+        .args(args)
+        .arg("--socket")
+        .arg(&sock)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("start the server");
+    let t = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Served {
+        child,
+        uri: format!("nbd+unix:///stripeguard?socket={}", sock.display()),
+        stderr,
+    }
+}
+
 pub fn wait_timeout(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let t = Instant::now();
     loop {
@@ -163,4 +193,17 @@ pub fn python() -> &'static str {
     } else {
         "python3"
     }
+}
+
+/// Whether Debian's python has the libnbd bindings (`python3-libnbd`); says why not when not
+/// (the test then skips).
+pub fn have_libnbd() -> bool {
+    let ok = Command::new(python())
+        .args(["-c", "import nbd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipping: python3-libnbd is not installed (scripts/install-deps installs it)");
+    }
+    ok
 }
