@@ -180,11 +180,11 @@ fn main() -> ExitCode {
     // SIGPIPE, no message. Rust ignores SIGPIPE by default, which turns every later print into a
     // panic. (A long-running server that must outlive its clients ignores it again.)
     sigpipe::default();
-    let cli =
-        match Cli::from_arg_matches(&Cli::command().long_version(long_version()).get_matches()) {
-            Ok(c) => c,
-            Err(e) => e.exit(),
-        };
+    let matches = Cli::command().long_version(long_version()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Create(a) => cmd::create::run(a),
@@ -206,7 +206,10 @@ fn main() -> ExitCode {
         Command::RemoveSpare(a) => cmd::spares::remove(a),
         Command::Clear(a) => cmd::clear::run(a),
         Command::Serve(a) => serve::serve(a),
-        Command::Send(a) => xfer::send_cmd(a),
+        Command::Send(a) => match matches.subcommand_matches("send") {
+            Some(m) => xfer::send_cmd(a, m),
+            None => xfer::send_cmd(a, &clap::ArgMatches::default()),
+        },
         Command::Recv(a) => xfer::recv(a),
         Command::Keygen(a) => xfer::keygen(a),
         Command::VerifyManifest(a) => xfer::verify_manifest(a),

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use stripeguard_xfer::beneath::Root;
+use stripeguard_xfer::recv::Target;
 use stripeguard_xfer::{receive, send, Policy, RecvOptions, RecvSummary, SendOptions};
 
 #[derive(Args)]
@@ -66,9 +68,116 @@ pub struct SendArgs {
     /// number is KiB per second; K, M, G suffixes are 1024-based).
     #[arg(long, value_name = "RATE", value_parser = parse_bwlimit)]
     bwlimit: Option<u64>,
+    /// Change nothing on the receiver: list what would be sent, made and deleted.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// Delete in each directory sent what the source does not have (and the filters do not
+    /// exclude), after everything sent is verified; nothing when any entry failed. The
+    /// receiver must run with --allow-delete.
+    #[arg(long)]
+    delete: bool,
+    /// Compress blocks on the wire with zstd (blocks that do not shrink go as they are).
+    #[arg(short = 'z', long)]
+    compress: bool,
+    /// The zstd level for --compress (1 fastest .. 19).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    compress_level: i32,
+    /// A file already on the receiver whose verification record (written by an earlier
+    /// --quick run) is younger than AGE and whose size, times and inode are unchanged is
+    /// trusted without reading it from the device (`30s`, `12h`, `7d`; default: every file is
+    /// proved from the device).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    quick: Option<u64>,
+    /// Send changed files whole (by default the receiver offers the old file's blocks, and
+    /// blocks it already has are copied there instead of sent).
+    #[arg(short = 'W', long)]
+    whole_file: bool,
+    /// Keep hard links: a file with several names in the source lands as one file with those
+    /// names.
+    #[arg(short = 'H', long)]
+    hard_links: bool,
+    /// Send fifos and sockets.
+    #[arg(long)]
+    specials: bool,
+    /// Send device nodes (made only by a receiver run with --devices, as root).
+    #[arg(long)]
+    devices: bool,
+    /// --specials and --devices.
+    #[arg(short = 'D')]
+    specials_and_devices: bool,
+    /// With --owner: send owners as numbers only (by default user and group names go too,
+    /// and the receiver maps them to its own ids, as rsync does).
+    #[arg(long)]
+    numeric_ids: bool,
+    /// Do not send what matches PATTERN (rsync's syntax: `*.log`, `/top/dir/`, `**/tmp`);
+    /// rules apply in the order given, with --include, --filter and the -from files.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    exclude: Vec<String>,
+    /// Send what matches PATTERN even if a later rule excludes it.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    include: Vec<String>,
+    /// A rule: `- PATTERN`, `+ PATTERN`, or `!` (clear the rules so far).
+    #[arg(short = 'f', long, value_name = "RULE", allow_hyphen_values = true)]
+    filter: Vec<String>,
+    /// Exclude patterns from FILE, one per line (`#` and `;` start comments).
+    #[arg(long, value_name = "FILE")]
+    exclude_from: Vec<PathBuf>,
+    /// Include patterns from FILE, one per line.
+    #[arg(long, value_name = "FILE")]
+    include_from: Vec<PathBuf>,
+    /// The module of a receiver daemon (`recv --daemon --module NAME=DIR`).
+    #[arg(long, value_name = "NAME")]
+    module: Option<String>,
     /// Print a JSON summary.
     #[arg(long)]
     json: bool,
+}
+
+/// `--quick AGE`: `90` or `90s`, `15m`, `12h`, `7d`, `2w`, in seconds.
+fn parse_age(s: &str) -> Result<u64, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not an age (30s, 15m, 12h, 7d, 2w)"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(format!("{s:?}: the unit is one of s, m, h, d, w")),
+    };
+    n.checked_mul(mult)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("{s:?} is not an age of more than 0 seconds"))
+}
+
+/// The include/exclude rules in the order they were given on the command line (rsync's rule:
+/// the first that matches decides), across --include, --exclude, --filter and the -from files.
+pub fn filters_in_order(m: &clap::ArgMatches) -> Result<stripeguard_xfer::filter::Filters> {
+    let mut all: Vec<(usize, &str, String)> = Vec::new();
+    for id in ["include", "exclude", "filter", "include_from", "exclude_from"] {
+        let (Some(ix), Some(vals)) = (m.indices_of(id), m.get_raw(id)) else {
+            continue;
+        };
+        for (i, v) in ix.zip(vals) {
+            all.push((i, id, v.to_string_lossy().into_owned()));
+        }
+    }
+    all.sort_by_key(|(i, _, _)| *i);
+    let mut f = stripeguard_xfer::filter::Filters::new();
+    for (_, id, v) in all {
+        match id {
+            "include" => f.include(&v),
+            "exclude" => f.exclude(&v),
+            "filter" => f.rule(&v),
+            "include_from" => f.from_file(std::path::Path::new(&v), true),
+            _ => f.from_file(std::path::Path::new(&v), false),
+        }
+        .map_err(|e| anyhow::anyhow!("--{}: {e}", id.replace('_', "-")))?;
+    }
+    Ok(f)
 }
 
 /// `--bwlimit`: rsync's units (a plain number is KiB/s), bytes a second.
@@ -125,11 +234,27 @@ pub fn verify_manifest(a: VerifyManifestArgs) -> Result<ExitCode> {
     }))
 }
 
+/// `--module NAME=DIR`.
+fn parse_module(s: &str) -> Result<(String, PathBuf), String> {
+    let (n, d) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: give NAME=DIR"))?;
+    if n.is_empty() || n.len() > 255 || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(format!(
+            "module name {n:?}: letters, digits, '-', '_' and '.' only"
+        ));
+    }
+    if d.is_empty() {
+        return Err(format!("module {n}: no directory"));
+    }
+    Ok((n.to_string(), PathBuf::from(d)))
+}
+
 #[derive(Args)]
 pub struct RecvArgs {
     /// Where received files land (created if missing; nothing is ever written outside it).
-    #[arg(long)]
-    dir: PathBuf,
+    #[arg(long, required_unless_present = "module")]
+    dir: Option<PathBuf>,
     /// Listen for a sender: `unix:PATH` (a unix socket; only your own user or root may send,
     /// checked by peer credentials) or `ADDR:PORT` (TCP; needs --key-file, and a non-loopback
     /// address needs --allow-remote too). One session per run.
@@ -168,6 +293,24 @@ pub struct RecvArgs {
     /// are dropped, whatever the sender says.
     #[arg(long)]
     allow_setid: bool,
+    /// Take a sender's --delete (it deletes beneath DIR what its source does not have).
+    #[arg(long)]
+    allow_delete: bool,
+    /// Make device nodes a sender sends with --devices (as root; without this they are
+    /// refused: a device node in DIR could give its readers the disk).
+    #[arg(long)]
+    devices: bool,
+    /// With --listen: serve sessions until stopped (SIGTERM), as rsync's daemon does, instead
+    /// of one.
+    #[arg(long, requires = "listen")]
+    daemon: bool,
+    /// With --daemon: a module, a directory senders name with `send --module NAME`
+    /// (repeatable; then --dir is not used).
+    #[arg(long, value_name = "NAME=DIR", requires = "daemon", value_parser = parse_module)]
+    module: Vec<(String, PathBuf)>,
+    /// With --daemon: at most this many sessions at once (more are told busy).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    max_sessions: u32,
     /// Print a JSON summary (on stderr with --stdio, whose stdout is the protocol).
     #[arg(long)]
     json: bool,
@@ -279,7 +422,7 @@ fn listen(a: &RecvArgs, spec: &str) -> Result<Listener> {
         .parse()
         .with_context(|| format!("--listen {spec}: give unix:PATH or ADDR:PORT"))?;
     if a.key_file.is_none() {
-        bail!("--listen {addr} (TCP) needs --key-file: any local user could connect and write into {}. Make a key with `stripeguard keygen FILE`, or use --listen unix:PATH (your own user or root only)", a.dir.display());
+        bail!("--listen {addr} (TCP) needs --key-file: any local user could connect and write into {}. Make a key with `stripeguard keygen FILE`, or use --listen unix:PATH (your own user or root only)", a.dir.as_deref().map_or_else(|| "its modules".into(), |d| d.display().to_string()));
     }
     if !addr.ip().is_loopback() && !a.allow_remote {
         bail!("--listen {addr} is not a loopback address: give --allow-remote too (the session is sealed by the key), or use --ssh from the sender");
@@ -363,7 +506,9 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
     crate::sigpipe::ignore();
     raise_nofile();
     let key = read_key(a.key_file.as_deref())?;
-    let mut opts = RecvOptions::new(a.dir.clone());
+    let mut opts = RecvOptions::new(a.dir.clone().unwrap_or_default());
+    opts.allow_delete = a.allow_delete;
+    opts.devices = a.devices;
     opts.verify = !a.no_verify;
     opts.key = key;
     opts.policy = Policy {
@@ -372,10 +517,24 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         all_xattrs: a.all_xattrs,
         setid: a.allow_setid,
     };
-    // The directory is checked now, before any sender comes.
-    let root = stripeguard_xfer::beneath::Root::open(&a.dir).map_err(failed)?;
+    // The directories are checked now, before any sender comes.
+    let target = match (&a.dir, a.module.is_empty()) {
+        (Some(dir), true) => Target::Dir(Root::open(dir).map_err(failed)?),
+        (Some(_), false) => {
+            bail!("--dir and --module: a daemon with modules receives only into its modules")
+        }
+        (None, _) => {
+            for (i, (n, d)) in a.module.iter().enumerate() {
+                if a.module[..i].iter().any(|(m, _)| m == n) {
+                    bail!("--module {n} is given twice");
+                }
+                Root::open(d).map_err(|e| failed(format!("module {n}: {e}")))?;
+            }
+            Target::Modules(Arc::new(a.module.clone()))
+        }
+    };
     let summary = if a.stdio {
-        drop(root);
+        drop(target);
         receive(std::io::stdin(), std::io::stdout(), &opts).map_err(failed)?
     } else {
         let spec = a
@@ -383,9 +542,18 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
             .clone()
             .context("give --listen unix:PATH, --listen ADDR:PORT with --key-file, or --stdio")?;
         let l = listen(&a, &spec)?;
-        serve_one(l, root, &opts, &a)?
+        serve(l, target, &opts, &a)?
     };
-    let line = serde_json::to_string(&summary)?;
+    print_recv_summary(&a, &summary)?;
+    Ok(ExitCode::from(if summary.failed.is_empty() {
+        exit::OK
+    } else {
+        exit::FOUND
+    }))
+}
+
+fn print_recv_summary(a: &RecvArgs, summary: &RecvSummary) -> Result<()> {
+    let line = serde_json::to_string(summary)?;
     if a.json {
         eprintln!("{line}");
     } else {
@@ -405,40 +573,103 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         if summary.attrs_refused > 0 {
             eprintln!("  {} owner(s), setuid/setgid bit(s) or xattr(s) from the sender not applied (see recv --help: --owner, --xattrs, --allow-setid)", summary.attrs_refused);
         }
+        let extra: Vec<String> = [
+            (summary.trusted, "trusted from verification records"),
+            (summary.specials, "special file(s) made"),
+            (summary.hardlinks, "hard link(s) made"),
+            (summary.deleted, "deleted"),
+            (summary.would, "would be sent or made (dry run)"),
+            (summary.blocks_copied, "block(s) copied from old files"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if !extra.is_empty() {
+            eprintln!("  {}", extra.join(", "));
+        }
     }
-    Ok(ExitCode::from(if summary.failed.is_empty() {
-        exit::OK
-    } else {
-        exit::FOUND
-    }))
+    Ok(())
 }
 
-/// Accept connections until one sender has authenticated and its session has ended; a
-/// connection that fails its hello or key handshake is logged and the run goes on.
-fn serve_one(
-    l: Listener,
-    root: stripeguard_xfer::beneath::Root,
-    opts: &RecvOptions,
-    a: &RecvArgs,
-) -> Result<RecvSummary> {
+/// Where sessions land: one session into the directory opened at the start, or with
+/// `--daemon` up to `--max-sessions` at once, each with its own handles.
+struct Slots {
+    first: Mutex<Option<Target>>,
+    daemon: Option<(Target, usize)>,
+    active: AtomicUsize,
+}
+
+impl Slots {
+    /// A target for a new session, or `None` when busy.
+    fn take(&self) -> Result<Option<Target>, String> {
+        match &self.daemon {
+            None => Ok(self.first.lock().expect("lock").take()),
+            Some((t, max)) => {
+                if self.active.fetch_add(1, Ordering::SeqCst) >= *max {
+                    self.active.fetch_sub(1, Ordering::SeqCst);
+                    return Ok(None);
+                }
+                match t {
+                    Target::Dir(r) => match Root::open(&r.path) {
+                        Ok(r) => Ok(Some(Target::Dir(r))),
+                        Err(e) => {
+                            self.active.fetch_sub(1, Ordering::SeqCst);
+                            Err(e)
+                        }
+                    },
+                    Target::Modules(m) => Ok(Some(Target::Modules(Arc::clone(m)))),
+                }
+            }
+        }
+    }
+
+    fn release(&self) {
+        if self.daemon.is_some() {
+            self.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Accept connections until one sender has authenticated and its session has ended (with
+/// `--daemon`: until stopped); a connection that fails its hello or key handshake is logged
+/// and the run goes on.
+fn serve(l: Listener, target: Target, opts: &RecvOptions, a: &RecvArgs) -> Result<RecvSummary> {
     let pending: Arc<Mutex<Pending>> = Arc::default();
     let draining = Arc::new(AtomicUsize::new(0));
-    let root = Arc::new(Mutex::new(Some(root)));
+    let slots = Arc::new(if a.daemon {
+        Slots {
+            first: Mutex::new(None),
+            daemon: Some((target, a.max_sessions as usize)),
+            active: AtomicUsize::new(0),
+        }
+    } else {
+        Slots {
+            first: Mutex::new(Some(target)),
+            daemon: None,
+            active: AtomicUsize::new(0),
+        }
+    });
     let busy: Arc<Mutex<Option<String>>> = Arc::default();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<RecvSummary, String>>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(String, RecvSummary), String>>();
     let idle = std::time::Duration::from_secs(a.idle_timeout.max(1));
     let l = Arc::new(l);
     // SIGTERM or SIGINT: the unix socket goes with the process (what was verified of an
-    // unfinished file stays in its partial for a later run, as after a kill).
-    if let Listener::Unix(_, path) = &*l {
-        let path = path.clone();
+    // unfinished file stays in its partial for a later run, as after a kill); a daemon stops.
+    let path = match &*l {
+        Listener::Unix(_, path) => Some(path.clone()),
+        Listener::Tcp(_) => None,
+    };
+    if path.is_some() || a.daemon {
         if let Ok(mut signals) = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
         ]) {
             std::thread::spawn(move || {
                 if let Some(sig) = signals.forever().next() {
-                    let _ = std::fs::remove_file(&path);
+                    if let Some(p) = &path {
+                        let _ = std::fs::remove_file(p);
+                    }
                     eprintln!("stripeguard recv: stopped by signal {sig}");
                     std::process::exit(128 + sig);
                 }
@@ -489,9 +720,9 @@ fn serve_one(
             // oldest (a flood of silent connections cannot keep the real sender out for long,
             // and none lasts past HANDSHAKE_SECS).
             let id = pending.lock().expect("lock").add(kill, &peer);
-            let (pending2, root, busy, done_tx, opts) = (
+            let (pending2, slots, busy, done_tx, opts) = (
                 Arc::clone(&pending),
-                Arc::clone(&root),
+                Arc::clone(&slots),
                 Arc::clone(&busy),
                 done_tx.clone(),
                 opts.clone(),
@@ -506,20 +737,29 @@ fn serve_one(
                         return;
                     }
                 };
-                let taken = root.lock().expect("lock").take();
-                let Some(root) = taken else {
-                    let who = busy.lock().expect("lock").clone().unwrap_or_default();
-                    let mut conn = conn;
-                    conn.refuse(&format!(
-                        "busy: this receiver is already receiving from {who}"
-                    ));
-                    eprintln!("stripeguard recv: {peer}: told busy");
-                    return;
+                let taken = slots.take();
+                let target = match taken {
+                    Ok(Some(t)) => t,
+                    Ok(None) => {
+                        let who = busy.lock().expect("lock").clone().unwrap_or_default();
+                        let mut conn = conn;
+                        conn.refuse(&format!(
+                            "busy: this receiver is already receiving from {who}"
+                        ));
+                        eprintln!("stripeguard recv: {peer}: told busy");
+                        return;
+                    }
+                    Err(e) => {
+                        let mut conn = conn;
+                        conn.refuse(&e);
+                        eprintln!("stripeguard recv: {peer}: {e}");
+                        return;
+                    }
                 };
                 *busy.lock().expect("lock") = Some(peer.clone());
                 eprintln!("stripeguard recv: sender {peer}");
                 set_idle(idle);
-                let r = stripeguard_xfer::receive_on(conn, root, &opts).map_err(|e| match e {
+                let r = stripeguard_xfer::receive_on(conn, target, &opts).map_err(|e| match e {
                     stripeguard_xfer::proto::ProtoError::Io(io)
                         if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
                     {
@@ -527,7 +767,8 @@ fn serve_one(
                     }
                     e => e.to_string(),
                 });
-                let _ = done_tx.send(r);
+                slots.release();
+                let _ = done_tx.send(r.map(|s| (peer, s)));
             });
             if let Err(e) = spawned {
                 // Out of threads (a pids limit): this connection is dropped, the run goes on.
@@ -536,12 +777,26 @@ fn serve_one(
             }
         });
     }
+    if a.daemon {
+        // Each session's summary as it ends; the daemon runs until stopped.
+        loop {
+            match done_rx.recv() {
+                Ok(Ok((peer, s))) => {
+                    eprintln!("stripeguard recv: session from {peer} ended");
+                    print_recv_summary(a, &s)?;
+                }
+                Ok(Err(e)) => eprintln!("stripeguard recv: a session failed: {e}"),
+                Err(_) => return Err(failed("the listener stopped")),
+            }
+        }
+    }
     let r = done_rx.recv().map_err(|_| failed("the listener stopped"));
     l.remove();
-    r?.map_err(failed)
+    r?.map(|(_, s)| s).map_err(failed)
 }
 
-pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
+pub fn send_cmd(a: SendArgs, m: &clap::ArgMatches) -> Result<ExitCode> {
+    let filters = filters_in_order(m)?;
     // Its pipes and socket end in errors, never in a silent SIGPIPE.
     crate::sigpipe::ignore();
     let opts = SendOptions {
@@ -556,6 +811,17 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
         owner: a.owner,
         xattrs: a.xattrs,
         bwlimit: a.bwlimit,
+        delete: a.delete,
+        dry_run: a.dry_run,
+        compress: a.compress.then_some(a.compress_level),
+        quick: a.quick,
+        whole_file: a.whole_file,
+        hard_links: a.hard_links,
+        specials: a.specials || a.specials_and_devices,
+        devices: a.devices || a.specials_and_devices,
+        numeric_ids: a.numeric_ids,
+        filters,
+        module: a.module.clone(),
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();
@@ -645,10 +911,48 @@ pub fn send_cmd(a: SendArgs) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
-        println!(
-            "sent {} file(s) ({} bytes in {} blocks), {} dir(s), {} symlink(s), {} already there; {} block(s) sent again after a failed read-back on the receiver's device; {} failed, {} special file(s) not sent",
-            summary.files, summary.bytes_sent, summary.blocks_sent, summary.dirs, summary.symlinks, summary.skipped, summary.blocks_retried, summary.failed.len(), summary.not_sent.len()
-        );
+        if a.dry_run {
+            for p in &summary.would_send {
+                println!("would send {p}");
+            }
+            for p in &summary.would_delete {
+                println!("would delete {p}");
+            }
+            println!(
+                "dry run: {} entr(ies) would be sent or made, {} would be deleted, {} already there; nothing was changed",
+                summary.would_send.len(),
+                summary.would_delete.len(),
+                summary.skipped
+            );
+        } else {
+            println!(
+                "sent {} file(s) ({} bytes in {} blocks), {} dir(s), {} symlink(s), {} already there; {} block(s) sent again after a failed read-back on the receiver's device; {} failed, {} special file(s) not sent",
+                summary.files, summary.bytes_sent, summary.blocks_sent, summary.dirs, summary.symlinks, summary.skipped, summary.blocks_retried, summary.failed.len(), summary.not_sent.len()
+            );
+        }
+        let extra: Vec<String> = [
+            (summary.trusted, "trusted from the receiver's verification records (--quick), not read from its device"),
+            (summary.blocks_copied, "block(s) copied from the receiver's old files (not sent)"),
+            (summary.hardlinks, "hard link(s) made"),
+            (summary.specials, "special file(s) made"),
+            (summary.deleted.len() as u64, "deleted on the receiver"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if !extra.is_empty() {
+            println!("  {}", extra.join("; "));
+        }
+        if a.compress && summary.bytes_sent > 0 {
+            println!(
+                "  compressed: {} bytes of blocks took {} on the wire",
+                summary.bytes_sent, summary.wire_bytes
+            );
+        }
+        if let Some(why) = &summary.delete_skipped {
+            println!("  --delete: {why}");
+        }
         for f in &summary.failed {
             println!("  FAILED {f}");
         }

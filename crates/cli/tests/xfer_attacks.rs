@@ -802,7 +802,7 @@ fn s5_a_man_in_the_middle_can_neither_alter_nor_inject() {
                 return "no hello".into();
             }
             let mut answer = b"SGXF".to_vec();
-            answer.extend_from_slice(&2u16.to_le_bytes());
+            answer.extend_from_slice(&stripeguard_xfer::proto::VERSION.to_le_bytes());
             answer.extend_from_slice(&flags.to_le_bytes());
             answer.extend(then);
             let _ = s.write_all(&answer);

@@ -107,7 +107,8 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
             "dotdot",
             [
                 b"SGXF".to_vec(),
-                vec![2, 0, 0, 0, 0, 0],
+                vec![3, 0, 0, 0, 0, 0],
+                frame(9, &[0; 14]),
                 file_frame("../evil"),
             ]
             .concat(),
@@ -116,7 +117,8 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
             "absolute",
             [
                 b"SGXF".to_vec(),
-                vec![2, 0, 0, 0, 0, 0],
+                vec![3, 0, 0, 0, 0, 0],
+                frame(9, &[0; 14]),
                 file_frame("/tmp/evil"),
             ]
             .concat(),
@@ -125,7 +127,8 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
             "through a symlink",
             [
                 b"SGXF".to_vec(),
-                vec![2, 0, 0, 0, 0, 0],
+                vec![3, 0, 0, 0, 0, 0],
+                frame(9, &[0; 14]),
                 file_frame("escape/evil"),
             ]
             .concat(),
@@ -134,7 +137,8 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
             "huge frame",
             [
                 b"SGXF".to_vec(),
-                vec![2, 0, 0, 0, 0, 0],
+                vec![3, 0, 0, 0, 0, 0],
+                frame(9, &[0; 14]),
                 vec![3, 0xff, 0xff, 0xff, 0x7f],
             ]
             .concat(),
@@ -148,7 +152,8 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
             "the receiver's own directory",
             [
                 b"SGXF".to_vec(),
-                vec![2, 0, 0, 0, 0, 0],
+                vec![3, 0, 0, 0, 0, 0],
+                frame(9, &[0; 14]),
                 file_frame(".stripeguard-partial/x"),
             ]
             .concat(),
@@ -157,7 +162,8 @@ fn a_hostile_stream_cannot_write_outside_the_directory() {
             "truncated",
             [
                 b"SGXF".to_vec(),
-                vec![2, 0, 0, 0, 0, 0],
+                vec![3, 0, 0, 0, 0, 0],
+                frame(9, &[0; 14]),
                 file_frame("ok")[..20].to_vec(),
             ]
             .concat(),

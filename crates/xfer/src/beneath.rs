@@ -25,6 +25,14 @@ use std::sync::{Arc, Mutex};
 
 /// The name of the receiver's private directory in DIR.
 pub const PARTIAL_DIR: &str = ".stripeguard-partial";
+/// The receiver's verification records (`--quick`), beside it.
+pub const VERIFIED_DIR: &str = ".stripeguard-verified";
+
+/// Whether a first path component names one of the receiver's own directories (never received
+/// into, listed or deleted).
+pub fn is_own(first: &[u8]) -> bool {
+    first == PARTIAL_DIR.as_bytes() || first == VERIFIED_DIR.as_bytes()
+}
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
@@ -60,7 +68,11 @@ impl Policy {
     /// The attributes applied, and how many were refused.
     pub fn filter(&self, a: &Attrs, mode: u32) -> (Attrs, u64) {
         let mut refused = u64::from(!self.setid && mode & 0o6000 != 0);
-        let owner = if self.owner { a.owner } else { None };
+        let owner = if self.owner {
+            a.owner.map(|ids| map_owner(ids, a.names.as_ref()))
+        } else {
+            None
+        };
         refused += u64::from(a.owner.is_some() && owner.is_none());
         let mut xattrs = Vec::new();
         for (n, v) in &a.xattrs {
@@ -76,8 +88,35 @@ impl Policy {
                 refused += 1;
             }
         }
-        (Attrs { owner, xattrs }, refused)
+        (
+            Attrs {
+                owner,
+                names: None,
+                xattrs,
+            },
+            refused,
+        )
     }
+}
+
+/// The sender's owner as this host's ids: by name where the sender sent names and this host
+/// knows them (as rsync does), otherwise the numeric ids; id 0 is never mapped by name.
+fn map_owner((uid, gid): (u32, u32), names: Option<&(Vec<u8>, Vec<u8>)>) -> (u32, u32) {
+    use std::os::unix::ffi::OsStrExt;
+    let Some((un, gn)) = names else {
+        return (uid, gid);
+    };
+    let uid = if uid == 0 || un.is_empty() {
+        uid
+    } else {
+        uzers::get_user_by_name(std::ffi::OsStr::from_bytes(un)).map_or(uid, |u| u.uid())
+    };
+    let gid = if gid == 0 || gn.is_empty() {
+        gid
+    } else {
+        uzers::get_group_by_name(std::ffi::OsStr::from_bytes(gn)).map_or(gid, |g| g.gid())
+    };
+    (uid, gid)
 }
 
 fn errno_text(e: Errno) -> String {
@@ -225,6 +264,154 @@ impl Root {
         }
         p.insert(key, Arc::clone(&fd));
         Ok(fd)
+    }
+
+    /// The directory that holds `parts`' last component if every directory on the way is
+    /// there (nothing is made: a dry run).
+    pub fn parent_existing(&self, parts: &[&[u8]]) -> Option<OwnedFd> {
+        let dirs = parts[..parts.len() - 1].join(&b'/');
+        let rel: &[u8] = if dirs.is_empty() { b"." } else { &dirs };
+        rfs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), RESOLVE).ok()
+    }
+
+    /// The names in directory `rel` (empty: DIR itself) with their kinds (0 file, 1 directory,
+    /// 2 symlink, 3 other); `None` when it is not there or not a directory. The receiver's own
+    /// directories are left out.
+    pub fn list(&self, rel: &[u8]) -> Result<Option<Vec<(u8, Vec<u8>)>>, String> {
+        let at: &[u8] = if rel.is_empty() { b"." } else { rel };
+        let fd = match rfs::openat2(&self.fd, at, DIR_FLAGS, Mode::empty(), RESOLVE) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => return Ok(None),
+            Err(e) => return Err(self.dir_error(rel, e)),
+        };
+        let mut dir = rfs::Dir::read_from(&fd).map_err(|e| self.dir_error(rel, e))?;
+        let mut out = Vec::new();
+        while let Some(e) = dir.read() {
+            let e = e.map_err(|e| self.dir_error(rel, e))?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." || (rel.is_empty() && is_own(name)) {
+                continue;
+            }
+            let kind = match rfs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| rfs::FileType::from_raw_mode(st.st_mode))
+            {
+                Ok(rfs::FileType::RegularFile) => 0,
+                Ok(rfs::FileType::Directory) => 1,
+                Ok(rfs::FileType::Symlink) => 2,
+                _ => 3,
+            };
+            out.push((kind, name.to_vec()));
+        }
+        out.sort();
+        Ok(Some(out))
+    }
+
+    /// Remove `rel` (a directory with everything beneath it), never following a symlink and
+    /// never leaving DIR. A path that is already gone is not an error.
+    pub fn remove(&self, parts: &[&[u8]], rel: &[u8]) -> Result<(), String> {
+        if is_own(parts[0]) {
+            return Err(format!("{} is the receiver's own", self.shown(rel)));
+        }
+        let Some(parent) = self.parent_existing(parts) else {
+            return Ok(());
+        };
+        let name = parts[parts.len() - 1];
+        self.forget();
+        self.made();
+        remove_at(&parent, name).map_err(|e| format!("cannot delete {}: {e}", self.shown(rel)))
+    }
+
+    /// A fifo, socket or device node at its final name: made in the partial directory, given
+    /// its owner, mode and times there, then renamed into place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn make_special(
+        &self,
+        parent: &OwnedFd,
+        name: &[u8],
+        rel: &[u8],
+        kind: rfs::FileType,
+        rdev: u64,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        mtime: (i64, u32),
+    ) -> Result<Vec<String>, String> {
+        self.made();
+        let tmp = format!("{}.node", partial_key(rel));
+        let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+        rfs::mknodat(
+            &self.partial,
+            tmp.as_str(),
+            kind,
+            Mode::from_raw_mode(0o600),
+            rdev,
+        )
+        .map_err(|e| format!("cannot make {}: {}", self.shown(rel), errno_text(e)))?;
+        let mut problems = Vec::new();
+        if let Some((u, g)) = owner {
+            if let Err(e) = rfs::chownat(
+                &self.partial,
+                tmp.as_str(),
+                Some(rfs::Uid::from_raw(u)),
+                Some(rfs::Gid::from_raw(g)),
+                AtFlags::SYMLINK_NOFOLLOW,
+            ) {
+                problems.push(format!(
+                    "{}: owner {u}:{g}: {}",
+                    self.shown(rel),
+                    errno_text(e)
+                ));
+            }
+        }
+        // In the receiver's own directory (mode 0700): nobody can swap the name for a symlink.
+        if let Err(e) = rfs::chmodat(
+            &self.partial,
+            tmp.as_str(),
+            Mode::from_raw_mode(mode),
+            AtFlags::empty(),
+        ) {
+            problems.push(format!(
+                "{}: mode {mode:o}: {}",
+                self.shown(rel),
+                errno_text(e)
+            ));
+        }
+        let t = timespec(mtime);
+        let _ = rfs::utimensat(
+            &self.partial,
+            tmp.as_str(),
+            &rfs::Timestamps {
+                last_access: t,
+                last_modification: t,
+            },
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+        if let Err(e) = self.land(&tmp, parent, name, rel) {
+            let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
+        Ok(problems)
+    }
+
+    /// A hard link at `name` in `parent` to the regular file `tname` in `tparent`: linked in
+    /// the partial directory, then renamed over whatever is at the name.
+    pub fn make_hardlink(
+        &self,
+        tparent: &OwnedFd,
+        tname: &[u8],
+        parent: &OwnedFd,
+        name: &[u8],
+        rel: &[u8],
+    ) -> Result<(), String> {
+        self.made();
+        let tmp = format!("{}.hlink", partial_key(rel));
+        let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+        rfs::linkat(tparent, tname, &self.partial, tmp.as_str(), AtFlags::empty()).map_err(
+            |e| format!("cannot link {}: {}", self.shown(rel), errno_text(e)),
+        )?;
+        let r = self.land(&tmp, parent, name, rel);
+        // (A rename onto another link of the same file does nothing and leaves the source.)
+        let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+        r
     }
 
     fn dir_error(&self, at: &[u8], e: Errno) -> String {
@@ -522,6 +709,41 @@ impl Root {
     /// durable when it returns.
     pub fn syncfs(&self) -> std::io::Result<()> {
         rfs::syncfs(&self.fd).map_err(Into::into)
+    }
+}
+
+/// Remove `name` in `dir`: a directory with everything beneath it (each level opened beneath
+/// its parent, never through a symlink), anything else unlinked.
+fn remove_at(dir: &OwnedFd, name: &[u8]) -> Result<(), String> {
+    let st = match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(errno_text(e)),
+    };
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+        return match rfs::unlinkat(dir, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(errno_text(e)),
+        };
+    }
+    let sub = rfs::openat2(dir, name, DIR_FLAGS, Mode::empty(), RESOLVE).map_err(errno_text)?;
+    let mut names = Vec::new();
+    {
+        let mut d = rfs::Dir::read_from(&sub).map_err(errno_text)?;
+        while let Some(e) = d.read() {
+            let e = e.map_err(errno_text)?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(n.to_vec());
+            }
+        }
+    }
+    for n in names {
+        remove_at(&sub, &n)?;
+    }
+    match rfs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(errno_text(e)),
     }
 }
 

@@ -11,6 +11,7 @@
 
 pub mod attrs;
 pub mod beneath;
+pub mod filter;
 pub mod manifest;
 pub mod proto;
 pub mod recv;

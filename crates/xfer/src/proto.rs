@@ -1,4 +1,4 @@
-//! The transfer's wire format, version 2 (FORMAT.md §5). A session opens with a hello in each
+//! The transfer's wire format, version 3 (FORMAT.md §5). A session opens with a hello in each
 //! direction (magic, version, feature flags); with a shared key it continues with a Noise
 //! handshake (`seal.rs`) and every later byte is sealed. Then frames: `u8 type, u32 length,
 //! payload` (little-endian). Every frame about a file carries the sender's file id, so that many
@@ -9,7 +9,7 @@
 use std::io::{self, Read, Write};
 
 pub const MAGIC: [u8; 4] = *b"SGXF";
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Feature bits. The sender offers what it supports; the receiver answers with what the
 /// session uses. `FEATURE_SEALED`: a Noise handshake keyed by the shared key follows the
 /// hellos, and every later byte is sealed (both ends prove the key).
@@ -47,17 +47,46 @@ pub const T_FILE_END: u8 = 5;
 pub const T_FILE_DONE: u8 = 6;
 pub const T_DONE: u8 = 7;
 pub const T_ERROR: u8 = 8;
+pub const T_OPTIONS: u8 = 9;
+pub const T_COPY: u8 = 10;
+pub const T_ZBLOCK: u8 = 11;
+pub const T_LIST: u8 = 12;
+pub const T_LISTING: u8 = 13;
+pub const T_DELETE: u8 = 14;
+
+/// OPTIONS flags: what the sender asks of this session (FORMAT.md §5 "Options").
+/// Delete what the source does not have, after everything is verified (`recv --allow-delete`).
+pub const OPT_DELETE: u32 = 1;
+/// Change nothing: answer what would be done.
+pub const OPT_DRY_RUN: u32 = 1 << 1;
+/// The sender may send blocks compressed (ZBLOCK).
+pub const OPT_COMPRESS: u32 = 1 << 2;
+/// Trust the receiver's verification records younger than the age that follows.
+pub const OPT_QUICK: u32 = 1 << 3;
+/// Never offer a changed file's old blocks (`send --whole-file`).
+pub const OPT_WHOLE_FILE: u32 = 1 << 4;
+const OPT_ALL: u32 = OPT_DELETE | OPT_DRY_RUN | OPT_COMPRESS | OPT_QUICK | OPT_WHOLE_FILE;
 
 /// Entry kinds in a FILE frame.
 pub const KIND_FILE: u8 = 0;
 pub const KIND_DIR: u8 = 1;
 pub const KIND_SYMLINK: u8 = 2;
+pub const KIND_FIFO: u8 = 3;
+pub const KIND_SOCKET: u8 = 4;
+/// Device nodes: the FILE frame's size field holds the device number (`st_rdev`).
+pub const KIND_CHAR: u8 = 5;
+pub const KIND_BLOCK: u8 = 6;
+/// A hard link: the target field names an entry of this session that landed or was there.
+pub const KIND_HARDLINK: u8 = 7;
 
 /// FILE_REPLY statuses.
 pub const REPLY_SEND: u8 = 0;
 pub const REPLY_SKIPPED: u8 = 1;
 pub const REPLY_MADE: u8 = 2;
 pub const REPLY_REFUSED: u8 = 3;
+pub const REPLY_DELTA: u8 = 4;
+pub const REPLY_WOULD: u8 = 5;
+pub const REPLY_TRUSTED: u8 = 6;
 
 /// FILE_DONE statuses.
 pub const DONE_LANDED: u8 = 0;
@@ -291,6 +320,9 @@ pub fn put16(v: &mut Vec<u8>, b: &[u8]) {
 pub struct Attrs {
     /// (uid, gid) when owners are sent.
     pub owner: Option<(u32, u32)>,
+    /// The owner's user and group names on the sender (empty: none), so that the receiver can
+    /// map them to its own ids as rsync does; `None` with `send --numeric-ids`.
+    pub names: Option<(Vec<u8>, Vec<u8>)>,
     /// Extended attributes (name, value).
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -304,9 +336,13 @@ impl Attrs {
     fn encode_into(&self, v: &mut Vec<u8>) {
         match self.owner {
             Some((u, g)) => {
-                v.push(1);
+                v.push(if self.names.is_some() { 2 } else { 1 });
                 v.extend_from_slice(&u.to_le_bytes());
                 v.extend_from_slice(&g.to_le_bytes());
+                if let Some((un, gn)) = &self.names {
+                    put16(v, &un[..un.len().min(MAX_NAME)]);
+                    put16(v, &gn[..gn.len().min(MAX_NAME)]);
+                }
             }
             None => v.push(0),
         }
@@ -319,9 +355,18 @@ impl Attrs {
     }
 
     fn decode_from(c: &mut Cur) -> Result<Attrs, ProtoError> {
-        let owner = match c.u8()? {
-            0 => None,
-            1 => Some((c.u32()?, c.u32()?)),
+        let (owner, names) = match c.u8()? {
+            0 => (None, None),
+            1 => (Some((c.u32()?, c.u32()?)), None),
+            2 => {
+                let ids = (c.u32()?, c.u32()?);
+                let un = c.bytes16(MAX_NAME)?.to_vec();
+                let gn = c.bytes16(MAX_NAME)?.to_vec();
+                if un.contains(&0) || gn.contains(&0) {
+                    return Err(malformed("FILE frame", "an owner name with NUL"));
+                }
+                (Some(ids), Some((un, gn)))
+            }
             k => return Err(malformed("FILE frame", format!("owner flag {k}"))),
         };
         let n = c.u32()? as usize;
@@ -339,7 +384,11 @@ impl Attrs {
             }
             xattrs.push((name, c.take(len)?.to_vec()));
         }
-        Ok(Attrs { owner, xattrs })
+        Ok(Attrs {
+            owner,
+            names,
+            xattrs,
+        })
     }
 }
 
@@ -394,7 +443,7 @@ impl FileHeader {
         let hash = c.hash()?;
         let attrs = Attrs::decode_from(&mut c)?;
         c.end()?;
-        if kind > KIND_SYMLINK {
+        if kind > KIND_HARDLINK {
             return Err(malformed("FILE frame", format!("entry kind {kind}")));
         }
         if mtime_ns >= 1_000_000_000 {
@@ -476,6 +525,61 @@ pub enum Reply {
     Made,
     /// Refused, with the reason.
     Refused(String),
+    /// A changed file: send every block outside these verified ranges, and where a block's
+    /// hash is among the old file's (`old`, read from the device at this file's block size),
+    /// a COPY of that old block may stand in for its bytes.
+    Delta(Vec<(u64, u64)>, Vec<[u8; 32]>),
+    /// A dry run: this entry would be sent or made.
+    Would,
+    /// Already there, trusted from the receiver's verification record written at this time
+    /// (seconds since the epoch), not read from the device (`--quick`).
+    Trusted(i64),
+}
+
+/// Most old-block hashes in a DELTA reply (they fill at most 16 MiB of the frame); a longer
+/// old file offers its first blocks only.
+pub const MAX_OLD_HASHES: usize = 1 << 19;
+
+/// OPTIONS: the sender's first frame, what it asks of the session.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    pub flags: u32,
+    /// With OPT_QUICK: the oldest verification record trusted, in seconds of age.
+    pub quick_secs: u64,
+    /// The module of a receiver daemon (empty: its one directory).
+    pub module: Vec<u8>,
+}
+
+impl Options {
+    pub fn has(&self, f: u32) -> bool {
+        self.flags & f != 0
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = self.flags.to_le_bytes().to_vec();
+        v.extend_from_slice(&self.quick_secs.to_le_bytes());
+        put16(&mut v, &self.module[..self.module.len().min(MAX_NAME)]);
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Options, ProtoError> {
+        let mut c = Cur::new(b, "OPTIONS frame");
+        let flags = c.u32()?;
+        let quick_secs = c.u64()?;
+        let module = c.bytes16(MAX_NAME)?.to_vec();
+        c.end()?;
+        if flags & !OPT_ALL != 0 {
+            return Err(malformed(
+                "OPTIONS frame",
+                format!("unknown option bits {:#x}", flags & !OPT_ALL),
+            ));
+        }
+        Ok(Options {
+            flags,
+            quick_secs,
+            module,
+        })
+    }
 }
 
 pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
@@ -491,6 +595,27 @@ pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
                 v.extend_from_slice(&b.to_le_bytes());
             }
         }
+        Reply::Delta(ranges, old) => {
+            v.push(REPLY_DELTA);
+            let ranges = &ranges[..ranges.len().min(MAX_RANGES)];
+            let count = u32::try_from(ranges.len()).expect("at most MAX_RANGES (65536)");
+            v.extend_from_slice(&count.to_le_bytes());
+            for (a, b) in ranges {
+                v.extend_from_slice(&a.to_le_bytes());
+                v.extend_from_slice(&b.to_le_bytes());
+            }
+            let old = &old[..old.len().min(MAX_OLD_HASHES)];
+            let count = u32::try_from(old.len()).expect("at most MAX_OLD_HASHES");
+            v.extend_from_slice(&count.to_le_bytes());
+            for h in old {
+                v.extend_from_slice(h);
+            }
+        }
+        Reply::Would => v.push(REPLY_WOULD),
+        Reply::Trusted(t) => {
+            v.push(REPLY_TRUSTED);
+            v.extend_from_slice(&t.to_le_bytes());
+        }
         Reply::Skipped => v.push(REPLY_SKIPPED),
         Reply::Made => v.push(REPLY_MADE),
         Reply::Refused(why) => {
@@ -504,23 +629,37 @@ pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
 pub fn decode_reply(b: &[u8]) -> Result<(u32, Reply), ProtoError> {
     let mut c = Cur::new(b, "FILE_REPLY frame");
     let id = c.u32()?;
-    let r = match c.u8()? {
-        REPLY_SEND => {
-            let n = c.u32()? as usize;
-            if n > MAX_RANGES {
-                return Err(malformed("FILE_REPLY frame", format!("{n} ranges")));
-            }
-            let mut ranges = Vec::with_capacity(n);
-            for _ in 0..n {
-                let (a, e) = (c.u64()?, c.u64()?);
-                if a >= e {
-                    return Err(malformed("FILE_REPLY frame", "an empty range"));
-                }
-                ranges.push((a, e));
-            }
-            c.end()?;
-            Reply::Send(ranges)
+    let ranges = |c: &mut Cur| -> Result<Vec<(u64, u64)>, ProtoError> {
+        let n = c.u32()? as usize;
+        if n > MAX_RANGES {
+            return Err(malformed("FILE_REPLY frame", format!("{n} ranges")));
         }
+        let mut ranges = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (a, e) = (c.u64()?, c.u64()?);
+            if a >= e {
+                return Err(malformed("FILE_REPLY frame", "an empty range"));
+            }
+            ranges.push((a, e));
+        }
+        Ok(ranges)
+    };
+    let r = match c.u8()? {
+        REPLY_SEND => Reply::Send(ranges(&mut c)?),
+        REPLY_DELTA => {
+            let r = ranges(&mut c)?;
+            let n = c.u32()? as usize;
+            if n > MAX_OLD_HASHES {
+                return Err(malformed("FILE_REPLY frame", format!("{n} old hashes")));
+            }
+            let mut old = Vec::with_capacity(n);
+            for _ in 0..n {
+                old.push(c.hash()?);
+            }
+            Reply::Delta(r, old)
+        }
+        REPLY_WOULD => Reply::Would,
+        REPLY_TRUSTED => Reply::Trusted(c.i64()?),
         REPLY_SKIPPED => Reply::Skipped,
         REPLY_MADE => Reply::Made,
         REPLY_REFUSED => Reply::Refused(printable(c.rest())),
@@ -555,6 +694,117 @@ pub fn decode_block(b: &[u8]) -> Result<Block<'_>, ProtoError> {
         hash: c.hash()?,
         data: c.rest(),
     })
+}
+
+/// COPY: file id, block index, the old block (of the file under the name) whose bytes it
+/// has, and their BLAKE3 hash.
+pub fn encode_copy(id: u32, index: u64, old: u64, hash: &[u8; 32]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(52);
+    v.extend_from_slice(&id.to_le_bytes());
+    v.extend_from_slice(&index.to_le_bytes());
+    v.extend_from_slice(&old.to_le_bytes());
+    v.extend_from_slice(hash);
+    v
+}
+
+pub fn decode_copy(b: &[u8]) -> Result<(u32, u64, u64, [u8; 32]), ProtoError> {
+    let mut c = Cur::new(b, "COPY frame");
+    let r = (c.u32()?, c.u64()?, c.u64()?, c.hash()?);
+    c.end()?;
+    Ok(r)
+}
+
+/// ZBLOCK: a BLOCK whose bytes are one zstd frame; u32 length of the bytes it holds follows
+/// the hash.
+pub fn encode_zblock_header(id: u32, index: u64, hash: &[u8; 32], raw: usize) -> Vec<u8> {
+    let mut v = encode_block_header(id, index, hash, 0);
+    let raw = u32::try_from(raw).expect("a block is at most 16 MiB");
+    v.extend_from_slice(&raw.to_le_bytes());
+    v
+}
+
+/// A ZBLOCK frame's fields, its bytes decompressed (exactly `raw` of them, at most a block).
+pub fn decode_zblock(b: &[u8]) -> Result<(u32, u64, [u8; 32], Vec<u8>), ProtoError> {
+    let mut c = Cur::new(b, "ZBLOCK frame");
+    let (id, index, hash) = (c.u32()?, c.u64()?, c.hash()?);
+    let raw = c.u32()?;
+    if raw > MAX_BLOCK {
+        return Err(malformed("ZBLOCK frame", format!("{raw} bytes")));
+    }
+    let data = zstd::bulk::decompress(c.rest(), raw as usize)
+        .map_err(|e| malformed("ZBLOCK frame", format!("does not decompress: {e}")))?;
+    if data.len() != raw as usize {
+        return Err(malformed(
+            "ZBLOCK frame",
+            format!("{} bytes where {raw} were announced", data.len()),
+        ));
+    }
+    Ok((id, index, hash, data))
+}
+
+/// LIST (sender): a request id and a directory's path (empty: DIR itself).
+pub fn encode_list(id: u32, path: &[u8]) -> Vec<u8> {
+    let mut v = id.to_le_bytes().to_vec();
+    put16(&mut v, path);
+    v
+}
+
+pub fn decode_list(b: &[u8], what: &'static str) -> Result<(u32, Vec<u8>), ProtoError> {
+    let mut c = Cur::new(b, what);
+    let id = c.u32()?;
+    let p = c.bytes16(MAX_PATH)?.to_vec();
+    c.end()?;
+    Ok((id, p))
+}
+
+/// LISTING statuses: more frames follow for this request, this is the last, the directory is
+/// not there (or is not a directory).
+pub const LISTING_MORE: u8 = 0;
+pub const LISTING_LAST: u8 = 1;
+pub const LISTING_NONE: u8 = 2;
+
+/// Names per LISTING frame (each at most 255 bytes: the frame stays under 1 MiB).
+pub const LISTING_NAMES: usize = 4096;
+
+/// LISTING (receiver): request id, status, u32 count, then per entry u8 kind (0 file, 1
+/// directory, 2 symlink, 3 anything else) and u16 + name.
+pub fn encode_listing(id: u32, status: u8, names: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut v = id.to_le_bytes().to_vec();
+    v.push(status);
+    let n = u32::try_from(names.len()).expect("at most LISTING_NAMES");
+    v.extend_from_slice(&n.to_le_bytes());
+    for (k, name) in names {
+        v.push(*k);
+        put16(&mut v, name);
+    }
+    v
+}
+
+/// A LISTING frame's fields.
+pub type Listing = (u32, u8, Vec<(u8, Vec<u8>)>);
+
+pub fn decode_listing(b: &[u8]) -> Result<Listing, ProtoError> {
+    let mut c = Cur::new(b, "LISTING frame");
+    let id = c.u32()?;
+    let status = c.u8()?;
+    let n = c.u32()? as usize;
+    if status > LISTING_NONE || n > LISTING_NAMES {
+        return Err(malformed(
+            "LISTING frame",
+            format!("status {status}, {n} names"),
+        ));
+    }
+    let mut names = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = c.u8()?;
+        let name = c.bytes16(MAX_NAME)?.to_vec();
+        if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+            return Err(malformed("LISTING frame", "a name that is not one component"));
+        }
+        names.push((k, name));
+    }
+    c.end()?;
+    Ok((id, status, names))
 }
 
 pub fn encode_result(id: u32, index: u64, ok: bool) -> [u8; 13] {
@@ -663,6 +913,7 @@ mod tests {
             hash: [7; 32],
             attrs: Attrs {
                 owner: Some((1, 2)),
+                names: Some((b"alice".to_vec(), Vec::new())),
                 xattrs: vec![(b"user.a".to_vec(), b"v".to_vec())],
             },
         }

@@ -17,11 +17,11 @@
 //! and read back in batches while the next ones arrive.
 
 use crate::beneath::{self, Policy, Root};
-use crate::proto::{self, Attrs, Cur, FileHeader, ProtoError, Reply};
+use crate::proto::{self, Attrs, Cur, FileHeader, Options, ProtoError, Reply};
 use crate::seal::{self, SealedReader};
 use crate::verify;
 use rustix::fd::OwnedFd;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -53,6 +53,11 @@ pub struct RecvOptions {
     pub key: Option<[u8; 32]>,
     /// What of the sender's owners, modes and xattrs is applied.
     pub policy: Policy,
+    /// Take a sender's `--delete` (`recv --allow-delete`): without it such a session is
+    /// refused before anything is received.
+    pub allow_delete: bool,
+    /// Make device nodes a sender sends (`recv --devices`); without it each is refused.
+    pub devices: bool,
     #[cfg(test)]
     pub hook: Option<Hook>,
 }
@@ -64,6 +69,8 @@ impl RecvOptions {
             verify: true,
             key: None,
             policy: Policy::default(),
+            allow_delete: false,
+            devices: false,
             #[cfg(test)]
             hook: None,
         }
@@ -79,6 +86,18 @@ pub struct RecvSummary {
     pub symlinks: u64,
     /// Files already there, verified from the device.
     pub skipped: u64,
+    /// Files already there, trusted from a verification record (`--quick`).
+    pub trusted: u64,
+    /// Fifos, sockets and device nodes made.
+    pub specials: u64,
+    /// Hard links made.
+    pub hardlinks: u64,
+    /// Entries deleted (`send --delete`, with `--allow-delete`).
+    pub deleted: u64,
+    /// A dry run: entries that would be sent or made.
+    pub would: u64,
+    /// Blocks copied from the old file under the name (a changed file's delta).
+    pub blocks_copied: u64,
     /// Entries that did not land, each with its path and why.
     pub failed: Vec<String>,
     pub bytes: u64,
@@ -194,7 +213,99 @@ pub fn receive(
 ) -> Result<RecvSummary, ProtoError> {
     let root = Root::open(&opts.dir).map_err(ProtoError::Local)?;
     let conn = accept(Box::new(input), Box::new(output), opts.key.as_ref())?;
-    receive_on(conn, root, opts)
+    receive_on(conn, Target::Dir(root), opts)
+}
+
+/// Where a session lands: one directory (opened already), or a daemon's modules, one of which
+/// the sender names in its OPTIONS (opened for the session).
+pub enum Target {
+    Dir(Root),
+    Modules(Arc<Vec<(String, PathBuf)>>),
+}
+
+/// What the sender asked of this session, and what it has landed (hard links name those).
+struct Session {
+    o: Options,
+    /// Regular files that landed, were there or were trusted (a dry run: would be sent).
+    landed: Mutex<HashSet<Vec<u8>>>,
+}
+
+impl Session {
+    fn dry(&self) -> bool {
+        self.o.has(proto::OPT_DRY_RUN)
+    }
+    fn note_landed(&self, rel: &[u8]) {
+        self.landed.lock().expect("lock").insert(rel.to_vec());
+    }
+}
+
+/// Read the sender's OPTIONS (its first frame) and open the directory they name; a refusal is
+/// sent to the sender as ERROR and returned.
+fn open_options(
+    input: &mut Input,
+    output: &mut Box<dyn Write + Send>,
+    target: Target,
+    opts: &RecvOptions,
+) -> Result<(Options, Root, PathBuf), ProtoError> {
+    let o = match proto::read_frame(input)? {
+        Some((proto::T_OPTIONS, p)) => Options::decode(&p)?,
+        Some((proto::T_ERROR, p)) => return Err(ProtoError::Peer(proto::printable(&p))),
+        Some((k, _)) => {
+            return Err(proto::malformed(
+                "stream",
+                format!("frame type {k} where OPTIONS was due"),
+            ))
+        }
+        None => {
+            return Err(ProtoError::Local(
+                "the sender closed the connection before its options".into(),
+            ))
+        }
+    };
+    let mut refuse = |why: String| {
+        let _ = proto::write_frame(output, proto::T_ERROR, why.as_bytes());
+        let _ = output.flush();
+        ProtoError::Local(why)
+    };
+    let module = String::from_utf8_lossy(&o.module).into_owned();
+    let (root, dir) = match target {
+        Target::Dir(root) if module.is_empty() => (root, opts.dir.clone()),
+        Target::Dir(_) => {
+            return Err(refuse(format!(
+                "this receiver has no modules (asked for {:?}): leave out --module",
+                proto::printable(&o.module)
+            )))
+        }
+        Target::Modules(list) => {
+            let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
+            let Some((_, dir)) = list.iter().find(|(n, _)| *n == module) else {
+                return Err(refuse(if module.is_empty() {
+                    format!(
+                        "this receiver serves modules ({}): give send --module NAME",
+                        names.join(", ")
+                    )
+                } else {
+                    format!(
+                        "no module {:?} here (modules: {})",
+                        proto::printable(&o.module),
+                        names.join(", ")
+                    )
+                }));
+            };
+            match Root::open(dir) {
+                Ok(r) => (r, dir.clone()),
+                Err(e) => return Err(refuse(format!("module {module}: {e}"))),
+            }
+        }
+    };
+    if o.has(proto::OPT_DELETE) && !opts.allow_delete {
+        // Nothing of this session stays behind (its partial directory was made empty).
+        root.tidy();
+        return Err(refuse(
+            "this receiver does not take --delete (run recv with --allow-delete)".into(),
+        ));
+    }
+    Ok((o, root, dir))
 }
 
 /// A file's state, shared by the main thread (which writes) and the verifier.
@@ -212,6 +323,8 @@ struct Open {
     finished: Arc<AtomicBool>,
     /// Its path, for messages.
     shown: String,
+    /// The old file under the name and its size, whose blocks a COPY names (a delta).
+    old: Option<(Arc<File>, u64)>,
 }
 
 enum Msg {
@@ -305,26 +418,6 @@ fn parse_progress(text: &str, h: &FileHeader) -> Option<Vec<bool>> {
     (v.len() as u64 == h.blocks()).then_some(v)
 }
 
-/// Hash of a whole file as the protocol defines it, read from the device.
-fn device_hash(f: &File, size: u64, bs: u64) -> std::io::Result<[u8; 32]> {
-    // One fdatasync covers the whole file; then each block is evicted and read back.
-    f.sync_data()?;
-    let mut list = blake3::Hasher::new();
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "a checked FILE frame's block size: at most MAX_BLOCK (16 MiB)"
-    )]
-    let mut buf = vec![0u8; bs as usize];
-    let mut off = 0;
-    while off < size {
-        let n = proto::block_len(size, off, bs);
-        verify::read_back(f, off, &mut buf[..n])?;
-        list.update(blake3::hash(&buf[..n]).as_bytes());
-        off += n as u64;
-    }
-    Ok(*list.finalize().as_bytes())
-}
-
 /// A directory received, for its mode, owner and times at the end.
 struct DirDone {
     rel: Vec<u8>,
@@ -345,18 +438,35 @@ fn send_frame(out: &Out, kind: u8, payload: &[u8], flush: bool) -> std::io::Resu
 }
 
 /// Receive one session on an accepted connection.
-pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSummary, ProtoError> {
-    let Conn { mut input, output } = conn;
+pub fn receive_on(
+    conn: Conn,
+    target: Target,
+    opts: &RecvOptions,
+) -> Result<RecvSummary, ProtoError> {
+    let Conn {
+        mut input,
+        mut output,
+    } = conn;
+    let (o, root, dir) = open_options(&mut input, &mut output, target, opts)?;
+    let opts = &RecvOptions {
+        dir,
+        ..opts.clone()
+    };
+    let sess = Arc::new(Session {
+        o,
+        landed: Mutex::default(),
+    });
     let out: Out = Arc::new(Mutex::new(output));
     let root = Arc::new(root);
     let summary = Arc::new(Mutex::new(RecvSummary::default()));
     let (tx, rx) = mpsc::channel::<Msg>();
     let verifier = {
-        let (root, out, summary, opts) = (
+        let (root, out, summary, opts, sess) = (
             Arc::clone(&root),
             Arc::clone(&out),
             Arc::clone(&summary),
             opts.clone(),
+            Arc::clone(&sess),
         );
         std::thread::spawn(move || {
             let r = Verifier {
@@ -364,6 +474,7 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
                 out: Arc::clone(&out),
                 summary,
                 opts,
+                sess,
                 files: HashMap::new(),
                 dirty: Vec::new(),
             }
@@ -383,6 +494,7 @@ pub fn receive_on(conn: Conn, root: Root, opts: &RecvOptions) -> Result<RecvSumm
         &out,
         &root,
         opts,
+        &sess,
         &summary,
         &tx,
         &mut open,
@@ -447,6 +559,7 @@ fn session(
     out: &Out,
     root: &Root,
     opts: &RecvOptions,
+    sess: &Session,
     summary: &Mutex<RecvSummary>,
     tx: &mpsc::Sender<Msg>,
     open: &mut HashMap<u32, Open>,
@@ -489,18 +602,21 @@ fn session(
                         format!("more than {} files in flight", proto::MAX_OPEN_FILES),
                     ));
                 }
-                let reply = match entry(root, opts, summary, &h, *open_blocks) {
+                let reply = match entry(root, opts, sess, summary, &h, *open_blocks) {
                     Ok(Entry::Reply(r)) => r,
                     Ok(Entry::Dir(d)) => {
                         dirs.push(d);
                         Reply::Made
                     }
-                    Ok(Entry::File(o, v)) => {
+                    Ok(Entry::File(o, v, old)) => {
                         *open_blocks += o.blocks;
                         let ranges = verified_ranges(&v.verified);
                         open.insert(h.id, o);
                         tx.send(Msg::Open(v)).map_err(|_| verifier_gone())?;
-                        Reply::Send(ranges)
+                        match old {
+                            Some(hashes) => Reply::Delta(ranges, hashes),
+                            None => Reply::Send(ranges),
+                        }
                     }
                     Err(why) => {
                         summary
@@ -520,71 +636,61 @@ fn session(
                 unflushed = true;
             }
             proto::T_BLOCK => {
-                let proto::Block {
-                    id,
-                    index,
-                    hash,
-                    data,
-                } = proto::decode_block(&payload)?;
-                let Some(o) = open.get_mut(&id) else {
+                let b = proto::decode_block(&payload)?;
+                write_block(open, summary, tx, b.id, b.index, b.hash, Data::Bytes(b.data))?;
+            }
+            proto::T_ZBLOCK => {
+                if !sess.o.has(proto::OPT_COMPRESS) {
                     return Err(proto::malformed(
-                        "BLOCK frame",
-                        format!("file id {id} is not in flight"),
-                    ));
-                };
-                if o.dead {
-                    continue;
-                }
-                if o.finished.load(Ordering::Acquire) {
-                    return Err(proto::malformed(
-                        "BLOCK frame",
-                        format!("file id {id} has finished"),
+                        "ZBLOCK frame",
+                        "compressed blocks without the COMPRESS option",
                     ));
                 }
-                if index >= o.blocks {
+                let (id, index, hash, data) = proto::decode_zblock(&payload)?;
+                write_block(open, summary, tx, id, index, hash, Data::Bytes(&data))?;
+            }
+            proto::T_COPY => {
+                let (id, index, old, hash) = proto::decode_copy(&payload)?;
+                write_block(open, summary, tx, id, index, hash, Data::Old(old))?;
+            }
+            proto::T_LIST => {
+                let (id, rel) = proto::decode_list(&payload, "LIST frame")?;
+                if !sess.o.has(proto::OPT_DELETE) {
+                    return Err(proto::malformed("LIST frame", "without the DELETE option"));
+                }
+                list_dir(root, out, id, &rel)?;
+                unflushed = true;
+            }
+            proto::T_DELETE => {
+                let (id, rel) = proto::decode_list(&payload, "DELETE frame")?;
+                if !sess.o.has(proto::OPT_DELETE) || sess.dry() {
                     return Err(proto::malformed(
-                        "BLOCK frame",
-                        format!("block {index} of {}", o.blocks),
+                        "DELETE frame",
+                        "without the DELETE option, or in a dry run",
                     ));
                 }
-                let offset = index * o.bs;
-                let want = proto::block_len(o.size, offset, o.bs);
-                if data.len() != want {
-                    return Err(proto::malformed(
-                        "BLOCK frame",
-                        format!("{} bytes where block {index} has {want}", data.len()),
-                    ));
-                }
-                let tw = std::time::Instant::now();
-                #[allow(
-                    clippy::cast_possible_truncation,
-                    reason = "index < blocks <= MAX_BLOCKS (checked above and by check_blocks)"
-                )]
-                let (byte, bit) = ((index / 8) as usize, 1u8 << (index % 8));
-                let first = o.written[byte] & bit == 0;
-                o.written[byte] |= bit;
-                let hole = o.fresh && first && data.iter().all(|&b| b == 0);
-                if !hole {
-                    if let Err(e) = o.file.write_all_at(data, offset) {
-                        // ENOSPC, EIO, EROFS: this file fails; the others go on.
-                        o.dead = true;
-                        let why = format!("cannot write: {e}");
-                        tx.send(Msg::Fail {
-                            id,
-                            why,
-                            remove: true,
-                        })
-                        .map_err(|_| verifier_gone())?;
-                        continue;
+                let r = proto::check_relative(&rel).and_then(|parts| root.remove(&parts, &rel));
+                let (status, why) = match r {
+                    Ok(()) => {
+                        summary.lock().expect("lock").deleted += 1;
+                        (proto::DONE_LANDED, String::new())
                     }
-                }
-                {
-                    let mut s = summary.lock().expect("lock");
-                    s.ns_write += crate::nanos(tw.elapsed());
-                    s.bytes += data.len() as u64;
-                }
-                tx.send(Msg::Block { id, index, hash })
-                    .map_err(|_| verifier_gone())?;
+                    Err(why) => {
+                        summary
+                            .lock()
+                            .expect("lock")
+                            .failed
+                            .push(format!("{}: {why}", proto::show(&rel)));
+                        (proto::DONE_FAILED, why)
+                    }
+                };
+                send_frame(
+                    out,
+                    proto::T_FILE_DONE,
+                    &proto::encode_done(id, status, &why),
+                    false,
+                )?;
+                unflushed = true;
             }
             proto::T_FILE_END => {
                 let mut c = Cur::new(&payload, "FILE_END frame");
@@ -616,33 +722,199 @@ fn session(
     }
 }
 
+/// A block's bytes: sent, or those of a block of the old file under the name (COPY).
+enum Data<'a> {
+    Bytes(&'a [u8]),
+    Old(u64),
+}
+
+/// Write one block (BLOCK, ZBLOCK or COPY) into its file's partial and hand it to the verifier.
+fn write_block(
+    open: &mut HashMap<u32, Open>,
+    summary: &Mutex<RecvSummary>,
+    tx: &mpsc::Sender<Msg>,
+    id: u32,
+    index: u64,
+    hash: [u8; 32],
+    data: Data<'_>,
+) -> Result<(), ProtoError> {
+    let verifier_gone = || ProtoError::Local("the verifier stopped".into());
+    let Some(o) = open.get_mut(&id) else {
+        return Err(proto::malformed(
+            "BLOCK frame",
+            format!("file id {id} is not in flight"),
+        ));
+    };
+    if o.dead {
+        return Ok(());
+    }
+    if o.finished.load(Ordering::Acquire) {
+        return Err(proto::malformed(
+            "BLOCK frame",
+            format!("file id {id} has finished"),
+        ));
+    }
+    if index >= o.blocks {
+        return Err(proto::malformed(
+            "BLOCK frame",
+            format!("block {index} of {}", o.blocks),
+        ));
+    }
+    let offset = index * o.bs;
+    let want = proto::block_len(o.size, offset, o.bs);
+    let tw = std::time::Instant::now();
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "index < blocks <= MAX_BLOCKS (checked above and by check_blocks)"
+    )]
+    let (byte, bit) = ((index / 8) as usize, 1u8 << (index % 8));
+    let first = o.written[byte] & bit == 0;
+    o.written[byte] |= bit;
+    let mut copied = Vec::new();
+    let data: &[u8] = match data {
+        Data::Bytes(d) => {
+            if d.len() != want {
+                return Err(proto::malformed(
+                    "BLOCK frame",
+                    format!("{} bytes where block {index} has {want}", d.len()),
+                ));
+            }
+            d
+        }
+        Data::Old(old) => {
+            let Some((f, size)) = &o.old else {
+                return Err(proto::malformed(
+                    "COPY frame",
+                    format!("file id {id} was offered no old blocks"),
+                ));
+            };
+            let from = old.checked_mul(o.bs).filter(|&b| b < *size);
+            // A block the old file does not have whole, or cannot read, is not written: the
+            // read-back then fails and the sender sends the bytes.
+            if let Some(from) = from.filter(|&b| proto::block_len(*size, b, o.bs) == want) {
+                copied.resize(want, 0);
+                if f.read_exact_at(&mut copied, from).is_err() {
+                    copied.clear();
+                }
+            }
+            if copied.is_empty() {
+                tx.send(Msg::Block { id, index, hash })
+                    .map_err(|_| verifier_gone())?;
+                return Ok(());
+            }
+            summary.lock().expect("lock").blocks_copied += 1;
+            &copied
+        }
+    };
+    let hole = o.fresh && first && data.iter().all(|&b| b == 0);
+    if !hole {
+        if let Err(e) = o.file.write_all_at(data, offset) {
+            // ENOSPC, EIO, EROFS: this file fails; the others go on.
+            o.dead = true;
+            let why = format!("cannot write: {e}");
+            return tx
+                .send(Msg::Fail {
+                    id,
+                    why,
+                    remove: true,
+                })
+                .map_err(|_| verifier_gone());
+        }
+    }
+    {
+        let mut s = summary.lock().expect("lock");
+        s.ns_write += crate::nanos(tw.elapsed());
+        s.bytes += data.len() as u64;
+    }
+    tx.send(Msg::Block { id, index, hash })
+        .map_err(|_| verifier_gone())
+}
+
+/// Answer a LIST: the names in a directory, in LISTING frames of at most LISTING_NAMES.
+fn list_dir(root: &Root, out: &Out, id: u32, rel: &[u8]) -> Result<(), ProtoError> {
+    let names = if rel.is_empty() {
+        root.list(rel)
+    } else {
+        match proto::check_relative(rel) {
+            Ok(parts) if beneath::is_own(parts[0]) => Ok(None),
+            Ok(_) => root.list(rel),
+            Err(e) => Err(e),
+        }
+    };
+    match names {
+        Ok(Some(names)) => {
+            let chunks: Vec<&[(u8, Vec<u8>)]> = names.chunks(proto::LISTING_NAMES).collect();
+            if chunks.is_empty() {
+                return send_frame(
+                    out,
+                    proto::T_LISTING,
+                    &proto::encode_listing(id, proto::LISTING_LAST, &[]),
+                    false,
+                )
+                .map_err(Into::into);
+            }
+            for (i, c) in chunks.iter().enumerate() {
+                let st = if i + 1 == chunks.len() {
+                    proto::LISTING_LAST
+                } else {
+                    proto::LISTING_MORE
+                };
+                send_frame(out, proto::T_LISTING, &proto::encode_listing(id, st, c), false)?;
+            }
+            Ok(())
+        }
+        Ok(None) => send_frame(
+            out,
+            proto::T_LISTING,
+            &proto::encode_listing(id, proto::LISTING_NONE, &[]),
+            false,
+        )
+        .map_err(Into::into),
+        // The directory cannot be read: nothing in it is deleted.
+        Err(why) => Err(ProtoError::Local(why)),
+    }
+}
+
 enum Entry {
     Reply(Reply),
     Dir(DirDone),
-    File(Open, Box<VFile>),
+    /// A file to receive, with the old file's block hashes when it replaces one (delta).
+    File(Open, Box<VFile>, Option<Vec<[u8; 32]>>),
 }
 
-/// What to do with one FILE frame: make a directory or symlink, skip a file that is already
-/// there, or open its partial. An `Err` refuses this entry alone.
+/// What to do with one FILE frame: make a directory, symlink, special file or hard link, skip
+/// a file that is already there, or open its partial (a dry run only answers). An `Err`
+/// refuses this entry alone.
 fn entry(
     root: &Root,
     opts: &RecvOptions,
+    sess: &Session,
     summary: &Mutex<RecvSummary>,
     h: &FileHeader,
     open_blocks: u64,
 ) -> Result<Entry, String> {
     let parts = proto::check_relative(&h.path)?;
-    if parts[0] == beneath::PARTIAL_DIR.as_bytes() {
-        return Err(format!(
-            "{} is the receiver's own directory",
-            beneath::PARTIAL_DIR
-        ));
+    if beneath::is_own(parts[0]) {
+        return Err(format!("{} is the receiver's own directory", show_own(parts[0])));
     }
     let name = parts[parts.len() - 1];
     let (attrs, refused) = opts.policy.filter(&h.attrs, h.mode);
     summary.lock().expect("lock").attrs_refused += refused;
     let mode = opts.policy.mode(h.mode);
     let mtime = (h.mtime_s, h.mtime_ns);
+    let special = match h.kind {
+        proto::KIND_FIFO => Some(rustix::fs::FileType::Fifo),
+        proto::KIND_SOCKET => Some(rustix::fs::FileType::Socket),
+        proto::KIND_CHAR => Some(rustix::fs::FileType::CharacterDevice),
+        proto::KIND_BLOCK => Some(rustix::fs::FileType::BlockDevice),
+        _ => None,
+    };
+    if matches!(h.kind, proto::KIND_CHAR | proto::KIND_BLOCK) && !opts.devices {
+        return Err("a device node (this receiver makes none: recv --devices)".into());
+    }
+    if sess.dry() {
+        return dry_entry(root, sess, summary, h, &parts, special, mode, &attrs);
+    }
     let parent = root.parent(&parts)?;
     match h.kind {
         proto::KIND_DIR => {
@@ -666,6 +938,33 @@ fn entry(
             s.symlinks += 1;
             Ok(Entry::Reply(Reply::Made))
         }
+        proto::KIND_HARDLINK => {
+            let (tparent, tname) = link_target(root, sess, h)?;
+            let same = |a: Option<rustix::fs::Stat>, b: Option<rustix::fs::Stat>| {
+                matches!((a, b), (Some(a), Some(b)) if a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            };
+            if same(root.stat(&tparent, &tname), root.stat(&parent, name)) {
+                summary.lock().expect("lock").skipped += 1;
+                return Ok(Entry::Reply(Reply::Skipped));
+            }
+            root.make_hardlink(&tparent, &tname, &parent, name, &h.path)?;
+            summary.lock().expect("lock").hardlinks += 1;
+            Ok(Entry::Reply(Reply::Made))
+        }
+        _ if special.is_some() => {
+            let kind = special.expect("matched");
+            let rdev = if matches!(h.kind, proto::KIND_CHAR | proto::KIND_BLOCK) {
+                h.size
+            } else {
+                0
+            };
+            let problems =
+                root.make_special(&parent, name, &h.path, kind, rdev, mode, attrs.owner, mtime)?;
+            let mut s = summary.lock().expect("lock");
+            s.attr_problems.extend(problems);
+            s.specials += 1;
+            Ok(Entry::Reply(Reply::Made))
+        }
         _ => {
             h.check_blocks()?;
             let blocks = h.blocks();
@@ -675,28 +974,33 @@ fn entry(
                     proto::MAX_OPEN_BLOCKS
                 ));
             }
-            // Already here, and verified from the device: skip it.
+            // Already here, and verified from the device: skip it. A regular file of other
+            // contents under the name offers its blocks (read from the device) to a delta.
+            let mut old = None;
             if let Some(st) = root.stat(&parent, name) {
-                if rustix::fs::FileType::from_raw_mode(st.st_mode)
-                    == rustix::fs::FileType::RegularFile
+                let regular = rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::RegularFile;
+                let as_sent = regular
                     && st.st_size as u64 == h.size
                     && st.st_mtime == h.mtime_s
                     && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
-                    && st.st_nlink == 1
-                    && st.st_mode & 0o7777 == mode
-                    && st.st_uid
-                        == attrs
-                            .owner
-                            .map_or(rustix::process::geteuid().as_raw(), |o| o.0)
-                    && attrs.owner.is_none_or(|o| st.st_gid == o.1)
-                {
+                    && owned_as(&st, mode, &attrs);
+                let delta = regular && !sess.o.has(proto::OPT_WHOLE_FILE) && st.st_size > 0;
+                if as_sent || delta {
                     if let Some(f) = root.open_file(&parent, name) {
-                        if device_hash(&f, h.size, u64::from(h.block_size)).ok() == Some(h.hash) {
-                            // A partial or progress left beside it is stale: a run killed
-                            // after landing the file and before removing its progress.
-                            root.remove_partial(&h.path);
-                            summary.lock().expect("lock").skipped += 1;
-                            return Ok(Entry::Reply(Reply::Skipped));
+                        let size = st.st_size as u64;
+                        if let Ok(hashes) = device_blocks(&f, size, u64::from(h.block_size)) {
+                            if as_sent && crate::send::hash_of_list(&hashes) == h.hash {
+                                // A partial or progress left beside it is stale: a run killed
+                                // after landing the file and before removing its progress.
+                                root.remove_partial(&h.path);
+                                sess.note_landed(&h.path);
+                                summary.lock().expect("lock").skipped += 1;
+                                return Ok(Entry::Reply(Reply::Skipped));
+                            }
+                            if delta {
+                                old = Some((Arc::new(f), size, hashes));
+                            }
                         }
                     }
                 }
@@ -738,6 +1042,10 @@ fn entry(
             let nblocks = blocks as usize;
             let verified = resumed.unwrap_or_else(|| vec![false; nblocks]);
             let resumed_any = verified.iter().any(|&v| v);
+            let (old_file, old_hashes) = match old {
+                Some((f, size, hashes)) => (Some((f, size)), Some(hashes)),
+                None => (None, None),
+            };
             let o = Open {
                 file: Arc::clone(&file),
                 size: h.size,
@@ -748,6 +1056,7 @@ fn entry(
                 dead: false,
                 finished: Arc::clone(&finished),
                 shown: proto::show(&h.path),
+                old: old_file,
             };
             let v = VFile {
                 id: h.id,
@@ -770,9 +1079,130 @@ fn entry(
                 abandoned: false,
                 finished,
             };
-            Ok(Entry::File(o, Box::new(v)))
+            Ok(Entry::File(o, Box::new(v), old_hashes))
         }
     }
+}
+
+fn show_own(first: &[u8]) -> String {
+    proto::show(first)
+}
+
+/// Whether a file's owner, mode and link count are those this receiver would give it (so
+/// that a skip leaves nothing different from a landing).
+fn owned_as(st: &rustix::fs::Stat, mode: u32, attrs: &Attrs) -> bool {
+    st.st_nlink == 1
+        && st.st_mode & 0o7777 == mode
+        && st.st_uid
+            == attrs
+                .owner
+                .map_or(rustix::process::geteuid().as_raw(), |o| o.0)
+        && attrs.owner.is_none_or(|o| st.st_gid == o.1)
+}
+
+/// A hard link's target: an entry of this session that landed (or was there), opened
+/// beneath DIR.
+fn link_target(root: &Root, sess: &Session, h: &FileHeader) -> Result<(Arc<OwnedFd>, Vec<u8>), String> {
+    let tparts = proto::check_relative(&h.target)?;
+    if !sess.landed.lock().expect("lock").contains(&h.target) {
+        return Err(format!(
+            "its link target {} did not land in this session",
+            proto::show(&h.target)
+        ));
+    }
+    let tparent = root.parent(&tparts)?;
+    Ok((tparent, tparts[tparts.len() - 1].to_vec()))
+}
+
+/// A dry run's answer for one entry: what is there already (1), or what would be sent or
+/// made (5). Nothing is changed; a file is compared by rsync's quick check (size, mtime,
+/// owner and mode), not read.
+#[allow(clippy::too_many_arguments)]
+fn dry_entry(
+    root: &Root,
+    sess: &Session,
+    summary: &Mutex<RecvSummary>,
+    h: &FileHeader,
+    parts: &[&[u8]],
+    special: Option<rustix::fs::FileType>,
+    mode: u32,
+    attrs: &Attrs,
+) -> Result<Entry, String> {
+    use rustix::fs::FileType;
+    let name = parts[parts.len() - 1];
+    let parent = root.parent_existing(parts);
+    let st = parent
+        .as_ref()
+        .and_then(|p| rustix::fs::statat(p, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok());
+    let kind = st.as_ref().map(|st| FileType::from_raw_mode(st.st_mode));
+    let there = match h.kind {
+        proto::KIND_DIR => kind == Some(FileType::Directory),
+        proto::KIND_SYMLINK => {
+            kind == Some(FileType::Symlink)
+                && parent
+                    .as_ref()
+                    .and_then(|p| rustix::fs::readlinkat(p, name, Vec::new()).ok())
+                    .is_some_and(|t| t.as_bytes() == h.target.as_slice())
+        }
+        proto::KIND_HARDLINK => {
+            if !sess.landed.lock().expect("lock").contains(&h.target) {
+                return Err(format!(
+                    "its link target {} would not land",
+                    proto::show(&h.target)
+                ));
+            }
+            let tparts = proto::check_relative(&h.target)?;
+            let t = root.parent_existing(&tparts).and_then(|p| {
+                rustix::fs::statat(&p, tparts[tparts.len() - 1], rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()
+            });
+            matches!((t, st.as_ref()), (Some(t), Some(s)) if t.st_ino == s.st_ino && t.st_dev == s.st_dev)
+        }
+        proto::KIND_FILE => {
+            h.check_blocks()?;
+            sess.note_landed(&h.path);
+            st.as_ref().is_some_and(|st| {
+                kind == Some(FileType::RegularFile)
+                    && st.st_size as u64 == h.size
+                    && st.st_mtime == h.mtime_s
+                    && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
+                    && owned_as(st, mode, attrs)
+            })
+        }
+        _ => {
+            kind == special
+                && (special != Some(FileType::CharacterDevice)
+                    && special != Some(FileType::BlockDevice)
+                    || st.as_ref().is_some_and(|st| st.st_rdev == h.size))
+        }
+    };
+    let mut s = summary.lock().expect("lock");
+    if there {
+        s.skipped += 1;
+        Ok(Entry::Reply(Reply::Skipped))
+    } else {
+        s.would += 1;
+        Ok(Entry::Reply(Reply::Would))
+    }
+}
+
+/// The BLAKE3 hash of every block of a file, read from the device.
+fn device_blocks(f: &File, size: u64, bs: u64) -> std::io::Result<Vec<[u8; 32]>> {
+    // One fdatasync covers the whole file; then each block is evicted and read back.
+    f.sync_data()?;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a checked FILE frame's block size: at most MAX_BLOCK (16 MiB)"
+    )]
+    let mut buf = vec![0u8; bs as usize];
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off < size {
+        let n = proto::block_len(size, off, bs);
+        verify::read_back(f, off, &mut buf[..n])?;
+        out.push(*blake3::hash(&buf[..n]).as_bytes());
+        off += n as u64;
+    }
+    Ok(out)
 }
 
 /// Hash, from the device, the blocks a file resumed with (their hashes are not known here).
@@ -812,6 +1242,7 @@ struct Verifier {
     out: Out,
     summary: Arc<Mutex<RecvSummary>>,
     opts: RecvOptions,
+    sess: Arc<Session>,
     files: HashMap<u32, Box<VFile>>,
     dirty: Vec<Arc<OwnedFd>>,
 }
@@ -1035,6 +1466,7 @@ impl Verifier {
                 ) {
                     Ok(()) => {
                         self.root.remove_progress(&f.rel);
+                        self.sess.note_landed(&f.rel);
                         if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &f.parent)) {
                             self.dirty.push(Arc::clone(&f.parent));
                         }

@@ -41,6 +41,28 @@ pub struct SendOptions {
     /// At most this many bytes a second of file data and headers on the wire, on average
     /// since the start (`--bwlimit`, as rsync's); `None`: as fast as it goes.
     pub bwlimit: Option<u64>,
+    /// Delete on the receiver what the source does not have, after everything is verified
+    /// (`--delete`; the receiver must run with `--allow-delete`).
+    pub delete: bool,
+    /// Change nothing: list what would be sent and deleted (`--dry-run`).
+    pub dry_run: bool,
+    /// Compress blocks with zstd at this level (`-z`).
+    pub compress: Option<i32>,
+    /// Trust the receiver's verification records younger than this many seconds (`--quick`).
+    pub quick: Option<u64>,
+    /// Never send a changed file as a delta of the old one (`--whole-file`).
+    pub whole_file: bool,
+    /// Send hard links as links (`-H`).
+    pub hard_links: bool,
+    /// Send fifos and sockets (`--specials`) and device nodes (`--devices`).
+    pub specials: bool,
+    pub devices: bool,
+    /// Send owners as numbers only, no names (`--numeric-ids`).
+    pub numeric_ids: bool,
+    /// Include/exclude rules, rsync's basic syntax.
+    pub filters: crate::filter::Filters,
+    /// The receiver daemon's module (`--module`).
+    pub module: Option<String>,
 }
 
 impl Default for SendOptions {
@@ -56,6 +78,17 @@ impl Default for SendOptions {
             owner: false,
             xattrs: false,
             bwlimit: None,
+            delete: false,
+            dry_run: false,
+            compress: None,
+            quick: None,
+            whole_file: false,
+            hard_links: false,
+            specials: false,
+            devices: false,
+            numeric_ids: false,
+            filters: crate::filter::Filters::new(),
+            module: None,
         }
     }
 }
@@ -69,8 +102,25 @@ pub struct SendSummary {
     pub symlinks: u64,
     /// Files already there, verified from the receiver's device.
     pub skipped: u64,
+    /// Files already there, trusted from the receiver's verification records (`--quick`).
+    pub trusted: u64,
+    /// Fifos, sockets and device nodes made.
+    pub specials: u64,
+    /// Hard links made.
+    pub hardlinks: u64,
+    /// Entries deleted on the receiver (`--delete`).
+    pub deleted: Vec<String>,
+    /// Why `--delete` deleted nothing, when it did not run.
+    pub delete_skipped: Option<String>,
+    /// A dry run: what would be sent or made, and deleted.
+    pub would_send: Vec<String>,
+    pub would_delete: Vec<String>,
+    /// File data in blocks (before compression), and the bytes those blocks took on the wire.
     pub bytes_sent: u64,
+    pub wire_bytes: u64,
     pub blocks_sent: u64,
+    /// Blocks the receiver copied from the old file under the name (a delta), not sent.
+    pub blocks_copied: u64,
     /// Blocks sent again because the receiver's read-back did not match.
     pub blocks_retried: u64,
     /// Entries that did not land, each with its path and why.
@@ -101,6 +151,20 @@ struct Entry {
     top: std::sync::Arc<rustix::fd::OwnedFd>,
     local: PathBuf,
     remote: Vec<u8>,
+    /// `-H`: another link of a file sent earlier in this session, under this path.
+    link: Option<Vec<u8>>,
+}
+
+/// The walk of the path arguments: the entries to send (filtered, links found), and each
+/// directory whose names were all read, with those names (for `--delete`).
+struct Walk<'a> {
+    opts: &'a SendOptions,
+    out: Vec<Entry>,
+    /// `-H`: (device, inode) of files with more than one link → the first path sent.
+    seen: HashMap<(u64, u64), Vec<u8>>,
+    /// Paths other entries link to.
+    link_targets: HashSet<Vec<u8>>,
+    listed: Vec<(Vec<u8>, HashSet<Vec<u8>>)>,
 }
 
 fn join(remote: &[u8], name: &[u8]) -> Vec<u8> {
@@ -110,34 +174,75 @@ fn join(remote: &[u8], name: &[u8]) -> Vec<u8> {
     v
 }
 
-/// Every entry under `path` (sorted by name); a directory that cannot be listed fails alone.
-fn walk(
-    top: &std::sync::Arc<rustix::fd::OwnedFd>,
-    path: &Path,
-    remote: Vec<u8>,
-    out: &mut Vec<Entry>,
-    s: &mut SendSummary,
-) {
-    let m = match fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) => {
-            s.failed.push(format!("{}: {e}", path.display()));
+impl Walk<'_> {
+    /// Every entry under `path` (sorted by name) that the filters keep; a directory that
+    /// cannot be listed fails alone.
+    fn walk(
+        &mut self,
+        top: &std::sync::Arc<rustix::fd::OwnedFd>,
+        path: &Path,
+        remote: Vec<u8>,
+        s: &mut SendSummary,
+    ) {
+        let m = match fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                s.failed.push(format!("{}: {e}", path.display()));
+                return;
+            }
+        };
+        if self.opts.filters.excluded(&remote, m.is_dir()) {
             return;
         }
-    };
-    out.push(Entry {
-        top: std::sync::Arc::clone(top),
-        local: path.to_path_buf(),
-        remote: remote.clone(),
-    });
-    if m.is_dir() {
+        let mut link = None;
+        if self.opts.hard_links && m.is_file() && m.nlink() > 1 {
+            match self.seen.get(&(m.dev(), m.ino())) {
+                Some(first) => {
+                    self.link_targets.insert(first.clone());
+                    link = Some(first.clone());
+                }
+                None => {
+                    self.seen.insert((m.dev(), m.ino()), remote.clone());
+                }
+            }
+        }
+        self.out.push(Entry {
+            top: std::sync::Arc::clone(top),
+            local: path.to_path_buf(),
+            remote: remote.clone(),
+            link,
+        });
+        if m.is_dir() {
+            self.children(top, path, &remote, s);
+        }
+    }
+
+    /// The entries of directory `path`, named `remote/NAME` (`remote` empty: DIR itself).
+    fn children(
+        &mut self,
+        top: &std::sync::Arc<rustix::fd::OwnedFd>,
+        path: &Path,
+        remote: &[u8],
+        s: &mut SendSummary,
+    ) {
         let names: Result<Vec<OsString>, _> =
             fs::read_dir(path).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect());
         match names {
             Ok(mut names) => {
                 names.sort();
+                if self.opts.delete {
+                    self.listed.push((
+                        remote.to_vec(),
+                        names.iter().map(|n| n.as_bytes().to_vec()).collect(),
+                    ));
+                }
                 for n in names {
-                    walk(top, &path.join(&n), join(&remote, n.as_bytes()), out, s);
+                    let r = if remote.is_empty() {
+                        n.as_bytes().to_vec()
+                    } else {
+                        join(remote, n.as_bytes())
+                    };
+                    self.walk(top, &path.join(&n), r, s);
                 }
             }
             Err(e) => s
@@ -145,35 +250,25 @@ fn walk(
                 .push(format!("{}: cannot list: {e}", path.display())),
         }
     }
-}
 
-/// What directory `dir` holds, each entry named as it is within it (a path argument with a
-/// trailing slash, rsync's rule: `src/` lands its files in DIR, `src` lands as DIR/src).
-fn contents_of(dir: &Path, out: &mut Vec<Entry>, s: &mut SendSummary) {
-    let fd = match rustix::fs::open(
-        dir,
-        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) {
-        Ok(fd) => std::sync::Arc::new(fd),
-        Err(e) => {
-            s.failed
-                .push(format!("{}: {}", dir.display(), std::io::Error::from(e)));
-            return;
-        }
-    };
-    let names: Result<Vec<OsString>, _> =
-        fs::read_dir(dir).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect());
-    match names {
-        Ok(mut names) => {
-            names.sort();
-            for n in names {
-                walk(&fd, &dir.join(&n), n.as_bytes().to_vec(), out, s);
+    /// What directory `dir` holds, each entry named as it is within it (a path argument with
+    /// a trailing slash, rsync's rule: `src/` lands its files in DIR, `src` lands as DIR/src).
+    fn contents_of(&mut self, dir: &Path, s: &mut SendSummary) {
+        let fd = match rustix::fs::open(
+            dir,
+            rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(fd) => std::sync::Arc::new(fd),
+            Err(e) => {
+                s.failed
+                    .push(format!("{}: {}", dir.display(), std::io::Error::from(e)));
+                return;
             }
-        }
-        Err(e) => s
-            .failed
-            .push(format!("{}: cannot list: {e}", dir.display())),
+        };
+        self.children(&fd, dir, b"", s);
     }
 }
 
@@ -202,6 +297,8 @@ enum Ev {
 /// One entry from the preparer: in flight next, or failed / not sent (with why).
 struct Prepared {
     item: Option<Box<(Flight, FileHeader)>>,
+    /// The path of an entry that failed (links to it fail too).
+    path: Vec<u8>,
     failed: Option<String>,
     not_sent: Option<String>,
     ns_read_hash: u64,
@@ -297,12 +394,18 @@ pub fn send(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SendSummary, SendError> {
     let mut summary = SendSummary::default();
-    let mut entries = Vec::new();
+    let mut w = Walk {
+        opts,
+        out: Vec::new(),
+        seen: HashMap::new(),
+        link_targets: HashSet::new(),
+        listed: Vec::new(),
+    };
     for p in paths {
         // rsync's rule: a directory given with a trailing slash sends what it holds, into DIR
         // itself (not DIR/NAME); the files are opened beneath the directory.
         if p.as_os_str().as_bytes().ends_with(b"/") && p.is_dir() {
-            contents_of(p, &mut entries, &mut summary);
+            w.contents_of(p, &mut summary);
             continue;
         }
         // The directory that holds the argument (the argument itself may be `.` or `..`).
@@ -324,18 +427,18 @@ pub fn send(
                 | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         ) {
-            Ok(fd) => walk(
-                &std::sync::Arc::new(fd),
-                p,
-                top_name(p),
-                &mut entries,
-                &mut summary,
-            ),
+            Ok(fd) => w.walk(&std::sync::Arc::new(fd), p, top_name(p), &mut summary),
             Err(e) => summary
                 .failed
                 .push(format!("{}: {}", p.display(), std::io::Error::from(e))),
         }
     }
+    let Walk {
+        out: entries,
+        link_targets,
+        listed,
+        ..
+    } = w;
     let (tx, rx) = mpsc::channel();
     let mut output = open_session(
         Box::new(input),
@@ -343,6 +446,25 @@ pub fn send(
         opts.key.as_ref(),
         tx.clone(),
     )?;
+    // What this session asks of the receiver: its first frame.
+    let mut flags = 0;
+    for (on, f) in [
+        (opts.delete, proto::OPT_DELETE),
+        (opts.dry_run, proto::OPT_DRY_RUN),
+        (opts.compress.is_some(), proto::OPT_COMPRESS),
+        (opts.quick.is_some(), proto::OPT_QUICK),
+        (opts.whole_file, proto::OPT_WHOLE_FILE),
+    ] {
+        if on {
+            flags |= f;
+        }
+    }
+    let options = proto::Options {
+        flags,
+        quick_secs: opts.quick.unwrap_or(0),
+        module: opts.module.clone().unwrap_or_default().into_bytes(),
+    };
+    proto::write_frame(&mut output, proto::T_OPTIONS, &options.encode()).map_err(ProtoError::Io)?;
     // The preparer stats, opens and hashes entries ahead of the window (a large file's hashing
     // overlaps the blocks of the files before it), at most PREPARED_AHEAD of them.
     let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(PREPARED_AHEAD);
@@ -352,11 +474,12 @@ pub fn send(
     {
         let opts = opts.clone();
         std::thread::spawn(move || {
+            let mut names = HashMap::new();
             for e in &entries {
                 if credit_rx.recv().is_err() {
                     return;
                 }
-                if tx.send(Ev::Prepared(prepare(&opts, e))).is_err() {
+                if tx.send(Ev::Prepared(prepare(&opts, e, &mut names))).is_err() {
                     return;
                 }
             }
@@ -382,6 +505,10 @@ pub fn send(
         prep_done: false,
         credits: credit_tx,
         throttle: Throttle::new(opts.bwlimit),
+        link_targets,
+        resolved: HashMap::new(),
+        parked: HashMap::new(),
+        listed,
     };
     let r = s.run(&rx);
     let (summary, manifest) = (s.summary, s.manifest);
@@ -434,6 +561,8 @@ struct Flight {
     /// Why the file was given up on this side (it changed or vanished).
     broken: Option<String>,
     ended: bool,
+    /// A delta: the old file's blocks on the receiver, by hash.
+    old: Option<HashMap<[u8; 32], u64>>,
 }
 
 impl Flight {
@@ -465,6 +594,13 @@ struct Sender<'a> {
     credits: mpsc::SyncSender<()>,
     /// `--bwlimit`.
     throttle: Throttle,
+    /// `-H`: the paths links name, whether each landed (or was there), and the links waiting
+    /// for theirs.
+    link_targets: HashSet<Vec<u8>>,
+    resolved: HashMap<Vec<u8>, bool>,
+    parked: HashMap<Vec<u8>, Vec<(Flight, FileHeader)>>,
+    /// `--delete`: the directories whose names were all read here, with those names.
+    listed: Vec<(Vec<u8>, HashSet<Vec<u8>>)>,
 }
 
 /// `--bwlimit`: frames go out at most `rate` bytes a second on average since the start (a
@@ -509,6 +645,26 @@ impl Sender<'_> {
                 let Some((f, mut h)) = self.ready.pop_front() else {
                     break;
                 };
+                if h.kind == proto::KIND_HARDLINK {
+                    // Sent only once the file it names has landed (or was there).
+                    match self.resolved.get(&h.target) {
+                        Some(true) => {}
+                        Some(false) => {
+                            let _ = self.credits.try_send(());
+                            let why = format!(
+                                "its link target {} did not land",
+                                proto::show(&h.target)
+                            );
+                            self.fail(&f.remote, why);
+                            continue;
+                        }
+                        None => {
+                            let _ = self.credits.try_send(());
+                            self.parked.entry(h.target.clone()).or_default().push((f, h));
+                            continue;
+                        }
+                    }
+                }
                 if self.open_blocks + f.blocks() > proto::MAX_OPEN_BLOCKS
                     && !self.flights.is_empty()
                 {
@@ -529,6 +685,15 @@ impl Sender<'_> {
             }
             self.send_blocks()?;
             if self.flights.is_empty() && self.ready.is_empty() && self.prep_done {
+                // Links whose target was never sent (it failed before it was prepared).
+                for (t, links) in std::mem::take(&mut self.parked) {
+                    for (f, _) in links {
+                        self.fail(
+                            &f.remote,
+                            format!("its link target {} was not sent", proto::show(&t)),
+                        );
+                    }
+                }
                 break;
             }
             self.out.flush().map_err(io)?;
@@ -542,6 +707,9 @@ impl Sender<'_> {
                     Err(_) => break,
                 }
             }
+        }
+        if self.opts.delete {
+            self.delete(rx)?;
         }
         proto::write_frame(self.out, proto::T_DONE, &[]).map_err(io)?;
         self.out.flush().map_err(io)?;
@@ -573,6 +741,9 @@ impl Sender<'_> {
             Ev::Frame(f) => self.handle(f?),
             Ev::Prepared(p) => {
                 self.summary.ns_read_hash += p.ns_read_hash;
+                if p.failed.is_some() {
+                    self.resolve(&p.path, false);
+                }
                 self.summary.failed.extend(p.failed);
                 self.summary.not_sent.extend(p.not_sent);
                 match p.item {
@@ -596,6 +767,120 @@ impl Sender<'_> {
             .push(format!("{}: {why}", proto::show(path)));
     }
 
+    /// `-H`: a file that links name has landed (or was there), or has failed: its links go
+    /// next, or fail with it.
+    fn resolve(&mut self, path: &[u8], ok: bool) {
+        if !self.link_targets.contains(path) {
+            return;
+        }
+        self.resolved.insert(path.to_vec(), ok);
+        for (f, h) in self.parked.remove(path).unwrap_or_default() {
+            if ok {
+                self.ready.push_front((f, h));
+            } else {
+                let why = format!("its link target {} did not land", proto::show(path));
+                self.fail(&f.remote, why);
+            }
+        }
+    }
+
+    /// `--delete`, once every entry is answered: list each directory sent on the receiver,
+    /// and delete there what the source does not have and the filters do not protect. Nothing
+    /// is deleted when any entry failed (a directory this side could not read would look
+    /// empty), as rsync skips deletion after an I/O error.
+    fn delete(&mut self, rx: &Events) -> Result<(), ProtoError> {
+        if !self.summary.failed.is_empty() {
+            self.summary.delete_skipped = Some(format!(
+                "not deleting anything: {} entr{} failed",
+                self.summary.failed.len(),
+                if self.summary.failed.len() == 1 { "y" } else { "ies" }
+            ));
+            return Ok(());
+        }
+        let listed = std::mem::take(&mut self.listed);
+        for (i, (dir, _)) in listed.iter().enumerate() {
+            let id = u32::try_from(i).map_err(|_| ProtoError::Local("too many directories to --delete in".into()))?;
+            proto::write_frame(self.out, proto::T_LIST, &proto::encode_list(id, dir)).map_err(io)?;
+        }
+        self.out.flush().map_err(io)?;
+        let mut extra: Vec<(Vec<u8>, bool)> = Vec::new();
+        let mut open = listed.len();
+        while open > 0 {
+            let (id, status, names) = match self.next_frame(rx)? {
+                (proto::T_LISTING, p) => proto::decode_listing(&p)?,
+                (k, _) => {
+                    return Err(proto::malformed(
+                        "reply",
+                        format!("frame type {k} where LISTING was due"),
+                    ))
+                }
+            };
+            let Some((dir, have)) = usize::try_from(id).ok().and_then(|i| listed.get(i)) else {
+                return Err(proto::malformed("LISTING frame", format!("request {id}")));
+            };
+            for (kind, name) in names {
+                if !have.contains(&name) {
+                    let rel = if dir.is_empty() { name } else { join(dir, &name) };
+                    if !self.opts.filters.excluded(&rel, kind == 1) {
+                        extra.push((rel, kind == 1));
+                    }
+                }
+            }
+            if status != proto::LISTING_MORE {
+                open -= 1;
+            }
+        }
+        extra.sort();
+        if self.opts.dry_run {
+            self.summary.would_delete = extra.iter().map(|(p, _)| proto::show(p)).collect();
+            return Ok(());
+        }
+        for (i, (rel, _)) in extra.iter().enumerate() {
+            let id = u32::try_from(i).map_err(|_| ProtoError::Local("too many entries to delete".into()))?;
+            proto::write_frame(self.out, proto::T_DELETE, &proto::encode_list(id, rel)).map_err(io)?;
+        }
+        self.out.flush().map_err(io)?;
+        for _ in 0..extra.len() {
+            let (id, status, why) = match self.next_frame(rx)? {
+                (proto::T_FILE_DONE, p) => proto::decode_done(&p)?,
+                (k, _) => {
+                    return Err(proto::malformed(
+                        "reply",
+                        format!("frame type {k} where a DELETE's answer was due"),
+                    ))
+                }
+            };
+            let Some((rel, _)) = usize::try_from(id).ok().and_then(|i| extra.get(i)) else {
+                return Err(proto::malformed("FILE_DONE frame", format!("delete {id}")));
+            };
+            if status == proto::DONE_LANDED {
+                self.summary.deleted.push(proto::show(rel));
+            } else {
+                let rel = rel.clone();
+                self.fail(&rel, format!("not deleted: {why}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The receiver's next frame (an ERROR ends the session with its text).
+    fn next_frame(&mut self, rx: &Events) -> Result<(u8, Vec<u8>), ProtoError> {
+        loop {
+            match rx.recv() {
+                Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => {
+                    return Err(ProtoError::Peer(proto::printable(&p)))
+                }
+                Ok(Ev::Frame(f)) => return f,
+                Ok(_) => continue,
+                Err(_) => {
+                    return Err(ProtoError::Local(
+                        "the receiver closed the connection".into(),
+                    ))
+                }
+            }
+        }
+    }
+
     /// Blocks of every file whose reply has come, oldest file first, while the window has room.
     fn send_blocks(&mut self) -> Result<(), ProtoError> {
         let ids: Vec<u32> = self
@@ -616,6 +901,22 @@ impl Sender<'_> {
                     reason = "a block of this file: i < blocks <= MAX_BLOCKS (block_size_for)"
                 )]
                 let ix = i as usize;
+                // A delta: the receiver's old file has these bytes (a retry sends them).
+                let copy = f
+                    .old
+                    .as_ref()
+                    .and_then(|old| old.get(&f.hashes[ix]))
+                    .filter(|_| !f.tries.contains_key(&i));
+                if let Some(&from) = copy {
+                    let p = proto::encode_copy(id, i, from, &f.hashes[ix]);
+                    proto::write_frame(self.out, proto::T_COPY, &p).map_err(io)?;
+                    self.throttle.pass(p.len());
+                    f.inflight.insert(i);
+                    self.bytes_in_flight += n as u64;
+                    self.summary.blocks_copied += 1;
+                    (self.progress)(n as u64, self.summary.blocks_retried);
+                    continue;
+                }
                 let t = std::time::Instant::now();
                 let read = match (&f.data, &f.file) {
                     (Some(d), _) => {
@@ -651,10 +952,26 @@ impl Sender<'_> {
                     self.end_if_idle(id)?;
                     break;
                 }
-                let mut p = proto::encode_block_header(id, i, &f.hashes[ix], n);
-                p.extend_from_slice(&buf);
+                let packed = self
+                    .opts
+                    .compress
+                    .and_then(|level| zstd::bulk::compress(&buf, level).ok())
+                    .filter(|z| z.len() < n);
+                let (kind, p) = match packed {
+                    Some(z) => {
+                        let mut p = proto::encode_zblock_header(id, i, &f.hashes[ix], n);
+                        p.extend_from_slice(&z);
+                        (proto::T_ZBLOCK, p)
+                    }
+                    None => {
+                        let mut p = proto::encode_block_header(id, i, &f.hashes[ix], n);
+                        p.extend_from_slice(&buf);
+                        (proto::T_BLOCK, p)
+                    }
+                };
+                self.summary.wire_bytes += p.len() as u64;
                 let ts = std::time::Instant::now();
-                proto::write_frame(self.out, proto::T_BLOCK, &p).map_err(io)?;
+                proto::write_frame(self.out, kind, &p).map_err(io)?;
                 self.summary.ns_send += crate::nanos(ts.elapsed());
                 self.throttle.pass(p.len());
                 f.inflight.insert(i);
@@ -707,8 +1024,17 @@ impl Sender<'_> {
                     }
                 };
                 f.replied = true;
+                let mut r = r;
+                if let Reply::Delta(_, old) = &mut r {
+                    // The old file's blocks by hash (the first of equal ones).
+                    let mut map = HashMap::with_capacity(old.len());
+                    for (i, h) in std::mem::take(old).into_iter().enumerate() {
+                        map.entry(h).or_insert(i as u64);
+                    }
+                    f.old = Some(map);
+                }
                 match r {
-                    Reply::Send(ranges) => {
+                    Reply::Send(ranges) | Reply::Delta(ranges, _) => {
                         if f.kind != proto::KIND_FILE {
                             return Err(proto::malformed(
                                 "FILE_REPLY frame",
@@ -731,16 +1057,37 @@ impl Sender<'_> {
                         }
                         f.todo = (0..blocks).filter(|&i| !have[index(i)]).collect();
                     }
-                    Reply::Skipped => {
+                    Reply::Skipped | Reply::Trusted(_) => {
                         let f = self.finish(id);
-                        self.summary.skipped += 1;
+                        if matches!(r, Reply::Trusted(_)) {
+                            self.summary.trusted += 1;
+                        } else {
+                            self.summary.skipped += 1;
+                        }
                         self.note_manifest(&f);
+                        self.resolve(&f.remote, true);
+                    }
+                    Reply::Would => {
+                        if !self.opts.dry_run {
+                            return Err(proto::malformed(
+                                "FILE_REPLY frame",
+                                "a dry run's answer in a real run",
+                            ));
+                        }
+                        let f = self.finish(id);
+                        self.summary.would_send.push(proto::show(&f.remote));
+                        self.resolve(&f.remote, true);
                     }
                     Reply::Made => {
                         let f = self.finish(id);
                         match f.kind {
                             proto::KIND_DIR => self.summary.dirs += 1,
                             proto::KIND_SYMLINK => self.summary.symlinks += 1,
+                            proto::KIND_HARDLINK => self.summary.hardlinks += 1,
+                            proto::KIND_FIFO
+                            | proto::KIND_SOCKET
+                            | proto::KIND_CHAR
+                            | proto::KIND_BLOCK => self.summary.specials += 1,
                             _ => {
                                 return Err(proto::malformed(
                                     "FILE_REPLY frame",
@@ -752,6 +1099,7 @@ impl Sender<'_> {
                     Reply::Refused(why) => {
                         let f = self.finish(id);
                         self.fail(&f.remote, format!("refused by the receiver: {why}"));
+                        self.resolve(&f.remote, false);
                     }
                 }
             }
@@ -796,7 +1144,10 @@ impl Sender<'_> {
                     }
                 }
                 let mut f = self.finish(id);
-                if status == proto::DONE_LANDED && f.broken.is_none() && f.failed.is_empty() {
+                let landed =
+                    status == proto::DONE_LANDED && f.broken.is_none() && f.failed.is_empty();
+                self.resolve(&f.remote, landed);
+                if landed {
                     self.summary.files += 1;
                     self.note_manifest(&f);
                 } else if let Some(b) = f.broken.take() {
@@ -863,16 +1214,18 @@ impl Sender<'_> {
 }
 
 /// Stat, open and hash one entry (on the preparer thread).
-fn prepare(opts: &SendOptions, e: &Entry) -> Prepared {
+fn prepare(opts: &SendOptions, e: &Entry, names: &mut Names) -> Prepared {
     let mut p = Prep {
         opts,
         failed: None,
         not_sent: None,
         ns_read_hash: 0,
+        names,
     };
     let item = p.prepare(e).map(Box::new);
     Prepared {
         item,
+        path: e.remote.clone(),
         failed: p.failed,
         not_sent: p.not_sent,
         ns_read_hash: p.ns_read_hash,
@@ -884,6 +1237,24 @@ struct Prep<'a> {
     failed: Option<String>,
     not_sent: Option<String>,
     ns_read_hash: u64,
+    names: &'a mut Names,
+}
+
+/// User and group names by id (`true`: a group), looked up once each.
+type Names = HashMap<(bool, u32), Vec<u8>>;
+
+fn name_of(names: &mut Names, group: bool, id: u32) -> Vec<u8> {
+    names
+        .entry((group, id))
+        .or_insert_with(|| {
+            let n = if group {
+                uzers::get_group_by_gid(id).map(|g| g.name().as_bytes().to_vec())
+            } else {
+                uzers::get_user_by_uid(id).map(|u| u.name().as_bytes().to_vec())
+            };
+            n.unwrap_or_default()
+        })
+        .clone()
 }
 
 impl Prep<'_> {
@@ -929,9 +1300,26 @@ impl Prep<'_> {
             failed: Vec::new(),
             broken: None,
             ended: false,
+            old: None,
         };
-        if ft.is_dir() {
+        if let Some(target) = &e.link {
+            h.kind = proto::KIND_HARDLINK;
+            h.target = target.clone();
+        } else if ft.is_dir() {
             h.kind = proto::KIND_DIR;
+        } else if (ft.is_fifo() || ft.is_socket()) && self.opts.specials {
+            h.kind = if ft.is_fifo() {
+                proto::KIND_FIFO
+            } else {
+                proto::KIND_SOCKET
+            };
+        } else if (ft.is_char_device() || ft.is_block_device()) && self.opts.devices {
+            h.kind = if ft.is_char_device() {
+                proto::KIND_CHAR
+            } else {
+                proto::KIND_BLOCK
+            };
+            h.size = m.rdev();
         } else if ft.is_symlink() {
             h.kind = proto::KIND_SYMLINK;
             match fs::read_link(&e.local) {
@@ -1020,8 +1408,13 @@ impl Prep<'_> {
                 "a device node"
             };
             self.not_sent = Some(format!(
-                "{}: {what} (special files are not sent)",
-                e.local.display()
+                "{}: {what} (sent only with {})",
+                e.local.display(),
+                if what == "a device node" {
+                    "--devices"
+                } else {
+                    "--specials"
+                }
             ));
             return None;
         }
@@ -1046,7 +1439,15 @@ impl Prep<'_> {
                     );
                     return None;
                 }
-                Ok((a, _)) => h.attrs = a,
+                Ok((mut a, _)) => {
+                    if let (Some((u, g)), false) = (a.owner, self.opts.numeric_ids) {
+                        a.names = Some((
+                            name_of(self.names, false, u),
+                            name_of(self.names, true, g),
+                        ));
+                    }
+                    h.attrs = a;
+                }
                 Err(err) => {
                     self.fail(&e.remote, format!("cannot read its attributes: {err}"));
                     return None;

@@ -5,10 +5,18 @@ use proptest::prelude::*;
 use stripeguard_xfer::proto::{self, FileHeader};
 use stripeguard_xfer::{receive, RecvOptions};
 
-fn hello() -> Vec<u8> {
+/// The hello and the OPTIONS a sender opens with (`flags`: any of the option bits, so that
+/// compressed blocks, listings and deletions are taken too).
+fn hello(flags: u32) -> Vec<u8> {
     let mut v = b"SGXF".to_vec();
-    v.extend_from_slice(&2u16.to_le_bytes());
+    v.extend_from_slice(&proto::VERSION.to_le_bytes());
     v.extend_from_slice(&0u32.to_le_bytes());
+    let o = proto::Options {
+        flags,
+        quick_secs: 60,
+        module: Vec::new(),
+    };
+    v.extend(frame(proto::T_OPTIONS, &o.encode()));
     v
 }
 
@@ -31,7 +39,7 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
         "[a-z./]{0,12}".prop_map(String::into_bytes),
     ];
     prop_oneof![
-        (path, 0u8..4, 0u64..20_000, 0u32..70_000, 0u32..3).prop_map(|(p, kind, size, bs, id)| {
+        (path.clone(), 0u8..9, 0u64..20_000, 0u32..70_000, 0u32..3).prop_map(|(p, kind, size, bs, id)| {
             frame(
                 proto::T_FILE,
                 &FileHeader {
@@ -63,6 +71,16 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
                 frame(proto::T_BLOCK, &p)
             }),
         (0u32..3).prop_map(|id| frame(proto::T_FILE_END, &id.to_le_bytes())),
+        (0u32..3, 0u64..8, 0u64..8).prop_map(|(id, i, old)| {
+            frame(proto::T_COPY, &proto::encode_copy(id, i, old, &[0; 32]))
+        }),
+        (0u32..3, 0u64..8, prop::collection::vec(any::<u8>(), 0..200)).prop_map(|(id, i, z)| {
+            let mut p = proto::encode_zblock_header(id, i, &[0; 32], 4096);
+            p.extend_from_slice(&z);
+            frame(proto::T_ZBLOCK, &p)
+        }),
+        (0u32..3, path.clone()).prop_map(|(id, p)| frame(proto::T_LIST, &proto::encode_list(id, &p))),
+        (0u32..3, path).prop_map(|(id, p)| frame(proto::T_DELETE, &proto::encode_list(id, &p))),
         Just(frame(proto::T_DONE, &[])),
         (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(k, p)| frame(k, &p)),
     ]
@@ -76,16 +94,18 @@ proptest! {
         frames in prop::collection::vec(arb_frame(), 0..8),
         cut in any::<usize>(),
         raw in prop::collection::vec(any::<u8>(), 0..64),
+        flags in 0u32..32,
     ) {
         let base = tempfile::Builder::new().prefix("sg-xfer-fuzz-").tempdir_in("/var/tmp").unwrap();
         let dir = base.path().join("dst");
-        let mut stream = hello();
+        let mut stream = hello(flags);
         for f in &frames {
             stream.extend_from_slice(f);
         }
         let keep = cut % (stream.len() + 1);
         for input in [&stream[..], &stream[..keep], &raw[..]] {
-            let opts = RecvOptions::new(dir.clone());
+            let mut opts = RecvOptions::new(dir.clone());
+            opts.allow_delete = true;
             let _ = receive(std::io::Cursor::new(input.to_vec()), std::io::sink(), &opts);
         }
         // Only the receiving directory was written.

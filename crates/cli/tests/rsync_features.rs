@@ -1,0 +1,469 @@
+//! What an rsync user reaches for, each against rsync on the same tree (issue "`send`/`recv`
+//! complete enough to replace rsync"): hard links (`-H`), `--delete` (only with
+//! `recv --allow-delete`, after verification), include/exclude filters, `--dry-run`, fifos and
+//! device nodes, `-z`, owners by name and `--numeric-ids`, the block-level delta (bytes sent,
+//! measured), `--quick` re-runs, and a daemon with modules. Where rsync is missing the test
+//! says so and checks against the expected tree alone.
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
+mod common;
+
+use common::xfer::{have, is_root, scratch, sg_bin};
+use common::{err_of, ok};
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What a tree holds, comparable across two copies: per relative path its kind, mode,
+/// contents (hash), symlink target or device number, and for files with several links the
+/// first path of its link group.
+fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut groups: BTreeMap<(u64, u64), String> = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    let mut all = Vec::new();
+    while let Some(rel) = stack.pop() {
+        let mut names: Vec<_> = std::fs::read_dir(root.join(&rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let r = rel.join(&n);
+            let m = std::fs::symlink_metadata(root.join(&r)).unwrap();
+            if m.is_dir() {
+                stack.push(r.clone());
+            }
+            all.push((r, m));
+        }
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    for (r, m) in all {
+        let ft = m.file_type();
+        let desc = if ft.is_dir() {
+            format!("dir {:o}", m.mode() & 0o7777)
+        } else if ft.is_symlink() {
+            format!(
+                "link -> {}",
+                std::fs::read_link(root.join(&r)).unwrap().display()
+            )
+        } else if ft.is_file() {
+            let data = std::fs::read(root.join(&r)).unwrap();
+            let group = if m.nlink() > 1 {
+                groups
+                    .entry((m.dev(), m.ino()))
+                    .or_insert_with(|| r.display().to_string())
+                    .clone()
+            } else {
+                String::new()
+            };
+            format!(
+                "file {:o} {} {} group[{group}]",
+                m.mode() & 0o7777,
+                data.len(),
+                blake3::hash(&data).to_hex()
+            )
+        } else if ft.is_fifo() {
+            format!("fifo {:o}", m.mode() & 0o7777)
+        } else if ft.is_socket() {
+            format!("socket {:o}", m.mode() & 0o7777)
+        } else {
+            format!(
+                "{} {:o} rdev {}",
+                if ft.is_char_device() { "char" } else { "block" },
+                m.mode() & 0o7777,
+                m.rdev()
+            )
+        };
+        out.insert(r.display().to_string(), desc);
+    }
+    out
+}
+
+fn assert_same(a: &Path, b: &Path) {
+    let (sa, sb) = (snapshot(a), snapshot(b));
+    if sa != sb {
+        let mut diff = String::new();
+        for k in sa.keys().chain(sb.keys()) {
+            if sa.get(k) != sb.get(k) {
+                diff.push_str(&format!("  {k}: {:?} vs {:?}\n", sa.get(k), sb.get(k)));
+            }
+        }
+        panic!("{} and {} differ:\n{diff}", a.display(), b.display());
+    }
+}
+
+fn rsync(args: &[&str], from: &str, to: &Path) -> bool {
+    if !have("rsync") {
+        eprintln!("rsync is not installed (scripts/install-deps installs it): compared with the expected tree only");
+        return false;
+    }
+    let out = Command::new("rsync")
+        .args(args)
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rsync: {}", err_of(&out));
+    true
+}
+
+/// `stripeguard send ARGS FROM` into a `recv --stdio --dir TO RECV_ARGS`; its JSON summary.
+fn send(args: &[&str], from: &str, to: &Path, recv_args: &str) -> serde_json::Value {
+    let out = send_raw(args, from, to, recv_args);
+    let text = ok(&out);
+    serde_json::from_str(text.lines().last().unwrap_or("{}")).unwrap()
+}
+
+fn send_raw(args: &[&str], from: &str, to: &Path, recv_args: &str) -> std::process::Output {
+    let rsh = format!(
+        "{} recv --stdio --dir {} {recv_args}",
+        sg_bin(),
+        to.display()
+    );
+    Command::new(sg_bin())
+        .arg("send")
+        .args(args)
+        .arg(from)
+        .args(["--json", "--rsh", &rsh])
+        .output()
+        .unwrap()
+}
+
+fn write(p: &Path, data: &[u8]) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, data).unwrap();
+}
+
+fn tree(src: &Path) {
+    write(&src.join("a.txt"), b"a\n");
+    write(&src.join("b.log"), b"b\n");
+    write(&src.join("dir/c.txt"), b"c\n");
+    write(&src.join("dir/d.log"), &vec![7u8; 300_000]);
+    write(&src.join("dir/sub/e.tmp"), b"e\n");
+    write(&src.join("dir/sub/f.txt"), b"f\n");
+    write(&src.join("cache/big.bin"), &vec![1u8; 100_000]);
+    write(&src.join("with space/g h.txt"), b"g\n");
+    std::os::unix::fs::symlink("a.txt", src.join("link-to-a")).unwrap();
+}
+
+#[test]
+fn hard_links_land_as_links_as_rsync_h_does() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    std::fs::hard_link(src.join("a.txt"), src.join("dir/a-again")).unwrap();
+    std::fs::hard_link(src.join("a.txt"), src.join("with space/a3")).unwrap();
+    std::fs::hard_link(src.join("dir/d.log"), src.join("d-link")).unwrap();
+    let from = format!("{}/", src.display());
+    let (ours, theirs) = (d.path().join("ours"), d.path().join("rsync"));
+    let s = send(&["-H"], &from, &ours, "");
+    assert_eq!(s["hardlinks"], 3, "{s}");
+    assert_eq!(s["failed"].as_array().unwrap().len(), 0, "{s}");
+    assert_same(&src, &ours);
+    if rsync(&["-aH"], &from, &theirs) {
+        assert_same(&theirs, &ours);
+    }
+    // A re-run keeps the links (nothing sent again but what the links' count changes).
+    let s = send(&["-H"], &from, &ours, "");
+    assert_eq!(s["failed"].as_array().unwrap().len(), 0, "{s}");
+    assert_same(&src, &ours);
+    // Negative control: without -H the names land as separate files (as rsync -a does).
+    let plain = d.path().join("plain");
+    send(&[], &from, &plain, "");
+    let m1 = std::fs::metadata(plain.join("a.txt")).unwrap();
+    let m2 = std::fs::metadata(plain.join("dir/a-again")).unwrap();
+    assert_ne!(m1.ino(), m2.ino(), "without -H the links are separate files");
+}
+
+#[test]
+fn delete_removes_what_the_source_lacks_only_with_the_receivers_consent() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let from = format!("{}/", src.display());
+    let (ours, theirs) = (d.path().join("ours"), d.path().join("rsync"));
+    for dst in [&ours, &theirs] {
+        write(&dst.join("stale.txt"), b"old\n");
+        write(&dst.join("dir/old/deep.txt"), b"old\n");
+        write(&dst.join("dir/keep.log"), b"excluded: protected\n");
+        write(&dst.join("gone-dir/x"), b"x\n");
+    }
+    // Without --allow-delete the receiver refuses the session before anything lands.
+    let out = send_raw(&["--delete"], &from, &ours, "");
+    assert!(!out.status.success());
+    let text = format!("{}{}", err_of(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(text.contains("--allow-delete"), "{text}");
+    assert!(!ours.join("a.txt").exists(), "nothing landed");
+    assert!(ours.join("stale.txt").exists(), "nothing deleted");
+    // A dry run lists what would go and changes nothing.
+    let before = snapshot(&ours);
+    let s = send(
+        &["--delete", "--dry-run", "--exclude", "*.log"],
+        &from,
+        &ours,
+        "--allow-delete",
+    );
+    assert_eq!(snapshot(&ours), before, "--dry-run changed nothing");
+    let would: Vec<&str> = s["would_delete"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(would, ["dir/old", "gone-dir", "stale.txt"], "{s}");
+    let s = send(
+        &["--delete", "--exclude", "*.log"],
+        &from,
+        &ours,
+        "--allow-delete",
+    );
+    assert_eq!(s["deleted"].as_array().unwrap().len(), 3, "{s}");
+    assert!(ours.join("dir/keep.log").exists(), "an excluded name is protected");
+    assert!(!ours.join("stale.txt").exists());
+    if rsync(&["-a", "--delete", "--exclude", "*.log"], &from, &theirs) {
+        assert_same(&theirs, &ours);
+    }
+    // Nothing is deleted when an entry failed (a directory this side could not read would
+    // look empty).
+    write(&ours.join("stale2.txt"), b"old\n");
+    if is_root() {
+        // A device node sent to a receiver without --devices fails alone.
+        assert!(Command::new("mknod")
+            .args([src.join("null").to_str().unwrap(), "c", "1", "3"])
+            .status()
+            .unwrap()
+            .success());
+        let out = send_raw(&["--delete", "-D"], &from, &ours, "--allow-delete");
+        std::fs::remove_file(src.join("null")).unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("not deleting"));
+        assert!(ours.join("stale2.txt").exists(), "deleted after a failure");
+    } else {
+        let locked = src.join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0)).unwrap();
+        let out = send_raw(&["--delete"], &from, &ours, "--allow-delete");
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(ours.join("stale2.txt").exists(), "deleted after a failure");
+    }
+}
+
+#[test]
+fn filters_select_the_same_files_as_rsync() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let cases: &[&[&str]] = &[
+        &["--exclude", "*.log"],
+        &["--exclude", "/src/cache/"],
+        &["--exclude", "cache"],
+        &["--include", "*/", "--include", "*.txt", "--exclude", "*"],
+        &["--exclude", "dir/sub"],
+        &["--filter", "- *.tmp", "--filter", "+ dir/", "--exclude", "with space"],
+        &["--exclude", "**/e.*"],
+        &["--include", "dir/***", "--exclude", "*", "--include", "a.txt"],
+    ];
+    for (i, f) in cases.iter().enumerate() {
+        for from in [src.display().to_string(), format!("{}/", src.display())] {
+            let ours = d.path().join(format!("ours{i}-{}", from.len()));
+            let theirs = d.path().join(format!("rsync{i}-{}", from.len()));
+            let mut args = vec!["-a"];
+            args.extend_from_slice(f);
+            send(f, &from, &ours, "");
+            std::fs::create_dir_all(&ours).unwrap();
+            if rsync(&args, &from, &theirs) {
+                std::fs::create_dir_all(&theirs).unwrap();
+                assert_same(&theirs, &ours);
+            }
+        }
+    }
+    // A bad rule is a usage error naming it.
+    let out = send_raw(&["--filter", "x y"], &src.display().to_string(), &d.path().join("bad"), "");
+    assert!(!out.status.success());
+    assert!(err_of(&out).contains("--filter"), "{}", err_of(&out));
+}
+
+#[test]
+fn a_dry_run_changes_nothing_and_says_what_a_run_would_do() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let dst = d.path().join("dst");
+    write(&dst.join("src/a.txt"), b"different\n");
+    let before = snapshot(&dst);
+    let s = send(&["-n"], &src.display().to_string(), &dst, "");
+    assert_eq!(snapshot(&dst), before, "a dry run changed the receiver");
+    assert!(!dst.join(".stripeguard-partial").exists());
+    let would = s["would_send"].as_array().unwrap().len();
+    assert!(would >= 10, "{s}");
+    // rsync -n on the same tree lists the same entries.
+    if have("rsync") {
+        let out = Command::new("rsync")
+            .args(["-a", "-n", "--out-format=%n"])
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .unwrap();
+        let theirs: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim_end_matches('/').to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        let ours: std::collections::BTreeSet<String> = s["would_send"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        // rsync also lists directories that exist but whose times it would set ("src/").
+        let extra: Vec<_> = ours.difference(&theirs).collect();
+        assert!(extra.is_empty(), "we would send {extra:?}, rsync would not");
+        let missing: Vec<_> = theirs
+            .difference(&ours)
+            .filter(|p| !src.parent().unwrap().join(p).is_dir())
+            .collect();
+        assert!(missing.is_empty(), "rsync would send {missing:?}");
+    }
+    // The real run does what the dry run said.
+    let s = send(&[], &src.display().to_string(), &dst, "");
+    assert_eq!(s["failed"].as_array().unwrap().len(), 0, "{s}");
+    assert_same(&src, &dst.join("src"));
+}
+
+#[test]
+fn specials_and_devices_land_as_rsync_d_makes_them() {
+    if !have("mkfifo") {
+        eprintln!("skipped: no mkfifo");
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    assert!(Command::new("mkfifo")
+        .arg(src.join("pipe"))
+        .status()
+        .unwrap()
+        .success());
+    let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    let root = is_root();
+    if root {
+        assert!(Command::new("mknod")
+            .args([src.join("null").to_str().unwrap(), "c", "1", "3"])
+            .status()
+            .unwrap()
+            .success());
+    } else {
+        eprintln!("not root: device nodes are not checked");
+    }
+    let from = format!("{}/", src.display());
+    // Without --specials they are named and not sent.
+    let plain = d.path().join("plain");
+    let s = send(&[], &from, &plain, "");
+    assert!(s["not_sent"].as_array().unwrap().len() >= 2, "{s}");
+    assert!(!plain.join("pipe").exists());
+    // A receiver without --devices refuses the device node (and only it).
+    let nodev = d.path().join("nodev");
+    let out = send_raw(&["-D"], &from, &nodev, "");
+    assert!(nodev.join("pipe").exists());
+    if root {
+        assert!(!out.status.success());
+        assert!(!nodev.join("null").exists(), "a device node made without --devices");
+    }
+    let (ours, theirs) = (d.path().join("ours"), d.path().join("rsync"));
+    let s = send(&["-D"], &from, &ours, "--devices");
+    assert_eq!(s["specials"], if root { 3 } else { 2 }, "{s}");
+    if rsync(&["-aD"], &from, &theirs) {
+        assert_same(&theirs, &ours);
+    }
+    // A re-run keeps them.
+    send(&["-D"], &from, &ours, "--devices");
+    assert_same(&src, &ours);
+}
+
+#[test]
+fn compression_sends_fewer_bytes_and_lands_the_same_tree() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let text: Vec<u8> = (0..2_000_000u32)
+        .flat_map(|i| format!("line {} of a log\n", i % 977).into_bytes())
+        .take(3 << 20)
+        .collect();
+    write(&src.join("log.txt"), &text);
+    let from = format!("{}/", src.display());
+    let (plain, packed) = (d.path().join("plain"), d.path().join("packed"));
+    let a = send(&[], &from, &plain, "");
+    let b = send(&["-z"], &from, &packed, "");
+    assert_same(&src, &packed);
+    let (wa, wb) = (a["wire_bytes"].as_u64().unwrap(), b["wire_bytes"].as_u64().unwrap());
+    eprintln!("wire bytes: {wa} plain, {wb} with -z");
+    assert!(wb * 4 < wa, "-z sent {wb} bytes, plain {wa}");
+}
+
+#[test]
+fn owners_map_by_name_unless_numeric_ids() {
+    if !is_root() {
+        eprintln!("skipped: needs root (chown to other users)");
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    write(&src.join("f"), b"x\n");
+    // uid 4242 has no name here; `nobody` (65534) has one on Debian.
+    std::os::unix::fs::chown(src.join("f"), Some(65534), Some(65534)).unwrap();
+    write(&src.join("g"), b"y\n");
+    std::os::unix::fs::chown(src.join("g"), Some(4242), Some(4242)).unwrap();
+    let from = format!("{}/", src.display());
+    let (ours, numeric) = (d.path().join("ours"), d.path().join("numeric"));
+    send(&["--owner"], &from, &ours, "--owner");
+    send(&["--owner", "--numeric-ids"], &from, &numeric, "--owner");
+    for dst in [&ours, &numeric] {
+        let f = std::fs::metadata(dst.join("f")).unwrap();
+        let g = std::fs::metadata(dst.join("g")).unwrap();
+        assert_eq!((f.uid(), g.uid(), g.gid()), (65534, 4242, 4242), "{}", dst.display());
+    }
+    let theirs = d.path().join("rsync");
+    if rsync(&["-a"], &from, &theirs) {
+        let f = std::fs::metadata(theirs.join("g")).unwrap();
+        assert_eq!(f.uid(), 4242, "rsync keeps an unnamed id as a number too");
+    }
+    // A receiver whose host names `nobody` 5555 (its own /etc/passwd, in a mount namespace of
+    // its own) maps by name; with --numeric-ids it keeps 65534.
+    if !have("unshare") {
+        eprintln!("no unshare: the mapping to another host's ids is not checked");
+        return;
+    }
+    write(&d.path().join("passwd"), b"root:x:0:0::/root:/bin/sh\nnobody:x:5555:5555::/:/bin/false\n");
+    write(&d.path().join("group"), b"root:x:0:\nnogroup:x:5555:\n");
+    let other_host = |dst: &Path| {
+        format!(
+            "unshare -m sh -c 'mount --bind {p} /etc/passwd && mount --bind {g} /etc/group && exec {sg} recv --stdio --owner --dir {dst}'",
+            p = d.path().join("passwd").display(),
+            g = d.path().join("group").display(),
+            sg = sg_bin(),
+            dst = dst.display()
+        )
+    };
+    let (named, kept) = (d.path().join("named"), d.path().join("kept"));
+    for (dst, extra) in [(&named, None), (&kept, Some("--numeric-ids"))] {
+        let mut c = Command::new(sg_bin());
+        c.args(["send", "--owner", "--json", "--rsh", &other_host(dst)])
+            .args(extra)
+            .arg(&from);
+        ok(&c.output().unwrap());
+    }
+    let f = std::fs::metadata(named.join("f")).unwrap();
+    assert_eq!((f.uid(), f.gid()), (5555, 5555), "mapped by name");
+    let g = std::fs::metadata(named.join("g")).unwrap();
+    assert_eq!(g.uid(), 4242, "an id without a name stays a number");
+    let f = std::fs::metadata(kept.join("f")).unwrap();
+    assert_eq!(f.uid(), 65534, "--numeric-ids");
+}
