@@ -467,3 +467,168 @@ fn owners_map_by_name_unless_numeric_ids() {
     let f = std::fs::metadata(kept.join("f")).unwrap();
     assert_eq!(f.uid(), 65534, "--numeric-ids");
 }
+
+#[test]
+fn a_changed_file_sends_only_the_blocks_that_differ() {
+    let d = scratch();
+    let src = d.path().join("src");
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    write(&src.join("image.bin"), &data);
+    let from = format!("{}/", src.display());
+    let dst = d.path().join("dst");
+    let first = send(&[], &from, &dst, "");
+    assert_eq!(first["blocks_sent"], 32, "{first}");
+    // 4 KiB changed in the middle: one 256 KiB block goes, the other 31 are copied on the
+    // receiver from the old file (each read back from its device like a sent block).
+    let mut changed = data.clone();
+    changed[3_000_000..3_004_096].fill(0xaa);
+    write(&src.join("image.bin"), &changed);
+    let s = send(&[], &from, &dst, "");
+    assert_same(&src, &dst);
+    assert_eq!((s["blocks_sent"].clone(), s["blocks_copied"].clone()), (1.into(), 31.into()), "{s}");
+    let ours = s["bytes_sent"].as_u64().unwrap();
+    // --whole-file (the negative control) sends it all.
+    changed[7_000_000] ^= 1;
+    write(&src.join("image.bin"), &changed);
+    let w = send(&["--whole-file"], &from, &dst, "");
+    assert_eq!(w["blocks_sent"], 32, "{w}");
+    assert_same(&src, &dst);
+    // Data moved by whole blocks is found; data moved by one byte is not (no rolling
+    // checksum: said in docs/TRANSFER.md).
+    let mut moved = vec![5u8; 256 << 10];
+    moved.extend_from_slice(&changed);
+    write(&src.join("image.bin"), &moved);
+    let m = send(&[], &from, &dst, "");
+    assert_eq!(m["blocks_sent"], 1, "a block-aligned insert: {m}");
+    assert_same(&src, &dst);
+    // rsync's delta on the same change, for the record (its literal data).
+    if have("rsync") {
+        let r = d.path().join("rsync");
+        write(&src.join("image.bin"), &data);
+        rsync(&["-a"], &from, &r);
+        write(&src.join("image.bin"), &changed_once(&data));
+        let out = Command::new("rsync")
+            .args(["-a", "--no-whole-file", "--stats"])
+            .arg(&from)
+            .arg(&r)
+            .output()
+            .unwrap();
+        let stats = String::from_utf8_lossy(&out.stdout);
+        let literal = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("Literal data: "))
+            .unwrap_or("?");
+        eprintln!("4 KiB changed in 8 MiB: stripeguard sent {ours} bytes of blocks; rsync --no-whole-file literal data {literal}");
+    }
+}
+
+fn changed_once(data: &[u8]) -> Vec<u8> {
+    let mut c = data.to_vec();
+    c[3_000_000..3_004_096].fill(0xaa);
+    c
+}
+
+#[test]
+fn quick_reruns_trust_the_receivers_records_and_only_its_own() {
+    let d = scratch();
+    let src = d.path().join("src");
+    for i in 0..200 {
+        write(&src.join(format!("f/{i:03}")), format!("file {i}\n").as_bytes());
+    }
+    let from = format!("{}/", src.display());
+    let dst = d.path().join("dst");
+    let first = send(&["--quick", "1h"], &from, &dst, "");
+    assert_eq!(first["files"], 200, "{first}");
+    assert!(dst.join(".stripeguard-verified").is_dir());
+    let q = send(&["--quick", "1h"], &from, &dst, "");
+    assert_eq!((q["trusted"].clone(), q["skipped"].clone()), (200.into(), 0.into()), "{q}");
+    // The default still proves every file from the device.
+    let p = send(&[], &from, &dst, "");
+    assert_eq!((p["trusted"].clone(), p["skipped"].clone()), (0.into(), 200.into()), "{p}");
+    // A file changed on the receiver behind the record's back (same size, mtime put back):
+    // its ctime moved, so it is read, found different, and sent again.
+    let victim = dst.join("f/007");
+    let mtime = std::fs::metadata(&victim).unwrap().modified().unwrap();
+    std::fs::write(&victim, b"FILE 7\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&victim)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    // A record anyone may write is not trusted.
+    let key = blake3::hash(b"f/011").as_bytes()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>();
+    let rec = dst.join(".stripeguard-verified").join(key);
+    assert!(rec.exists(), "the record of f/011");
+    std::fs::set_permissions(&rec, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let q = send(&["--quick", "1h"], &from, &dst, "");
+    assert_eq!(
+        (q["trusted"].clone(), q["skipped"].clone(), q["files"].clone()),
+        (198.into(), 1.into(), 1.into()),
+        "{q}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"file 7\n");
+    // Records older than the age given are not trusted.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let old = send(&["--quick", "1s"], &from, &dst, "");
+    assert_eq!(old["trusted"], 0, "{old}");
+}
+
+#[test]
+fn a_daemon_serves_modules_until_stopped() {
+    let d = scratch();
+    let src = d.path().join("src");
+    tree(&src);
+    let sock = d.path().join("sock");
+    let (m1, m2) = (d.path().join("m1"), d.path().join("m2"));
+    let mut daemon = Command::new(sg_bin())
+        .args(["recv", "--daemon", "--listen"])
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--module")
+        .arg(format!("photos={}", m1.display()))
+        .arg("--module")
+        .arg(format!("backups={}", m2.display()))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !sock.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let to = format!("unix:{}", sock.display());
+    let send_to = |module: Option<&str>| {
+        let mut c = Command::new(sg_bin());
+        c.args(["send", "--json", "--to", &to]).arg(&src);
+        if let Some(m) = module {
+            c.args(["--module", m]);
+        }
+        c.output().unwrap()
+    };
+    for _ in 0..2 {
+        ok(&send_to(Some("photos")));
+    }
+    ok(&send_to(Some("backups")));
+    assert_same(&src, &m1.join("src"));
+    assert_same(&src, &m2.join("src"));
+    let unknown = send_to(Some("music"));
+    assert!(!unknown.status.success());
+    assert!(err_of(&unknown).contains("photos, backups"), "{}", err_of(&unknown));
+    let none = send_to(None);
+    assert!(err_of(&none).contains("--module"), "{}", err_of(&none));
+    // Still serving after refusals; stopped by SIGTERM, its socket gone.
+    ok(&send_to(Some("backups")));
+    let pid = rustix::process::Pid::from_raw(daemon.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let st = daemon.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + 15));
+    assert!(!sock.exists());
+    let mut err = String::new();
+    use std::io::Read;
+    daemon.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(err.matches("session from").count(), 4, "{err}");
+}

@@ -123,6 +123,9 @@ fn errno_text(e: Errno) -> String {
     std::io::Error::from(e).to_string()
 }
 
+/// A directory's names with their kinds (LISTING).
+pub type Names = Vec<(u8, Vec<u8>)>;
+
 /// DIR, opened once, with its private partial directory.
 pub struct Root {
     pub path: PathBuf,
@@ -277,7 +280,7 @@ impl Root {
     /// The names in directory `rel` (empty: DIR itself) with their kinds (0 file, 1 directory,
     /// 2 symlink, 3 other); `None` when it is not there or not a directory. The receiver's own
     /// directories are left out.
-    pub fn list(&self, rel: &[u8]) -> Result<Option<Vec<(u8, Vec<u8>)>>, String> {
+    pub fn list(&self, rel: &[u8]) -> Result<Option<Names>, String> {
         let at: &[u8] = if rel.is_empty() { b"." } else { rel };
         let fd = match rfs::openat2(&self.fd, at, DIR_FLAGS, Mode::empty(), RESOLVE) {
             Ok(fd) => fd,
@@ -698,6 +701,69 @@ impl Root {
         } else {
             Err(format!("{}: {}", self.shown(rel), problems.join("; ")))
         }
+    }
+
+    /// The verification records' directory (`--quick`), made (mode 0700) when `create`; `None`
+    /// when it is missing, or is not a directory owned by this user that nobody else can
+    /// write (its records are then not trusted, and none are written).
+    fn verified_dir(&self, create: bool) -> Option<OwnedFd> {
+        if create {
+            let _ = rfs::mkdirat(&self.fd, VERIFIED_DIR, Mode::from_raw_mode(0o700));
+        }
+        let fd = rfs::openat2(&self.fd, VERIFIED_DIR, DIR_FLAGS, Mode::empty(), RESOLVE).ok()?;
+        let st = rfs::fstat(&fd).ok()?;
+        (st.st_uid == self.euid && st.st_mode & 0o022 == 0).then_some(fd)
+    }
+
+    /// The verification record of `rel`, if there is one that only this user can have
+    /// written (a regular file with one link, owned by it, writable by nobody else).
+    pub fn read_record(&self, rel: &[u8]) -> Option<String> {
+        use std::io::Read;
+        let dir = self.verified_dir(false)?;
+        let fd = rfs::openat(
+            &dir,
+            partial_key(rel).as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rfs::fstat(&fd).ok()?;
+        if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile
+            || st.st_uid != self.euid
+            || st.st_mode & 0o022 != 0
+            || st.st_nlink != 1
+        {
+            return None;
+        }
+        let mut s = String::new();
+        File::from(fd).take(80 << 20).read_to_string(&mut s).ok()?;
+        Some(s)
+    }
+
+    /// Write the verification record of `rel` (a new file renamed over the old one, mode
+    /// 0600; not made durable: a lost record only costs a read from the device later).
+    pub fn write_record(&self, rel: &[u8], text: &str) -> Result<(), String> {
+        use std::io::Write;
+        let dir = self.verified_dir(true).ok_or_else(|| {
+            format!(
+                "{}/{VERIFIED_DIR} is not a directory of this user's that only it can write",
+                self.path.display()
+            )
+        })?;
+        let key = partial_key(rel);
+        let tmp = format!("{key}.new");
+        let _ = rfs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+        let fd = rfs::openat(
+            &dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(errno_text)?;
+        File::from(fd)
+            .write_all(text.as_bytes())
+            .map_err(|e| e.to_string())?;
+        rfs::renameat(&dir, tmp.as_str(), &dir, key.as_str()).map_err(errno_text)
     }
 
     /// Remove the partial directory if nothing is left in it.

@@ -977,6 +977,13 @@ fn entry(
             // Already here, and verified from the device: skip it. A regular file of other
             // contents under the name offers its blocks (read from the device) to a delta.
             let mut old = None;
+            let record = sess
+                .o
+                .has(proto::OPT_QUICK)
+                .then(|| root.read_record(&h.path))
+                .flatten()
+                .and_then(|t| Record::parse(&t, &h.path))
+                .filter(|r| r.young(sess.o.quick_secs) && r.block == u64::from(h.block_size));
             if let Some(st) = root.stat(&parent, name) {
                 let regular = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile;
@@ -986,7 +993,23 @@ fn entry(
                     && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
                     && owned_as(&st, mode, &attrs);
                 let delta = regular && !sess.o.has(proto::OPT_WHOLE_FILE) && st.st_size > 0;
-                if as_sent || delta {
+                // --quick: a record of this very file (same inode, size and times, ctime
+                // included) written within the age given stands in for reading it.
+                let known = record.as_ref().filter(|r| regular && r.same_file(&st));
+                if let Some(r) = known {
+                    if as_sent && r.hash == h.hash {
+                        root.remove_partial(&h.path);
+                        sess.note_landed(&h.path);
+                        summary.lock().expect("lock").trusted += 1;
+                        return Ok(Entry::Reply(Reply::Trusted(r.at)));
+                    }
+                    if let (true, Some(hashes), Some(f)) =
+                        (delta, &r.blocks, root.open_file(&parent, name))
+                    {
+                        old = Some((Arc::new(f), st.st_size as u64, hashes.clone()));
+                    }
+                }
+                if (as_sent || delta) && old.is_none() {
                     if let Some(f) = root.open_file(&parent, name) {
                         let size = st.st_size as u64;
                         if let Ok(hashes) = device_blocks(&f, size, u64::from(h.block_size)) {
@@ -994,6 +1017,10 @@ fn entry(
                                 // A partial or progress left beside it is stale: a run killed
                                 // after landing the file and before removing its progress.
                                 root.remove_partial(&h.path);
+                                if sess.o.has(proto::OPT_QUICK) {
+                                    let r = Record::of(&st, u64::from(h.block_size), h.hash, &hashes);
+                                    let _ = root.write_record(&h.path, &r.text(&h.path));
+                                }
                                 sess.note_landed(&h.path);
                                 summary.lock().expect("lock").skipped += 1;
                                 return Ok(Entry::Reply(Reply::Skipped));
@@ -1183,6 +1210,142 @@ fn dry_entry(
         s.would += 1;
         Ok(Entry::Reply(Reply::Would))
     }
+}
+
+/// A verification record (`--quick`; FORMAT.md §5 "Verification records"): a file as it was
+/// when this receiver last proved it from the device.
+struct Record {
+    /// Seconds since the epoch when it was written.
+    at: i64,
+    size: u64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+    dev: u64,
+    ino: u64,
+    block: u64,
+    hash: [u8; 32],
+    /// Every block's hash (kept for files of at most RECORD_BLOCKS blocks).
+    blocks: Option<Vec<[u8; 32]>>,
+}
+
+/// Records keep block hashes for files of at most this many blocks (4 MiB of text).
+const RECORD_BLOCKS: usize = 65536;
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Record {
+    fn of(st: &rustix::fs::Stat, block: u64, hash: [u8; 32], hashes: &[[u8; 32]]) -> Record {
+        Record {
+            at: now_secs(),
+            size: st.st_size as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+            dev: st.st_dev,
+            ino: st.st_ino,
+            block,
+            hash,
+            blocks: (hashes.len() <= RECORD_BLOCKS).then(|| hashes.to_vec()),
+        }
+    }
+
+    fn text(&self, rel: &[u8]) -> String {
+        let blocks = match &self.blocks {
+            Some(b) => b.iter().map(|h| hex(h)).collect::<String>(),
+            None => "-".into(),
+        };
+        format!(
+            "stripeguard-verified 1\npath {}\nat {}\nsize {}\nmtime {} {}\nctime {} {}\ndev {}\nino {}\nblock {}\nhash {}\nblocks {blocks}\n",
+            hex(blake3::hash(rel).as_bytes()),
+            self.at,
+            self.size,
+            self.mtime.0,
+            self.mtime.1,
+            self.ctime.0,
+            self.ctime.1,
+            self.dev,
+            self.ino,
+            self.block,
+            hex(&self.hash),
+        )
+    }
+
+    fn parse(text: &str, rel: &[u8]) -> Option<Record> {
+        let mut l = text.lines();
+        if l.next()? != "stripeguard-verified 1" {
+            return None;
+        }
+        let mut field = |name: &str| l.next()?.strip_prefix(name)?.strip_prefix(' ').map(str::to_string);
+        if field("path")? != hex(blake3::hash(rel).as_bytes()) {
+            return None;
+        }
+        let at = field("at")?.parse().ok()?;
+        let size = field("size")?.parse().ok()?;
+        let pair = |s: String| -> Option<(i64, u64)> {
+            let (a, b) = s.split_once(' ')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        };
+        let mtime = pair(field("mtime")?)?;
+        let ctime = pair(field("ctime")?)?;
+        let dev = field("dev")?.parse().ok()?;
+        let ino = field("ino")?.parse().ok()?;
+        let block = field("block")?.parse().ok()?;
+        let hash = unhex32(&field("hash")?)?;
+        let b = field("blocks")?;
+        let blocks = if b == "-" {
+            None
+        } else {
+            if b.len() % 64 != 0 {
+                return None;
+            }
+            Some(
+                (0..b.len() / 64)
+                    .map(|i| unhex32(&b[i * 64..i * 64 + 64]))
+                    .collect::<Option<Vec<_>>>()?,
+            )
+        };
+        Some(Record {
+            at,
+            size,
+            mtime,
+            ctime,
+            dev,
+            ino,
+            block,
+            hash,
+            blocks,
+        })
+    }
+
+    /// Written within the last `secs` seconds (and not in the future).
+    fn young(&self, secs: u64) -> bool {
+        let now = now_secs();
+        self.at <= now.saturating_add(60) && now.saturating_sub(self.at) <= i64::try_from(secs).unwrap_or(i64::MAX)
+    }
+
+    /// The file under the name is still the one recorded: same inode, size, and times (a
+    /// write or a change of attributes moves ctime, which no user can set back).
+    fn same_file(&self, st: &rustix::fs::Stat) -> bool {
+        self.size == st.st_size as u64
+            && self.mtime == (st.st_mtime, st.st_mtime_nsec)
+            && self.ctime == (st.st_ctime, st.st_ctime_nsec)
+            && self.dev == st.st_dev
+            && self.ino == st.st_ino
+    }
+}
+
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[i * 2..i * 2 + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 /// The BLAKE3 hash of every block of a file, read from the device.
@@ -1433,6 +1596,7 @@ impl Verifier {
         }
         // 4. Files whose every block verified go under their names.
         let mut landed = Vec::new();
+        let mut records = Vec::new();
         for id in &ids {
             let f = &self.files[id];
             let all = f.verified.iter().all(|&v| v);
@@ -1467,6 +1631,9 @@ impl Verifier {
                     Ok(()) => {
                         self.root.remove_progress(&f.rel);
                         self.sess.note_landed(&f.rel);
+                        if self.sess.o.has(proto::OPT_QUICK) {
+                            records.push((f.rel.clone(), Arc::clone(&f.parent), f.name.clone(), f.bs, f.hash, std::mem::take(&mut f.hashes)));
+                        }
                         if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &f.parent)) {
                             self.dirty.push(Arc::clone(&f.parent));
                         }
@@ -1518,6 +1685,13 @@ impl Verifier {
             self.dirty.clear();
             for id in landed {
                 done.push((id, proto::DONE_LANDED, String::new()));
+            }
+            // --quick: what landed, as it is on the device now, for a later run to trust.
+            for (rel, parent, name, bs, hash, hashes) in records {
+                if let Some(st) = self.root.stat(&parent, &name) {
+                    let r = Record::of(&st, bs, hash, &hashes);
+                    let _ = self.root.write_record(&rel, &r.text(&rel));
+                }
             }
         }
         let landed_n = done.iter().filter(|d| d.1 == proto::DONE_LANDED).count() as u64;
