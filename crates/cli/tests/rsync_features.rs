@@ -510,7 +510,7 @@ fn a_changed_file_sends_only_the_blocks_that_differ() {
         rsync(&["-a"], &from, &r);
         write(&src.join("image.bin"), &changed_once(&data));
         let out = Command::new("rsync")
-            .args(["-a", "--no-whole-file", "--stats"])
+            .args(["-a", "-I", "--no-whole-file", "--stats"])
             .arg(&from)
             .arg(&r)
             .output()

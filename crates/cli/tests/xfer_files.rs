@@ -506,6 +506,12 @@ fn hello() -> Vec<u8> {
     stripeguard_xfer::proto::hello_bytes(0).to_vec()
 }
 
+/// A sender's hello and its OPTIONS frame (asking nothing), as every session opens.
+fn opening() -> Vec<u8> {
+    let o = stripeguard_xfer::proto::Options::default().encode();
+    [hello(), frame(stripeguard_xfer::proto::T_OPTIONS, &o)].concat()
+}
+
 /// S6, B15: a FILE frame claiming 2^40 bytes in 4 KiB blocks, or a block size of 1, is refused
 /// (that entry alone) before anything is allocated or created; DONE with a file still open
 /// counts it failed. Before: an 8 GiB allocation aborted the receiver (exit 134) and left a
@@ -515,7 +521,7 @@ fn hostile_sizes_are_refused_before_allocation_and_an_early_done_counts() {
     let d = scratch();
     let dst = d.path().join("dst");
     let stream = [
-        hello(),
+        opening(),
         frame(1, &header(1, "huge", 1 << 40, 4096)),
         frame(1, &header(2, "tiny-blocks", 100, 1)),
         frame(1, &header(3, "open", 8192, 4096)),
@@ -561,8 +567,8 @@ fn hostile_sizes_are_refused_before_allocation_and_an_early_done_counts() {
     assert!(total <= 8192, "{total} bytes of partials");
 }
 
-/// A receiver written in a few lines of Python: its hello, then (once the sender's first frame
-/// has begun) `frames`.
+/// A receiver written in a few lines of Python: its hello, then (once the sender's OPTIONS
+/// frame is in and its first FILE frame has begun) `frames`.
 fn fake_receiver(d: &Path, frames: &[u8]) -> String {
     let blob = d.join("frames.bin");
     std::fs::write(&blob, [hello(), frames.to_vec()].concat()).unwrap();
@@ -570,7 +576,7 @@ fn fake_receiver(d: &Path, frames: &[u8]) -> String {
     std::fs::write(
         &py,
         format!(
-            "import sys,os,time\nsys.stdin.buffer.read(10)\nsys.stdout.buffer.write(open('{0}','rb').read(10))\nsys.stdout.flush()\nsys.stdin.buffer.read(5)\nsys.stdout.buffer.write(open('{0}','rb').read()[10:])\nsys.stdout.flush()\ntime.sleep(2)\n",
+            "import sys,os,time\nsys.stdin.buffer.read(10)\nsys.stdout.buffer.write(open('{0}','rb').read(10))\nsys.stdout.flush()\nsys.stdin.buffer.read(19)\nsys.stdin.buffer.read(5)\nsys.stdout.buffer.write(open('{0}','rb').read()[10:])\nsys.stdout.flush()\ntime.sleep(2)\n",
             blob.display()
         ),
     )
@@ -806,7 +812,7 @@ fn a_resumed_partial_cannot_be_poisoned_by_an_earlier_sender() {
     dir_frame.id = 2;
     let dst = d.path().join("dst");
     let stream = [
-        hello(),
+        opening(),
         frame(1, &dir_frame.encode()),
         frame(1, &header),
         block(&hashes[0], &a),
