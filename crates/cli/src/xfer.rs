@@ -157,7 +157,13 @@ fn parse_age(s: &str) -> Result<u64, String> {
 /// the first that matches decides), across --include, --exclude, --filter and the -from files.
 pub fn filters_in_order(m: &clap::ArgMatches) -> Result<stripeguard_xfer::filter::Filters> {
     let mut all: Vec<(usize, &str, String)> = Vec::new();
-    for id in ["include", "exclude", "filter", "include_from", "exclude_from"] {
+    for id in [
+        "include",
+        "exclude",
+        "filter",
+        "include_from",
+        "exclude_from",
+    ] {
         let (Some(ix), Some(vals)) = (m.indices_of(id), m.get_raw(id)) else {
             continue;
         };
@@ -239,7 +245,12 @@ fn parse_module(s: &str) -> Result<(String, PathBuf), String> {
     let (n, d) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: give NAME=DIR"))?;
-    if n.is_empty() || n.len() > 255 || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+    if n.is_empty()
+        || n.len() > 255
+        || !n
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
         return Err(format!(
             "module name {n:?}: letters, digits, '-', '_' and '.' only"
         ));

@@ -178,7 +178,11 @@ fn hard_links_land_as_links_as_rsync_h_does() {
     send(&[], &from, &plain, "");
     let m1 = std::fs::metadata(plain.join("a.txt")).unwrap();
     let m2 = std::fs::metadata(plain.join("dir/a-again")).unwrap();
-    assert_ne!(m1.ino(), m2.ino(), "without -H the links are separate files");
+    assert_ne!(
+        m1.ino(),
+        m2.ino(),
+        "without -H the links are separate files"
+    );
 }
 
 #[test]
@@ -224,7 +228,10 @@ fn delete_removes_what_the_source_lacks_only_with_the_receivers_consent() {
         "--allow-delete",
     );
     assert_eq!(s["deleted"].as_array().unwrap().len(), 3, "{s}");
-    assert!(ours.join("dir/keep.log").exists(), "an excluded name is protected");
+    assert!(
+        ours.join("dir/keep.log").exists(),
+        "an excluded name is protected"
+    );
     assert!(!ours.join("stale.txt").exists());
     if rsync(&["-a", "--delete", "--exclude", "*.log"], &from, &theirs) {
         assert_same(&theirs, &ours);
@@ -247,7 +254,8 @@ fn delete_removes_what_the_source_lacks_only_with_the_receivers_consent() {
     } else {
         let locked = src.join("locked");
         std::fs::create_dir(&locked).unwrap();
-        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0)).unwrap();
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+            .unwrap();
         let out = send_raw(&["--delete"], &from, &ours, "--allow-delete");
         std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
@@ -267,9 +275,23 @@ fn filters_select_the_same_files_as_rsync() {
         &["--exclude", "cache"],
         &["--include", "*/", "--include", "*.txt", "--exclude", "*"],
         &["--exclude", "dir/sub"],
-        &["--filter", "- *.tmp", "--filter", "+ dir/", "--exclude", "with space"],
+        &[
+            "--filter",
+            "- *.tmp",
+            "--filter",
+            "+ dir/",
+            "--exclude",
+            "with space",
+        ],
         &["--exclude", "**/e.*"],
-        &["--include", "dir/***", "--exclude", "*", "--include", "a.txt"],
+        &[
+            "--include",
+            "dir/***",
+            "--exclude",
+            "*",
+            "--include",
+            "a.txt",
+        ],
     ];
     for (i, f) in cases.iter().enumerate() {
         for from in [src.display().to_string(), format!("{}/", src.display())] {
@@ -286,7 +308,12 @@ fn filters_select_the_same_files_as_rsync() {
         }
     }
     // A bad rule is a usage error naming it.
-    let out = send_raw(&["--filter", "x y"], &src.display().to_string(), &d.path().join("bad"), "");
+    let out = send_raw(
+        &["--filter", "x y"],
+        &src.display().to_string(),
+        &d.path().join("bad"),
+        "",
+    );
     assert!(!out.status.success());
     assert!(err_of(&out).contains("--filter"), "{}", err_of(&out));
 }
@@ -375,7 +402,10 @@ fn specials_and_devices_land_as_rsync_d_makes_them() {
     assert!(nodev.join("pipe").exists());
     if root {
         assert!(!out.status.success());
-        assert!(!nodev.join("null").exists(), "a device node made without --devices");
+        assert!(
+            !nodev.join("null").exists(),
+            "a device node made without --devices"
+        );
     }
     let (ours, theirs) = (d.path().join("ours"), d.path().join("rsync"));
     let s = send(&["-D"], &from, &ours, "--devices");
@@ -403,7 +433,10 @@ fn compression_sends_fewer_bytes_and_lands_the_same_tree() {
     let a = send(&[], &from, &plain, "");
     let b = send(&["-z"], &from, &packed, "");
     assert_same(&src, &packed);
-    let (wa, wb) = (a["wire_bytes"].as_u64().unwrap(), b["wire_bytes"].as_u64().unwrap());
+    let (wa, wb) = (
+        a["wire_bytes"].as_u64().unwrap(),
+        b["wire_bytes"].as_u64().unwrap(),
+    );
     eprintln!("wire bytes: {wa} plain, {wb} with -z");
     assert!(wb * 4 < wa, "-z sent {wb} bytes, plain {wa}");
 }
@@ -428,7 +461,12 @@ fn owners_map_by_name_unless_numeric_ids() {
     for dst in [&ours, &numeric] {
         let f = std::fs::metadata(dst.join("f")).unwrap();
         let g = std::fs::metadata(dst.join("g")).unwrap();
-        assert_eq!((f.uid(), g.uid(), g.gid()), (65534, 4242, 4242), "{}", dst.display());
+        assert_eq!(
+            (f.uid(), g.uid(), g.gid()),
+            (65534, 4242, 4242),
+            "{}",
+            dst.display()
+        );
     }
     let theirs = d.path().join("rsync");
     if rsync(&["-a"], &from, &theirs) {
@@ -441,7 +479,10 @@ fn owners_map_by_name_unless_numeric_ids() {
         eprintln!("no unshare: the mapping to another host's ids is not checked");
         return;
     }
-    write(&d.path().join("passwd"), b"root:x:0:0::/root:/bin/sh\nnobody:x:5555:5555::/:/bin/false\n");
+    write(
+        &d.path().join("passwd"),
+        b"root:x:0:0::/root:/bin/sh\nnobody:x:5555:5555::/:/bin/false\n",
+    );
     write(&d.path().join("group"), b"root:x:0:\nnogroup:x:5555:\n");
     let other_host = |dst: &Path| {
         format!(
@@ -487,7 +528,11 @@ fn a_changed_file_sends_only_the_blocks_that_differ() {
     write(&src.join("image.bin"), &changed);
     let s = send(&[], &from, &dst, "");
     assert_same(&src, &dst);
-    assert_eq!((s["blocks_sent"].clone(), s["blocks_copied"].clone()), (1.into(), 31.into()), "{s}");
+    assert_eq!(
+        (s["blocks_sent"].clone(), s["blocks_copied"].clone()),
+        (1.into(), 31.into()),
+        "{s}"
+    );
     let ours = s["bytes_sent"].as_u64().unwrap();
     // --whole-file (the negative control) sends it all.
     changed[7_000_000] ^= 1;
@@ -535,7 +580,10 @@ fn quick_reruns_trust_the_receivers_records_and_only_its_own() {
     let d = scratch();
     let src = d.path().join("src");
     for i in 0..200 {
-        write(&src.join(format!("f/{i:03}")), format!("file {i}\n").as_bytes());
+        write(
+            &src.join(format!("f/{i:03}")),
+            format!("file {i}\n").as_bytes(),
+        );
     }
     let from = format!("{}/", src.display());
     let dst = d.path().join("dst");
@@ -543,10 +591,18 @@ fn quick_reruns_trust_the_receivers_records_and_only_its_own() {
     assert_eq!(first["files"], 200, "{first}");
     assert!(dst.join(".stripeguard-verified").is_dir());
     let q = send(&["--quick", "1h"], &from, &dst, "");
-    assert_eq!((q["trusted"].clone(), q["skipped"].clone()), (200.into(), 0.into()), "{q}");
+    assert_eq!(
+        (q["trusted"].clone(), q["skipped"].clone()),
+        (200.into(), 0.into()),
+        "{q}"
+    );
     // The default still proves every file from the device.
     let p = send(&[], &from, &dst, "");
-    assert_eq!((p["trusted"].clone(), p["skipped"].clone()), (0.into(), 200.into()), "{p}");
+    assert_eq!(
+        (p["trusted"].clone(), p["skipped"].clone()),
+        (0.into(), 200.into()),
+        "{p}"
+    );
     // A file changed on the receiver behind the record's back (same size, mtime put back):
     // its ctime moved, so it is read, found different, and sent again.
     let victim = dst.join("f/007");
@@ -568,7 +624,11 @@ fn quick_reruns_trust_the_receivers_records_and_only_its_own() {
     std::fs::set_permissions(&rec, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     let q = send(&["--quick", "1h"], &from, &dst, "");
     assert_eq!(
-        (q["trusted"].clone(), q["skipped"].clone(), q["files"].clone()),
+        (
+            q["trusted"].clone(),
+            q["skipped"].clone(),
+            q["files"].clone()
+        ),
         (198.into(), 1.into(), 1.into()),
         "{q}"
     );
@@ -617,7 +677,11 @@ fn a_daemon_serves_modules_until_stopped() {
     assert_same(&src, &m2.join("src"));
     let unknown = send_to(Some("music"));
     assert!(!unknown.status.success());
-    assert!(err_of(&unknown).contains("photos, backups"), "{}", err_of(&unknown));
+    assert!(
+        err_of(&unknown).contains("photos, backups"),
+        "{}",
+        err_of(&unknown)
+    );
     let none = send_to(None);
     assert!(err_of(&none).contains("--module"), "{}", err_of(&none));
     // Still serving after refusals; stopped by SIGTERM, its socket gone.
@@ -629,6 +693,11 @@ fn a_daemon_serves_modules_until_stopped() {
     assert!(!sock.exists());
     let mut err = String::new();
     use std::io::Read;
-    daemon.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    daemon
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert_eq!(err.matches("session from").count(), 4, "{err}");
 }

@@ -408,9 +408,14 @@ impl Root {
         self.made();
         let tmp = format!("{}.hlink", partial_key(rel));
         let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
-        rfs::linkat(tparent, tname, &self.partial, tmp.as_str(), AtFlags::empty()).map_err(
-            |e| format!("cannot link {}: {}", self.shown(rel), errno_text(e)),
-        )?;
+        rfs::linkat(
+            tparent,
+            tname,
+            &self.partial,
+            tmp.as_str(),
+            AtFlags::empty(),
+        )
+        .map_err(|e| format!("cannot link {}: {}", self.shown(rel), errno_text(e)))?;
         let r = self.land(&tmp, parent, name, rel);
         // (A rename onto another link of the same file does nothing and leaves the source.)
         let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());

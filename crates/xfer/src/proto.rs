@@ -798,8 +798,16 @@ pub fn decode_listing(b: &[u8]) -> Result<Listing, ProtoError> {
     for _ in 0..n {
         let k = c.u8()?;
         let name = c.bytes16(MAX_NAME)?.to_vec();
-        if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-            return Err(malformed("LISTING frame", "a name that is not one component"));
+        if name.is_empty()
+            || name.contains(&b'/')
+            || name.contains(&0)
+            || name == b"."
+            || name == b".."
+        {
+            return Err(malformed(
+                "LISTING frame",
+                "a name that is not one component",
+            ));
         }
         names.push((k, name));
     }

@@ -637,7 +637,15 @@ fn session(
             }
             proto::T_BLOCK => {
                 let b = proto::decode_block(&payload)?;
-                write_block(open, summary, tx, b.id, b.index, b.hash, Data::Bytes(b.data))?;
+                write_block(
+                    open,
+                    summary,
+                    tx,
+                    b.id,
+                    b.index,
+                    b.hash,
+                    Data::Bytes(b.data),
+                )?;
             }
             proto::T_ZBLOCK => {
                 if !sess.o.has(proto::OPT_COMPRESS) {
@@ -859,7 +867,12 @@ fn list_dir(root: &Root, out: &Out, id: u32, rel: &[u8]) -> Result<(), ProtoErro
                 } else {
                     proto::LISTING_MORE
                 };
-                send_frame(out, proto::T_LISTING, &proto::encode_listing(id, st, c), false)?;
+                send_frame(
+                    out,
+                    proto::T_LISTING,
+                    &proto::encode_listing(id, st, c),
+                    false,
+                )?;
             }
             Ok(())
         }
@@ -895,7 +908,10 @@ fn entry(
 ) -> Result<Entry, String> {
     let parts = proto::check_relative(&h.path)?;
     if beneath::is_own(parts[0]) {
-        return Err(format!("{} is the receiver's own directory", show_own(parts[0])));
+        return Err(format!(
+            "{} is the receiver's own directory",
+            show_own(parts[0])
+        ));
     }
     let name = parts[parts.len() - 1];
     let (attrs, refused) = opts.policy.filter(&h.attrs, h.mode);
@@ -940,9 +956,7 @@ fn entry(
         }
         proto::KIND_HARDLINK => {
             let (tparent, tname) = link_target(root, sess, h)?;
-            let same = |a: Option<rustix::fs::Stat>, b: Option<rustix::fs::Stat>| {
-                matches!((a, b), (Some(a), Some(b)) if a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-            };
+            let same = |a: Option<rustix::fs::Stat>, b: Option<rustix::fs::Stat>| matches!((a, b), (Some(a), Some(b)) if a.st_ino == b.st_ino && a.st_dev == b.st_dev);
             if same(root.stat(&tparent, &tname), root.stat(&parent, name)) {
                 summary.lock().expect("lock").skipped += 1;
                 return Ok(Entry::Reply(Reply::Skipped));
@@ -1018,7 +1032,8 @@ fn entry(
                                 // after landing the file and before removing its progress.
                                 root.remove_partial(&h.path);
                                 if sess.o.has(proto::OPT_QUICK) {
-                                    let r = Record::of(&st, u64::from(h.block_size), h.hash, &hashes);
+                                    let r =
+                                        Record::of(&st, u64::from(h.block_size), h.hash, &hashes);
                                     let _ = root.write_record(&h.path, &r.text(&h.path));
                                 }
                                 sess.note_landed(&h.path);
@@ -1129,7 +1144,11 @@ fn owned_as(st: &rustix::fs::Stat, mode: u32, attrs: &Attrs) -> bool {
 
 /// A hard link's target: an entry of this session that landed (or was there), opened
 /// beneath DIR.
-fn link_target(root: &Root, sess: &Session, h: &FileHeader) -> Result<(Arc<OwnedFd>, Vec<u8>), String> {
+fn link_target(
+    root: &Root,
+    sess: &Session,
+    h: &FileHeader,
+) -> Result<(Arc<OwnedFd>, Vec<u8>), String> {
     let tparts = proto::check_relative(&h.target)?;
     if !sess.landed.lock().expect("lock").contains(&h.target) {
         return Err(format!(
@@ -1180,7 +1199,12 @@ fn dry_entry(
             }
             let tparts = proto::check_relative(&h.target)?;
             let t = root.parent_existing(&tparts).and_then(|p| {
-                rustix::fs::statat(&p, tparts[tparts.len() - 1], rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()
+                rustix::fs::statat(
+                    &p,
+                    tparts[tparts.len() - 1],
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .ok()
             });
             matches!((t, st.as_ref()), (Some(t), Some(s)) if t.st_ino == s.st_ino && t.st_dev == s.st_dev)
         }
@@ -1278,7 +1302,12 @@ impl Record {
         if l.next()? != "stripeguard-verified 1" {
             return None;
         }
-        let mut field = |name: &str| l.next()?.strip_prefix(name)?.strip_prefix(' ').map(str::to_string);
+        let mut field = |name: &str| {
+            l.next()?
+                .strip_prefix(name)?
+                .strip_prefix(' ')
+                .map(str::to_string)
+        };
         if field("path")? != hex(blake3::hash(rel).as_bytes()) {
             return None;
         }
@@ -1323,7 +1352,8 @@ impl Record {
     /// Written within the last `secs` seconds (and not in the future).
     fn young(&self, secs: u64) -> bool {
         let now = now_secs();
-        self.at <= now.saturating_add(60) && now.saturating_sub(self.at) <= i64::try_from(secs).unwrap_or(i64::MAX)
+        self.at <= now.saturating_add(60)
+            && now.saturating_sub(self.at) <= i64::try_from(secs).unwrap_or(i64::MAX)
     }
 
     /// The file under the name is still the one recorded: same inode, size, and times (a
@@ -1632,7 +1662,14 @@ impl Verifier {
                         self.root.remove_progress(&f.rel);
                         self.sess.note_landed(&f.rel);
                         if self.sess.o.has(proto::OPT_QUICK) {
-                            records.push((f.rel.clone(), Arc::clone(&f.parent), f.name.clone(), f.bs, f.hash, std::mem::take(&mut f.hashes)));
+                            records.push((
+                                f.rel.clone(),
+                                Arc::clone(&f.parent),
+                                f.name.clone(),
+                                f.bs,
+                                f.hash,
+                                std::mem::take(&mut f.hashes),
+                            ));
                         }
                         if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &f.parent)) {
                             self.dirty.push(Arc::clone(&f.parent));

@@ -479,7 +479,10 @@ pub fn send(
                 if credit_rx.recv().is_err() {
                     return;
                 }
-                if tx.send(Ev::Prepared(prepare(&opts, e, &mut names))).is_err() {
+                if tx
+                    .send(Ev::Prepared(prepare(&opts, e, &mut names)))
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -651,16 +654,17 @@ impl Sender<'_> {
                         Some(true) => {}
                         Some(false) => {
                             let _ = self.credits.try_send(());
-                            let why = format!(
-                                "its link target {} did not land",
-                                proto::show(&h.target)
-                            );
+                            let why =
+                                format!("its link target {} did not land", proto::show(&h.target));
                             self.fail(&f.remote, why);
                             continue;
                         }
                         None => {
                             let _ = self.credits.try_send(());
-                            self.parked.entry(h.target.clone()).or_default().push((f, h));
+                            self.parked
+                                .entry(h.target.clone())
+                                .or_default()
+                                .push((f, h));
                             continue;
                         }
                     }
@@ -793,14 +797,20 @@ impl Sender<'_> {
             self.summary.delete_skipped = Some(format!(
                 "not deleting anything: {} entr{} failed",
                 self.summary.failed.len(),
-                if self.summary.failed.len() == 1 { "y" } else { "ies" }
+                if self.summary.failed.len() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                }
             ));
             return Ok(());
         }
         let listed = std::mem::take(&mut self.listed);
         for (i, (dir, _)) in listed.iter().enumerate() {
-            let id = u32::try_from(i).map_err(|_| ProtoError::Local("too many directories to --delete in".into()))?;
-            proto::write_frame(self.out, proto::T_LIST, &proto::encode_list(id, dir)).map_err(io)?;
+            let id = u32::try_from(i)
+                .map_err(|_| ProtoError::Local("too many directories to --delete in".into()))?;
+            proto::write_frame(self.out, proto::T_LIST, &proto::encode_list(id, dir))
+                .map_err(io)?;
         }
         self.out.flush().map_err(io)?;
         let mut extra: Vec<(Vec<u8>, bool)> = Vec::new();
@@ -820,7 +830,11 @@ impl Sender<'_> {
             };
             for (kind, name) in names {
                 if !have.contains(&name) {
-                    let rel = if dir.is_empty() { name } else { join(dir, &name) };
+                    let rel = if dir.is_empty() {
+                        name
+                    } else {
+                        join(dir, &name)
+                    };
                     if !self.opts.filters.excluded(&rel, kind == 1) {
                         extra.push((rel, kind == 1));
                     }
@@ -836,8 +850,10 @@ impl Sender<'_> {
             return Ok(());
         }
         for (i, (rel, _)) in extra.iter().enumerate() {
-            let id = u32::try_from(i).map_err(|_| ProtoError::Local("too many entries to delete".into()))?;
-            proto::write_frame(self.out, proto::T_DELETE, &proto::encode_list(id, rel)).map_err(io)?;
+            let id = u32::try_from(i)
+                .map_err(|_| ProtoError::Local("too many entries to delete".into()))?;
+            proto::write_frame(self.out, proto::T_DELETE, &proto::encode_list(id, rel))
+                .map_err(io)?;
         }
         self.out.flush().map_err(io)?;
         for _ in 0..extra.len() {
@@ -1441,10 +1457,8 @@ impl Prep<'_> {
                 }
                 Ok((mut a, _)) => {
                     if let (Some((u, g)), false) = (a.owner, self.opts.numeric_ids) {
-                        a.names = Some((
-                            name_of(self.names, false, u),
-                            name_of(self.names, true, g),
-                        ));
+                        a.names =
+                            Some((name_of(self.names, false, u), name_of(self.names, true, g)));
                     }
                     h.attrs = a;
                 }

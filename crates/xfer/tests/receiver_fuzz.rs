@@ -39,25 +39,27 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
         "[a-z./]{0,12}".prop_map(String::into_bytes),
     ];
     prop_oneof![
-        (path.clone(), 0u8..9, 0u64..20_000, 0u32..70_000, 0u32..3).prop_map(|(p, kind, size, bs, id)| {
-            frame(
-                proto::T_FILE,
-                &FileHeader {
-                    id,
-                    attrs: Default::default(),
-                    path: p,
-                    kind,
-                    size,
-                    mode: 0o644,
-                    mtime_s: 0,
-                    mtime_ns: 0,
-                    target: b"t".to_vec(),
-                    block_size: bs,
-                    hash: [0; 32],
-                }
-                .encode(),
-            )
-        }),
+        (path.clone(), 0u8..9, 0u64..20_000, 0u32..70_000, 0u32..3).prop_map(
+            |(p, kind, size, bs, id)| {
+                frame(
+                    proto::T_FILE,
+                    &FileHeader {
+                        id,
+                        attrs: Default::default(),
+                        path: p,
+                        kind,
+                        size,
+                        mode: 0o644,
+                        mtime_s: 0,
+                        mtime_ns: 0,
+                        target: b"t".to_vec(),
+                        block_size: bs,
+                        hash: [0; 32],
+                    }
+                    .encode(),
+                )
+            }
+        ),
         (
             0u32..3,
             0u64..8,
@@ -79,7 +81,8 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
             p.extend_from_slice(&z);
             frame(proto::T_ZBLOCK, &p)
         }),
-        (0u32..3, path.clone()).prop_map(|(id, p)| frame(proto::T_LIST, &proto::encode_list(id, &p))),
+        (0u32..3, path.clone())
+            .prop_map(|(id, p)| frame(proto::T_LIST, &proto::encode_list(id, &p))),
         (0u32..3, path).prop_map(|(id, p)| frame(proto::T_DELETE, &proto::encode_list(id, &p))),
         Just(frame(proto::T_DONE, &[])),
         (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(k, p)| frame(k, &p)),
