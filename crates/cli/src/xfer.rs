@@ -125,6 +125,19 @@ pub struct SendArgs {
     /// Include patterns from FILE, one per line.
     #[arg(long, value_name = "FILE")]
     include_from: Vec<PathBuf>,
+    /// rsync's habits that are always so here, accepted so that an rsync command line works:
+    /// `-a` (recursive, links, modes, times), `-r`, `-c` (every file already there is read and
+    /// compared, from the device), `--partial` and `-P` (partials always kept and resumed).
+    #[arg(short = 'a', long, hide_short_help = true)]
+    archive: bool,
+    #[arg(short = 'r', long, hide_short_help = true)]
+    recursive: bool,
+    #[arg(short = 'c', long, hide_short_help = true)]
+    checksum: bool,
+    #[arg(long, hide_short_help = true)]
+    partial: bool,
+    #[arg(short = 'P', hide_short_help = true)]
+    partial_progress: bool,
     /// The module of a receiver daemon (`recv --daemon --module NAME=DIR`).
     #[arg(long, value_name = "NAME")]
     module: Option<String>,
@@ -808,6 +821,8 @@ fn serve(l: Listener, target: Target, opts: &RecvOptions, a: &RecvArgs) -> Resul
 
 pub fn send_cmd(a: SendArgs, m: &clap::ArgMatches) -> Result<ExitCode> {
     let filters = filters_in_order(m)?;
+    // rsync's habits, always so here (see SendArgs): nothing to do for them.
+    let _always = (a.archive, a.recursive, a.checksum, a.partial, a.partial_progress);
     // Its pipes and socket end in errors, never in a silent SIGPIPE.
     crate::sigpipe::ignore();
     let opts = SendOptions {

@@ -349,11 +349,30 @@ impl Root {
             rdev,
         )
         .map_err(|e| format!("cannot make {}: {}", self.shown(rel), errno_text(e)))?;
+        let problems = self.settle(&tmp, rel, owner, Some(mode), mtime);
+        if let Err(e) = self.land(&tmp, parent, name, rel) {
+            let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
+        Ok(problems)
+    }
+
+    /// Owner, mode (not for a symlink) and times of `tmp`, an entry just made in the partial
+    /// directory (mode 0700, the receiver's own: nobody can swap the name for a symlink).
+    /// Returns what could not be applied.
+    fn settle(
+        &self,
+        tmp: &str,
+        rel: &[u8],
+        owner: Option<(u32, u32)>,
+        mode: Option<u32>,
+        mtime: (i64, u32),
+    ) -> Vec<String> {
         let mut problems = Vec::new();
         if let Some((u, g)) = owner {
             if let Err(e) = rfs::chownat(
                 &self.partial,
-                tmp.as_str(),
+                tmp,
                 Some(rfs::Uid::from_raw(u)),
                 Some(rfs::Gid::from_raw(g)),
                 AtFlags::SYMLINK_NOFOLLOW,
@@ -365,34 +384,26 @@ impl Root {
                 ));
             }
         }
-        // In the receiver's own directory (mode 0700): nobody can swap the name for a symlink.
-        if let Err(e) = rfs::chmodat(
-            &self.partial,
-            tmp.as_str(),
-            Mode::from_raw_mode(mode),
-            AtFlags::empty(),
-        ) {
-            problems.push(format!(
-                "{}: mode {mode:o}: {}",
-                self.shown(rel),
-                errno_text(e)
-            ));
+        if let Some(mode) = mode {
+            if let Err(e) = rfs::chmodat(&self.partial, tmp, Mode::from_raw_mode(mode), AtFlags::empty()) {
+                problems.push(format!(
+                    "{}: mode {mode:o}: {}",
+                    self.shown(rel),
+                    errno_text(e)
+                ));
+            }
         }
         let t = timespec(mtime);
         let _ = rfs::utimensat(
             &self.partial,
-            tmp.as_str(),
+            tmp,
             &rfs::Timestamps {
                 last_access: t,
                 last_modification: t,
             },
             AtFlags::SYMLINK_NOFOLLOW,
         );
-        if let Err(e) = self.land(&tmp, parent, name, rel) {
-            let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
-            return Err(e);
-        }
-        Ok(problems)
+        problems
     }
 
     /// A hard link at `name` in `parent` to the regular file `tname` in `tparent`: linked in
@@ -537,32 +548,7 @@ impl Root {
                 errno_text(e)
             )
         })?;
-        let mut problems = Vec::new();
-        if let Some((u, g)) = owner {
-            if let Err(e) = rfs::chownat(
-                &self.partial,
-                tmp.as_str(),
-                Some(rfs::Uid::from_raw(u)),
-                Some(rfs::Gid::from_raw(g)),
-                AtFlags::SYMLINK_NOFOLLOW,
-            ) {
-                problems.push(format!(
-                    "{}: owner {u}:{g}: {}",
-                    self.shown(rel),
-                    errno_text(e)
-                ));
-            }
-        }
-        let t = timespec(mtime);
-        let _ = rfs::utimensat(
-            &self.partial,
-            tmp.as_str(),
-            &rfs::Timestamps {
-                last_access: t,
-                last_modification: t,
-            },
-            AtFlags::SYMLINK_NOFOLLOW,
-        );
+        let problems = self.settle(&tmp, rel, owner, None, mtime);
         self.land(&tmp, parent, name, rel)?;
         Ok(problems)
     }

@@ -152,12 +152,10 @@ impl Filters {
     }
 
     /// Whether `rel` (a path relative to the transfer root, components separated by '/',
-    /// bytes, never starting with '/') is excluded. `is_dir`: the entry is a directory.
+    /// bytes) is excluded. `is_dir`: the entry is a directory. A leading '/' is taken as the
+    /// root itself (the path argument `/` is named so), never a reason to fail.
     pub fn excluded(&self, rel: &[u8], is_dir: bool) -> bool {
-        assert!(
-            rel.first() != Some(&b'/'),
-            "filter paths are relative to the transfer root"
-        );
+        let rel = rel.strip_prefix(b"/").unwrap_or(rel);
         self.rules
             .iter()
             .find(|r| r.matches(rel, is_dir))

@@ -87,6 +87,7 @@ pub const REPLY_REFUSED: u8 = 3;
 pub const REPLY_DELTA: u8 = 4;
 pub const REPLY_WOULD: u8 = 5;
 pub const REPLY_TRUSTED: u8 = 6;
+pub const REPLY_HASH_FIRST: u8 = 7;
 
 /// FILE_DONE statuses.
 pub const DONE_LANDED: u8 = 0;
@@ -534,6 +535,9 @@ pub enum Reply {
     /// Already there, trusted from the receiver's verification record written at this time
     /// (seconds since the epoch), not read from the device (`--quick`).
     Trusted(i64),
+    /// A `--quick` file sent unhashed (block size 0) that no record vouches for: send its
+    /// FILE frame again, hashed, under the same id.
+    HashFirst,
 }
 
 /// Most old-block hashes in a DELTA reply (they fill at most 16 MiB of the frame); a longer
@@ -582,28 +586,27 @@ impl Options {
     }
 }
 
+/// u32 count and `[first, end)` pairs, at most MAX_RANGES of them (a longer list is cut).
+fn put_ranges(v: &mut Vec<u8>, ranges: &[(u64, u64)]) {
+    let ranges = &ranges[..ranges.len().min(MAX_RANGES)];
+    let count = u32::try_from(ranges.len()).expect("at most MAX_RANGES (65536)");
+    v.extend_from_slice(&count.to_le_bytes());
+    for (a, b) in ranges {
+        v.extend_from_slice(&a.to_le_bytes());
+        v.extend_from_slice(&b.to_le_bytes());
+    }
+}
+
 pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
     let mut v = id.to_le_bytes().to_vec();
     match r {
         Reply::Send(ranges) => {
             v.push(REPLY_SEND);
-            let ranges = &ranges[..ranges.len().min(MAX_RANGES)];
-            let count = u32::try_from(ranges.len()).expect("at most MAX_RANGES (65536)");
-            v.extend_from_slice(&count.to_le_bytes());
-            for (a, b) in ranges {
-                v.extend_from_slice(&a.to_le_bytes());
-                v.extend_from_slice(&b.to_le_bytes());
-            }
+            put_ranges(&mut v, ranges);
         }
         Reply::Delta(ranges, old) => {
             v.push(REPLY_DELTA);
-            let ranges = &ranges[..ranges.len().min(MAX_RANGES)];
-            let count = u32::try_from(ranges.len()).expect("at most MAX_RANGES (65536)");
-            v.extend_from_slice(&count.to_le_bytes());
-            for (a, b) in ranges {
-                v.extend_from_slice(&a.to_le_bytes());
-                v.extend_from_slice(&b.to_le_bytes());
-            }
+            put_ranges(&mut v, ranges);
             let old = &old[..old.len().min(MAX_OLD_HASHES)];
             let count = u32::try_from(old.len()).expect("at most MAX_OLD_HASHES");
             v.extend_from_slice(&count.to_le_bytes());
@@ -612,6 +615,7 @@ pub fn encode_reply(id: u32, r: &Reply) -> Vec<u8> {
             }
         }
         Reply::Would => v.push(REPLY_WOULD),
+        Reply::HashFirst => v.push(REPLY_HASH_FIRST),
         Reply::Trusted(t) => {
             v.push(REPLY_TRUSTED);
             v.extend_from_slice(&t.to_le_bytes());
@@ -659,6 +663,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u32, Reply), ProtoError> {
             Reply::Delta(r, old)
         }
         REPLY_WOULD => Reply::Would,
+        REPLY_HASH_FIRST => Reply::HashFirst,
         REPLY_TRUSTED => Reply::Trusted(c.i64()?),
         REPLY_SKIPPED => Reply::Skipped,
         REPLY_MADE => Reply::Made,

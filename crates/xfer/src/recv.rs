@@ -228,6 +228,25 @@ struct Session {
     o: Options,
     /// Regular files that landed, were there or were trusted (a dry run: would be sent).
     landed: Mutex<HashSet<Vec<u8>>>,
+    /// `--quick`: the verification records read (per directory) and those to write.
+    records: Mutex<Records>,
+}
+
+/// Verification records by directory: one file per directory of DIR holds a line per file
+/// (one read per directory, not per file: a cold no-op re-run of 10,000 files was dominated by
+/// 10,000 record reads).
+#[derive(Default)]
+struct Records {
+    read: HashMap<Vec<u8>, HashMap<Vec<u8>, Record>>,
+    new: HashMap<Vec<u8>, Vec<(Vec<u8>, Record)>>,
+}
+
+/// A path's directory and name (the directory empty for DIR itself).
+fn split_rel(rel: &[u8]) -> (&[u8], &[u8]) {
+    match rel.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (&[], rel),
+    }
 }
 
 impl Session {
@@ -236,6 +255,49 @@ impl Session {
     }
     fn note_landed(&self, rel: &[u8]) {
         self.landed.lock().expect("lock").insert(rel.to_vec());
+    }
+
+    /// `--quick`: this receiver's record of `rel`, if one is young enough.
+    fn record(&self, root: &Root, rel: &[u8]) -> Option<Record> {
+        if !self.o.has(proto::OPT_QUICK) {
+            return None;
+        }
+        let (dir, name) = split_rel(rel);
+        let mut r = self.records.lock().expect("lock");
+        let per_dir = r
+            .read
+            .entry(dir.to_vec())
+            .or_insert_with(|| Record::parse_dir(root.read_record(dir).as_deref(), dir));
+        per_dir
+            .get(name)
+            .filter(|r| r.young(self.o.quick_secs))
+            .cloned()
+    }
+
+    /// `--quick`: a file proved from the device, to record at the session's end.
+    fn note_record(&self, rel: &[u8], rec: Record) {
+        if !self.o.has(proto::OPT_QUICK) {
+            return;
+        }
+        let (dir, name) = split_rel(rel);
+        self.records
+            .lock()
+            .expect("lock")
+            .new
+            .entry(dir.to_vec())
+            .or_default()
+            .push((name.to_vec(), rec));
+    }
+
+    /// Write the records noted (each directory's file read again and merged, so that a
+    /// concurrent session's records are kept unless it wrote the same directory at once).
+    fn write_records(&self, root: &Root) {
+        let new = std::mem::take(&mut self.records.lock().expect("lock").new);
+        for (dir, entries) in new {
+            let mut all = Record::parse_dir(root.read_record(&dir).as_deref(), &dir);
+            all.extend(entries);
+            let _ = root.write_record(&dir, &Record::dir_text(&dir, &all));
+        }
     }
 }
 
@@ -270,7 +332,8 @@ fn open_options(
     let module = String::from_utf8_lossy(&o.module).into_owned();
     let (root, dir) = match target {
         Target::Dir(root) if module.is_empty() => (root, opts.dir.clone()),
-        Target::Dir(_) => {
+        Target::Dir(root) => {
+            root.tidy();
             return Err(refuse(format!(
                 "this receiver has no modules (asked for {:?}): leave out --module",
                 proto::printable(&o.module)
@@ -455,6 +518,7 @@ pub fn receive_on(
     let sess = Arc::new(Session {
         o,
         landed: Mutex::default(),
+        records: Mutex::default(),
     });
     let out: Out = Arc::new(Mutex::new(output));
     let root = Arc::new(root);
@@ -547,6 +611,8 @@ pub fn receive_on(
             }
         }
     }
+    // Every file noted was reported landed or there, after its durability call.
+    sess.write_records(&root);
     root.tidy();
     result?;
     let s = summary.lock().expect("lock").clone();
@@ -979,6 +1045,7 @@ fn entry(
             s.specials += 1;
             Ok(Entry::Reply(Reply::Made))
         }
+        _ if h.block_size == 0 => quick_unhashed(root, sess, summary, h, &parent, name, mode, &attrs),
         _ => {
             h.check_blocks()?;
             let blocks = h.blocks();
@@ -992,12 +1059,8 @@ fn entry(
             // contents under the name offers its blocks (read from the device) to a delta.
             let mut old = None;
             let record = sess
-                .o
-                .has(proto::OPT_QUICK)
-                .then(|| root.read_record(&h.path))
-                .flatten()
-                .and_then(|t| Record::parse(&t, &h.path))
-                .filter(|r| r.young(sess.o.quick_secs) && r.block == u64::from(h.block_size));
+                .record(root, &h.path)
+                .filter(|r| r.block == u64::from(h.block_size));
             if let Some(st) = root.stat(&parent, name) {
                 let regular = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile;
@@ -1031,11 +1094,10 @@ fn entry(
                                 // A partial or progress left beside it is stale: a run killed
                                 // after landing the file and before removing its progress.
                                 root.remove_partial(&h.path);
-                                if sess.o.has(proto::OPT_QUICK) {
-                                    let r =
-                                        Record::of(&st, u64::from(h.block_size), h.hash, &hashes);
-                                    let _ = root.write_record(&h.path, &r.text(&h.path));
-                                }
+                                sess.note_record(
+                                    &h.path,
+                                    Record::of(&st, u64::from(h.block_size), h.hash, &hashes),
+                                );
                                 sess.note_landed(&h.path);
                                 summary.lock().expect("lock").skipped += 1;
                                 return Ok(Entry::Reply(Reply::Skipped));
@@ -1124,6 +1186,46 @@ fn entry(
             Ok(Entry::File(o, Box::new(v), old_hashes))
         }
     }
+}
+
+/// A `--quick` file sent unhashed (block size 0): trusted when this receiver's record vouches
+/// for the file under the name (young enough, same inode, size and times) and it is as sent
+/// (size, mtime, owner, mode); otherwise the sender is asked to hash it and offer it again.
+#[allow(clippy::too_many_arguments)]
+fn quick_unhashed(
+    root: &Root,
+    sess: &Session,
+    summary: &Mutex<RecvSummary>,
+    h: &FileHeader,
+    parent: &OwnedFd,
+    name: &[u8],
+    mode: u32,
+    attrs: &Attrs,
+) -> Result<Entry, String> {
+    if !sess.o.has(proto::OPT_QUICK) {
+        return Err("a file sent without its hash (only a --quick session may)".into());
+    }
+    let trusted = root.stat(parent, name).and_then(|st| {
+        let as_sent = rustix::fs::FileType::from_raw_mode(st.st_mode)
+            == rustix::fs::FileType::RegularFile
+            && st.st_size as u64 == h.size
+            && st.st_mtime == h.mtime_s
+            && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
+            && owned_as(&st, mode, attrs);
+        if !as_sent {
+            return None;
+        }
+        sess.record(root, &h.path).filter(|r| r.same_file(&st))
+    });
+    Ok(Entry::Reply(match trusted {
+        Some(r) => {
+            root.remove_partial(&h.path);
+            sess.note_landed(&h.path);
+            summary.lock().expect("lock").trusted += 1;
+            Reply::Trusted(r.at)
+        }
+        None => Reply::HashFirst,
+    }))
 }
 
 fn show_own(first: &[u8]) -> String {
@@ -1238,6 +1340,7 @@ fn dry_entry(
 
 /// A verification record (`--quick`; FORMAT.md §5 "Verification records"): a file as it was
 /// when this receiver last proved it from the device.
+#[derive(Clone)]
 struct Record {
     /// Seconds since the epoch when it was written.
     at: i64,
@@ -1252,8 +1355,8 @@ struct Record {
     blocks: Option<Vec<[u8; 32]>>,
 }
 
-/// Records keep block hashes for files of at most this many blocks (4 MiB of text).
-const RECORD_BLOCKS: usize = 65536;
+/// Records keep block hashes for files of at most this many blocks (256 KiB of text).
+const RECORD_BLOCKS: usize = 4096;
 
 fn now_secs() -> i64 {
     std::time::SystemTime::now()
@@ -1276,14 +1379,15 @@ impl Record {
         }
     }
 
-    fn text(&self, rel: &[u8]) -> String {
+    /// One line of a directory's record file: the name (hex), then the fields.
+    fn line(&self, name: &[u8]) -> String {
         let blocks = match &self.blocks {
             Some(b) => b.iter().map(|h| hex(h)).collect::<String>(),
             None => "-".into(),
         };
         format!(
-            "stripeguard-verified 1\npath {}\nat {}\nsize {}\nmtime {} {}\nctime {} {}\ndev {}\nino {}\nblock {}\nhash {}\nblocks {blocks}\n",
-            hex(blake3::hash(rel).as_bytes()),
+            "{} {} {} {} {} {} {} {} {} {} {} {blocks}\n",
+            hex(name),
             self.at,
             self.size,
             self.mtime.0,
@@ -1297,56 +1401,73 @@ impl Record {
         )
     }
 
-    fn parse(text: &str, rel: &[u8]) -> Option<Record> {
-        let mut l = text.lines();
-        if l.next()? != "stripeguard-verified 1" {
+    fn parse_line(line: &str) -> Option<(Vec<u8>, Record)> {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() != 12 || f[0].len() % 2 != 0 {
             return None;
         }
-        let mut field = |name: &str| {
-            l.next()?
-                .strip_prefix(name)?
-                .strip_prefix(' ')
-                .map(str::to_string)
-        };
-        if field("path")? != hex(blake3::hash(rel).as_bytes()) {
-            return None;
-        }
-        let at = field("at")?.parse().ok()?;
-        let size = field("size")?.parse().ok()?;
-        let pair = |s: String| -> Option<(i64, u64)> {
-            let (a, b) = s.split_once(' ')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        };
-        let mtime = pair(field("mtime")?)?;
-        let ctime = pair(field("ctime")?)?;
-        let dev = field("dev")?.parse().ok()?;
-        let ino = field("ino")?.parse().ok()?;
-        let block = field("block")?.parse().ok()?;
-        let hash = unhex32(&field("hash")?)?;
-        let b = field("blocks")?;
-        let blocks = if b == "-" {
+        let name = (0..f[0].len() / 2)
+            .map(|i| u8::from_str_radix(f[0].get(i * 2..i * 2 + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        let blocks = if f[11] == "-" {
             None
         } else {
+            let b = f[11];
             if b.len() % 64 != 0 {
                 return None;
             }
             Some(
                 (0..b.len() / 64)
-                    .map(|i| unhex32(&b[i * 64..i * 64 + 64]))
+                    .map(|i| unhex32(b.get(i * 64..i * 64 + 64)?))
                     .collect::<Option<Vec<_>>>()?,
             )
         };
-        Some(Record {
-            at,
-            size,
-            mtime,
-            ctime,
-            dev,
-            ino,
-            block,
-            hash,
-            blocks,
-        })
+        Some((
+            name,
+            Record {
+                at: f[1].parse().ok()?,
+                size: f[2].parse().ok()?,
+                mtime: (f[3].parse().ok()?, f[4].parse().ok()?),
+                ctime: (f[5].parse().ok()?, f[6].parse().ok()?),
+                dev: f[7].parse().ok()?,
+                ino: f[8].parse().ok()?,
+                block: f[9].parse().ok()?,
+                hash: unhex32(f[10])?,
+                blocks,
+            },
+        ))
+    }
+
+    /// A directory's record file: its header, then a line per file (a malformed line is
+    /// skipped; a file of another directory, or another version, holds nothing).
+    fn parse_dir(text: Option<&str>, dir: &[u8]) -> HashMap<Vec<u8>, Record> {
+        let mut out = HashMap::new();
+        let Some(text) = text else { return out };
+        let mut lines = text.lines();
+        if lines.next() != Some("stripeguard-verified 2")
+            || lines.next() != Some(format!("dir {}", hex(blake3::hash(dir).as_bytes())).as_str())
+        {
+            return out;
+        }
+        for l in lines {
+            if let Some((name, r)) = Record::parse_line(l) {
+                out.insert(name, r);
+            }
+        }
+        out
+    }
+
+    fn dir_text(dir: &[u8], all: &HashMap<Vec<u8>, Record>) -> String {
+        let mut names: Vec<&Vec<u8>> = all.keys().collect();
+        names.sort();
+        let mut t = format!(
+            "stripeguard-verified 2\ndir {}\n",
+            hex(blake3::hash(dir).as_bytes())
+        );
+        for n in names {
+            t.push_str(&all[n].line(n));
+        }
+        t
     }
 
     /// Written within the last `secs` seconds (and not in the future).
@@ -1726,8 +1847,7 @@ impl Verifier {
             // --quick: what landed, as it is on the device now, for a later run to trust.
             for (rel, parent, name, bs, hash, hashes) in records {
                 if let Some(st) = self.root.stat(&parent, &name) {
-                    let r = Record::of(&st, bs, hash, &hashes);
-                    let _ = self.root.write_record(&rel, &r.text(&rel));
+                    self.sess.note_record(&rel, Record::of(&st, bs, hash, &hashes));
                 }
             }
         }

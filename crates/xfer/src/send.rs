@@ -237,6 +237,15 @@ impl Walk<'_> {
                     ));
                 }
                 for n in names {
+                    if remote.is_empty() && crate::beneath::is_own(n.as_bytes()) {
+                        // A received directory sent on: its receiver's own state is not data
+                        // (and the next receiver keeps its own under that name).
+                        s.not_sent.push(format!(
+                            "{}: a receiver's own directory",
+                            path.join(&n).display()
+                        ));
+                        continue;
+                    }
                     let r = if remote.is_empty() {
                         n.as_bytes().to_vec()
                     } else {
@@ -566,6 +575,9 @@ struct Flight {
     ended: bool,
     /// A delta: the old file's blocks on the receiver, by hash.
     old: Option<HashMap<[u8; 32], u64>>,
+    /// `--quick`: a file sent unhashed, its header kept to send again hashed if the receiver
+    /// cannot trust it.
+    unhashed: Option<Box<FileHeader>>,
 }
 
 impl Flight {
@@ -1083,6 +1095,42 @@ impl Sender<'_> {
                         self.note_manifest(&f);
                         self.resolve(&f.remote, true);
                     }
+                    Reply::HashFirst => {
+                        let Some(mut h) = f.unhashed.take() else {
+                            return Err(proto::malformed(
+                                "FILE_REPLY frame",
+                                "a hash asked for an entry sent hashed",
+                            ));
+                        };
+                        // Hashed now (on this thread: only files that changed, or that no
+                        // record vouches for, come here), then offered again.
+                        let t = std::time::Instant::now();
+                        let hashed = match f.file.take() {
+                            Some(file) => {
+                                let r = hash_file(f, &file);
+                                f.file = Some(file);
+                                r
+                            }
+                            None => Err("not open".into()),
+                        };
+                        self.summary.ns_read_hash += crate::nanos(t.elapsed());
+                        if let Err(why) = hashed {
+                            let f = self.finish(id);
+                            self.fail(&f.remote, why);
+                            self.resolve(&f.remote, false);
+                            return Ok(());
+                        }
+                        f.replied = false;
+                        h.id = id;
+                        h.hash = hash_of_list(&f.hashes);
+                        h.block_size = u32::try_from(f.bs).unwrap_or(proto::MAX_BLOCK);
+                        let (blocks, held) = (f.blocks(), f.held());
+                        self.open_blocks += blocks;
+                        self.held += held;
+                        let frame = h.encode();
+                        proto::write_frame(self.out, proto::T_FILE, &frame).map_err(io)?;
+                        self.throttle.pass(frame.len());
+                    }
                     Reply::Would => {
                         if !self.opts.dry_run {
                             return Err(proto::malformed(
@@ -1317,6 +1365,7 @@ impl Prep<'_> {
             broken: None,
             ended: false,
             old: None,
+            unhashed: None,
         };
         if let Some(target) = &e.link {
             h.kind = proto::KIND_HARDLINK;
@@ -1386,31 +1435,16 @@ impl Prep<'_> {
             f.size = size;
             f.bs = u64::from(bs);
             let t = std::time::Instant::now();
-            if size <= u64::from(bs) {
-                // One block: read once, sent from memory.
-                let mut d = vec![0u8; proto::block_len(size, 0, u64::from(bs))];
-                if let Err(err) = file.read_exact_at(&mut d, 0) {
-                    self.fail(
-                        &e.remote,
-                        format!("cannot read: {err} (it changed or was truncated)"),
-                    );
-                    return None;
-                }
-                if size > 0 {
-                    f.hashes = vec![*blake3::hash(&d).as_bytes()];
-                }
-                f.data = Some(d);
-            } else {
-                match block_hashes(&file, size, bs) {
-                    Ok(hs) => f.hashes = hs,
-                    Err(err) => {
-                        self.fail(
-                            &e.remote,
-                            format!("cannot read: {err} (it changed or was truncated)"),
-                        );
-                        return None;
-                    }
-                }
+            if self.opts.dry_run {
+                // A dry run compares by size and times (rsync's quick check): nothing is
+                // read, and no block is ever sent.
+            } else if self.opts.quick.is_some() {
+                // --quick: first asked unhashed (block size 0); hashed only if the receiver
+                // has no record that vouches for it (FORMAT.md §5, reply 7).
+                h.block_size = 0;
+            } else if let Err(err) = hash_file(&mut f, &file) {
+                self.fail(&e.remote, err);
+                return None;
             }
             self.ns_read_hash += crate::nanos(t.elapsed());
             h.hash = hash_of_list(&f.hashes);
@@ -1469,6 +1503,9 @@ impl Prep<'_> {
             }
         }
         f.kind = h.kind;
+        if h.kind == proto::KIND_FILE && h.block_size == 0 {
+            f.unhashed = Some(Box::new(h.clone()));
+        }
         Some((f, h))
     }
 }
@@ -1496,6 +1533,25 @@ fn open_source(e: &Entry) -> std::io::Result<File> {
         ));
     }
     Ok(f)
+}
+
+/// Read and hash a file to send (its size and block size set): a file of one block is kept in
+/// memory and sent from there.
+fn hash_file(f: &mut Flight, file: &File) -> Result<(), String> {
+    let (size, bs) = (f.size, f.bs);
+    let cannot = |err: std::io::Error| format!("cannot read: {err} (it changed or was truncated)");
+    if size <= bs {
+        let mut d = vec![0u8; proto::block_len(size, 0, bs)];
+        file.read_exact_at(&mut d, 0).map_err(cannot)?;
+        if size > 0 {
+            f.hashes = vec![*blake3::hash(&d).as_bytes()];
+        }
+        f.data = Some(d);
+    } else {
+        let bs = u32::try_from(bs).map_err(|_| "a block size over 4 GiB".to_string())?;
+        f.hashes = block_hashes(file, size, bs).map_err(cannot)?;
+    }
+    Ok(())
 }
 
 /// BLAKE3 of every block of the file.
