@@ -822,7 +822,13 @@ fn serve(l: Listener, target: Target, opts: &RecvOptions, a: &RecvArgs) -> Resul
 pub fn send_cmd(a: SendArgs, m: &clap::ArgMatches) -> Result<ExitCode> {
     let filters = filters_in_order(m)?;
     // rsync's habits, always so here (see SendArgs): nothing to do for them.
-    let _always = (a.archive, a.recursive, a.checksum, a.partial, a.partial_progress);
+    let _always = (
+        a.archive,
+        a.recursive,
+        a.checksum,
+        a.partial,
+        a.partial_progress,
+    );
     // Its pipes and socket end in errors, never in a silent SIGPIPE.
     crate::sigpipe::ignore();
     let opts = SendOptions {

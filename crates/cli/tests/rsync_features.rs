@@ -702,3 +702,112 @@ fn a_daemon_serves_modules_until_stopped() {
         .unwrap();
     assert_eq!(err.matches("session from").count(), 4, "{err}");
 }
+
+/// A hostile sender with the key (or on the pipe) cannot delete, list or link outside DIR, or
+/// delete the receiver's own state, whatever paths it names; a hard link must name a file that
+/// landed in the session.
+#[test]
+fn a_hostile_sender_cannot_delete_or_link_outside_the_directory() {
+    use stripeguard_xfer::proto;
+    let d = scratch();
+    let dst = d.path().join("dst");
+    let outside = d.path().join("outside");
+    write(&outside.join("victim"), b"keep me\n");
+    write(&dst.join("inside.txt"), b"mine\n");
+    write(&dst.join(".stripeguard-verified/planted"), b"state\n");
+    std::os::unix::fs::symlink(&outside, dst.join("esc")).unwrap();
+    let frame = |k: u8, p: &[u8]| {
+        let mut v = vec![k];
+        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        v.extend_from_slice(p);
+        v
+    };
+    let link = |id: u32, path: &[u8], target: &[u8]| {
+        frame(
+            proto::T_FILE,
+            &proto::FileHeader {
+                id,
+                kind: proto::KIND_HARDLINK,
+                path: path.to_vec(),
+                size: 0,
+                mode: 0o644,
+                mtime_s: 0,
+                mtime_ns: 0,
+                target: target.to_vec(),
+                block_size: 4096,
+                hash: [0; 32],
+                attrs: Default::default(),
+            }
+            .encode(),
+        )
+    };
+    let opening = {
+        let mut v = proto::hello_bytes(0).to_vec();
+        let o = proto::Options {
+            flags: proto::OPT_DELETE,
+            quick_secs: 0,
+            module: Vec::new(),
+        };
+        v.extend(frame(proto::T_OPTIONS, &o.encode()));
+        v
+    };
+    let recv = |stream: &[u8]| {
+        let mut c = Command::new(sg_bin())
+            .args(["recv", "--stdio", "--allow-delete", "--dir"])
+            .arg(&dst)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let _ = c.stdin.take().unwrap().write_all(stream);
+        let out = c.wait_with_output().unwrap();
+        let err = err_of(&out);
+        eprintln!("{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_ne!(out.status.code(), Some(0), "{err}");
+        err
+    };
+    // Each path in a session of its own (a path that is not relative ends the session).
+    for (i, p) in [
+        &b"../outside/victim"[..],
+        b"esc/victim",
+        b"esc/",
+        b".stripeguard-verified",
+        b".stripeguard-verified/planted",
+        b".stripeguard-partial",
+        b"/etc/hostname",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut stream = opening.clone();
+        stream.extend(frame(proto::T_LIST, &proto::encode_list(i as u32, p)));
+        stream.extend(frame(proto::T_DELETE, &proto::encode_list(i as u32, p)));
+        stream.extend(frame(proto::T_DONE, &[]));
+        recv(&stream);
+        assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"keep me\n");
+        assert!(dst.join(".stripeguard-verified/planted").exists());
+    }
+    let mut stream = opening.clone();
+    stream.extend(link(1, b"hl1", b"../outside/victim"));
+    stream.extend(link(2, b"hl2", b"esc/victim"));
+    stream.extend(link(3, b"hl3", b"inside.txt"));
+    stream.extend(frame(proto::T_DONE, &[]));
+    let err = recv(&stream);
+    assert!(err.contains("FAILED"), "{err}");
+    assert!(dst.join("inside.txt").exists());
+    // "esc" itself is a symlink in DIR: removing the link (not what it points to) is allowed.
+    for l in ["hl1", "hl2", "hl3"] {
+        assert!(
+            std::fs::symlink_metadata(dst.join(l)).is_err(),
+            "{l} was made: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(outside.join("victim")).unwrap().nlink(),
+        1,
+        "a link to a file outside DIR"
+    );
+}

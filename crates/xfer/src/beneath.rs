@@ -272,9 +272,19 @@ impl Root {
     /// The directory that holds `parts`' last component if every directory on the way is
     /// there (nothing is made: a dry run).
     pub fn parent_existing(&self, parts: &[&[u8]]) -> Option<OwnedFd> {
+        self.open_parent(parts).ok().flatten()
+    }
+
+    /// As [`Root::parent_existing`], telling "not there" (`None`) from a path that cannot be
+    /// taken (a symlink on the way, never followed; not a directory).
+    fn open_parent(&self, parts: &[&[u8]]) -> Result<Option<OwnedFd>, String> {
         let dirs = parts[..parts.len() - 1].join(&b'/');
         let rel: &[u8] = if dirs.is_empty() { b"." } else { &dirs };
-        rfs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), RESOLVE).ok()
+        match rfs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), RESOLVE) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(self.dir_error(&dirs, e)),
+        }
     }
 
     /// The names in directory `rel` (empty: DIR itself) with their kinds (0 file, 1 directory,
@@ -315,7 +325,7 @@ impl Root {
         if is_own(parts[0]) {
             return Err(format!("{} is the receiver's own", self.shown(rel)));
         }
-        let Some(parent) = self.parent_existing(parts) else {
+        let Some(parent) = self.open_parent(parts)? else {
             return Ok(());
         };
         let name = parts[parts.len() - 1];
@@ -385,7 +395,12 @@ impl Root {
             }
         }
         if let Some(mode) = mode {
-            if let Err(e) = rfs::chmodat(&self.partial, tmp, Mode::from_raw_mode(mode), AtFlags::empty()) {
+            if let Err(e) = rfs::chmodat(
+                &self.partial,
+                tmp,
+                Mode::from_raw_mode(mode),
+                AtFlags::empty(),
+            ) {
                 problems.push(format!(
                     "{}: mode {mode:o}: {}",
                     self.shown(rel),

@@ -337,7 +337,7 @@ fn open_options(
             return Err(refuse(format!(
                 "this receiver has no modules (asked for {:?}): leave out --module",
                 proto::printable(&o.module)
-            )))
+            )));
         }
         Target::Modules(list) => {
             let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
@@ -1045,7 +1045,9 @@ fn entry(
             s.specials += 1;
             Ok(Entry::Reply(Reply::Made))
         }
-        _ if h.block_size == 0 => quick_unhashed(root, sess, summary, h, &parent, name, mode, &attrs),
+        _ if h.block_size == 0 => {
+            quick_unhashed(root, sess, summary, h, &parent, name, mode, &attrs)
+        }
         _ => {
             h.check_blocks()?;
             let blocks = h.blocks();
@@ -1403,7 +1405,7 @@ impl Record {
 
     fn parse_line(line: &str) -> Option<(Vec<u8>, Record)> {
         let f: Vec<&str> = line.split(' ').collect();
-        if f.len() != 12 || f[0].len() % 2 != 0 {
+        if f.len() != 12 || !f[0].len().is_multiple_of(2) {
             return None;
         }
         let name = (0..f[0].len() / 2)
@@ -1413,7 +1415,7 @@ impl Record {
             None
         } else {
             let b = f[11];
-            if b.len() % 64 != 0 {
+            if !b.len().is_multiple_of(64) {
                 return None;
             }
             Some(
@@ -1847,7 +1849,8 @@ impl Verifier {
             // --quick: what landed, as it is on the device now, for a later run to trust.
             for (rel, parent, name, bs, hash, hashes) in records {
                 if let Some(st) = self.root.stat(&parent, &name) {
-                    self.sess.note_record(&rel, Record::of(&st, bs, hash, &hashes));
+                    self.sess
+                        .note_record(&rel, Record::of(&st, bs, hash, &hashes));
                 }
             }
         }
