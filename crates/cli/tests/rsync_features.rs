@@ -700,7 +700,51 @@ fn a_daemon_serves_modules_until_stopped() {
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
-    assert_eq!(err.matches("session from").count(), 4, "{err}");
+    // Over TCP the key rules hold per session: without the key nothing lands.
+    let key = d.path().join("key");
+    ok(&Command::new(sg_bin())
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap());
+    let port = common::xfer::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let m3 = d.path().join("m3");
+    let mut tcp = Command::new(sg_bin())
+        .args(["recv", "--daemon", "--listen", &addr, "--key-file"])
+        .arg(&key)
+        .arg("--module")
+        .arg(format!("docs={}", m3.display()))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let send_tcp = |with_key: bool| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut c = Command::new(sg_bin());
+            c.args(["send", "--json", "--module", "docs", "--to", &addr])
+                .arg(&src);
+            if with_key {
+                c.arg("--key-file").arg(&key);
+            }
+            let out = c.output().unwrap();
+            if !err_of(&out).contains("cannot connect") || std::time::Instant::now() > until {
+                return out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let nokey = send_tcp(false);
+    assert!(!nokey.status.success(), "{}", err_of(&nokey));
+    assert!(err_of(&nokey).contains("key"), "{}", err_of(&nokey));
+    assert!(!m3.join("src").exists());
+    ok(&send_tcp(true));
+    assert_same(&src, &m3.join("src"));
+    let _ = tcp.kill();
+    let _ = tcp.wait();
+    // Six connections, each logged as it came (a session's summary may still be on its way
+    // when SIGTERM arrives, so those are not counted).
+    assert_eq!(err.matches("stripeguard recv: sender ").count(), 6, "{err}");
 }
 
 /// A hostile sender with the key (or on the pipe) cannot delete, list or link outside DIR, or
