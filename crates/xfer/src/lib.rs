@@ -14,6 +14,7 @@ pub mod beneath;
 pub mod filter;
 pub mod manifest;
 pub mod proto;
+mod records;
 pub mod recv;
 pub mod seal;
 pub mod send;
