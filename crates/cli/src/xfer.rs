@@ -985,6 +985,9 @@ pub fn send_cmd(a: SendArgs, m: &clap::ArgMatches) -> Result<ExitCode> {
         if let Some(why) = &summary.delete_skipped {
             println!("  --delete: {why}");
         }
+        for d in &summary.delete_kept {
+            println!("  --delete: kept {d}: it holds names the filters exclude (as rsync, \"cannot delete non-empty directory\")");
+        }
         for f in &summary.failed {
             println!("  FAILED {f}");
         }

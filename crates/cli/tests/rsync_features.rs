@@ -236,6 +236,30 @@ fn delete_removes_what_the_source_lacks_only_with_the_receivers_consent() {
     if rsync(&["-a", "--delete", "--exclude", "*.log"], &from, &theirs) {
         assert_same(&theirs, &ours);
     }
+    // An extraneous directory that holds excluded names is kept with them (found by an
+    // outside attack: it was deleted whole); the rest of it goes, as with rsync.
+    for dst in [&ours, &theirs] {
+        write(&dst.join("old2/keep.tmp"), b"k\n");
+        write(&dst.join("old2/deeper/k2.tmp"), b"k2\n");
+        write(&dst.join("old2/gone.txt"), b"g\n");
+        write(&dst.join("old2/sub/all-gone.txt"), b"g\n");
+    }
+    let s = send(
+        &["--delete", "--exclude", "*.log", "--exclude", "*.tmp"],
+        &from,
+        &ours,
+        "--allow-delete",
+    );
+    assert!(ours.join("old2/deeper/k2.tmp").exists(), "{s}");
+    assert!(!ours.join("old2/gone.txt").exists(), "{s}");
+    assert!(!ours.join("old2/sub").exists(), "{s}");
+    if rsync(
+        &["-a", "--delete", "--exclude", "*.log", "--exclude", "*.tmp"],
+        &from,
+        &theirs,
+    ) {
+        assert_same(&theirs, &ours);
+    }
     // Nothing is deleted when an entry failed (a directory this side could not read would
     // look empty).
     write(&ours.join("stale2.txt"), b"old\n");
@@ -834,6 +858,33 @@ fn a_hostile_sender_cannot_delete_or_link_outside_the_directory() {
         assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"keep me\n");
         assert!(dst.join(".stripeguard-verified/planted").exists());
     }
+    // The receiver holds the delete rules itself: not while an entry is in flight.
+    let mut stream = opening.clone();
+    stream.extend(frame(
+        proto::T_FILE,
+        &proto::FileHeader {
+            id: 9,
+            kind: proto::KIND_FILE,
+            path: b"incoming".to_vec(),
+            size: 10,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            target: Vec::new(),
+            block_size: 4096,
+            hash: [0; 32],
+            attrs: Default::default(),
+        }
+        .encode(),
+    ));
+    stream.extend(frame(
+        proto::T_DELETE,
+        &proto::encode_list(0, b"inside.txt"),
+    ));
+    stream.extend(frame(proto::T_DONE, &[]));
+    let err = recv(&stream);
+    assert!(err.contains("in flight"), "{err}");
+    assert!(dst.join("inside.txt").exists());
     let mut stream = opening.clone();
     stream.extend(link(1, b"hl1", b"../outside/victim"));
     stream.extend(link(2, b"hl2", b"esc/victim"));

@@ -100,7 +100,8 @@ impl Policy {
 }
 
 /// The sender's owner as this host's ids: by name where the sender sent names and this host
-/// knows them (as rsync does), otherwise the numeric ids; id 0 is never mapped by name.
+/// knows them (as rsync does), otherwise the numeric ids; id 0 is never mapped by name, in
+/// either direction (a name that is 0 here, such as `root`, keeps the sender's number).
 fn map_owner((uid, gid): (u32, u32), names: Option<&(Vec<u8>, Vec<u8>)>) -> (u32, u32) {
     use std::os::unix::ffi::OsStrExt;
     let Some((un, gn)) = names else {
@@ -109,12 +110,18 @@ fn map_owner((uid, gid): (u32, u32), names: Option<&(Vec<u8>, Vec<u8>)>) -> (u32
     let uid = if uid == 0 || un.is_empty() {
         uid
     } else {
-        uzers::get_user_by_name(std::ffi::OsStr::from_bytes(un)).map_or(uid, |u| u.uid())
+        uzers::get_user_by_name(std::ffi::OsStr::from_bytes(un))
+            .map(|u| u.uid())
+            .filter(|&u| u != 0)
+            .unwrap_or(uid)
     };
     let gid = if gid == 0 || gn.is_empty() {
         gid
     } else {
-        uzers::get_group_by_name(std::ffi::OsStr::from_bytes(gn)).map_or(gid, |g| g.gid())
+        uzers::get_group_by_name(std::ffi::OsStr::from_bytes(gn))
+            .map(|g| g.gid())
+            .filter(|&g| g != 0)
+            .unwrap_or(gid)
     };
     (uid, gid)
 }
@@ -427,6 +434,7 @@ impl Root {
         &self,
         tparent: &OwnedFd,
         tname: &[u8],
+        (dev, ino): (u64, u64),
         parent: &OwnedFd,
         name: &[u8],
         rel: &[u8],
@@ -442,6 +450,18 @@ impl Root {
             AtFlags::empty(),
         )
         .map_err(|e| format!("cannot link {}: {}", self.shown(rel), errno_text(e)))?;
+        // The link is to the inode that landed, or not made: something renamed over the
+        // target since would otherwise be linked unverified.
+        match rfs::statat(&self.partial, tmp.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if st.st_dev == dev && st.st_ino == ino => {}
+            _ => {
+                let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+                return Err(format!(
+                    "{}: its link target was replaced since it landed (not linked)",
+                    self.shown(rel)
+                ));
+            }
+        }
         let r = self.land(&tmp, parent, name, rel);
         // (A rename onto another link of the same file does nothing and leaves the source.)
         let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
@@ -866,4 +886,29 @@ pub fn partial_key(rel: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_zero_is_never_mapped_by_name() {
+        let names = |u: &str, g: &str| Some((u.as_bytes().to_vec(), g.as_bytes().to_vec()));
+        // A name that is 0 here keeps the sender's number; 0 sent under another name stays 0.
+        assert_eq!(
+            map_owner((12345, 12345), names("root", "root").as_ref()),
+            (12345, 12345)
+        );
+        assert_eq!(
+            map_owner((0, 0), names("nobody", "nogroup").as_ref()),
+            (0, 0)
+        );
+        // No names (--numeric-ids) or unknown ones: the numbers.
+        assert_eq!(map_owner((4242, 4243), None), (4242, 4243));
+        assert_eq!(
+            map_owner((4242, 4243), names("no-such-user-here", "").as_ref()),
+            (4242, 4243)
+        );
+    }
 }

@@ -22,7 +22,7 @@ use crate::records::{Record, Records};
 use crate::seal::{self, SealedReader};
 use crate::verify;
 use rustix::fd::OwnedFd;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -227,8 +227,9 @@ pub enum Target {
 /// What the sender asked of this session, and what it has landed (hard links name those).
 struct Session {
     o: Options,
-    /// Regular files that landed, were there or were trusted (a dry run: would be sent).
-    landed: Mutex<HashSet<Vec<u8>>>,
+    /// Regular files that landed, were there or were trusted (a dry run: would be sent),
+    /// with the device and inode that did: a hard link is made to that inode or not at all.
+    landed: Mutex<HashMap<Vec<u8>, (u64, u64)>>,
     /// `--quick`: the verification records read (per directory) and those to write.
     records: Mutex<Records>,
 }
@@ -237,8 +238,11 @@ impl Session {
     fn dry(&self) -> bool {
         self.o.has(proto::OPT_DRY_RUN)
     }
-    fn note_landed(&self, rel: &[u8]) {
-        self.landed.lock().expect("lock").insert(rel.to_vec());
+    fn note_landed(&self, rel: &[u8], dev_ino: (u64, u64)) {
+        self.landed
+            .lock()
+            .expect("lock")
+            .insert(rel.to_vec(), dev_ino);
     }
 
     /// `--quick`: this receiver's record of `rel`, if one is young enough.
@@ -601,6 +605,8 @@ fn session(
     // Replies wait in the buffer while more frames are already here, and go out before this
     // side waits for the sender.
     let mut unflushed = false;
+    // A DELETE came (with the count of entries that had failed then): no entry may follow.
+    let mut deleting: Option<usize> = None;
     loop {
         if unflushed && !input.buffered() {
             out.lock().expect("lock").flush()?;
@@ -611,6 +617,9 @@ fn session(
         };
         match kind {
             proto::T_FILE => {
+                if deleting.is_some() {
+                    return Err(proto::malformed("FILE frame", "an entry after a DELETE"));
+                }
                 let h = FileHeader::decode(&payload)?;
                 if open
                     .get(&h.id)
@@ -708,7 +717,28 @@ fn session(
                         "without the DELETE option, or in a dry run",
                     ));
                 }
-                let r = proto::check_relative(&rel).and_then(|parts| root.remove(&parts, &rel));
+                // This side holds the rule too: deleting starts only once every entry of the
+                // session is done, none may follow, and nothing is deleted after a failure.
+                if open
+                    .values()
+                    .any(|o| !o.dead && !o.finished.load(Ordering::Acquire))
+                {
+                    return Err(proto::malformed(
+                        "DELETE frame",
+                        "while entries of the session are in flight",
+                    ));
+                }
+                // Entries that failed before the first DELETE (a DELETE's own failure does not
+                // stop the others, as in rsync).
+                let failed = *deleting.get_or_insert(summary.lock().expect("lock").failed.len());
+                let r = if failed > 0 {
+                    Err(format!(
+                        "not deleting: {failed} entr{} of this session failed",
+                        if failed == 1 { "y" } else { "ies" }
+                    ))
+                } else {
+                    proto::check_relative(&rel).and_then(|parts| root.remove(&parts, &rel))
+                };
                 let (status, why) = match r {
                     Ok(()) => {
                         summary.lock().expect("lock").deleted += 1;
@@ -986,13 +1016,13 @@ fn entry(
             Ok(Entry::Reply(Reply::Made))
         }
         proto::KIND_HARDLINK => {
-            let (tparent, tname) = link_target(root, sess, h)?;
+            let (tparent, tname, dev_ino) = link_target(root, sess, h)?;
             let same = |a: Option<rustix::fs::Stat>, b: Option<rustix::fs::Stat>| matches!((a, b), (Some(a), Some(b)) if a.st_ino == b.st_ino && a.st_dev == b.st_dev);
             if same(root.stat(&tparent, &tname), root.stat(&parent, name)) {
                 summary.lock().expect("lock").skipped += 1;
                 return Ok(Entry::Reply(Reply::Skipped));
             }
-            root.make_hardlink(&tparent, &tname, &parent, name, &h.path)?;
+            root.make_hardlink(&tparent, &tname, dev_ino, &parent, name, &h.path)?;
             summary.lock().expect("lock").hardlinks += 1;
             Ok(Entry::Reply(Reply::Made))
         }
@@ -1043,7 +1073,7 @@ fn entry(
                 if let Some(r) = known {
                     if as_sent && r.hash == h.hash {
                         root.remove_partial(&h.path);
-                        sess.note_landed(&h.path);
+                        sess.note_landed(&h.path, (st.st_dev, st.st_ino));
                         summary.lock().expect("lock").trusted += 1;
                         return Ok(Entry::Reply(Reply::Trusted(r.at)));
                     }
@@ -1065,7 +1095,7 @@ fn entry(
                                     &h.path,
                                     Record::of(&st, u64::from(h.block_size), h.hash, &hashes),
                                 );
-                                sess.note_landed(&h.path);
+                                sess.note_landed(&h.path, (st.st_dev, st.st_ino));
                                 summary.lock().expect("lock").skipped += 1;
                                 return Ok(Entry::Reply(Reply::Skipped));
                             }
@@ -1173,6 +1203,7 @@ fn quick_unhashed(
         return Err("a file sent without its hash (only a --quick session may)".into());
     }
     let trusted = root.stat(parent, name).and_then(|st| {
+        let dev_ino = (st.st_dev, st.st_ino);
         let as_sent = rustix::fs::FileType::from_raw_mode(st.st_mode)
             == rustix::fs::FileType::RegularFile
             && st.st_size as u64 == h.size
@@ -1182,12 +1213,14 @@ fn quick_unhashed(
         if !as_sent {
             return None;
         }
-        sess.record(root, &h.path).filter(|r| r.same_file(&st))
+        sess.record(root, &h.path)
+            .filter(|r| r.same_file(&st))
+            .map(|r| (r, dev_ino))
     });
     Ok(Entry::Reply(match trusted {
-        Some(r) => {
+        Some((r, dev_ino)) => {
             root.remove_partial(&h.path);
-            sess.note_landed(&h.path);
+            sess.note_landed(&h.path, dev_ino);
             summary.lock().expect("lock").trusted += 1;
             Reply::Trusted(r.at)
         }
@@ -1217,16 +1250,16 @@ fn link_target(
     root: &Root,
     sess: &Session,
     h: &FileHeader,
-) -> Result<(Arc<OwnedFd>, Vec<u8>), String> {
+) -> Result<(Arc<OwnedFd>, Vec<u8>, (u64, u64)), String> {
     let tparts = proto::check_relative(&h.target)?;
-    if !sess.landed.lock().expect("lock").contains(&h.target) {
+    let Some(&dev_ino) = sess.landed.lock().expect("lock").get(&h.target) else {
         return Err(format!(
             "its link target {} did not land in this session",
             proto::show(&h.target)
         ));
-    }
+    };
     let tparent = root.parent(&tparts)?;
-    Ok((tparent, tparts[tparts.len() - 1].to_vec()))
+    Ok((tparent, tparts[tparts.len() - 1].to_vec(), dev_ino))
 }
 
 /// A dry run's answer for one entry: what is there already (1), or what would be sent or
@@ -1260,7 +1293,7 @@ fn dry_entry(
                     .is_some_and(|t| t.as_bytes() == h.target.as_slice())
         }
         proto::KIND_HARDLINK => {
-            if !sess.landed.lock().expect("lock").contains(&h.target) {
+            if !sess.landed.lock().expect("lock").contains_key(&h.target) {
                 return Err(format!(
                     "its link target {} would not land",
                     proto::show(&h.target)
@@ -1279,7 +1312,7 @@ fn dry_entry(
         }
         proto::KIND_FILE => {
             h.check_blocks()?;
-            sess.note_landed(&h.path);
+            sess.note_landed(&h.path, (0, 0));
             st.as_ref().is_some_and(|st| {
                 kind == Some(FileType::RegularFile)
                     && st.st_size as u64 == h.size
@@ -1587,7 +1620,11 @@ impl Verifier {
                 ) {
                     Ok(()) => {
                         self.root.remove_progress(&f.rel);
-                        self.sess.note_landed(&f.rel);
+                        let dev_ino = {
+                            use std::os::unix::fs::MetadataExt;
+                            f.file.metadata().map_or((0, 0), |m| (m.dev(), m.ino()))
+                        };
+                        self.sess.note_landed(&f.rel, dev_ino);
                         if self.sess.o.has(proto::OPT_QUICK) {
                             records.push((
                                 f.rel.clone(),

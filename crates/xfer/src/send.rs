@@ -112,6 +112,8 @@ pub struct SendSummary {
     pub deleted: Vec<String>,
     /// Why `--delete` deleted nothing, when it did not run.
     pub delete_skipped: Option<String>,
+    /// Directories `--delete` kept because they hold names the filters exclude.
+    pub delete_kept: Vec<String>,
     /// A dry run: what would be sent or made, and deleted.
     pub would_send: Vec<String>,
     pub would_delete: Vec<String>,
@@ -314,6 +316,10 @@ struct Prepared {
 }
 
 type Events = mpsc::Receiver<Ev>;
+
+/// `--delete` considers at most this many names the receiver lists (a hostile receiver's
+/// endless LISTING stops there).
+const MAX_DELETE_NAMES: usize = 4 << 20;
 
 /// Entries prepared ahead of the window (each holds at most one block of a small file).
 const PREPARED_AHEAD: usize = 64;
@@ -817,45 +823,98 @@ impl Sender<'_> {
             ));
             return Ok(());
         }
-        let listed = std::mem::take(&mut self.listed);
-        for (i, (dir, _)) in listed.iter().enumerate() {
-            let id = u32::try_from(i)
-                .map_err(|_| ProtoError::Local("too many directories to --delete in".into()))?;
-            proto::write_frame(self.out, proto::T_LIST, &proto::encode_list(id, dir))
-                .map_err(io)?;
-        }
-        self.out.flush().map_err(io)?;
+        // Rounds of LIST: the directories sent, then (with filters) each extraneous directory
+        // on the receiver, whose excluded names protect it and its extraneous parents (rsync
+        // keeps them: "cannot delete non-empty directory").
+        let mut round: Vec<(Vec<u8>, Option<HashSet<Vec<u8>>>)> = std::mem::take(&mut self.listed)
+            .into_iter()
+            .map(|(d, have)| (d, Some(have)))
+            .collect();
         let mut extra: Vec<(Vec<u8>, bool)> = Vec::new();
-        let mut open = listed.len();
-        while open > 0 {
-            let (id, status, names) = match self.next_frame(rx)? {
-                (proto::T_LISTING, p) => proto::decode_listing(&p)?,
-                (k, _) => {
-                    return Err(proto::malformed(
-                        "reply",
-                        format!("frame type {k} where LISTING was due"),
-                    ))
+        let mut extra_dirs: HashSet<Vec<u8>> = HashSet::new();
+        let mut protected: HashSet<Vec<u8>> = HashSet::new();
+        let mut names_seen = 0usize;
+        while !round.is_empty() {
+            for (i, (dir, _)) in round.iter().enumerate() {
+                let id = u32::try_from(i)
+                    .map_err(|_| ProtoError::Local("too many directories to --delete in".into()))?;
+                proto::write_frame(self.out, proto::T_LIST, &proto::encode_list(id, dir))
+                    .map_err(io)?;
+            }
+            self.out.flush().map_err(io)?;
+            let mut next = Vec::new();
+            let mut open = round.len();
+            while open > 0 {
+                let (id, status, names) = match self.next_frame(rx)? {
+                    (proto::T_LISTING, p) => proto::decode_listing(&p)?,
+                    (k, _) => {
+                        return Err(proto::malformed(
+                            "reply",
+                            format!("frame type {k} where LISTING was due"),
+                        ))
+                    }
+                };
+                let Some((dir, have)) = usize::try_from(id).ok().and_then(|i| round.get(i)) else {
+                    return Err(proto::malformed("LISTING frame", format!("request {id}")));
+                };
+                names_seen += names.len();
+                if names_seen > MAX_DELETE_NAMES {
+                    return Err(ProtoError::Local(format!(
+                        "the receiver listed more than {MAX_DELETE_NAMES} names to consider for --delete"
+                    )));
                 }
-            };
-            let Some((dir, have)) = usize::try_from(id).ok().and_then(|i| listed.get(i)) else {
-                return Err(proto::malformed("LISTING frame", format!("request {id}")));
-            };
-            for (kind, name) in names {
-                if !have.contains(&name) {
+                for (kind, name) in names {
+                    if have.as_ref().is_some_and(|h| h.contains(&name)) {
+                        continue;
+                    }
                     let rel = if dir.is_empty() {
                         name
                     } else {
                         join(dir, &name)
                     };
-                    if !self.opts.filters.excluded(&rel, kind == 1) {
-                        extra.push((rel, kind == 1));
+                    let is_dir = kind == 1;
+                    if self.opts.filters.excluded(&rel, is_dir) {
+                        // Protected: so is every extraneous directory above it.
+                        let mut at = rel.as_slice();
+                        while let Some(i) = at.iter().rposition(|&b| b == b'/') {
+                            at = &at[..i];
+                            if extra_dirs.contains(at) {
+                                protected.insert(at.to_vec());
+                            }
+                        }
+                        continue;
                     }
+                    if is_dir && !self.opts.filters.is_empty() {
+                        extra_dirs.insert(rel.clone());
+                        next.push((rel.clone(), None));
+                    }
+                    extra.push((rel, is_dir));
+                }
+                if status != proto::LISTING_MORE {
+                    open -= 1;
                 }
             }
-            if status != proto::LISTING_MORE {
-                open -= 1;
-            }
+            round = next;
         }
+        // What goes: the extraneous entries that are not protected directories and do not lie
+        // in a directory that goes whole.
+        let goes_whole = |p: &[u8]| {
+            let mut at = p;
+            while let Some(i) = at.iter().rposition(|&b| b == b'/') {
+                at = &at[..i];
+                if extra_dirs.contains(at) && !protected.contains(at) {
+                    return true;
+                }
+            }
+            false
+        };
+        let mut kept: Vec<String> = protected.iter().map(|p| proto::show(p)).collect();
+        kept.sort();
+        self.summary.delete_kept = kept;
+        let mut extra: Vec<(Vec<u8>, bool)> = extra
+            .into_iter()
+            .filter(|(p, _)| !protected.contains(p) && !goes_whole(p))
+            .collect();
         extra.sort();
         if self.opts.dry_run {
             self.summary.would_delete = extra.iter().map(|(p, _)| proto::show(p)).collect();
