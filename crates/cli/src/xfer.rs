@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use stripeguard_xfer::beneath::Root;
 use stripeguard_xfer::recv::Target;
-use stripeguard_xfer::{receive, send, Policy, RecvOptions, RecvSummary, SendOptions};
+use stripeguard_xfer::{send, Policy, RecvOptions, RecvSummary, SendOptions};
 
 #[derive(Args)]
 pub struct SendArgs {
@@ -141,6 +141,10 @@ pub struct SendArgs {
     /// The module of a receiver daemon (`recv --daemon --module NAME=DIR`).
     #[arg(long, value_name = "NAME")]
     module: Option<String>,
+    /// Give up when the receiver sends nothing for SECS while an answer is due (0: wait for
+    /// ever).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    timeout: u64,
     /// Print a JSON summary.
     #[arg(long)]
     json: bool,
@@ -260,12 +264,13 @@ fn parse_module(s: &str) -> Result<(String, PathBuf), String> {
         .ok_or_else(|| format!("{s:?}: give NAME=DIR"))?;
     if n.is_empty()
         || n.len() > 255
+        || n.chars().all(|c| c == '.')
         || !n
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     {
         return Err(format!(
-            "module name {n:?}: letters, digits, '-', '_' and '.' only"
+            "module name {n:?}: letters, digits, '-', '_' and '.' only (not dots alone)"
         ));
     }
     if d.is_empty() {
@@ -558,8 +563,15 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
         }
     };
     let summary = if a.stdio {
-        drop(target);
-        receive(std::io::stdin(), std::io::stdout(), &opts).map_err(failed)?
+        // The directory opened by the check above is the one received into (its times before
+        // this receiver touched it are kept for a dry run to put back).
+        let conn = stripeguard_xfer::accept(
+            Box::new(std::io::stdin()),
+            Box::new(std::io::stdout()),
+            opts.key.as_ref(),
+        )
+        .map_err(failed)?;
+        stripeguard_xfer::receive_on(conn, target, &opts).map_err(failed)?
     } else {
         let spec = a
             .listen
@@ -854,6 +866,7 @@ pub fn send_cmd(a: SendArgs, m: &clap::ArgMatches) -> Result<ExitCode> {
         numeric_ids: a.numeric_ids,
         filters,
         module: a.module.clone(),
+        timeout: (a.timeout > 0).then(|| std::time::Duration::from_secs(a.timeout)),
         ..SendOptions::default()
     };
     let total: u64 = a.paths.iter().map(|p| tree_bytes(p)).sum();
@@ -934,6 +947,10 @@ pub fn send_cmd(a: SendArgs, m: &clap::ArgMatches) -> Result<ExitCode> {
     // quietly, as it ends `cat`, instead of a failed print.
     crate::sigpipe::default();
     if let Some(mut c) = child {
+        // A transfer that failed does not wait for a remote shell that may never end.
+        if result.is_err() {
+            let _ = c.kill();
+        }
         let _ = c.wait();
     }
     let summary = result.map_err(failed)?;

@@ -350,8 +350,14 @@ fn a_dry_run_changes_nothing_and_says_what_a_run_would_do() {
     let dst = d.path().join("dst");
     write(&dst.join("src/a.txt"), b"different\n");
     let before = snapshot(&dst);
+    let times = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.modified().unwrap(), m.mtime_nsec())
+    };
+    let dir_before = times(&dst);
     let s = send(&["-n"], &src.display().to_string(), &dst, "");
     assert_eq!(snapshot(&dst), before, "a dry run changed the receiver");
+    assert_eq!(times(&dst), dir_before, "a dry run changed DIR's times");
     assert!(!dst.join(".stripeguard-partial").exists());
     let would = s["would_send"].as_array().unwrap().len();
     assert!(would >= 10, "{s}");
@@ -905,4 +911,32 @@ fn a_hostile_sender_cannot_delete_or_link_outside_the_directory() {
         1,
         "a link to a file outside DIR"
     );
+}
+
+/// A receiver that answers the hello and then says nothing is given up after `--timeout`
+/// (found by an outside attack: the sender waited for ever).
+#[test]
+fn a_silent_receiver_is_given_up_after_the_timeout() {
+    if !have("python3") {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    write(&src.join("f"), b"x\n");
+    let fake = "python3 -c 'import sys,time; sys.stdout.buffer.write(b\"SGXF\\x03\\x00\\x00\\x00\\x00\\x00\"); sys.stdout.flush(); time.sleep(60)'";
+    let t = std::time::Instant::now();
+    // (stderr to a file: the fake's own process keeps a pipe open for its minute.)
+    let log = d.path().join("err");
+    let st = Command::new(sg_bin())
+        .args(["send", "--timeout", "2", "--rsh", fake])
+        .arg(&src)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(st.code(), Some(5), "{err}");
+    assert!(err.contains("--timeout"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(50));
 }

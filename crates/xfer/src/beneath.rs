@@ -142,6 +142,8 @@ pub struct Root {
     parents: Mutex<HashMap<Vec<u8>, Arc<OwnedFd>>>,
     /// A directory (or symlink) was made or replaced since the last `take_dirs_made`.
     dirs_made: AtomicBool,
+    /// DIR's access and modification times before this receiver made its partial directory.
+    times_before: Option<rfs::Timestamps>,
 }
 
 impl Root {
@@ -159,10 +161,23 @@ impl Root {
         .map_err(|e| format!("cannot open {}: {}", dir.display(), errno_text(e)))?;
         let euid = rustix::process::geteuid().as_raw();
         let pd = dir.join(PARTIAL_DIR);
-        match rfs::mkdirat(&fd, PARTIAL_DIR, Mode::from_raw_mode(0o700)) {
-            Ok(()) | Err(Errno::EXIST) => {}
+        // DIR's times before this receiver made its partial directory there, to put back when a
+        // session that changed nothing (a dry run) removes it again.
+        let before = rfs::fstat(&fd).ok().map(|st| rfs::Timestamps {
+            last_access: rfs::Timespec {
+                tv_sec: st.st_atime,
+                tv_nsec: i64::try_from(st.st_atime_nsec).unwrap_or(0),
+            },
+            last_modification: rfs::Timespec {
+                tv_sec: st.st_mtime,
+                tv_nsec: i64::try_from(st.st_mtime_nsec).unwrap_or(0),
+            },
+        });
+        let made_partial = match rfs::mkdirat(&fd, PARTIAL_DIR, Mode::from_raw_mode(0o700)) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
             Err(e) => return Err(format!("cannot create {}: {}", pd.display(), errno_text(e))),
-        }
+        };
         let partial =
             rfs::openat2(&fd, PARTIAL_DIR, DIR_FLAGS, Mode::empty(), RESOLVE).map_err(|e| {
                 format!(
@@ -209,6 +224,7 @@ impl Root {
             euid,
             parents: Mutex::default(),
             dirs_made: AtomicBool::new(false),
+            times_before: before.filter(|_| made_partial),
         })
     }
 
@@ -584,7 +600,10 @@ impl Root {
             )
         })?;
         let problems = self.settle(&tmp, rel, owner, None, mtime);
-        self.land(&tmp, parent, name, rel)?;
+        if let Err(e) = self.land(&tmp, parent, name, rel) {
+            let _ = rfs::unlinkat(&self.partial, tmp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
         Ok(problems)
     }
 
@@ -795,6 +814,16 @@ impl Root {
     /// Remove the partial directory if nothing is left in it.
     pub fn tidy(&self) {
         let _ = rfs::unlinkat(&self.fd, PARTIAL_DIR, AtFlags::REMOVEDIR);
+    }
+
+    /// After a session that changed nothing (a dry run): the partial directory removed, DIR's
+    /// times put back as they were before this receiver made it.
+    pub fn tidy_unchanged(&self) {
+        if rfs::unlinkat(&self.fd, PARTIAL_DIR, AtFlags::REMOVEDIR).is_ok() {
+            if let Some(t) = &self.times_before {
+                let _ = rfs::futimens(&self.fd, t);
+            }
+        }
     }
 
     /// One `syncfs` of DIR's filesystem: every write, attribute and rename made there so far is

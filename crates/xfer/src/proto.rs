@@ -802,6 +802,9 @@ pub fn decode_listing(b: &[u8]) -> Result<Listing, ProtoError> {
     let mut names = Vec::with_capacity(n);
     for _ in 0..n {
         let k = c.u8()?;
+        if k > 3 {
+            return Err(malformed("LISTING frame", format!("entry kind {k}")));
+        }
         let name = c.bytes16(MAX_NAME)?.to_vec();
         if name.is_empty()
             || name.contains(&b'/')

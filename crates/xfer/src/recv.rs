@@ -278,19 +278,31 @@ fn open_options(
     target: Target,
     opts: &RecvOptions,
 ) -> Result<(Options, Root, PathBuf), ProtoError> {
-    let o = match proto::read_frame(input)? {
-        Some((proto::T_OPTIONS, p)) => Options::decode(&p)?,
-        Some((proto::T_ERROR, p)) => return Err(ProtoError::Peer(proto::printable(&p))),
-        Some((k, _)) => {
-            return Err(proto::malformed(
-                "stream",
-                format!("frame type {k} where OPTIONS was due"),
-            ))
-        }
-        None => {
-            return Err(ProtoError::Local(
-                "the sender closed the connection before its options".into(),
-            ))
+    let read = match proto::read_frame(input) {
+        Ok(Some((proto::T_OPTIONS, p))) => Options::decode(&p),
+        Ok(Some((proto::T_ERROR, p))) => Err(ProtoError::Peer(proto::printable(&p))),
+        Ok(Some((k, _))) => Err(proto::malformed(
+            "stream",
+            format!("frame type {k} where OPTIONS was due"),
+        )),
+        Ok(None) => Err(ProtoError::Local(
+            "the sender closed the connection before its options".into(),
+        )),
+        Err(e) => Err(e),
+    };
+    let o = match read {
+        Ok(o) => o,
+        Err(e) => {
+            // Nothing of this session stays behind; the sender is told why (unless it is the
+            // one who said it, or has gone).
+            if let Target::Dir(root) = &target {
+                root.tidy_unchanged();
+            }
+            if matches!(e, ProtoError::Malformed { .. } | ProtoError::TooLong(_)) {
+                let _ = proto::write_frame(output, proto::T_ERROR, e.to_string().as_bytes());
+                let _ = output.flush();
+            }
+            return Err(e);
         }
     };
     let mut refuse = |why: String| {
@@ -582,7 +594,11 @@ pub fn receive_on(
     }
     // Every file noted was reported landed or there, after its durability call.
     sess.write_records(&root);
-    root.tidy();
+    if sess.dry() {
+        root.tidy_unchanged();
+    } else {
+        root.tidy();
+    }
     result?;
     let s = summary.lock().expect("lock").clone();
     Ok(s)
@@ -1244,13 +1260,12 @@ fn owned_as(st: &rustix::fs::Stat, mode: u32, attrs: &Attrs) -> bool {
         && attrs.owner.is_none_or(|o| st.st_gid == o.1)
 }
 
+/// A hard link's target: its directory, its name, and the device and inode that landed.
+type LinkTarget = (Arc<OwnedFd>, Vec<u8>, (u64, u64));
+
 /// A hard link's target: an entry of this session that landed (or was there), opened
 /// beneath DIR.
-fn link_target(
-    root: &Root,
-    sess: &Session,
-    h: &FileHeader,
-) -> Result<(Arc<OwnedFd>, Vec<u8>, (u64, u64)), String> {
+fn link_target(root: &Root, sess: &Session, h: &FileHeader) -> Result<LinkTarget, String> {
     let tparts = proto::check_relative(&h.target)?;
     let Some(&dev_ino) = sess.landed.lock().expect("lock").get(&h.target) else {
         return Err(format!(

@@ -63,6 +63,9 @@ pub struct SendOptions {
     pub filters: crate::filter::Filters,
     /// The receiver daemon's module (`--module`).
     pub module: Option<String>,
+    /// Give up when the receiver sends nothing for this long while an answer is due
+    /// (`--timeout`; `None`: wait for ever).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for SendOptions {
@@ -89,6 +92,7 @@ impl Default for SendOptions {
             numeric_ids: false,
             filters: crate::filter::Filters::new(),
             module: None,
+            timeout: Some(std::time::Duration::from_secs(600)),
         }
     }
 }
@@ -316,6 +320,10 @@ struct Prepared {
 }
 
 type Events = mpsc::Receiver<Ev>;
+
+/// A directory to list for `--delete`, with the names the source has there (`None`: an
+/// extraneous directory on the receiver, all of whose names are extraneous).
+type ToList = (Vec<u8>, Option<HashSet<Vec<u8>>>);
 
 /// `--delete` considers at most this many names the receiver lists (a hostile receiver's
 /// endless LISTING stops there).
@@ -719,9 +727,13 @@ impl Sender<'_> {
                 break;
             }
             self.out.flush().map_err(io)?;
-            let first = rx
-                .recv()
-                .map_err(|_| ProtoError::Local("the receiver closed the connection".into()))?;
+            // Waiting on the preparer alone (a large file's hash) is not the receiver's silence.
+            let first = if self.flights.is_empty() {
+                rx.recv()
+                    .map_err(|_| ProtoError::Local("the receiver closed the connection".into()))?
+            } else {
+                self.wait(rx)?
+            };
             self.event(first)?;
             for _ in 0..4096 {
                 match rx.try_recv() {
@@ -736,7 +748,7 @@ impl Sender<'_> {
         proto::write_frame(self.out, proto::T_DONE, &[]).map_err(io)?;
         self.out.flush().map_err(io)?;
         loop {
-            match rx.recv() {
+            match self.wait(rx) {
                 Ok(Ev::Frame(Ok((proto::T_DONE, _)))) => return Ok(()),
                 Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => {
                     return Err(ProtoError::Peer(proto::printable(&p)))
@@ -749,13 +761,27 @@ impl Sender<'_> {
                 }
                 Ok(Ev::Frame(Err(e))) => return Err(e),
                 Ok(_) => continue,
-                Err(_) => {
-                    return Err(ProtoError::Local(
-                        "the receiver closed the connection before DONE".into(),
-                    ))
-                }
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The next event, or an error when the receiver has sent nothing for `--timeout`.
+    fn wait(&self, rx: &Events) -> Result<Ev, ProtoError> {
+        let Some(t) = self.opts.timeout else {
+            return rx
+                .recv()
+                .map_err(|_| ProtoError::Local("the receiver closed the connection".into()));
+        };
+        rx.recv_timeout(t).map_err(|e| match e {
+            mpsc::RecvTimeoutError::Timeout => ProtoError::Local(format!(
+                "the receiver sent nothing for {} s while an answer was due (--timeout)",
+                t.as_secs()
+            )),
+            mpsc::RecvTimeoutError::Disconnected => {
+                ProtoError::Local("the receiver closed the connection".into())
+            }
+        })
     }
 
     fn event(&mut self, ev: Ev) -> Result<(), ProtoError> {
@@ -826,7 +852,7 @@ impl Sender<'_> {
         // Rounds of LIST: the directories sent, then (with filters) each extraneous directory
         // on the receiver, whose excluded names protect it and its extraneous parents (rsync
         // keeps them: "cannot delete non-empty directory").
-        let mut round: Vec<(Vec<u8>, Option<HashSet<Vec<u8>>>)> = std::mem::take(&mut self.listed)
+        let mut round: Vec<ToList> = std::mem::take(&mut self.listed)
             .into_iter()
             .map(|(d, have)| (d, Some(have)))
             .collect();
@@ -953,17 +979,12 @@ impl Sender<'_> {
     /// The receiver's next frame (an ERROR ends the session with its text).
     fn next_frame(&mut self, rx: &Events) -> Result<(u8, Vec<u8>), ProtoError> {
         loop {
-            match rx.recv() {
-                Ok(Ev::Frame(Ok((proto::T_ERROR, p)))) => {
+            match self.wait(rx)? {
+                Ev::Frame(Ok((proto::T_ERROR, p))) => {
                     return Err(ProtoError::Peer(proto::printable(&p)))
                 }
-                Ok(Ev::Frame(f)) => return f,
-                Ok(_) => continue,
-                Err(_) => {
-                    return Err(ProtoError::Local(
-                        "the receiver closed the connection".into(),
-                    ))
-                }
+                Ev::Frame(f) => return f,
+                _ => continue,
             }
         }
     }
@@ -1145,6 +1166,12 @@ impl Sender<'_> {
                         f.todo = (0..blocks).filter(|&i| !have[index(i)]).collect();
                     }
                     Reply::Skipped | Reply::Trusted(_) => {
+                        if matches!(r, Reply::Trusted(_)) && self.opts.quick.is_none() {
+                            return Err(proto::malformed(
+                                "FILE_REPLY frame",
+                                "a file trusted from a record in a session without --quick",
+                            ));
+                        }
                         let f = self.finish(id);
                         if matches!(r, Reply::Trusted(_)) {
                             self.summary.trusted += 1;
