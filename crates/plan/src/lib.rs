@@ -41,6 +41,7 @@ mod extent;
 mod geometry;
 pub mod lanes;
 mod planner;
+pub mod reshape;
 
 pub use extent::{Extent, Granularity, MemberIo};
 pub use geometry::Geometry;
