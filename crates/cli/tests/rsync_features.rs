@@ -940,3 +940,94 @@ fn a_silent_receiver_is_given_up_after_the_timeout() {
     assert!(err.contains("--timeout"), "{err}");
     assert!(t.elapsed() < std::time::Duration::from_secs(50));
 }
+
+/// A hard link is made to the inode that landed, not to whatever is under the target's name
+/// when the link comes (found by an outside attack: a file renamed over the target after it
+/// landed was linked, unverified).
+#[test]
+fn a_hard_link_is_made_only_to_the_file_that_landed() {
+    use std::io::Write;
+    use stripeguard_xfer::proto;
+    let d = scratch();
+    let dst = d.path().join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    let frame = |k: u8, p: &[u8]| {
+        let mut v = vec![k];
+        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        v.extend_from_slice(p);
+        v
+    };
+    let data = b"the verified bytes\n";
+    let bh = *blake3::hash(data).as_bytes();
+    let header = |id: u32, kind: u8, path: &[u8], target: &[u8], hash: [u8; 32]| {
+        proto::FileHeader {
+            id,
+            kind,
+            path: path.to_vec(),
+            size: if kind == proto::KIND_FILE {
+                data.len() as u64
+            } else {
+                0
+            },
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            target: target.to_vec(),
+            block_size: 4096,
+            hash,
+            attrs: Default::default(),
+        }
+        .encode()
+    };
+    let mut c = Command::new(sg_bin())
+        .args(["recv", "--stdio", "--dir"])
+        .arg(&dst)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = c.stdin.take().unwrap();
+    let mut first = proto::hello_bytes(0).to_vec();
+    first.extend(frame(proto::T_OPTIONS, &proto::Options::default().encode()));
+    first.extend(frame(
+        proto::T_FILE,
+        &header(1, proto::KIND_FILE, b"t", b"", proto_hash(&[bh])),
+    ));
+    let mut block = proto::encode_block_header(1, 0, &bh, data.len());
+    block.extend_from_slice(data);
+    first.extend(frame(proto::T_BLOCK, &block));
+    w.write_all(&first).unwrap();
+    w.flush().unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dst.join("t").exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(dst.join("t").exists(), "t did not land");
+    // Someone renames other bytes over the landed file; then the link comes.
+    std::fs::write(d.path().join("evil"), b"EVIL\n").unwrap();
+    std::fs::rename(d.path().join("evil"), dst.join("t")).unwrap();
+    let mut rest = frame(
+        proto::T_FILE,
+        &header(2, proto::KIND_HARDLINK, b"h", b"t", [0; 32]),
+    );
+    rest.extend(frame(proto::T_DONE, &[]));
+    w.write_all(&rest).unwrap();
+    drop(w);
+    let out = c.wait_with_output().unwrap();
+    let err = err_of(&out);
+    assert!(
+        std::fs::symlink_metadata(dst.join("h")).is_err(),
+        "linked to bytes nobody verified: {err}"
+    );
+    assert!(err.contains("replaced since it landed"), "{err}");
+}
+
+/// The protocol's file hash: BLAKE3 of the list of block hashes.
+fn proto_hash(blocks: &[[u8; 32]]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for b in blocks {
+        h.update(b);
+    }
+    *h.finalize().as_bytes()
+}
