@@ -557,7 +557,10 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
                 if a.module[..i].iter().any(|(m, _)| m == n) {
                     bail!("--module {n} is given twice");
                 }
-                Root::open(d).map_err(|e| failed(format!("module {n}: {e}")))?;
+                // Checked now; each session opens it again, so nothing of the check stays.
+                Root::open(d)
+                    .map_err(|e| failed(format!("module {n}: {e}")))?
+                    .tidy_unchanged();
             }
             Target::Modules(Arc::new(a.module.clone()))
         }
@@ -676,7 +679,16 @@ fn serve(l: Listener, target: Target, opts: &RecvOptions, a: &RecvArgs) -> Resul
     let slots = Arc::new(if a.daemon {
         Slots {
             first: Mutex::new(None),
-            daemon: Some((target, a.max_sessions as usize)),
+            daemon: Some((
+                {
+                    // Each session opens DIR again: the check's partial directory goes now.
+                    if let Target::Dir(r) = &target {
+                        r.tidy_unchanged();
+                    }
+                    target
+                },
+                a.max_sessions as usize,
+            )),
             active: AtomicUsize::new(0),
         }
     } else {
