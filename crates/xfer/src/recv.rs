@@ -588,7 +588,19 @@ pub fn receive_on(
         }
         Err(ref e) => {
             if !matches!(e, ProtoError::Peer(_)) && !verifier_failed {
-                let _ = send_frame(&out, proto::T_ERROR, e.to_string().as_bytes(), true);
+                let text = match e {
+                    // A read timeout (`recv --idle-timeout`): said as what it is.
+                    ProtoError::Io(io)
+                        if matches!(
+                            io.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        "the receiver heard nothing from this sender for its idle timeout; what was verified is kept for a later run".to_string()
+                    }
+                    e => e.to_string(),
+                };
+                let _ = send_frame(&out, proto::T_ERROR, text.as_bytes(), true);
             }
         }
     }

@@ -542,10 +542,20 @@ pub fn send(
         Ok(()) => {}
         // A write failed: the receiver has usually said why before it closed; report that.
         Err(ProtoError::Io(e)) => {
+            let closed = matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            );
             return Err(peer_reason(&rx)
                 .map(ProtoError::Peer)
-                .unwrap_or(ProtoError::Io(e))
-                .into())
+                .unwrap_or(if closed {
+                    ProtoError::Local(
+                        "the receiver closed the connection (it ended or was killed); what it verified is kept for a later run".into(),
+                    )
+                } else {
+                    ProtoError::Io(e)
+                })
+                .into());
         }
         Err(e) => return Err(e.into()),
     }
