@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::xfer::{have, is_root, scratch, sg_bin};
+use common::xfer::{frame, have, is_root, scratch, sg_bin};
 use common::{err_of, ok};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -732,11 +732,7 @@ fn a_daemon_serves_modules_until_stopped() {
         .unwrap();
     // Over TCP the key rules hold per session: without the key nothing lands.
     let key = d.path().join("key");
-    ok(&Command::new(sg_bin())
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap());
+    common::xfer::keygen(&key);
     let port = common::xfer::free_port();
     let addr = format!("127.0.0.1:{port}");
     let m3 = d.path().join("m3");
@@ -790,12 +786,6 @@ fn a_hostile_sender_cannot_delete_or_link_outside_the_directory() {
     write(&dst.join("inside.txt"), b"mine\n");
     write(&dst.join(".stripeguard-verified/planted"), b"state\n");
     std::os::unix::fs::symlink(&outside, dst.join("esc")).unwrap();
-    let frame = |k: u8, p: &[u8]| {
-        let mut v = vec![k];
-        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        v.extend_from_slice(p);
-        v
-    };
     let link = |id: u32, path: &[u8], target: &[u8]| {
         frame(
             proto::T_FILE,
@@ -951,12 +941,6 @@ fn a_hard_link_is_made_only_to_the_file_that_landed() {
     let d = scratch();
     let dst = d.path().join("dst");
     std::fs::create_dir_all(&dst).unwrap();
-    let frame = |k: u8, p: &[u8]| {
-        let mut v = vec![k];
-        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        v.extend_from_slice(p);
-        v
-    };
     let data = b"the verified bytes\n";
     let bh = *blake3::hash(data).as_bytes();
     let header = |id: u32, kind: u8, path: &[u8], target: &[u8], hash: [u8; 32]| {
@@ -992,7 +976,13 @@ fn a_hard_link_is_made_only_to_the_file_that_landed() {
     first.extend(frame(proto::T_OPTIONS, &proto::Options::default().encode()));
     first.extend(frame(
         proto::T_FILE,
-        &header(1, proto::KIND_FILE, b"t", b"", proto_hash(&[bh])),
+        &header(
+            1,
+            proto::KIND_FILE,
+            b"t",
+            b"",
+            stripeguard_xfer::send::hash_of_list(&[bh]),
+        ),
     ));
     let mut block = proto::encode_block_header(1, 0, &bh, data.len());
     block.extend_from_slice(data);
@@ -1021,13 +1011,4 @@ fn a_hard_link_is_made_only_to_the_file_that_landed() {
         "linked to bytes nobody verified: {err}"
     );
     assert!(err.contains("replaced since it landed"), "{err}");
-}
-
-/// The protocol's file hash: BLAKE3 of the list of block hashes.
-fn proto_hash(blocks: &[[u8; 32]]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    for b in blocks {
-        h.update(b);
-    }
-    *h.finalize().as_bytes()
 }

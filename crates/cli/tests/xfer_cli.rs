@@ -513,17 +513,9 @@ fn failed_connections_neither_end_a_listening_receiver_nor_block_the_sender() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("x"), b"x").unwrap();
     let key = d.path().join("key");
-    ok(&Command::new(sg_bin())
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap());
+    common::xfer::keygen(&key);
     let other = d.path().join("other");
-    ok(&Command::new(sg_bin())
-        .arg("keygen")
-        .arg(&other)
-        .output()
-        .unwrap());
+    common::xfer::keygen(&other);
     let addr = format!("127.0.0.1:{}", free_port());
     let recv = Command::new(sg_bin())
         .args(["recv", "--listen", &addr, "--json", "--key-file"])
@@ -576,11 +568,7 @@ fn a_listening_receiver_refuses_a_second_sender_and_times_out_a_silent_one() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("x"), b"x").unwrap();
     let key = d.path().join("key");
-    ok(&Command::new(sg_bin())
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap());
+    common::xfer::keygen(&key);
     let addr = format!("127.0.0.1:{}", free_port());
     let recv = Command::new(sg_bin())
         .args([

@@ -717,11 +717,7 @@ fn a_file_with_the_wrong_mode_is_not_skipped() {
 fn directory_xattrs_arrive_and_a_refused_connection_exits_5() {
     let d = scratch();
     let key = d.path().join("key");
-    ok(&Command::new(sg_bin())
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap());
+    common::xfer::keygen(&key);
     let src = d.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     let out = Command::new(sg_bin())

@@ -128,6 +128,16 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// The bytes of hex digits written by [`hex`] (`None`: odd length or not hex).
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(s.get(i * 2..i * 2 + 2)?, 16).ok())
+        .collect()
+}
+
 /// Text from the peer made safe to print: control characters (terminal escapes) shown escaped,
 /// and cut at 1,000 characters.
 pub fn printable(b: &[u8]) -> String {

@@ -7,7 +7,8 @@
 //! user can have written them (`Root::read_record`).
 
 use crate::beneath::Root;
-use crate::proto::hex;
+use crate::manifest::{escape, unescape};
+use crate::proto::{hex, unhex};
 use std::collections::HashMap;
 
 /// Verification records by directory: one file per directory of DIR holds a line per file
@@ -112,7 +113,8 @@ impl Record {
         }
     }
 
-    /// One line of a directory's record file: the name (hex), then the fields.
+    /// One line of a directory's record file: the name (escaped as in a manifest: one token
+    /// whatever its bytes), then the fields.
     fn line(&self, name: &[u8]) -> String {
         let blocks = match &self.blocks {
             Some(b) => b.iter().map(|h| hex(h)).collect::<String>(),
@@ -120,7 +122,7 @@ impl Record {
         };
         format!(
             "{} {} {} {} {} {} {} {} {} {} {} {blocks}\n",
-            hex(name),
+            escape(name),
             self.at,
             self.size,
             self.mtime.0,
@@ -136,22 +138,20 @@ impl Record {
 
     fn parse_line(line: &str) -> Option<(Vec<u8>, Record)> {
         let f: Vec<&str> = line.split(' ').collect();
-        if f.len() != 12 || !f[0].len().is_multiple_of(2) {
+        if f.len() != 12 {
             return None;
         }
-        let name = (0..f[0].len() / 2)
-            .map(|i| u8::from_str_radix(f[0].get(i * 2..i * 2 + 2)?, 16).ok())
-            .collect::<Option<Vec<u8>>>()?;
+        let name = unescape(f[0])?;
         let blocks = if f[11] == "-" {
             None
         } else {
-            let b = f[11];
-            if !b.len().is_multiple_of(64) {
+            let b = unhex(f[11])?;
+            if !b.len().is_multiple_of(32) {
                 return None;
             }
             Some(
-                (0..b.len() / 64)
-                    .map(|i| unhex32(b.get(i * 64..i * 64 + 64)?))
+                b.chunks_exact(32)
+                    .map(|c| <[u8; 32]>::try_from(c).ok())
                     .collect::<Option<Vec<_>>>()?,
             )
         };
@@ -222,14 +222,7 @@ impl Record {
 }
 
 fn unhex32(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&s[i * 2..i * 2 + 2], 16).ok()?;
-    }
-    Some(out)
+    unhex(s)?.try_into().ok()
 }
 
 #[cfg(test)]

@@ -1089,11 +1089,7 @@ fn entry(
             if let Some(st) = root.stat(&parent, name) {
                 let regular = rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile;
-                let as_sent = regular
-                    && st.st_size as u64 == h.size
-                    && st.st_mtime == h.mtime_s
-                    && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
-                    && owned_as(&st, mode, &attrs);
+                let as_sent = as_sent(&st, h, mode, &attrs);
                 let delta = regular && !sess.o.has(proto::OPT_WHOLE_FILE) && st.st_size > 0;
                 // --quick: a record of this very file (same inode, size and times, ctime
                 // included) written within the age given stands in for reading it.
@@ -1232,13 +1228,7 @@ fn quick_unhashed(
     }
     let trusted = root.stat(parent, name).and_then(|st| {
         let dev_ino = (st.st_dev, st.st_ino);
-        let as_sent = rustix::fs::FileType::from_raw_mode(st.st_mode)
-            == rustix::fs::FileType::RegularFile
-            && st.st_size as u64 == h.size
-            && st.st_mtime == h.mtime_s
-            && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
-            && owned_as(&st, mode, attrs);
-        if !as_sent {
+        if !as_sent(&st, h, mode, attrs) {
             return None;
         }
         sess.record(root, &h.path)
@@ -1258,6 +1248,17 @@ fn quick_unhashed(
 
 fn show_own(first: &[u8]) -> String {
     proto::show(first)
+}
+
+/// The skip rule's quick part: a regular file of the size and mtime sent, with the owner,
+/// mode and link count this receiver would give it (what stands under the name is then
+/// proved from the device, or trusted from a record, or, in a dry run, taken as it is).
+fn as_sent(st: &rustix::fs::Stat, h: &FileHeader, mode: u32, attrs: &Attrs) -> bool {
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+        && st.st_size as u64 == h.size
+        && st.st_mtime == h.mtime_s
+        && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
+        && owned_as(st, mode, attrs)
 }
 
 /// Whether a file's owner, mode and link count are those this receiver would give it (so
@@ -1340,13 +1341,7 @@ fn dry_entry(
         proto::KIND_FILE => {
             h.check_blocks()?;
             sess.note_landed(&h.path, (0, 0));
-            st.as_ref().is_some_and(|st| {
-                kind == Some(FileType::RegularFile)
-                    && st.st_size as u64 == h.size
-                    && st.st_mtime == h.mtime_s
-                    && u32::try_from(st.st_mtime_nsec) == Ok(h.mtime_ns)
-                    && owned_as(st, mode, attrs)
-            })
+            st.as_ref().is_some_and(|st| as_sent(st, h, mode, attrs))
         }
         _ => {
             kind == special

@@ -39,6 +39,20 @@ pub fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// `stripeguard keygen PATH`: a new shared key there.
+pub fn keygen(path: &Path) {
+    let out = Command::new(sg_bin())
+        .arg("keygen")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "keygen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A loopback port free a moment ago.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
