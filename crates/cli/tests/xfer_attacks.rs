@@ -11,8 +11,8 @@
 
 mod common;
 
-use common::xfer::{frame, free_port, have, is_root, scratch, sg_bin};
 use common::err_of;
+use common::xfer::{frame, free_port, have, is_root, scratch, sg_bin};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

@@ -372,6 +372,8 @@ mod tests {
         assert_eq!(r.next(0, true, 64), Step::Write(0..5));
         // Past the critical section, batches grow with the committed prefix: ⌊a·5/4⌋ − a.
         assert_eq!(r.next(40, true, 64), Step::Write(40..50));
+        // New stripe 40 holds chunks 200..205: old stripes 50 and 51.
+        assert_eq!(r.sources(40), 50..52);
         play(&r, 64, None).unwrap();
     }
 

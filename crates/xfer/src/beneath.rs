@@ -99,6 +99,9 @@ impl Policy {
     }
 }
 
+/// This host's id of a user (`false`) or group (`true`) name, `None` when it has none.
+type KnownIds = HashMap<(bool, Vec<u8>), Option<u32>>;
+
 /// The sender's owner as this host's ids: by name where the sender sent names and this host
 /// knows them (as rsync does), otherwise the numeric ids; id 0 is never mapped by name, in
 /// either direction (a name that is 0 here, such as `root`, keeps the sender's number).
@@ -107,21 +110,33 @@ fn map_owner((uid, gid): (u32, u32), names: Option<&(Vec<u8>, Vec<u8>)>) -> (u32
     let Some((un, gn)) = names else {
         return (uid, gid);
     };
+    // Each name looked up once per thread (a directory service answers per lookup).
+    thread_local! {
+        static KNOWN: std::cell::RefCell<KnownIds> = std::cell::RefCell::default();
+    }
+    let lookup = |group: bool, name: &[u8]| {
+        KNOWN.with(|k| {
+            *k.borrow_mut()
+                .entry((group, name.to_vec()))
+                .or_insert_with(|| {
+                    let n = std::ffi::OsStr::from_bytes(name);
+                    if group {
+                        uzers::get_group_by_name(n).map(|g| g.gid())
+                    } else {
+                        uzers::get_user_by_name(n).map(|u| u.uid())
+                    }
+                })
+        })
+    };
     let uid = if uid == 0 || un.is_empty() {
         uid
     } else {
-        uzers::get_user_by_name(std::ffi::OsStr::from_bytes(un))
-            .map(|u| u.uid())
-            .filter(|&u| u != 0)
-            .unwrap_or(uid)
+        lookup(false, un).filter(|&u| u != 0).unwrap_or(uid)
     };
     let gid = if gid == 0 || gn.is_empty() {
         gid
     } else {
-        uzers::get_group_by_name(std::ffi::OsStr::from_bytes(gn))
-            .map(|g| g.gid())
-            .filter(|&g| g != 0)
-            .unwrap_or(gid)
+        lookup(true, gn).filter(|&g| g != 0).unwrap_or(gid)
     };
     (uid, gid)
 }
@@ -163,15 +178,10 @@ impl Root {
         let pd = dir.join(PARTIAL_DIR);
         // DIR's times before this receiver made its partial directory there, to put back when a
         // session that changed nothing (a dry run) removes it again.
+        let ns = |n: u64| u32::try_from(n).unwrap_or(0);
         let before = rfs::fstat(&fd).ok().map(|st| rfs::Timestamps {
-            last_access: rfs::Timespec {
-                tv_sec: st.st_atime,
-                tv_nsec: i64::try_from(st.st_atime_nsec).unwrap_or(0),
-            },
-            last_modification: rfs::Timespec {
-                tv_sec: st.st_mtime,
-                tv_nsec: i64::try_from(st.st_mtime_nsec).unwrap_or(0),
-            },
+            last_access: timespec((st.st_atime, ns(st.st_atime_nsec))),
+            last_modification: timespec((st.st_mtime, ns(st.st_mtime_nsec))),
         });
         let made_partial = match rfs::mkdirat(&fd, PARTIAL_DIR, Mode::from_raw_mode(0o700)) {
             Ok(()) => true,

@@ -739,14 +739,19 @@ pub fn encode_zblock_header(id: u32, index: u64, hash: &[u8; 32], raw: usize) ->
 }
 
 /// A ZBLOCK frame's fields, its bytes decompressed (exactly `raw` of them, at most a block).
-pub fn decode_zblock(b: &[u8]) -> Result<(u32, u64, [u8; 32], Vec<u8>), ProtoError> {
+/// (`z`: the session's decompression context, kept across blocks.)
+pub fn decode_zblock(
+    b: &[u8],
+    z: &mut zstd::bulk::Decompressor<'_>,
+) -> Result<(u32, u64, [u8; 32], Vec<u8>), ProtoError> {
     let mut c = Cur::new(b, "ZBLOCK frame");
     let (id, index, hash) = (c.u32()?, c.u64()?, c.hash()?);
     let raw = c.u32()?;
     if raw > MAX_BLOCK {
         return Err(malformed("ZBLOCK frame", format!("{raw} bytes")));
     }
-    let data = zstd::bulk::decompress(c.rest(), raw as usize)
+    let data = z
+        .decompress(c.rest(), raw as usize)
         .map_err(|e| malformed("ZBLOCK frame", format!("does not decompress: {e}")))?;
     if data.len() != raw as usize {
         return Err(malformed(

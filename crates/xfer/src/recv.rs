@@ -633,6 +633,8 @@ fn session(
     // Replies wait in the buffer while more frames are already here, and go out before this
     // side waits for the sender.
     let mut unflushed = false;
+    // The decompression context of ZBLOCKs, made at the first.
+    let mut unz: Option<zstd::bulk::Decompressor<'static>> = None;
     // A DELETE came (with the count of entries that had failed then): no entry may follow.
     let mut deleting: Option<usize> = None;
     loop {
@@ -722,7 +724,11 @@ fn session(
                         "compressed blocks without the COMPRESS option",
                     ));
                 }
-                let (id, index, hash, data) = proto::decode_zblock(&payload)?;
+                if unz.is_none() {
+                    unz = Some(zstd::bulk::Decompressor::new()?);
+                }
+                let z = unz.as_mut().expect("made above");
+                let (id, index, hash, data) = proto::decode_zblock(&payload, z)?;
                 write_block(open, summary, tx, id, index, hash, Data::Bytes(&data))?;
             }
             proto::T_COPY => {
@@ -999,7 +1005,7 @@ fn entry(
     if beneath::is_own(parts[0]) {
         return Err(format!(
             "{} is the receiver's own directory",
-            show_own(parts[0])
+            proto::show(parts[0])
         ));
     }
     let name = parts[parts.len() - 1];
@@ -1110,7 +1116,16 @@ fn entry(
                 if (as_sent || delta) && old.is_none() {
                     if let Some(f) = root.open_file(&parent, name) {
                         let size = st.st_size as u64;
-                        if let Ok(hashes) = device_blocks(&f, size, u64::from(h.block_size)) {
+                        // A skip proves the file from the device; a delta's old blocks need no
+                        // proof (each one copied is read back from the device in the new file
+                        // and checked against the sender's hash), so they are read as they come.
+                        let bs = u64::from(h.block_size);
+                        let hashes = if as_sent {
+                            device_blocks(&f, size, bs)
+                        } else {
+                            crate::send::block_hashes(&f, size, h.block_size)
+                        };
+                        if let Ok(hashes) = hashes {
                             if as_sent && crate::send::hash_of_list(&hashes) == h.hash {
                                 // A partial or progress left beside it is stale: a run killed
                                 // after landing the file and before removing its progress.
@@ -1244,10 +1259,6 @@ fn quick_unhashed(
         }
         None => Reply::HashFirst,
     }))
-}
-
-fn show_own(first: &[u8]) -> String {
-    proto::show(first)
 }
 
 /// The skip rule's quick part: a regular file of the size and mtime sent, with the owner,
@@ -1618,11 +1629,7 @@ impl Verifier {
                 // Blocks verified in an earlier run were checked against that run's hashes:
                 // read them back from the device now, so the file hash covers every block.
                 let resumed_ok = !f.resumed || rehash_resumed(&mut f).is_ok();
-                let mut list = blake3::Hasher::new();
-                for h in &f.hashes {
-                    list.update(h);
-                }
-                if f.size > 0 && (!resumed_ok || *list.finalize().as_bytes() != f.hash) {
+                if f.size > 0 && (!resumed_ok || crate::send::hash_of_list(&f.hashes) != f.hash) {
                     self.root.remove_partial(&f.rel);
                     let why = if f.resumed {
                         "the blocks kept from an earlier run do not match the file (discarded; send it again)"

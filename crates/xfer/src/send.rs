@@ -173,9 +173,12 @@ struct Walk<'a> {
     listed: Vec<(Vec<u8>, HashSet<Vec<u8>>)>,
 }
 
+/// `remote/name` (`remote` empty: DIR itself, the name alone).
 fn join(remote: &[u8], name: &[u8]) -> Vec<u8> {
     let mut v = remote.to_vec();
-    v.push(b'/');
+    if !v.is_empty() {
+        v.push(b'/');
+    }
     v.extend_from_slice(name);
     v
 }
@@ -252,12 +255,7 @@ impl Walk<'_> {
                         ));
                         continue;
                     }
-                    let r = if remote.is_empty() {
-                        n.as_bytes().to_vec()
-                    } else {
-                        join(remote, n.as_bytes())
-                    };
-                    self.walk(top, &path.join(&n), r, s);
+                    self.walk(top, &path.join(&n), join(remote, n.as_bytes()), s);
                 }
             }
             Err(e) => s
@@ -535,6 +533,10 @@ pub fn send(
         resolved: HashMap::new(),
         parked: HashMap::new(),
         listed,
+        zstd: match opts.compress {
+            Some(level) => Some(zstd::bulk::Compressor::new(level).map_err(ProtoError::Io)?),
+            None => None,
+        },
     };
     let r = s.run(&rx);
     let (summary, manifest) = (s.summary, s.manifest);
@@ -640,6 +642,8 @@ struct Sender<'a> {
     parked: HashMap<Vec<u8>, Vec<(Flight, FileHeader)>>,
     /// `--delete`: the directories whose names were all read here, with those names.
     listed: Vec<(Vec<u8>, HashSet<Vec<u8>>)>,
+    /// `-z`: the compression context, kept across blocks.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
 /// `--bwlimit`: frames go out at most `rate` bytes a second on average since the start (a
@@ -903,11 +907,7 @@ impl Sender<'_> {
                     if have.as_ref().is_some_and(|h| h.contains(&name)) {
                         continue;
                     }
-                    let rel = if dir.is_empty() {
-                        name
-                    } else {
-                        join(dir, &name)
-                    };
+                    let rel = join(dir, &name);
                     let is_dir = kind == 1;
                     if self.opts.filters.excluded(&rel, is_dir) {
                         // Protected: so is every extraneous directory above it.
@@ -1071,9 +1071,9 @@ impl Sender<'_> {
                     break;
                 }
                 let packed = self
-                    .opts
-                    .compress
-                    .and_then(|level| zstd::bulk::compress(&buf, level).ok())
+                    .zstd
+                    .as_mut()
+                    .and_then(|z| z.compress(&buf).ok())
                     .filter(|z| z.len() < n);
                 let (kind, p) = match packed {
                     Some(z) => {
