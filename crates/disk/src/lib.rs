@@ -211,12 +211,45 @@ pub trait Disk: Send + Sync {
         let _ = (offset, ptr, len, write);
         None
     }
-    /// An I/O this disk gave a descriptor for is being submitted directly (a recording
-    /// wrapper records it here).
+    /// An I/O is being submitted without [`Disk::read_at`] / [`Disk::write_at`] (by the
+    /// descriptor this disk gave, or through its [`Disk::pipelined`] side): a recording
+    /// wrapper records it here.
     fn note_direct(&self, offset: u64, len: usize, write: bool) {
         let _ = (offset, len, write);
     }
+    /// The split-phase side of a disk whose requests can be sent now and completed later from
+    /// the same thread (a network export: one request per member goes out, then every reply
+    /// is collected — one round trip for a stripe instead of one per member). `None`: use
+    /// [`Disk::read_at`] / [`Disk::write_at`]. A wrapper gives its inner disk's only if it
+    /// needs nothing of the I/O beyond [`Disk::note_direct`].
+    fn pipelined(&self) -> Option<&dyn Pipelined> {
+        None
+    }
 }
+
+/// Requests sent now and completed later ([`Disk::pipelined`], used by [`batch::submit`]).
+pub trait Pipelined: Send + Sync {
+    /// Send `len` bytes' read at `offset` (`data` `None`) or a write of `data` at `offset`,
+    /// without waiting for the answer. Every sent request must be given to
+    /// [`Pipelined::complete`].
+    fn send(&self, offset: u64, len: usize, data: Option<&[u8]>) -> Result<Ticket, DiskError>;
+    /// Wait for a sent request's answer, given the same buffer: a read's bytes land in it, a
+    /// write's are there to be sent again. A request whose connection was lost before the
+    /// answer is sent again, as [`Disk::read_at`] / [`Disk::write_at`] would; its errors are
+    /// theirs.
+    fn complete(&self, ticket: Ticket, buf: IoBuf<'_>) -> Result<(), DiskError>;
+}
+
+/// The buffer of a [`Pipelined`] request.
+pub enum IoBuf<'a> {
+    /// A read's: the bytes land here.
+    Into(&'a mut [u8]),
+    /// A write's bytes.
+    From(&'a [u8]),
+}
+
+/// What a [`Pipelined`] disk needs to complete a request it sent (its own type inside).
+pub struct Ticket(pub Box<dyn std::any::Any + Send>);
 
 /// A shared disk.
 pub type DiskRef = Arc<dyn Disk>;

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use stripeguard_disk::{Disk, DiskError};
+use stripeguard_disk::{Disk, DiskError, IoBuf, Pipelined, Ticket};
 
 /// Whether a member name is an NBD URI rather than a path.
 pub fn is_uri(name: &str) -> bool {
@@ -169,6 +169,16 @@ impl Conn {
             Conn::Unix(s) | Conn::Tls(s) => s.shutdown(Shutdown::Both),
         };
     }
+    /// Acknowledge what arrives at once (TCP_QUICKACK, which the kernel clears again by
+    /// itself). Without it, a connection the caller turns away from between its requests (a
+    /// stripe's units go to every member in turn) looks interactive to the kernel, which then
+    /// holds its acknowledgements back to ride on the next request — while the server waits
+    /// for them to send the rest of a 64 KiB reply: 4–7 ms stalls, measured.
+    fn ack_quickly(&self) {
+        if let Conn::Tcp(s) = self {
+            let _ = rustix::net::sockopt::set_tcp_quickack(s, true);
+        }
+    }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Conn::Tcp(s) => s.set_read_timeout(t),
@@ -295,6 +305,7 @@ impl Session {
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
         let _ = conn.set_read_timeout(Some(left));
+        conn.ack_quickly();
         let mut h = [0u8; 16];
         conn.read_exact(&mut h)
             .map_err(|e| format!("connection lost: {e}"))?;
@@ -319,6 +330,7 @@ impl Session {
             return Ok((cookie, Err(Failure::Nbd(error))));
         }
         let mut data = vec![0u8; read_len];
+        conn.ack_quickly();
         conn.read_exact(&mut data)
             .map_err(|e| format!("connection lost in a reply: {e}"))?;
         Ok((cookie, Ok(data)))
@@ -466,70 +478,102 @@ impl NbdDisk {
     ) -> Result<Vec<u8>, DiskError> {
         let deadline = Instant::now() + self.target.timeout;
         loop {
-            let session = self.session(deadline)?;
-            let cookie = self.cookie.fetch_add(1, Ordering::Relaxed);
-            let read_len = if kind == proto::CMD_READ {
-                length as usize
+            let (session, cookie) =
+                self.send_one(kind, flags, offset, length, payload, deadline)?;
+            let got = session.wait(cookie, deadline);
+            if let Some(data) = self.answer(op, kind, offset, length, &session, got, deadline)? {
+                return Ok(data);
+            }
+        }
+    }
+
+    /// Send one request on the live session (reconnecting if it died): the session and the
+    /// cookie its answer will carry. A failed send kills the session, so the wait for the
+    /// answer says the connection was lost.
+    fn send_one(
+        &self,
+        kind: u16,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(Arc<Session>, u64), DiskError> {
+        let session = self.session(deadline)?;
+        let cookie = self.cookie.fetch_add(1, Ordering::Relaxed);
+        let read_len = if kind == proto::CMD_READ {
+            length as usize
+        } else {
+            0
+        };
+        session
+            .flight
+            .lock()
+            .expect("lock")
+            .pending
+            .insert(cookie, read_len);
+        let header = Request {
+            flags,
+            kind,
+            cookie,
+            offset,
+            length,
+        }
+        .encode();
+        let sent = {
+            let mut w = session.writer.lock().expect("lock");
+            if payload.is_empty() {
+                w.write_all(&header)
             } else {
-                0
-            };
-            session
-                .flight
-                .lock()
-                .expect("lock")
-                .pending
-                .insert(cookie, read_len);
-            let header = Request {
-                flags,
-                kind,
-                cookie,
+                // One write: header and payload in one segment where it fits.
+                let mut m = Vec::with_capacity(header.len() + payload.len());
+                m.extend_from_slice(&header);
+                m.extend_from_slice(payload);
+                w.write_all(&m)
+            }
+        };
+        if let Err(e) = sent {
+            session.kill(&format!("sending: {e}"));
+        }
+        Ok((session, cookie))
+    }
+
+    /// What a request's wait brought: its data (empty but for READ), `None` when the
+    /// connection was lost in time to send it again, or the error the caller gets.
+    #[allow(clippy::too_many_arguments)]
+    fn answer(
+        &self,
+        op: &'static str,
+        kind: u16,
+        offset: u64,
+        length: u32,
+        session: &Session,
+        got: Option<Outcome>,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, DiskError> {
+        match got {
+            Some(Ok(data)) => Ok(Some(data)),
+            // A range the server cannot read: the engine rebuilds it from the others.
+            Some(Err(Failure::Nbd(_))) if kind == proto::CMD_READ => Err(DiskError::Medium {
+                name: self.uri.clone(),
                 offset,
-                length,
-            }
-            .encode();
-            let sent = {
-                let mut w = session.writer.lock().expect("lock");
-                if payload.is_empty() {
-                    w.write_all(&header)
-                } else {
-                    // One write: header and payload in one segment where it fits.
-                    let mut m = Vec::with_capacity(header.len() + payload.len());
-                    m.extend_from_slice(&header);
-                    m.extend_from_slice(payload);
-                    w.write_all(&m)
-                }
-            };
-            if let Err(e) = sent {
-                session.kill(&format!("sending: {e}"));
-            }
-            match session.wait(cookie, deadline) {
-                Some(Ok(data)) => return Ok(data),
-                Some(Err(Failure::Nbd(_))) if kind == proto::CMD_READ => {
-                    // A range the server cannot read: the engine rebuilds it from the others.
-                    return Err(DiskError::Medium {
-                        name: self.uri.clone(),
-                        offset,
-                    });
-                }
-                Some(Err(Failure::Nbd(errno))) => {
-                    return Err(DiskError::Io {
-                        name: self.uri.clone(),
-                        op,
-                        offset,
-                        len: length as usize,
-                        source: io::Error::other(format!("the NBD server answered error {errno}")),
-                    });
-                }
-                Some(Err(Failure::Lost(_))) if Instant::now() < deadline => continue,
-                Some(Err(Failure::Lost(why))) => return Err(self.failed(why)),
-                None => {
-                    // No answer in time: this connection is not to be trusted any more.
-                    session.kill("timed out");
-                    return Err(self.failed(format!(
-                        "no answer to a {op} within {:.1} s",
-                        self.target.timeout.as_secs_f64()
-                    )));
-                }
+            }),
+            Some(Err(Failure::Nbd(errno))) => Err(DiskError::Io {
+                name: self.uri.clone(),
+                op,
+                offset,
+                len: length as usize,
+                source: io::Error::other(format!("the NBD server answered error {errno}")),
+            }),
+            Some(Err(Failure::Lost(_))) if Instant::now() < deadline => Ok(None),
+            Some(Err(Failure::Lost(why))) => Err(self.failed(why)),
+            None => {
+                // No answer in time: this connection is not to be trusted any more.
+                session.kill("timed out");
+                Err(self.failed(format!(
+                    "no answer to a {op} within {:.1} s",
+                    self.target.timeout.as_secs_f64()
+                )))
             }
         }
     }
@@ -750,6 +794,84 @@ impl Disk for NbdDisk {
 
     fn shared_across_hosts(&self) -> bool {
         true
+    }
+
+    fn pipelined(&self) -> Option<&dyn Pipelined> {
+        Some(self)
+    }
+}
+
+/// The requests of one pipelined I/O (longer I/O goes as several), each with the session it
+/// went out on and its cookie, or the error sending it met.
+struct Sent {
+    offset: u64,
+    deadline: Instant,
+    parts: Vec<Result<(Arc<Session>, u64), DiskError>>,
+}
+
+impl Pipelined for NbdDisk {
+    fn send(&self, offset: u64, len: usize, data: Option<&[u8]>) -> Result<Ticket, DiskError> {
+        let (op, kind) = match data {
+            Some(_) => ("write", proto::CMD_WRITE),
+            None => ("read", proto::CMD_READ),
+        };
+        self.check(op, offset, len)?;
+        let deadline = Instant::now() + self.target.timeout;
+        let mut parts = Vec::new();
+        let mut done = 0;
+        while done < len {
+            let n = next_request(len - done);
+            let payload = data.map_or(&[][..], |d| &d[done..done + n as usize]);
+            parts.push(self.send_one(kind, 0, offset + done as u64, n, payload, deadline));
+            done += n as usize;
+        }
+        Ok(Ticket(Box::new(Sent {
+            offset,
+            deadline,
+            parts,
+        })))
+    }
+
+    fn complete(&self, ticket: Ticket, mut buf: IoBuf<'_>) -> Result<(), DiskError> {
+        let sent = ticket
+            .0
+            .downcast::<Sent>()
+            .map_err(|_| self.failed("completing a request this disk did not send"))?;
+        let (op, kind, len) = match &buf {
+            IoBuf::From(b) => ("write", proto::CMD_WRITE, b.len()),
+            IoBuf::Into(b) => ("read", proto::CMD_READ, b.len()),
+        };
+        let mut result = Ok(());
+        let mut done = 0;
+        // Every part is waited for (its answer must come off the connection); the first error
+        // is the I/O's.
+        for part in sent.parts {
+            let n = next_request(len - done);
+            let at = sent.offset + done as u64;
+            let range = done..done + n as usize;
+            done += n as usize;
+            let got = part.and_then(|(session, cookie)| {
+                let got = session.wait(cookie, sent.deadline);
+                match self.answer(op, kind, at, n, &session, got, sent.deadline)? {
+                    Some(data) => Ok(data),
+                    // The connection was lost with time left: sent again on a fresh one.
+                    None => match &buf {
+                        IoBuf::From(b) => self.request(op, kind, 0, at, n, &b[range.clone()]),
+                        IoBuf::Into(_) => self.request(op, kind, 0, at, n, &[]),
+                    },
+                }
+            });
+            match (got, &mut buf) {
+                (Ok(data), IoBuf::Into(b)) => b[range].copy_from_slice(&data),
+                (Ok(_), IoBuf::From(_)) => {}
+                (Err(e), _) => {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        result
     }
 }
 
