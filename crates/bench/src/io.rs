@@ -15,6 +15,12 @@
 //! The replay is fio's `read_iolog` (iolog version 2), so the floor is measured by a tool that
 //! is not ours, in the same run, on the same files.
 //!
+//! **Remote members** ([`Remote`]: NBD exports instead of files): the same rows, plus 1 MiB
+//! sequential rows at queue depth 32, on an array made on the exports; the floor is fio's nbd
+//! engine replaying each member's recorded I/O against that member's export (writes against a
+//! scratch export of the same size beside it), one job per member at the row's queue depth —
+//! exactly the engine's member I/O, over the same network, by a client that is not ours.
+//!
 //! At queue depth 1 the per-member floor is optimistic: its eight jobs overlap I/O of
 //! consecutive requests that the engine, one request at a time, cannot. Those rows also report
 //! a **serial floor**: one job replaying the whole list in the engine's order — pessimistic
@@ -52,6 +58,30 @@ pub struct IoBenchOptions {
     pub direct: bool,
     /// The fio binary.
     pub fio: String,
+    /// Measure an array on these NBD exports instead of member files (`dir` then holds only
+    /// fio's job files).
+    pub remote: Option<Remote>,
+}
+
+/// NBD exports to measure on ([`IoBenchOptions::remote`]).
+#[derive(Clone)]
+pub struct Remote {
+    /// The members, opened (`k + m` of them).
+    pub members: Vec<DiskRef>,
+    /// Their URIs, for fio's nbd engine.
+    pub uris: Vec<String>,
+    /// One scratch export per member, at least as large, that the floor's writes are replayed
+    /// onto (replaying them onto the members would overwrite the array).
+    pub scratch: Vec<String>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("uris", &self.uris)
+            .field("scratch", &self.scratch)
+            .finish()
+    }
 }
 
 /// One row.
@@ -59,6 +89,8 @@ pub struct IoBenchOptions {
 pub struct IoRow {
     pub scheme: &'static str,
     pub direct: bool,
+    /// On NBD exports ([`Remote`]).
+    pub remote: bool,
     pub workload: &'static str,
     pub queue_depth: usize,
     pub requests: u64,
@@ -88,9 +120,9 @@ struct Io {
     len: u32,
 }
 
-/// A member file that records its data-area I/O while recording is on.
+/// A member that records its data-area I/O while recording is on.
 struct Recording {
-    inner: FileDisk,
+    inner: DiskRef,
     member: u16,
     data_offset: u64,
     on: Arc<AtomicBool>,
@@ -147,10 +179,23 @@ impl Disk for Recording {
     fn note_direct(&self, offset: u64, len: usize, write: bool) {
         self.note(write, offset, len);
     }
+    fn pipelined(&self) -> Option<&dyn stripeguard_disk::Pipelined> {
+        self.inner.pipelined()
+    }
 }
 
-/// The workloads: name, request bytes, write, random, queue depth.
-const WORKLOADS: [(&str, usize, bool, bool, usize); 6] = [
+/// A workload: name, request bytes, write, random, queue depth.
+type Workload = (&'static str, usize, bool, bool, usize);
+
+/// The workloads on remote members besides [`WORKLOADS`]: sequential streams at queue depth 32
+/// (each thread its own stream), where the network rather than a round trip is the limit.
+const REMOTE_WORKLOADS: [Workload; 2] = [
+    ("seq-write-1M", 1 << 20, true, false, 32),
+    ("seq-read-1M", 1 << 20, false, false, 32),
+];
+
+/// The workloads.
+const WORKLOADS: [Workload; 6] = [
     ("seq-write-1M", 1 << 20, true, false, 1),
     ("seq-read-1M", 1 << 20, false, false, 1),
     ("rand-read-4K", 4096, false, true, 1),
@@ -162,6 +207,12 @@ const WORKLOADS: [(&str, usize, bool, bool, usize); 6] = [
 /// Run every row; `progress` names what is being measured.
 pub fn run(opts: &IoBenchOptions, mut progress: impl FnMut(&str)) -> Result<Vec<IoRow>, String> {
     let mut rows = Vec::new();
+    if opts.remote.is_some() {
+        for scheme in [Scheme::None, Scheme::HybridSeq] {
+            rows.extend(one_array(opts, scheme, false, &mut progress)?);
+        }
+        return Ok(rows);
+    }
     let modes: &[bool] = if opts.direct {
         &[false, true]
     } else {
@@ -188,27 +239,69 @@ fn one_array(
         stripeguard_integrity::appendix_bytes_for(scheme, k, opts.chunk_bytes, opts.sector_bytes)
             as u64;
     let unit = chunk + apx;
-    let stripes = (opts.member_data_bytes / unit).max(1);
-    let size = MetadataLayout::member_bytes_for(stripes, unit);
-    let data_offset = MetadataLayout::for_member(size).data_offset();
     let on = Arc::new(AtomicBool::new(false));
     let log = Arc::new(Mutex::new(Vec::new()));
-    let paths: Vec<PathBuf> = (0..n)
-        .map(|i| opts.dir.join(format!("sg-bench-io-m{i}")))
-        .collect();
-    // The floor replays writes onto scratch files beside the members (replaying them onto the
-    // members would overwrite the array with fio's bytes). Members and scratch files are both
-    // allocated up front, so neither pays for allocating blocks during a measurement.
-    let scratch: Vec<PathBuf> = (0..n)
-        .map(|i| opts.dir.join(format!("sg-bench-io-floor{i}")))
-        .collect();
-    for p in paths.iter().chain(&scratch) {
-        let _ = std::fs::remove_file(p);
-        allocate(p, size)?;
-    }
+    let (stripes, size, paths, scratch, inner): (
+        u64,
+        u64,
+        Vec<PathBuf>,
+        Vec<PathBuf>,
+        Vec<DiskRef>,
+    ) = match &opts.remote {
+        Some(r) => {
+            if r.members.len() != n || r.scratch.len() != n {
+                return Err(format!(
+                    "{k}+{m} needs {n} member exports and {n} scratch exports"
+                ));
+            }
+            // As many stripes as the smallest export holds.
+            let size = r.members.iter().map(|d| d.size_bytes()).min().unwrap_or(0);
+            let layout = MetadataLayout::for_member(size);
+            let stripes = size.saturating_sub(layout.data_offset()) / unit;
+            let stripes = (1..=stripes)
+                .rev()
+                .find(|&s| MetadataLayout::member_bytes_for(s, unit) <= size)
+                .ok_or_else(|| format!("exports of {size} bytes hold no stripe"))?;
+            let as_paths = |u: &[String]| u.iter().map(PathBuf::from).collect();
+            (
+                stripes,
+                size,
+                as_paths(&r.uris),
+                as_paths(&r.scratch),
+                r.members.clone(),
+            )
+        }
+        None => {
+            let stripes = (opts.member_data_bytes / unit).max(1);
+            let size = MetadataLayout::member_bytes_for(stripes, unit);
+            let paths: Vec<PathBuf> = (0..n)
+                .map(|i| opts.dir.join(format!("sg-bench-io-m{i}")))
+                .collect();
+            // The floor replays writes onto scratch files beside the members (replaying
+            // them onto the members would overwrite the array with fio's bytes). Members
+            // and scratch files are both allocated up front, so neither pays for
+            // allocating blocks during a measurement.
+            let scratch: Vec<PathBuf> = (0..n)
+                .map(|i| opts.dir.join(format!("sg-bench-io-floor{i}")))
+                .collect();
+            for p in paths.iter().chain(&scratch) {
+                let _ = std::fs::remove_file(p);
+                allocate(p, size)?;
+            }
+            let inner = paths
+                .iter()
+                .map(|p| {
+                    FileDisk::open(p, direct)
+                        .map(|d| Arc::new(d) as DiskRef)
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<_, _>>()?;
+            (stripes, size, paths, scratch, inner)
+        }
+    };
+    let data_offset = MetadataLayout::for_member(size).data_offset();
     let mut members: Vec<DiskRef> = Vec::new();
-    for (i, p) in paths.iter().enumerate() {
-        let inner = FileDisk::open(p, direct).map_err(|e| e.to_string())?;
+    for (i, inner) in inner.into_iter().enumerate() {
         members.push(Arc::new(Recording {
             inner,
             member: u16::try_from(i).map_err(|_| format!("{n} members do not fit a u16"))?,
@@ -222,17 +315,23 @@ fn one_array(
         sector_bytes: opts.sector_bytes,
         ..ArrayConfig::new(k, m, scheme, opts.chunk_bytes, stripes)
     };
-    let array = Array::create(members, &cfg, true, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    // Member files are new (zeros: only appendices need writing); exports hold whatever was
+    // there before.
+    let fresh = opts.remote.is_none();
+    let array = Array::create(members, &cfg, fresh, &mut |_, _| {}).map_err(|e| e.to_string())?;
     // As the commands and the server run the array.
     array.enable_appendix_cache(stripeguard_engine::APPENDIX_CACHE_ENTRIES);
     let capacity = array.capacity_bytes();
     let mut rows = Vec::new();
-    for (name, req, write, random, qd) in WORKLOADS {
-        progress(&format!(
-            "{} {} {name} qd{qd}",
-            scheme.name(),
-            if direct { "direct" } else { "buffered" }
-        ));
+    let remote = opts.remote.is_some();
+    let extra: &[Workload] = if remote { &REMOTE_WORKLOADS } else { &[] };
+    let mode = match (remote, direct) {
+        (true, _) => "remote",
+        (false, true) => "direct",
+        (false, false) => "buffered",
+    };
+    for &(name, req, write, random, qd) in WORKLOADS.iter().chain(extra) {
+        progress(&format!("{} {mode} {name} qd{qd}", scheme.name()));
         let requests = if random {
             opts.random_requests
         } else {
@@ -249,9 +348,14 @@ fn one_array(
         on.store(false, Ordering::Relaxed);
         let ios = std::mem::take(&mut *log.lock().expect("lock"));
         let files = if write { &scratch } else { &paths };
-        let floor_seconds = replay(opts, files, &ios, direct, write, false)?;
+        // On exports, each member's job keeps as many I/Os in flight as the engine could:
+        // the row's requests with every member I/O of each in flight at once, spread over the
+        // members (an upper bound: a read-modify-write's reads and writes are two phases).
+        let in_flight = (qd as u64 * ios.len() as u64).div_ceil((requests * n as u64).max(1));
+        let depth = usize::try_from(in_flight.max(1)).unwrap_or(usize::MAX);
+        let floor_seconds = replay(opts, files, &ios, direct, write, Floor::PerMember(depth))?;
         let serial_floor_seconds = if qd == 1 {
-            Some(replay(opts, files, &ios, direct, write, true)?)
+            Some(replay(opts, files, &ios, direct, write, Floor::Serial)?)
         } else {
             None
         };
@@ -260,6 +364,7 @@ fn one_array(
         rows.push(IoRow {
             scheme: scheme.name(),
             direct,
+            remote,
             workload: name,
             queue_depth: qd,
             requests,
@@ -278,8 +383,10 @@ fn one_array(
         });
     }
     array.close().map_err(|e| e.to_string())?;
-    for p in paths.iter().chain(&scratch) {
-        let _ = std::fs::remove_file(p);
+    if !remote {
+        for p in paths.iter().chain(&scratch) {
+            let _ = std::fs::remove_file(p);
+        }
     }
     Ok(rows)
 }
@@ -381,20 +488,40 @@ fn ideal(
     }
 }
 
-/// Replay `ios` with fio (one job per member, in order, as fast as it goes; or with `serial`
-/// one job replaying the whole list in order); seconds.
+/// How the floor replays the member I/O.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// One job per member, each replaying its member's I/Os in order as fast as it goes, all
+    /// at once; on exports with this many I/Os in flight per job.
+    PerMember(usize),
+    /// The I/Os one at a time in the engine's order: one job over every file; on exports
+    /// (one export per fio job) each member's job in turn at depth 1, their times summed.
+    Serial,
+}
+
+/// Replay `ios` with fio as `floor` says; seconds.
 fn replay(
     opts: &IoBenchOptions,
     paths: &[PathBuf],
     ios: &[Io],
     direct: bool,
     write: bool,
-    serial: bool,
+    floor: Floor,
 ) -> Result<f64, String> {
     let dir = tempfile_dir(&opts.dir)?;
-    let mut job = String::from("[global]\nioengine=psync\nreplay_no_stall=1\nthread=1\n");
-    job.push_str(&format!("direct={}\n", direct as u8));
-    if serial {
+    let remote = opts.remote.is_some();
+    let mut job = if remote {
+        let depth = match floor {
+            Floor::PerMember(d) => d,
+            Floor::Serial => 1,
+        };
+        format!("[global]\nioengine=nbd\nreplay_no_stall=1\nthread=1\niodepth={depth}\n")
+    } else {
+        let mut j = String::from("[global]\nioengine=psync\nreplay_no_stall=1\nthread=1\n");
+        j.push_str(&format!("direct={}\n", direct as u8));
+        j
+    };
+    if floor == Floor::Serial && !remote {
         let log = dir.join("all.iolog");
         let mut f =
             std::io::BufWriter::new(std::fs::File::create(&log).map_err(|e| e.to_string())?);
@@ -416,7 +543,7 @@ fn replay(
         }
         f.flush().map_err(w)?;
         job.push_str(&format!("[all]\nread_iolog={}\n", log.display()));
-        return run_fio(opts, &dir, job);
+        return run_fio(opts, &dir, job, false);
     }
     let mut any = false;
     for (i, p) in paths.iter().enumerate() {
@@ -428,7 +555,9 @@ fn replay(
         let log = dir.join(format!("m{i}.iolog"));
         let mut f =
             std::io::BufWriter::new(std::fs::File::create(&log).map_err(|e| e.to_string())?);
-        let name = p.display();
+        // fio's nbd engine takes the export from `uri`; the log's file name is a label.
+        let label = PathBuf::from("nbd");
+        let name = if remote { label.display() } else { p.display() };
         writeln!(f, "fio version 2 iolog\n{name} add\n{name} open").map_err(|e| e.to_string())?;
         for io in mine {
             let op = if io.write { "write" } else { "read" };
@@ -440,15 +569,22 @@ fn replay(
         writeln!(f, "{name} close").map_err(|e| e.to_string())?;
         f.flush().map_err(|e| e.to_string())?;
         job.push_str(&format!("[m{i}]\nread_iolog={}\n", log.display()));
+        if remote {
+            job.push_str(&format!("uri={}\n", p.display()));
+            if floor == Floor::Serial {
+                job.push_str("stonewall=1\n");
+            }
+        }
     }
     if !any {
         return Ok(0.0);
     }
-    run_fio(opts, &dir, job)
+    run_fio(opts, &dir, job, floor == Floor::Serial)
 }
 
-/// Run the fio job file text `job` (in `dir`, removed after); the slowest job's run time.
-fn run_fio(opts: &IoBenchOptions, dir: &Path, job: String) -> Result<f64, String> {
+/// Run the fio job file text `job` (in `dir`, removed after); the slowest job's run time, or
+/// with `sum` (jobs that ran one after another) their total.
+fn run_fio(opts: &IoBenchOptions, dir: &Path, job: String, sum: bool) -> Result<f64, String> {
     let jobfile = dir.join("floor.fio");
     std::fs::write(&jobfile, job).map_err(|e| e.to_string())?;
     let out = std::process::Command::new(&opts.fio)
@@ -474,7 +610,7 @@ fn run_fio(opts: &IoBenchOptions, dir: &Path, job: String) -> Result<f64, String
         .map(|jobs| {
             jobs.iter()
                 .filter_map(|j| j["job_runtime"].as_f64())
-                .fold(0.0, f64::max)
+                .fold(0.0, |acc, t| if sum { acc + t } else { acc.max(t) })
         })
         .unwrap_or(0.0);
     Ok((ms / 1000.0).max(1e-3))

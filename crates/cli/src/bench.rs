@@ -178,9 +178,49 @@ pub struct IoArgs {
     /// The fio binary that replays the member I/O (the floor).
     #[arg(long, default_value = "fio")]
     fio: String,
+    /// Measure an array on these NBD exports instead of member files (one per member, in
+    /// order; their contents are overwritten). The floor is fio's nbd engine replaying each
+    /// member's I/O against its export; needs --scratch.
+    #[arg(long, num_args = 1.., value_name = "URI")]
+    members: Vec<String>,
+    /// With --members: one export per member, as large, that the floor's writes go to.
+    #[arg(long, num_args = 1.., value_name = "URI", requires = "members")]
+    scratch: Vec<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// The exports of `bench io --members`, opened.
+fn remote_members(a: &IoArgs) -> Result<Option<stripeguard_bench::io::Remote>> {
+    if a.members.is_empty() {
+        return Ok(None);
+    }
+    let n = a.shape.0 + a.shape.1;
+    if a.members.len() != n || a.scratch.len() != n {
+        anyhow::bail!(
+            "--shape {}+{} needs {n} --members and {n} --scratch exports (got {} and {})",
+            a.shape.0,
+            a.shape.1,
+            a.members.len(),
+            a.scratch.len()
+        );
+    }
+    for u in a.members.iter().chain(&a.scratch) {
+        if !stripeguard_nbd::client::is_uri(u) {
+            anyhow::bail!("{u} is not an NBD URI (nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH)");
+        }
+    }
+    let members = a
+        .members
+        .iter()
+        .map(|u| stripeguard_ops::open_member(std::path::Path::new(u), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(stripeguard_bench::io::Remote {
+        members,
+        uris: a.members.clone(),
+        scratch: a.scratch.clone(),
+    }))
 }
 
 fn io(a: IoArgs) -> Result<ExitCode> {
@@ -208,7 +248,9 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         random_requests: a.requests.max(32),
         direct: !a.no_direct,
         fio: a.fio.clone(),
+        remote: remote_members(&a)?,
     };
+    let remote = opts.remote.is_some();
     let tty = std::io::stderr().is_terminal();
     let rows = stripeguard_bench::io::run(&opts, |what| {
         if tty {
@@ -223,13 +265,23 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::from(crate::exit::OK));
     }
-    println!(
-        "engine on member files in {}, {}+{}, chunk {}; floor = fio replaying the engine's member I/O (one job per member), same run",
-        a.dir.display(),
-        a.shape.0,
-        a.shape.1,
-        format_size(a.chunk)
-    );
+    if remote {
+        println!(
+            "engine on {} NBD exports, {}+{}, chunk {}; floor = fio's nbd engine replaying each member's I/O on its export (one job per member at the row's queue depth), same run",
+            a.members.len(),
+            a.shape.0,
+            a.shape.1,
+            format_size(a.chunk)
+        );
+    } else {
+        println!(
+            "engine on member files in {}, {}+{}, chunk {}; floor = fio replaying the engine's member I/O (one job per member), same run",
+            a.dir.display(),
+            a.shape.0,
+            a.shape.1,
+            format_size(a.chunk)
+        );
+    }
     println!(
         "{:<11} {:<8} {:<14} {:>3} {:>9} {:>10} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}",
         "scheme",
@@ -250,7 +302,11 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         println!(
             "{:<11} {:<8} {:<14} {:>3} {:>9.2} {:>10.0} {:>9.2} {:>10.0} {:>9.1} {:>8.3} {:>8.3} {:>5.2}x {:>8}",
             r.scheme,
-            if r.direct { "direct" } else { "buffered" },
+            match (r.remote, r.direct) {
+                (true, _) => "remote",
+                (false, true) => "direct",
+                (false, false) => "buffered",
+            },
             r.workload,
             r.queue_depth,
             r.member_ios_per_request,

@@ -47,9 +47,10 @@ pub struct ServeArgs {
     /// Connections served at once; more are refused.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_connections: u32,
-    /// Worker threads executing requests (shared by all connections).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub threads: u32,
+    /// Worker threads executing requests (shared by all connections). Default 8, or 32 when a
+    /// member is an NBD export (its requests wait on the network, not on a core).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: Option<u32>,
     /// Print a JSON summary of the session when the server stops.
     #[arg(long)]
     pub json: bool,
@@ -146,7 +147,10 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
             export_name: a.export.clone(),
             read_only: a.read_only,
             max_connections: a.max_connections as usize,
-            workers: a.threads as usize,
+            workers: a
+                .threads
+                .unwrap_or(if array.has_remote_members() { 32 } else { 8 })
+                as usize,
             log: !a.quiet,
             stop_timeout: std::time::Duration::from_secs(a.stop_timeout),
             tls,

@@ -890,6 +890,12 @@ impl Array {
         (i < self.members.len()).then(|| self.members.get(MemberIx::new(i)))
     }
 
+    /// Whether some member is another host's export (an NBD URI): its I/O waits on the network
+    /// rather than a device, so a server runs more requests at once on such an array.
+    pub fn has_remote_members(&self) -> bool {
+        self.members().all().iter().any(|d| d.shared_across_hosts())
+    }
+
     /// Whether it was assembled for writing.
     pub fn is_writable(&self) -> bool {
         self.writable

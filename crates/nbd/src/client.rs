@@ -208,6 +208,47 @@ impl Write for Conn {
     }
 }
 
+/// The receiving side of a connection: replies read through a buffer (a small reply's
+/// header and data in one system call), the socket's timeout set only when it drifts from
+/// the reader's deadline.
+struct Reader {
+    conn: io::BufReader<Conn>,
+    /// When a read blocked from now on would time out, as last set on the socket.
+    times_out: Option<Instant>,
+}
+
+/// How far the socket's timeout may be from a reader's deadline before it is set again.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(100);
+
+impl Reader {
+    fn new(conn: Conn) -> Reader {
+        Reader {
+            conn: io::BufReader::with_capacity(64 << 10, conn),
+            times_out: None,
+        }
+    }
+
+    /// Fill `buf`, giving up (an error) about when `deadline` passes.
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+        if self.conn.buffer().len() < buf.len() {
+            // About to wait on the socket.
+            let near = self
+                .times_out
+                .is_some_and(|t| t <= deadline + TIMEOUT_SLACK && t + TIMEOUT_SLACK >= deadline);
+            if !near {
+                let now = Instant::now();
+                let left = deadline
+                    .saturating_duration_since(now)
+                    .max(Duration::from_millis(1));
+                self.conn.get_ref().set_read_timeout(Some(left))?;
+                self.times_out = Some(now + left);
+            }
+            self.conn.get_ref().ack_quickly();
+        }
+        self.conn.read_exact(buf)
+    }
+}
+
 /// What a reply brings back to the caller waiting for it.
 type Outcome = Result<Vec<u8>, Failure>;
 
@@ -230,15 +271,33 @@ struct Flight {
     /// is outstanding reads replies itself, so at queue depth 1 a reply reaches its caller
     /// without a thread hand-off).
     reading: bool,
+    /// Callers asleep until their reply is read or the socket needs a reader, each woken on
+    /// its own (a reply wakes its caller alone, not every caller of the connection: at queue
+    /// depth 32 waking them all cost more than the replies).
+    asleep: HashMap<u64, Arc<Condvar>>,
     dead: Option<String>,
+}
+
+impl Flight {
+    /// Wake one sleeping caller to read the socket (the reader is leaving it).
+    fn wake_a_reader(&self) {
+        if let Some(cv) = self.asleep.values().next() {
+            cv.notify_one();
+        }
+    }
+
+    fn wake_all(&self) {
+        for cv in self.asleep.values() {
+            cv.notify_one();
+        }
+    }
 }
 
 /// One open connection.
 struct Session {
     writer: Mutex<Conn>,
-    reader: Mutex<Conn>,
+    reader: Mutex<Reader>,
     flight: Mutex<Flight>,
-    turn: Condvar,
     control: Conn,
     flags: u16,
 }
@@ -254,22 +313,30 @@ impl Session {
             f.dead = Some(why.to_string());
             self.control.shutdown();
         }
-        self.turn.notify_all();
+        f.wake_all();
     }
 
     /// Wait for `cookie`'s reply until `deadline`, reading the socket when nobody else is.
     fn wait(&self, cookie: u64, deadline: Instant) -> Option<Outcome> {
         let mut f = self.flight.lock().expect("lock");
+        let mut me: Option<Arc<Condvar>> = None;
         loop {
             if let Some(o) = f.answered.remove(&cookie) {
+                f.asleep.remove(&cookie);
+                if !f.reading {
+                    // Woken to read, perhaps, but answered already: pass the socket on.
+                    f.wake_a_reader();
+                }
                 return Some(o);
             }
             if let Some(why) = f.dead.clone() {
                 f.pending.remove(&cookie);
+                f.asleep.remove(&cookie);
                 return Some(Err(Failure::Lost(why)));
             }
             if !f.reading {
                 f.reading = true;
+                f.asleep.remove(&cookie);
                 drop(f);
                 let got = self.read_one(deadline);
                 f = self.flight.lock().expect("lock");
@@ -278,36 +345,43 @@ impl Session {
                     Ok((c, o)) => {
                         f.pending.remove(&c);
                         f.answered.insert(c, o);
+                        if c == cookie {
+                            // Leaving the socket: someone else reads from here on.
+                            f.wake_a_reader();
+                        } else if let Some(cv) = f.asleep.get(&c) {
+                            cv.notify_one();
+                        }
                     }
                     Err(why) => {
                         if f.dead.is_none() {
                             f.dead = Some(why);
                             self.control.shutdown();
                         }
+                        f.wake_all();
                     }
                 }
-                self.turn.notify_all();
                 continue;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 f.pending.remove(&cookie);
+                f.asleep.remove(&cookie);
+                if !f.reading {
+                    f.wake_a_reader();
+                }
                 return None;
             }
-            f = self.turn.wait_timeout(f, left).expect("lock").0;
+            let cv = Arc::clone(me.get_or_insert_with(|| Arc::new(Condvar::new())));
+            f.asleep.insert(cookie, Arc::clone(&cv));
+            f = cv.wait_timeout(f, left).expect("lock").0;
         }
     }
 
     /// Read one reply: (cookie, outcome), or why the connection cannot go on.
     fn read_one(&self, deadline: Instant) -> Result<(u64, Outcome), String> {
-        let mut conn = self.reader.lock().expect("lock");
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        let _ = conn.set_read_timeout(Some(left));
-        conn.ack_quickly();
+        let mut r = self.reader.lock().expect("lock");
         let mut h = [0u8; 16];
-        conn.read_exact(&mut h)
+        r.read_exact(&mut h, deadline)
             .map_err(|e| format!("connection lost: {e}"))?;
         if proto::be32(&h[0..4]) != proto::SIMPLE_REPLY_MAGIC {
             return Err("the server sent a reply with a wrong magic number".into());
@@ -330,8 +404,7 @@ impl Session {
             return Ok((cookie, Err(Failure::Nbd(error))));
         }
         let mut data = vec![0u8; read_len];
-        conn.ack_quickly();
-        conn.read_exact(&mut data)
+        r.read_exact(&mut data, deadline)
             .map_err(|e| format!("connection lost in a reply: {e}"))?;
         Ok((cookie, Ok(data)))
     }
@@ -439,9 +512,8 @@ impl NbdDisk {
         let session = Arc::new(Session {
             writer: Mutex::new(conn.try_clone().map_err(t)?),
             control: conn.try_clone().map_err(t)?,
-            reader: Mutex::new(conn),
+            reader: Mutex::new(Reader::new(conn)),
             flight: Mutex::new(Flight::default()),
-            turn: Condvar::new(),
             flags,
         });
         Ok((session, size))
