@@ -70,28 +70,85 @@ impl Array {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.check_range(offset, buf.len() as u64)?;
         let _caller = Caller::enter(self);
-        self.for_pieces(offset, buf.len() as u64, |stripe, off, len, at| {
-            let _guard = self.lock_stripe(stripe);
-            // A zero stripe reads as zeros, nothing read (FORMAT.md §2.7, zero.rs).
-            if self.is_zero(stripe) {
-                buf[at..at + usize_of(len)].fill(0);
-                return Ok(());
-            }
-            // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
-            self.refuse_untrusted_read(stripe, off, len)?;
-            let plan = self.plan_piece(Op::Read, off, len);
-            let units = self.unverified_on_error(stripe, self.gather(&plan))?;
-            let c = self.geometry().chunk_bytes;
-            let mut o = at;
-            for i in plan.first..=plan.last {
-                let (lo, hi) = plan.chunk_range(i, c);
-                let chunk = units.units[i].as_ref().expect("read");
-                buf[o..o + usize_of(hi - lo)].copy_from_slice(&chunk[usize_of(lo)..usize_of(hi)]);
-                o += usize_of(hi - lo);
-            }
-            self.recycle(units.units.into_iter().flatten());
+        let mut pieces: Vec<(StripeIx, u64, &mut [u8])> = Vec::new();
+        let mut rest = buf;
+        self.for_pieces(offset, rest.len() as u64, |stripe, off, len, _| {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(usize_of(len));
+            pieces.push((stripe, off, mine));
+            rest = tail;
             Ok(())
-        })
+        })?;
+        if pieces.len() >= 2 && self.units().parallel() {
+            return self.read_pieces_together(&mut pieces);
+        }
+        pieces
+            .iter_mut()
+            .try_for_each(|(stripe, off, out)| self.read_piece(*stripe, *off, out))
+    }
+
+    /// The pieces of a read over several stripes, their member I/O in one batch (one io_uring
+    /// submission, or one round trip to network members) under every stripe's lock (taken in
+    /// order, as a write's), then each checked — and repaired — as [`Array::read_piece`] does.
+    fn read_pieces_together(
+        &self,
+        pieces: &mut [(StripeIx, u64, &mut [u8])],
+    ) -> Result<(), EngineError> {
+        let _guards = self.lock_stripes(pieces.iter().map(|p| p.0));
+        let mut work = Vec::with_capacity(pieces.len());
+        for (i, (stripe, off, out)) in pieces.iter_mut().enumerate() {
+            if self.is_zero(*stripe) {
+                out.fill(0);
+                continue;
+            }
+            self.refuse_untrusted_read(*stripe, *off, out.len() as u64)?;
+            let plan = self.plan_piece(Op::Read, *off, out.len() as u64);
+            let set = self.read_set(&plan);
+            work.push((i, plan, set));
+        }
+        let lists: Vec<(StripeIx, &[(Pos, Extent)])> = work
+            .iter()
+            .map(|(_, plan, set)| (StripeIx::new(plan.stripe), &set.to_read[..]))
+            .collect();
+        let mut got = self.read_extents_of(&lists)?.into_iter();
+        drop(lists);
+        for (i, plan, set) in work {
+            let stripe = StripeIx::new(plan.stripe);
+            let read = got.next().expect("one result per piece");
+            let units = self.unverified_on_error(stripe, self.gather_from(&plan, set, read))?;
+            self.copy_out(&plan, &units, pieces[i].2);
+            self.recycle(units.units.into_iter().flatten());
+        }
+        Ok(())
+    }
+
+    /// A read piece's bytes from its gathered units into `out`.
+    fn copy_out(&self, plan: &PiecePlan, units: &InHand, out: &mut [u8]) {
+        let c = self.geometry().chunk_bytes;
+        let mut o = 0;
+        for i in plan.first..=plan.last {
+            let (lo, hi) = plan.chunk_range(i, c);
+            let chunk = units.units[i].as_ref().expect("read");
+            out[o..o + usize_of(hi - lo)].copy_from_slice(&chunk[usize_of(lo)..usize_of(hi)]);
+            o += usize_of(hi - lo);
+        }
+    }
+
+    /// One piece of a read: `out.len()` bytes at array byte `off`, within `stripe`.
+    fn read_piece(&self, stripe: StripeIx, off: u64, out: &mut [u8]) -> Result<(), EngineError> {
+        let len = out.len() as u64;
+        let _guard = self.lock_stripe(stripe);
+        // A zero stripe reads as zeros, nothing read (FORMAT.md §2.7, zero.rs).
+        if self.is_zero(stripe) {
+            out.fill(0);
+            return Ok(());
+        }
+        // A listed untrusted block is refused before anything is read (FORMAT.md §2.7).
+        self.refuse_untrusted_read(stripe, off, len)?;
+        let plan = self.plan_piece(Op::Read, off, len);
+        let units = self.unverified_on_error(stripe, self.gather(&plan))?;
+        self.copy_out(&plan, &units, out);
+        self.recycle(units.units.into_iter().flatten());
+        Ok(())
     }
 
     /// Write `data` at array byte `offset`.
@@ -109,9 +166,20 @@ impl Array {
             Ok(())
         })?;
         if !self.sb().write_journal {
-            return pieces
-                .chunks(1)
-                .try_for_each(|piece| self.write_batch(piece, data));
+            return match self.units().pool_for(pieces.len()) {
+                // A request over several stripes, alone: its stripes are written at once, each
+                // under its own lock and intent claim, as concurrent requests' would be.
+                Some(pool) => pool.install(|| {
+                    use rayon::prelude::*;
+                    pieces
+                        .par_chunks(1)
+                        .with_max_len(1)
+                        .try_for_each(|piece| self.write_batch(piece, data))
+                }),
+                None => pieces
+                    .chunks(1)
+                    .try_for_each(|piece| self.write_batch(piece, data)),
+            };
         }
         // With the write journal the pieces go in batches of as many stripes as the journal's
         // slots hold, each batch's records written and flushed in one round (one flush a batch,
@@ -281,10 +349,15 @@ impl Array {
     /// Read the plan's extents and check them; on any failed check or erasure, repair the
     /// stripe and take the units whole from the repaired image.
     fn gather(&self, plan: &PiecePlan) -> Result<InHand, EngineError> {
+        let set = self.read_set(plan);
+        let got = self.read_extents(StripeIx::new(plan.stripe), &set.to_read)?;
+        self.gather_from(plan, set, got)
+    }
+
+    /// What [`Array::gather`] reads for `plan`.
+    fn read_set(&self, plan: &PiecePlan) -> ReadSet {
         let n = self.geometry().n();
         let stripe = StripeIx::new(plan.stripe);
-        let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
-        let mut erased = vec![false; n];
         let mut wanted: Vec<(Pos, Extent)> = Vec::with_capacity(plan.reads.len());
         for io in &plan.reads {
             let e = plan.extent(io, self.gran());
@@ -317,7 +390,31 @@ impl Array {
             .copied()
             .filter(|(_, e)| e.hi > e.lo || e.appendix)
             .collect();
-        for (&(pos, _), got) in to_read.iter().zip(self.read_extents(stripe, &to_read)?) {
+        ReadSet {
+            wanted,
+            cached,
+            to_read,
+        }
+    }
+
+    /// The rest of [`Array::gather`] once `set.to_read` was read (`got`, one per entry):
+    /// checked, and repaired when a check fails.
+    fn gather_from(
+        &self,
+        plan: &PiecePlan,
+        set: ReadSet,
+        got: Vec<Option<AlignedBuf>>,
+    ) -> Result<InHand, EngineError> {
+        let n = self.geometry().n();
+        let stripe = StripeIx::new(plan.stripe);
+        let ReadSet {
+            wanted,
+            cached,
+            to_read,
+        } = set;
+        let mut units: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
+        let mut erased = vec![false; n];
+        for (&(pos, _), got) in to_read.iter().zip(got) {
             match got {
                 Some(u) => units[pos.get()] = Some(u),
                 None => erased[pos.get()] = true,
@@ -636,6 +733,14 @@ impl Drop for Caller<'_> {
 }
 
 /// The smallest extent covering both.
+/// What a piece reads ([`Array::read_set`]): the extent wanted of each position, the
+/// appendices the cache has (so not read), and the extents read.
+struct ReadSet {
+    wanted: Vec<(Pos, Extent)>,
+    cached: Vec<Option<std::sync::Arc<[u8]>>>,
+    to_read: Vec<(Pos, Extent)>,
+}
+
 fn union(a: Extent, b: Extent) -> Extent {
     let (lo, hi) = match (a.hi > a.lo, b.hi > b.lo) {
         (true, true) => (a.lo.min(b.lo), a.hi.max(b.hi)),

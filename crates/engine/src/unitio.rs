@@ -88,8 +88,8 @@ impl Array {
         stripe: StripeIx,
         list: &[(Pos, Extent)],
     ) -> Result<Vec<Option<AlignedBuf>>, EngineError> {
-        if let Some(done) = self.read_extents_batched(stripe, list) {
-            return done;
+        if let Some(done) = self.read_extents_batched(&[(stripe, list)]) {
+            return done.map(|mut v| v.pop().unwrap_or_default());
         }
         match self.units().pool_for(list.len()) {
             Some(pool) => pool.install(|| {
@@ -104,6 +104,21 @@ impl Array {
                 .map(|&(p, e)| self.read_extent(stripe, p, e))
                 .collect(),
         }
+    }
+
+    /// [`Array::read_extents`] of several stripes at once (a request over several stripes):
+    /// one batch when the members take one, else stripe by stripe.
+    pub(crate) fn read_extents_of(
+        &self,
+        lists: &[(StripeIx, &[(Pos, Extent)])],
+    ) -> Result<Vec<Vec<Option<AlignedBuf>>>, EngineError> {
+        if let Some(done) = self.read_extents_batched(lists) {
+            return done;
+        }
+        lists
+            .iter()
+            .map(|&(stripe, list)| self.read_extents(stripe, list))
+            .collect()
     }
 
     /// Write several units (position, byte within the unit, bytes) of `stripe`, concurrently
@@ -151,31 +166,39 @@ impl Array {
             .collect()
     }
 
-    /// [`Array::read_extents`] as one io_uring batch (`stripeguard_disk::batch`): every part of
-    /// every unit submitted at once from this thread. `None` when it cannot go that way.
+    /// [`Array::read_extents_of`] as one batch (`stripeguard_disk::batch`: io_uring for files
+    /// and devices, every request sent before any answer is awaited for network members): every
+    /// part of every unit of every stripe submitted at once from this thread. `None` when it
+    /// cannot go that way.
+    #[allow(clippy::type_complexity)]
     fn read_extents_batched(
         &self,
-        stripe: StripeIx,
-        list: &[(Pos, Extent)],
-    ) -> Option<Result<Vec<Option<AlignedBuf>>, EngineError>> {
-        let parts: Vec<Vec<(u64, u64)>> = list
-            .iter()
-            .map(|(_, e)| e.ios(self.gran()).collect())
-            .collect();
-        if parts.iter().map(Vec::len).sum::<usize>() < 2 {
+        lists: &[(StripeIx, &[(Pos, Extent)])],
+    ) -> Option<Result<Vec<Vec<Option<AlignedBuf>>>, EngineError>> {
+        // (stripe, position, the unit's parts) in the order of `lists`.
+        let mut units: Vec<(StripeIx, Pos, Vec<(u64, u64)>)> = Vec::new();
+        for &(stripe, list) in lists {
+            for &(pos, e) in list {
+                units.push((stripe, pos, e.ios(self.gran()).collect()));
+            }
+        }
+        if units.iter().map(|u| u.2.len()).sum::<usize>() < 2 {
             return None;
         }
-        let disks = self.batchable(stripe, list.iter().map(|l| l.0))?;
-        let base = self.unit_offset(stripe.get());
-        let mut bufs: Vec<AlignedBuf> = list.iter().map(|_| self.unit_buf()).collect();
+        let mut disks = Vec::with_capacity(units.len());
+        for &(stripe, list) in lists {
+            disks.extend(self.batchable(stripe, list.iter().map(|l| l.0))?);
+        }
+        let mut bufs: Vec<AlignedBuf> = units.iter().map(|_| self.unit_buf()).collect();
         let mut owner = Vec::new();
         let results = {
             let mut ios: Vec<batch::Io<'_>> = Vec::new();
             for (i, buf) in bufs.iter_mut().enumerate() {
+                let base = self.unit_offset(units[i].0.get());
                 // The parts of a unit are ascending and disjoint: cut the buffer between them.
                 let mut rest: &mut [u8] = &mut buf[..];
                 let mut consumed = 0u64;
-                for &(at, len) in &parts[i] {
+                for &(at, len) in &units[i].2 {
                     let tail = std::mem::take(&mut rest);
                     let (_, tail) = tail.split_at_mut(usize_of(at - consumed));
                     let (mine, after) = tail.split_at_mut(usize_of(len));
@@ -191,25 +214,34 @@ impl Array {
             self.recycle(bufs);
             return None;
         };
-        let mut failed: Vec<Option<DiskError>> = (0..list.len()).map(|_| None).collect();
+        let mut failed: Vec<Option<DiskError>> = (0..units.len()).map(|_| None).collect();
         for (r, &i) in results.into_iter().zip(&owner) {
             if let (Err(e), None) = (r, &failed[i]) {
                 failed[i] = Some(e);
             }
         }
-        let mut out = Vec::with_capacity(list.len());
+        let mut out: Vec<Vec<Option<AlignedBuf>>> = lists
+            .iter()
+            .map(|l| Vec::with_capacity(l.1.len()))
+            .collect();
+        let mut which = lists
+            .iter()
+            .enumerate()
+            .flat_map(|(j, l)| std::iter::repeat_n(j, l.1.len()));
         for (i, buf) in bufs.into_iter().enumerate() {
+            let j = which.next().expect("one list entry per unit");
             match failed[i].take() {
-                None => out.push(Some(buf)),
+                None => out[j].push(Some(buf)),
                 Some(e) => {
                     self.recycle([buf]);
                     if !matches!(e, DiskError::Medium { .. }) {
-                        let m = self.member_of(stripe, list[i].0);
+                        let (stripe, pos, _) = units[i];
+                        let m = self.member_of(stripe, pos);
                         if let Err(err) = self.fail_member(m, &e) {
                             return Some(Err(err));
                         }
                     }
-                    out.push(None);
+                    out[j].push(None);
                 }
             }
         }
