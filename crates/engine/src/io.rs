@@ -166,20 +166,17 @@ impl Array {
             Ok(())
         })?;
         if !self.sb().write_journal {
-            return match self.units().pool_for(pieces.len()) {
-                // A request over several stripes, alone: its stripes are written at once, each
-                // under its own lock and intent claim, as concurrent requests' would be.
-                Some(pool) => pool.install(|| {
-                    use rayon::prelude::*;
-                    pieces
-                        .par_chunks(1)
-                        .with_max_len(1)
-                        .try_for_each(|piece| self.write_batch(piece, data))
-                }),
-                None => pieces
-                    .chunks(1)
-                    .try_for_each(|piece| self.write_batch(piece, data)),
+            // On files, devices and exports a request's stripes go together (claimed at once,
+            // their unit writes in one batch: one io_uring submission, one round trip), at most
+            // WRITE_BATCH_STRIPES at a time; on memory disks one by one.
+            let per = if self.units().parallel() {
+                WRITE_BATCH_STRIPES
+            } else {
+                1
             };
+            return pieces
+                .chunks(per)
+                .try_for_each(|batch| self.write_batch(batch, data));
         }
         // With the write journal the pieces go in batches of as many stripes as the journal's
         // slots hold, each batch's records written and flushed in one round (one flush a batch,
@@ -302,10 +299,14 @@ impl Array {
             pending.journal(&writes)?;
         }
         // Commit, then the batch's claims and slots are released.
-        for r in ready {
-            let stripe = r.stripe();
-            let done = self.commit_write(r);
-            self.unverified_on_error(stripe, done)?;
+        if ready.len() > 1 {
+            self.commit_writes(ready)?;
+        } else {
+            for r in ready {
+                let stripe = r.stripe();
+                let done = self.commit_write(r);
+                self.unverified_on_error(stripe, done)?;
+            }
         }
         drop(pending);
         self.take_off_untrusted(&replaced, "written whole by a write");
@@ -665,6 +666,39 @@ impl Array {
     /// Put a [`Array::prepare_write`] in place.
     fn commit_write(&self, ready: Prepared<'_>) -> Result<(), EngineError> {
         self.write_units(ready.w.stripe, &ready.writes(self))?;
+        self.committed(ready)
+    }
+
+    /// Several stripes' writes in place as one batch, then each stripe's layout keeps what
+    /// it now knows ([`Array::commit_write`] for each, their I/O together).
+    fn commit_writes(&self, ready: Vec<Prepared<'_>>) -> Result<(), EngineError> {
+        let writes: Vec<crate::journal::UnitWrites<'_>> =
+            ready.iter().map(|r| r.writes(self)).collect();
+        let lists: Vec<crate::unitio::StripeWrites<'_>> = ready
+            .iter()
+            .zip(&writes)
+            .map(|(r, w)| (r.stripe(), &w[..]))
+            .collect();
+        let wrote = self.write_units_of(&lists);
+        drop(lists);
+        drop(writes);
+        if let Err(e) = wrote {
+            // Which stripes' units landed is not known: every one back to first-read state.
+            for r in &ready {
+                self.forget_verified(r.stripe(), Pos::upto(self.geometry().k));
+            }
+            return Err(e);
+        }
+        for r in ready {
+            let stripe = r.stripe();
+            let done = self.committed(r);
+            self.unverified_on_error(stripe, done)?;
+        }
+        Ok(())
+    }
+
+    /// What [`Array::commit_write`] does once the units are in place.
+    fn committed(&self, ready: Prepared<'_>) -> Result<(), EngineError> {
         let Prepared { w, sealed, old } = ready;
         let done = self.layout().committed(self, &w, sealed);
         self.recycle(
@@ -733,6 +767,10 @@ impl Drop for Caller<'_> {
 }
 
 /// The smallest extent covering both.
+/// Stripes a write request on files, devices or exports commits together (their unit writes
+/// in one batch): memory held is about this many stripes' units.
+const WRITE_BATCH_STRIPES: usize = 16;
+
 /// What a piece reads ([`Array::read_set`]): the extent wanted of each position, the
 /// appendices the cache has (so not read), and the extents read.
 struct ReadSet {

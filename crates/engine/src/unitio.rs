@@ -9,6 +9,9 @@ use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use stripeguard_disk::{batch, AlignedBuf, DiskError, DiskRef};
 use stripeguard_plan::Extent;
 
+/// A stripe's unit writes (position, byte within the unit, bytes), for a batch of stripes.
+pub(crate) type StripeWrites<'a> = (StripeIx, &'a [(Pos, u64, &'a [u8])]);
+
 impl Array {
     /// Read extent `e` of unit `pos` of `stripe` into a unit-sized buffer, at the extent's own
     /// offsets (the rest of the buffer holds nothing meaningful). `Ok(None)` = erasure.
@@ -130,7 +133,7 @@ impl Array {
     ) -> Result<(), EngineError> {
         self.units()
             .forget_appendices(stripe, writes.iter().map(|w| w.0));
-        if let Some(done) = self.write_units_batched(stripe, writes) {
+        if let Some(done) = self.write_units_batched(&[(stripe, writes)]) {
             return done;
         }
         match self.units().pool_for(writes.len()) {
@@ -248,25 +251,52 @@ impl Array {
         Some(Ok(out))
     }
 
-    /// [`Array::write_units`] as one io_uring batch. `None` when it cannot go that way.
+    /// [`Array::write_units`] of several stripes (a batch of pieces committed together): one
+    /// batch when the members take one, else stripe by stripe.
+    pub(crate) fn write_units_of(
+        &self,
+        lists: &[StripeWrites<'_>],
+    ) -> Result<(), EngineError> {
+        for &(stripe, writes) in lists {
+            self.units()
+                .forget_appendices(stripe, writes.iter().map(|w| w.0));
+        }
+        if lists.len() > 1 {
+            if let Some(done) = self.write_units_batched(lists) {
+                return done;
+            }
+        }
+        lists
+            .iter()
+            .try_for_each(|&(stripe, writes)| self.write_units(stripe, writes))
+    }
+
+    /// [`Array::write_units_of`] as one batch (io_uring for files and devices, every request
+    /// sent before any answer is awaited for network members). `None` when it cannot go that
+    /// way.
     fn write_units_batched(
         &self,
-        stripe: StripeIx,
-        writes: &[(Pos, u64, &[u8])],
+        lists: &[StripeWrites<'_>],
     ) -> Option<Result<(), EngineError>> {
-        if writes.len() < 2 {
+        if lists.iter().map(|l| l.1.len()).sum::<usize>() < 2 {
             return None;
         }
-        let disks = self.batchable(stripe, writes.iter().map(|w| w.0))?;
-        let base = self.unit_offset(stripe.get());
-        let mut ios: Vec<batch::Io<'_>> = writes
-            .iter()
-            .zip(&disks)
-            .map(|(&(_, at, b), d)| batch::Io::Write(&**d, base + at, b))
-            .collect();
+        let mut disks = Vec::new();
+        for &(stripe, writes) in lists {
+            disks.extend(self.batchable(stripe, writes.iter().map(|w| w.0))?);
+        }
+        let mut ios: Vec<batch::Io<'_>> = Vec::with_capacity(disks.len());
+        let mut whose = Vec::with_capacity(disks.len());
+        for &(stripe, writes) in lists {
+            let base = self.unit_offset(stripe.get());
+            for &(p, at, b) in writes {
+                ios.push(batch::Io::Write(&*disks[ios.len()], base + at, b));
+                whose.push((stripe, p));
+            }
+        }
         let results = batch::submit(&mut ios)?;
         drop(ios);
-        for (r, &(p, _, _)) in results.into_iter().zip(writes) {
+        for (r, &(stripe, p)) in results.into_iter().zip(&whose) {
             if let Err(e) = r {
                 let m = self.member_of(stripe, p);
                 if let Err(err) = self.fail_member(m, &e) {

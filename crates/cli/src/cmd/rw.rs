@@ -9,7 +9,7 @@ use serde_json::json;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use stripeguard_engine::{Array, EngineError};
+use stripeguard_engine::{usize_of, Array, EngineError};
 use stripeguard_ops::with_control_socket;
 
 #[derive(Args)]
@@ -57,10 +57,21 @@ pub struct ReadArgs {
 
 /// Bytes per request: a stripe's data, at least 4 MiB (requests stay stripe-sized, memory
 /// bounded).
+/// A step of `write`'s input: where it goes, its buffer and the bytes in it.
+type Filled = (u64, Vec<u8>, usize);
+
+/// The receiving end of the filled steps, shared by the writers.
+type Shared<T> = std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<Result<T>>>>;
+
+/// Requests `write` has in flight at once.
+const WRITERS: usize = 2;
+
+/// Bytes per request: whole stripes, about 4 MiB (the engine writes a request's stripes as one
+/// batch; a step that ended inside a stripe would make two requests read-modify-write it).
 fn step_of(array: &Array) -> Result<usize> {
-    Ok(usize::try_from(array.geometry().stripe_data_bytes())
-        .context("a stripe of this array does not fit in memory")?
-        .max(4 << 20))
+    let stripe = usize::try_from(array.geometry().stripe_data_bytes())
+        .context("a stripe of this array does not fit in memory")?;
+    Ok(stripe * (4usize << 20).div_ceil(stripe))
 }
 
 /// What a read or write found, on stderr (stdout may carry the data): everything with
@@ -84,14 +95,14 @@ fn report(array: &Array, what: &str, bytes: u64, json_out: bool) {
 pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
     a.array.resolve(false)?;
     // Stream the input in steps of a few MiB: memory stays bounded whatever its size.
-    let (mut input, known_len): (Box<dyn Read>, Option<u64>) = match &a.input {
+    let (mut input, known_len): (Box<dyn Read + Send>, Option<u64>) = match &a.input {
         Some(p) => {
             let f =
                 std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
             let len = f.metadata().ok().map(|m| m.len());
             (Box::new(f), len)
         }
-        None => (Box::new(std::io::stdin().lock()), None),
+        None => (Box::new(std::io::stdin()), None),
     };
     let array = assemble(&a.array, true)?;
     if let Some(len) = known_len {
@@ -102,34 +113,113 @@ pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
         }
     }
     let step = step_of(&array)?;
-    let mut buf = vec![0u8; step];
     let bar = crate::progress::bytes_bar("writing");
     if let Some(len) = known_len {
         bar.set_length(len);
     }
-    let mut done = 0u64;
+    let mut total = 0u64;
+    let stripe = array.geometry().stripe_data_bytes();
+    // The first request ends at a stripe's end when the offset is inside one; the rest are
+    // whole steps.
+    let first = step - usize_of(a.offset % stripe);
     // While it writes, `status` from another process asks this one over the control socket.
     let written = with_control_socket(&array, || -> Result<()> {
-        loop {
-            // Fill a whole step (pipes deliver short reads) so requests stay stripe-sized.
-            let mut got = 0;
-            while got < step {
-                let n = input.read(&mut buf[got..]).context("reading the input")?;
-                if n == 0 {
-                    break;
+        std::thread::scope(|s| -> Result<()> {
+            // The input is read on a thread of its own, a step ahead, and two requests are
+            // written at once (disjoint stripes): reading the input, building a request's units
+            // and its member I/O were a direct write's time in series, measured.
+            let (full_tx, full) = std::sync::mpsc::sync_channel::<Result<Filled>>(1);
+            let full = std::sync::Arc::new(std::sync::Mutex::new(full));
+            let (free, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            for _ in 0..WRITERS + 1 {
+                let _ = free.send(vec![0u8; step]);
+            }
+            let input = &mut input;
+            let offset = a.offset;
+            s.spawn(move || {
+                let (mut at, mut want) = (offset, first);
+                while let Ok(mut buf) = free_rx.recv() {
+                    // Fill a whole step (pipes deliver short reads) so requests stay whole
+                    // stripes.
+                    let mut got = 0;
+                    let filled = loop {
+                        if got == want {
+                            break Ok(());
+                        }
+                        match input.read(&mut buf[got..want]) {
+                            Ok(0) => break Ok(()),
+                            Ok(n) => got += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    let last = got < want || filled.is_err();
+                    let sent = match filled {
+                        Ok(()) => full_tx.send(Ok((at, buf, got))),
+                        Err(e) => {
+                            full_tx.send(Err(anyhow::Error::new(e).context("reading the input")))
+                        }
+                    };
+                    if sent.is_err() || last {
+                        return;
+                    }
+                    at = at.saturating_add(got as u64);
+                    want = step;
                 }
-                got += n;
+            });
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            // Each writer owns its ends of the channels: when the writers are gone, the reader's
+            // next send or wait fails and it stops too.
+            let writer = |full: Shared<Filled>,
+                          free: std::sync::mpsc::Sender<Vec<u8>>,
+                          done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+                          failed: std::sync::Arc<std::sync::atomic::AtomicBool>|
+             -> Result<()> {
+                loop {
+                    let next = full.lock().expect("lock").recv();
+                    let Ok(next) = next else { return Ok(()) };
+                    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    let (at, buf, got) = next?;
+                    if got == 0 {
+                        return Ok(());
+                    }
+                    let wrote = array
+                        .check_range(at, got as u64)
+                        .and_then(|()| array.write(at, &buf[..got]));
+                    if let Err(e) = wrote {
+                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return Err(e.into());
+                    }
+                    let d = done.fetch_add(got as u64, std::sync::atomic::Ordering::Relaxed);
+                    bar.set_position(d + got as u64);
+                    let _ = free.send(buf);
+                }
+            };
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|_| {
+                    let (full, free, done, failed) = (
+                        std::sync::Arc::clone(&full),
+                        free.clone(),
+                        std::sync::Arc::clone(&done),
+                        std::sync::Arc::clone(&failed),
+                    );
+                    s.spawn(move || writer(full, free, done, failed))
+                })
+                .collect();
+            drop((full, free));
+            let mut result = Ok(());
+            for w in writers {
+                let r = w.join().expect("a writer thread panicked");
+                if result.is_ok() {
+                    result = r;
+                }
             }
-            if got == 0 {
-                break;
-            }
-            let at = a.offset.saturating_add(done);
-            array.check_range(at, got as u64)?;
-            array.write(at, &buf[..got])?;
-            done += got as u64;
-            bar.set_position(done);
-        }
-        Ok(())
+            total = done.load(std::sync::atomic::Ordering::Relaxed);
+            result
+        })
     });
     bar.finish_and_clear();
     if let Err(e) = written {
@@ -147,12 +237,12 @@ pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
             Some(_) => false,
         };
         if refused {
-            report(&array, "wrote", done, a.json);
+            report(&array, "wrote", total, a.json);
             array.close()?;
         }
         return Err(e);
     }
-    report(&array, "wrote", done, a.json);
+    report(&array, "wrote", total, a.json);
     array.close()?;
     Ok(ExitCode::from(crate::exit::OK))
 }
