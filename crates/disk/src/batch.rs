@@ -125,7 +125,22 @@ fn through_ring(ios: &mut [Io<'_>], fds: &[i32]) -> Option<Vec<Result<(), DiskEr
         let ring = slot
             .get_or_insert_with(|| IoUring::new(RING_ENTRIES).ok())
             .as_mut()?;
-        let (out, ring_failed) = run(ring, ios, fds, &ptrs);
+        // Runs of I/Os that continue one another on one descriptor go as one vectored I/O
+        // (consecutive stripes' units on a member are contiguous); what such an I/O does not
+        // move whole, and every I/O alone, goes one by one below.
+        let runs = runs(ios, fds);
+        let (whole, ring_failed) = run_vectored(ring, ios, fds, &ptrs, &runs);
+        if ring_failed {
+            *slot = None;
+            return Some(ios.iter().map(|io| Err(error(io, libc::EIO))).collect());
+        }
+        let single: Vec<usize> = runs
+            .iter()
+            .zip(&whole)
+            .filter(|(_, &w)| !w)
+            .flat_map(|(r, _)| r.iter().copied())
+            .collect();
+        let (out, ring_failed) = run(ring, ios, fds, &ptrs, single);
         if ring_failed {
             // Dropped so that the next call makes a new one.
             *slot = None;
@@ -134,17 +149,126 @@ fn through_ring(ios: &mut [Io<'_>], fds: &[i32]) -> Option<Vec<Result<(), DiskEr
     })
 }
 
-/// The I/Os' results, and whether the ring itself failed.
+/// The most I/Os one vectored I/O joins, and the most bytes it moves.
+const RUN_IOS: usize = 64;
+const RUN_BYTES: usize = 8 << 20;
+
+/// The I/Os grouped into runs: one descriptor, one direction, each I/O starting where the one
+/// before ends (within RUN_IOS and RUN_BYTES); every other I/O a run of its own.
+fn runs(ios: &[Io<'_>], fds: &[i32]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..ios.len()).collect();
+    order.sort_by_key(|&i| {
+        let (_, off, _, _, write) = ios[i].parts();
+        (fds[i], write, off)
+    });
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut bytes = 0usize;
+    for i in order {
+        let (_, off, _, len, write) = ios[i].parts();
+        let joins = out.last().is_some_and(|run| {
+            let j = *run.last().expect("runs are never empty");
+            let (_, o, _, l, w) = ios[j].parts();
+            fds[j] == fds[i]
+                && w == write
+                && o + l as u64 == off
+                && run.len() < RUN_IOS
+                && bytes + len <= RUN_BYTES
+        });
+        if joins {
+            out.last_mut().expect("checked above").push(i);
+            bytes += len;
+        } else {
+            out.push(vec![i]);
+            bytes = len;
+        }
+    }
+    out
+}
+
+/// Each run of two or more I/Os as one vectored I/O; per run, whether it moved every byte
+/// (runs of one are `false`: they go one by one), and whether the ring itself failed.
+fn run_vectored(
+    ring: &mut IoUring,
+    ios: &[Io<'_>],
+    fds: &[i32],
+    ptrs: &[*mut u8],
+    runs: &[Vec<usize>],
+) -> (Vec<bool>, bool) {
+    let mut whole = vec![false; runs.len()];
+    let joined: Vec<usize> = (0..runs.len()).filter(|&r| runs[r].len() > 1).collect();
+    // The iovec arrays live until every entry that names them is reaped (below).
+    let iovecs: Vec<Vec<libc::iovec>> = runs
+        .iter()
+        .map(|run| {
+            run.iter()
+                .map(|&i| libc::iovec {
+                    iov_base: ptrs[i].cast::<libc::c_void>(),
+                    iov_len: ios[i].parts().3,
+                })
+                .collect()
+        })
+        .collect();
+    for batch in joined.chunks(RING_ENTRIES as usize) {
+        for &r in batch {
+            let first = runs[r][0];
+            let (_, off, _, _, write) = ios[first].parts();
+            let fd = types::Fd(fds[first]);
+            // A run has at most RUN_IOS entries.
+            let n = u32::try_from(iovecs[r].len()).unwrap_or(u32::MAX);
+            let e = if write {
+                opcode::Writev::new(fd, iovecs[r].as_ptr(), n)
+                    .offset(off)
+                    .build()
+            } else {
+                opcode::Readv::new(fd, iovecs[r].as_ptr(), n)
+                    .offset(off)
+                    .build()
+            };
+            // SAFETY: as in `run`: the descriptor stays open and every buffer an iovec names
+            // is borrowed (exclusively for reads) by `ios` for this whole call; the iovec
+            // arrays outlive the loop; every entry pushed is reaped before the next batch and
+            // before returning; at most RING_ENTRIES are in flight.
+            unsafe {
+                ring.submission()
+                    .push(&e.user_data(r as u64))
+                    .expect("the batch fits the ring");
+            }
+        }
+        let mut left = batch.len();
+        while left > 0 {
+            if let Err(e) = ring.submit_and_wait(1) {
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return (whole, true);
+            }
+            for c in ring.completion() {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "user_data is an index into `runs`, set from a usize above"
+                )]
+                let r = c.user_data() as usize;
+                left -= 1;
+                let total: usize = runs[r].iter().map(|&i| ios[i].parts().3).sum();
+                whole[r] = usize::try_from(c.result()).is_ok_and(|n| n == total);
+            }
+        }
+    }
+    (whole, false)
+}
+
+/// The I/Os `pending` (the rest are done already) one by one; every I/O's result, and whether
+/// the ring itself failed.
 fn run(
     ring: &mut IoUring,
     ios: &[Io<'_>],
     fds: &[i32],
     ptrs: &[*mut u8],
+    mut pending: Vec<usize>,
 ) -> (Vec<Result<(), DiskError>>, bool) {
     let mut out: Vec<Result<(), DiskError>> = (0..ios.len()).map(|_| Ok(())).collect();
     // Bytes still to move per I/O (a short transfer is continued, as read_exact_at does).
     let mut done = vec![0usize; ios.len()];
-    let mut pending: Vec<usize> = (0..ios.len()).collect();
     while !pending.is_empty() {
         let batch: Vec<usize> = pending
             .iter()

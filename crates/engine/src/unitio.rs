@@ -253,10 +253,7 @@ impl Array {
 
     /// [`Array::write_units`] of several stripes (a batch of pieces committed together): one
     /// batch when the members take one, else stripe by stripe.
-    pub(crate) fn write_units_of(
-        &self,
-        lists: &[StripeWrites<'_>],
-    ) -> Result<(), EngineError> {
+    pub(crate) fn write_units_of(&self, lists: &[StripeWrites<'_>]) -> Result<(), EngineError> {
         for &(stripe, writes) in lists {
             self.units()
                 .forget_appendices(stripe, writes.iter().map(|w| w.0));
@@ -274,10 +271,7 @@ impl Array {
     /// [`Array::write_units_of`] as one batch (io_uring for files and devices, every request
     /// sent before any answer is awaited for network members). `None` when it cannot go that
     /// way.
-    fn write_units_batched(
-        &self,
-        lists: &[StripeWrites<'_>],
-    ) -> Option<Result<(), EngineError>> {
+    fn write_units_batched(&self, lists: &[StripeWrites<'_>]) -> Option<Result<(), EngineError>> {
         if lists.iter().map(|l| l.1.len()).sum::<usize>() < 2 {
             return None;
         }

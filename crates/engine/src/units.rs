@@ -4,7 +4,7 @@
 //!
 //! - **Buffers.** Allocating a fresh chunk-sized buffer per I/O makes the allocator map and unmap
 //!   pages on every request (measured: hybrid1 full-stripe writes at 0.13x of none instead of
-//!   0.66x), so unit buffers are recycled (at most 16 stripes' worth kept).
+//!   0.66x), so unit buffers are recycled (at most KEEP_STRIPES stripes' worth kept).
 //! - **Threads.** With every member a file or device, a fixed pool of one thread per member,
 //!   made once (a thread spawned per unit cost more than a 4 KiB direct I/O), overlaps one
 //!   request's member I/O. With several requests at once (a queue depth above 1) they already
@@ -18,6 +18,11 @@ use crate::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError};
 use stripeguard_disk::AlignedBuf;
+
+/// Stripes' worth of unit buffers kept for reuse: two requests of a 16-stripe write batch in
+/// flight (`stripeguard write`) with their old units, so a sequential stream does not allocate
+/// (and zero) fresh buffers on every request.
+const KEEP_STRIPES: usize = 40;
 
 /// The most memory the appendix cache's entries may hold.
 const APPENDIX_CACHE_BYTES: usize = 16 << 20;
@@ -51,7 +56,7 @@ impl Units {
         Units {
             unit_bytes,
             mem_align,
-            keep: 16 * members,
+            keep: KEEP_STRIPES * members,
             free: Mutex::new(Vec::new()),
             threads,
             callers: AtomicUsize::new(0),
@@ -78,7 +83,7 @@ impl Units {
         }
     }
 
-    /// Return unit buffers (bounded: at most 16 stripes' worth are kept).
+    /// Return unit buffers (bounded: at most KEEP_STRIPES stripes' worth are kept).
     pub(crate) fn recycle(&self, bufs: impl IntoIterator<Item = AlignedBuf>) {
         let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         for b in bufs {
