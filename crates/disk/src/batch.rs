@@ -77,33 +77,89 @@ fn descriptors(ios: &[Io<'_>]) -> Option<Vec<i32>> {
 }
 
 /// Every I/O sent to its pipelined disk, then every answer collected (the file's comment says
-/// why in the disks' address order). `None` when a disk is not pipelined.
+/// why in the disks' address order); a run of I/Os that continue one another on one disk goes
+/// as one request. `None` when a disk is not pipelined.
 fn pipelined(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
     let sides = ios
         .iter()
         .map(|io| io.disk().pipelined())
         .collect::<Option<Vec<_>>>()?;
-    let mut order: Vec<usize> = (0..ios.len()).collect();
-    order.sort_by_key(|&i| std::ptr::from_ref(sides[i]).cast::<u8>() as usize);
-    let mut tickets: Vec<Option<Result<Ticket, DiskError>>> = ios.iter().map(|_| None).collect();
-    for &i in &order {
-        let (d, off, _, len, write) = ios[i].parts();
-        d.note_direct(off, len, write);
-        let data = match &ios[i] {
-            Io::Write(_, _, b) => Some(&b[..]),
-            Io::Read(..) => None,
+    let keys: Vec<usize> = sides
+        .iter()
+        .map(|s| std::ptr::from_ref(*s).cast::<u8>() as usize)
+        .collect();
+    // Sorted by disk, then offset: the order the file's comment asks for.
+    let runs = runs(ios, &keys);
+    let mut tickets: Vec<Result<Ticket, DiskError>> = Vec::with_capacity(runs.len());
+    for run in &runs {
+        let first = run[0];
+        let (_, off, _, _, write) = ios[first].parts();
+        let mut len = 0;
+        for &i in run {
+            let (d, o, _, l, w) = ios[i].parts();
+            d.note_direct(o, l, w);
+            len += l;
+        }
+        let sent = match (write, run.len()) {
+            (false, _) => sides[first].send(off, len, None),
+            (true, 1) => match &ios[first] {
+                Io::Write(_, _, b) => sides[first].send(off, len, Some(b)),
+                Io::Read(..) => unreachable!("a write run holds writes"),
+            },
+            (true, _) => sides[first].send(off, len, Some(&joined(ios, run))),
         };
-        tickets[i] = Some(sides[i].send(off, len, data));
+        tickets.push(sent);
     }
     let mut out: Vec<Result<(), DiskError>> = (0..ios.len()).map(|_| Ok(())).collect();
-    for &i in &order {
-        let sent = tickets[i].take().expect("every I/O was sent above");
-        out[i] = sent.and_then(|t| match &mut ios[i] {
-            Io::Read(_, _, b) => sides[i].complete(t, IoBuf::Into(b)),
-            Io::Write(_, _, b) => sides[i].complete(t, IoBuf::From(b)),
+    for (run, sent) in runs.iter().zip(tickets) {
+        let first = run[0];
+        let result = sent.and_then(|t| match (&mut ios[first], run.len()) {
+            (Io::Read(_, _, b), 1) => sides[first].complete(t, IoBuf::Into(b)),
+            (Io::Write(_, _, b), 1) => sides[first].complete(t, IoBuf::From(b)),
+            (Io::Write(..), _) => sides[first].complete(t, IoBuf::From(&joined(ios, run))),
+            (Io::Read(..), _) => {
+                let len = run.iter().map(|&i| ios[i].parts().3).sum();
+                let mut all = vec![0u8; len];
+                let got = sides[first].complete(t, IoBuf::Into(&mut all));
+                if got.is_ok() {
+                    let mut at = 0;
+                    for &i in run {
+                        if let Io::Read(_, _, b) = &mut ios[i] {
+                            b.copy_from_slice(&all[at..at + b.len()]);
+                            at += b.len();
+                        }
+                    }
+                }
+                got
+            }
         });
+        match result {
+            Ok(()) => {}
+            Err(e) if run.len() == 1 => out[first] = Err(e),
+            // A run that failed is done again I/O by I/O (the disk's own calls), so each error
+            // is its own unit's.
+            Err(_) => {
+                for &i in run {
+                    out[i] = match &mut ios[i] {
+                        Io::Read(d, off, b) => d.read_at(*off, b),
+                        Io::Write(d, off, b) => d.write_at(*off, b),
+                    };
+                }
+            }
+        }
     }
     Some(out)
+}
+
+/// The bytes of a run of writes, one after another.
+fn joined(ios: &[Io<'_>], run: &[usize]) -> Vec<u8> {
+    let mut all = Vec::with_capacity(run.iter().map(|&i| ios[i].parts().3).sum());
+    for &i in run {
+        if let Io::Write(_, _, b) = &ios[i] {
+            all.extend_from_slice(b);
+        }
+    }
+    all
 }
 
 /// The I/Os through the calling thread's io_uring, `None` when it has none.
@@ -155,7 +211,7 @@ const RUN_BYTES: usize = 8 << 20;
 
 /// The I/Os grouped into runs: one descriptor, one direction, each I/O starting where the one
 /// before ends (within RUN_IOS and RUN_BYTES); every other I/O a run of its own.
-fn runs(ios: &[Io<'_>], fds: &[i32]) -> Vec<Vec<usize>> {
+fn runs<K: Ord + Copy>(ios: &[Io<'_>], fds: &[K]) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..ios.len()).collect();
     order.sort_by_key(|&i| {
         let (_, off, _, _, write) = ios[i].parts();
