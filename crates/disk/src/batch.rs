@@ -90,16 +90,12 @@ fn pipelined(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
         .collect();
     // Sorted by disk, then offset: the order the file's comment asks for.
     let runs = runs(ios, &keys);
+    note_runs(ios, &runs);
     let mut tickets: Vec<Result<Ticket, DiskError>> = Vec::with_capacity(runs.len());
     for run in &runs {
         let first = run[0];
         let (_, off, _, _, write) = ios[first].parts();
-        let mut len = 0;
-        for &i in run {
-            let (d, o, _, l, w) = ios[i].parts();
-            d.note_direct(o, l, w);
-            len += l;
-        }
+        let len = run.iter().map(|&i| ios[i].parts().3).sum();
         let sent = match (write, run.len()) {
             (false, _) => sides[first].send(off, len, None),
             (true, 1) => match &ios[first] {
@@ -151,6 +147,14 @@ fn pipelined(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
     Some(out)
 }
 
+/// Each run, as the one I/O it goes as, to its disk's [`Disk::note_direct`].
+fn note_runs(ios: &[Io<'_>], runs: &[Vec<usize>]) {
+    for run in runs {
+        let (d, off, _, _, write) = ios[run[0]].parts();
+        d.note_direct(off, run.iter().map(|&i| ios[i].parts().3).sum(), write);
+    }
+}
+
 /// The bytes of a run of writes, one after another.
 fn joined(ios: &[Io<'_>], run: &[usize]) -> Vec<u8> {
     let mut all = Vec::with_capacity(run.iter().map(|&i| ios[i].parts().3).sum());
@@ -164,10 +168,11 @@ fn joined(ios: &[Io<'_>], run: &[usize]) -> Vec<u8> {
 
 /// The I/Os through the calling thread's io_uring, `None` when it has none.
 fn through_ring(ios: &mut [Io<'_>], fds: &[i32]) -> Option<Vec<Result<(), DiskError>>> {
-    for io in ios.iter() {
-        let (d, off, _, len, write) = io.parts();
-        d.note_direct(off, len, write);
-    }
+    // Runs of I/Os that continue one another on one descriptor go as one vectored I/O
+    // (consecutive stripes' units on a member are contiguous), and are noted as the one I/O
+    // they are; what such an I/O does not move whole, and every I/O alone, goes one by one.
+    let runs = runs(ios, fds);
+    note_runs(ios, &runs);
     // Pointers for the kernel: a read's from its exclusive borrow, a write's from its shared one.
     let ptrs: Vec<*mut u8> = ios
         .iter_mut()
@@ -181,10 +186,6 @@ fn through_ring(ios: &mut [Io<'_>], fds: &[i32]) -> Option<Vec<Result<(), DiskEr
         let ring = slot
             .get_or_insert_with(|| IoUring::new(RING_ENTRIES).ok())
             .as_mut()?;
-        // Runs of I/Os that continue one another on one descriptor go as one vectored I/O
-        // (consecutive stripes' units on a member are contiguous); what such an I/O does not
-        // move whole, and every I/O alone, goes one by one below.
-        let runs = runs(ios, fds);
         let (whole, ring_failed) = run_vectored(ring, ios, fds, &ptrs, &runs);
         if ring_failed {
             *slot = None;
