@@ -79,7 +79,9 @@ impl Array {
             Ok(())
         })?;
         if pieces.len() >= 2 && self.units().parallel() {
-            return self.read_pieces_together(&mut pieces);
+            return pieces
+                .chunks_mut(READ_BATCH_STRIPES)
+                .try_for_each(|group| self.read_pieces_together(group));
         }
         pieces
             .iter_mut()
@@ -299,7 +301,7 @@ impl Array {
             pending.journal(&writes)?;
         }
         // Commit, then the batch's claims and slots are released.
-        if ready.len() > 1 {
+        if ready.len() > 1 && self.units().parallel() {
             self.commit_writes(ready)?;
         } else {
             for r in ready {
@@ -767,6 +769,10 @@ impl Drop for Caller<'_> {
 }
 
 /// The smallest extent covering both.
+/// Stripes a read request on files, devices or exports reads together (their member I/O in one
+/// batch): memory held is about this many stripes' units.
+const READ_BATCH_STRIPES: usize = 16;
+
 /// Stripes a write request on files, devices or exports commits together (their unit writes
 /// in one batch): memory held is about this many stripes' units.
 const WRITE_BATCH_STRIPES: usize = 16;
