@@ -65,20 +65,8 @@ fn direct_members_round_trip_scrub_and_repair() {
         let member = a.geometry().member_of(5, 2);
         let at = a.unit_map().offset_of(5) + 3 * 4096 + 100;
         a.close().unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&paths[member])
-            .unwrap();
-        let mut b = [0u8; 1];
-        f.read_exact_at(&mut b, at).unwrap();
-        f.write_all_at(&[b[0] ^ 0x10], at).unwrap();
-        f.sync_all().unwrap();
-        let disks: Vec<DiskRef> = paths
-            .iter()
-            .map(|p| Arc::new(FileDisk::open(p, true).unwrap()) as DiskRef)
-            .collect();
-        let a = Array::assemble(disks, &Default::default()).unwrap();
+        flip(&paths[member], at, 0x10);
+        let a = reassemble(&paths);
         let off = 5 * 6 * 65536 + 2 * 65536 + 3 * 4096;
         let mut got = vec![0u8; 4096];
         a.read(off as u64, &mut got).unwrap();
@@ -105,21 +93,9 @@ fn direct_members_round_trip_scrub_and_repair() {
         let located = a.counters().located;
         a.close().unwrap();
         for &(m, at) in &hits {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&paths[m])
-                .unwrap();
-            let mut b = [0u8; 1];
-            f.read_exact_at(&mut b, at).unwrap();
-            f.write_all_at(&[b[0] ^ 0x01], at).unwrap();
-            f.sync_all().unwrap();
+            flip(&paths[m], at, 0x01);
         }
-        let disks: Vec<DiskRef> = paths
-            .iter()
-            .map(|p| Arc::new(FileDisk::open(p, true).unwrap()) as DiskRef)
-            .collect();
-        let a = Array::assemble(disks, &Default::default()).unwrap();
+        let a = reassemble(&paths);
         let (from, to) = (3 * 6 * 65536, 9 * 6 * 65536);
         let mut got = vec![0u8; to - from];
         a.read(from as u64, &mut got).unwrap();
@@ -148,4 +124,26 @@ fn direct_members_round_trip_scrub_and_repair() {
             assert!(again == model[from..to], "{scheme}: after scrub");
         }
     }
+}
+
+/// Flip the bits `mask` of the byte at `at` of a member file, by hand.
+fn flip(path: &std::path::Path, at: u64, mask: u8) {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ mask], at).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// The array on `paths` assembled again, members opened with O_DIRECT.
+fn reassemble(paths: &[std::path::PathBuf]) -> Array {
+    let disks: Vec<DiskRef> = paths
+        .iter()
+        .map(|p| Arc::new(FileDisk::open(p, true).unwrap()) as DiskRef)
+        .collect();
+    Array::assemble(disks, &Default::default()).unwrap()
 }
