@@ -220,3 +220,63 @@ fn read_into_a_closed_pipe_closes_the_array_cleanly() {
     let text = String::from_utf8_lossy(&st.stdout);
     assert!(!text.contains("not closed cleanly"), "{text}");
 }
+
+/// Standard input longer than the room from `--offset` to the array's end: what fits is
+/// written (as dd does), and the error says how much, not which internal request did not fit
+/// (found by the outside attack of issue 41); the array is left clean. A file's length is
+/// checked before anything is written (nothing written then).
+#[test]
+fn write_from_a_pipe_past_the_end_writes_what_fits_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = create_array(d);
+    let mut status = vec!["status"];
+    status.extend(ms);
+    status.push("--json");
+    let st = bin().args(&status).current_dir(d).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let cap = v["capacity_bytes"].as_u64().unwrap() as usize;
+    let input: Vec<u8> = (0..cap).map(|i| (i * 7 + 3) as u8).collect();
+    let offset = 5000usize;
+    let mut write = vec!["write"];
+    write.extend(ms);
+    let off = offset.to_string();
+    write.extend(["--offset", &off]);
+    let mut child = bin()
+        .args(&write)
+        .current_dir(d)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feed = std::thread::spawn(move || {
+        let _ = std::io::Write::write_all(&mut stdin, &input);
+    });
+    let out = child.wait_with_output().unwrap();
+    feed.join().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let fits = cap - offset;
+    assert!(
+        err.contains(&format!("its first {fits} bytes were written"))
+            && err.contains("the rest of the input was not"),
+        "{err}"
+    );
+    let mut read = vec!["read"];
+    read.extend(ms);
+    read.extend(["--offset", &off]);
+    let got = bin().args(&read).current_dir(d).output().unwrap();
+    assert!(got.status.success(), "{got:?}");
+    let want: Vec<u8> = (0..fits).map(|i| (i * 7 + 3) as u8).collect();
+    assert!(got.stdout == want, "the bytes up to the end differ");
+    let st = bin()
+        .args(&status[..status.len() - 1])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&st.stdout).contains("not closed cleanly"),
+        "{st:?}"
+    );
+}

@@ -259,22 +259,52 @@ impl Array {
         data: &[u8],
         zero: &[bool],
     ) -> Result<(), EngineError> {
-        let is_zero = |i: usize| zero.get(i).copied().unwrap_or(false);
         // Listed untrusted blocks the batch covers whole come off once it has landed; a write
         // into part of one is refused before anything is written (FORMAT.md §2.7).
         let mut replaced = Vec::new();
         for &(stripe, off, len, _) in batch {
-            replaced.extend(self.untrusted_covered(stripe, off, len)?);
+            replaced.push(self.untrusted_covered(stripe, off, len)?);
         }
+        let mut from = 0;
+        while from < batch.len() {
+            let rest = zero.get(from..).unwrap_or(&[]);
+            from += self.write_pieces_from(&batch[from..], data, rest, &mut replaced[from..])?;
+        }
+        Ok(())
+    }
+
+    /// [`Array::write_pieces`] of `batch` or of its first pieces: how many. Without the write
+    /// journal, a piece after the first whose stripe has a missing data chunk (a member failed,
+    /// perhaps while this batch was being claimed) is left to the next call: saving it takes
+    /// journal slots, and a batch must not hold some while it waits for more (the rule
+    /// `take_slots` keeps within one call: two batches holding some each could wait on each
+    /// other). Degraded, a write goes stripe by stripe as before batches.
+    fn write_pieces_from(
+        &self,
+        batch: &[Piece],
+        data: &[u8],
+        zero: &[bool],
+        replaced: &mut [Vec<stripeguard_integrity::UntrustedRange>],
+    ) -> Result<usize, EngineError> {
+        let is_zero = |i: usize| zero.get(i).copied().unwrap_or(false);
         // Begin: every stripe claimed (and a degraded one's missing chunks saved) before the
         // first unit write.
         let mut pending = self.pending();
         let mut plans = Vec::with_capacity(batch.len());
+        let k = self.geometry().k;
         for (i, &(stripe, off, len, at)) in batch.iter().enumerate() {
-            pending.claim(stripe)?;
             // A stripe zero on disk comes back zero after a crash whatever its units hold:
             // nothing of it to save (and nothing readable).
-            if !(is_zero(i) && self.is_zero_on_disk(stripe)) {
+            let saves = !(is_zero(i) && self.is_zero_on_disk(stripe));
+            if i > 0
+                && saves
+                && !self.sb().write_journal
+                && Pos::upto(k).any(|p| self.is_failed(self.member_of(stripe, p)))
+            {
+                break;
+            }
+            pending.claim(stripe)?;
+            if saves {
                 self.unverified_on_error(stripe, pending.save_missing(stripe))?;
             }
             plans.push((
@@ -311,17 +341,22 @@ impl Array {
             }
         }
         drop(pending);
-        self.take_off_untrusted(&replaced, "written whole by a write");
-        if zero.contains(&true) {
+        let done = plans.len();
+        let taken: Vec<_> = replaced[..done]
+            .iter_mut()
+            .flat_map(std::mem::take)
+            .collect();
+        self.take_off_untrusted(&taken, "written whole by a write");
+        if zero[..done.min(zero.len())].contains(&true) {
             self.leave_zero(
-                batch
+                batch[..done]
                     .iter()
                     .enumerate()
                     .filter(|&(i, _)| is_zero(i))
                     .map(|(_, p)| p.0),
             );
         }
-        Ok(())
+        Ok(done)
     }
 
     /// Whether `plan` writes every byte of its stripe (a full-stripe plan may also be one whose

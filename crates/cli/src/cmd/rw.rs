@@ -57,6 +57,11 @@ pub struct ReadArgs {
 
 /// Bytes per request: a stripe's data, at least 4 MiB (requests stay stripe-sized, memory
 /// bounded).
+/// `write`'s input goes on past the array's end (the part that fits was written).
+#[derive(Debug, thiserror::Error)]
+#[error("the input goes on past the end of the array")]
+struct PastTheEnd;
+
 /// A step of `write`'s input: where it goes, its buffer and the bytes in it.
 type Filled = (u64, Vec<u8>, usize);
 
@@ -122,6 +127,7 @@ pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
     // The first request ends at a stripe's end when the offset is inside one; the rest are
     // whole steps.
     let first = step - usize_of(a.offset % stripe);
+    let capacity = array.capacity_bytes();
     // While it writes, `status` from another process asks this one over the control socket.
     let written = with_control_socket(&array, || -> Result<()> {
         std::thread::scope(|s| -> Result<()> {
@@ -186,15 +192,24 @@ pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
                     if got == 0 {
                         return Ok(());
                     }
-                    let wrote = array
-                        .check_range(at, got as u64)
-                        .and_then(|()| array.write(at, &buf[..got]));
+                    // Input that runs past the array's end (a pipe: a file's length is checked
+                    // before anything is written): what fits is written, as dd does.
+                    let fits = usize_of(capacity.saturating_sub(at)).min(got);
+                    let wrote = if fits == 0 {
+                        Ok(())
+                    } else {
+                        array.write(at, &buf[..fits])
+                    };
                     if let Err(e) = wrote {
                         failed.store(true, std::sync::atomic::Ordering::Relaxed);
                         return Err(e.into());
                     }
-                    let d = done.fetch_add(got as u64, std::sync::atomic::Ordering::Relaxed);
-                    bar.set_position(d + got as u64);
+                    let d = done.fetch_add(fits as u64, std::sync::atomic::Ordering::Relaxed);
+                    bar.set_position(d + fits as u64);
+                    if fits < got {
+                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return Err(PastTheEnd.into());
+                    }
                     let _ = free.send(buf);
                 }
             };
@@ -222,6 +237,17 @@ pub fn write(mut a: WriteArgs) -> Result<ExitCode> {
         })
     });
     bar.finish_and_clear();
+    // Input past the end: said with what was written, not as the request that did not fit.
+    let written = written.map_err(|e| {
+        if e.is::<PastTheEnd>() {
+            anyhow::anyhow!(
+                "the input is longer than the array from offset {}: its first {total} bytes were written, up to the array's end ({capacity} bytes); the rest of the input was not",
+                a.offset
+            )
+        } else {
+            e
+        }
+    });
     if let Err(e) = written {
         // A refused write (an unrecoverable stripe, exit 3; a range or input error) wrote none
         // of the stripe it refused and every piece before it whole: close clean, as after any
