@@ -132,8 +132,18 @@ fn pipelined(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
         match result {
             Ok(()) => {}
             Err(e) if run.len() == 1 => out[first] = Err(e),
-            // A run that failed is done again I/O by I/O (the disk's own calls), so each error
-            // is its own unit's.
+            // The disk is gone (its server unreachable for the whole timeout): every I/O of the
+            // run fails as it did, not after another timeout each.
+            Err(DiskError::Failed { name, why }) => {
+                for &i in run {
+                    out[i] = Err(DiskError::Failed {
+                        name: name.clone(),
+                        why: why.clone(),
+                    });
+                }
+            }
+            // A run that failed otherwise is done again I/O by I/O (the disk's own calls), so
+            // each error is its own unit's.
             Err(_) => {
                 for &i in run {
                     out[i] = match &mut ios[i] {

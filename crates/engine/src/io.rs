@@ -273,8 +273,9 @@ impl Array {
         Ok(())
     }
 
-    /// [`Array::write_pieces`] of `batch` or of its first pieces: how many. Without the write
-    /// journal, a piece after the first whose stripe has a missing data chunk (a member failed,
+    /// [`Array::write_pieces`] of `batch` or of its first pieces: how many. In a plain write's
+    /// batch (not a zero stripe's, not with the write journal: those batches are sized for
+    /// their slots as before), a piece after the first whose stripe has a missing data chunk (a member failed,
     /// perhaps while this batch was being claimed) is left to the next call: saving it takes
     /// journal slots, and a batch must not hold some while it waits for more (the rule
     /// `take_slots` keeps within one call: two batches holding some each could wait on each
@@ -293,18 +294,17 @@ impl Array {
         let mut plans = Vec::with_capacity(batch.len());
         let k = self.geometry().k;
         for (i, &(stripe, off, len, at)) in batch.iter().enumerate() {
-            // A stripe zero on disk comes back zero after a crash whatever its units hold:
-            // nothing of it to save (and nothing readable).
-            let saves = !(is_zero(i) && self.is_zero_on_disk(stripe));
             if i > 0
-                && saves
+                && zero.is_empty()
                 && !self.sb().write_journal
                 && Pos::upto(k).any(|p| self.is_failed(self.member_of(stripe, p)))
             {
                 break;
             }
             pending.claim(stripe)?;
-            if saves {
+            // A stripe zero on disk comes back zero after a crash whatever its units hold:
+            // nothing of it to save (and nothing readable).
+            if !(is_zero(i) && self.is_zero_on_disk(stripe)) {
                 self.unverified_on_error(stripe, pending.save_missing(stripe))?;
             }
             plans.push((
