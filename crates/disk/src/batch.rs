@@ -91,28 +91,36 @@ fn pipelined(ios: &mut [Io<'_>]) -> Option<Vec<Result<(), DiskError>>> {
     // Sorted by disk, then offset: the order the file's comment asks for.
     let runs = runs(ios, &keys);
     note_runs(ios, &runs);
+    // A run of several writes as one buffer, made once: sent, and kept for a resend.
+    let joins: Vec<Option<Vec<u8>>> = runs
+        .iter()
+        .map(|run| (run.len() > 1 && ios[run[0]].parts().4).then(|| joined(ios, run)))
+        .collect();
     let mut tickets: Vec<Result<Ticket, DiskError>> = Vec::with_capacity(runs.len());
-    for run in &runs {
+    for (run, join) in runs.iter().zip(&joins) {
         let first = run[0];
         let (_, off, _, _, write) = ios[first].parts();
         let len = run.iter().map(|&i| ios[i].parts().3).sum();
-        let sent = match (write, run.len()) {
-            (false, _) => sides[first].send(off, len, None),
-            (true, 1) => match &ios[first] {
-                Io::Write(_, _, b) => sides[first].send(off, len, Some(b)),
-                Io::Read(..) => unreachable!("a write run holds writes"),
-            },
-            (true, _) => sides[first].send(off, len, Some(&joined(ios, run))),
+        let sent = match (&ios[first], join) {
+            (_, Some(all)) => sides[first].send(off, len, Some(all)),
+            (Io::Write(_, _, b), None) => sides[first].send(off, len, Some(b)),
+            (Io::Read(..), None) => sides[first].send(off, len, None),
         };
+        debug_assert!(write || join.is_none());
         tickets.push(sent);
     }
     let mut out: Vec<Result<(), DiskError>> = (0..ios.len()).map(|_| Ok(())).collect();
-    for (run, sent) in runs.iter().zip(tickets) {
+    for ((run, sent), join) in runs.iter().zip(tickets).zip(&joins) {
         let first = run[0];
         let result = sent.and_then(|t| match (&mut ios[first], run.len()) {
             (Io::Read(_, _, b), 1) => sides[first].complete(t, IoBuf::Into(b)),
             (Io::Write(_, _, b), 1) => sides[first].complete(t, IoBuf::From(b)),
-            (Io::Write(..), _) => sides[first].complete(t, IoBuf::From(&joined(ios, run))),
+            (Io::Write(..), _) => {
+                let all = join
+                    .as_deref()
+                    .expect("a write run of several is joined above");
+                sides[first].complete(t, IoBuf::From(all))
+            }
             (Io::Read(..), _) => {
                 let len = run.iter().map(|&i| ios[i].parts().3).sum();
                 let mut all = vec![0u8; len];
@@ -267,6 +275,8 @@ fn run_vectored(
     let iovecs: Vec<Vec<libc::iovec>> = runs
         .iter()
         .map(|run| {
+            // Runs of one go one by one (no iovecs).
+            let run = if run.len() > 1 { &run[..] } else { &[] };
             run.iter()
                 .map(|&i| libc::iovec {
                     iov_base: ptrs[i].cast::<libc::c_void>(),

@@ -64,7 +64,7 @@ impl Array {
         // "free" at the same moment both write. Wait out the other's write, then look at every
         // member: if any holds another holder's newer record, this one backs off (both may, if
         // their writes interleaved member by member; neither writes data).
-        if self.members().all().iter().any(|d| d.shared_across_hosts()) {
+        if self.has_remote_members() {
             env.sleep(Duration::from_millis(300));
             for (i, d) in self.members().all().iter().enumerate() {
                 if self.is_failed(MemberIx::new(i)) {
