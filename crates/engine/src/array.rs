@@ -358,6 +358,16 @@ impl Array {
             .iter()
             .map(|d| read_superblock(d.as_ref()))
             .collect();
+        // The newest superblock says a reshape is in progress (a trailing one saying so is from
+        // before the reshape's commit, which the newest records).
+        if let Some((sb, _)) = found
+            .iter()
+            .filter_map(|f| f.as_ref().ok())
+            .max_by_key(|(sb, _)| sb.generation)
+            .filter(|(sb, _)| sb.reshape.is_some())
+        {
+            return Err(reshaping(sb));
+        }
         let names: Vec<String> = members.iter().map(|d| d.name().to_string()).collect();
         let sizes: Vec<u64> = members.iter().map(|d| d.size_bytes()).collect();
         let Verdict {
@@ -508,7 +518,7 @@ impl Array {
         Ok(array)
     }
 
-    fn from_parts(
+    pub(crate) fn from_parts(
         sb: Superblock,
         members: Vec<DiskRef>,
         writable: bool,
@@ -1057,6 +1067,14 @@ impl Array {
     }
 
     /// The member table as this process knows it.
+    /// Hand out the sequence numbers `next + 1..high_water` (a range the superblocks already
+    /// reserve: a reshape's new view, which writes no superblock of its own).
+    pub(crate) fn set_sequence_range(&self, next: u64, high_water: u64) {
+        let mut s = self.seq.lock().expect("lock");
+        s.next = next;
+        s.high_water = high_water;
+    }
+
     pub fn member_table(&self) -> Vec<MemberSlot> {
         self.meta.lock().expect("lock").table.clone()
     }
@@ -1338,6 +1356,7 @@ fn new_superblock(cfg: &ArrayConfig, members: &[DiskRef]) -> Result<Superblock, 
         spare_policy: None,
         journal_devices: Vec::new(),
         journal_devices_lost: 0,
+        reshape: None,
         member_table: vec![
             MemberSlot {
                 state: MemberState::Active,
@@ -1404,7 +1423,7 @@ fn default_name(host: &str, uuid: &[u8; 16]) -> String {
 /// Lock every member (exclusively for a process that may write, shared for one that only
 /// looks) before reading its superblock, so two writers never share an array. A member that
 /// cannot be locked for another reason (unreadable, absent) is left to the superblock read.
-fn lock_members(members: &[DiskRef], exclusive: bool, local: bool) -> Result<(), EngineError> {
+pub(crate) fn lock_members(members: &[DiskRef], exclusive: bool, local: bool) -> Result<(), EngineError> {
     // Where flock does not cross hosts (NFS and the like) the owner record is the only guard.
     if !local {
         return Ok(());
@@ -1415,6 +1434,15 @@ fn lock_members(members: &[DiskRef], exclusive: bool, local: bool) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// The refusal of an array whose newest superblock says a reshape is in progress.
+fn reshaping(sb: &Superblock) -> EngineError {
+    let from = sb.reshape.expect("a reshape");
+    EngineError::Assemble(format!(
+        "a reshape of this array from {} to {} members ({} to {} data chunks per stripe) is in progress or was interrupted (FORMAT.md §2, \"Reshaping the array\"): nothing else can use it until it finishes; run `stripeguard grow MEMBERS... --continue` with all {} members (old and added, in order)",
+        from.members, sb.members, from.data_chunks, sb.data_chunks, sb.members
+    ))
 }
 
 impl Drop for Array {

@@ -42,6 +42,7 @@ mod num;
 mod owner;
 mod rebuild;
 mod repair;
+mod reshape;
 mod resync;
 mod scrub;
 mod spares;
@@ -65,6 +66,7 @@ pub use events::{
 };
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use grow::Grown;
+pub use reshape::{continue_reshape, Reshaped, RESHAPE_BATCH};
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use jdev::{read_journal_device_label, MAX_DEVICE_SLOTS, NEW_DEVICE_SLOTS};
 pub use members::MemberHealth;

@@ -216,6 +216,8 @@ fn starting_record(array: &Array, opts: &ScrubOptions) -> Checkpoint {
                 rebuild_next: p.rebuild_next,
                 rebuild_started_unix: p.rebuild_started_unix,
                 rebuild_target: p.rebuild_target,
+                // And the last reshape's.
+                reshape: p.reshape,
                 ..Checkpoint::default()
             })
             .unwrap_or_default()

@@ -75,6 +75,27 @@ impl Array {
         Ok(true)
     }
 
+    /// A reshape's finish (FORMAT.md §2, "Reshaping the array"): the stripe-state record as
+    /// the members hold it is replaced by one listing `from..to` as zero stripes and nothing
+    /// else (what the old geometry listed names old stripes), durably, with a sequence above
+    /// the copies there; `false`, nothing written, when the record has no room.
+    pub(crate) fn only_zero_stripes(&self, from: u64, to: u64) -> Result<bool, EngineError> {
+        self.load_untrusted()?;
+        let mut u = self.untrusted_set().hold();
+        u.entries.clear();
+        u.zero = crate::stripe_state::ZeroSet::default();
+        if from < to {
+            u.zero.insert(from, to);
+        }
+        let r = u.record_since(0);
+        if r.entries.len() + r.zero.len() > state_capacity(u.copy_bytes) {
+            return Ok(false);
+        }
+        u.dirty = true;
+        self.persist_untrusted(&mut u, None)?;
+        Ok(true)
+    }
+
     /// Whether `stripe` reads as zeros (its units are not read).
     pub(crate) fn is_zero(&self, stripe: StripeIx) -> bool {
         self.untrusted_set().is_zero(stripe)

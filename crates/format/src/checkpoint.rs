@@ -21,7 +21,17 @@
 //!    104    8 next stripe to rebuild
 //!    112    8 rebuild started, Unix seconds
 //!    120   16 rebuild target id (shared with the target device's own checkpoint)
-//!    136 1908 zero
+//!    136    1 reshape: 0 none, 1 running or interrupted, 2 finished
+//!    137    1 reshape backup: 0 none, 1 the critical section's backup is durable
+//!    138    6 zero
+//!    144    8 new stripes committed (the reshape's window starts here)
+//!    152    8 new stripes that hold data
+//!    160    8 reshape started, Unix seconds
+//!    168    8 chunks in the backup
+//!    176    4 CRC-32C of the backup's chunks, in order
+//!    180    4 zero
+//!    184    8 units the reshape's reads repaired
+//!    192 1852 zero
 //!   2044    4 CRC-32C of bytes 0..2044
 //! ```
 
@@ -68,6 +78,29 @@ pub struct Checkpoint {
     /// Random id shared with the rebuild's target device.
     #[serde(skip)]
     pub rebuild_target: [u8; 16],
+    /// Where a reshape stands (`grow --add`), when one ran.
+    pub reshape: Option<ReshapeProgress>,
+}
+
+/// How far a reshape has moved the data (the checkpoint record's bytes 136..192).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReshapeProgress {
+    /// Every new stripe is written and the new geometry committed.
+    pub finished: bool,
+    /// The critical section's chunks are in the backup, durably.
+    pub backed_up: bool,
+    /// New stripes committed.
+    pub done: u64,
+    /// New stripes that hold data.
+    pub stripes: u64,
+    /// Unix seconds at the start.
+    pub started_unix: u64,
+    /// Chunks in the backup.
+    pub backup_chunks: u64,
+    /// CRC-32C of the backup's chunks, in order.
+    pub backup_crc: u32,
+    /// Units the reshape's reads found wrong and repaired.
+    pub repaired: u64,
 }
 
 const DAMAGED: fn(&'static str) -> FormatError = |why| FormatError::Damaged {
@@ -115,6 +148,16 @@ impl Record for Checkpoint {
         put_u64(b, 104, self.rebuild_next);
         put_u64(b, 112, self.rebuild_started_unix);
         b[120..136].copy_from_slice(&self.rebuild_target);
+        if let Some(r) = &self.reshape {
+            b[136] = if r.finished { 2 } else { 1 };
+            b[137] = u8::from(r.backed_up);
+            put_u64(b, 144, r.done);
+            put_u64(b, 152, r.stripes);
+            put_u64(b, 160, r.started_unix);
+            put_u64(b, 168, r.backup_chunks);
+            b[176..180].copy_from_slice(&r.backup_crc.to_le_bytes());
+            put_u64(b, 184, r.repaired);
+        }
         seal_tail(b);
         Ok(())
     }
@@ -136,6 +179,25 @@ impl Record for Checkpoint {
             2 => (Some(member), true),
             _ => return Err(DAMAGED("rebuild state")),
         };
+        let reshape = match b[136] {
+            0 => None,
+            state @ (1 | 2) => {
+                if b[137] > 1 {
+                    return Err(DAMAGED("reshape backup state"));
+                }
+                Some(ReshapeProgress {
+                    finished: state == 2,
+                    backed_up: b[137] == 1,
+                    done: u64_at(b, 144),
+                    stripes: u64_at(b, 152),
+                    started_unix: u64_at(b, 160),
+                    backup_chunks: u64_at(b, 168),
+                    backup_crc: u32::from_le_bytes([b[176], b[177], b[178], b[179]]),
+                    repaired: u64_at(b, 184),
+                })
+            }
+            _ => return Err(DAMAGED("reshape state")),
+        };
         Ok(Some(Checkpoint {
             sequence: u64_at(b, 16),
             scrub_ran,
@@ -153,6 +215,7 @@ impl Record for Checkpoint {
             rebuild_next: u64_at(b, 104),
             rebuild_started_unix: u64_at(b, 112),
             rebuild_target: id_at(b, 120),
+            reshape,
         }))
     }
 

@@ -196,11 +196,13 @@ codes! {
         SpareTaken = 30, "spare-taken";
         /// A journal device failed or was missing (FORMAT.md §2.12): not used again.
         JournalDeviceLost = 31, "journal-device-lost";
+        /// A reshape (`grow --add`) finished: the array has its new geometry.
+        Reshaped = 32, "reshaped";
     }
 }
 
 impl EventKind {
-    /// A change of the array's or a member's state (codes 21–31), not a finding in a stripe:
+    /// A change of the array's or a member's state (codes 21–32), not a finding in a stripe:
     /// its stripe and position say nothing.
     pub fn is_state_change(self) -> bool {
         matches!(
@@ -216,6 +218,7 @@ impl EventKind {
                 | EventKind::Grown
                 | EventKind::SpareTaken
                 | EventKind::JournalDeviceLost
+                | EventKind::Reshaped
         )
     }
 }

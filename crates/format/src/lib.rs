@@ -55,7 +55,7 @@ pub use appendix::{
     appendix_bytes_for, block_bytes_for, block_crcs, combine_block_crcs, Appendix, AppendixError,
     Identity, Role, APPENDIX_HEADER_BYTES, CHECKSUM_BLOCK_BYTES,
 };
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{Checkpoint, ReshapeProgress};
 pub use cktable::{table_bytes as ck_table_bytes, CkError, CkTable};
 pub use cursor::hex;
 pub use evlog::{EventAction, EventEntry, EventKind, EventRole, EVENT_ENTRY_BYTES};
@@ -73,7 +73,7 @@ pub use state::{
 };
 pub use superblock::{
     check_name, write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState,
-    MetadataLayout, SpareEntry, SparePolicy, Superblock, SuperblockError, CHECKPOINT_OFFSET,
+    MetadataLayout, ReshapeFrom, SpareEntry, SparePolicy, Superblock, SuperblockError, CHECKPOINT_OFFSET,
     DEFAULT_SPARE_DELAY_SECONDS, FORMAT_VERSION, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES,
     JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS, MAX_MEMBERS,
     MAX_NAME_BYTES, MAX_SPARES, MAX_SPARE_HINT_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,

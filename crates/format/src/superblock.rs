@@ -227,6 +227,11 @@ pub const INCOMPAT_SPARES: u64 = 16;
 /// §2.12) listed at bytes 209..244. A reader that does not know them would look for the
 /// journal's records on the members only and resync without the ones on the devices.
 pub const INCOMPAT_JOURNAL_DEVICES: u64 = 32;
+/// Incompatible feature bit 6: a reshape is in progress (FORMAT.md §2.1, "Reshaping the
+/// array"): the geometry fields describe the array being built, bytes 244..251 the one being
+/// moved out of, and the checkpoint record (§2.3) how far the data has moved. A reader that
+/// does not know it would read the old stripes in the new geometry, so it must refuse.
+pub const INCOMPAT_RESHAPE: u64 = 64;
 /// Compatible feature bit 0: the array has a name, at bytes 168..200 (FORMAT.md §2.1). A
 /// reader that does not know it ignores the name (and a writer that does not know it drops it).
 pub const COMPAT_NAME: u64 = 1;
@@ -444,8 +449,26 @@ pub struct Superblock {
     /// Bit `i`: journal device `i` was lost (its records are gone; the journal is on the
     /// others, or on the members when every one is lost).
     pub journal_devices_lost: u8,
+    /// A reshape in progress (incompatible feature bit 6): the geometry it moves the data out
+    /// of. The fields above describe the geometry it moves the data into.
+    pub reshape: Option<ReshapeFrom>,
     /// What this superblock's writer knew about every member.
     pub member_table: Vec<MemberSlot>,
+}
+
+/// The geometry a reshape moves the data out of (superblock bytes 244..251): the first
+/// `members` members of the array, `data_chunks` + `parity_chunks` of them per stripe, the
+/// same scheme, chunk, sector and stripe count as the new geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReshapeFrom {
+    /// `n` before.
+    pub members: u16,
+    /// `k` before.
+    pub data_chunks: u16,
+    /// `m` before.
+    pub parity_chunks: u16,
+    /// The code before.
+    pub code: CodeId,
 }
 
 /// Why bytes are not a valid superblock.
@@ -576,6 +599,19 @@ impl Superblock {
         }
         if self.member_table.len() != self.members as usize {
             return Err(g("member table length differs from the member count"));
+        }
+        if let Some(r) = self.reshape {
+            let from = u32::from(r.data_chunks) + u32::from(r.parity_chunks) + u32::from(extra);
+            if r.data_chunks == 0
+                || r.parity_chunks == 0
+                || from != u32::from(r.members)
+                || r.members >= self.members
+                || !self.scheme.fits_data_chunks(r.data_chunks as usize)
+            {
+                return Err(g(
+                    "the reshape's old geometry is impossible or has as many members as the new one",
+                ));
+            }
         }
         if !self.scheme.fits_data_chunks(self.data_chunks as usize) {
             return Err(g(
@@ -735,6 +771,13 @@ impl Superblock {
                 b[212 + 16 * i..228 + 16 * i].copy_from_slice(u);
             }
         }
+        if let Some(r) = self.reshape {
+            incompatible |= INCOMPAT_RESHAPE;
+            b[244..246].copy_from_slice(&r.members.to_le_bytes());
+            b[246..248].copy_from_slice(&r.data_chunks.to_le_bytes());
+            b[248..250].copy_from_slice(&r.parity_chunks.to_le_bytes());
+            b[250] = r.code.id();
+        }
         b[96..104].copy_from_slice(&incompatible.to_le_bytes());
         b[104..112].copy_from_slice(&compatible.to_le_bytes());
         for (i, slot) in self.member_table.iter().enumerate() {
@@ -841,6 +884,17 @@ impl Superblock {
             } else {
                 0
             },
+            reshape: if u64_at(b, 96) & INCOMPAT_RESHAPE != 0 {
+                Some(ReshapeFrom {
+                    members: u16_at(b, 244),
+                    data_chunks: u16_at(b, 246),
+                    parity_chunks: u16_at(b, 248),
+                    code: CodeId::from_id(b[250])
+                        .ok_or(SuperblockError::Geometry("unknown code id of the reshape"))?,
+                })
+            } else {
+                None
+            },
         };
         let incompatible = u64_at(b, 96);
         let known = INCOMPAT_BLOCK_CRCS
@@ -848,7 +902,8 @@ impl Superblock {
             | INCOMPAT_UNTRUSTED
             | INCOMPAT_ZERO_STRIPES
             | INCOMPAT_SPARES
-            | INCOMPAT_JOURNAL_DEVICES;
+            | INCOMPAT_JOURNAL_DEVICES
+            | INCOMPAT_RESHAPE;
         if incompatible & !known != 0 {
             return Err(SuperblockError::Features(incompatible & !known));
         }
@@ -989,6 +1044,7 @@ mod tests {
             spare_policy: None,
             journal_devices: Vec::new(),
             journal_devices_lost: 0,
+            reshape: None,
             member_table: (0..8)
                 .map(|i| MemberSlot {
                     state: if i == 5 {

@@ -55,6 +55,7 @@ fn superblock(members: u16, parity: u16, scheme: Scheme) -> Superblock {
         }),
         journal_devices: Vec::new(),
         journal_devices_lost: 0,
+        reshape: None,
         member_table: (0..members)
             .map(|i| MemberSlot {
                 state: if i % 3 == 1 {

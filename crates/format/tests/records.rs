@@ -162,6 +162,12 @@ fn superblock() -> Superblock {
         }),
         journal_devices: vec![[11; 16], [12; 16]],
         journal_devices_lost: 2,
+        reshape: Some(ReshapeFrom {
+            members: 3,
+            data_chunks: 2,
+            parity_chunks: 1,
+            code: CodeId::Xor,
+        }),
         member_table: (0..4)
             .map(|i| MemberSlot {
                 state: MemberState::Active,
@@ -226,6 +232,16 @@ fn checkpoint() -> Checkpoint {
         rebuild_next: 1000,
         rebuild_started_unix: 1_800_000_050,
         rebuild_target: [9; 16],
+        reshape: Some(ReshapeProgress {
+            finished: false,
+            backed_up: true,
+            done: 40,
+            stripes: 750,
+            started_unix: 1_800_000_070,
+            backup_chunks: 12,
+            backup_crc: 0x1234_5678,
+            repaired: 2,
+        }),
     }
 }
 
@@ -365,8 +381,9 @@ fn superblock_matches_format_md() {
             ("event count", le(9, 8)),
             ("created", le(1_800_000_000, 8)),
             ("cross-check", vec![1]),
-            // Bits 0 (block CRCs), 1 (write journal), 4 (spares), 5 (journal devices).
-            ("incompatible features", le(1 | 2 | 16 | 32, 8)),
+            // Bits 0 (block CRCs), 1 (write journal), 4 (spares), 5 (journal devices),
+            // 6 (reshape).
+            ("incompatible features", le(1 | 2 | 16 | 32 | 64, 8)),
             // Bit 0: the name at 168..200; bit 1: the spare policy at 200..208.
             ("compatible features", le(1 | 2, 8)),
             ("name", text("golden-1", 32)),
@@ -386,6 +403,10 @@ fn superblock_matches_format_md() {
             ("journal slots", le(u64::from(JOURNAL_SLOTS), 4)),
             ("stripe-state record offset", le(l.state_offset(), 8)),
             ("stripe-state record size", le(l.state_bytes, 8)),
+            ("reshape from members", le(3, 2)),
+            ("reshape from data chunks", le(2, 2)),
+            ("reshape from parity chunks", le(1, 2)),
+            ("reshape from code", vec![1]),
         ],
     );
     // The member table (its own table in FORMAT.md: state, reserved, device, last event).
@@ -455,6 +476,14 @@ fn checkpoint_record_matches_format_md() {
             ("rebuild next stripe", le(1000, 8)),
             ("rebuild started", le(1_800_000_050, 8)),
             ("rebuild target", vec![9; 16]),
+            ("reshape state", vec![1]),
+            ("reshape backup state", vec![1]),
+            ("reshape done", le(40, 8)),
+            ("reshape stripes", le(750, 8)),
+            ("reshape started", le(1_800_000_070, 8)),
+            ("reshape backup chunks", le(12, 8)),
+            ("reshape backup crc", le(0x1234_5678, 4)),
+            ("reshape units repaired", le(2, 8)),
         ],
     );
 }

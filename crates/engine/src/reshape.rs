@@ -1,0 +1,772 @@
+//! Reshaping the array: `j` added members become data members, `k` data chunks per stripe
+//! become `k' = k + j`, the data moving in place (FORMAT.md §2, "Reshaping the array"; the
+//! order of the moves and its proof against power cuts: `stripeguard_plan::reshape`).
+//!
+//! Two views of the same members run the reshape, each an [`Array`] built from a superblock
+//! without assembling (nothing written by building them):
+//! - the **old view**: the old geometry on the first `n` members, read-only. The reshape
+//!   reads its chunks through it, so every read is checked as the scheme says and a unit found
+//!   wrong is rebuilt from the stripe's redundancy (in memory: a read-only array writes
+//!   nothing, and the new stripe gets the right bytes — the reshape repairs, never copies);
+//! - the **new view**: the new geometry on all `n'` members. The reshape encodes and seals
+//!   each new stripe through it as a resync seals a settled stripe (fresh appendices for the
+//!   new stripe and position) and writes it whole.
+//!
+//! Neither view writes a superblock, an intent bit or an event while the reshape runs; this
+//! module writes the superblocks and the checkpoint record itself, in the order FORMAT.md
+//! gives, so a crash at any point is resumed by [`continue_reshape`]. Offline: the members
+//! are locked for the whole run, and every other command refuses an array with a reshape in
+//! progress (incompatible feature bit 6).
+
+use crate::array::{lock_members, Array, AssembleOptions, SEQUENCE_RESERVATION};
+use crate::assembly::read_superblock;
+use crate::error::EngineError;
+use crate::num::{usize_of, Pos, StripeIx};
+use std::ops::Range;
+use stripeguard_disk::{AlignedBuf, DiskRef};
+use stripeguard_format::{
+    ArrayState, Checkpoint, EventKind, MemberSlot, MemberState, Record, ReshapeFrom,
+    ReshapeProgress, Scheme, Superblock, SUPERBLOCK_COPY_OFFSETS,
+};
+use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET};
+use stripeguard_plan::reshape::{Place, Reshape, Step};
+
+/// New stripes written per step at most (one flush and one checkpoint write per step).
+pub const RESHAPE_BATCH: u64 = 16;
+/// The critical section's backup is held in memory while it is needed: at most this much.
+const MAX_BACKUP_BYTES: u64 = 256 << 20;
+
+/// What a reshape did.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Reshaped {
+    /// Members before and after.
+    pub from_members: usize,
+    pub to_members: usize,
+    /// Data chunks per stripe before and after.
+    pub from_data_chunks: usize,
+    pub to_data_chunks: usize,
+    /// User-visible bytes before and after.
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// New stripes that hold the data (`S'`; the rest of the array is empty).
+    pub stripes_written: u64,
+    /// Units the reshape's reads found wrong and repaired on the way (over every run).
+    pub repaired: u64,
+    /// The new stripes already committed when this run started (0 unless it resumed).
+    pub resumed_at: u64,
+}
+
+impl Array {
+    /// The new geometry's superblock and the order of the moves for adding `added` members
+    /// to this array, or the refusal naming the constraint; nothing written.
+    pub fn reshape_preflight(&self, added: &[DiskRef]) -> Result<(), EngineError> {
+        self.reshape_target(added).map(|_| ())
+    }
+
+    fn reshape_target(&self, added: &[DiskRef]) -> Result<(Superblock, Reshape), EngineError> {
+        let cfg = |s: String| Err(EngineError::Config(s));
+        let sb = self.superblock();
+        let g = self.geometry();
+        if added.is_empty() {
+            return cfg("--add names no member to add".into());
+        }
+        if !self.is_writable() {
+            return cfg("the array was assembled read-only".into());
+        }
+        if sb.scheme == Scheme::ChecksumChunk {
+            return cfg("checksum-chunk arrays do not reshape yet (the checksum member's table would need rebuilding for every stripe)".into());
+        }
+        if !sb.journal_devices.is_empty() {
+            return cfg("arrays with journal devices do not reshape yet: `create` them without --journal-device, or copy the data to a new array".into());
+        }
+        if self.forced_any().load(std::sync::atomic::Ordering::Acquire) {
+            return cfg("a forced assembly cannot reshape: resync it writable first".into());
+        }
+        let listed = self.untrusted_set().all();
+        if !listed.is_empty() {
+            return cfg(format!(
+                "{} range(s) of the array are listed untrusted (FORMAT.md §2.7): rewrite or `clear` them first, so the reshape moves only verified data",
+                listed.len()
+            ));
+        }
+        let out: Vec<String> = self
+            .member_table()
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| {
+                s.state != MemberState::Active || self.is_failed(crate::num::MemberIx::new(i))
+            })
+            .map(|(i, s)| format!("member {i} is {}", s.state.name()))
+            .collect();
+        if !out.is_empty() {
+            return cfg(format!(
+                "{}: replace it first (a reshape reads every chunk; a degraded one would leave two geometries and a member missing at once)",
+                out.join(", ")
+            ));
+        }
+        if let Some(c) = self.checkpoint() {
+            if c.rebuild_member.is_some() && !c.rebuild_finished {
+                return cfg("a replace has not finished: finish it first (`replace` resumes it)".into());
+            }
+        }
+        let j = added.len();
+        let (k, m) = (g.k, g.m);
+        let new_k = k + j;
+        let n = self.members().len();
+        let new_n = n + j;
+        if sb.write_journal && new_n > 32 {
+            return cfg(format!(
+                "the write journal is limited to 32 members; {new_n} asked for"
+            ));
+        }
+        let code = stripeguard_codes::by_name(sb.code.name(), new_k, m)
+            .map_err(|e| EngineError::Config(format!("{} with {new_k} data chunks: {e}", sb.code.name())))?;
+        let rows = code.chunk_multiple() as u64;
+        if !u64::from(sb.chunk_bytes).is_multiple_of(rows) {
+            return cfg(format!(
+                "{} with {new_k} data chunks cuts a chunk into {rows} rows, and the chunk of {} bytes is not a multiple of them",
+                sb.code.name(),
+                sb.chunk_bytes
+            ));
+        }
+        let mut new = sb.clone();
+        new.members = crate::num::index_u16(new_n);
+        new.data_chunks = crate::num::index_u16(new_k);
+        new.reshape = Some(ReshapeFrom {
+            members: sb.members,
+            data_chunks: sb.data_chunks,
+            parity_chunks: sb.parity_chunks,
+            code: sb.code,
+        });
+        new.member_table = vec![
+            MemberSlot {
+                state: MemberState::Active,
+                device: 0,
+                last_event: 0,
+            };
+            new_n
+        ];
+        for (slot, old) in new.member_table.iter_mut().zip(sb.member_table.iter()) {
+            slot.device = old.device;
+        }
+        new.validate()
+            .map_err(|e| EngineError::Config(format!("the new geometry is not possible: {e}")))?;
+        if new.unit_bytes() != sb.unit_bytes() {
+            return cfg(format!(
+                "with {new_k} data chunks a unit's appendix needs {} bytes instead of {}: units would move, which an in-place reshape cannot do (use a larger chunk at create)",
+                new.appendix_bytes(),
+                sb.appendix_bytes()
+            ));
+        }
+        let need = sb.member_bytes();
+        for d in added {
+            if d.size_bytes() < need {
+                return cfg(format!(
+                    "{} holds {} bytes; every member of this array needs {need}",
+                    d.name(),
+                    d.size_bytes()
+                ));
+            }
+        }
+        let plan = plan_of(&new)?;
+        Ok((new, plan))
+    }
+
+    /// Add `added` as data members (FORMAT.md §2, "Reshaping the array"), offline: the array is
+    /// closed first, the data moved into the new geometry, and the array assembled again to
+    /// log the end. `added` must be opened and locked by the caller (as every member); the
+    /// members stay locked through their handles. `progress(done, total)` counts new stripes.
+    pub fn reshape_add(
+        self,
+        added: Vec<DiskRef>,
+        opts: &AssembleOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Reshaped, EngineError> {
+        let (mut new, plan) = self.reshape_target(&added)?;
+        lock_members(&added, true, opts.local_locks)?;
+        let mut members: Vec<DiskRef> = self.members().all();
+        let old_members = members.len();
+        // 1. As at the end of any command: every write durable, every intent bit clear, every
+        // journal slot free, the superblocks clean.
+        self.close()?;
+        // Above every superblock the close wrote, and past every sequence number it reserved.
+        let closed: Vec<Superblock> = members
+            .iter()
+            .filter_map(|d| read_superblock(d.as_ref()).ok().map(|(sb, _)| sb))
+            .collect();
+        new.generation = closed.iter().map(|sb| sb.generation).max().unwrap_or(0) + 1;
+        new.sequence_high_water = closed
+            .iter()
+            .map(|sb| sb.sequence_high_water)
+            .max()
+            .unwrap_or(0)
+            .max(new.sequence_high_water);
+        new.state = ArrayState::Dirty;
+        members.extend(added);
+        let slot_bytes = new.journal_slot_bytes();
+        for d in &members[old_members..] {
+            zero_range(d, 0, new.data_offset_bytes)?;
+            for s in 0..u64::from(new.journal_slots) {
+                let at = new.journal_offset() + s * slot_bytes;
+                zero_range(d, at, stripeguard_format::JOURNAL_HEADER_BYTES)?;
+            }
+            d.flush()?;
+        }
+        new.sequence_high_water = reserve_sequences(&new, plan.new_stripes);
+        write_superblocks(&members, &new, true)?;
+        run(members, new, plan, opts, progress)
+    }
+}
+
+/// Resume the reshape of the array on `members` (every member, old and added, in index
+/// order) from where its checkpoint record says, and finish it.
+pub fn continue_reshape(
+    members: Vec<DiskRef>,
+    opts: &AssembleOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Reshaped, EngineError> {
+    lock_members(&members, true, opts.local_locks)?;
+    let found: Vec<Result<Superblock, String>> = members
+        .iter()
+        .map(|d| read_superblock(d.as_ref()).map(|(sb, _)| sb))
+        .collect();
+    let Some(mut new) = found
+        .iter()
+        .filter_map(|f| f.as_ref().ok())
+        .filter(|sb| sb.reshape.is_some())
+        .max_by_key(|sb| sb.generation)
+        .cloned()
+    else {
+        return Err(EngineError::Config(
+            "no reshape is in progress on these members (nothing to continue)".into(),
+        ));
+    };
+    let from = new.reshape.expect("filtered");
+    if let Some(done) = found
+        .iter()
+        .filter_map(|f| f.as_ref().ok())
+        .filter(|sb| sb.array_uuid == new.array_uuid && sb.generation > new.generation)
+        .find(|sb| sb.reshape.is_none())
+    {
+        // Committed: a crash came among the commit's superblock writes (an assembly takes
+        // the newest and brings the others level). Only the event is left to log.
+        let _ = done;
+        return finished(members, &new, opts, None);
+    }
+    if members.len() != usize::from(new.members) {
+        return Err(EngineError::Config(format!(
+            "the reshape is onto {} members; {} given (give every member, old and added, in order)",
+            new.members,
+            members.len()
+        )));
+    }
+    // The start writes the added members' superblocks before the old ones': while an old
+    // member still trails, nothing has moved, and an added member the start did not reach yet
+    // (no superblock) is taken as it is (its superblock is written again below).
+    let started = (0..usize::from(from.members))
+        .all(|i| matches!(&found[i], Ok(sb) if sb.reshape.is_some()));
+    for (i, (d, f)) in members.iter().zip(&found).enumerate() {
+        let ok = match f {
+            Err(_) if !started && i >= usize::from(from.members) => true,
+            Ok(sb) => {
+                sb.array_uuid == new.array_uuid
+                    && usize::from(sb.member_index) == i
+                    && sb.generation <= new.generation
+                    // An old member may trail from an interrupted start; an added one never
+                    // had another superblock of this array.
+                    && (sb.reshape.is_some() || i < usize::from(from.members))
+            }
+            Err(_) => false,
+        };
+        if !ok {
+            return Err(EngineError::Assemble(format!(
+                "{} is not member {i} of the array being reshaped ({}){}",
+                d.name(),
+                stripeguard_format::hex(&new.array_uuid),
+                match f {
+                    Err(e) => format!(": {e}"),
+                    Ok(sb) => format!(
+                        ": its superblock names member {} of array {}",
+                        sb.member_index,
+                        stripeguard_format::hex(&sb.array_uuid)
+                    ),
+                }
+            )));
+        }
+        if d.size_bytes() < new.member_bytes() {
+            return Err(EngineError::Assemble(format!(
+                "{} holds {} bytes; every member needs {}",
+                d.name(),
+                d.size_bytes(),
+                new.member_bytes()
+            )));
+        }
+    }
+    let plan = plan_of(&new)?;
+    new.generation += 1;
+    new.state = ArrayState::Dirty;
+    new.sequence_high_water = reserve_sequences(&new, plan.new_stripes);
+    write_superblocks(&members, &new, true)?;
+    run(members, new, plan, opts, progress)
+}
+
+/// The order of the moves for the reshape `new` describes.
+fn plan_of(new: &Superblock) -> Result<Reshape, EngineError> {
+    let from = new.reshape.ok_or_else(|| EngineError::Config("no reshape".into()))?;
+    let plan = Reshape::plan(
+        u64::from(from.data_chunks),
+        u64::from(new.data_chunks),
+        new.stripes,
+        new.stripes,
+    )
+    .map_err(EngineError::Config)?;
+    let j = u64::from(new.members - from.members);
+    let room = (new.stripes - plan.new_stripes) * j;
+    if plan.backup_chunks > room {
+        return Err(EngineError::Config(format!(
+            "the reshape's critical section ({} chunks) needs a backup on the added members past the new data, and they have room for {room}: the array is too small to reshape this way (add more members at once)",
+            plan.backup_chunks
+        )));
+    }
+    if plan.backup_chunks * u64::from(new.chunk_bytes) > MAX_BACKUP_BYTES {
+        return Err(EngineError::Config(format!(
+            "the reshape's critical section ({} chunks of {} bytes) is over 256 MiB: add more members at once, or use a smaller chunk",
+            plan.backup_chunks, new.chunk_bytes
+        )));
+    }
+    Ok(plan)
+}
+
+/// The high-water mark that covers every sequence number a run of the reshape can use (one per
+/// new stripe, and those a resync-style seal of the stripes past the data takes none of):
+/// the run uses the numbers from `new`'s current mark up.
+fn reserve_sequences(new: &Superblock, new_stripes: u64) -> u64 {
+    new.sequence_high_water
+        .saturating_add(new_stripes)
+        .saturating_add(SEQUENCE_RESERVATION)
+}
+
+/// Write `sb` (with each member's index) to every member: the added ones (index `n` up) first
+/// when `added_first`, each copy flushed before the next (FORMAT.md §2.1's update order).
+fn write_superblocks(
+    members: &[DiskRef],
+    sb: &Superblock,
+    added_first: bool,
+) -> Result<(), EngineError> {
+    let old = sb
+        .reshape
+        .map(|r| usize::from(r.members))
+        .unwrap_or(members.len());
+    let order: Vec<usize> = if added_first {
+        (old..members.len()).chain(0..old).collect()
+    } else {
+        (0..members.len()).collect()
+    };
+    for i in order {
+        let mut mine = sb.clone();
+        mine.member_index = crate::num::index_u16(i);
+        for slot in &mut mine.member_table {
+            slot.last_event = sb.generation;
+        }
+        let bytes = mine.encode();
+        let d = &members[i];
+        for off in SUPERBLOCK_COPY_OFFSETS {
+            d.write_at(off, &bytes)?;
+            d.flush()?;
+        }
+    }
+    Ok(())
+}
+
+fn zero_range(d: &DiskRef, mut at: u64, len: u64) -> Result<(), EngineError> {
+    let zeros = vec![0u8; 1 << 20];
+    let end = at + len;
+    while at < end {
+        let n = usize_of((end - at).min(zeros.len() as u64));
+        d.write_at(at, &zeros[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// The old geometry of a reshape's superblock `new`, as the first `n` members hold it.
+fn old_superblock(new: &Superblock) -> Superblock {
+    let from = new.reshape.expect("a reshape");
+    let mut old = new.clone();
+    old.reshape = None;
+    old.members = from.members;
+    old.data_chunks = from.data_chunks;
+    old.parity_chunks = from.parity_chunks;
+    old.code = from.code;
+    old.member_table.truncate(usize::from(from.members));
+    old
+}
+
+/// One run of a reshape whose start (superblocks with bit 6) is durable: the steps from the
+/// checkpoint's `done`, the finish, the commit, and the `reshaped` event.
+fn run(
+    members: Vec<DiskRef>,
+    new: Superblock,
+    plan: Reshape,
+    opts: &AssembleOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Reshaped, EngineError> {
+    let old_sb = old_superblock(&new);
+    let n_old = usize::from(old_sb.members);
+    let old = Array::from_parts(
+        old_sb.clone(),
+        members[..n_old].to_vec(),
+        false,
+        opts.first_read_map_bytes,
+        crate::env::EnvRef::clone(&opts.env),
+    )?;
+    old.load_untrusted()?;
+    let from_bytes = old.capacity_bytes();
+    let target = Array::from_parts(
+        new.clone(),
+        members.clone(),
+        true,
+        opts.first_read_map_bytes,
+        crate::env::EnvRef::clone(&opts.env),
+    )?;
+    // The sequence numbers reserved by the superblocks just written.
+    target.set_sequence_range(
+        new.sequence_high_water
+            .saturating_sub(plan.new_stripes)
+            .saturating_sub(SEQUENCE_RESERVATION),
+        new.sequence_high_water,
+    );
+    let prev = target.checkpoint().unwrap_or_default();
+    let mut mover = Mover {
+        old: &old,
+        target: &target,
+        plan: &plan,
+        chunk: usize_of(u64::from(new.chunk_bytes)),
+        added: n_old..members.len(),
+        record: prev.clone(),
+        progress: prev.reshape.clone().unwrap_or(ReshapeProgress {
+            stripes: plan.new_stripes,
+            started_unix: crate::env::unix_seconds(opts.env.as_ref()),
+            ..ReshapeProgress::default()
+        }),
+        backup: None,
+    };
+    let resumed_at = mover.progress.done;
+    let repaired_before = mover.progress.repaired;
+    if !mover.progress.finished {
+        mover.commit()?;
+    }
+    loop {
+        let p = &mover.progress;
+        match plan.next(p.done, p.backed_up, RESHAPE_BATCH) {
+            Step::Done => break,
+            Step::Backup(chunks) => mover.back_up(chunks)?,
+            Step::Write(r) => mover.write(r)?,
+        }
+        progress(mover.progress.done, plan.new_stripes);
+    }
+    mover.finish(progress)?;
+    let repaired = mover.progress.repaired;
+    drop(target);
+    drop(old);
+    // The commit: the new geometry, without bit 6.
+    let mut done_sb = new.clone();
+    done_sb.reshape = None;
+    done_sb.state = ArrayState::Clean;
+    done_sb.generation += 1;
+    write_superblocks(&members, &done_sb, false)?;
+    finished(
+        members,
+        &new,
+        opts,
+        Some(Ran {
+            from_bytes,
+            repaired,
+            resumed_at,
+            repaired_before,
+        }),
+    )
+}
+
+/// What one run did (see [`finished`]).
+struct Ran {
+    from_bytes: u64,
+    repaired: u64,
+    resumed_at: u64,
+    repaired_before: u64,
+}
+
+/// After the commit: assemble the array in its new geometry, log the `reshaped` event, close.
+/// `ran`: this run's counts (`None`: the commit was found made, by an earlier run).
+fn finished(
+    members: Vec<DiskRef>,
+    new: &Superblock,
+    opts: &AssembleOptions,
+    ran: Option<Ran>,
+) -> Result<Reshaped, EngineError> {
+    let old_sb = old_superblock(new);
+    let n_old = usize::from(old_sb.members);
+    let writable = AssembleOptions {
+        writable: true,
+        ..opts.clone()
+    };
+    let array = Array::assemble(members, &writable)?;
+    let progress = array.checkpoint().and_then(|c| c.reshape).unwrap_or_default();
+    let ran = ran.unwrap_or(Ran {
+        // The old capacity, as the old geometry had it.
+        from_bytes: old_sb.stripes
+            * u64::from(old_sb.data_chunks)
+            * u64::from(old_sb.chunk_bytes),
+        repaired: progress.repaired,
+        resumed_at: progress.done,
+        repaired_before: progress.repaired,
+    });
+    let summary = Reshaped {
+        from_members: n_old,
+        to_members: usize::from(new.members),
+        from_data_chunks: usize::from(old_sb.data_chunks),
+        to_data_chunks: usize::from(new.data_chunks),
+        from_bytes: ran.from_bytes,
+        to_bytes: array.capacity_bytes(),
+        stripes_written: progress.stripes,
+        repaired: ran.repaired,
+        resumed_at: ran.resumed_at,
+    };
+    array.note(
+        EventKind::Reshaped,
+        None,
+        format!(
+            "reshaped from {} to {} members ({} to {} data chunks per stripe, {} to {} bytes); {} damaged unit(s) repaired on the way{}",
+            summary.from_members,
+            summary.to_members,
+            summary.from_data_chunks,
+            summary.to_data_chunks,
+            summary.from_bytes,
+            summary.to_bytes,
+            summary.repaired,
+            if ran.resumed_at > 0 || ran.repaired_before > 0 {
+                format!(", continued at new stripe {}", ran.resumed_at)
+            } else {
+                String::new()
+            }
+        ),
+    );
+    array.close()?;
+    Ok(summary)
+}
+
+/// The state of one run (see [`run`]).
+struct Mover<'a> {
+    old: &'a Array,
+    target: &'a Array,
+    plan: &'a Reshape,
+    chunk: usize,
+    /// The added members' indexes.
+    added: Range<usize>,
+    /// The checkpoint record as last written (its scrub and rebuild parts are kept).
+    record: Checkpoint,
+    progress: ReshapeProgress,
+    /// The critical section's chunks, once read (from the old stripes, or the backup).
+    backup: Option<Vec<u8>>,
+}
+
+impl Mover<'_> {
+    /// Write the checkpoint record with the progress as it is (after a flush of everything it
+    /// counts), into the slot the previous one is not in, on every member, flushed.
+    fn commit(&mut self) -> Result<(), EngineError> {
+        self.record.sequence += 1;
+        self.record.reshape = Some(self.progress.clone());
+        let bytes = self
+            .record
+            .to_copy(stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES)
+            .expect("a checkpoint fits its slot");
+        self.target
+            .write_slot(CHECKPOINT_OFFSET, self.record.sequence, &bytes, true)?;
+        self.stop_if_degraded()
+    }
+
+    /// A member that failed stops the reshape (none continues degraded).
+    fn stop_if_degraded(&self) -> Result<(), EngineError> {
+        for h in self.target.health().into_iter().chain(self.old.health()) {
+            if let Some(why) = h.failed {
+                return Err(EngineError::Config(format!(
+                    "member {} ({}) failed during the reshape: {why}; the reshape stops (it continues with `grow --continue` once the member is back)",
+                    h.index, h.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where backup chunk `x` is: (member, byte offset).
+    fn backup_place(&self, x: u64) -> (usize, u64) {
+        let j = self.added.len() as u64;
+        let phys = self.plan.new_stripes + x / j;
+        let member = self.added.start + usize_of(x % j);
+        (member, self.target.unit_offset(phys))
+    }
+
+    /// Copy chunks `0..chunks` to the backup, durably, then record it.
+    fn back_up(&mut self, chunks: u64) -> Result<(), EngineError> {
+        if chunks != self.plan.backup_chunks {
+            return Err(EngineError::Config(format!(
+                "the reshape's plan asked for a second backup ({chunks} chunks, {} planned): not supported",
+                self.plan.backup_chunks
+            )));
+        }
+        let bytes = self.read_old(0..chunks)?;
+        let c = self.chunk;
+        for x in 0..chunks {
+            let (member, at) = self.backup_place(x);
+            let i = usize_of(x);
+            self.target.members().get(crate::num::MemberIx::new(member)).write_at(
+                at,
+                &bytes[i * c..(i + 1) * c],
+            )?;
+        }
+        self.target.flush_members()?;
+        self.progress.backed_up = true;
+        self.progress.backup_chunks = chunks;
+        self.progress.backup_crc = stripeguard_checksum::crc32c(&bytes);
+        self.backup = Some(bytes);
+        self.commit()
+    }
+
+    /// The backup's chunks: as read for it in this run, or from the added members, checked
+    /// against the CRC the checkpoint holds.
+    fn backup(&mut self) -> Result<&[u8], EngineError> {
+        if self.backup.is_none() {
+            let c = self.chunk;
+            let chunks = self.progress.backup_chunks;
+            let mut bytes = vec![0u8; usize_of(chunks) * c];
+            for x in 0..chunks {
+                let (member, at) = self.backup_place(x);
+                let i = usize_of(x);
+                self.target
+                    .members()
+                    .get(crate::num::MemberIx::new(member))
+                    .read_at(at, &mut bytes[i * c..(i + 1) * c])?;
+            }
+            let crc = stripeguard_checksum::crc32c(&bytes);
+            if crc != self.progress.backup_crc {
+                return Err(EngineError::Unrecoverable {
+                    stripe: 0,
+                    reason: format!(
+                        "the reshape's backup of its critical section (chunks 0..{chunks} on the added members) fails its checksum (CRC-32C {crc:08x}, the checkpoint says {:08x}): the first new stripes cannot be rebuilt from it",
+                        self.progress.backup_crc
+                    ),
+                });
+            }
+            self.backup = Some(bytes);
+        }
+        Ok(self.backup.as_deref().expect("just read"))
+    }
+
+    /// Chunks `r` of the data, read through the old geometry (every check of its scheme; what
+    /// is found wrong is rebuilt in memory and counted). Chunks past the data read as zeros.
+    fn read_old(&mut self, r: Range<u64>) -> Result<Vec<u8>, EngineError> {
+        let c = self.chunk as u64;
+        let mut bytes = vec![0u8; usize_of((r.end - r.start) * c)];
+        let end = r.end.min(self.plan.chunks());
+        if r.start < end {
+            // A read-only view rebuilds what it finds wrong in memory: counted as located.
+            let before = self.old.counters().located;
+            let len = usize_of((end - r.start) * c);
+            self.old.read(r.start * c, &mut bytes[..len])?;
+            self.progress.repaired += self.old.counters().located - before;
+        }
+        Ok(bytes)
+    }
+
+    /// Write new stripes `r` whole from their chunks' places, flush, commit.
+    fn write(&mut self, r: Range<u64>) -> Result<(), EngineError> {
+        let k = self.plan.new_k;
+        let c = self.chunk;
+        let first = r.start * k;
+        let last = r.end * k;
+        // Every chunk of the window is in the backup or in an old stripe (never committed).
+        let done = self.progress.done;
+        let backed_up = self.progress.backed_up;
+        let split = (first..last)
+            .find(|&x| !matches!(self.plan.locate(x, done, backed_up), Place::Backup(_)))
+            .unwrap_or(last);
+        if let Some(x) = (split..last)
+            .find(|&x| !matches!(self.plan.locate(x, done, backed_up), Place::Old { .. }))
+        {
+            return Err(EngineError::Config(format!(
+                "the reshape's plan put chunk {x} of a step neither in the backup nor in an old stripe"
+            )));
+        }
+        let mut data = Vec::with_capacity(usize_of(last - first) * c);
+        if split > first {
+            let b = self.backup()?;
+            data.extend_from_slice(&b[usize_of(first) * c..usize_of(split) * c]);
+        }
+        data.extend(self.read_old(split..last)?);
+        let t = self.target;
+        let n = t.geometry().n();
+        let kk = usize_of(k);
+        let mut stripes: Vec<(StripeIx, Vec<AlignedBuf>)> = Vec::new();
+        for (i, s) in r.clone().enumerate() {
+            let stripe = StripeIx::new(self.plan.physical_of_new(s));
+            let mut units: Vec<AlignedBuf> = (0..n)
+                .map(|_| {
+                    let mut u = t.unit_buf();
+                    u.fill(0);
+                    u
+                })
+                .collect();
+            for (p, u) in units.iter_mut().take(kk).enumerate() {
+                let at = (i * kk + p) * c;
+                u[..c].copy_from_slice(&data[at..at + c]);
+            }
+            let (d, parity) = units.split_at_mut(kk);
+            let chunks: Vec<&[u8]> = d.iter().map(|u| &u[..c]).collect();
+            let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
+            t.code().encode(&chunks, &mut views)?;
+            t.layout().seal_settled(t, stripe, &mut units)?;
+            stripes.push((stripe, units));
+        }
+        let writes: Vec<Vec<(Pos, u64, &[u8])>> = stripes
+            .iter()
+            .map(|(_, units)| {
+                Pos::upto(units.len())
+                    .zip(units)
+                    .map(|(p, u)| (p, 0, &u[..]))
+                    .collect()
+            })
+            .collect();
+        let lists: Vec<crate::unitio::StripeWrites<'_>> = stripes
+            .iter()
+            .zip(&writes)
+            .map(|((s, _), w)| (*s, &w[..]))
+            .collect();
+        t.write_units_of(&lists)?;
+        drop(lists);
+        drop(writes);
+        t.recycle(stripes.into_iter().flat_map(|(_, u)| u));
+        self.stop_if_degraded()?;
+        t.flush_members()?;
+        self.progress.done = r.end;
+        self.commit()
+    }
+
+    /// Every new stripe is committed: the stripes past the data become empty, the intent
+    /// record empty, the checkpoint finished (the superblocks' commit is the caller's).
+    fn finish(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), EngineError> {
+        let t = self.target;
+        let (from, to) = (self.plan.new_stripes, t.geometry().stripes);
+        let listed = t.keeps_zero_stripes() && t.only_zero_stripes(from, to)?;
+        if !listed && from < to {
+            t.layout().initialise(t, false, from..to, progress)?;
+        }
+        let intent = t.sb().layout.intent_bytes;
+        for d in t.members().all() {
+            zero_range(&d, INTENT_RECORD_OFFSET, intent)?;
+        }
+        t.flush_members()?;
+        self.stop_if_degraded()?;
+        self.progress.finished = true;
+        self.commit()
+    }
+}

@@ -1,0 +1,359 @@
+//! Reshaping the array (FORMAT.md §2, "Reshaping the array"): every scheme and code that
+//! reshapes keeps its data through `k → k + j` and scrubs clean after; silent damage met on
+//! the way is repaired, not copied (and `none`, the negative control, copies it); and a power
+//! cut at every I/O of a reshape, then `continue_reshape`, loses nothing.
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test values are small and known"
+)]
+
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use stripeguard_disk::{CrashDisk, Disk, DiskError, DiskRef, MemDisk};
+use stripeguard_engine::{
+    continue_reshape, scrub, Array, ArrayConfig, AssembleOptions, EventKind, ScrubOptions,
+};
+use stripeguard_format::CodeId;
+use stripeguard_integrity::Scheme;
+
+const STRIPES: u64 = 64;
+const CHUNK: u32 = 8192;
+
+fn config(scheme: Scheme, code: CodeId, m: usize, zero_stripes: bool, journal: bool) -> ArrayConfig {
+    ArrayConfig {
+        zero_stripes,
+        write_journal: journal,
+        code,
+        ..ArrayConfig::new(3, m, scheme, CHUNK, STRIPES)
+    }
+}
+
+fn member_count(cfg: &ArrayConfig) -> usize {
+    cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members()
+}
+
+fn random(rng: &mut impl Rng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill(&mut v[..]);
+    v
+}
+
+fn read_all(a: &Array) -> Vec<u8> {
+    let mut got = vec![0u8; a.capacity_bytes() as usize];
+    a.read(0, &mut got).unwrap();
+    got
+}
+
+fn writable() -> AssembleOptions {
+    AssembleOptions {
+        writable: true,
+        ..AssembleOptions::default()
+    }
+}
+
+/// Members of `cfg` plus `j` blank ones of the same size.
+fn disks(cfg: &ArrayConfig, j: usize) -> Vec<DiskRef> {
+    (0..member_count(cfg) + j)
+        .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), cfg.member_bytes())) as DiskRef)
+        .collect()
+}
+
+/// The array's data after a reshape: what was written, then zeros to the new end; the
+/// new stripes take writes; a scrub finds nothing; the event is logged.
+fn check_after(
+    what: &str,
+    mems: Vec<DiskRef>,
+    old: &[u8],
+    new_k: usize,
+    event: bool,
+    rng: &mut impl Rng,
+) {
+    let b = Array::assemble(mems.clone(), &writable()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(b.geometry().k, new_k, "{what}");
+    assert_eq!(
+        b.capacity_bytes(),
+        STRIPES * new_k as u64 * u64::from(CHUNK),
+        "{what}"
+    );
+    let got = read_all(&b);
+    assert!(got[..old.len()] == old[..], "{what}: the data changed");
+    assert!(
+        got[old.len()..].iter().all(|&x| x == 0),
+        "{what}: the new room does not read as zeros"
+    );
+    let s = scrub(&b, &ScrubOptions::default(), &mut |_, _| {}).unwrap();
+    // A metadata copy a cut tore (one of a record's two, the other newer) is found and
+    // rewritten by the scrub's metadata pass, as after any crash; nothing else may be found.
+    assert_eq!(
+        (
+            s.record.found - s.metadata.len() as u64,
+            s.record.unrecoverable,
+            s.record.mismatches
+        ),
+        (0, 0, 0),
+        "{what}: the scrub after the reshape found something: {:?}",
+        b.events()
+    );
+    let more = random(rng, 3 * CHUNK as usize);
+    let at = b.capacity_bytes() - more.len() as u64 - 100;
+    b.write(at, &more).unwrap();
+    let mut back = vec![0u8; more.len()];
+    b.read(at, &mut back).unwrap();
+    assert!(back == more, "{what}: a write past the old end");
+    b.close().unwrap();
+    let logged = stripeguard_engine::read_log_of(&mems).unwrap();
+    assert!(
+        !event || logged.entries.iter().any(|e| e.kind == EventKind::Reshaped),
+        "{what}: no reshaped event in the log"
+    );
+}
+
+#[test]
+fn every_scheme_and_code_reshapes_keeping_its_data() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(39);
+    let mut cases = Vec::new();
+    for scheme in Scheme::ENGINE {
+        for zero_stripes in [true, false] {
+            cases.push((scheme, CodeId::for_parity(2), 2, zero_stripes, false, 1));
+        }
+    }
+    cases.extend([
+        (Scheme::HybridSeq, CodeId::Xor, 1, true, false, 2),
+        (Scheme::Hybrid1, CodeId::Rs, 2, false, true, 1),
+        (Scheme::None, CodeId::Raid6, 2, true, true, 3),
+        (Scheme::Hybrid2, CodeId::Rdp, 2, true, false, 1),
+        (Scheme::Pure, CodeId::Tier, 2, false, false, 1),
+    ]);
+    for (scheme, code, m, zero_stripes, journal, j) in cases {
+        let what = format!("{scheme:?} {code:?} zero_stripes={zero_stripes} journal={journal} +{j}");
+        let cfg = config(scheme, code, m, zero_stripes, journal);
+        let mems = disks(&cfg, j);
+        let n = member_count(&cfg);
+        let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
+        let old = random(&mut rng, a.capacity_bytes() as usize);
+        a.write(0, &old).unwrap();
+        let result = a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {});
+        if scheme == Scheme::ChecksumChunk {
+            let e = result.expect_err("checksum-chunk is refused").to_string();
+            assert!(e.contains("checksum-chunk"), "{what}: {e}");
+            continue;
+        }
+        let r = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!((r.from_data_chunks, r.to_data_chunks), (3, 3 + j), "{what}");
+        assert_eq!(r.repaired, 0, "{what}");
+        check_after(&what, mems, &old, 3 + j, true, &mut rng);
+    }
+}
+
+/// Byte offset of the chunk of `stripe` on a member (64 KiB... here 8 KiB chunks): from the
+/// superblock's data offset and unit size.
+fn unit_at(a: &Array, stripe: u64) -> u64 {
+    a.unit_offset(stripe)
+}
+
+#[test]
+fn damage_met_on_the_way_is_repaired_and_none_copies_it() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(390);
+    for scheme in [Scheme::HybridSeq, Scheme::Pure, Scheme::Hybrid1, Scheme::None] {
+        let cfg = config(scheme, CodeId::Raid6, 2, false, false);
+        let mems = disks(&cfg, 1);
+        let n = member_count(&cfg);
+        let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
+        let old = random(&mut rng, a.capacity_bytes() as usize);
+        a.write(0, &old).unwrap();
+        // One flipped byte in member 1's unit of every third stripe (data or parity as the
+        // rotation has it), the array closed: bit rot at rest.
+        let offsets: Vec<u64> = (0..STRIPES).step_by(3).map(|s| unit_at(&a, s) + 100).collect();
+        a.close().unwrap();
+        for &at in &offsets {
+            let mut b = [0u8; 1];
+            mems[1].read_at(at, &mut b).unwrap();
+            mems[1].write_at(at, &[b[0] ^ 0x5a]).unwrap();
+        }
+        let a = Array::assemble(mems[..n].to_vec(), &writable()).unwrap();
+        let r = a
+            .reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {})
+            .unwrap();
+        let b = Array::assemble(mems.clone(), &AssembleOptions::default()).unwrap();
+        let got = read_all(&b);
+        let wrong = got[..old.len()]
+            .iter()
+            .zip(&old)
+            .filter(|(x, y)| x != y)
+            .count();
+        if scheme == Scheme::None {
+            assert!(wrong > 0, "the negative control: `none` should have copied the damage");
+            eprintln!("none: {wrong} wrong bytes after the reshape (the negative control)");
+        } else {
+            assert_eq!(wrong, 0, "{scheme:?}: damage was copied");
+            assert!(r.repaired > 0, "{scheme:?}: nothing counted as repaired");
+            eprintln!("{scheme:?}: {} units repaired on the way", r.repaired);
+        }
+    }
+}
+
+#[test]
+fn refusals_name_the_constraint() {
+    let cfg = config(Scheme::HybridSeq, CodeId::Raid6, 2, true, false);
+    let n = member_count(&cfg);
+    // A member too small.
+    let mems = disks(&cfg, 1);
+    let small: DiskRef = Arc::new(MemDisk::new("small", cfg.member_bytes() - 4096));
+    let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
+    let e = a.reshape_preflight(&[small]).unwrap_err().to_string();
+    assert!(e.contains("small holds"), "{e}");
+    // An array too small for the critical section's backup.
+    let tiny = ArrayConfig {
+        stripes: Some(8),
+        ..cfg.clone()
+    };
+    let t = disks(&tiny, 1);
+    let b = Array::create(t[..n].to_vec(), &tiny, true, &mut |_, _| {}).unwrap();
+    let e = b.reshape_preflight(&t[n..]).unwrap_err().to_string();
+    assert!(e.contains("critical section"), "{e}");
+    // A reshape in progress is refused by every assembly, naming it.
+    let r = a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {});
+    assert!(r.is_ok());
+    let e = continue_reshape(mems.clone(), &writable(), &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no reshape is in progress"), "{e}");
+}
+
+/// A member whose writes and flushes stop landing once the shared budget is spent: the power
+/// cut (reads still answer; what is durable is the crash disk's to say).
+struct Cut {
+    inner: Arc<CrashDisk>,
+    budget: Arc<AtomicI64>,
+}
+
+impl Cut {
+    fn spend(&self) -> Result<(), DiskError> {
+        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            return Err(DiskError::Failed {
+                name: self.inner.name().to_string(),
+                why: "power cut (test)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Disk for Cut {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        self.spend()?;
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        self.spend()?;
+        self.inner.flush()
+    }
+}
+
+/// An array on crash disks (plus `j` blank ones), its data written and the array closed; the
+/// members as the reshape will see them, and the budget shared by their cuts.
+fn crash_rig(
+    cfg: &ArrayConfig,
+    j: usize,
+    old: &[u8],
+) -> (Array, Vec<DiskRef>, Vec<Arc<CrashDisk>>, Arc<AtomicI64>) {
+    let budget = Arc::new(AtomicI64::new(i64::MAX));
+    let crash: Vec<Arc<CrashDisk>> = (0..member_count(cfg) + j)
+        .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), cfg.member_bytes(), 512)))
+        .collect();
+    let mems: Vec<DiskRef> = crash
+        .iter()
+        .map(|c| {
+            Arc::new(Cut {
+                inner: Arc::clone(c),
+                budget: Arc::clone(&budget),
+            }) as DiskRef
+        })
+        .collect();
+    let n = member_count(cfg);
+    let a = Array::create(mems[..n].to_vec(), cfg, true, &mut |_, _| {}).unwrap();
+    a.write(0, old).unwrap();
+    a.flush().unwrap();
+    (a, mems, crash, budget)
+}
+
+#[test]
+fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(391);
+    let mut cases = 0;
+    let mut resumed = 0;
+    for (scheme, code, m, zero_stripes, j, every) in [
+        (Scheme::HybridSeq, CodeId::Raid6, 2, true, 1, 1),
+        (Scheme::Pure, CodeId::Xor, 1, false, 2, 1),
+        (Scheme::None, CodeId::Raid6, 2, false, 1, 3),
+        (Scheme::Hybrid1, CodeId::Raid6, 2, true, 1, 3),
+        (Scheme::Hybrid2, CodeId::Raid6, 2, false, 1, 3),
+    ] {
+        let what = format!("{scheme:?} {code:?} zero_stripes={zero_stripes} +{j}");
+        let cfg = config(scheme, code, m, zero_stripes, false);
+        let n = member_count(&cfg);
+        let old = random(&mut rng, (STRIPES * 3 * u64::from(CHUNK)) as usize);
+        // How many I/Os a whole reshape takes.
+        let (a, mems, _, budget) = crash_rig(&cfg, j, &old);
+        let before = budget.load(Ordering::SeqCst);
+        a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {})
+            .unwrap();
+        let ios = before - budget.load(Ordering::SeqCst);
+        for cut in (0..ios).step_by(every) {
+            let mut committed = false;
+            let (a, mems, crash, budget) = crash_rig(&cfg, j, &old);
+            budget.store(cut, Ordering::SeqCst);
+            let r = a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {});
+            assert!(r.is_err(), "{what}: cut at {cut} of {ios} did not stop it");
+            drop(mems);
+            let images: Vec<DiskRef> = crash
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    Arc::new(MemDisk::from_bytes(format!("m{i}"), c.crash_image(&mut rng)))
+                        as DiskRef
+                })
+                .collect();
+            match continue_reshape(images.clone(), &writable(), &mut |_, _| {}) {
+                Ok(_) => resumed += 1,
+                Err(e) if e.to_string().contains("no reshape is in progress") => {
+                    match Array::assemble(images[..n].to_vec(), &writable()) {
+                        // Cut before any superblock said so: the array is as it was.
+                        Ok(b) => {
+                            assert!(read_all(&b)[..] == old[..], "{what}, cut at {cut}");
+                            b.reshape_add(images[n..].to_vec(), &writable(), &mut |_, _| {})
+                                .unwrap_or_else(|e| {
+                                    panic!("{what}, cut at {cut} of {ios}: again: {e}")
+                                });
+                        }
+                        // Cut after the commit (the event may not have been saved).
+                        Err(_) => committed = true,
+                    }
+                }
+                Err(e) => panic!("{what}, cut at {cut} of {ios}: continue: {e}"),
+            }
+            check_after(
+                &format!("{what}, cut at {cut} of {ios}"),
+                images,
+                &old,
+                3 + j,
+                !committed,
+                &mut rng,
+            );
+            cases += 1;
+        }
+    }
+    eprintln!("{cases} power cuts inside reshapes; {resumed} continued from the checkpoint");
+    assert!(resumed > 0);
+}
