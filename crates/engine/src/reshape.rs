@@ -708,6 +708,10 @@ impl Mover<'_> {
         let kk = usize_of(k);
         let mut stripes: Vec<(StripeIx, Vec<AlignedBuf>)> = Vec::new();
         for (i, s) in r.clone().enumerate() {
+            if self.zero_new(s) {
+                // Listed as a zero stripe at the finish (nothing of it is read meanwhile).
+                continue;
+            }
             let stripe = StripeIx::new(self.plan.physical_of_new(s));
             let mut units: Vec<AlignedBuf> = (0..n)
                 .map(|_| {
@@ -751,14 +755,63 @@ impl Mover<'_> {
         self.commit()
     }
 
-    /// Every new stripe is committed: the stripes past the data become empty, the intent
-    /// record empty, the checkpoint finished (the superblocks' commit is the caller's).
+    /// Whether new stripe `t` holds only chunks of old zero stripes (FORMAT.md §2.7): it is
+    /// not written but listed as a zero stripe at the finish. Decided from the old record,
+    /// which nothing changes before the finish, so every run decides alike.
+    fn zero_new(&self, t: u64) -> bool {
+        self.plan
+            .sources(t)
+            .all(|s| self.old.is_zero(StripeIx::new(s)))
+    }
+
+    /// Every new stripe is committed: the stripes past the data and the new stripes of zero
+    /// chunks become zero stripes (or are written as zeros where the record has no room, or
+    /// the array keeps none), the intent record empty, the checkpoint finished (the
+    /// superblocks' commit is the caller's).
     fn finish(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), EngineError> {
         let t = self.target;
-        let (from, to) = (self.plan.new_stripes, t.geometry().stripes);
-        let listed = t.keeps_zero_stripes() && t.only_zero_stripes(from, to)?;
-        if !listed && from < to {
-            t.layout().initialise(t, false, from..to, progress)?;
+        if !self.progress.finishing {
+            // The old stripe-state record is still the one on the members (a run that found
+            // the finish begun takes the list from the checkpoint instead: the record may
+            // already be the new one, whose ranges would read as old zero stripes).
+            let (from, to) = (self.plan.new_stripes, t.geometry().stripes);
+            let mut zero: Vec<(u64, u64)> = Vec::new();
+            for s in 0..from {
+                if self.zero_new(s) {
+                    match zero.last_mut() {
+                        Some(r) if r.1 == s => r.1 = s + 1,
+                        _ => zero.push((s, s + 1)),
+                    }
+                }
+            }
+            if zero.len() + 1 > stripeguard_format::RESHAPE_ZERO_RANGES || !t.keeps_zero_stripes()
+            {
+                // Too many to carry (or no record to carry them in): written as zeros now.
+                for &(lo, hi) in &zero {
+                    t.layout().initialise(t, false, lo..hi, progress)?;
+                }
+                zero.clear();
+            }
+            if from < to {
+                zero.push((from, to));
+            }
+            t.flush_members()?;
+            self.progress.finishing = true;
+            self.progress.zero = zero;
+            self.commit()?;
+        }
+        let zero: Vec<Range<u64>> = self.progress.zero.iter().map(|&(lo, hi)| lo..hi).collect();
+        let listed = t.keeps_zero_stripes() && t.only_zero_stripes(&zero)?;
+        if !listed {
+            for r in zero {
+                t.layout().initialise(t, false, r, progress)?;
+            }
+            // What the old geometry listed names old stripes: the record goes empty.
+            if t.keeps_zero_stripes() && !t.only_zero_stripes(&[])? {
+                return Err(EngineError::Config(
+                    "the stripe-state record cannot be written empty".into(),
+                ));
+            }
         }
         let intent = t.sb().layout.intent_bytes;
         for d in t.members().all() {

@@ -20,6 +20,7 @@
 //! A record that would hold more ranges than a copy has room for gives up its smallest ranges
 //! at the next flush, written out as real zeros (`untrusted.rs`).
 
+use std::ops::Range;
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::layout::InHand;
@@ -76,16 +77,16 @@ impl Array {
     }
 
     /// A reshape's finish (FORMAT.md §2, "Reshaping the array"): the stripe-state record as
-    /// the members hold it is replaced by one listing `from..to` as zero stripes and nothing
+    /// the members hold it is replaced by one listing `ranges` as zero stripes and nothing
     /// else (what the old geometry listed names old stripes), durably, with a sequence above
-    /// the copies there; `false`, nothing written, when the record has no room.
-    pub(crate) fn only_zero_stripes(&self, from: u64, to: u64) -> Result<bool, EngineError> {
+    /// the copies there; `false`, nothing written, when the record has no room for them.
+    pub(crate) fn only_zero_stripes(&self, ranges: &[Range<u64>]) -> Result<bool, EngineError> {
         self.load_untrusted()?;
         let mut u = self.untrusted_set().hold();
         u.entries.clear();
         u.zero = crate::stripe_state::ZeroSet::default();
-        if from < to {
-            u.zero.insert(from, to);
+        for r in ranges.iter().filter(|r| r.start < r.end) {
+            u.zero.insert(r.start, r.end);
         }
         let r = u.record_since(0);
         if r.entries.len() + r.zero.len() > state_capacity(u.copy_bytes) {

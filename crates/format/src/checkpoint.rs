@@ -23,7 +23,8 @@
 //!    120   16 rebuild target id (shared with the target device's own checkpoint)
 //!    136    1 reshape: 0 none, 1 running or interrupted, 2 finished
 //!    137    1 reshape backup: 0 none, 1 the critical section's backup is durable
-//!    138    6 zero
+//!    138    1 reshape finishing: 1 the stripe-state record may already be the new geometry's
+//!    139    5 zero
 //!    144    8 new stripes committed (the reshape's window starts here)
 //!    152    8 new stripes that hold data
 //!    160    8 reshape started, Unix seconds
@@ -31,7 +32,10 @@
 //!    176    4 CRC-32C of the backup's chunks, in order
 //!    180    4 zero
 //!    184    8 units the reshape's reads repaired
-//!    192 1852 zero
+//!    192    4 zero-stripe ranges of the new geometry listed below (at most 100)
+//!    196    4 zero
+//!    200 1600 the ranges: first stripe, end (exclusive), 8 bytes each
+//!   1800  244 zero
 //!   2044    4 CRC-32C of bytes 0..2044
 //! ```
 
@@ -101,7 +105,16 @@ pub struct ReshapeProgress {
     pub backup_crc: u32,
     /// Units the reshape's reads found wrong and repaired.
     pub repaired: u64,
+    /// The finish has begun: the stripe-state record may already be the new geometry's, and
+    /// `zero` is what it lists.
+    pub finishing: bool,
+    /// The new geometry's zero stripes, as the finish lists them (at most
+    /// [`RESHAPE_ZERO_RANGES`]).
+    pub zero: Vec<(u64, u64)>,
 }
+
+/// Zero-stripe ranges the checkpoint record holds for a reshape's finish.
+pub const RESHAPE_ZERO_RANGES: usize = 100;
 
 const DAMAGED: fn(&'static str) -> FormatError = |why| FormatError::Damaged {
     record: Checkpoint::NAME,
@@ -157,6 +170,13 @@ impl Record for Checkpoint {
             put_u64(b, 168, r.backup_chunks);
             b[176..180].copy_from_slice(&r.backup_crc.to_le_bytes());
             put_u64(b, 184, r.repaired);
+            b[138] = u8::from(r.finishing);
+            let zero = &r.zero[..r.zero.len().min(RESHAPE_ZERO_RANGES)];
+            b[192..196].copy_from_slice(&(zero.len() as u32).to_le_bytes());
+            for (i, &(lo, hi)) in zero.iter().enumerate() {
+                put_u64(b, 200 + 16 * i, lo);
+                put_u64(b, 208 + 16 * i, hi);
+            }
         }
         seal_tail(b);
         Ok(())
@@ -182,9 +202,16 @@ impl Record for Checkpoint {
         let reshape = match b[136] {
             0 => None,
             state @ (1 | 2) => {
-                if b[137] > 1 {
-                    return Err(DAMAGED("reshape backup state"));
+                if b[137] > 1 || b[138] > 1 {
+                    return Err(DAMAGED("reshape backup or finishing state"));
                 }
+                let count = u32::from_le_bytes([b[192], b[193], b[194], b[195]]) as usize;
+                if count > RESHAPE_ZERO_RANGES {
+                    return Err(DAMAGED("reshape zero-stripe range count"));
+                }
+                let zero: Vec<(u64, u64)> = (0..count)
+                    .map(|i| (u64_at(b, 200 + 16 * i), u64_at(b, 208 + 16 * i)))
+                    .collect();
                 Some(ReshapeProgress {
                     finished: state == 2,
                     backed_up: b[137] == 1,
@@ -194,6 +221,8 @@ impl Record for Checkpoint {
                     backup_chunks: u64_at(b, 168),
                     backup_crc: u32::from_le_bytes([b[176], b[177], b[178], b[179]]),
                     repaired: u64_at(b, 184),
+                    finishing: b[138] == 1,
+                    zero,
                 })
             }
             _ => return Err(DAMAGED("reshape state")),

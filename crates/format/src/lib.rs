@@ -55,7 +55,7 @@ pub use appendix::{
     appendix_bytes_for, block_bytes_for, block_crcs, combine_block_crcs, Appendix, AppendixError,
     Identity, Role, APPENDIX_HEADER_BYTES, CHECKSUM_BLOCK_BYTES,
 };
-pub use checkpoint::{Checkpoint, ReshapeProgress};
+pub use checkpoint::{Checkpoint, ReshapeProgress, RESHAPE_ZERO_RANGES};
 pub use cktable::{table_bytes as ck_table_bytes, CkError, CkTable};
 pub use cursor::hex;
 pub use evlog::{EventAction, EventEntry, EventKind, EventRole, EVENT_ENTRY_BYTES};

@@ -1169,10 +1169,10 @@ mod tests {
     #[test]
     fn incompatible_features_are_refused() {
         let mut b = sample().encode();
-        b[96] = 65;
+        b[96] = 129;
         let crc = crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(64)));
+        assert_eq!(Superblock::decode(&b), Err(SuperblockError::Features(128)));
         // Bit 4 (spares) with no spare counted is not a valid copy.
         b[96] = 17;
         let crc = crc32c(&b[..CRC_AT]);

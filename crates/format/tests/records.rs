@@ -241,6 +241,8 @@ fn checkpoint() -> Checkpoint {
             backup_chunks: 12,
             backup_crc: 0x1234_5678,
             repaired: 2,
+            finishing: true,
+            zero: vec![(3, 9), (750, 1000)],
         }),
     }
 }
@@ -484,6 +486,13 @@ fn checkpoint_record_matches_format_md() {
             ("reshape backup chunks", le(12, 8)),
             ("reshape backup crc", le(0x1234_5678, 4)),
             ("reshape units repaired", le(2, 8)),
+            ("reshape finishing", vec![1]),
+            ("reshape zero ranges", le(2, 4)),
+            ("reshape zero range table", {
+                let mut t = [le(3, 8), le(9, 8), le(750, 8), le(1000, 8)].concat();
+                t.resize(1600, 0);
+                t
+            }),
         ],
     );
 }

@@ -64,6 +64,19 @@ pub struct Examined {
     /// §2.1: such a member is out of the array from the start).
     pub size_bytes: u64,
     pub truncated: bool,
+    /// A reshape in progress (incompatible feature bit 6), as this member records it.
+    pub reshape: Option<ReshapeLook>,
+}
+
+/// A reshape in progress as one member records it (FORMAT.md §2, "Reshaping the array").
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReshapeLook {
+    /// Members and data chunks per stripe before (the fields above are the new geometry's).
+    pub from_members: u16,
+    pub from_data_chunks: u16,
+    /// New stripes committed, of those that hold data (this member's checkpoint record).
+    pub done: u64,
+    pub stripes: u64,
 }
 
 /// Examine the member at `path` (a file, block device or NBD URI), opened read-only in effect
@@ -141,7 +154,26 @@ pub fn examine(path: &Path) -> Result<Examined, EngineError> {
         last_written_ms,
         size_bytes: disk.size_bytes(),
         truncated: disk.size_bytes() < sb.member_bytes(),
+        reshape: sb.reshape.map(|r| {
+            let progress = checkpoint_of(disk.as_ref()).and_then(|c| c.reshape);
+            ReshapeLook {
+                from_members: r.members,
+                from_data_chunks: r.data_chunks,
+                done: progress.as_ref().map_or(0, |p| p.done),
+                stripes: progress.as_ref().map_or(0, |p| p.stripes),
+            }
+        }),
     })
+}
+
+/// The newest valid checkpoint record among this member's two slots (FORMAT.md §2.3).
+fn checkpoint_of(d: &dyn Disk) -> Option<stripeguard_format::Checkpoint> {
+    use stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES;
+    let mut b = vec![0u8; 2 * CHECKPOINT_SLOT_BYTES];
+    d.read_at(stripeguard_format::CHECKPOINT_OFFSET, &mut b).ok()?;
+    let mut newest = Newest::default();
+    newest.take(&b, CHECKPOINT_SLOT_BYTES, |_: &stripeguard_format::Checkpoint| true);
+    newest.record
 }
 
 /// The newest valid owner record among this member's two slots (FORMAT.md §2.2).

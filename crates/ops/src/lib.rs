@@ -43,6 +43,8 @@ pub use wipe::{wipe_member, wipe_preflight, Wiped};
 mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod grow;
+mod reshape;
+pub use reshape::{continue_reshape_paths, reshaped_line, Added};
 mod online;
 pub mod spares;
 pub use eventlog_sink::{line_of, log_events, syslog};
@@ -707,6 +709,11 @@ impl Replacement {
             created: Some(path.to_path_buf()),
             target: None,
         })
+    }
+
+    /// The device, the file this made (if it made one), and the probed device (if it existed).
+    pub(crate) fn into_parts(self) -> (DiskRef, Option<PathBuf>, Option<Target>) {
+        (self.disk, self.created, self.target)
     }
 
     /// Every refusal [`Replacement::run`] could make before it writes ([`Array::replace_preflight`]);

@@ -113,6 +113,12 @@ fn print(x: &stripeguard_ops::Examined) {
         x.chunk_bytes,
         x.stripes
     );
+    if let Some(r) = &x.reshape {
+        println!(
+            "  RESHAPE in progress: from {} members ({} data chunks per stripe) to the geometry above; {} of {} new stripes moved (this member's checkpoint record)",
+            r.from_members, r.from_data_chunks, r.done, r.stripes
+        );
+    }
     if x.truncated {
         println!(
             "  TRUNCATED: {} bytes, shorter than the array needs on each member (it is out of the array until replaced)",

@@ -1,5 +1,7 @@
 //! `stripeguard grow`: more stripes on members that have room for them (each replaced by a
-//! bigger one, or its file extended), here or in the process holding the array while it serves.
+//! bigger one, or its file extended), here or in the process holding the array while it serves;
+//! or, with `--add`, more data members by a reshape (offline), and `--continue` to finish an
+//! interrupted one.
 
 use crate::cmd::shared::{assemble, assemble_or_holder, Held, MembersArgs};
 use crate::exit;
@@ -7,8 +9,12 @@ use crate::progress::{count_bar, updater};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use stripeguard_ops::{ask_holder_grow, follow_holder_grow, grow_array, grown_line, GrowTo};
+use stripeguard_ops::{
+    ask_holder_grow, continue_reshape_paths, follow_holder_grow, grow_array, grown_line,
+    reshaped_line, Added, Confirmations, GrowTo,
+};
 
 #[derive(Args)]
 pub struct GrowArgs {
@@ -16,8 +22,25 @@ pub struct GrowArgs {
     array: MembersArgs,
     /// The array's new size in bytes (K, M, G, T suffixes; rounded down to whole stripes), or
     /// `max`: as much as every member has room for.
-    #[arg(long, default_value = "max", value_parser = parse_to)]
+    #[arg(long, default_value = "max", value_parser = parse_to, conflicts_with_all = ["add", "continue_"])]
     size: GrowTo,
+    /// Add these files, block devices or NBD exports as data members: a reshape moves the data
+    /// in place from k to k + (how many) data chunks per stripe, crash-safe (an interrupted one
+    /// is finished by `--continue`). Offline: stop any process holding the array first. A file
+    /// that does not exist is made at the members' size.
+    #[arg(long, num_args = 1.., value_name = "NEW")]
+    add: Vec<PathBuf>,
+    /// Finish an interrupted reshape: give every member, old and added, in order.
+    #[arg(long = "continue", conflicts_with = "add")]
+    continue_: bool,
+    /// With --add: take NEW even though it is a member of another stripeguard array (that
+    /// array loses the member).
+    #[arg(long, value_name = "NEW")]
+    force_take: Vec<PathBuf>,
+    /// With --add: overwrite NEW even though it holds a file system, partition table or other
+    /// data.
+    #[arg(long, value_name = "NEW")]
+    force_overwrite: Vec<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -60,8 +83,66 @@ fn via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
     Ok(ExitCode::from(exit::OK))
 }
 
+/// Print what a reshape did.
+fn print_reshaped(a: &GrowArgs, r: &stripeguard_engine::Reshaped) {
+    if a.json {
+        println!("{}", json!({ "reshape": r }));
+    } else {
+        println!("{}", reshaped_line(r));
+    }
+}
+
+/// `grow --continue`: finish an interrupted reshape.
+fn continue_reshape(a: &GrowArgs) -> Result<ExitCode> {
+    let bar = count_bar("reshaping (new stripes)");
+    let result = continue_reshape_paths(&a.array.members, a.array.direct, &mut updater(&bar));
+    bar.finish_and_clear();
+    print_reshaped(a, &result?);
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// `grow --add NEW...`: the reshape onto added members.
+fn reshape(a: &GrowArgs) -> Result<ExitCode> {
+    let array = match assemble_or_holder(&a.array, true)? {
+        Held::Here(array) => array,
+        Held::ByHolder(uuid) => bail!(
+            "a process holds the array ({}): a reshape runs offline in this version; stop it (`stripeguard stop`) and run `grow --add` again",
+            stripeguard_format::hex(&uuid)
+        ),
+    };
+    let confirm = Confirmations {
+        take: a.force_take.clone(),
+        overwrite: a.force_overwrite.clone(),
+        ..Confirmations::default()
+    };
+    let added = match Added::open(&array, &a.add, a.array.direct, &confirm) {
+        Ok(added) => added,
+        Err(e) => {
+            let _ = array.close();
+            return Err(e.into());
+        }
+    };
+    let bar = count_bar("reshaping (new stripes)");
+    let result = added.run(*array, &mut updater(&bar));
+    bar.finish_and_clear();
+    print_reshaped(a, &result?);
+    Ok(ExitCode::from(exit::OK))
+}
+
 pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
+    if a.continue_ {
+        if a.array.array.is_none() {
+            // Given by path: in the order given (a reshape's members are its old and added
+            // ones, which an ordering by superblocks from before it would mix).
+            return continue_reshape(&a);
+        }
+        a.array.resolve(false)?;
+        return continue_reshape(&a);
+    }
     a.array.resolve(false)?;
+    if !a.add.is_empty() {
+        return reshape(&a);
+    }
     // A member out refuses the grow: seen read-only first, so the refusal writes nothing (a
     // writable assembly would record the absent member as gone).
     if let Ok(look) = assemble(&a.array, false) {

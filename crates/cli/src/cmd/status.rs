@@ -283,6 +283,29 @@ fn describe_members(paths: &[std::path::PathBuf]) {
         println!("  {i} {}: {what}", p.display());
     }
     println!("  (`stripeguard examine MEMBER` shows each in full)");
+    let reshaping = seen
+        .iter()
+        .flatten()
+        .filter(|x| x.reshape.is_some())
+        .max_by_key(|x| x.event_count);
+    if let Some(x) = reshaping {
+        let r = x.reshape.as_ref().expect("filtered");
+        println!(
+            "  RESHAPE in progress or interrupted: {} → {} members, {} → {} data chunks per stripe; {} of {} new stripes moved{}; finish it with `stripeguard grow MEMBERS... --continue` (all {} members, old and added, in order)",
+            r.from_members,
+            x.members,
+            r.from_data_chunks,
+            x.data_chunks,
+            r.done,
+            r.stripes,
+            if r.stripes > 0 {
+                format!(" ({}%)", r.done * 100 / r.stripes)
+            } else {
+                String::new()
+            },
+            x.members
+        );
+    }
 }
 
 /// The last scrub, like `zpool status`' scan line.
