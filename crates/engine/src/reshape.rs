@@ -32,7 +32,7 @@ use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET};
 use stripeguard_plan::reshape::{Place, Reshape, Step};
 
 /// New stripes written per step at most (one flush and one checkpoint write per step).
-pub const RESHAPE_BATCH: u64 = 16;
+pub const RESHAPE_BATCH: u64 = 32;
 /// The critical section's backup is held in memory while it is needed: at most this much.
 const MAX_BACKUP_BYTES: u64 = 256 << 20;
 
@@ -456,15 +456,36 @@ fn run(
     if !mover.progress.finished {
         mover.commit()?;
     }
-    loop {
-        let p = &mover.progress;
-        match plan.next(p.done, p.backed_up, RESHAPE_BATCH) {
-            Step::Done => break,
-            Step::Backup(chunks) => mover.back_up(chunks)?,
-            Step::Write(r) => mover.write(r)?,
+    // The next step's chunks are read while this one's are written (they are in old stripes
+    // this step does not overwrite: the plan's rule).
+    std::thread::scope(|scope| -> Result<(), EngineError> {
+        let mut ahead: Option<(Range<u64>, std::thread::ScopedJoinHandle<'_, AheadRead>)> = None;
+        loop {
+            let p = &mover.progress;
+            let backed_up = p.backed_up;
+            match plan.next(p.done, backed_up, RESHAPE_BATCH) {
+                Step::Done => break,
+                Step::Backup(chunks) => mover.back_up(chunks)?,
+                Step::Write(r) => {
+                    let got = ahead.take().map(|(chunks, h)| {
+                        let read = h.join().unwrap_or_else(|_| {
+                            Err(EngineError::Config("a reshape read thread panicked".into()))
+                        });
+                        (chunks, read)
+                    });
+                    let data = mover.gather(&r, got)?;
+                    if let Some(next) = read_ahead(&plan, r.end, backed_up) {
+                        let (old, plan, c) = (&old, &plan, mover.chunk);
+                        let chunks = next.clone();
+                        ahead = Some((next, scope.spawn(move || read_old(old, plan, c, chunks))));
+                    }
+                    mover.write(r, &data)?;
+                }
+            }
+            progress(mover.progress.done, plan.new_stripes);
         }
-        progress(mover.progress.done, plan.new_stripes);
-    }
+        Ok(())
+    })?;
     mover.finish(progress)?;
     let repaired = mover.progress.repaired;
     drop(target);
@@ -553,6 +574,44 @@ fn finished(
     );
     array.close()?;
     Ok(summary)
+}
+
+/// Chunks read ahead, and what it found (see [`read_old`]).
+type AheadRead = Result<(Vec<u8>, u64), EngineError>;
+/// The chunk range read ahead, and the read.
+type Ahead = (Range<u64>, AheadRead);
+
+/// The chunk range of the step after the one that ends at new stripe `end`, when all of it
+/// is in old stripes (not in the backup): what may be read while that step is written.
+fn read_ahead(plan: &Reshape, end: u64, backed_up: bool) -> Option<Range<u64>> {
+    let Step::Write(next) = plan.next(end, backed_up, RESHAPE_BATCH) else {
+        return None;
+    };
+    let (first, last) = (next.start * plan.new_k, next.end * plan.new_k);
+    matches!(plan.locate(first, end, backed_up), Place::Old { .. }).then_some(first..last)
+}
+
+/// Chunks `r` of the data, read through the old geometry (every check of its scheme; what is
+/// found wrong is rebuilt in memory and counted: the units located). Chunks past the data read
+/// as zeros.
+fn read_old(
+    old: &Array,
+    plan: &Reshape,
+    chunk: usize,
+    r: Range<u64>,
+) -> Result<(Vec<u8>, u64), EngineError> {
+    let c = chunk as u64;
+    let mut bytes = vec![0u8; usize_of((r.end - r.start) * c)];
+    let end = r.end.min(plan.chunks());
+    let mut located = 0;
+    if r.start < end {
+        let before = old.counters().located;
+        let len = usize_of((end - r.start) * c);
+        old.read(r.start * c, &mut bytes[..len])?;
+        // Another thread's read may count between: the total over the run is exact.
+        located = old.counters().located.saturating_sub(before);
+    }
+    Ok((bytes, located))
 }
 
 /// The state of one run (see [`run`]).
@@ -662,24 +721,16 @@ impl Mover<'_> {
         Ok(self.backup.as_deref().expect("just read"))
     }
 
-    /// Chunks `r` of the data, read through the old geometry (every check of its scheme; what
-    /// is found wrong is rebuilt in memory and counted). Chunks past the data read as zeros.
+    /// [`read_old`], counted.
     fn read_old(&mut self, r: Range<u64>) -> Result<Vec<u8>, EngineError> {
-        let c = self.chunk as u64;
-        let mut bytes = vec![0u8; usize_of((r.end - r.start) * c)];
-        let end = r.end.min(self.plan.chunks());
-        if r.start < end {
-            // A read-only view rebuilds what it finds wrong in memory: counted as located.
-            let before = self.old.counters().located;
-            let len = usize_of((end - r.start) * c);
-            self.old.read(r.start * c, &mut bytes[..len])?;
-            self.progress.repaired += self.old.counters().located - before;
-        }
+        let (bytes, located) = read_old(self.old, self.plan, self.chunk, r)?;
+        self.progress.repaired += located;
         Ok(bytes)
     }
 
-    /// Write new stripes `r` whole from their chunks' places, flush, commit.
-    fn write(&mut self, r: Range<u64>) -> Result<(), EngineError> {
+    /// The chunks of new stripes `r`, from their places. `ahead`: chunks read while the step
+    /// before was written ([`read_ahead`]), used when they are these.
+    fn gather(&mut self, r: &Range<u64>, ahead: Option<Ahead>) -> Result<Vec<u8>, EngineError> {
         let k = self.plan.new_k;
         let c = self.chunk;
         let first = r.start * k;
@@ -702,7 +753,21 @@ impl Mover<'_> {
             let b = self.backup()?;
             data.extend_from_slice(&b[usize_of(first) * c..usize_of(split) * c]);
         }
-        data.extend(self.read_old(split..last)?);
+        match ahead {
+            Some((chunks, read)) if chunks == (split..last) => {
+                let (bytes, located) = read?;
+                self.progress.repaired += located;
+                data.extend(bytes);
+            }
+            _ => data.extend(self.read_old(split..last)?),
+        }
+        Ok(data)
+    }
+
+    /// Write new stripes `r` whole from their chunks (`data`), flush, commit.
+    fn write(&mut self, r: Range<u64>, data: &[u8]) -> Result<(), EngineError> {
+        let k = self.plan.new_k;
+        let c = self.chunk;
         let t = self.target;
         let n = t.geometry().n();
         let kk = usize_of(k);
