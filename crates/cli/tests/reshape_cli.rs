@@ -141,3 +141,36 @@ fn read_back_old(d: &Path, len: usize) -> Vec<u8> {
     ok(&sg(&args("read", &OLD, &["--length", &n, "-o", "back"]), d));
     std::fs::read(d.join("back")).unwrap()
 }
+
+#[test]
+fn level_6_turns_raid5_into_raid6_after_the_members_get_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let want = data(393);
+    array_with(d, &want);
+    let e = err_of(&sg(&args("grow", &OLD, &["--level", "6", "--add", "m4"]), d));
+    assert!(e.contains("needs room for"), "{e}");
+    assert!(!d.join("m4").exists(), "a refused reshape left its new file");
+    let e = err_of(&sg(&args("grow", &OLD, &["--level", "5", "--add", "m4"]), d));
+    assert!(e.contains("only --level 6"), "{e}");
+    for m in OLD {
+        let f = std::fs::OpenOptions::new().append(true).open(d.join(m)).unwrap();
+        f.set_len(f.metadata().unwrap().len() + (2 << 20)).unwrap();
+    }
+    // Killed part-way, then finished.
+    let killed = Command::new(env!("CARGO_BIN_EXE_stripeguard"))
+        .args(args("grow", &OLD, &["--level", "6", "--add", "m4"]))
+        .env("STRIPEGUARD_TEST_ABORT_AFTER_WRITES", "1500")
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(!killed.status.success());
+    let five = ["m0", "m1", "m2", "m3", "m4"];
+    let done = ok(&sg(&args("grow", &five, &["--continue"]), d));
+    assert!(done.contains("3+1 → 3+2"), "{done}");
+    let status = ok(&sg(&args("status", &five, &["--check"]), d));
+    assert!(status.contains("3 data + 2 parity (raid6)"), "{status}");
+    let n = want.len().to_string();
+    ok(&sg(&args("read", &five, &["--length", &n, "-o", "back"]), d));
+    assert!(std::fs::read(d.join("back")).unwrap() == want, "the data changed");
+}

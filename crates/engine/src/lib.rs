@@ -66,7 +66,7 @@ pub use events::{
 };
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use grow::Grown;
-pub use reshape::{continue_reshape, Reshaped, RESHAPE_BATCH};
+pub use reshape::{continue_reshape, ReshapeTo, Reshaped, RESHAPE_BATCH};
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use jdev::{read_journal_device_label, MAX_DEVICE_SLOTS, NEW_DEVICE_SLOTS};
 pub use members::MemberHealth;

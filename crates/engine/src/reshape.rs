@@ -21,11 +21,11 @@
 use crate::array::{lock_members, Array, AssembleOptions, SEQUENCE_RESERVATION};
 use crate::assembly::read_superblock;
 use crate::error::EngineError;
-use crate::num::{usize_of, Pos, StripeIx};
+use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use std::ops::Range;
 use stripeguard_disk::{AlignedBuf, DiskRef};
 use stripeguard_format::{
-    ArrayState, Checkpoint, EventKind, MemberSlot, MemberState, Record, ReshapeFrom,
+    ArrayState, Checkpoint, CodeId, EventKind, MemberSlot, MemberState, Record, ReshapeFrom,
     ReshapeProgress, Scheme, Superblock, SUPERBLOCK_COPY_OFFSETS,
 };
 use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET};
@@ -35,6 +35,34 @@ use stripeguard_plan::reshape::{Place, Reshape, Step};
 pub const RESHAPE_BATCH: u64 = 32;
 /// The critical section's backup is held in memory while it is needed: at most this much.
 const MAX_BACKUP_BYTES: u64 = 256 << 20;
+
+/// What a reshape makes of the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReshapeTo {
+    /// The added members become data members: `k` data chunks per stripe become `k + j`.
+    AddData,
+    /// RAID-5 (one xor parity) becomes RAID-6: the one added member holds the second parity,
+    /// `k` stays (`grow --level 6`).
+    Raid6,
+}
+
+/// Greatest common divisor.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Units a member of `size` bytes has room for in the geometry of `sb` (its metadata area and
+/// journal slots around them).
+fn physical_stripes(sb: &Superblock, size: u64) -> u64 {
+    let slots = u64::from(sb.journal_slots) * sb.journal_slot_bytes();
+    size.saturating_sub(sb.data_offset_bytes)
+        .saturating_sub(slots)
+        / sb.unit_bytes()
+}
 
 /// What a reshape did.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -57,13 +85,19 @@ pub struct Reshaped {
 }
 
 impl Array {
-    /// The new geometry's superblock and the order of the moves for adding `added` members
-    /// to this array, or the refusal naming the constraint; nothing written.
-    pub fn reshape_preflight(&self, added: &[DiskRef]) -> Result<(), EngineError> {
-        self.reshape_target(added).map(|_| ())
+    /// Whether a reshape `to` with `added` members would be refused, and why; nothing
+    /// written.
+    pub fn reshape_preflight(&self, added: &[DiskRef], to: ReshapeTo) -> Result<(), EngineError> {
+        self.reshape_target(added, to).map(|_| ())
     }
 
-    fn reshape_target(&self, added: &[DiskRef]) -> Result<(Superblock, Reshape), EngineError> {
+    /// The new geometry's superblock and the order of the moves, or the refusal naming the
+    /// constraint; nothing written.
+    fn reshape_target(
+        &self,
+        added: &[DiskRef],
+        to: ReshapeTo,
+    ) -> Result<(Superblock, Reshape), EngineError> {
         let cfg = |s: String| Err(EngineError::Config(s));
         let sb = self.superblock();
         let g = self.geometry();
@@ -111,7 +145,23 @@ impl Array {
         }
         let j = added.len();
         let (k, m) = (g.k, g.m);
-        let new_k = k + j;
+        let (new_k, new_m, new_code) = match to {
+            ReshapeTo::AddData => (k + j, m, sb.code),
+            ReshapeTo::Raid6 => {
+                if m != 1 || sb.code != CodeId::Xor {
+                    return cfg(format!(
+                        "--level 6 turns RAID-5 (one xor parity) into RAID-6; this array has {m} parity chunk(s) ({})",
+                        sb.code.name()
+                    ));
+                }
+                if j != 1 {
+                    return cfg(format!(
+                        "--level 6 adds one member, the second parity; {j} given"
+                    ));
+                }
+                (k, 2, CodeId::Raid6)
+            }
+        };
         let n = self.members().len();
         let new_n = n + j;
         if sb.write_journal && new_n > 32 {
@@ -119,24 +169,54 @@ impl Array {
                 "the write journal is limited to 32 members; {new_n} asked for"
             ));
         }
-        let code = stripeguard_codes::by_name(sb.code.name(), new_k, m)
-            .map_err(|e| EngineError::Config(format!("{} with {new_k} data chunks: {e}", sb.code.name())))?;
+        let code = stripeguard_codes::by_name(new_code.name(), new_k, new_m).map_err(|e| {
+            EngineError::Config(format!("{} with {new_k} data chunks: {e}", new_code.name()))
+        })?;
         let rows = code.chunk_multiple() as u64;
         if !u64::from(sb.chunk_bytes).is_multiple_of(rows) {
             return cfg(format!(
                 "{} with {new_k} data chunks cuts a chunk into {rows} rows, and the chunk of {} bytes is not a multiple of them",
-                sb.code.name(),
+                new_code.name(),
                 sb.chunk_bytes
             ));
         }
+        // A level change moves the data from the end into spare stripes past it (the plan's
+        // backward direction): the new stripe 0 lies δ units further in, δ·U a multiple of
+        // 4096 (the data offset's alignment), at most 32 (a step is at most δ stripes).
+        let offset_stripes = match to {
+            ReshapeTo::AddData => 0,
+            ReshapeTo::Raid6 => {
+                let u = sb.unit_bytes();
+                let align = 4096 / gcd(u, 4096);
+                let fits = MemberIx::upto(n)
+                    .map(|i| self.members().get(i).measure_size())
+                    .chain(added.iter().map(|d| d.size_bytes()))
+                    .map(|size| physical_stripes(&sb, size))
+                    .min()
+                    .unwrap_or(0);
+                let room = fits.saturating_sub(sb.stripes);
+                let delta = room.min(RESHAPE_BATCH) / align * align;
+                if delta == 0 {
+                    return cfg(format!(
+                        "a level change writes the new stripes into room past the data first: every member needs room for {align} more stripe(s) ({} more bytes each, without `grow --size`, which would use it); they have room for {room}",
+                        align * u
+                    ));
+                }
+                delta
+            }
+        };
         let mut new = sb.clone();
         new.members = crate::num::index_u16(new_n);
         new.data_chunks = crate::num::index_u16(new_k);
+        new.parity_chunks = crate::num::index_u16(new_m);
+        new.code = new_code;
+        new.data_offset_bytes = sb.data_offset_bytes + offset_stripes * sb.unit_bytes();
         new.reshape = Some(ReshapeFrom {
             members: sb.members,
             data_chunks: sb.data_chunks,
             parity_chunks: sb.parity_chunks,
             code: sb.code,
+            offset_stripes: u32::try_from(offset_stripes).expect("at most 32"),
         });
         new.member_table = vec![
             MemberSlot {
@@ -158,7 +238,7 @@ impl Array {
                 sb.appendix_bytes()
             ));
         }
-        let need = sb.member_bytes();
+        let need = new.member_bytes();
         for d in added {
             if d.size_bytes() < need {
                 return cfg(format!(
@@ -172,20 +252,23 @@ impl Array {
         Ok((new, plan))
     }
 
-    /// Add `added` as data members (FORMAT.md §2, "Reshaping the array"), offline: the array is
+    /// Add `added` as data members, or (`to`) as RAID-6's second parity (FORMAT.md §2,
+    /// "Reshaping the array"), offline: the array is
     /// closed first, the data moved into the new geometry, and the array assembled again to
     /// log the end. `added` must be opened and locked by the caller (as every member); the
     /// members stay locked through their handles. `progress(done, total)` counts new stripes.
-    pub fn reshape_add(
+    pub fn reshape(
         self,
         added: Vec<DiskRef>,
+        to: ReshapeTo,
         opts: &AssembleOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Reshaped, EngineError> {
-        let (mut new, plan) = self.reshape_target(&added)?;
+        let (mut new, plan) = self.reshape_target(&added, to)?;
         lock_members(&added, true, opts.local_locks)?;
         let mut members: Vec<DiskRef> = self.members().all();
         let old_members = members.len();
+        let sb_journal = self.superblock().journal_offset();
         // 1. As at the end of any command: every write durable, every intent bit clear, every
         // journal slot free, the superblocks clean.
         self.close()?;
@@ -204,8 +287,14 @@ impl Array {
         new.state = ArrayState::Dirty;
         members.extend(added);
         let slot_bytes = new.journal_slot_bytes();
-        for d in &members[old_members..] {
-            zero_range(d, 0, new.data_offset_bytes)?;
+        // The added members' metadata area, and every member's journal slot headers where the
+        // new geometry has them (past the old data: a level change moves them δ units on).
+        for (i, d) in members.iter().enumerate() {
+            if i >= old_members {
+                zero_range(d, 0, new.data_offset_bytes)?;
+            } else if new.journal_offset() == sb_journal {
+                continue;
+            }
             for s in 0..u64::from(new.journal_slots) {
                 let at = new.journal_offset() + s * slot_bytes;
                 zero_range(d, at, stripeguard_format::JOURNAL_HEADER_BYTES)?;
@@ -317,11 +406,11 @@ fn plan_of(new: &Superblock) -> Result<Reshape, EngineError> {
         u64::from(from.data_chunks),
         u64::from(new.data_chunks),
         new.stripes,
-        new.stripes,
+        new.stripes + u64::from(from.offset_stripes),
     )
     .map_err(EngineError::Config)?;
     let j = u64::from(new.members - from.members);
-    let room = (new.stripes - plan.new_stripes) * j;
+    let room = new.stripes.saturating_sub(plan.new_stripes) * j;
     if plan.backup_chunks > room {
         return Err(EngineError::Config(format!(
             "the reshape's critical section ({} chunks) needs a backup on the added members past the new data, and they have room for {room}: the array is too small to reshape this way (add more members at once)",
@@ -398,6 +487,7 @@ fn old_superblock(new: &Superblock) -> Superblock {
     old.data_chunks = from.data_chunks;
     old.parity_chunks = from.parity_chunks;
     old.code = from.code;
+    old.data_offset_bytes -= u64::from(from.offset_stripes) * new.unit_bytes();
     old.member_table.truncate(usize::from(from.members));
     old
 }
@@ -474,7 +564,7 @@ fn run(
                         (chunks, read)
                     });
                     let data = mover.gather(&r, got)?;
-                    if let Some(next) = read_ahead(&plan, r.end, backed_up) {
+                    if let Some(next) = read_ahead(&plan, done_after(&plan, &r), backed_up) {
                         let (old, plan, c) = (&old, &plan, mover.chunk);
                         let chunks = next.clone();
                         ahead = Some((next, scope.spawn(move || read_old(old, plan, c, chunks))));
@@ -581,14 +671,26 @@ type AheadRead = Result<(Vec<u8>, u64), EngineError>;
 /// The chunk range read ahead, and the read.
 type Ahead = (Range<u64>, AheadRead);
 
-/// The chunk range of the step after the one that ends at new stripe `end`, when all of it
-/// is in old stripes (not in the backup): what may be read while that step is written.
-fn read_ahead(plan: &Reshape, end: u64, backed_up: bool) -> Option<Range<u64>> {
-    let Step::Write(next) = plan.next(end, backed_up, RESHAPE_BATCH) else {
+/// The new stripes committed once step `r` is (adding data members moves from the start,
+/// a level change from the end).
+fn done_after(plan: &Reshape, r: &Range<u64>) -> u64 {
+    if plan.backward {
+        plan.new_stripes - r.start
+    } else {
+        r.end
+    }
+}
+
+/// The chunk range of the step after the one that leaves `done` new stripes committed, when
+/// all of it is in old stripes (not in the backup): what may be read while that step is
+/// written.
+fn read_ahead(plan: &Reshape, done: u64, backed_up: bool) -> Option<Range<u64>> {
+    let Step::Write(next) = plan.next(done, backed_up, RESHAPE_BATCH) else {
         return None;
     };
     let (first, last) = (next.start * plan.new_k, next.end * plan.new_k);
-    matches!(plan.locate(first, end, backed_up), Place::Old { .. }).then_some(first..last)
+    let old = |x| matches!(plan.locate(x, done, backed_up), Place::Old { .. });
+    (old(first) && old(last - 1)).then_some(first..last)
 }
 
 /// Chunks `r` of the data, read through the old geometry (every check of its scheme; what is
@@ -777,7 +879,8 @@ impl Mover<'_> {
                 // Listed as a zero stripe at the finish (nothing of it is read meanwhile).
                 continue;
             }
-            let stripe = StripeIx::new(self.plan.physical_of_new(s));
+            // The new view's own numbering: its data offset carries the plan's δ.
+            let stripe = StripeIx::new(s);
             let mut units: Vec<AlignedBuf> = (0..n)
                 .map(|_| {
                     let mut u = t.unit_buf();
@@ -816,7 +919,7 @@ impl Mover<'_> {
         t.recycle(stripes.into_iter().flat_map(|(_, u)| u));
         self.stop_if_degraded()?;
         t.flush_members()?;
-        self.progress.done = r.end;
+        self.progress.done = done_after(self.plan, &r);
         self.commit()
     }
 

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use stripeguard_disk::{CrashDisk, Disk, DiskError, DiskRef, MemDisk};
 use stripeguard_engine::{
-    continue_reshape, scrub, Array, ArrayConfig, AssembleOptions, EventKind, ScrubOptions,
+    continue_reshape, scrub, Array, ArrayConfig, AssembleOptions, EventKind, ReshapeTo,
+    ScrubOptions,
 };
 use stripeguard_format::CodeId;
 use stripeguard_integrity::Scheme;
@@ -53,11 +54,27 @@ fn writable() -> AssembleOptions {
     }
 }
 
+/// Units of room past the array on every member: what a level change moves into first.
+const ROOM: u64 = 20;
+
+/// Bytes of each member: the array's, and `ROOM` units more.
+fn member_size(cfg: &ArrayConfig) -> u64 {
+    cfg.member_bytes() + ROOM * cfg.unit_bytes()
+}
+
 /// Members of `cfg` plus `j` blank ones of the same size.
 fn disks(cfg: &ArrayConfig, j: usize) -> Vec<DiskRef> {
     (0..member_count(cfg) + j)
-        .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), cfg.member_bytes())) as DiskRef)
+        .map(|i| Arc::new(MemDisk::new(format!("mem{i}"), member_size(cfg))) as DiskRef)
         .collect()
+}
+
+/// `k` after reshaping a 3-data-chunk array `to` with `j` members.
+fn new_k(to: ReshapeTo, j: usize) -> usize {
+    match to {
+        ReshapeTo::AddData => 3 + j,
+        ReshapeTo::Raid6 => 3,
+    }
 }
 
 /// The array's data after a reshape: what was written, then zeros to the new end; the
@@ -136,24 +153,39 @@ fn every_scheme_and_code_reshapes_keeping_its_data() {
         (Scheme::Hybrid2, CodeId::Rdp, 2, true, false, 1),
         (Scheme::Pure, CodeId::Tier, 2, false, false, 1),
     ]);
-    for (scheme, code, m, zero_stripes, journal, j) in cases {
-        let what = format!("{scheme:?} {code:?} zero_stripes={zero_stripes} journal={journal} +{j}");
+    let mut cases: Vec<_> = cases
+        .into_iter()
+        .map(|(s, c, m, z, jn, j)| (s, c, m, z, jn, j, ReshapeTo::AddData))
+        .collect();
+    for scheme in Scheme::ENGINE {
+        for zero_stripes in [true, false] {
+            cases.push((scheme, CodeId::Xor, 1, zero_stripes, !zero_stripes, 1, ReshapeTo::Raid6));
+        }
+    }
+    for (scheme, code, m, zero_stripes, journal, j, to) in cases {
+        let what = format!(
+            "{scheme:?} {code:?} zero_stripes={zero_stripes} journal={journal} +{j} {to:?}"
+        );
         let cfg = config(scheme, code, m, zero_stripes, journal);
         let mems = disks(&cfg, j);
         let n = member_count(&cfg);
         let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
         let old = random(&mut rng, a.capacity_bytes() as usize);
         a.write(0, &old).unwrap();
-        let result = a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {});
+        let result = a.reshape(mems[n..].to_vec(), to, &writable(), &mut |_, _| {});
         if scheme == Scheme::ChecksumChunk {
             let e = result.expect_err("checksum-chunk is refused").to_string();
             assert!(e.contains("checksum-chunk"), "{what}: {e}");
             continue;
         }
         let r = result.unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!((r.from_data_chunks, r.to_data_chunks), (3, 3 + j), "{what}");
+        assert_eq!((r.from_data_chunks, r.to_data_chunks), (3, new_k(to, j)), "{what}");
         assert_eq!(r.repaired, 0, "{what}");
-        check_after(&what, mems, &old, 3 + j, true, &mut rng);
+        let want_m = if to == ReshapeTo::Raid6 { 2 } else { m };
+        let look = Array::assemble(mems.clone(), &AssembleOptions::default()).unwrap();
+        assert_eq!(look.geometry().m, want_m, "{what}");
+        drop(look);
+        check_after(&what, mems, &old, new_k(to, j), true, &mut rng);
     }
 }
 
@@ -184,7 +216,7 @@ fn damage_met_on_the_way_is_repaired_and_none_copies_it() {
         }
         let a = Array::assemble(mems[..n].to_vec(), &writable()).unwrap();
         let r = a
-            .reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {})
+            .reshape(mems[n..].to_vec(), ReshapeTo::AddData, &writable(), &mut |_, _| {})
             .unwrap();
         let b = Array::assemble(mems.clone(), &AssembleOptions::default()).unwrap();
         let got = read_all(&b);
@@ -212,7 +244,7 @@ fn refusals_name_the_constraint() {
     let mems = disks(&cfg, 1);
     let small: DiskRef = Arc::new(MemDisk::new("small", cfg.member_bytes() - 4096));
     let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
-    let e = a.reshape_preflight(&[small]).unwrap_err().to_string();
+    let e = a.reshape_preflight(&[small], ReshapeTo::AddData).unwrap_err().to_string();
     assert!(e.contains("small holds"), "{e}");
     // An array too small for the critical section's backup.
     let tiny = ArrayConfig {
@@ -221,10 +253,10 @@ fn refusals_name_the_constraint() {
     };
     let t = disks(&tiny, 1);
     let b = Array::create(t[..n].to_vec(), &tiny, true, &mut |_, _| {}).unwrap();
-    let e = b.reshape_preflight(&t[n..]).unwrap_err().to_string();
+    let e = b.reshape_preflight(&t[n..], ReshapeTo::AddData).unwrap_err().to_string();
     assert!(e.contains("critical section"), "{e}");
     // A reshape in progress is refused by every assembly, naming it.
-    let r = a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {});
+    let r = a.reshape(mems[n..].to_vec(), ReshapeTo::AddData, &writable(), &mut |_, _| {});
     assert!(r.is_ok());
     let e = continue_reshape(mems.clone(), &writable(), &mut |_, _| {})
         .unwrap_err()
@@ -280,7 +312,7 @@ fn crash_rig(
 ) -> (Array, Vec<DiskRef>, Vec<Arc<CrashDisk>>, Arc<AtomicI64>) {
     let budget = Arc::new(AtomicI64::new(i64::MAX));
     let crash: Vec<Arc<CrashDisk>> = (0..member_count(cfg) + j)
-        .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), cfg.member_bytes(), 512)))
+        .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), member_size(cfg), 512)))
         .collect();
     let mems: Vec<DiskRef> = crash
         .iter()
@@ -305,29 +337,35 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
     let mut resumed = 0;
     // `filled`: stripes of data written (the rest stay zero stripes where the array keeps
     // them, which the reshape carries as zero stripes instead of writing).
-    for (scheme, code, m, zero_stripes, j, every, filled) in [
-        (Scheme::HybridSeq, CodeId::Raid6, 2, true, 1, 1, STRIPES),
-        (Scheme::Pure, CodeId::Xor, 1, false, 2, 1, STRIPES),
-        (Scheme::HybridSeq, CodeId::Raid6, 2, true, 2, 1, 21),
-        (Scheme::None, CodeId::Raid6, 2, false, 1, 3, STRIPES),
-        (Scheme::Hybrid1, CodeId::Raid6, 2, true, 1, 3, 40),
-        (Scheme::Hybrid2, CodeId::Raid6, 2, false, 1, 3, STRIPES),
+    let add = ReshapeTo::AddData;
+    for (scheme, code, m, zero_stripes, j, every, filled, to) in [
+        (Scheme::HybridSeq, CodeId::Raid6, 2, true, 1, 1, STRIPES, add),
+        (Scheme::Pure, CodeId::Xor, 1, false, 2, 1, STRIPES, add),
+        (Scheme::HybridSeq, CodeId::Raid6, 2, true, 2, 1, 21, add),
+        (Scheme::None, CodeId::Raid6, 2, false, 1, 3, STRIPES, add),
+        (Scheme::Hybrid1, CodeId::Raid6, 2, true, 1, 3, 40, add),
+        (Scheme::Hybrid2, CodeId::Raid6, 2, false, 1, 3, STRIPES, add),
+        (Scheme::HybridSeq, CodeId::Xor, 1, false, 1, 1, STRIPES, ReshapeTo::Raid6),
+        (Scheme::Pure, CodeId::Xor, 1, true, 1, 2, 30, ReshapeTo::Raid6),
+        (Scheme::None, CodeId::Xor, 1, true, 1, 3, STRIPES, ReshapeTo::Raid6),
     ] {
-        let what = format!("{scheme:?} {code:?} zero_stripes={zero_stripes} +{j} filled {filled}");
+        let what = format!(
+            "{scheme:?} {code:?} zero_stripes={zero_stripes} +{j} filled {filled} {to:?}"
+        );
         let cfg = config(scheme, code, m, zero_stripes, false);
         let n = member_count(&cfg);
         let old = random(&mut rng, (filled * 3 * u64::from(CHUNK)) as usize);
         // How many I/Os a whole reshape takes.
         let (a, mems, _, budget) = crash_rig(&cfg, j, &old);
         let before = budget.load(Ordering::SeqCst);
-        a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {})
+        a.reshape(mems[n..].to_vec(), to, &writable(), &mut |_, _| {})
             .unwrap();
         let ios = before - budget.load(Ordering::SeqCst);
         for cut in (0..ios).step_by(every) {
             let mut committed = false;
             let (a, mems, crash, budget) = crash_rig(&cfg, j, &old);
             budget.store(cut, Ordering::SeqCst);
-            let r = a.reshape_add(mems[n..].to_vec(), &writable(), &mut |_, _| {});
+            let r = a.reshape(mems[n..].to_vec(), to, &writable(), &mut |_, _| {});
             assert!(r.is_err(), "{what}: cut at {cut} of {ios} did not stop it");
             drop(mems);
             let images: Vec<DiskRef> = crash
@@ -346,7 +384,7 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
                         Ok(b) => {
                             let got = read_all(&b);
                             assert!(got[..old.len()] == old[..], "{what}, cut at {cut}");
-                            b.reshape_add(images[n..].to_vec(), &writable(), &mut |_, _| {})
+                            b.reshape(images[n..].to_vec(), to, &writable(), &mut |_, _| {})
                                 .unwrap_or_else(|e| {
                                     panic!("{what}, cut at {cut} of {ios}: again: {e}")
                                 });
@@ -361,7 +399,7 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
                 &format!("{what}, cut at {cut} of {ios}"),
                 images,
                 &old,
-                3 + j,
+                new_k(to, j),
                 !committed,
                 &mut rng,
             );

@@ -469,6 +469,10 @@ pub struct ReshapeFrom {
     pub parity_chunks: u16,
     /// The code before.
     pub code: CodeId,
+    /// How many units further into each member the new geometry's stripe 0 lies than the
+    /// old one's (`δ`, a level change: the data offset at 48 is the new geometry's, the old
+    /// one's is `δ·U` less); 0 when members are added as data members.
+    pub offset_stripes: u32,
 }
 
 /// Why bytes are not a valid superblock.
@@ -606,7 +610,11 @@ impl Superblock {
                 || r.parity_chunks == 0
                 || from != u32::from(r.members)
                 || r.members >= self.members
+                || r.data_chunks > self.data_chunks
                 || !self.scheme.fits_data_chunks(r.data_chunks as usize)
+                || u64::from(r.offset_stripes)
+                    .checked_mul(self.unit_bytes())
+                    .is_none_or(|b| b > self.data_offset_bytes)
             {
                 return Err(g(
                     "the reshape's old geometry is impossible or has as many members as the new one",
@@ -777,6 +785,7 @@ impl Superblock {
             b[246..248].copy_from_slice(&r.data_chunks.to_le_bytes());
             b[248..250].copy_from_slice(&r.parity_chunks.to_le_bytes());
             b[250] = r.code.id();
+            b[252..256].copy_from_slice(&r.offset_stripes.to_le_bytes());
         }
         b[96..104].copy_from_slice(&incompatible.to_le_bytes());
         b[104..112].copy_from_slice(&compatible.to_le_bytes());
@@ -891,6 +900,7 @@ impl Superblock {
                     parity_chunks: u16_at(b, 248),
                     code: CodeId::from_id(b[250])
                         .ok_or(SuperblockError::Geometry("unknown code id of the reshape"))?,
+                    offset_stripes: u32_at(b, 252),
                 })
             } else {
                 None

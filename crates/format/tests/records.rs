@@ -167,6 +167,7 @@ fn superblock() -> Superblock {
             data_chunks: 2,
             parity_chunks: 1,
             code: CodeId::Xor,
+            offset_stripes: 3,
         }),
         member_table: (0..4)
             .map(|i| MemberSlot {
@@ -409,6 +410,7 @@ fn superblock_matches_format_md() {
             ("reshape from data chunks", le(2, 2)),
             ("reshape from parity chunks", le(1, 2)),
             ("reshape from code", vec![1]),
+            ("reshape offset", le(3, 4)),
         ],
     );
     // The member table (its own table in FORMAT.md: state, reserved, device, last event).

@@ -8,7 +8,9 @@ use crate::{
 };
 use std::path::{Path, PathBuf};
 use stripeguard_disk::DiskRef;
-use stripeguard_engine::{continue_reshape, Array, AssembleOptions, EngineError, Reshaped};
+use stripeguard_engine::{
+    continue_reshape, Array, AssembleOptions, EngineError, ReshapeTo, Reshaped,
+};
 
 /// The members a reshape adds, opened: existing devices probed (one in use refused, one
 /// holding another array or foreign data only as `confirm` says), missing files made at the
@@ -42,6 +44,27 @@ impl Added {
                     p.display()
                 )));
             }
+            if !crate::member_exists(p) {
+                // Made at the size of the smallest member (which a level change needs: the
+                // room past the array the others were given).
+                confirm.refuse_strays(&[])?;
+                let size = (0..n)
+                    .filter_map(|m| array.member_disk(m))
+                    .map(|d| d.size_bytes())
+                    .min()
+                    .unwrap_or_else(|| array.superblock().member_bytes());
+                match stripeguard_disk::FileDisk::create(p, size, direct) {
+                    Ok(d) => {
+                        added.disks.push(std::sync::Arc::new(d) as DiskRef);
+                        added.created.push(p.clone());
+                        continue;
+                    }
+                    Err(e) => {
+                        added.remove_created();
+                        return Err(e.into());
+                    }
+                }
+            }
             match Replacement::open(array, n + i, p, false, direct, confirm) {
                 Ok(r) => {
                     let (disk, created, target) = r.into_parts();
@@ -70,16 +93,17 @@ impl Added {
     pub fn run(
         self,
         array: Array,
+        to: ReshapeTo,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Reshaped, EngineError> {
-        if let Err(e) = array.reshape_preflight(&self.disks) {
+        if let Err(e) = array.reshape_preflight(&self.disks, to) {
             self.remove_created();
             return Err(e);
         }
         for t in &self.targets {
             t.wipe()?;
         }
-        array.reshape_add(self.disks, &reshape_options(), progress)
+        array.reshape(self.disks, to, &reshape_options(), progress)
     }
 }
 
@@ -110,11 +134,13 @@ pub fn continue_reshape_paths(
 /// One line saying what a reshape did.
 pub fn reshaped_line(r: &Reshaped) -> String {
     format!(
-        "reshaped: {} → {} members, {} → {} data chunks per stripe, {} → {} bytes{}{}",
+        "reshaped: {} → {} members, {}+{} → {}+{} (data + parity chunks per stripe), {} → {} bytes{}{}",
         r.from_members,
         r.to_members,
         r.from_data_chunks,
+        r.from_members - r.from_data_chunks,
         r.to_data_chunks,
+        r.to_members - r.to_data_chunks,
         r.from_bytes,
         r.to_bytes,
         if r.repaired > 0 {

@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;
+use stripeguard_engine::ReshapeTo;
 use std::process::ExitCode;
 use stripeguard_ops::{
     ask_holder_grow, continue_reshape_paths, follow_holder_grow, grow_array, grown_line,
@@ -30,6 +31,11 @@ pub struct GrowArgs {
     /// that does not exist is made at the members' size.
     #[arg(long, num_args = 1.., value_name = "NEW")]
     add: Vec<PathBuf>,
+    /// With --add (one NEW): turn RAID-5 (one xor parity) into RAID-6, NEW holding the second
+    /// parity; the data moves into room past it first, so every member needs a few stripes of
+    /// room beyond the array (extend the files or devices; do not `grow --size` into it).
+    #[arg(long, requires = "add", value_parser = parse_level)]
+    level: Option<u8>,
     /// Finish an interrupted reshape: give every member, old and added, in order.
     #[arg(long = "continue", conflicts_with = "add")]
     continue_: bool,
@@ -44,6 +50,13 @@ pub struct GrowArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_level(s: &str) -> Result<u8, String> {
+    match s {
+        "6" => Ok(6),
+        _ => Err("only --level 6 (RAID-5 to RAID-6) is built".into()),
+    }
 }
 
 fn parse_to(s: &str) -> Result<GrowTo, String> {
@@ -123,7 +136,11 @@ fn reshape(a: &GrowArgs) -> Result<ExitCode> {
         }
     };
     let bar = count_bar("reshaping (new stripes)");
-    let result = added.run(*array, &mut updater(&bar));
+    let to = match a.level {
+        Some(_) => ReshapeTo::Raid6,
+        None => ReshapeTo::AddData,
+    };
+    let result = added.run(*array, to, &mut updater(&bar));
     bar.finish_and_clear();
     print_reshaped(a, &result?);
     Ok(ExitCode::from(exit::OK))
