@@ -27,7 +27,16 @@ fn array_with(d: &Path, data: &[u8]) {
         &args(
             "create",
             &OLD,
-            &["--size", "16M", "--chunk", "16K", "--scheme", "hybrid-seq", "--parity", "1"],
+            &[
+                "--size",
+                "16M",
+                "--chunk",
+                "16K",
+                "--scheme",
+                "hybrid-seq",
+                "--parity",
+                "1",
+            ],
         ),
         d,
     ));
@@ -62,7 +71,10 @@ fn grow_add_moves_the_data_and_repairs_damage_on_the_way() {
         let b = peek(&d.join("m2"), at, 1);
         poke(&d.join("m2"), at, &[b[0] ^ 0x40]);
     }
-    let out = ok(&sg(&args("grow", &OLD, &["--add", "m4", "m5", "--json"]), d));
+    let out = ok(&sg(
+        &args("grow", &OLD, &["--add", "m4", "m5", "--json"]),
+        d,
+    ));
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let r = &v["reshape"];
     assert_eq!(r["from_members"], 4, "{out}");
@@ -101,15 +113,26 @@ fn a_killed_reshape_is_refused_everywhere_until_grow_continue_finishes_it() {
         }
         refused += 1;
         assert!(err_of(&read).contains("--continue"), "{}", err_of(&read));
-        let status = String::from_utf8_lossy(&sg(&args("status", &ALL, &[]), d).stdout).into_owned();
+        let status =
+            String::from_utf8_lossy(&sg(&args("status", &ALL, &[]), d).stdout).into_owned();
         assert!(status.contains("RESHAPE in progress"), "{status}");
         let done = ok(&sg(&args("grow", &ALL, &["--continue"]), d));
         assert!(done.contains("reshaped: 4 → 6 members"), "{done}");
-        assert!(read_back(d, want.len()) == want, "killed after {abort_at} writes: data changed");
+        assert!(
+            read_back(d, want.len()) == want,
+            "killed after {abort_at} writes: data changed"
+        );
         let check = sg(&args("status", &ALL, &["--check"]), d);
-        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+        assert!(
+            check.status.success(),
+            "{}",
+            String::from_utf8_lossy(&check.stdout)
+        );
     }
-    assert!(refused >= 3, "only {refused} kills landed inside the reshape");
+    assert!(
+        refused >= 3,
+        "only {refused} kills landed inside the reshape"
+    );
 }
 
 #[test]
@@ -129,7 +152,10 @@ fn refusals_name_their_reason() {
     let e = err_of(&sg(&args("grow", &OLD, &["--continue"]), d));
     assert!(e.contains("no reshape is in progress"), "{e}");
     // --size and --add together.
-    let e = err_of(&sg(&args("grow", &OLD, &["--add", "m4", "--size", "max"]), d));
+    let e = err_of(&sg(
+        &args("grow", &OLD, &["--add", "m4", "--size", "max"]),
+        d,
+    ));
     assert!(e.contains("cannot be used with"), "{e}");
     // Nothing was changed by any of them, and no file was left behind by a refusal.
     assert!(!d.join("m4").exists());
@@ -148,13 +174,25 @@ fn level_6_turns_raid5_into_raid6_after_the_members_get_room() {
     let d = dir.path();
     let want = data(393);
     array_with(d, &want);
-    let e = err_of(&sg(&args("grow", &OLD, &["--level", "6", "--add", "m4"]), d));
+    let e = err_of(&sg(
+        &args("grow", &OLD, &["--level", "6", "--add", "m4"]),
+        d,
+    ));
     assert!(e.contains("needs room for"), "{e}");
-    assert!(!d.join("m4").exists(), "a refused reshape left its new file");
-    let e = err_of(&sg(&args("grow", &OLD, &["--level", "5", "--add", "m4"]), d));
+    assert!(
+        !d.join("m4").exists(),
+        "a refused reshape left its new file"
+    );
+    let e = err_of(&sg(
+        &args("grow", &OLD, &["--level", "5", "--add", "m4"]),
+        d,
+    ));
     assert!(e.contains("only --level 6"), "{e}");
     for m in OLD {
-        let f = std::fs::OpenOptions::new().append(true).open(d.join(m)).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.join(m))
+            .unwrap();
         f.set_len(f.metadata().unwrap().len() + (2 << 20)).unwrap();
     }
     // Killed part-way, then finished.
@@ -171,6 +209,12 @@ fn level_6_turns_raid5_into_raid6_after_the_members_get_room() {
     let status = ok(&sg(&args("status", &five, &["--check"]), d));
     assert!(status.contains("3 data + 2 parity (raid6)"), "{status}");
     let n = want.len().to_string();
-    ok(&sg(&args("read", &five, &["--length", &n, "-o", "back"]), d));
-    assert!(std::fs::read(d.join("back")).unwrap() == want, "the data changed");
+    ok(&sg(
+        &args("read", &five, &["--length", &n, "-o", "back"]),
+        d,
+    ));
+    assert!(
+        std::fs::read(d.join("back")).unwrap() == want,
+        "the data changed"
+    );
 }

@@ -1423,7 +1423,11 @@ fn default_name(host: &str, uuid: &[u8; 16]) -> String {
 /// Lock every member (exclusively for a process that may write, shared for one that only
 /// looks) before reading its superblock, so two writers never share an array. A member that
 /// cannot be locked for another reason (unreadable, absent) is left to the superblock read.
-pub(crate) fn lock_members(members: &[DiskRef], exclusive: bool, local: bool) -> Result<(), EngineError> {
+pub(crate) fn lock_members(
+    members: &[DiskRef],
+    exclusive: bool,
+    local: bool,
+) -> Result<(), EngineError> {
     // Where flock does not cross hosts (NFS and the like) the owner record is the only guard.
     if !local {
         return Ok(());

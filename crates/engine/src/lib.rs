@@ -66,7 +66,6 @@ pub use events::{
 };
 pub use evlog::{read_log_of, LogRead, LoggedEvent};
 pub use grow::Grown;
-pub use reshape::{continue_reshape, ReshapeTo, Reshaped, RESHAPE_BATCH};
 pub use heartbeat::{HEARTBEAT_MS, MAX_HEARTBEAT_MS};
 pub use jdev::{read_journal_device_label, MAX_DEVICE_SLOTS, NEW_DEVICE_SLOTS};
 pub use members::MemberHealth;
@@ -74,6 +73,7 @@ pub use metacheck::MetadataFinding;
 pub use num::usize_of;
 pub use owner::clock_utc;
 pub use rebuild::{RebuildCanceller, ReplaceForce, ReplaceSummary};
+pub use reshape::{continue_reshape, ReshapeTo, Reshaped, RESHAPE_BATCH};
 pub use scrub::{scrub, Checkpoint, ScrubOptions, ScrubSummary};
 pub use spares::{clear_spare_label, read_spare_label};
 pub use stripeguard_format::Owner;

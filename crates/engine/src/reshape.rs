@@ -140,7 +140,9 @@ impl Array {
         }
         if let Some(c) = self.checkpoint() {
             if c.rebuild_member.is_some() && !c.rebuild_finished {
-                return cfg("a replace has not finished: finish it first (`replace` resumes it)".into());
+                return cfg(
+                    "a replace has not finished: finish it first (`replace` resumes it)".into(),
+                );
             }
         }
         let j = added.len();
@@ -352,8 +354,8 @@ pub fn continue_reshape(
     // The start writes the added members' superblocks before the old ones': while an old
     // member still trails, nothing has moved, and an added member the start did not reach yet
     // (no superblock) is taken as it is (its superblock is written again below).
-    let started = (0..usize::from(from.members))
-        .all(|i| matches!(&found[i], Ok(sb) if sb.reshape.is_some()));
+    let started =
+        (0..usize::from(from.members)).all(|i| matches!(&found[i], Ok(sb) if sb.reshape.is_some()));
     for (i, (d, f)) in members.iter().zip(&found).enumerate() {
         let ok = match f {
             Err(_) if !started && i >= usize::from(from.members) => true,
@@ -401,7 +403,9 @@ pub fn continue_reshape(
 
 /// The order of the moves for the reshape `new` describes.
 fn plan_of(new: &Superblock) -> Result<Reshape, EngineError> {
-    let from = new.reshape.ok_or_else(|| EngineError::Config("no reshape".into()))?;
+    let from = new
+        .reshape
+        .ok_or_else(|| EngineError::Config("no reshape".into()))?;
     let plan = Reshape::plan(
         u64::from(from.data_chunks),
         u64::from(new.data_chunks),
@@ -622,12 +626,13 @@ fn finished(
         ..opts.clone()
     };
     let array = Array::assemble(members, &writable)?;
-    let progress = array.checkpoint().and_then(|c| c.reshape).unwrap_or_default();
+    let progress = array
+        .checkpoint()
+        .and_then(|c| c.reshape)
+        .unwrap_or_default();
     let ran = ran.unwrap_or(Ran {
         // The old capacity, as the old geometry had it.
-        from_bytes: old_sb.stripes
-            * u64::from(old_sb.data_chunks)
-            * u64::from(old_sb.chunk_bytes),
+        from_bytes: old_sb.stripes * u64::from(old_sb.data_chunks) * u64::from(old_sb.chunk_bytes),
         repaired: progress.repaired,
         resumed_at: progress.done,
         repaired_before: progress.repaired,
@@ -780,10 +785,10 @@ impl Mover<'_> {
         for x in 0..chunks {
             let (member, at) = self.backup_place(x);
             let i = usize_of(x);
-            self.target.members().get(crate::num::MemberIx::new(member)).write_at(
-                at,
-                &bytes[i * c..(i + 1) * c],
-            )?;
+            self.target
+                .members()
+                .get(crate::num::MemberIx::new(member))
+                .write_at(at, &bytes[i * c..(i + 1) * c])?;
         }
         self.target.flush_members()?;
         self.progress.backed_up = true;
@@ -952,8 +957,7 @@ impl Mover<'_> {
                     }
                 }
             }
-            if zero.len() + 1 > stripeguard_format::RESHAPE_ZERO_RANGES || !t.keeps_zero_stripes()
-            {
+            if zero.len() + 1 > stripeguard_format::RESHAPE_ZERO_RANGES || !t.keeps_zero_stripes() {
                 // Too many to carry (or no record to carry them in): written as zeros now.
                 for &(lo, hi) in &zero {
                     t.layout().initialise(t, false, lo..hi, progress)?;

@@ -20,12 +20,12 @@
 //! A record that would hold more ranges than a copy has room for gives up its smallest ranges
 //! at the next flush, written out as real zeros (`untrusted.rs`).
 
-use std::ops::Range;
 use crate::array::Array;
 use crate::error::EngineError;
 use crate::layout::InHand;
 use crate::num::{usize_of, Piece, Pos, StripeIx};
 use crate::stripe_state::Removed;
+use std::ops::Range;
 use stripeguard_format::EventKind;
 use stripeguard_integrity::{state_capacity, Appendix, Scheme};
 use stripeguard_plan::{Extent, PiecePlan};

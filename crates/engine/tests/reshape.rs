@@ -22,7 +22,13 @@ use stripeguard_integrity::Scheme;
 const STRIPES: u64 = 64;
 const CHUNK: u32 = 8192;
 
-fn config(scheme: Scheme, code: CodeId, m: usize, zero_stripes: bool, journal: bool) -> ArrayConfig {
+fn config(
+    scheme: Scheme,
+    code: CodeId,
+    m: usize,
+    zero_stripes: bool,
+    journal: bool,
+) -> ArrayConfig {
     ArrayConfig {
         zero_stripes,
         write_journal: journal,
@@ -104,7 +110,10 @@ fn check_after(
             .iter()
             .map(|&x| got[x * c..(x + 1) * c].iter().all(|&b| b == 0))
             .collect();
-        panic!("{what}: the data changed: chunks {bad:?} (all zeros: {zeros:?}); events {:?}", b.events());
+        panic!(
+            "{what}: the data changed: chunks {bad:?} (all zeros: {zeros:?}); events {:?}",
+            b.events()
+        );
     }
     assert!(
         got[old.len()..].iter().all(|&x| x == 0),
@@ -159,7 +168,15 @@ fn every_scheme_and_code_reshapes_keeping_its_data() {
         .collect();
     for scheme in Scheme::ENGINE {
         for zero_stripes in [true, false] {
-            cases.push((scheme, CodeId::Xor, 1, zero_stripes, !zero_stripes, 1, ReshapeTo::Raid6));
+            cases.push((
+                scheme,
+                CodeId::Xor,
+                1,
+                zero_stripes,
+                !zero_stripes,
+                1,
+                ReshapeTo::Raid6,
+            ));
         }
     }
     for (scheme, code, m, zero_stripes, journal, j, to) in cases {
@@ -179,7 +196,11 @@ fn every_scheme_and_code_reshapes_keeping_its_data() {
             continue;
         }
         let r = result.unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!((r.from_data_chunks, r.to_data_chunks), (3, new_k(to, j)), "{what}");
+        assert_eq!(
+            (r.from_data_chunks, r.to_data_chunks),
+            (3, new_k(to, j)),
+            "{what}"
+        );
         assert_eq!(r.repaired, 0, "{what}");
         let want_m = if to == ReshapeTo::Raid6 { 2 } else { m };
         let look = Array::assemble(mems.clone(), &AssembleOptions::default()).unwrap();
@@ -198,7 +219,12 @@ fn unit_at(a: &Array, stripe: u64) -> u64 {
 #[test]
 fn damage_met_on_the_way_is_repaired_and_none_copies_it() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(390);
-    for scheme in [Scheme::HybridSeq, Scheme::Pure, Scheme::Hybrid1, Scheme::None] {
+    for scheme in [
+        Scheme::HybridSeq,
+        Scheme::Pure,
+        Scheme::Hybrid1,
+        Scheme::None,
+    ] {
         let cfg = config(scheme, CodeId::Raid6, 2, false, false);
         let mems = disks(&cfg, 1);
         let n = member_count(&cfg);
@@ -207,7 +233,10 @@ fn damage_met_on_the_way_is_repaired_and_none_copies_it() {
         a.write(0, &old).unwrap();
         // One flipped byte in member 1's unit of every third stripe (data or parity as the
         // rotation has it), the array closed: bit rot at rest.
-        let offsets: Vec<u64> = (0..STRIPES).step_by(3).map(|s| unit_at(&a, s) + 100).collect();
+        let offsets: Vec<u64> = (0..STRIPES)
+            .step_by(3)
+            .map(|s| unit_at(&a, s) + 100)
+            .collect();
         a.close().unwrap();
         for &at in &offsets {
             let mut b = [0u8; 1];
@@ -216,7 +245,12 @@ fn damage_met_on_the_way_is_repaired_and_none_copies_it() {
         }
         let a = Array::assemble(mems[..n].to_vec(), &writable()).unwrap();
         let r = a
-            .reshape(mems[n..].to_vec(), ReshapeTo::AddData, &writable(), &mut |_, _| {})
+            .reshape(
+                mems[n..].to_vec(),
+                ReshapeTo::AddData,
+                &writable(),
+                &mut |_, _| {},
+            )
             .unwrap();
         let b = Array::assemble(mems.clone(), &AssembleOptions::default()).unwrap();
         let got = read_all(&b);
@@ -226,7 +260,10 @@ fn damage_met_on_the_way_is_repaired_and_none_copies_it() {
             .filter(|(x, y)| x != y)
             .count();
         if scheme == Scheme::None {
-            assert!(wrong > 0, "the negative control: `none` should have copied the damage");
+            assert!(
+                wrong > 0,
+                "the negative control: `none` should have copied the damage"
+            );
             eprintln!("none: {wrong} wrong bytes after the reshape (the negative control)");
         } else {
             assert_eq!(wrong, 0, "{scheme:?}: damage was copied");
@@ -244,7 +281,10 @@ fn refusals_name_the_constraint() {
     let mems = disks(&cfg, 1);
     let small: DiskRef = Arc::new(MemDisk::new("small", cfg.member_bytes() - 4096));
     let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
-    let e = a.reshape_preflight(&[small], ReshapeTo::AddData).unwrap_err().to_string();
+    let e = a
+        .reshape_preflight(&[small], ReshapeTo::AddData)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("small holds"), "{e}");
     // An array too small for the critical section's backup.
     let tiny = ArrayConfig {
@@ -253,10 +293,18 @@ fn refusals_name_the_constraint() {
     };
     let t = disks(&tiny, 1);
     let b = Array::create(t[..n].to_vec(), &tiny, true, &mut |_, _| {}).unwrap();
-    let e = b.reshape_preflight(&t[n..], ReshapeTo::AddData).unwrap_err().to_string();
+    let e = b
+        .reshape_preflight(&t[n..], ReshapeTo::AddData)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("critical section"), "{e}");
     // A reshape in progress is refused by every assembly, naming it.
-    let r = a.reshape(mems[n..].to_vec(), ReshapeTo::AddData, &writable(), &mut |_, _| {});
+    let r = a.reshape(
+        mems[n..].to_vec(),
+        ReshapeTo::AddData,
+        &writable(),
+        &mut |_, _| {},
+    );
     assert!(r.is_ok());
     let e = continue_reshape(mems.clone(), &writable(), &mut |_, _| {})
         .unwrap_err()
@@ -339,19 +387,54 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
     // them, which the reshape carries as zero stripes instead of writing).
     let add = ReshapeTo::AddData;
     for (scheme, code, m, zero_stripes, j, every, filled, to) in [
-        (Scheme::HybridSeq, CodeId::Raid6, 2, true, 1, 1, STRIPES, add),
+        (
+            Scheme::HybridSeq,
+            CodeId::Raid6,
+            2,
+            true,
+            1,
+            1,
+            STRIPES,
+            add,
+        ),
         (Scheme::Pure, CodeId::Xor, 1, false, 2, 1, STRIPES, add),
         (Scheme::HybridSeq, CodeId::Raid6, 2, true, 2, 1, 21, add),
         (Scheme::None, CodeId::Raid6, 2, false, 1, 3, STRIPES, add),
         (Scheme::Hybrid1, CodeId::Raid6, 2, true, 1, 3, 40, add),
         (Scheme::Hybrid2, CodeId::Raid6, 2, false, 1, 3, STRIPES, add),
-        (Scheme::HybridSeq, CodeId::Xor, 1, false, 1, 1, STRIPES, ReshapeTo::Raid6),
-        (Scheme::Pure, CodeId::Xor, 1, true, 1, 2, 30, ReshapeTo::Raid6),
-        (Scheme::None, CodeId::Xor, 1, true, 1, 3, STRIPES, ReshapeTo::Raid6),
+        (
+            Scheme::HybridSeq,
+            CodeId::Xor,
+            1,
+            false,
+            1,
+            1,
+            STRIPES,
+            ReshapeTo::Raid6,
+        ),
+        (
+            Scheme::Pure,
+            CodeId::Xor,
+            1,
+            true,
+            1,
+            2,
+            30,
+            ReshapeTo::Raid6,
+        ),
+        (
+            Scheme::None,
+            CodeId::Xor,
+            1,
+            true,
+            1,
+            3,
+            STRIPES,
+            ReshapeTo::Raid6,
+        ),
     ] {
-        let what = format!(
-            "{scheme:?} {code:?} zero_stripes={zero_stripes} +{j} filled {filled} {to:?}"
-        );
+        let what =
+            format!("{scheme:?} {code:?} zero_stripes={zero_stripes} +{j} filled {filled} {to:?}");
         let cfg = config(scheme, code, m, zero_stripes, false);
         let n = member_count(&cfg);
         let old = random(&mut rng, (filled * 3 * u64::from(CHUNK)) as usize);
@@ -372,8 +455,10 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    Arc::new(MemDisk::from_bytes(format!("m{i}"), c.crash_image(&mut rng)))
-                        as DiskRef
+                    Arc::new(MemDisk::from_bytes(
+                        format!("m{i}"),
+                        c.crash_image(&mut rng),
+                    )) as DiskRef
                 })
                 .collect();
             match continue_reshape(images.clone(), &writable(), &mut |_, _| {}) {

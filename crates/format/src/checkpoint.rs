@@ -172,7 +172,7 @@ impl Record for Checkpoint {
             put_u64(b, 184, r.repaired);
             b[138] = u8::from(r.finishing);
             let zero = &r.zero[..r.zero.len().min(RESHAPE_ZERO_RANGES)];
-            b[192..196].copy_from_slice(&(zero.len() as u32).to_le_bytes());
+            b[192..196].copy_from_slice(&u32::try_from(zero.len()).unwrap_or(0).to_le_bytes());
             for (i, &(lo, hi)) in zero.iter().enumerate() {
                 put_u64(b, 200 + 16 * i, lo);
                 put_u64(b, 208 + 16 * i, hi);
@@ -205,7 +205,8 @@ impl Record for Checkpoint {
                 if b[137] > 1 || b[138] > 1 {
                     return Err(DAMAGED("reshape backup or finishing state"));
                 }
-                let count = u32::from_le_bytes([b[192], b[193], b[194], b[195]]) as usize;
+                let count = usize::try_from(u32::from_le_bytes([b[192], b[193], b[194], b[195]]))
+                    .unwrap_or(usize::MAX);
                 if count > RESHAPE_ZERO_RANGES {
                     return Err(DAMAGED("reshape zero-stripe range count"));
                 }

@@ -73,11 +73,11 @@ pub use state::{
 };
 pub use superblock::{
     check_name, write_journal_slots, ArrayState, CodeId, CrossCheck, MemberSlot, MemberState,
-    MetadataLayout, ReshapeFrom, SpareEntry, SparePolicy, Superblock, SuperblockError, CHECKPOINT_OFFSET,
-    DEFAULT_SPARE_DELAY_SECONDS, FORMAT_VERSION, INTENT_RECORD_OFFSET, JOURNAL_HEADER_BYTES,
-    JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS, MAX_MEMBERS,
-    MAX_NAME_BYTES, MAX_SPARES, MAX_SPARE_HINT_BYTES, OWNER_RECORD_OFFSET, SUPERBLOCK_BYTES,
-    SUPERBLOCK_COPY_OFFSETS,
+    MetadataLayout, ReshapeFrom, SpareEntry, SparePolicy, Superblock, SuperblockError,
+    CHECKPOINT_OFFSET, DEFAULT_SPARE_DELAY_SECONDS, FORMAT_VERSION, INTENT_RECORD_OFFSET,
+    JOURNAL_HEADER_BYTES, JOURNAL_SLOTS, LARGE_MEMBER_BYTES, MAX_CHUNK_BYTES, MAX_JOURNAL_SLOTS,
+    MAX_MEMBERS, MAX_NAME_BYTES, MAX_SPARES, MAX_SPARE_HINT_BYTES, OWNER_RECORD_OFFSET,
+    SUPERBLOCK_BYTES, SUPERBLOCK_COPY_OFFSETS,
 };
 
 /// Why a copy of one of the records this crate added is not read as a record.

@@ -170,9 +170,14 @@ pub fn examine(path: &Path) -> Result<Examined, EngineError> {
 fn checkpoint_of(d: &dyn Disk) -> Option<stripeguard_format::Checkpoint> {
     use stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES;
     let mut b = vec![0u8; 2 * CHECKPOINT_SLOT_BYTES];
-    d.read_at(stripeguard_format::CHECKPOINT_OFFSET, &mut b).ok()?;
+    d.read_at(stripeguard_format::CHECKPOINT_OFFSET, &mut b)
+        .ok()?;
     let mut newest = Newest::default();
-    newest.take(&b, CHECKPOINT_SLOT_BYTES, |_: &stripeguard_format::Checkpoint| true);
+    newest.take(
+        &b,
+        CHECKPOINT_SLOT_BYTES,
+        |_: &stripeguard_format::Checkpoint| true,
+    );
     newest.record
 }
 

@@ -3,8 +3,8 @@
 //! is, the engine's preflight before anything is wiped, then the engine's reshape.
 
 use crate::{
-    heartbeat_interval, local_locks, open_member_paths_as, refuse_duplicate_paths,
-    Confirmations, Replacement, Target,
+    heartbeat_interval, local_locks, open_member_paths_as, refuse_duplicate_paths, Confirmations,
+    Replacement, Target,
 };
 use std::path::{Path, PathBuf};
 use stripeguard_disk::DiskRef;
@@ -37,7 +37,11 @@ impl Added {
             targets: Vec::new(),
         };
         for (i, p) in paths.iter().enumerate() {
-            if (0..n).any(|m| array.member_disk(m).is_some_and(|d| Path::new(d.name()) == p)) {
+            if (0..n).any(|m| {
+                array
+                    .member_disk(m)
+                    .is_some_and(|d| Path::new(d.name()) == p)
+            }) {
                 added.remove_created();
                 return Err(EngineError::Config(format!(
                     "{} is already a member of this array",

@@ -10,8 +10,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;
-use stripeguard_engine::ReshapeTo;
 use std::process::ExitCode;
+use stripeguard_engine::ReshapeTo;
 use stripeguard_ops::{
     ask_holder_grow, continue_reshape_paths, follow_holder_grow, grow_array, grown_line,
     reshaped_line, Added, Confirmations, GrowTo,

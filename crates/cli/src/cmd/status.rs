@@ -298,11 +298,10 @@ fn describe_members(paths: &[std::path::PathBuf]) {
             x.data_chunks,
             r.done,
             r.stripes,
-            if r.stripes > 0 {
-                format!(" ({}%)", r.done * 100 / r.stripes)
-            } else {
-                String::new()
-            },
+            (r.done * 100)
+                .checked_div(r.stripes)
+                .map(|p| format!(" ({p}%)"))
+                .unwrap_or_default(),
             x.members
         );
     }
