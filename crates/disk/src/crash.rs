@@ -158,3 +158,55 @@ mod tests {
         assert_eq!(d.live_image()[512], 2);
     }
 }
+
+/// A [`CrashDisk`] whose writes and flushes stop landing once a budget of I/Os shared with the
+/// other members is spent: a power cut at a chosen I/O (reads still answer; what is durable is
+/// the crash disk's to say). Tests of crash consistency cut at every I/O of an operation.
+pub struct PowerCut {
+    inner: std::sync::Arc<CrashDisk>,
+    budget: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl PowerCut {
+    /// `inner`, cut when `budget` (shared by every member) reaches zero.
+    pub fn new(
+        inner: std::sync::Arc<CrashDisk>,
+        budget: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    ) -> Self {
+        PowerCut { inner, budget }
+    }
+
+    fn spend(&self) -> Result<(), DiskError> {
+        if self
+            .budget
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            <= 0
+        {
+            return Err(DiskError::Failed {
+                name: self.inner.name().to_string(),
+                why: "power cut (test)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Disk for PowerCut {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        self.spend()?;
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        self.spend()?;
+        self.inner.flush()
+    }
+}

@@ -7,6 +7,7 @@
 //! | [`FaultyDisk`] | injects every fault of docs/DESIGN.md's table on a schedule and records what it did |
 //! | [`CountingDisk`] | counts I/Os and bytes (the engine's counts must equal the planner's) |
 //! | [`CrashDisk`] | keeps a durable and a live image; a crash keeps a random subset of unflushed writes |
+//! | [`PowerCut`] | a crash disk whose writes stop landing after a budget of I/Os shared by the members |
 //! | [`FailedDisk`] | a member that could not be opened: every I/O fails, so assembly runs degraded |
 //!
 //! All take `&self` and are safe to share between threads: the engine issues I/O to different
@@ -30,7 +31,7 @@ pub use abort::AbortDisk;
 pub use at_rest::{apply as damage_at_rest, AtRest, AtRestError};
 pub use buf::AlignedBuf;
 pub use counting::{CountingDisk, IoCounts};
-pub use crash::CrashDisk;
+pub use crash::{CrashDisk, PowerCut};
 pub use failed::FailedDisk;
 pub use faulty::{Fault, FaultKind, FaultyDisk, Injected, UnitMap};
 pub use file::FileDisk;

@@ -764,12 +764,15 @@ impl Mover<'_> {
         Ok(())
     }
 
-    /// Where backup chunk `x` is: (member, byte offset).
-    fn backup_place(&self, x: u64) -> (usize, u64) {
+    /// Where backup chunk `x` is: the added member holding it, and the byte offset there.
+    fn backup_place(&self, x: u64) -> (DiskRef, u64) {
         let j = self.added.len() as u64;
         let phys = self.plan.new_stripes + x / j;
         let member = self.added.start + usize_of(x % j);
-        (member, self.target.unit_offset(phys))
+        (
+            self.target.members().get(MemberIx::new(member)),
+            self.target.unit_offset(phys),
+        )
     }
 
     /// Copy chunks `0..chunks` to the backup, durably, then record it.
@@ -782,13 +785,9 @@ impl Mover<'_> {
         }
         let bytes = self.read_old(0..chunks)?;
         let c = self.chunk;
-        for x in 0..chunks {
-            let (member, at) = self.backup_place(x);
-            let i = usize_of(x);
-            self.target
-                .members()
-                .get(crate::num::MemberIx::new(member))
-                .write_at(at, &bytes[i * c..(i + 1) * c])?;
+        for (x, chunk) in (0..chunks).zip(bytes.chunks(c)) {
+            let (disk, at) = self.backup_place(x);
+            disk.write_at(at, chunk)?;
         }
         self.target.flush_members()?;
         self.progress.backed_up = true;
@@ -805,13 +804,9 @@ impl Mover<'_> {
             let c = self.chunk;
             let chunks = self.progress.backup_chunks;
             let mut bytes = vec![0u8; usize_of(chunks) * c];
-            for x in 0..chunks {
-                let (member, at) = self.backup_place(x);
-                let i = usize_of(x);
-                self.target
-                    .members()
-                    .get(crate::num::MemberIx::new(member))
-                    .read_at(at, &mut bytes[i * c..(i + 1) * c])?;
+            for (x, chunk) in (0..chunks).zip(bytes.chunks_mut(c)) {
+                let (disk, at) = self.backup_place(x);
+                disk.read_at(at, chunk)?;
             }
             let crc = stripeguard_checksum::crc32c(&bytes);
             if crc != self.progress.backup_crc {

@@ -11,7 +11,7 @@
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use stripeguard_disk::{CrashDisk, Disk, DiskError, DiskRef, MemDisk};
+use stripeguard_disk::{CrashDisk, DiskRef, MemDisk, PowerCut};
 use stripeguard_engine::{Array, ArrayConfig, ScrubOptions};
 use stripeguard_integrity::Scheme;
 
@@ -166,44 +166,6 @@ fn a_grow_is_refused_while_a_member_is_out() {
     a.close().unwrap();
 }
 
-/// A member whose writes and flushes stop landing once the shared budget is spent: the power
-/// cut (reads still answer; what is durable is the crash disk's to say).
-struct Cut {
-    inner: Arc<CrashDisk>,
-    budget: Arc<AtomicI64>,
-}
-
-impl Cut {
-    fn spend(&self) -> Result<(), DiskError> {
-        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            return Err(DiskError::Failed {
-                name: self.inner.name().to_string(),
-                why: "power cut (test)".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl Disk for Cut {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
-        self.spend()?;
-        self.inner.write_at(offset, buf)
-    }
-    fn flush(&self) -> Result<(), DiskError> {
-        self.spend()?;
-        self.inner.flush()
-    }
-}
 
 /// An array of `OLD` stripes on crash disks with room for `NEW`, its data written and flushed;
 /// the members as the grow will see them, and the budget shared by their cuts.
@@ -215,10 +177,7 @@ fn crash_rig(cfg: &ArrayConfig, old: &[u8]) -> (Array, Vec<Arc<CrashDisk>>, Arc<
     let mems: Vec<DiskRef> = crash
         .iter()
         .map(|c| {
-            Arc::new(Cut {
-                inner: Arc::clone(c),
-                budget: Arc::clone(&budget),
-            }) as DiskRef
+            Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef
         })
         .collect();
     let a = Array::create(mems.clone(), cfg, true, &mut |_, _| {}).unwrap();

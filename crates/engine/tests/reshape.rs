@@ -11,7 +11,7 @@
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use stripeguard_disk::{CrashDisk, Disk, DiskError, DiskRef, MemDisk};
+use stripeguard_disk::{CrashDisk, DiskRef, MemDisk, PowerCut};
 use stripeguard_engine::{
     continue_reshape, scrub, Array, ArrayConfig, AssembleOptions, EventKind, ReshapeTo,
     ScrubOptions,
@@ -312,44 +312,6 @@ fn refusals_name_the_constraint() {
     assert!(e.contains("no reshape is in progress"), "{e}");
 }
 
-/// A member whose writes and flushes stop landing once the shared budget is spent: the power
-/// cut (reads still answer; what is durable is the crash disk's to say).
-struct Cut {
-    inner: Arc<CrashDisk>,
-    budget: Arc<AtomicI64>,
-}
-
-impl Cut {
-    fn spend(&self) -> Result<(), DiskError> {
-        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            return Err(DiskError::Failed {
-                name: self.inner.name().to_string(),
-                why: "power cut (test)".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl Disk for Cut {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
-        self.spend()?;
-        self.inner.write_at(offset, buf)
-    }
-    fn flush(&self) -> Result<(), DiskError> {
-        self.spend()?;
-        self.inner.flush()
-    }
-}
 
 /// An array on crash disks (plus `j` blank ones), its data written and the array closed; the
 /// members as the reshape will see them, and the budget shared by their cuts.
@@ -365,10 +327,7 @@ fn crash_rig(
     let mems: Vec<DiskRef> = crash
         .iter()
         .map(|c| {
-            Arc::new(Cut {
-                inner: Arc::clone(c),
-                budget: Arc::clone(&budget),
-            }) as DiskRef
+            Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef
         })
         .collect();
     let n = member_count(cfg);
