@@ -136,29 +136,6 @@ impl Disk for CrashDisk {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-
-    #[test]
-    fn flushed_writes_survive_a_crash_and_unflushed_may_not() {
-        let d = CrashDisk::new("c", 4096, 512);
-        d.write_at(0, &[1; 512]).unwrap();
-        d.flush().unwrap();
-        d.write_at(512, &[2; 1024]).unwrap();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let mut saw = [false; 2];
-        for _ in 0..64 {
-            let img = d.crash_image(&mut rng);
-            assert_eq!(&img[..512], &[1; 512]);
-            saw[(img[512] == 2) as usize] = true;
-        }
-        assert_eq!(saw, [true, true]);
-        assert_eq!(d.live_image()[512], 2);
-    }
-}
-
 /// A [`CrashDisk`] whose writes and flushes stop landing once a budget of I/Os shared with the
 /// other members is spent: a power cut at a chosen I/O (reads still answer; what is durable is
 /// the crash disk's to say). Tests of crash consistency cut at every I/O of an operation.
@@ -208,5 +185,28 @@ impl Disk for PowerCut {
     fn flush(&self) -> Result<(), DiskError> {
         self.spend()?;
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn flushed_writes_survive_a_crash_and_unflushed_may_not() {
+        let d = CrashDisk::new("c", 4096, 512);
+        d.write_at(0, &[1; 512]).unwrap();
+        d.flush().unwrap();
+        d.write_at(512, &[2; 1024]).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let mut saw = [false; 2];
+        for _ in 0..64 {
+            let img = d.crash_image(&mut rng);
+            assert_eq!(&img[..512], &[1; 512]);
+            saw[(img[512] == 2) as usize] = true;
+        }
+        assert_eq!(saw, [true, true]);
+        assert_eq!(d.live_image()[512], 2);
     }
 }
