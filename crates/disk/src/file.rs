@@ -311,21 +311,40 @@ impl Disk for FileDisk {
     /// conflicts like another process would. The holder is looked up in `/proc/locks`.
     /// (std's `File::try_lock` and `try_lock_shared` are `flock` with `LOCK_NB` on Linux.)
     fn try_lock(&self, exclusive: bool) -> Result<(), DiskError> {
-        let r = if exclusive {
-            self.file.try_lock()
-        } else {
-            self.file.try_lock_shared()
-        };
-        match r {
-            Ok(()) => Ok(()),
-            Err(std::fs::TryLockError::WouldBlock) => Err(DiskError::Locked {
-                name: self.name.clone(),
-                holder: self.lock_holder(),
-            }),
-            Err(std::fs::TryLockError::Error(e)) => Err(self.err("lock", 0, 0, e)),
+        // A holder that is gone but whose lock is still held is being torn down: a process
+        // killed with an io_uring open drops its files (and their locks) from a kernel worker
+        // some time after it died. That is waited out, up to LOCK_TEARDOWN; a live holder is
+        // refused at once.
+        let began = std::time::Instant::now();
+        loop {
+            let r = if exclusive {
+                self.file.try_lock()
+            } else {
+                self.file.try_lock_shared()
+            };
+            match r {
+                Ok(()) => return Ok(()),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = self.lock_holder();
+                    let gone = holder
+                        .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+                    if gone && began.elapsed() < LOCK_TEARDOWN {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        continue;
+                    }
+                    return Err(DiskError::Locked {
+                        name: self.name.clone(),
+                        holder,
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(self.err("lock", 0, 0, e)),
+            }
         }
     }
 }
+
+/// How long a lock whose holder has exited may take to be released (see `try_lock`).
+const LOCK_TEARDOWN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl FileDisk {
     /// The process holding a flock on this file, from `/proc/locks` (lines such as
