@@ -116,6 +116,9 @@ fn a_killed_reshape_is_refused_everywhere_until_grow_continue_finishes_it() {
         let status =
             String::from_utf8_lossy(&sg(&args("status", &ALL, &[]), d).stdout).into_owned();
         assert!(status.contains("RESHAPE in progress"), "{status}");
+        // Wiping a member now would leave the data with no record of where it is.
+        let e = err_of(&sg(&["wipe", "m5"], d));
+        assert!(e.contains("--continue"), "{e}");
         let done = ok(&sg(&args("grow", &ALL, &["--continue"]), d));
         assert!(done.contains("reshaped: 4 → 6 members"), "{done}");
         assert!(
@@ -157,7 +160,15 @@ fn refusals_name_their_reason() {
         d,
     ));
     assert!(e.contains("cannot be used with"), "{e}");
-    // Nothing was changed by any of them, and no file was left behind by a refusal.
+    // A member that cannot be opened (a typo) is refused without recording it as gone.
+    let e = err_of(&sg(&["grow", "m0", "m1", "m2", "gone", "--add", "m4"], d));
+    assert!(e.contains("member 3"), "{e}");
+    let status = ok(&sg(&args("status", &OLD, &["--json"]), d));
+    assert!(!status.contains("\"missing\""), "{status}");
+    // Nothing was changed by any of them, and no file was left behind by a refusal; the
+    // array was closed clean by each.
+    let status = ok(&sg(&args("status", &OLD, &[]), d));
+    assert!(status.contains("state: clean"), "{status}");
     assert!(!d.join("m4").exists());
     assert!(read_back_old(d, want.len()) == want);
 }

@@ -358,13 +358,22 @@ impl Array {
             .iter()
             .map(|d| read_superblock(d.as_ref()))
             .collect();
-        // The newest superblock says a reshape is in progress (a trailing one saying so is from
-        // before the reshape's commit, which the newest records).
-        if let Some((sb, _)) = found
-            .iter()
-            .filter_map(|f| f.as_ref().ok())
-            .max_by_key(|(sb, _)| sb.generation)
-            .filter(|(sb, _)| sb.reshape.is_some())
+        // A superblock saying a reshape is in progress, at least as new as every other (one
+        // trailing the others is from before the reshape's commit, which they record).
+        let valid = || {
+            found
+                .iter()
+                .filter_map(|f| f.as_ref().ok())
+                .map(|(sb, _)| sb)
+        };
+        let plain = valid()
+            .filter(|sb| sb.reshape.is_none())
+            .map(|sb| sb.generation)
+            .max();
+        if let Some(sb) = valid()
+            .filter(|sb| sb.reshape.is_some())
+            .max_by_key(|sb| sb.generation)
+            .filter(|sb| plain.is_none_or(|g| sb.generation >= g))
         {
             return Err(reshaping(sb));
         }

@@ -219,6 +219,8 @@ impl Array {
             parity_chunks: sb.parity_chunks,
             code: sb.code,
             offset_stripes: u32::try_from(offset_stripes).expect("at most 32"),
+            // Named for real when the reshape starts.
+            id: 1,
         });
         new.member_table = vec![
             MemberSlot {
@@ -266,7 +268,15 @@ impl Array {
         opts: &AssembleOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Reshaped, EngineError> {
-        let (mut new, plan) = self.reshape_target(&added, to)?;
+        let (mut new, plan) = match self.reshape_target(&added, to) {
+            Ok(t) => t,
+            Err(e) => {
+                // Refused before anything is written: closed as any command ends.
+                let _ = self.close();
+                return Err(e);
+            }
+        };
+        let prev = self.checkpoint().unwrap_or_default();
         lock_members(&added, true, opts.local_locks)?;
         let mut members: Vec<DiskRef> = self.members().all();
         let old_members = members.len();
@@ -304,6 +314,35 @@ impl Array {
             d.flush()?;
         }
         new.sequence_high_water = reserve_sequences(&new, plan.new_stripes);
+        // This reshape's name, and its first progress record, written before any superblock
+        // names the reshape: a run that finds no record of this id knows the record is lost.
+        let id = loop {
+            let id = u32::from_le_bytes(crate::env::random(opts.env.as_ref()));
+            if id != 0 {
+                break id;
+            }
+        };
+        if let Some(r) = new.reshape.as_mut() {
+            r.id = id;
+        }
+        let first = Checkpoint {
+            sequence: prev.sequence + 1,
+            reshape: Some(ReshapeProgress {
+                id,
+                stripes: plan.new_stripes,
+                started_unix: crate::env::unix_seconds(opts.env.as_ref()),
+                ..ReshapeProgress::default()
+            }),
+            ..prev
+        };
+        let bytes = first
+            .to_copy(stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES)
+            .expect("a checkpoint fits its slot");
+        let at = CHECKPOINT_OFFSET + stripeguard_format::slot_offset(first.sequence, bytes.len());
+        for d in &members {
+            d.write_at(at, &bytes)?;
+            d.flush()?;
+        }
         write_superblocks(&members, &new, true)?;
         run(members, new, plan, opts, progress)
     }
@@ -357,31 +396,32 @@ pub fn continue_reshape(
     let started =
         (0..usize::from(from.members)).all(|i| matches!(&found[i], Ok(sb) if sb.reshape.is_some()));
     for (i, (d, f)) in members.iter().zip(&found).enumerate() {
-        let ok = match f {
-            Err(_) if !started && i >= usize::from(from.members) => true,
-            Ok(sb) => {
-                sb.array_uuid == new.array_uuid
-                    && usize::from(sb.member_index) == i
-                    && sb.generation <= new.generation
-                    // An old member may trail from an interrupted start; an added one never
-                    // had another superblock of this array.
-                    && (sb.reshape.is_some() || i < usize::from(from.members))
+        let why = match f {
+            Err(_) if !started && i >= usize::from(from.members) => None,
+            Err(e) => Some(e.clone()),
+            Ok(sb) if sb.array_uuid != new.array_uuid => Some(format!(
+                "it belongs to array {}",
+                stripeguard_format::hex(&sb.array_uuid)
+            )),
+            Ok(sb) if usize::from(sb.member_index) != i => {
+                Some(format!("its superblock names member {}", sb.member_index))
             }
-            Err(_) => false,
+            Ok(sb) if sb.generation > new.generation => Some(format!(
+                "its superblock (event count {}) is newer than the reshape's ({})",
+                sb.generation, new.generation
+            )),
+            // An old member may trail from an interrupted start; an added one never had
+            // another superblock of this array.
+            Ok(sb) if sb.reshape.is_none() && i >= usize::from(from.members) => {
+                Some("it is an added member without the reshape's superblock".into())
+            }
+            Ok(_) => None,
         };
-        if !ok {
+        if let Some(why) = why {
             return Err(EngineError::Assemble(format!(
-                "{} is not member {i} of the array being reshaped ({}){}",
+                "{} is not member {i} of the array being reshaped ({}): {why}",
                 d.name(),
                 stripeguard_format::hex(&new.array_uuid),
-                match f {
-                    Err(e) => format!(": {e}"),
-                    Ok(sb) => format!(
-                        ": its superblock names member {} of array {}",
-                        sb.member_index,
-                        stripeguard_format::hex(&sb.array_uuid)
-                    ),
-                }
             )));
         }
         if d.size_bytes() < new.member_bytes() {
@@ -530,19 +570,15 @@ fn run(
             .saturating_sub(SEQUENCE_RESERVATION),
         new.sequence_high_water,
     );
-    let prev = target.checkpoint().unwrap_or_default();
+    let (prev, progress_now) = progress_of(&members, &new, &plan)?;
     let mut mover = Mover {
         old: &old,
         target: &target,
         plan: &plan,
         chunk: usize_of(u64::from(new.chunk_bytes)),
         added: n_old..members.len(),
-        record: prev.clone(),
-        progress: prev.reshape.clone().unwrap_or(ReshapeProgress {
-            stripes: plan.new_stripes,
-            started_unix: crate::env::unix_seconds(opts.env.as_ref()),
-            ..ReshapeProgress::default()
-        }),
+        record: prev,
+        progress: progress_now,
         backup: None,
     };
     let resumed_at = mover.progress.done;
@@ -669,6 +705,71 @@ fn finished(
     );
     array.close()?;
     Ok(summary)
+}
+
+/// The newest checkpoint record on `members` and this reshape's progress in it, refused when
+/// it cannot be trusted: a reshape resumed from an older record than the newest written would
+/// copy again from old stripes a later step has overwritten. A power cut tears at most the
+/// copy in flight (the members are written one after another), so a damaged copy on more than
+/// one member, no record of this reshape's id, or progress past its end is refused.
+fn progress_of(
+    members: &[DiskRef],
+    new: &Superblock,
+    plan: &Reshape,
+) -> Result<(Checkpoint, ReshapeProgress), EngineError> {
+    use stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES as SLOT;
+    let id = new.reshape.map_or(0, |r| r.id);
+    let mut newest: Option<Checkpoint> = None;
+    let mut damaged = Vec::new();
+    for d in members {
+        let mut b = vec![0u8; 2 * SLOT];
+        let read = d.read_at(CHECKPOINT_OFFSET, &mut b);
+        let mut bad = read.is_err();
+        for copy in b.chunks_exact(SLOT).filter(|_| read.is_ok()) {
+            match Checkpoint::read_copy(copy) {
+                Ok(Some(c)) if newest.as_ref().is_none_or(|n| c.sequence > n.sequence) => {
+                    newest = Some(c);
+                }
+                Ok(_) => {}
+                Err(_) => bad = true,
+            }
+        }
+        if bad {
+            damaged.push(d.name().to_string());
+        }
+    }
+    let lost = |why: String| {
+        Err(EngineError::Assemble(format!(
+            "the reshape's progress cannot be trusted: {why}; continuing could copy chunks from old stripes a later step has overwritten, so it is refused (FORMAT.md §2, \"Reshaping the array\"). The data is in place but no command can read it safely"
+        )))
+    };
+    if damaged.len() > 1 {
+        return lost(format!(
+            "the checkpoint record (FORMAT.md §2.3) is damaged on {} members ({}), more than a power cut leaves",
+            damaged.len(),
+            damaged.join(", ")
+        ));
+    }
+    let record = newest.unwrap_or_default();
+    let progress = match record.reshape.clone() {
+        Some(p) if p.id == id => p,
+        other => {
+            return lost(format!(
+                "the newest checkpoint record holds {} instead of this reshape's (id {id:08x}), which was written before the superblocks named it",
+                match other {
+                    Some(p) => format!("the progress of another reshape (id {:08x})", p.id),
+                    None => "no reshape progress".into(),
+                }
+            ))
+        }
+    };
+    if progress.stripes != plan.new_stripes || progress.done > progress.stripes {
+        return lost(format!(
+            "the checkpoint says {} of {} new stripes moved, but this reshape has {}",
+            progress.done, progress.stripes, plan.new_stripes
+        ));
+    }
+    Ok((record, progress))
 }
 
 /// Chunks read ahead, and what it found (see [`read_old`]).

@@ -166,7 +166,6 @@ fn a_grow_is_refused_while_a_member_is_out() {
     a.close().unwrap();
 }
 
-
 /// An array of `OLD` stripes on crash disks with room for `NEW`, its data written and flushed;
 /// the members as the grow will see them, and the budget shared by their cuts.
 fn crash_rig(cfg: &ArrayConfig, old: &[u8]) -> (Array, Vec<Arc<CrashDisk>>, Arc<AtomicI64>) {
@@ -176,9 +175,7 @@ fn crash_rig(cfg: &ArrayConfig, old: &[u8]) -> (Array, Vec<Arc<CrashDisk>>, Arc<
         .collect();
     let mems: Vec<DiskRef> = crash
         .iter()
-        .map(|c| {
-            Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef
-        })
+        .map(|c| Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef)
         .collect();
     let a = Array::create(mems.clone(), cfg, true, &mut |_, _| {}).unwrap();
     scribbled(cfg, &a, &mems);

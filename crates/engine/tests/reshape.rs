@@ -312,7 +312,6 @@ fn refusals_name_the_constraint() {
     assert!(e.contains("no reshape is in progress"), "{e}");
 }
 
-
 /// An array on crash disks (plus `j` blank ones), its data written and the array closed; the
 /// members as the reshape will see them, and the budget shared by their cuts.
 fn crash_rig(
@@ -326,9 +325,7 @@ fn crash_rig(
         .collect();
     let mems: Vec<DiskRef> = crash
         .iter()
-        .map(|c| {
-            Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef
-        })
+        .map(|c| Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef)
         .collect();
     let n = member_count(cfg);
     let a = Array::create(mems[..n].to_vec(), cfg, true, &mut |_, _| {}).unwrap();
@@ -452,4 +449,84 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
     }
     eprintln!("{cases} power cuts inside reshapes; {resumed} continued from the checkpoint");
     assert!(resumed > 0);
+}
+
+#[test]
+fn reshapes_one_after_another_each_move_the_data() {
+    // The second reshape must not take the first one's finished progress for its own (an
+    // outside attack found exactly that: the data was left where the first one put it).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(392);
+    for scheme in [Scheme::HybridSeq, Scheme::None] {
+        let cfg = config(scheme, CodeId::Xor, 1, true, false);
+        let mems = disks(&cfg, 4);
+        let n = member_count(&cfg);
+        let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
+        let old = random(&mut rng, a.capacity_bytes() as usize / 2);
+        a.write(0, &old).unwrap();
+        let steps = [
+            (ReshapeTo::AddData, n + 1, 4, 1),
+            (ReshapeTo::Raid6, n + 2, 4, 2),
+            (ReshapeTo::AddData, n + 4, 6, 2),
+        ];
+        let mut a = Some(a);
+        for (to, members, k, m) in steps {
+            let what = format!("{scheme:?} to {members} members {to:?}");
+            let cur = a.take().unwrap();
+            let had = cur.geometry().n();
+            cur.reshape(mems[had..members].to_vec(), to, &writable(), &mut |_, _| {})
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let b = Array::assemble(mems[..members].to_vec(), &writable()).unwrap();
+            assert_eq!((b.geometry().k, b.geometry().m), (k, m), "{what}");
+            let got = read_all(&b);
+            assert!(got[..old.len()] == old[..], "{what}: the data changed");
+            assert!(got[old.len()..].iter().all(|&x| x == 0), "{what}");
+            a = Some(b);
+        }
+        a.unwrap().close().unwrap();
+    }
+}
+
+#[test]
+fn a_continue_refuses_progress_it_cannot_trust() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(393);
+    let cfg = config(Scheme::None, CodeId::Raid6, 2, false, false);
+    let n = member_count(&cfg);
+    let old = random(&mut rng, (STRIPES * 3 * u64::from(CHUNK)) as usize);
+    for damage in ["zeros", "garbage", "one member"] {
+        let (a, mems, crash, budget) = crash_rig(&cfg, 1, &old);
+        budget.store(400, Ordering::SeqCst);
+        assert!(a
+            .reshape(
+                mems[n..].to_vec(),
+                ReshapeTo::AddData,
+                &writable(),
+                &mut |_, _| {}
+            )
+            .is_err());
+        drop(mems);
+        let images: Vec<DiskRef> = crash
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Arc::new(MemDisk::from_bytes(format!("m{i}"), c.live_image())) as DiskRef)
+            .collect();
+        // Both checkpoint slots (FORMAT.md §2.3: 4096 bytes at 12288).
+        let hit: &[DiskRef] = if damage == "one member" {
+            &images[..1]
+        } else {
+            &images
+        };
+        for d in hit {
+            let fill = if damage == "zeros" { 0 } else { 0x5a };
+            d.write_at(12288, &[fill; 4096]).unwrap();
+        }
+        let r = continue_reshape(images.clone(), &writable(), &mut |_, _| {});
+        if damage == "one member" {
+            // A torn copy on one member is what a power cut leaves: the others hold it.
+            r.unwrap_or_else(|e| panic!("{damage}: {e}"));
+            check_after(damage, images, &old, 4, true, &mut rng);
+        } else {
+            let e = r.expect_err(damage).to_string();
+            assert!(e.contains("cannot be trusted"), "{damage}: {e}");
+        }
+    }
 }

@@ -24,7 +24,8 @@
 //!    136    1 reshape: 0 none, 1 running or interrupted, 2 finished
 //!    137    1 reshape backup: 0 none, 1 the critical section's backup is durable
 //!    138    1 reshape finishing: 1 the stripe-state record may already be the new geometry's
-//!    139    5 zero
+//!    139    1 zero
+//!    140    4 reshape id (the superblock's, §2.1 bytes 148..152)
 //!    144    8 new stripes committed (the reshape's window starts here)
 //!    152    8 new stripes that hold data
 //!    160    8 reshape started, Unix seconds
@@ -105,6 +106,8 @@ pub struct ReshapeProgress {
     pub backup_crc: u32,
     /// Units the reshape's reads found wrong and repaired.
     pub repaired: u64,
+    /// The reshape this is the progress of (the superblock's reshape id).
+    pub id: u32,
     /// The finish has begun: the stripe-state record may already be the new geometry's, and
     /// `zero` is what it lists.
     pub finishing: bool,
@@ -171,6 +174,7 @@ impl Record for Checkpoint {
             b[176..180].copy_from_slice(&r.backup_crc.to_le_bytes());
             put_u64(b, 184, r.repaired);
             b[138] = u8::from(r.finishing);
+            b[140..144].copy_from_slice(&r.id.to_le_bytes());
             let zero = &r.zero[..r.zero.len().min(RESHAPE_ZERO_RANGES)];
             b[192..196].copy_from_slice(&u32::try_from(zero.len()).unwrap_or(0).to_le_bytes());
             for (i, &(lo, hi)) in zero.iter().enumerate() {
@@ -223,6 +227,7 @@ impl Record for Checkpoint {
                     backup_crc: u32::from_le_bytes([b[176], b[177], b[178], b[179]]),
                     repaired: u64_at(b, 184),
                     finishing: b[138] == 1,
+                    id: u32::from_le_bytes([b[140], b[141], b[142], b[143]]),
                     zero,
                 })
             }

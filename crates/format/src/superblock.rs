@@ -473,6 +473,9 @@ pub struct ReshapeFrom {
     /// old one's (`δ`, a level change: the data offset at 48 is the new geometry's, the old
     /// one's is `δ·U` less); 0 when members are added as data members.
     pub offset_stripes: u32,
+    /// Random, not zero: names this reshape; the checkpoint's reshape part (§2.3) carries the
+    /// same, so a record of an earlier reshape is never taken for this one's progress.
+    pub id: u32,
 }
 
 /// Why bytes are not a valid superblock.
@@ -615,6 +618,10 @@ impl Superblock {
                 || u64::from(r.offset_stripes)
                     .checked_mul(self.unit_bytes())
                     .is_none_or(|b| b > self.data_offset_bytes)
+                // Adding data members moves in place; a level change (same k) into room past
+                // the data.
+                || (r.offset_stripes == 0) != (r.data_chunks < self.data_chunks)
+                || r.id == 0
             {
                 return Err(g(
                     "the reshape's old geometry is impossible or has as many members as the new one",
@@ -786,6 +793,7 @@ impl Superblock {
             b[248..250].copy_from_slice(&r.parity_chunks.to_le_bytes());
             b[250] = r.code.id();
             b[252..256].copy_from_slice(&r.offset_stripes.to_le_bytes());
+            b[148..152].copy_from_slice(&r.id.to_le_bytes());
         }
         b[96..104].copy_from_slice(&incompatible.to_le_bytes());
         b[104..112].copy_from_slice(&compatible.to_le_bytes());
@@ -901,6 +909,7 @@ impl Superblock {
                     code: CodeId::from_id(b[250])
                         .ok_or(SuperblockError::Geometry("unknown code id of the reshape"))?,
                     offset_stripes: u32_at(b, 252),
+                    id: u32_at(b, 148),
                 })
             } else {
                 None

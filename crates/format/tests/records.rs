@@ -167,7 +167,8 @@ fn superblock() -> Superblock {
             data_chunks: 2,
             parity_chunks: 1,
             code: CodeId::Xor,
-            offset_stripes: 3,
+            offset_stripes: 0,
+            id: 0x0102_0304,
         }),
         member_table: (0..4)
             .map(|i| MemberSlot {
@@ -243,6 +244,7 @@ fn checkpoint() -> Checkpoint {
             backup_crc: 0x1234_5678,
             repaired: 2,
             finishing: true,
+            id: 0x0a0b_0c0d,
             zero: vec![(3, 9), (750, 1000)],
         }),
     }
@@ -410,7 +412,8 @@ fn superblock_matches_format_md() {
             ("reshape from data chunks", le(2, 2)),
             ("reshape from parity chunks", le(1, 2)),
             ("reshape from code", vec![1]),
-            ("reshape offset", le(3, 4)),
+            ("reshape offset", le(0, 4)),
+            ("reshape id", le(0x0102_0304, 4)),
         ],
     );
     // The member table (its own table in FORMAT.md: state, reserved, device, last event).
@@ -489,6 +492,7 @@ fn checkpoint_record_matches_format_md() {
             ("reshape backup crc", le(0x1234_5678, 4)),
             ("reshape units repaired", le(2, 8)),
             ("reshape finishing", vec![1]),
+            ("reshape id", le(0x0a0b_0c0d, 4)),
             ("reshape zero ranges", le(2, 4)),
             ("reshape zero range table", {
                 let mut t = [le(3, 8), le(9, 8), le(750, 8), le(1000, 8)].concat();

@@ -102,10 +102,15 @@ impl Added {
     ) -> Result<Reshaped, EngineError> {
         if let Err(e) = array.reshape_preflight(&self.disks, to) {
             self.remove_created();
+            // Refused: the array is closed as any command ends (clean, no owner left).
+            let _ = array.close();
             return Err(e);
         }
         for t in &self.targets {
-            t.wipe()?;
+            if let Err(e) = t.wipe() {
+                let _ = array.close();
+                return Err(e);
+            }
         }
         array.reshape(self.disks, to, &reshape_options(), progress)
     }

@@ -39,6 +39,18 @@ fn open_checked(p: &Path) -> Result<Target, EngineError> {
     };
     // A live holder keeps its members locked: never pull the metadata from under it.
     t.disk.try_lock(true)?;
+    // Mid-reshape a member's metadata is what says where its data is, in two geometries.
+    if let Some(r) = read_superblock_of(t.disk.as_ref())
+        .ok()
+        .and_then(|sb| sb.reshape.map(|r| (r, sb.members)))
+    {
+        return Err(EngineError::Config(format!(
+            "{} is a member of an array whose reshape from {} to {} members is in progress or was interrupted: finish it with `stripeguard grow MEMBERS... --continue` first (wiping a member now would leave the array's data with no record of where it is)",
+            p.display(),
+            r.0.members,
+            r.1
+        )));
+    }
     Ok(t)
 }
 

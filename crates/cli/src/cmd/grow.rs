@@ -157,9 +157,6 @@ pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
         return continue_reshape(&a);
     }
     a.array.resolve(false)?;
-    if !a.add.is_empty() {
-        return reshape(&a);
-    }
     // A member out refuses the grow: seen read-only first, so the refusal writes nothing (a
     // writable assembly would record the absent member as gone).
     if let Ok(look) = assemble(&a.array, false) {
@@ -178,6 +175,9 @@ pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
                 out.join("; ")
             );
         }
+    }
+    if !a.add.is_empty() {
+        return reshape(&a);
     }
     // Held by a running `serve`: it grows the array while it goes on serving.
     let array = match assemble_or_holder(&a.array, true)? {
