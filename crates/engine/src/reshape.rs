@@ -256,9 +256,35 @@ impl Array {
         Ok((new, plan))
     }
 
+    /// Read every chunk of the array through the normal read path (damage repaired), refusing
+    /// at the first stripe that cannot be read, named with what to do.
+    fn check_readable(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), EngineError> {
+        let g = self.geometry();
+        let step = g.stripe_data_bytes() * RESHAPE_BATCH;
+        let total = self.capacity_bytes();
+        let mut buf = vec![0u8; usize_of(step)];
+        let mut at = 0;
+        while at < total {
+            let len = (total - at).min(step);
+            match self.read(at, &mut buf[..usize_of(len)]) {
+                Ok(()) => {}
+                Err(EngineError::Unrecoverable { stripe, reason }) => {
+                    return Err(EngineError::Config(format!(
+                        "stripe {stripe} cannot be read ({reason}): a reshape would stop there with the data half moved, so none starts; `status --check` lists every such stripe, and `read --skip-unrecoverable` saves what is left of it before it is rewritten or cleared"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+            at += len;
+            progress(at / g.stripe_data_bytes(), g.stripes);
+        }
+        Ok(())
+    }
+
     /// Add `added` as data members, or (`to`) as RAID-6's second parity (FORMAT.md §2,
     /// "Reshaping the array"), offline: the array is
-    /// closed first, the data moved into the new geometry, and the array assembled again to
+    /// read whole first (a stripe that cannot be read refuses the reshape before anything
+    /// moves), closed, the data moved into the new geometry, and the array assembled again to
     /// log the end. `added` must be opened and locked by the caller (as every member); the
     /// members stay locked through their handles. `progress(done, total)` counts new stripes.
     pub fn reshape(
@@ -276,6 +302,14 @@ impl Array {
                 return Err(e);
             }
         };
+        // Every chunk is read once before anything moves (damage met is repaired in place, as
+        // any writable read does): a stripe that cannot be read would otherwise stop the
+        // reshape with the data half moved, and no command could read the array until it was
+        // finished.
+        if let Err(e) = self.check_readable(progress) {
+            let _ = self.close();
+            return Err(e);
+        }
         let prev = self.checkpoint().unwrap_or_default();
         lock_members(&added, true, opts.local_locks)?;
         let mut members: Vec<DiskRef> = self.members().all();

@@ -530,3 +530,39 @@ fn a_continue_refuses_progress_it_cannot_trust() {
         }
     }
 }
+
+#[test]
+fn a_stripe_that_cannot_be_read_refuses_the_reshape_before_anything_moves() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(394);
+    let cfg = config(Scheme::HybridSeq, CodeId::Xor, 1, false, false);
+    let mems = disks(&cfg, 1);
+    let n = member_count(&cfg);
+    let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
+    let old = random(&mut rng, a.capacity_bytes() as usize);
+    a.write(0, &old).unwrap();
+    let at = a.unit_offset(40) + 100;
+    a.close().unwrap();
+    // Two units of stripe 40 damaged: more than one parity rebuilds.
+    for d in &mems[..2] {
+        d.write_at(at, &[0xee; 64]).unwrap();
+    }
+    let a = Array::assemble(mems[..n].to_vec(), &writable()).unwrap();
+    let e = a
+        .reshape(
+            mems[n..].to_vec(),
+            ReshapeTo::AddData,
+            &writable(),
+            &mut |_, _| {},
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("stripe 40 cannot be read"), "{e}");
+    // Nothing moved: the array assembles as it was, every other stripe readable.
+    let b = Array::assemble(mems[..n].to_vec(), &writable()).unwrap();
+    assert_eq!(b.geometry().k, 3);
+    let sd = b.geometry().stripe_data_bytes() as usize;
+    let mut got = vec![0u8; 40 * sd];
+    b.read(0, &mut got).unwrap();
+    assert!(got == old[..40 * sd]);
+    b.close().unwrap();
+}
