@@ -306,10 +306,12 @@ impl Array {
         // any writable read does): a stripe that cannot be read would otherwise stop the
         // reshape with the data half moved, and no command could read the array until it was
         // finished.
+        let before = self.counters().repaired;
         if let Err(e) = self.check_readable(progress) {
             let _ = self.close();
             return Err(e);
         }
+        let repaired = self.counters().repaired - before;
         let prev = self.checkpoint().unwrap_or_default();
         lock_members(&added, true, opts.local_locks)?;
         let mut members: Vec<DiskRef> = self.members().all();
@@ -365,6 +367,8 @@ impl Array {
                 id,
                 stripes: plan.new_stripes,
                 started_unix: crate::env::unix_seconds(opts.env.as_ref()),
+                // What the read before the start repaired.
+                repaired,
                 ..ReshapeProgress::default()
             }),
             ..prev
@@ -616,7 +620,6 @@ fn run(
         backup: None,
     };
     let resumed_at = mover.progress.done;
-    let repaired_before = mover.progress.repaired;
     if !mover.progress.finished {
         mover.commit()?;
     }
@@ -668,7 +671,6 @@ fn run(
             from_bytes,
             repaired,
             resumed_at,
-            repaired_before,
         }),
     )
 }
@@ -678,7 +680,6 @@ struct Ran {
     from_bytes: u64,
     repaired: u64,
     resumed_at: u64,
-    repaired_before: u64,
 }
 
 /// After the commit: assemble the array in its new geometry, log the `reshaped` event, close.
@@ -705,7 +706,6 @@ fn finished(
         from_bytes: old_sb.stripes * u64::from(old_sb.data_chunks) * u64::from(old_sb.chunk_bytes),
         repaired: progress.repaired,
         resumed_at: progress.done,
-        repaired_before: progress.repaired,
     });
     let summary = Reshaped {
         from_members: n_old,
@@ -730,7 +730,7 @@ fn finished(
             summary.from_bytes,
             summary.to_bytes,
             summary.repaired,
-            if ran.resumed_at > 0 || ran.repaired_before > 0 {
+            if ran.resumed_at > 0 {
                 format!(", continued at new stripe {}", ran.resumed_at)
             } else {
                 String::new()
