@@ -607,27 +607,6 @@ impl Superblock {
         if self.member_table.len() != self.members as usize {
             return Err(g("member table length differs from the member count"));
         }
-        if let Some(r) = self.reshape {
-            let from = u32::from(r.data_chunks) + u32::from(r.parity_chunks) + u32::from(extra);
-            if r.data_chunks == 0
-                || r.parity_chunks == 0
-                || from != u32::from(r.members)
-                || r.members >= self.members
-                || r.data_chunks > self.data_chunks
-                || !self.scheme.fits_data_chunks(r.data_chunks as usize)
-                || u64::from(r.offset_stripes)
-                    .checked_mul(self.unit_bytes())
-                    .is_none_or(|b| b > self.data_offset_bytes)
-                // Adding data members moves in place; a level change (same k) into room past
-                // the data.
-                || (r.offset_stripes == 0) != (r.data_chunks < self.data_chunks)
-                || r.id == 0
-            {
-                return Err(g(
-                    "the reshape's old geometry is impossible or has as many members as the new one",
-                ));
-            }
-        }
         if !self.scheme.fits_data_chunks(self.data_chunks as usize) {
             return Err(g(
                 "pure and hybrid2 need at least 2 data chunks: with one, a chunk's buddy is the chunk itself, written in the same I/O, so a lost write or flipped bit could not be caught (use hybrid1 or hybrid-seq)",
@@ -696,6 +675,27 @@ impl Superblock {
                     .and_then(|j| j.checked_add(b))
             })
             .ok_or(g("member size overflows 64 bits"))?;
+        if let Some(r) = self.reshape {
+            let from = u32::from(r.data_chunks) + u32::from(r.parity_chunks) + u32::from(extra);
+            if r.data_chunks == 0
+                || r.parity_chunks == 0
+                || from != u32::from(r.members)
+                || r.members >= self.members
+                || r.data_chunks > self.data_chunks
+                || !self.scheme.fits_data_chunks(r.data_chunks as usize)
+                || u64::from(r.offset_stripes)
+                    .checked_mul(self.unit_bytes())
+                    .is_none_or(|b| b > self.data_offset_bytes)
+                // Adding data members moves in place; a level change (same k) into room past
+                // the data.
+                || (r.offset_stripes == 0) != (r.data_chunks < self.data_chunks)
+                || r.id == 0
+            {
+                return Err(g(
+                    "the reshape's old geometry is impossible or has as many members as the new one",
+                ));
+            }
+        }
         Ok(())
     }
 
