@@ -188,6 +188,24 @@ impl Disk for PowerCut {
     }
 }
 
+/// What every member could hold after a power cut now, as memory disks named `m0`, `m1`, ...
+/// (each its own random subset of unflushed writes, [`CrashDisk::crash_image`]).
+pub fn crash_images(
+    disks: &[std::sync::Arc<CrashDisk>],
+    rng: &mut impl Rng,
+) -> Vec<crate::DiskRef> {
+    disks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            std::sync::Arc::new(crate::MemDisk::from_bytes(
+                format!("m{i}"),
+                c.crash_image(rng),
+            )) as crate::DiskRef
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

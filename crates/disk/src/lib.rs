@@ -31,7 +31,7 @@ pub use abort::AbortDisk;
 pub use at_rest::{apply as damage_at_rest, AtRest, AtRestError};
 pub use buf::AlignedBuf;
 pub use counting::{CountingDisk, IoCounts};
-pub use crash::{CrashDisk, PowerCut};
+pub use crash::{crash_images, CrashDisk, PowerCut};
 pub use failed::FailedDisk;
 pub use faulty::{Fault, FaultKind, FaultyDisk, Injected, UnitMap};
 pub use file::FileDisk;

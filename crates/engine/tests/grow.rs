@@ -11,7 +11,7 @@
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use stripeguard_disk::{CrashDisk, DiskRef, MemDisk, PowerCut};
+use stripeguard_disk::{crash_images, CrashDisk, DiskRef, MemDisk, PowerCut};
 use stripeguard_engine::{Array, ArrayConfig, ScrubOptions};
 use stripeguard_integrity::Scheme;
 
@@ -211,16 +211,7 @@ fn a_power_cut_at_any_io_of_a_grow_leaves_the_old_size_or_the_new_one() {
             budget.store(cut, Ordering::SeqCst);
             let _ = a.grow(NEW, &mut |_, _| {});
             drop(a);
-            let images: Vec<DiskRef> = crash
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    Arc::new(MemDisk::from_bytes(
-                        format!("m{i}"),
-                        c.crash_image(&mut rng),
-                    )) as DiskRef
-                })
-                .collect();
+            let images = crash_images(&crash, &mut rng);
             let b = Array::assemble(images.clone(), &Default::default())
                 .unwrap_or_else(|e| panic!("{what}, cut at I/O {cut} of {ios}: {e}"));
             let stripes = b.geometry().stripes;

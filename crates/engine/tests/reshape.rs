@@ -11,7 +11,7 @@
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use stripeguard_disk::{CrashDisk, DiskRef, MemDisk, PowerCut};
+use stripeguard_disk::{crash_images, CrashDisk, DiskRef, MemDisk, PowerCut};
 use stripeguard_engine::{
     continue_reshape, scrub, Array, ArrayConfig, AssembleOptions, EventKind, ReshapeTo,
     ScrubOptions,
@@ -407,16 +407,7 @@ fn a_power_cut_at_any_io_of_a_reshape_loses_nothing() {
             let r = a.reshape(mems[n..].to_vec(), to, &writable(), &mut |_, _| {});
             assert!(r.is_err(), "{what}: cut at {cut} of {ios} did not stop it");
             drop(mems);
-            let images: Vec<DiskRef> = crash
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    Arc::new(MemDisk::from_bytes(
-                        format!("m{i}"),
-                        c.crash_image(&mut rng),
-                    )) as DiskRef
-                })
-                .collect();
+            let images = crash_images(&crash, &mut rng);
             match continue_reshape(images.clone(), &writable(), &mut |_, _| {}) {
                 Ok(_) => resumed += 1,
                 Err(e) if e.to_string().contains("no reshape is in progress") => {
