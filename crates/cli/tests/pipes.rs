@@ -280,3 +280,27 @@ fn write_from_a_pipe_past_the_end_writes_what_fits_and_says_so() {
         "{st:?}"
     );
 }
+
+#[test]
+fn an_output_that_refuses_its_bytes_is_a_one_line_error_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ms = create_array(d);
+    let mut args = vec!["status"];
+    args.extend(ms);
+    let out = bin()
+        .args(&args)
+        .current_dir(d)
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot write the output"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

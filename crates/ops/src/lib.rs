@@ -1281,6 +1281,23 @@ pub fn peek_uuid(paths: &[PathBuf]) -> Option<[u8; 16]> {
 pub fn abort_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // `println!` to an output that refuses the bytes (`> /dev/full`, a full disk): not a
+        // bug but an error of the environment, said in one line (exit 2, as any error); what
+        // the command did before it printed stands.
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to std") {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "stripeguard: error: cannot write the output ({msg}); the command's work before it printed stands"
+            );
+            std::process::exit(2);
+        }
         report(info);
         eprintln!(
             "stripeguard: internal error (a bug: please report it); aborting — an array this process held is left as after a crash and is resynced at its next assembly"
