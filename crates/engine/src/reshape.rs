@@ -755,17 +755,36 @@ fn progress_of(
     let id = new.reshape.map_or(0, |r| r.id);
     let mut newest: Option<Checkpoint> = None;
     let mut damaged = Vec::new();
+    let ours = |c: &Checkpoint| c.reshape.as_ref().is_some_and(|p| p.id == id);
     for d in members {
         let mut b = vec![0u8; 2 * SLOT];
         let read = d.read_at(CHECKPOINT_OFFSET, &mut b);
         let mut bad = read.is_err();
+        let mut copies: Vec<Checkpoint> = Vec::new();
         for copy in b.chunks_exact(SLOT).filter(|_| read.is_ok()) {
             match Checkpoint::read_copy(copy) {
-                Ok(Some(c)) if newest.as_ref().is_none_or(|n| c.sequence > n.sequence) => {
-                    newest = Some(c);
-                }
-                Ok(_) => {}
+                Ok(Some(c)) => copies.push(c),
+                Ok(None) => {}
                 Err(_) => bad = true,
+            }
+        }
+        // Every member got this reshape's first record before any superblock named it, and
+        // from its second commit on both slots hold its records (they alternate): a member
+        // without one, or whose newest has moved data while the other slot holds none of
+        // this reshape (erased: an empty slot is never what a torn write leaves over a
+        // record), has lost records.
+        let mine: Vec<&Checkpoint> = copies.iter().filter(|c| ours(c)).collect();
+        let moved = mine
+            .iter()
+            .max_by_key(|c| c.sequence)
+            .and_then(|c| c.reshape.as_ref())
+            .is_some_and(|p| p.done > 0 || p.backed_up || p.finishing);
+        if mine.is_empty() || (moved && mine.len() < 2) {
+            bad = true;
+        }
+        for c in copies {
+            if newest.as_ref().is_none_or(|n| c.sequence > n.sequence) {
+                newest = Some(c);
             }
         }
         if bad {
@@ -779,7 +798,7 @@ fn progress_of(
     };
     if damaged.len() > 1 {
         return lost(format!(
-            "the checkpoint record (FORMAT.md §2.3) is damaged on {} members ({}), more than a power cut leaves",
+            "the checkpoint record (FORMAT.md §2.3) is damaged or missing copies of this reshape on {} members ({}), more than a power cut leaves",
             damaged.len(),
             damaged.join(", ")
         ));

@@ -483,7 +483,13 @@ fn a_continue_refuses_progress_it_cannot_trust() {
     let cfg = config(Scheme::None, CodeId::Raid6, 2, false, false);
     let n = member_count(&cfg);
     let old = random(&mut rng, (STRIPES * 3 * u64::from(CHUNK)) as usize);
-    for damage in ["zeros", "garbage", "one member"] {
+    for damage in [
+        "zeros",
+        "garbage",
+        "one member",
+        "newest zeroed",
+        "two members zeroed",
+    ] {
         let (a, mems, crash, budget) = crash_rig(&cfg, 1, &old);
         budget.store(400, Ordering::SeqCst);
         assert!(a
@@ -500,14 +506,23 @@ fn a_continue_refuses_progress_it_cannot_trust() {
             .enumerate()
             .map(|(i, c)| Arc::new(MemDisk::from_bytes(format!("m{i}"), c.live_image())) as DiskRef)
             .collect();
-        // Both checkpoint slots (FORMAT.md §2.3: 4096 bytes at 12288).
-        let hit: &[DiskRef] = if damage == "one member" {
-            &images[..1]
-        } else {
-            &images
+        // The checkpoint's two 2048-byte slots at 12288 (FORMAT.md §2.3; the sequence a u64 at
+        // byte 16 of each).
+        let hit: &[DiskRef] = match damage {
+            "one member" => &images[..1],
+            "two members zeroed" => &images[..2],
+            _ => &images,
         };
         for d in hit {
-            let fill = if damage == "zeros" { 0 } else { 0x5a };
+            if damage == "newest zeroed" {
+                let mut b = [0u8; 4096];
+                d.read_at(12288, &mut b).unwrap();
+                let seq = |at: usize| u64::from_le_bytes(b[at + 16..at + 24].try_into().unwrap());
+                let newest: u64 = if seq(0) > seq(2048) { 0 } else { 2048 };
+                d.write_at(12288 + newest, &[0; 2048]).unwrap();
+                continue;
+            }
+            let fill = if damage.contains("zero") { 0 } else { 0x5a };
             d.write_at(12288, &[fill; 4096]).unwrap();
         }
         let r = continue_reshape(images.clone(), &writable(), &mut |_, _| {});
