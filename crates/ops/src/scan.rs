@@ -46,6 +46,9 @@ pub struct FoundArray {
     pub members: u16,
     pub data_chunks: u16,
     pub parity_chunks: u16,
+    /// The newest superblock says a reshape is in progress (FORMAT.md §2, "Reshaping the
+    /// array"): nothing assembles the array until `grow --continue` finishes it.
+    pub reshaping: bool,
     pub code: String,
     pub scheme: String,
     /// `clean` or `dirty`, as the newest superblock says.
@@ -89,10 +92,14 @@ impl FoundArray {
     }
 
     /// The health in a word: `complete` (every member current), `degraded` (the parity
-    /// covers what is missing or stale), `incomplete` (it cannot be assembled as found).
+    /// covers what is missing or stale), `incomplete` (it cannot be assembled as found),
+    /// `reshaping` (a reshape to finish with `grow --continue` first).
     pub fn health(&self) -> &'static str {
         if !self.ambiguous.is_empty() {
             return "ambiguous";
+        }
+        if self.reshaping {
+            return "reshaping";
         }
         // (Assembly refuses it whatever else is found: not merely degraded.)
         if self
@@ -333,6 +340,7 @@ fn group(uuid: &[u8; 16], found: &[(PathBuf, Superblock)], cfg: &Config) -> Foun
         members: newest.members,
         data_chunks: newest.data_chunks,
         parity_chunks: newest.parity_chunks,
+        reshaping: newest.reshape.is_some(),
         code: newest.code.name().to_string(),
         scheme: newest.scheme.name().to_string(),
         state: format!("{:?}", newest.state).to_lowercase(),
