@@ -1,6 +1,16 @@
-//! Reshaping the array: `j` added members become data members, `k` data chunks per stripe
-//! become `k' = k + j`, the data moving in place (FORMAT.md §2, "Reshaping the array"; the
-//! order of the moves and its proof against power cuts: `stripeguard_plan::reshape`).
+//! Reshaping the array in place (FORMAT.md §2, "Reshaping the array"; the order of the moves
+//! and its proof against power cuts: `stripeguard_plan::reshape`): `j` added members become
+//! data members, `k` data chunks per stripe becoming `k' = k + j` (the plan's forward
+//! direction, md's critical section backed up on the added members), or one added member
+//! becomes RAID-6's second parity at the same `k` (the backward direction: the data moves
+//! from the end into `δ` units of room past it, the new data offset `D + δ·U`).
+//!
+//! Before anything moves, every chunk is read once through the writable array (damage
+//! repaired in place; a stripe that cannot be read refuses the reshape while nothing is
+//! half moved). Then each step: its chunks read (the next step's while this one's are
+//! written), each new stripe encoded and sealed, written whole, the members flushed, the
+//! checkpoint's progress written (the step's commit). A continue trusts that progress only
+//! when it is the newest ever written ([`progress_of`]).
 //!
 //! Two views of the same members run the reshape, each an [`Array`] built from a superblock
 //! without assembling (nothing written by building them):
