@@ -1141,13 +1141,7 @@ impl Array {
                 if let Some(j) = &self.jdevs {
                     sb.journal_devices_lost = j.lost_bits();
                 }
-                let bytes = sb.encode();
-                // Each copy flushed before the next is written: a power cut can tear only the
-                // one in flight, never both.
-                let written = SUPERBLOCK_COPY_OFFSETS
-                    .iter()
-                    .try_for_each(|&off| d.write_at(off, &bytes).and_then(|()| d.flush()));
-                if let Err(e) = written {
+                if let Err(e) = write_superblock_copies(d.as_ref(), &sb) {
                     lost = Some((i, e));
                     break;
                 }
@@ -1174,14 +1168,8 @@ impl Array {
     /// Zero the reserved regions of the metadata area (owner record to the data offset) of
     /// `d` (a member at `create`, a replace's new device).
     pub(crate) fn zero_metadata_of(&self, d: &DiskRef) -> Result<(), EngineError> {
-        let zeros = vec![0u8; 64 << 10];
-        let mut at = OWNER_RECORD_OFFSET;
-        while at < self.sb.data_offset_bytes {
-            let len = usize_of((self.sb.data_offset_bytes - at).min(zeros.len() as u64));
-            d.write_at(at, &zeros[..len])?;
-            at += len as u64;
-        }
-        Ok(())
+        let from = OWNER_RECORD_OFFSET.min(self.sb.data_offset_bytes);
+        zero_range(d, from, self.sb.data_offset_bytes - from)
     }
 
     /// Expected identity of position `pos` of `stripe`.
@@ -1487,13 +1475,39 @@ fn check_chunk_rows(cfg: &ArrayConfig) -> Result<(), EngineError> {
 }
 
 fn num_lcm(a: u64, b: u64) -> u64 {
-    let gcd = |mut x: u64, mut y: u64| {
-        while y != 0 {
-            (x, y) = (y, x % y);
-        }
-        x
-    };
-    a / gcd(a, b) * b
+    a / num_gcd(a, b) * b
+}
+
+/// Greatest common divisor.
+pub(crate) fn num_gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Write both copies of a member's superblock `sb`, each flushed before the next is written: a
+/// power cut can tear only the one in flight, never both (FORMAT.md §2.1's update order).
+pub(crate) fn write_superblock_copies(
+    d: &dyn stripeguard_disk::Disk,
+    sb: &Superblock,
+) -> Result<(), DiskError> {
+    let bytes = sb.encode();
+    SUPERBLOCK_COPY_OFFSETS
+        .iter()
+        .try_for_each(|&off| d.write_at(off, &bytes).and_then(|()| d.flush()))
+}
+
+/// Write zeros over `len` bytes of `d` from `at`, 64 KiB at a time.
+pub(crate) fn zero_range(d: &DiskRef, mut at: u64, len: u64) -> Result<(), EngineError> {
+    let zeros = vec![0u8; 64 << 10];
+    let end = at + len;
+    while at < end {
+        let n = usize_of((end - at).min(zeros.len() as u64));
+        d.write_at(at, &zeros[..n])?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Unit layout of a member with superblock `sb`.

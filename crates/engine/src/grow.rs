@@ -45,13 +45,10 @@ impl Array {
     /// The most stripes every member has room for (metadata area, units and journal slots):
     /// what `grow --size max` grows to. Members that are out do not count.
     pub fn stripes_that_fit(&self) -> u64 {
-        let unit = self.unit_bytes();
-        let slots = u64::from(self.sb().journal_slots) * self.sb().journal_slot_bytes();
-        let d = self.sb().data_offset_bytes;
         MemberIx::upto(self.members().len())
             .filter(|&m| !self.is_failed(m))
             .map(|m| self.members().get(m).measure_size())
-            .map(|size| size.saturating_sub(d).saturating_sub(slots) / unit)
+            .map(|size| self.sb().units_that_fit(size))
             .min()
             .unwrap_or(0)
     }

@@ -28,7 +28,10 @@
 //! are locked for the whole run, and every other command refuses an array with a reshape in
 //! progress (incompatible feature bit 6).
 
-use crate::array::{lock_members, Array, AssembleOptions, SEQUENCE_RESERVATION};
+use crate::array::{
+    lock_members, num_gcd, write_superblock_copies, zero_range, Array, AssembleOptions,
+    SEQUENCE_RESERVATION,
+};
 use crate::assembly::read_superblock;
 use crate::error::EngineError;
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
@@ -36,7 +39,7 @@ use std::ops::Range;
 use stripeguard_disk::{AlignedBuf, DiskRef};
 use stripeguard_format::{
     ArrayState, Checkpoint, CodeId, EventKind, MemberSlot, MemberState, Record, ReshapeFrom,
-    ReshapeProgress, Scheme, Superblock, SUPERBLOCK_COPY_OFFSETS,
+    ReshapeProgress, Scheme, Superblock,
 };
 use stripeguard_integrity::{CHECKPOINT_OFFSET, INTENT_RECORD_OFFSET};
 use stripeguard_plan::reshape::{Place, Reshape, Step};
@@ -54,24 +57,6 @@ pub enum ReshapeTo {
     /// RAID-5 (one xor parity) becomes RAID-6: the one added member holds the second parity,
     /// `k` stays (`grow --level 6`).
     Raid6,
-}
-
-/// Greatest common divisor.
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-/// Units a member of `size` bytes has room for in the geometry of `sb` (its metadata area and
-/// journal slots around them).
-fn physical_stripes(sb: &Superblock, size: u64) -> u64 {
-    let slots = u64::from(sb.journal_slots) * sb.journal_slot_bytes();
-    size.saturating_sub(sb.data_offset_bytes)
-        .saturating_sub(slots)
-        / sb.unit_bytes()
 }
 
 /// What a reshape did.
@@ -199,11 +184,11 @@ impl Array {
             ReshapeTo::AddData => 0,
             ReshapeTo::Raid6 => {
                 let u = sb.unit_bytes();
-                let align = 4096 / gcd(u, 4096);
+                let align = 4096 / num_gcd(u, 4096);
                 let fits = MemberIx::upto(n)
                     .map(|i| self.members().get(i).measure_size())
                     .chain(added.iter().map(|d| d.size_bytes()))
-                    .map(|size| physical_stripes(&sb, size))
+                    .map(|size| sb.units_that_fit(size))
                     .min()
                     .unwrap_or(0);
                 let room = fits.saturating_sub(sb.stripes);
@@ -549,23 +534,7 @@ fn write_superblocks(
         for slot in &mut mine.member_table {
             slot.last_event = sb.generation;
         }
-        let bytes = mine.encode();
-        let d = &members[i];
-        for off in SUPERBLOCK_COPY_OFFSETS {
-            d.write_at(off, &bytes)?;
-            d.flush()?;
-        }
-    }
-    Ok(())
-}
-
-fn zero_range(d: &DiskRef, mut at: u64, len: u64) -> Result<(), EngineError> {
-    let zeros = vec![0u8; 1 << 20];
-    let end = at + len;
-    while at < end {
-        let n = usize_of((end - at).min(zeros.len() as u64));
-        d.write_at(at, &zeros[..n])?;
-        at += n as u64;
+        write_superblock_copies(members[i].as_ref(), &mine)?;
     }
     Ok(())
 }
@@ -630,6 +599,8 @@ fn run(
         backup: None,
     };
     let resumed_at = mover.progress.done;
+    // Before anything moves, this run's progress goes into the other slot too: from here on
+    // both slots hold this reshape's records, which `progress_of` relies on.
     if !mover.progress.finished {
         mover.commit()?;
     }

@@ -528,6 +528,15 @@ impl Superblock {
         1 << self.sector_shift
     }
 
+    /// Units a member of `size` bytes has room for in this geometry: what is left after the
+    /// metadata area (`D`) and the journal slots, in whole units.
+    pub fn units_that_fit(&self, size: u64) -> u64 {
+        let slots = u64::from(self.journal_slots) * self.journal_slot_bytes();
+        size.saturating_sub(self.data_offset_bytes)
+            .saturating_sub(slots)
+            / self.unit_bytes()
+    }
+
     /// Bytes of one unit (chunk + appendix, or chunk alone for `none`).
     pub fn unit_bytes(&self) -> u64 {
         self.chunk_bytes as u64 + self.appendix_bytes() as u64
