@@ -292,6 +292,9 @@ pub struct Array {
     flushes: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
     /// The journal's slots are the journal devices' (set at create or assembly).
     journal_on_devices: bool,
+    /// While a reshape runs: the geometry's view this array is (view.rs). A std lock, no
+    /// scheduling point (read on the rare paths only: sequence numbers, superblocks, records).
+    view: std::sync::RwLock<Option<crate::view::View>>,
 }
 
 impl Array {
@@ -603,6 +606,7 @@ impl Array {
             journal_incomplete: std::sync::atomic::AtomicBool::new(false),
             flushes: Default::default(),
             journal_on_devices: false,
+            view: std::sync::RwLock::new(None),
         })
     }
 
@@ -751,6 +755,10 @@ impl Array {
 
     pub(crate) fn sabotaged(&self, s: Sabotage) -> bool {
         self.sabotage == Some(s)
+    }
+
+    pub(crate) fn view_slot(&self) -> &std::sync::RwLock<Option<crate::view::View>> {
+        &self.view
     }
 
     pub(crate) fn meta(&self) -> &Mutex<Meta> {
@@ -1029,7 +1037,11 @@ impl Array {
         self.clear_appendix_cache();
         let mut meta = self.meta.lock().expect("lock");
         if self.mark_failed(member, why, &mut meta) && self.writable {
-            self.write_superblocks_locked(&mut meta)?;
+            match self.view() {
+                // A reshape's view: out in memory; the reshape stops (view.rs).
+                Some(v) => v.shared.member_failed(),
+                None => self.write_superblocks_locked(&mut meta)?,
+            }
         }
         drop(meta);
         self.check_survivable()
@@ -1076,14 +1088,6 @@ impl Array {
     }
 
     /// The member table as this process knows it.
-    /// Hand out the sequence numbers `next + 1..high_water` (a range the superblocks already
-    /// reserve: a reshape's new view, which writes no superblock of its own).
-    pub(crate) fn set_sequence_range(&self, next: u64, high_water: u64) {
-        let mut s = self.seq.lock().expect("lock");
-        s.next = next;
-        s.high_water = high_water;
-    }
-
     pub fn member_table(&self) -> Vec<MemberSlot> {
         self.meta.lock().expect("lock").table.clone()
     }
@@ -1091,6 +1095,9 @@ impl Array {
     /// The next hybrid-seq sequence number, reserving a new block in the superblocks first when
     /// the current one is used up (so a number is never reused, even after a crash).
     pub(crate) fn next_sequence(&self) -> Result<u64, EngineError> {
+        if let Some(v) = self.view() {
+            return v.shared.next_sequence();
+        }
         let mut s = self.seq.lock().expect("lock");
         if s.next >= s.high_water {
             let hw = s.high_water + SEQUENCE_RESERVATION;
@@ -1113,6 +1120,11 @@ impl Array {
     /// Write every current member's superblock copies with a new event count. A member whose
     /// write fails leaves the array, and the others are written again with a table that says so.
     pub(crate) fn write_superblocks_locked(&self, meta: &mut Meta) -> Result<(), EngineError> {
+        if self.view().is_some() {
+            return Err(EngineError::Config(
+                "a reshape is in progress: the array's superblocks are the reshape's, and this change waits for it to finish".into(),
+            ));
+        }
         loop {
             let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
             for (i, slot) in meta.table.iter_mut().enumerate() {

@@ -97,7 +97,8 @@ pub fn read_log(members: &[DiskRef], sb: &Superblock) -> LogRead {
 impl Array {
     /// Append the events recorded since the last save to every current member's log.
     pub(crate) fn save_events(&self) -> Result<(), EngineError> {
-        if !self.is_writable() {
+        // A reshape's views keep theirs in memory (view.rs).
+        if !self.is_writable() || self.view().is_some() {
             return Ok(());
         }
         let unsaved: Vec<(u64, u64, Event)> = self.take_unsaved();

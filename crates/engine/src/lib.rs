@@ -52,6 +52,7 @@ mod trust;
 mod unitio;
 mod units;
 mod untrusted;
+mod view;
 mod zero;
 
 pub use array::{

@@ -29,12 +29,12 @@
 //! progress (incompatible feature bit 6).
 
 use crate::array::{
-    lock_members, num_gcd, write_superblock_copies, zero_range, Array, AssembleOptions,
-    SEQUENCE_RESERVATION,
+    lock_members, num_gcd, zero_range, Array, AssembleOptions, SEQUENCE_RESERVATION,
 };
 use crate::assembly::read_superblock;
 use crate::error::EngineError;
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
+use crate::view::{write_superblocks, View, ViewShared};
 use std::ops::Range;
 use stripeguard_disk::{AlignedBuf, DiskRef};
 use stripeguard_format::{
@@ -512,33 +512,6 @@ fn reserve_sequences(new: &Superblock, new_stripes: u64) -> u64 {
         .saturating_add(SEQUENCE_RESERVATION)
 }
 
-/// Write `sb` (with each member's index) to every member: the added ones (index `n` up) first
-/// when `added_first`, each copy flushed before the next (FORMAT.md §2.1's update order).
-fn write_superblocks(
-    members: &[DiskRef],
-    sb: &Superblock,
-    added_first: bool,
-) -> Result<(), EngineError> {
-    let old = sb
-        .reshape
-        .map(|r| usize::from(r.members))
-        .unwrap_or(members.len());
-    let order: Vec<usize> = if added_first {
-        (old..members.len()).chain(0..old).collect()
-    } else {
-        (0..members.len()).collect()
-    };
-    for i in order {
-        let mut mine = sb.clone();
-        mine.member_index = crate::num::index_u16(i);
-        for slot in &mut mine.member_table {
-            slot.last_event = sb.generation;
-        }
-        write_superblock_copies(members[i].as_ref(), &mine)?;
-    }
-    Ok(())
-}
-
 /// The old geometry of a reshape's superblock `new`, as the first `n` members hold it.
 fn old_superblock(new: &Superblock) -> Superblock {
     let from = new.reshape.expect("a reshape");
@@ -580,13 +553,17 @@ fn run(
         opts.first_read_map_bytes,
         crate::env::EnvRef::clone(&opts.env),
     )?;
-    // The sequence numbers reserved by the superblocks just written.
-    target.set_sequence_range(
+    // The sequence numbers from those the superblocks just written reserved.
+    let shared = ViewShared::new(
+        members.clone(),
+        new.clone(),
         new.sequence_high_water
             .saturating_sub(plan.new_stripes)
             .saturating_sub(SEQUENCE_RESERVATION),
-        new.sequence_high_water,
     );
+    old.set_view(Some(View::new(&shared, false)));
+    let target_view = View::new(&shared, false);
+    target.set_view(Some(target_view.clone()));
     let (prev, progress_now) = progress_of(&members, &new, &plan)?;
     let mut mover = Mover {
         old: &old,
@@ -597,6 +574,7 @@ fn run(
         record: prev,
         progress: progress_now,
         backup: None,
+        online: false,
     };
     let resumed_at = mover.progress.done;
     // Before anything moves, this run's progress goes into the other slot too: from here on
@@ -634,12 +612,13 @@ fn run(
         }
         Ok(())
     })?;
+    target_view.set_keeps_record(true);
     mover.finish(progress)?;
     let repaired = mover.progress.repaired;
     drop(target);
     drop(old);
     // The commit: the new geometry, without bit 6.
-    let mut done_sb = new.clone();
+    let mut done_sb = shared.superblock();
     done_sb.reshape = None;
     done_sb.state = ArrayState::Clean;
     done_sb.generation += 1;
@@ -869,6 +848,8 @@ struct Mover<'a> {
     progress: ReshapeProgress,
     /// The critical section's chunks, once read (from the old stripes, or the backup).
     backup: Option<Vec<u8>>,
+    /// Clients read and write the array while it runs (online.rs).
+    online: bool,
 }
 
 impl Mover<'_> {
@@ -1010,8 +991,9 @@ impl Mover<'_> {
         let kk = usize_of(k);
         let mut stripes: Vec<(StripeIx, Vec<AlignedBuf>)> = Vec::new();
         for (i, s) in r.clone().enumerate() {
-            if self.zero_new(s) {
-                // Listed as a zero stripe at the finish (nothing of it is read meanwhile).
+            if self.zero_new(s) && self.list_zero(s) {
+                // A zero stripe of the new geometry: listed in the progress this step commits,
+                // nothing written.
                 continue;
             }
             // The new view's own numbering: its data offset carries the plan's δ.
@@ -1059,43 +1041,55 @@ impl Mover<'_> {
     }
 
     /// Whether new stripe `t` holds only chunks of old zero stripes (FORMAT.md §2.7): it is
-    /// not written but listed as a zero stripe at the finish. Decided from the old record,
-    /// which nothing changes before the finish, so every run decides alike.
+    /// then listed as a zero stripe instead of written. Never online (`self.online`): clients
+    /// write into the new stripes while the list is durable only at each step's commit, so
+    /// every new stripe is written (zeros read as zeros).
     fn zero_new(&self, t: u64) -> bool {
-        self.plan
-            .sources(t)
-            .all(|s| self.old.is_zero(StripeIx::new(s)))
+        !self.online
+            && self
+                .plan
+                .sources(t)
+                .all(|s| self.old.is_zero(StripeIx::new(s)))
     }
 
-    /// Every new stripe is committed: the stripes past the data and the new stripes of zero
-    /// chunks become zero stripes (or are written as zeros where the record has no room, or
-    /// the array keeps none), the intent record empty, the checkpoint finished (the
-    /// superblocks' commit is the caller's).
+    /// List new stripe `t` among the progress's zero stripes, unless that would take more
+    /// ranges than the record holds (one kept for the stripes past the data): false, and the
+    /// stripe is written.
+    fn list_zero(&mut self, t: u64) -> bool {
+        let mut zero = self.progress.zero.clone();
+        let at = zero.partition_point(|r| r.1 < t);
+        match zero.get_mut(at) {
+            Some(r) if r.0 <= t + 1 && t <= r.1 => {
+                r.0 = r.0.min(t);
+                r.1 = r.1.max(t + 1);
+            }
+            _ => zero.insert(at, (t, t + 1)),
+        }
+        // Two ranges that now touch become one.
+        if at + 1 < zero.len() && zero[at].1 >= zero[at + 1].0 {
+            zero[at].1 = zero[at].1.max(zero[at + 1].1);
+            zero.remove(at + 1);
+        }
+        if zero.len() + 1 > stripeguard_format::RESHAPE_ZERO_RANGES {
+            return false;
+        }
+        self.progress.zero = zero;
+        true
+    }
+
+    /// Every new stripe is committed: the stripes past the data join the new stripes of zero
+    /// chunks as zero stripes (or are written as zeros where the array keeps none), the intent
+    /// record empty, the checkpoint finished (the superblocks' commit is the caller's).
     fn finish(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), EngineError> {
         let t = self.target;
         if !self.progress.finishing {
-            // The old stripe-state record is still the one on the members (a run that found
-            // the finish begun takes the list from the checkpoint instead: the record may
-            // already be the new one, whose ranges would read as old zero stripes).
             let (from, to) = (self.plan.new_stripes, t.geometry().stripes);
-            let mut zero: Vec<(u64, u64)> = Vec::new();
-            for s in 0..from {
-                if self.zero_new(s) {
-                    match zero.last_mut() {
-                        Some(r) if r.1 == s => r.1 = s + 1,
-                        _ => zero.push((s, s + 1)),
-                    }
-                }
-            }
-            if zero.len() + 1 > stripeguard_format::RESHAPE_ZERO_RANGES || !t.keeps_zero_stripes() {
-                // Too many to carry (or no record to carry them in): written as zeros now.
-                for &(lo, hi) in &zero {
-                    t.layout().initialise(t, false, lo..hi, progress)?;
-                }
-                zero.clear();
-            }
+            let mut zero = self.progress.zero.clone();
             if from < to {
-                zero.push((from, to));
+                match zero.last_mut() {
+                    Some(r) if r.1 == from => r.1 = to,
+                    _ => zero.push((from, to)),
+                }
             }
             t.flush_members()?;
             self.progress.finishing = true;

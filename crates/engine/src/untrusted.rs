@@ -394,6 +394,10 @@ impl Array {
         u: &mut Inner,
         mark: Option<u64>,
     ) -> Result<(), EngineError> {
+        if self.view().is_some_and(|v| !v.keeps_record()) {
+            // The record on the members is the other geometry's (view.rs).
+            return Ok(());
+        }
         let mut record = u.record_since(mark.unwrap_or(0));
         record.sequence = u.sequence + 1;
         self.write_state_record(&record, u.copy_bytes)?;
