@@ -1120,10 +1120,10 @@ impl Array {
     /// Write every current member's superblock copies with a new event count. A member whose
     /// write fails leaves the array, and the others are written again with a table that says so.
     pub(crate) fn write_superblocks_locked(&self, meta: &mut Meta) -> Result<(), EngineError> {
-        if self.view().is_some() {
-            return Err(EngineError::Config(
-                "a reshape is in progress: the array's superblocks are the reshape's, and this change waits for it to finish".into(),
-            ));
+        if let Some(v) = self.view() {
+            // The superblocks are the reshape's: of what this array would change, only the
+            // untrusted flag is carried into them (a resync's listing); the rest waits.
+            return v.shared.set_untrusted_listed(meta.untrusted_listed);
         }
         loop {
             let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;

@@ -34,8 +34,10 @@ use crate::array::{
 use crate::assembly::read_superblock;
 use crate::error::EngineError;
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
+use crate::online::{HeldArray, Mode, Router};
 use crate::view::{write_superblocks, View, ViewShared};
 use std::ops::Range;
+use std::sync::Arc;
 use stripeguard_disk::{AlignedBuf, DiskRef};
 use stripeguard_format::{
     ArrayState, Checkpoint, CodeId, EventKind, MemberSlot, MemberState, Record, ReshapeFrom,
@@ -327,58 +329,96 @@ impl Array {
             .max()
             .unwrap_or(0)
             .max(new.sequence_high_water);
-        new.state = ArrayState::Dirty;
         members.extend(added);
-        let slot_bytes = new.journal_slot_bytes();
-        // The added members' metadata area, and every member's journal slot headers where the
-        // new geometry has them (past the old data: a level change moves them δ units on).
-        for (i, d) in members.iter().enumerate() {
-            if i >= old_members {
-                zero_range(d, 0, new.data_offset_bytes)?;
-            } else if new.journal_offset() == sb_journal {
-                continue;
-            }
-            for s in 0..u64::from(new.journal_slots) {
-                let at = new.journal_offset() + s * slot_bytes;
-                zero_range(d, at, stripeguard_format::JOURNAL_HEADER_BYTES)?;
-            }
-            d.flush()?;
-        }
-        new.sequence_high_water = reserve_sequences(&new, plan.new_stripes);
-        // This reshape's name, and its first progress record, written before any superblock
-        // names the reshape: a run that finds no record of this id knows the record is lost.
-        let id = loop {
-            let id = u32::from_le_bytes(crate::env::random(opts.env.as_ref()));
-            if id != 0 {
-                break id;
-            }
-        };
-        if let Some(r) = new.reshape.as_mut() {
-            r.id = id;
-        }
-        let first = Checkpoint {
-            sequence: prev.sequence + 1,
-            reshape: Some(ReshapeProgress {
-                id,
-                stripes: plan.new_stripes,
-                started_unix: crate::env::unix_seconds(opts.env.as_ref()),
-                // What the read before the start repaired.
+        begin(
+            &members,
+            old_members,
+            sb_journal,
+            &mut new,
+            &plan,
+            Begin {
+                prev,
                 repaired,
-                ..ReshapeProgress::default()
-            }),
-            ..prev
-        };
-        let bytes = first
-            .to_copy(stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES)
-            .expect("a checkpoint fits its slot");
-        let at = CHECKPOINT_OFFSET + stripeguard_format::slot_offset(first.sequence, bytes.len());
-        for d in &members {
-            d.write_at(at, &bytes)?;
-            d.flush()?;
-        }
-        write_superblocks(&members, &new, true)?;
+                online: false,
+            },
+            opts,
+        )?;
         run(members, new, plan, opts, progress)
     }
+}
+
+/// What [`begin`] records in the first progress record.
+struct Begin {
+    /// The checkpoint record as it was (its scrub and rebuild parts are kept).
+    prev: Checkpoint,
+    /// What the read before the start repaired.
+    repaired: u64,
+    online: bool,
+}
+
+/// Start the reshape to `new` on `members` (the first `old_members` the array's, every write
+/// of the old geometry durable and its intent record clear; `new`'s generation and
+/// high-water mark above every superblock written): the added members' metadata area, the
+/// journal slot headers where the new geometry has them, this reshape's id and first progress
+/// record, then the superblocks with bit 6 (the added members first).
+fn begin(
+    members: &[DiskRef],
+    old_members: usize,
+    sb_journal: u64,
+    new: &mut Superblock,
+    plan: &Reshape,
+    b: Begin,
+    opts: &AssembleOptions,
+) -> Result<(), EngineError> {
+    new.state = ArrayState::Dirty;
+    let slot_bytes = new.journal_slot_bytes();
+    // The added members' metadata area, and every member's journal slot headers where the
+    // new geometry has them (past the old data: a level change moves them δ units on).
+    for (i, d) in members.iter().enumerate() {
+        if i >= old_members {
+            zero_range(d, 0, new.data_offset_bytes)?;
+        } else if new.journal_offset() == sb_journal {
+            continue;
+        }
+        for s in 0..u64::from(new.journal_slots) {
+            let at = new.journal_offset() + s * slot_bytes;
+            zero_range(d, at, stripeguard_format::JOURNAL_HEADER_BYTES)?;
+        }
+        d.flush()?;
+    }
+    new.sequence_high_water = reserve_sequences(new, plan.new_stripes);
+    // This reshape's name, and its first progress record, written before any superblock
+    // names the reshape: a run that finds no record of this id knows the record is lost.
+    let id = loop {
+        let id = u32::from_le_bytes(crate::env::random(opts.env.as_ref()));
+        if id != 0 {
+            break id;
+        }
+    };
+    if let Some(r) = new.reshape.as_mut() {
+        r.id = id;
+    }
+    let first = Checkpoint {
+        sequence: b.prev.sequence + 1,
+        reshape: Some(ReshapeProgress {
+            id,
+            stripes: plan.new_stripes,
+            started_unix: crate::env::unix_seconds(opts.env.as_ref()),
+            repaired: b.repaired,
+            online: b.online,
+            ..ReshapeProgress::default()
+        }),
+        ..b.prev
+    };
+    let bytes = first
+        .to_copy(stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES)
+        .expect("a checkpoint fits its slot");
+    let at = CHECKPOINT_OFFSET + stripeguard_format::slot_offset(first.sequence, bytes.len());
+    for d in members {
+        d.write_at(at, &bytes)?;
+        d.flush()?;
+    }
+    write_superblocks(members, new, true)
 }
 
 /// Resume the reshape of the array on `members` (every member, old and added, in index
@@ -414,7 +454,9 @@ pub fn continue_reshape(
         // Committed: a crash came among the commit's superblock writes (an assembly takes
         // the newest and brings the others level). Only the event is left to log.
         let _ = done;
-        return finished(members, &new, opts, None);
+        let (array, summary) = finished(members, &new, opts, None)?;
+        array.close()?;
+        return Ok(summary);
     }
     if members.len() != usize::from(new.members) {
         return Err(EngineError::Config(format!(
@@ -535,55 +577,139 @@ fn run(
     opts: &AssembleOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Reshaped, EngineError> {
-    let old_sb = old_superblock(&new);
+    let (record, now) = progress_of(&members, &new, &plan)?;
+    let mut old_sb = old_superblock(&new);
+    // The reshape's untrusted flag covers both geometries (a block the new one listed, in
+    // memory until the finish, may be all it stands for): the old record is read for what it
+    // lists, not required by it.
+    old_sb.untrusted_listed = false;
     let n_old = usize::from(old_sb.members);
+    // Writable only to resync what an online run's clients may have left half written.
     let old = Array::from_parts(
         old_sb.clone(),
         members[..n_old].to_vec(),
-        false,
+        now.online,
         opts.first_read_map_bytes,
         crate::env::EnvRef::clone(&opts.env),
     )?;
     old.load_untrusted()?;
+    let views = Views::new(old, &members, &new, &plan, opts)?;
+    let ran = move_all(&views, &members, &plan, (record, now), None, progress)?;
+    drop(views);
+    let (array, summary) = finished(members, &new, opts, Some(ran))?;
+    array.close()?;
+    Ok(summary)
+}
+
+/// The two views of a reshape (view.rs).
+struct Views {
+    old: Arc<Array>,
+    target: Arc<Array>,
+    target_view: View,
+    shared: Arc<ViewShared>,
+}
+
+impl Views {
+    /// `old` (the old geometry's array on the first members) and the new geometry's on
+    /// `members`, as views of the reshape `new` (its sequence numbers from those the
+    /// superblocks reserve for a run).
+    fn new(
+        old: Array,
+        members: &[DiskRef],
+        new: &Superblock,
+        plan: &Reshape,
+        opts: &AssembleOptions,
+    ) -> Result<Views, EngineError> {
+        Views::with_old(Arc::new(old), members, new, plan, opts)
+    }
+
+    fn with_old(
+        old: Arc<Array>,
+        members: &[DiskRef],
+        new: &Superblock,
+        plan: &Reshape,
+        opts: &AssembleOptions,
+    ) -> Result<Views, EngineError> {
+        let target = Array::from_parts(
+            new.clone(),
+            members.to_vec(),
+            true,
+            opts.first_read_map_bytes,
+            crate::env::EnvRef::clone(&opts.env),
+        )?;
+        let shared = ViewShared::new(
+            members.to_vec(),
+            new.clone(),
+            new.sequence_high_water
+                .saturating_sub(plan.new_stripes)
+                .saturating_sub(SEQUENCE_RESERVATION),
+        );
+        // The old view writes the stripe-state record only while it serves clients (online):
+        // its zero stripes written into leave it at their flush.
+        old.set_view(Some(View::new(&shared, old.is_writable())));
+        let target_view = View::new(&shared, false);
+        target.set_view(Some(target_view.clone()));
+        Ok(Views {
+            old,
+            target: Arc::new(target),
+            target_view,
+            shared,
+        })
+    }
+}
+
+/// The steps from the checkpoint's progress (`at`), the finish and the commit (the new
+/// superblocks). `route`: clients read and write through both views meanwhile (online.rs).
+fn move_all(
+    views: &Views,
+    members: &[DiskRef],
+    plan: &Reshape,
+    at: (Checkpoint, ReshapeProgress),
+    route: Option<&Router>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Ran, EngineError> {
+    let (old, target) = (&*views.old, &*views.target);
     let from_bytes = old.capacity_bytes();
-    let target = Array::from_parts(
-        new.clone(),
-        members.clone(),
-        true,
-        opts.first_read_map_bytes,
-        crate::env::EnvRef::clone(&opts.env),
-    )?;
-    // The sequence numbers from those the superblocks just written reserved.
-    let shared = ViewShared::new(
-        members.clone(),
-        new.clone(),
-        new.sequence_high_water
-            .saturating_sub(plan.new_stripes)
-            .saturating_sub(SEQUENCE_RESERVATION),
-    );
-    old.set_view(Some(View::new(&shared, false)));
-    let target_view = View::new(&shared, false);
-    target.set_view(Some(target_view.clone()));
-    let (prev, progress_now) = progress_of(&members, &new, &plan)?;
+    let n_old = old.geometry().n();
     let mut mover = Mover {
-        old: &old,
-        target: &target,
-        plan: &plan,
-        chunk: usize_of(u64::from(new.chunk_bytes)),
+        old,
+        target,
+        plan,
+        chunk: usize_of(target.geometry().chunk_bytes),
         added: n_old..members.len(),
-        record: prev,
-        progress: progress_now,
+        record: at.0,
+        progress: at.1,
         backup: None,
-        online: false,
+        online: route.is_some(),
     };
     let resumed_at = mover.progress.done;
+    if mover.progress.online && route.is_none() && !mover.progress.finishing {
+        // An online run's clients wrote without write-intent bits: every stripe of both
+        // geometries is made consistent before anything more moves.
+        resync_after_online(&mover)?;
+        mover.progress.online = false;
+    }
+    mover.progress.online |= route.is_some();
+    if !mover.progress.finishing {
+        // What moved listed in an earlier run is listed in memory again (the old record,
+        // which the finish replaces, still says it).
+        let p = &mover.progress;
+        let committed = if plan.backward {
+            (plan.new_stripes - p.done.min(plan.new_stripes)) * plan.new_k
+                ..plan.new_stripes * plan.new_k
+        } else {
+            0..p.done * plan.new_k
+        };
+        mover.carry_listed(committed)?;
+    }
     // Before anything moves, this run's progress goes into the other slot too: from here on
     // both slots hold this reshape's records, which `progress_of` relies on.
     if !mover.progress.finished {
         mover.commit()?;
     }
-    // The next step's chunks are read while this one's are written (they are in old stripes
-    // this step does not overwrite: the plan's rule).
+    // Offline, the next step's chunks are read while this one's are written (they are in old
+    // stripes this step does not overwrite: the plan's rule). Online, clients write them
+    // until the step's window takes them: read in the step.
     std::thread::scope(|scope| -> Result<(), EngineError> {
         let mut ahead: Option<(Range<u64>, std::thread::ScopedJoinHandle<'_, AheadRead>)> = None;
         loop {
@@ -591,8 +717,16 @@ fn run(
             let backed_up = p.backed_up;
             match plan.next(p.done, backed_up, RESHAPE_BATCH) {
                 Step::Done => break,
-                Step::Backup(chunks) => mover.back_up(chunks)?,
+                Step::Backup(chunks) => {
+                    if let Some(r) = route {
+                        r.open_window(0..chunks);
+                    }
+                    mover.back_up(chunks)?;
+                }
                 Step::Write(r) => {
+                    if let Some(rt) = route {
+                        rt.open_window(window(plan, &r, &mover.progress));
+                    }
                     let got = ahead.take().map(|(chunks, h)| {
                         let read = h.join().unwrap_or_else(|_| {
                             Err(EngineError::Config("a reshape read thread panicked".into()))
@@ -600,39 +734,201 @@ fn run(
                         (chunks, read)
                     });
                     let data = mover.gather(&r, got)?;
-                    if let Some(next) = read_ahead(&plan, done_after(&plan, &r), backed_up) {
-                        let (old, plan, c) = (&old, &plan, mover.chunk);
-                        let chunks = next.clone();
-                        ahead = Some((next, scope.spawn(move || read_old(old, plan, c, chunks))));
+                    if route.is_none() {
+                        if let Some(next) = read_ahead(plan, done_after(plan, &r), backed_up) {
+                            let c = mover.chunk;
+                            let chunks = next.clone();
+                            ahead =
+                                Some((next, scope.spawn(move || read_old(old, plan, c, chunks))));
+                        }
                     }
                     mover.write(r, &data)?;
+                    if let Some(rt) = route {
+                        // The critical section's chunks the backup still stands for stay in
+                        // the window: a client write there would be lost to the backup copy.
+                        let p = &mover.progress;
+                        let lo = p.done * plan.new_k;
+                        let keep = (!plan.backward && p.backed_up && lo < p.backup_chunks)
+                            .then_some(lo..p.backup_chunks);
+                        rt.advance(p.done, keep);
+                    }
                 }
             }
-            progress(mover.progress.done, plan.new_stripes);
+            // Online, only between steps that leave no window (a caller's progress may be
+            // what would wait for it).
+            if route.is_none_or(|r| !r.window_held()) {
+                progress(mover.progress.done, plan.new_stripes);
+            }
         }
         Ok(())
     })?;
-    target_view.set_keeps_record(true);
-    mover.finish(progress)?;
-    let repaired = mover.progress.repaired;
-    drop(target);
-    drop(old);
+    if let Some(r) = route {
+        r.begin_finish();
+    }
+    views.target_view.set_keeps_record(true);
+    // Online, the finish holds every request: its progress is not reported (a caller's
+    // progress may be what waits for one).
+    let mut quiet = |_, _| {};
+    mover.finish(if route.is_some() {
+        &mut quiet
+    } else {
+        progress
+    })?;
     // The commit: the new geometry, without bit 6.
-    let mut done_sb = shared.superblock();
+    let mut done_sb = views.shared.superblock();
     done_sb.reshape = None;
     done_sb.state = ArrayState::Clean;
     done_sb.generation += 1;
-    write_superblocks(&members, &done_sb, false)?;
-    finished(
-        members,
-        &new,
-        opts,
-        Some(Ran {
-            from_bytes,
-            repaired,
-            resumed_at,
-        }),
-    )
+    views.shared.write_superblock(&done_sb)?;
+    Ok(Ran {
+        from_bytes,
+        repaired: mover.progress.repaired,
+        resumed_at,
+    })
+}
+
+/// The chunks step `r` must have to itself while it runs: its own, and while the critical
+/// section's backup is still to be written into new stripes, the section's.
+fn window(plan: &Reshape, r: &Range<u64>, p: &ReshapeProgress) -> Range<u64> {
+    let (lo, hi) = (r.start * plan.new_k, r.end * plan.new_k);
+    if plan.backward {
+        return lo..hi;
+    }
+    let backup_end = if p.backed_up && lo < p.backup_chunks {
+        p.backup_chunks
+    } else {
+        0
+    };
+    lo..hi.max(backup_end)
+}
+
+/// Every stripe of both geometries that holds data, made consistent as after an unclean
+/// shutdown (an online run's clients wrote without write-intent bits): the committed new
+/// stripes not listed as zero, and the old stripes whose chunks are still to move (not
+/// those the critical section's backup stands in for).
+fn resync_after_online(m: &Mover<'_>) -> Result<(), EngineError> {
+    let (plan, p) = (m.plan, &m.progress);
+    let committed: Range<u64> = if plan.backward {
+        plan.new_stripes - p.done.min(plan.new_stripes)..plan.new_stripes
+    } else {
+        0..p.done.min(plan.new_stripes)
+    };
+    let listed = |t: u64| p.zero.iter().any(|&(lo, hi)| lo <= t && t < hi);
+    m.target
+        .resync_stripes(committed.filter(|&t| !listed(t)).map(StripeIx::new))?;
+    let k = plan.old_k;
+    let unmoved: Range<u64> = if plan.backward {
+        0..plan.new_stripes - p.done.min(plan.new_stripes)
+    } else {
+        let first = (p.done * plan.new_k).max(if p.backed_up { p.backup_chunks } else { 0 });
+        first / k..plan.old_stripes
+    };
+    m.old.resync_stripes(unmoved.map(StripeIx::new))?;
+    m.target.flush_members()
+}
+
+/// Reshape the array `held` serves while it serves it (online.rs): like [`Array::reshape`],
+/// with clients reading and writing through both geometries meanwhile. Ends with `held`
+/// serving the new geometry's array; a reshape that stops on an error leaves it serving
+/// through both (`grow --continue` finishes it once the holder has stopped).
+pub fn reshape_online(
+    held: &HeldArray,
+    added: Vec<DiskRef>,
+    to: ReshapeTo,
+    opts: &AssembleOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Reshaped, EngineError> {
+    let Mode::Plain(array) = held.mode() else {
+        return Err(EngineError::Config(
+            "a reshape is in progress in this holder already".into(),
+        ));
+    };
+    let (mut new, plan) = array.reshape_target(&added, to)?;
+    if array.sb().write_journal {
+        return Err(EngineError::Config(
+            "an array with the write journal reshapes offline (its journal slots would serve both geometries at once): stop the holder and run `grow --add` on the members".into(),
+        ));
+    }
+    let before = array.counters().repaired;
+    array.check_readable(progress)?;
+    let repaired = array.counters().repaired - before;
+    lock_members(&added, true, opts.local_locks)?;
+    let mut members: Vec<DiskRef> = array.members().all();
+    let old_members = members.len();
+    members.extend(added);
+    // Every request in flight ends, the array is flushed as at a close (every write durable,
+    // every intent bit clear), the reshape begins and the router takes the requests.
+    let (views, at) = held.switch(|_| {
+        array.flush_and_clear(true)?;
+        let prev = array.checkpoint().unwrap_or_default();
+        let written: Vec<Superblock> = members[..old_members]
+            .iter()
+            .filter_map(|d| read_superblock(d.as_ref()).ok().map(|(sb, _)| sb))
+            .collect();
+        new.generation = written.iter().map(|sb| sb.generation).max().unwrap_or(0) + 1;
+        new.sequence_high_water = written
+            .iter()
+            .map(|sb| sb.sequence_high_water)
+            .max()
+            .unwrap_or(0)
+            .max(new.sequence_high_water);
+        let sb_journal = array.superblock().journal_offset();
+        begin(
+            &members,
+            old_members,
+            sb_journal,
+            &mut new,
+            &plan,
+            Begin {
+                prev,
+                repaired,
+                online: true,
+            },
+            opts,
+        )?;
+        let at = progress_of(&members, &new, &plan)?;
+        let views = Views::with_old(Arc::clone(&array), &members, &new, &plan, opts)?;
+        let router = Router::new(
+            Arc::clone(&views.old),
+            Arc::clone(&views.target),
+            Arc::clone(&views.shared),
+            plan.clone(),
+            at.1.done,
+        );
+        Ok(((views, at), Mode::Reshaping(Arc::new(router))))
+    })?;
+    let Mode::Reshaping(router) = held.mode() else {
+        unreachable!("switched just above");
+    };
+    let ran = match move_all(&views, &members, &plan, at, Some(&router), progress) {
+        Ok(ran) => ran,
+        Err(e) => {
+            router.stop(e.to_string());
+            return Err(e);
+        }
+    };
+    // Committed. The holder's array (the old view) lets the members go; the new geometry's
+    // is assembled and takes the requests that waited.
+    let out = held.switch(|_| {
+        views.old.release_ownership()?;
+        let (array, summary) = finished(members.clone(), &new, opts, Some(ran))?;
+        for view in [&views.old, &views.target] {
+            for (_, _, e) in view.take_unsaved() {
+                array.log_event(e);
+            }
+        }
+        Ok((summary, Mode::Plain(Arc::new(array))))
+    });
+    match out {
+        Ok(summary) => {
+            router.end();
+            Ok(summary)
+        }
+        Err(e) => {
+            router.stop(e.to_string());
+            Err(e)
+        }
+    }
 }
 
 /// What one run did (see [`finished`]).
@@ -642,14 +938,14 @@ struct Ran {
     resumed_at: u64,
 }
 
-/// After the commit: assemble the array in its new geometry, log the `reshaped` event, close.
+/// After the commit: assemble the array in its new geometry and log the `reshaped` event.
 /// `ran`: this run's counts (`None`: the commit was found made, by an earlier run).
 fn finished(
     members: Vec<DiskRef>,
     new: &Superblock,
     opts: &AssembleOptions,
     ran: Option<Ran>,
-) -> Result<Reshaped, EngineError> {
+) -> Result<(Array, Reshaped), EngineError> {
     let old_sb = old_superblock(new);
     let n_old = usize::from(old_sb.members);
     let writable = AssembleOptions {
@@ -697,8 +993,7 @@ fn finished(
             }
         ),
     );
-    array.close()?;
-    Ok(summary)
+    Ok((array, summary))
 }
 
 /// The newest checkpoint record on `members` and this reshape's progress in it, refused when
@@ -827,12 +1122,59 @@ fn read_old(
     let mut located = 0;
     if r.start < end {
         let before = old.counters().located;
-        let len = usize_of((end - r.start) * c);
-        old.read(r.start * c, &mut bytes[..len])?;
+        let listed = listed_in(old, plan, r.start..end);
+        if listed.is_empty() {
+            let len = usize_of((end - r.start) * c);
+            old.read(r.start * c, &mut bytes[..len])?;
+        } else {
+            // Chunk by chunk, the listed bytes left zero (they move listed: `carry_listed`).
+            for x in r.start..end {
+                let at = usize_of((x - r.start) * c);
+                let mut holes: Vec<(u64, u64)> = listed
+                    .iter()
+                    .filter(|e| e.stripe * plan.new_k + u64::from(e.position) == x)
+                    .map(|e| (u64::from(e.offset), u64::from(e.offset) + u64::from(e.len)))
+                    .collect();
+                holes.sort_unstable();
+                let mut from = 0;
+                for (lo, hi) in holes.into_iter().chain([(c, c)]) {
+                    if lo > from {
+                        old.read(
+                            x * c + from,
+                            &mut bytes[at + usize_of(from)..at + usize_of(lo)],
+                        )?;
+                    }
+                    from = from.max(hi);
+                }
+            }
+        }
         // Another thread's read may count between: the total over the run is exact.
         located = old.counters().located.saturating_sub(before);
     }
     Ok((bytes, located))
+}
+
+/// What the old geometry lists untrusted in chunks `r`, placed in the new geometry.
+fn listed_in(
+    old: &Array,
+    plan: &Reshape,
+    r: Range<u64>,
+) -> Vec<stripeguard_format::UntrustedRange> {
+    if r.is_empty() {
+        return Vec::new();
+    }
+    let k = plan.old_k;
+    old.untrusted_within(r.start / k, (r.end - 1) / k + 1)
+        .into_iter()
+        .filter_map(|e| {
+            let x = e.stripe * k + u64::from(e.position);
+            r.contains(&x).then(|| stripeguard_format::UntrustedRange {
+                stripe: x / plan.new_k,
+                position: u16::try_from(x % plan.new_k).expect("k fits 16 bits"),
+                ..e
+            })
+        })
+        .collect()
 }
 
 /// The state of one run (see [`run`]).
@@ -989,6 +1331,9 @@ impl Mover<'_> {
         let t = self.target;
         let n = t.geometry().n();
         let kk = usize_of(k);
+        // Blocks the old geometry lists untrusted move listed (their bytes zero-filled, as
+        // `clear` would), listed before the stripes around them are sealed.
+        self.carry_listed(r.start * k..r.end * k)?;
         let mut stripes: Vec<(StripeIx, Vec<AlignedBuf>)> = Vec::new();
         for (i, s) in r.clone().enumerate() {
             if self.zero_new(s) && self.list_zero(s) {
@@ -1038,6 +1383,26 @@ impl Mover<'_> {
         t.flush_members()?;
         self.progress.done = done_after(self.plan, &r);
         self.commit()
+    }
+
+    /// List in the new geometry (in memory; the finish writes the new record) what the old
+    /// geometry lists untrusted in chunks `r` (FORMAT.md §2.7: a resync after an online
+    /// run's crash could not verify a torn client write).
+    fn carry_listed(&self, r: Range<u64>) -> Result<(), EngineError> {
+        let moved = listed_in(self.old, self.plan, r);
+        if moved.is_empty() {
+            return Ok(());
+        }
+        if !self
+            .target
+            .list_untrusted(&moved, "moved by the reshape, still unverified")?
+        {
+            return Err(EngineError::Config(
+                "the stripe-state record has no room for the untrusted blocks the reshape moves"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether new stripe `t` holds only chunks of old zero stripes (FORMAT.md §2.7): it is
@@ -1102,8 +1467,9 @@ impl Mover<'_> {
             for r in zero {
                 t.layout().initialise(t, false, r, progress)?;
             }
-            // What the old geometry listed names old stripes: the record goes empty.
-            if t.keeps_zero_stripes() && !t.only_zero_stripes(&[])? {
+            // What the old geometry listed names old stripes: the record lists only what the
+            // new one listed (blocks moved listed, or a resync could not verify).
+            if t.sb().layout.state_bytes > 0 && !t.only_zero_stripes(&[])? {
                 return Err(EngineError::Config(
                     "the stripe-state record cannot be written empty".into(),
                 ));

@@ -273,6 +273,18 @@ impl Array {
         Ok(list.len() as u64)
     }
 
+    /// Make `stripes` consistent as after an unclean shutdown, whatever the write-intent
+    /// record says (a reshape's views, whose writes set no bit: reshape.rs).
+    pub(crate) fn resync_stripes(
+        &self,
+        stripes: impl Iterator<Item = StripeIx>,
+    ) -> Result<(), EngineError> {
+        for s in stripes {
+            self.resync_stripe(s, Interrupted::Unknown, Why::Unclean)?;
+        }
+        Ok(())
+    }
+
     /// Make one stripe consistent after a crash (FORMAT.md §2.4).
     fn resync_stripe(
         &self,

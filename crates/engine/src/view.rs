@@ -7,7 +7,8 @@
 //!   ([`ViewShared::next_sequence`]): a unit the new geometry writes over one the old geometry
 //!   wrote always gets a higher number, as if one array had written both. A counter past its
 //!   reservation raises the reshape's superblocks' high-water mark first;
-//! - writes no superblock: a member that fails is out in memory only and stops the reshape
+//! - writes no superblock of its own (only the untrusted flag is carried into the
+//!   reshape's): a member that fails is out in memory only and stops the reshape
 //!   ([`ViewShared::failed`]; writes are refused from then on, so nothing is written that the
 //!   member would miss);
 //! - keeps its events in memory (the reshape logs them through the array it ends with);
@@ -70,6 +71,21 @@ impl ViewShared {
         let mut st = self.state.lock().expect("lock");
         write_superblocks(&self.members, sb, false)?;
         st.0 = sb.clone();
+        Ok(())
+    }
+
+    /// Carry a view's "blocks are listed untrusted" flag (incompatible feature bit 2, §2.1)
+    /// into the reshape's superblocks.
+    pub(crate) fn set_untrusted_listed(&self, on: bool) -> Result<(), EngineError> {
+        let mut st = self.state.lock().expect("lock");
+        if st.0.untrusted_listed == on {
+            return Ok(());
+        }
+        let mut sb = st.0.clone();
+        sb.untrusted_listed = on;
+        sb.generation += 1;
+        write_superblocks(&self.members, &sb, false)?;
+        st.0 = sb;
         Ok(())
     }
 

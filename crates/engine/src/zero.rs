@@ -77,13 +77,27 @@ impl Array {
     }
 
     /// A reshape's finish (FORMAT.md §2, "Reshaping the array"): the stripe-state record as
-    /// the members hold it is replaced by one listing `ranges` as zero stripes and nothing
-    /// else (what the old geometry listed names old stripes), durably, with a sequence above
+    /// the members hold it is replaced by one listing `ranges` as zero stripes and what this
+    /// array listed itself (what the old geometry listed names old stripes), durably, with a sequence above
     /// the copies there; `false`, nothing written, when the record has no room for them.
     pub(crate) fn only_zero_stripes(&self, ranges: &[Range<u64>]) -> Result<bool, EngineError> {
-        self.load_untrusted()?;
+        // What this array listed itself (the new geometry's view: blocks a resync after an
+        // online run could not verify) is kept; what the members' record lists names old
+        // stripes.
+        let (at, region) = (
+            self.sb().layout.state_offset(),
+            usize_of(self.sb().layout.state_bytes),
+        );
+        // Above the sequence of every intact copy there (whatever geometry it was written for).
+        let newest = self
+            .newest_record(at, region / 2, |_: &stripeguard_integrity::StateRecord| {
+                true
+            })
+            .record;
         let mut u = self.untrusted_set().hold();
-        u.entries.clear();
+        if let Some(r) = newest {
+            u.sequence = u.sequence.max(r.sequence);
+        }
         u.zero = crate::stripe_state::ZeroSet::default();
         for r in ranges.iter().filter(|r| r.start < r.end) {
             u.zero.insert(r.start, r.end);

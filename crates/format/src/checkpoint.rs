@@ -24,7 +24,7 @@
 //!    136    1 reshape: 0 none, 1 running or interrupted, 2 finished
 //!    137    1 reshape backup: 0 none, 1 the critical section's backup is durable
 //!    138    1 reshape finishing: 1 the stripe-state record may already be the new geometry's
-//!    139    1 zero
+//!    139    1 reshape online: 1 clients wrote through the array while it ran
 //!    140    4 reshape id (the superblock's, §2.1 bytes 148..152)
 //!    144    8 new stripes committed (the reshape's window starts here)
 //!    152    8 new stripes that hold data
@@ -111,9 +111,13 @@ pub struct ReshapeProgress {
     /// The finish has begun: the stripe-state record may already be the new geometry's, and
     /// `zero` is what it lists.
     pub finishing: bool,
-    /// The new geometry's zero stripes, as the finish lists them (at most
-    /// [`RESHAPE_ZERO_RANGES`]).
+    /// The new geometry's zero stripes among those committed, listed step by step, and from
+    /// the finish on the stripes past the data too (at most [`RESHAPE_ZERO_RANGES`]).
     pub zero: Vec<(u64, u64)>,
+    /// Clients read and wrote the array through both geometries while it ran (an online
+    /// reshape, whose writes set no write-intent bit): a run that continues it after a crash
+    /// resyncs every stripe of both first.
+    pub online: bool,
 }
 
 /// Zero-stripe ranges the checkpoint record holds for a reshape's finish.
@@ -174,6 +178,7 @@ impl Record for Checkpoint {
             b[176..180].copy_from_slice(&r.backup_crc.to_le_bytes());
             put_u64(b, 184, r.repaired);
             b[138] = u8::from(r.finishing);
+            b[139] = u8::from(r.online);
             b[140..144].copy_from_slice(&r.id.to_le_bytes());
             let zero = &r.zero[..r.zero.len().min(RESHAPE_ZERO_RANGES)];
             b[192..196].copy_from_slice(&u32::try_from(zero.len()).unwrap_or(0).to_le_bytes());
@@ -206,8 +211,8 @@ impl Record for Checkpoint {
         let reshape = match b[136] {
             0 => None,
             state @ (1 | 2) => {
-                if b[137] > 1 || b[138] > 1 {
-                    return Err(DAMAGED("reshape backup or finishing state"));
+                if b[137] > 1 || b[138] > 1 || b[139] > 1 {
+                    return Err(DAMAGED("reshape backup, finishing or online state"));
                 }
                 let count = usize::try_from(u32::from_le_bytes([b[192], b[193], b[194], b[195]]))
                     .unwrap_or(usize::MAX);
@@ -229,6 +234,7 @@ impl Record for Checkpoint {
                     finishing: b[138] == 1,
                     id: u32::from_le_bytes([b[140], b[141], b[142], b[143]]),
                     zero,
+                    online: b[139] == 1,
                 })
             }
             _ => return Err(DAMAGED("reshape state")),

@@ -246,6 +246,7 @@ fn checkpoint() -> Checkpoint {
             finishing: true,
             id: 0x0a0b_0c0d,
             zero: vec![(3, 9), (750, 1000)],
+            online: true,
         }),
     }
 }
@@ -492,6 +493,7 @@ fn checkpoint_record_matches_format_md() {
             ("reshape backup crc", le(0x1234_5678, 4)),
             ("reshape units repaired", le(2, 8)),
             ("reshape finishing", vec![1]),
+            ("reshape online", vec![1]),
             ("reshape id", le(0x0a0b_0c0d, 4)),
             ("reshape zero ranges", le(2, 4)),
             ("reshape zero range table", {
