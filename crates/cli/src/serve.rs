@@ -135,12 +135,20 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    // Every event from here on is a line on stderr and a syslog message.
-    if !a.quiet {
-        stripeguard_ops::log_events(&array, "stripeguard serve");
-    }
-    let array = Arc::new(array);
-    let export = Arc::new(ArrayExport::new(Arc::clone(&array)));
+    // Every event from here on is a line on stderr and a syslog message (also of the array an
+    // online reshape ends with).
+    let quiet = a.quiet;
+    let prepare = move |array: &stripeguard_engine::Array| {
+        if !quiet {
+            stripeguard_ops::log_events(array, "stripeguard serve");
+        }
+        array.enable_appendix_cache(stripeguard_engine::APPENDIX_CACHE_ENTRIES);
+    };
+    prepare(&array);
+    let held = Arc::new(stripeguard_engine::HeldArray::new(array));
+    let reshaper = stripeguard_ops::ReshapeSlot::new(Arc::clone(&held), Box::new(prepare));
+    let array = held.array();
+    let export = Arc::new(ArrayExport::new(Arc::clone(&held)));
     let server = Server::new(
         export,
         ServerConfig {
@@ -259,14 +267,16 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
         front_end: &counters,
         latency: Some(&latency),
         stop: Some(&stop_request),
+        reshape: Some(&reshaper),
     };
     let metrics_stop = AtomicBool::new(false);
     let uuid = array.superblock().array_uuid;
     let served = std::thread::scope(|scope| {
         if let Some(l) = metrics_listener {
-            let (array, metrics_stop) = (&array, &metrics_stop);
+            let (held, metrics_stop) = (&held, &metrics_stop);
             scope.spawn(move || {
                 stripeguard_ops::metrics::serve_http(l, metrics_stop, &|| {
+                    let array = held.array();
                     // This holder's own live status (through its control socket, as any
                     // other process would see it), with its counters by kind.
                     let mut m = match stripeguard_ops::ask_holder(&uuid) {
@@ -293,21 +303,43 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
                 });
             });
         }
-        let served = stripeguard_ops::with_control_socket_hooks(&array, &hooks, || {
-            server.run(listener, &stop, &hurry)
-        });
+        // The server runs throughout; the control socket answers for the holder's array, and
+        // starts again on the new one when an online reshape has replaced it.
+        let server = scope.spawn(|| server.run(listener, &stop, &hurry));
+        loop {
+            let array = held.array();
+            let generation = reshaper.generation();
+            stripeguard_ops::with_control_socket_hooks(&array, &hooks, || {
+                while !server.is_finished() && reshaper.generation() == generation {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            });
+            if server.is_finished() {
+                break;
+            }
+        }
         metrics_stop.store(true, Ordering::Relaxed);
-        served
+        server
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the server thread panicked")))
     });
     served.context("serving")?;
     drop(server);
-    let array = Arc::try_unwrap(array)
+    drop(array);
+    drop(reshaper);
+    let held = Arc::try_unwrap(held)
         .map_err(|_| anyhow::anyhow!("the array is still in use after the server stopped"))?;
+    let array = held.array();
     let c = array.counters();
-    let words = stripeguard_ops::closing_words(&array);
+    let words = if held.reshaping() {
+        "let go mid-reshape (`grow --continue` with every member finishes it)".to_string()
+    } else {
+        stripeguard_ops::closing_words(&array)
+    };
     let out = array.health().iter().filter(|h| h.failed.is_some()).count();
+    drop(array);
     let snapshot = stats.snapshot();
-    array.close().context("closing the array")?;
+    held.close().context("closing the array")?;
     if a.json {
         let mut m = serde_json::Map::new();
         for (k, v) in &snapshot {

@@ -49,6 +49,13 @@ impl HeldArray {
         }
     }
 
+    /// An array shared with others that never reshape it (the nbdkit plugin's control thread).
+    pub fn from_shared(array: Arc<Array>) -> HeldArray {
+        HeldArray {
+            mode: std::sync::RwLock::new(Mode::Plain(array)),
+        }
+    }
+
     pub(crate) fn mode(&self) -> Mode {
         self.mode.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -71,6 +78,14 @@ impl HeldArray {
         match self.mode() {
             Mode::Plain(a) => a,
             Mode::Reshaping(r) => Arc::clone(&r.old),
+        }
+    }
+
+    /// The array, when no reshape runs (its stripe numbers are then the only ones).
+    pub fn plain(&self) -> Option<Arc<Array>> {
+        match self.mode() {
+            Mode::Plain(a) => Some(a),
+            Mode::Reshaping(_) => None,
         }
     }
 

@@ -62,7 +62,7 @@ pub enum ReshapeTo {
 }
 
 /// What a reshape did.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Reshaped {
     /// Members before and after.
     pub from_members: usize,
@@ -454,7 +454,7 @@ pub fn continue_reshape(
         // Committed: a crash came among the commit's superblock writes (an assembly takes
         // the newest and brings the others level). Only the event is left to log.
         let _ = done;
-        let (array, summary) = finished(members, &new, opts, None)?;
+        let (array, summary) = finished(members, &new, opts, None, None)?;
         array.close()?;
         return Ok(summary);
     }
@@ -596,7 +596,7 @@ fn run(
     let views = Views::new(old, &members, &new, &plan, opts)?;
     let ran = move_all(&views, &members, &plan, (record, now), None, progress)?;
     drop(views);
-    let (array, summary) = finished(members, &new, opts, Some(ran))?;
+    let (array, summary) = finished(members, &new, opts, Some(ran), None)?;
     array.close()?;
     Ok(summary)
 }
@@ -831,11 +831,14 @@ fn resync_after_online(m: &Mover<'_>) -> Result<(), EngineError> {
 /// with clients reading and writing through both geometries meanwhile. Ends with `held`
 /// serving the new geometry's array; a reshape that stops on an error leaves it serving
 /// through both (`grow --continue` finishes it once the holder has stopped).
+/// `prepare` is given the new geometry's array before it logs the `reshaped` event and takes
+/// the requests (the holder's event listener and appendix cache).
 pub fn reshape_online(
     held: &HeldArray,
     added: Vec<DiskRef>,
     to: ReshapeTo,
     opts: &AssembleOptions,
+    prepare: &dyn Fn(&Array),
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Reshaped, EngineError> {
     let Mode::Plain(array) = held.mode() else {
@@ -911,7 +914,7 @@ pub fn reshape_online(
     // is assembled and takes the requests that waited.
     let out = held.switch(|_| {
         views.old.release_ownership()?;
-        let (array, summary) = finished(members.clone(), &new, opts, Some(ran))?;
+        let (array, summary) = finished(members.clone(), &new, opts, Some(ran), Some(prepare))?;
         for view in [&views.old, &views.target] {
             for (_, _, e) in view.take_unsaved() {
                 array.log_event(e);
@@ -945,6 +948,7 @@ fn finished(
     new: &Superblock,
     opts: &AssembleOptions,
     ran: Option<Ran>,
+    prepare: Option<&dyn Fn(&Array)>,
 ) -> Result<(Array, Reshaped), EngineError> {
     let old_sb = old_superblock(new);
     let n_old = usize::from(old_sb.members);
@@ -953,6 +957,9 @@ fn finished(
         ..opts.clone()
     };
     let array = Array::assemble(members, &writable)?;
+    if let Some(prepare) = prepare {
+        prepare(&array);
+    }
     let progress = array
         .checkpoint()
         .and_then(|c| c.reshape)

@@ -64,9 +64,9 @@ fn client_op(
     rng: &mut impl Rng,
 ) -> Result<bool, String> {
     let cap = model.len();
-    let len = rng.gen_range(1..4 * CHUNK as usize);
-    let at = rng.gen_range(0..cap - len);
-    match rng.gen_range(0..10) {
+    let len = rng.random_range(1..4 * CHUNK as usize);
+    let at = rng.random_range(0..cap - len);
+    match rng.random_range(0..10) {
         0..=3 => {
             let data = random(rng, len);
             // Pending before it runs: a write that fails may still have landed in part.
@@ -152,14 +152,21 @@ fn clients_read_and_write_through_an_online_reshape() {
         let mut pending = Vec::new();
         let mut ops = 0;
         let mut errors = Vec::new();
-        let r = reshape_online(&held, mems[n..].to_vec(), to, &writable(), &mut |_, _| {
-            for _ in 0..4 {
-                ops += 1;
-                if let Err(e) = client_op(&held, &mut model, &mut pending, &mut rng) {
-                    errors.push(e);
+        let r = reshape_online(
+            &held,
+            mems[n..].to_vec(),
+            to,
+            &writable(),
+            &|_| {},
+            &mut |_, _| {
+                for _ in 0..4 {
+                    ops += 1;
+                    if let Err(e) = client_op(&held, &mut model, &mut pending, &mut rng) {
+                        errors.push(e);
+                    }
                 }
-            }
-        })
+            },
+        )
         .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(errors.is_empty(), "{what}: {errors:?}");
         assert!(ops >= 16, "{what}: only {ops} client requests ran");
@@ -212,10 +219,10 @@ fn requests_run_while_the_steps_move_the_data() {
                         let mut ops = 0;
                         while !stop.load(Ordering::Relaxed) || ops < 50 {
                             ops += 1;
-                            let len = rng.gen_range(1..3 * CHUNK as usize);
-                            let at = rng.gen_range(0..quarter - len);
+                            let len = rng.random_range(1..3 * CHUNK as usize);
+                            let at = rng.random_range(0..quarter - len);
                             let base = q * quarter;
-                            if rng.gen_bool(0.5) {
+                            if rng.random_bool(0.5) {
                                 let data = random(&mut rng, len);
                                 held.write((base + at) as u64, &data).unwrap();
                                 model[at..at + len].copy_from_slice(&data);
@@ -232,8 +239,15 @@ fn requests_run_while_the_steps_move_the_data() {
                     })
                 })
                 .collect();
-            reshape_online(&held, mems[n..].to_vec(), to, &writable(), &mut |_, _| {})
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            reshape_online(
+                &held,
+                mems[n..].to_vec(),
+                to,
+                &writable(),
+                &|_| {},
+                &mut |_, _| {},
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
             stop.store(true, Ordering::Relaxed);
             clients.into_iter().map(|c| c.join().unwrap()).collect()
         });
@@ -282,19 +296,26 @@ fn a_power_cut_during_an_online_reshape_loses_nothing_flushed() {
             let mut durable = model.clone();
             let mut pending: Vec<(usize, usize)> = Vec::new();
             let mut dead = false;
-            let r = reshape_online(&held, mems[n..].to_vec(), to, &writable(), &mut |_, _| {
-                for _ in 0..3 {
-                    if dead {
-                        return;
+            let r = reshape_online(
+                &held,
+                mems[n..].to_vec(),
+                to,
+                &writable(),
+                &|_| {},
+                &mut |_, _| {
+                    for _ in 0..3 {
+                        if dead {
+                            return;
+                        }
+                        match client_op(&held, &mut model, &mut pending, &mut ops_rng) {
+                            Ok(true) => durable.clone_from(&model),
+                            Ok(false) => {}
+                            Err(e) if e.contains("WRONG") => panic!("{e}"),
+                            Err(_) => dead = true,
+                        }
                     }
-                    match client_op(&held, &mut model, &mut pending, &mut ops_rng) {
-                        Ok(true) => durable.clone_from(&model),
-                        Ok(false) => {}
-                        Err(e) if e.contains("WRONG") => panic!("{e}"),
-                        Err(_) => dead = true,
-                    }
-                }
-            });
+                },
+            );
             let used = before - budget.load(Ordering::SeqCst);
             drop(held);
             drop(mems);

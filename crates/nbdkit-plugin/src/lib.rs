@@ -152,7 +152,9 @@ fn hold(writable: bool) -> Result<Held> {
     }
     stripeguard_ops::log_events(&array, "stripeguard-nbdkit");
     let array = Arc::new(array);
-    let export = Arc::new(ArrayExport::new(Arc::clone(&array)));
+    let export = Arc::new(ArrayExport::new(Arc::new(
+        stripeguard_engine::HeldArray::from_shared(Arc::clone(&array)),
+    )));
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let control = {

@@ -44,7 +44,10 @@ mod examine;
 pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod grow;
 mod reshape;
-pub use reshape::{continue_reshape_paths, reshaped_line, Added};
+pub use reshape::{
+    ask_holder_reshape, continue_reshape_paths, follow_holder_reshape, reshaped_line, Added,
+    LiveReshape, ReshapeRequest, ReshapeSlot,
+};
 mod online;
 pub mod spares;
 pub use eventlog_sink::{line_of, log_events, syslog};
@@ -638,6 +641,9 @@ pub struct LiveStatus {
     /// The hot spares the array lists, and whether each is where the holder looks for it.
     #[serde(default)]
     pub spares: Vec<spares::SpareState>,
+    /// A reshape the holder runs (or ran) on request (`stripeguard grow --add` while it serves).
+    #[serde(default)]
+    pub reshape: Option<LiveReshape>,
 }
 
 /// A replace run by the holder of the array.
@@ -774,6 +780,7 @@ pub fn with_control_socket_and<R>(
             front_end,
             latency: None,
             stop: None,
+            reshape: None,
         },
         body,
     )
@@ -788,6 +795,9 @@ pub struct HolderHooks<'a> {
     /// Asked to stop (`stripeguard stop [--force]`, FORMAT.md §3): `Ok` when it will, else
     /// why not (clients connected, without `force`); `None`: this holder is not stopped so.
     pub stop: Option<&'a (dyn Fn(bool) -> Result<(), String> + Sync)>,
+    /// The array as the front end serves it, which a reshape may run on (`serve`); `None`:
+    /// this holder does not reshape.
+    pub reshape: Option<&'a Arc<ReshapeSlot>>,
 }
 
 /// [`with_control_socket_and`] with every hook a holder can give.
@@ -894,9 +904,38 @@ pub fn with_control_socket_hooks<R>(
                                     grow: growing.state.lock().expect("lock").clone(),
                                     spares: spares::spare_states(array),
                                     capacity_bytes: array.capacity_bytes(),
+                                    reshape: hooks.reshape.and_then(|r| r.status()),
                                 };
                                 serde_json::to_string(&live).unwrap_or_default()
                             }
+                            req if (req.starts_with("replace ")
+                                || req == "scrub"
+                                || req.starts_with("scrub ")
+                                || req.starts_with("grow ")
+                                || req.starts_with("add-spare ")
+                                || req.starts_with("remove-spare ")
+                                || req.starts_with("spare-policy "))
+                                && hooks.reshape.is_some_and(|r| r.busy()) =>
+                            {
+                                serde_json::json!({ "error": "a reshape is running in this holder (or stopped mid-way: `status` says); this waits until it has finished" }).to_string()
+                            }
+                            req if req.starts_with("reshape ") && !(whole && may_change(&conn)) => {
+                                serde_json::json!({ "error": format!(
+                                    "only root or the holder's user (uid {}) may ask it to reshape the array, with a whole request (ending in a newline, at most 4096 bytes)",
+                                    rustix::process::geteuid().as_raw()
+                                ) })
+                                .to_string()
+                            }
+                            req if req.starts_with("reshape ") => match hooks.reshape {
+                                None => serde_json::json!({ "error": "this holder does not reshape the array (stop it, then `grow --add` runs offline)" }).to_string(),
+                                Some(_) if growing.running() || scrubbing.running() || replacing.lock().expect("lock").as_ref().is_some_and(|r| r.running) => {
+                                    serde_json::json!({ "error": "a grow, scrub or replace is running in this holder; reshape when it has finished" }).to_string()
+                                }
+                                Some(r) => match r.start(req) {
+                                    Ok(()) => "{\"started\":true}".to_string(),
+                                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                                },
+                            },
                             req if req.starts_with("replace ") && !whole => {
                                 serde_json::json!({ "error": "a replace request must end with a newline (cut short, or over 4096 bytes)" })
                                     .to_string()
@@ -986,7 +1025,7 @@ pub fn with_control_socket_hooks<R>(
                                 }
                             }
                             other => serde_json::json!({ "error": format!(
-                                "unknown request {:?} (this holder answers: status, replace, scrub, grow, add-spare, remove-spare, spare-policy, stop)",
+                                "unknown request {:?} (this holder answers: status, replace, scrub, grow, reshape, add-spare, remove-spare, spare-policy, stop)",
                                 other.chars().take(32).collect::<String>()
                             ) })
                             .to_string(),

@@ -205,11 +205,24 @@ pub(crate) fn follow_holder<T>(
     pick: impl Fn(&LiveStatus) -> Option<((u64, u64, bool), T)>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(T, LiveStatus), String> {
+    let mut misses = 0;
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let live = crate::ask_holder(uuid).map_err(|e| {
-            format!("the holder stopped (or stopped answering) while {while_doing} ({e}){then}")
-        })?;
+        let live = match crate::ask_holder(uuid) {
+            Ok(live) => live,
+            // Its control socket is bound again when its array is replaced (a reshape's
+            // end): a few misses in a row are not a stop.
+            Err(_) if misses < 25 => {
+                misses += 1;
+                continue;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the holder stopped (or stopped answering) while {while_doing} ({e}){then}"
+                ))
+            }
+        };
+        misses = 0;
         let Some(((done, total, running), state)) = pick(&live) else {
             return Err(format!("the holder reports no {what}"));
         };

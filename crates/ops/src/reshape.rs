@@ -7,9 +7,11 @@ use crate::{
     Replacement, Target,
 };
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use stripeguard_disk::DiskRef;
 use stripeguard_engine::{
-    continue_reshape, Array, AssembleOptions, EngineError, ReshapeTo, Reshaped,
+    continue_reshape, Array, AssembleOptions, EngineError, HeldArray, ReshapeTo, Reshaped,
 };
 
 /// The members a reshape adds, opened: existing devices probed (one in use refused, one
@@ -162,5 +164,168 @@ pub fn reshaped_line(r: &Reshaped) -> String {
         } else {
             String::new()
         }
+    )
+}
+
+/// A reshape run by the holder of the array while it serves (FORMAT.md §3: `reshape JSON`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct LiveReshape {
+    pub running: bool,
+    /// New stripes committed, and in all (the read of every chunk first: stripes read).
+    pub done: u64,
+    pub total: u64,
+    /// When finished: what it did, or why it stopped.
+    pub outcome: Option<String>,
+    pub ok: bool,
+    /// What it did, when it finished.
+    pub reshaped: Option<Reshaped>,
+}
+
+/// What a `reshape` request asks (the control socket's JSON).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ReshapeRequest {
+    /// Devices to add.
+    pub add: Vec<PathBuf>,
+    /// `Some(6)`: RAID-5 to RAID-6.
+    pub level: Option<u8>,
+    #[serde(default)]
+    pub force_take: Vec<PathBuf>,
+    #[serde(default)]
+    pub force_overwrite: Vec<PathBuf>,
+}
+
+/// The holder's array as its server serves it, and the reshape it may run on it.
+pub struct ReshapeSlot {
+    held: Arc<HeldArray>,
+    state: Mutex<Option<LiveReshape>>,
+    /// Bumped when the holder's array is replaced (the control socket starts again on it).
+    generation: AtomicU64,
+    /// Given the new geometry's array before it serves (event log lines, appendix cache).
+    prepare: Box<dyn Fn(&Array) + Send + Sync>,
+}
+
+impl ReshapeSlot {
+    pub fn new(held: Arc<HeldArray>, prepare: Box<dyn Fn(&Array) + Send + Sync>) -> Arc<Self> {
+        Arc::new(ReshapeSlot {
+            held,
+            state: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            prepare,
+        })
+    }
+
+    /// How many times the holder's array was replaced.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn status(&self) -> Option<LiveReshape> {
+        self.state.lock().expect("lock").clone()
+    }
+
+    /// A reshape runs, or stopped mid-way (the array is in two geometries): nothing else that
+    /// changes the array may start.
+    pub fn busy(&self) -> bool {
+        self.held.reshaping() || self.status().is_some_and(|s| s.running)
+    }
+
+    /// `reshape JSON`: the devices opened and judged, the engine's refusals answered, then the
+    /// reshape started on a thread of its own (it outlives the control socket it came on).
+    pub(crate) fn start(self: &Arc<Self>, req: &str) -> Result<(), String> {
+        let json = req.strip_prefix("reshape ").unwrap_or("");
+        let r: ReshapeRequest = serde_json::from_str(json)
+            .map_err(|e| format!("reshape: the request is not valid JSON ({e})"))?;
+        if self.busy() {
+            return Err(match self.held.reshape_stopped() {
+                Some(why) => format!("a reshape stopped in this holder ({why}): stop the holder and run `grow --continue` with every member"),
+                None => "a reshape is already running in this holder".into(),
+            });
+        }
+        let array = self.held.array();
+        if !array.is_writable() {
+            return Err("this holder has the array read-only".into());
+        }
+        let to = match r.level {
+            None => ReshapeTo::AddData,
+            Some(6) => ReshapeTo::Raid6,
+            Some(l) => return Err(format!("--level {l}: only --level 6 is built")),
+        };
+        let confirm = Confirmations {
+            take: r.force_take.clone(),
+            overwrite: r.force_overwrite.clone(),
+            ..Confirmations::default()
+        };
+        let added = Added::open(&array, &r.add, false, &confirm).map_err(|e| e.to_string())?;
+        if let Err(e) = array.reshape_preflight(&added.disks, to) {
+            added.remove_created();
+            return Err(e.to_string());
+        }
+        for t in &added.targets {
+            t.wipe().map_err(|e| e.to_string())?;
+        }
+        drop(array);
+        *self.state.lock().expect("lock") = Some(LiveReshape {
+            running: true,
+            ..LiveReshape::default()
+        });
+        let me = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("sg-reshape".into())
+            .spawn(move || {
+                let result = stripeguard_engine::reshape_online(
+                    &me.held,
+                    added.disks,
+                    to,
+                    &reshape_options(),
+                    &*me.prepare,
+                    &mut |done, total| {
+                        if let Some(s) = me.state.lock().expect("lock").as_mut() {
+                            s.done = done;
+                            s.total = total;
+                        }
+                    },
+                );
+                let ok = result.is_ok();
+                if let Some(s) = me.state.lock().expect("lock").as_mut() {
+                    s.running = false;
+                    s.ok = ok;
+                    match result {
+                        Ok(r) => {
+                            s.outcome = Some(reshaped_line(&r));
+                            s.reshaped = Some(r);
+                        }
+                        Err(e) => s.outcome = Some(e.to_string()),
+                    }
+                }
+                if ok {
+                    me.generation.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+            .map_err(|e| format!("starting the reshape thread: {e}"))?;
+        Ok(())
+    }
+}
+
+/// Ask the process holding array `uuid` to reshape it while it serves; progress and the
+/// outcome come with its `status` ([`crate::LiveStatus::reshape`]).
+pub fn ask_holder_reshape(uuid: &[u8; 16], r: &ReshapeRequest) -> Result<(), String> {
+    let json = serde_json::to_string(r).map_err(|e| e.to_string())?;
+    crate::ask_holder_to(uuid, &format!("reshape {json}"))
+}
+
+/// Follow the holder's reshape until it finishes, `progress(done, total)` as it goes.
+pub fn follow_holder_reshape(
+    uuid: &[u8; 16],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(LiveReshape, crate::LiveStatus), String> {
+    crate::online::follow_holder(
+        uuid,
+        (
+            "reshape",
+            "it reshaped the array",
+            "; `stripeguard status` says where the reshape stands, and `grow --continue` with every member (old and added) finishes it once the holder has stopped",
+        ),
+        |l| l.reshape.clone().map(|r| ((r.done, r.total, r.running), r)),
+        progress,
     )
 }

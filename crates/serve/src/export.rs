@@ -6,29 +6,33 @@
 //! them, the rest is written as zeros through the engine, so parity, appendices and versions
 //! stay consistent and the range reads back as zeros (FORMAT.md §4). `base:allocation` reports
 //! zero stripes as holes that read as zeros.
+//!
+//! The array is the holder's [`HeldArray`]: while an online reshape runs (`grow --add` asked of
+//! the holder) requests go through both geometries, the export's size stays the old one until
+//! a client connects again, and nothing is reported as a hole (everything is data).
 
 use crate::server::{Export, ExportError};
 use std::sync::Arc;
-use stripeguard_engine::{Array, EngineError};
+use stripeguard_engine::{Array, EngineError, HeldArray};
 use stripeguard_nbd::proto;
 
 /// The engine's array as an NBD export.
 pub struct ArrayExport {
-    array: Arc<Array>,
+    held: Arc<HeldArray>,
 }
 
 impl ArrayExport {
-    pub fn new(array: Arc<Array>) -> ArrayExport {
-        ArrayExport { array }
+    pub fn new(held: Arc<HeldArray>) -> ArrayExport {
+        ArrayExport { held }
     }
 
-    pub fn array(&self) -> &Arc<Array> {
-        &self.array
+    /// The array as its control plane sees it now.
+    pub fn array(&self) -> Arc<Array> {
+        self.held.array()
     }
 
-    /// The array back (to close it once no request can come any more).
-    pub fn into_array(self) -> Arc<Array> {
-        self.array
+    pub fn held(&self) -> &Arc<HeldArray> {
+        &self.held
     }
 }
 
@@ -46,17 +50,17 @@ fn nbd_error(e: EngineError) -> ExportError {
 
 impl Export for ArrayExport {
     fn size_bytes(&self) -> u64 {
-        self.array.capacity_bytes()
+        self.held.capacity_bytes()
     }
 
     fn writable(&self) -> bool {
-        self.array.is_writable()
+        self.held.is_writable()
     }
 
     fn block_sizes(&self) -> (u32, u32) {
         // The engine takes any byte range, but clients are asked for whole sectors; a request of
         // a whole chunk (a power of two) avoids reading the rest of the chunk first.
-        let chunk = self.array.geometry().chunk_bytes;
+        let chunk = self.held.array().geometry().chunk_bytes;
         let preferred = if chunk.is_power_of_two() {
             chunk.clamp(4096, u64::from(proto::MAX_PAYLOAD_BYTES))
         } else {
@@ -69,26 +73,27 @@ impl Export for ArrayExport {
     }
 
     fn description(&self) -> String {
-        let g = self.array.geometry();
+        let array = self.held.array();
+        let g = array.geometry();
         format!(
             "stripeguard array, {}+{} members, {} KiB chunks, scheme {}",
             g.k,
             g.m,
             g.chunk_bytes / 1024,
-            self.array.scheme().name()
+            array.scheme().name()
         )
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.array.read(offset, buf).map_err(nbd_error)
+        self.held.read(offset, buf).map_err(nbd_error)
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
-        self.array.write(offset, data).map_err(nbd_error)
+        self.held.write(offset, data).map_err(nbd_error)
     }
 
     fn flush(&self) -> Result<(), ExportError> {
-        self.array.flush().map_err(nbd_error)
+        self.held.flush().map_err(nbd_error)
     }
 
     /// `base:allocation`: zero stripes are holes that read as zeros, everything else data
@@ -103,17 +108,21 @@ impl Export for ArrayExport {
         if context != proto::CONTEXT_INTEGRITY {
             return Ok(self.allocation(offset, len));
         }
-        let degraded = if self.array.health().iter().any(|h| h.failed.is_some()) {
+        let array = self.held.array();
+        let degraded = if array.health().iter().any(|h| h.failed.is_some()) {
             proto::INTEGRITY_DEGRADED
         } else {
             0
         };
-        let g = self.array.geometry();
+        let Some(array) = self.held.plain() else {
+            // Stripe numbers are two geometries' now: only what holds for every byte.
+            return Ok(vec![(len, degraded)]);
+        };
+        let g = array.geometry();
         let (sd, c) = (g.stripe_data_bytes(), g.chunk_bytes);
         let end = offset + len;
         // Listed ranges as array bytes, in order, merged where they touch.
-        let mut listed: Vec<(u64, u64)> = self
-            .array
+        let mut listed: Vec<(u64, u64)> = array
             .untrusted_within(offset / sd, end.div_ceil(sd))
             .iter()
             .map(|r| {
@@ -148,10 +157,10 @@ impl Export for ArrayExport {
 
     fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<(), ExportError> {
         if may_trim {
-            self.array.zero(offset, len)
+            self.held.zero(offset, len)
         } else {
             // NO_HOLE: the client wants the bytes allocated; they are written.
-            self.array.write_zeros(offset, len)
+            self.held.write_zeros(offset, len)
         }
         .map_err(nbd_error)
     }
@@ -162,7 +171,11 @@ impl Export for ArrayExport {
     }
 
     fn fast_zero(&self, offset: u64, len: u64, may_trim: bool) -> bool {
-        may_trim && self.array.zero_is_cheap(offset, len)
+        may_trim
+            && self
+                .held
+                .plain()
+                .is_some_and(|a| a.zero_is_cheap(offset, len))
     }
 }
 
@@ -170,7 +183,10 @@ impl ArrayExport {
     /// `base:allocation` extents of `len > 0` bytes at `offset`: zero stripes `HOLE | ZERO`,
     /// the rest 0 (data).
     pub fn allocation(&self, offset: u64, len: u64) -> Vec<(u64, u32)> {
-        let sd = self.array.geometry().stripe_data_bytes();
+        let Some(array) = self.held.plain() else {
+            return vec![(len, 0)];
+        };
+        let sd = array.geometry().stripe_data_bytes();
         let end = offset + len;
         let mut out: Vec<(u64, u32)> = Vec::new();
         let mut push = |n: u64, flags: u32| match out.last_mut() {
@@ -178,10 +194,7 @@ impl ArrayExport {
             _ => out.push((n, flags)),
         };
         let mut at = offset;
-        for (lo, hi) in self
-            .array
-            .zero_stripes_within(offset / sd, end.div_ceil(sd))
-        {
+        for (lo, hi) in array.zero_stripes_within(offset / sd, end.div_ceil(sd)) {
             let (lo, hi) = ((lo * sd).max(offset), (hi * sd).min(end));
             if lo > at {
                 push(lo - at, 0);

@@ -1,7 +1,7 @@
 //! `stripeguard grow`: more stripes on members that have room for them (each replaced by a
 //! bigger one, or its file extended), here or in the process holding the array while it serves;
-//! or, with `--add`, more data members by a reshape (offline), and `--continue` to finish an
-//! interrupted one.
+//! or, with `--add`, more data members by a reshape (here, or online in the `serve` holding
+//! the array), and `--continue` to finish an interrupted one.
 
 use crate::cmd::shared::{assemble, assemble_or_holder, Held, MembersArgs};
 use crate::exit;
@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use stripeguard_engine::ReshapeTo;
 use stripeguard_ops::{
-    ask_holder_grow, continue_reshape_paths, follow_holder_grow, grow_array, grown_line,
-    reshaped_line, Added, Confirmations, GrowTo,
+    ask_holder_grow, ask_holder_reshape, continue_reshape_paths, follow_holder_grow,
+    follow_holder_reshape, grow_array, grown_line, reshaped_line, Added, Confirmations, GrowTo,
+    ReshapeRequest,
 };
 
 #[derive(Args)]
@@ -27,8 +28,9 @@ pub struct GrowArgs {
     size: GrowTo,
     /// Add these files, block devices or NBD exports as data members: a reshape moves the data
     /// in place from k to k + (how many) data chunks per stripe, crash-safe (an interrupted one
-    /// is finished by `--continue`). Offline: stop any process holding the array first. A file
-    /// that does not exist is made at the members' size.
+    /// is finished by `--continue`). When `serve` holds the array, it reshapes it while its
+    /// clients go on reading and writing (online). A file that does not exist is made at the
+    /// members' size.
     #[arg(long, num_args = 1.., value_name = "NEW")]
     add: Vec<PathBuf>,
     /// With --add (one NEW): turn RAID-5 (one xor parity) into RAID-6, NEW holding the second
@@ -118,10 +120,7 @@ fn continue_reshape(a: &GrowArgs) -> Result<ExitCode> {
 fn reshape(a: &GrowArgs) -> Result<ExitCode> {
     let array = match assemble_or_holder(&a.array, true)? {
         Held::Here(array) => array,
-        Held::ByHolder(uuid) => bail!(
-            "a process holds the array ({}): a reshape runs offline in this version; stop it (`stripeguard stop`) and run `grow --add` again",
-            stripeguard_format::hex(&uuid)
-        ),
+        Held::ByHolder(uuid) => return reshape_via_holder(a, &uuid),
     };
     let confirm = Confirmations {
         take: a.force_take.clone(),
@@ -143,6 +142,43 @@ fn reshape(a: &GrowArgs) -> Result<ExitCode> {
     let result = added.run(*array, to, &mut updater(&bar));
     bar.finish_and_clear();
     print_reshaped(a, &result?);
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// `grow --add` of an array a `serve` holds: it reshapes the array while it serves it; this
+/// follows its progress in its status until it finishes.
+fn reshape_via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
+    // The holder opens NEW by the path given here: made absolute from this directory.
+    let abs = |ps: &[PathBuf]| -> Vec<PathBuf> {
+        ps.iter()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+            .collect()
+    };
+    let req = ReshapeRequest {
+        add: abs(&a.add),
+        level: a.level,
+        force_take: abs(&a.force_take),
+        force_overwrite: abs(&a.force_overwrite),
+    };
+    ask_holder_reshape(uuid, &req)
+        .map_err(|e| anyhow::anyhow!("the process holding the array refused to reshape it: {e}"))?;
+    let bar = count_bar("reshaping while serving (new stripes)");
+    let result = follow_holder_reshape(uuid, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let (r, _) = result.map_err(anyhow::Error::msg)?;
+    let outcome = r.outcome.clone().unwrap_or_default();
+    if !r.ok {
+        bail!("{outcome}");
+    }
+    if a.json {
+        println!("{}", json!({"via_holder": true, "reshape": r.reshaped}));
+    } else {
+        println!("{outcome}");
+        println!("{RECONNECT}");
+    }
     Ok(ExitCode::from(exit::OK))
 }
 
