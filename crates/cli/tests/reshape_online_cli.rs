@@ -1,0 +1,131 @@
+//! `stripeguard grow --add` of an array `serve` holds (FORMAT.md §2 "Reshaping the array",
+//! docs/RESHAPE.md "Online"): the holder reshapes it while fio writes and verifies through
+//! it, fio never sees a wrong byte, the data fio wrote last verifies after the reshape, new
+//! clients see the new size, and the array scrubs clean offline afterwards — adding a data
+//! member to a 6+2 array, and RAID-5 to RAID-6.
+
+mod common;
+#[macro_use]
+mod nbd_common;
+
+use common::{ok, sg};
+use nbd_common::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// fio rounds (write then verify, each with its own seed) while `busy` is set, through `uri`;
+/// the seed of the last round, and how many ran.
+fn fio_rounds(uri: &str, dir: &Path, busy: &AtomicBool) -> (u32, u32) {
+    let mut seed = 0;
+    let mut rounds = 0;
+    while busy.load(Ordering::Relaxed) || rounds == 0 {
+        seed += 1;
+        rounds += 1;
+        let out = fio_job(uri, false)
+            .arg(format!("--randseed={seed}"))
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fio round {rounds} failed during the online reshape:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    (seed, rounds)
+}
+
+fn size(uri: &str) -> u64 {
+    let out = run(Command::new("nbdinfo").args(["--size", uri]));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Serve the array of `members` in `d`, reshape it with `grow_args` while fio rounds run,
+/// check, stop, and scrub it offline with `after` as members.
+fn reshape_while_fio_runs(d: &Path, members: &[&str], grow_args: &[&str], after: &[&str]) {
+    let s = serve_with(d, members);
+    let before = size(&s.uri);
+    let busy = AtomicBool::new(true);
+    let (grow, (seed, rounds)) = std::thread::scope(|scope| {
+        let fio = scope.spawn(|| fio_rounds(&s.uri, d, &busy));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut args = vec!["grow"];
+        args.extend(members);
+        args.extend(grow_args);
+        let grow = sg(&args, d);
+        busy.store(false, Ordering::Relaxed);
+        (grow, fio.join().unwrap())
+    });
+    let said = ok(&grow);
+    assert!(said.contains("reshaped:"), "{said}");
+    assert!(
+        rounds >= 2,
+        "fio ran {rounds} round(s): did it overlap the reshape?"
+    );
+    eprintln!("{rounds} fio rounds ran across the reshape");
+    // What the last round wrote reads back through the new geometry.
+    let out = fio_job(&s.uri, true)
+        .arg(format!("--randseed={seed}"))
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fio verify after the reshape:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let after_size = size(&s.uri);
+    assert!(after_size >= before, "{before} -> {after_size}");
+    let (status, _, err) = s.stop();
+    assert!(status.success(), "serve: {err}");
+    assert!(err.contains("reshaped"), "the event is logged: {err}");
+    let mut args = vec!["scrub"];
+    args.extend(after);
+    let scrubbed = ok(&sg(&args, d));
+    assert!(
+        scrubbed.contains("0 unit(s) found wrong, 0 repaired, 0 unrecoverable"),
+        "{scrubbed}"
+    );
+}
+
+#[test]
+fn a_served_array_takes_a_data_member_while_fio_verifies() {
+    need!("fio", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, "hybrid-seq", "32M");
+    let mut all: Vec<&str> = MEMBERS.to_vec();
+    all.push("m8");
+    reshape_while_fio_runs(d, &MEMBERS, &["--add", "m8"], &all);
+}
+
+#[test]
+fn a_served_raid5_becomes_raid6_while_fio_verifies() {
+    need!("fio", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let old = ["m0", "m1", "m2", "m3"];
+    let mut args = vec!["create"];
+    args.extend(old);
+    args.extend([
+        "--size", "32M", "--scheme", "pure", "--chunk", "64K", "--level", "5",
+    ]);
+    ok(&sg(&args, d));
+    // Room past the array on every member, for the level change to move into first.
+    for m in old {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.join(m))
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len + (4 << 20)).unwrap();
+    }
+    reshape_while_fio_runs(
+        d,
+        &old,
+        &["--level", "6", "--add", "m4"],
+        &["m0", "m1", "m2", "m3", "m4"],
+    );
+}
