@@ -12,6 +12,7 @@ use crate::members::{MemberHealth, Members};
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
 use crate::sync::{Mutex, MutexGuard};
 use crate::units::Units;
+use crate::view::{write_superblock_copies, View};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use stripeguard_codes::ErasureCode;
@@ -20,7 +21,7 @@ use stripeguard_format::Owner;
 use stripeguard_format::{EventKind, EventRole};
 use stripeguard_integrity::{
     ArrayState, CodeId, CrossCheck, Identity, MemberSlot, MemberState, MetadataLayout, Role,
-    Scheme, Superblock, OWNER_RECORD_OFFSET, SUPERBLOCK_COPY_OFFSETS,
+    Scheme, Superblock, OWNER_RECORD_OFFSET,
 };
 use stripeguard_plan::{Geometry, Granularity, Op, PiecePlan, Planner};
 
@@ -294,7 +295,7 @@ pub struct Array {
     journal_on_devices: bool,
     /// While a reshape runs: the geometry's view this array is (view.rs). A std lock, no
     /// scheduling point (read on the rare paths only: sequence numbers, superblocks, records).
-    view: std::sync::RwLock<Option<crate::view::View>>,
+    view: std::sync::RwLock<Option<View>>,
 }
 
 impl Array {
@@ -757,8 +758,17 @@ impl Array {
         self.sabotage == Some(s)
     }
 
-    pub(crate) fn view_slot(&self) -> &std::sync::RwLock<Option<crate::view::View>> {
-        &self.view
+    /// Make this array a view of a reshape (or, `None`, an array of its own again).
+    pub(crate) fn set_view(&self, view: Option<View>) {
+        if view.is_some() {
+            self.intent.lock().expect("lock").disable();
+        }
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = view;
+    }
+
+    /// The reshape this array is a view of, if any.
+    pub(crate) fn view(&self) -> Option<View> {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn meta(&self) -> &Mutex<Meta> {
@@ -1496,18 +1506,6 @@ pub(crate) fn num_gcd(mut a: u64, mut b: u64) -> u64 {
         (a, b) = (b, a % b);
     }
     a
-}
-
-/// Write both copies of a member's superblock `sb`, each flushed before the next is written: a
-/// power cut can tear only the one in flight, never both (FORMAT.md §2.1's update order).
-pub(crate) fn write_superblock_copies(
-    d: &dyn stripeguard_disk::Disk,
-    sb: &Superblock,
-) -> Result<(), DiskError> {
-    let bytes = sb.encode();
-    SUPERBLOCK_COPY_OFFSETS
-        .iter()
-        .try_for_each(|&off| d.write_at(off, &bytes).and_then(|()| d.flush()))
 }
 
 /// Write zeros over `len` bytes of `d` from `at`, 64 KiB at a time.

@@ -643,6 +643,7 @@ impl Views {
             new.sequence_high_water
                 .saturating_sub(plan.new_stripes)
                 .saturating_sub(SEQUENCE_RESERVATION),
+            SEQUENCE_RESERVATION,
         );
         // The old view writes the stripe-state record only while it serves clients (online):
         // its zero stripes written into leave it at their flush.

@@ -1,4 +1,5 @@
-//! An [`Array`] as one geometry's view of a reshape in progress (reshape.rs, online.rs).
+//! An array as one geometry's view of a reshape in progress (reshape.rs, online.rs; the
+//! array holds its [`View`] and asks it at each point below).
 //!
 //! While a reshape runs, two geometries share the members, and the superblocks, the event
 //! log, the write-intent record and the sequence numbers are the reshape's, not either
@@ -18,12 +19,11 @@
 //!   while its stripes hold data (the record numbers old stripes), the new view only at the
 //!   finish, when the record becomes the new geometry's.
 
-use crate::array::{write_superblock_copies, Array, SEQUENCE_RESERVATION};
 use crate::error::EngineError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use stripeguard_disk::DiskRef;
-use stripeguard_format::Superblock;
+use stripeguard_disk::{DiskError, DiskRef};
+use stripeguard_format::{Superblock, SUPERBLOCK_COPY_OFFSETS};
 
 /// What both views of one reshape share.
 pub(crate) struct ViewShared {
@@ -31,6 +31,8 @@ pub(crate) struct ViewShared {
     members: Vec<DiskRef>,
     /// The reshape's superblock as last written, and the last sequence number handed out.
     state: crate::sync::Mutex<(Superblock, u64)>,
+    /// Sequence numbers a raise of the high-water mark reserves.
+    reservation: u64,
     /// A member failed in a view.
     failed: AtomicBool,
 }
@@ -38,9 +40,15 @@ pub(crate) struct ViewShared {
 impl ViewShared {
     /// `sb`: the reshape's superblock as written to `members`; sequence numbers are handed out
     /// from `next + 1` up.
-    pub(crate) fn new(members: Vec<DiskRef>, sb: Superblock, next: u64) -> Arc<ViewShared> {
+    pub(crate) fn new(
+        members: Vec<DiskRef>,
+        sb: Superblock,
+        next: u64,
+        reservation: u64,
+    ) -> Arc<ViewShared> {
         Arc::new(ViewShared {
             members,
+            reservation,
             state: crate::sync::Mutex::new((sb, next)),
             failed: AtomicBool::new(false),
         })
@@ -51,7 +59,7 @@ impl ViewShared {
         let mut st = self.state.lock().expect("lock");
         if st.1 >= st.0.sequence_high_water {
             let mut sb = st.0.clone();
-            sb.sequence_high_water += SEQUENCE_RESERVATION;
+            sb.sequence_high_water += self.reservation;
             sb.generation += 1;
             write_superblocks(&self.members, &sb, false)?;
             st.0 = sb;
@@ -123,24 +131,6 @@ impl View {
     }
 }
 
-impl Array {
-    /// Make this array a view of a reshape (or, `None`, an array of its own again).
-    pub(crate) fn set_view(&self, view: Option<View>) {
-        if view.is_some() {
-            self.intent().lock().expect("lock").disable();
-        }
-        *self.view_slot().write().unwrap_or_else(|p| p.into_inner()) = view;
-    }
-
-    /// The reshape this array is a view of, if any.
-    pub(crate) fn view(&self) -> Option<View> {
-        self.view_slot()
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
 /// Write `sb` (with each member's index) to every member, each copy flushed before the next
 /// (FORMAT.md §2.1's update order): the added ones (index `n` up) first when `added_first`.
 pub(crate) fn write_superblocks(
@@ -166,4 +156,16 @@ pub(crate) fn write_superblocks(
         write_superblock_copies(members[i].as_ref(), &mine)?;
     }
     Ok(())
+}
+
+/// Write both copies of a member's superblock `sb`, each flushed before the next is written: a
+/// power cut can tear only the one in flight, never both (FORMAT.md §2.1's update order).
+pub(crate) fn write_superblock_copies(
+    d: &dyn stripeguard_disk::Disk,
+    sb: &Superblock,
+) -> Result<(), DiskError> {
+    let bytes = sb.encode();
+    SUPERBLOCK_COPY_OFFSETS
+        .iter()
+        .try_for_each(|&off| d.write_at(off, &bytes).and_then(|()| d.flush()))
 }

@@ -216,6 +216,7 @@ mod tests {
             grow: None,
             capacity_bytes: 0,
             spares: vec![],
+            reshape: None,
         };
         assert_eq!(live.verdict(false), Verdict::Clean);
         assert_eq!(live.verdict(true), Verdict::NotChecked);
