@@ -326,9 +326,28 @@ pub fn serve(mut a: ServeArgs) -> Result<ExitCode> {
     served.context("serving")?;
     drop(server);
     drop(array);
+    // A reshape asked of this holder finishes (or stops on an error) before the array closes.
+    if reshaper.status().is_some_and(|s| s.running) && !a.quiet {
+        eprintln!("stripeguard serve: waiting for the reshape to finish before closing the array");
+    }
+    while reshaper.status().is_some_and(|s| s.running) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     drop(reshaper);
-    let held = Arc::try_unwrap(held)
-        .map_err(|_| anyhow::anyhow!("the array is still in use after the server stopped"))?;
+    // (The reshape's thread lets go of the array a moment after it says it has finished.)
+    let mut held = held;
+    let mut tries = 0;
+    let held = loop {
+        match Arc::try_unwrap(held) {
+            Ok(h) => break h,
+            Err(h) if tries < 50 => {
+                held = h;
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(_) => anyhow::bail!("the array is still in use after the server stopped"),
+        }
+    };
     let array = held.array();
     let c = array.counters();
     let words = if held.reshaping() {

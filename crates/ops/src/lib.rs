@@ -917,7 +917,7 @@ pub fn with_control_socket_hooks<R>(
                                 || req.starts_with("spare-policy "))
                                 && hooks.reshape.is_some_and(|r| r.busy()) =>
                             {
-                                serde_json::json!({ "error": "a reshape is running in this holder (or stopped mid-way: `status` says); this waits until it has finished" }).to_string()
+                                serde_json::json!({ "error": "a reshape is running in this holder (or stopped mid-way: `status` says); ask again when it has finished" }).to_string()
                             }
                             req if req.starts_with("reshape ") && !(whole && may_change(&conn)) => {
                                 serde_json::json!({ "error": format!(

@@ -56,7 +56,9 @@ impl Added {
                 confirm.refuse_strays(&[])?;
                 let size = (0..n)
                     .filter_map(|m| array.member_disk(m))
-                    .map(|d| d.size_bytes())
+                    // Measured now: a holder's members may have been extended since it opened
+                    // them (a level change's room).
+                    .map(|d| d.measure_size())
                     .min()
                     .unwrap_or_else(|| array.superblock().member_bytes());
                 match stripeguard_disk::FileDisk::create(p, size, direct) {
@@ -235,6 +237,22 @@ impl ReshapeSlot {
         let json = req.strip_prefix("reshape ").unwrap_or("");
         let r: ReshapeRequest = serde_json::from_str(json)
             .map_err(|e| format!("reshape: the request is not valid JSON ({e})"))?;
+        // The holder opens each path as given, from its own directory: only absolute paths
+        // (or NBD URIs), and only names that arrived whole (a byte that was not UTF-8 became
+        // U+FFFD on the way, another file's name).
+        for p in r.add.iter().chain(&r.force_take).chain(&r.force_overwrite) {
+            let s = p.to_string_lossy();
+            if s.contains('\u{FFFD}') {
+                return Err(format!(
+                    "reshape: {s:?} is not a name this request can carry (not UTF-8)"
+                ));
+            }
+            if !p.is_absolute() && !s.contains("://") {
+                return Err(format!(
+                    "reshape: {s:?} is not an absolute path (the holder would open it from its own directory)"
+                ));
+            }
+        }
         if self.busy() {
             return Err(match self.held.reshape_stopped() {
                 Some(why) => format!("a reshape stopped in this holder ({why}): stop the holder and run `grow --continue` with every member"),
