@@ -2,7 +2,7 @@
 //! docs/RESHAPE.md "Online"): the holder reshapes it while fio writes and verifies through
 //! it, fio never sees a wrong byte, the data fio wrote last verifies after the reshape, new
 //! clients see the new size, and the array scrubs clean offline afterwards — adding a data
-//! member to a 6+2 array, and RAID-5 to RAID-6.
+//! member to a 6+2 array, RAID-5 to RAID-6, and RAID-6 to RAID-5 (the last member freed).
 
 mod common;
 #[macro_use]
@@ -128,4 +128,24 @@ fn a_served_raid5_becomes_raid6_while_fio_verifies() {
         &["--level", "6", "--add", "m4"],
         &["m0", "m1", "m2", "m3", "m4"],
     );
+}
+
+#[test]
+fn a_served_raid6_becomes_raid5_while_fio_verifies_and_its_last_member_is_freed() {
+    need!("fio", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    create(d, "hybrid-seq", "32M");
+    for m in MEMBERS {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.join(m))
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len + (4 << 20)).unwrap();
+    }
+    reshape_while_fio_runs(d, &MEMBERS, &["--level", "5"], &MEMBERS[..7]);
+    // The member that left is a free device: no superblock of the array.
+    let out = sg(&["examine", "m7"], d);
+    assert!(!out.status.success(), "m7 still examines as a member");
 }

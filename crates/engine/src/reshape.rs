@@ -59,6 +59,9 @@ pub enum ReshapeTo {
     /// RAID-5 (one xor parity) becomes RAID-6: the one added member holds the second parity,
     /// `k` stays (`grow --level 6`).
     Raid6,
+    /// RAID-6 becomes RAID-5 (one xor parity) at the same `k`: the last member leaves the
+    /// array, its superblock erased at the commit (`grow --level 5`).
+    Raid5,
 }
 
 /// What a reshape did.
@@ -98,8 +101,11 @@ impl Array {
         let cfg = |s: String| Err(EngineError::Config(s));
         let sb = self.superblock();
         let g = self.geometry();
-        if added.is_empty() {
+        if added.is_empty() && to != ReshapeTo::Raid5 {
             return cfg("--add names no member to add".into());
+        }
+        if !added.is_empty() && to == ReshapeTo::Raid5 {
+            return cfg("--level 5 adds no member: the last member leaves the array".into());
         }
         if !self.is_writable() {
             return cfg("the array was assembled read-only".into());
@@ -160,9 +166,18 @@ impl Array {
                 }
                 (k, 2, CodeId::Raid6)
             }
+            ReshapeTo::Raid5 => {
+                if m != 2 || sb.scheme.extra_members() > 0 {
+                    return cfg(format!(
+                        "--level 5 turns RAID-6 (two parity chunks) into RAID-5 (one xor parity); this array has {m} parity chunk(s) ({})",
+                        sb.code.name()
+                    ));
+                }
+                (k, 1, CodeId::Xor)
+            }
         };
         let n = self.members().len();
-        let new_n = n + j;
+        let new_n = if to == ReshapeTo::Raid5 { n - 1 } else { n + j };
         if sb.write_journal && new_n > 32 {
             return cfg(format!(
                 "the write journal is limited to 32 members; {new_n} asked for"
@@ -184,10 +199,11 @@ impl Array {
         // 4096 (the data offset's alignment), at most 32 (a step is at most δ stripes).
         let offset_stripes = match to {
             ReshapeTo::AddData => 0,
-            ReshapeTo::Raid6 => {
+            ReshapeTo::Raid6 | ReshapeTo::Raid5 => {
                 let u = sb.unit_bytes();
                 let align = 4096 / num_gcd(u, 4096);
-                let fits = MemberIx::upto(n)
+                // The members that stay, and the added one.
+                let fits = MemberIx::upto(n.min(new_n))
                     .map(|i| self.members().get(i).measure_size())
                     .chain(added.iter().map(|d| d.size_bytes()))
                     .map(|size| sb.units_that_fit(size))
@@ -374,7 +390,7 @@ fn begin(
     let slot_bytes = new.journal_slot_bytes();
     // The added members' metadata area, and every member's journal slot headers where the
     // new geometry has them (past the old data: a level change moves them δ units on).
-    for (i, d) in members.iter().enumerate() {
+    for (i, d) in members.iter().enumerate().take(usize::from(new.members)) {
         if i >= old_members {
             zero_range(d, 0, new.data_offset_bytes)?;
         } else if new.journal_offset() == sb_journal {
@@ -458,10 +474,16 @@ pub fn continue_reshape(
         array.close()?;
         return Ok(summary);
     }
-    if members.len() != usize::from(new.members) {
+    let all = new.members.max(from.members);
+    if members.len() != usize::from(all) {
         return Err(EngineError::Config(format!(
-            "the reshape is onto {} members; {} given (give every member, old and added, in order)",
+            "the reshape is onto {} members{}; {} given (give every member, old and added, in order)",
             new.members,
+            if from.members > new.members {
+                format!(" from {}", from.members)
+            } else {
+                String::new()
+            },
             members.len()
         )));
     }
@@ -528,7 +550,7 @@ fn plan_of(new: &Superblock) -> Result<Reshape, EngineError> {
         new.stripes + u64::from(from.offset_stripes),
     )
     .map_err(EngineError::Config)?;
-    let j = u64::from(new.members - from.members);
+    let j = u64::from(new.members.saturating_sub(from.members));
     let room = new.stripes.saturating_sub(plan.new_stripes) * j;
     if plan.backup_chunks > room {
         return Err(EngineError::Config(format!(
@@ -564,7 +586,16 @@ fn old_superblock(new: &Superblock) -> Superblock {
     old.parity_chunks = from.parity_chunks;
     old.code = from.code;
     old.data_offset_bytes -= u64::from(from.offset_stripes) * new.unit_bytes();
-    old.member_table.truncate(usize::from(from.members));
+    // A level change down: the member that leaves is the old geometry's last.
+    let last = old.member_table.last().copied();
+    old.member_table.resize(
+        usize::from(from.members),
+        last.unwrap_or(MemberSlot {
+            state: MemberState::Active,
+            device: 0,
+            last_event: 0,
+        }),
+    );
     old
 }
 
@@ -632,7 +663,7 @@ impl Views {
     ) -> Result<Views, EngineError> {
         let target = Array::from_parts(
             new.clone(),
-            members.to_vec(),
+            members[..usize::from(new.members)].to_vec(),
             true,
             opts.first_read_map_bytes,
             crate::env::EnvRef::clone(&opts.env),
@@ -780,7 +811,7 @@ fn move_all(
     done_sb.reshape = None;
     done_sb.state = ArrayState::Clean;
     done_sb.generation += 1;
-    views.shared.write_superblock(&done_sb)?;
+    views.shared.commit(&done_sb)?;
     Ok(Ran {
         from_bytes,
         repaired: mover.progress.repaired,
@@ -957,6 +988,15 @@ fn finished(
         writable: true,
         ..opts.clone()
     };
+    let mut members = members;
+    // A level change down: the member that left loses its superblock (the commit erased it,
+    // unless a crash came first).
+    for d in members.iter().skip(usize::from(new.members)) {
+        if read_superblock(d.as_ref()).is_ok_and(|(sb, _)| sb.array_uuid == new.array_uuid) {
+            crate::view::erase_superblock(d)?;
+        }
+    }
+    members.truncate(usize::from(new.members));
     let array = Array::assemble(members, &writable)?;
     if let Some(prepare) = prepare {
         prepare(&array);

@@ -73,15 +73,6 @@ impl ViewShared {
         self.state.lock().expect("lock").0.clone()
     }
 
-    /// Write `sb` (which must continue this reshape's: a higher generation) as the reshape's
-    /// superblock, or its commit.
-    pub(crate) fn write_superblock(&self, sb: &Superblock) -> Result<(), EngineError> {
-        let mut st = self.state.lock().expect("lock");
-        write_superblocks(&self.members, sb, false)?;
-        st.0 = sb.clone();
-        Ok(())
-    }
-
     /// Carry a view's "blocks are listed untrusted" flag (incompatible feature bit 2, §2.1)
     /// into the reshape's superblocks.
     pub(crate) fn set_untrusted_listed(&self, on: bool) -> Result<(), EngineError> {
@@ -94,6 +85,19 @@ impl ViewShared {
         sb.generation += 1;
         write_superblocks(&self.members, &sb, false)?;
         st.0 = sb;
+        Ok(())
+    }
+
+    /// The commit: `sb` (the new geometry, without the reshape) on the members it names, then
+    /// the superblock of a member that leaves (a level change down) erased.
+    pub(crate) fn commit(&self, sb: &Superblock) -> Result<(), EngineError> {
+        let mut st = self.state.lock().expect("lock");
+        let keep = usize::from(sb.members).min(self.members.len());
+        write_superblocks(&self.members[..keep], sb, false)?;
+        for d in &self.members[keep..] {
+            erase_superblock(d)?;
+        }
+        st.0 = sb.clone();
         Ok(())
     }
 
@@ -168,4 +172,12 @@ pub(crate) fn write_superblock_copies(
     SUPERBLOCK_COPY_OFFSETS
         .iter()
         .try_for_each(|&off| d.write_at(off, &bytes).and_then(|()| d.flush()))
+}
+
+/// Zero both superblock copies of `d` (a member that left the array), each flushed.
+pub(crate) fn erase_superblock(d: &DiskRef) -> Result<(), DiskError> {
+    let zeros = [0u8; stripeguard_format::SUPERBLOCK_BYTES];
+    SUPERBLOCK_COPY_OFFSETS
+        .iter()
+        .try_for_each(|&off| d.write_at(off, &zeros).and_then(|()| d.flush()))
 }

@@ -79,7 +79,7 @@ fn disks(cfg: &ArrayConfig, j: usize) -> Vec<DiskRef> {
 fn new_k(to: ReshapeTo, j: usize) -> usize {
     match to {
         ReshapeTo::AddData => 3 + j,
-        ReshapeTo::Raid6 => 3,
+        ReshapeTo::Raid6 | ReshapeTo::Raid5 => 3,
     }
 }
 
@@ -571,4 +571,105 @@ fn a_stripe_that_cannot_be_read_refuses_the_reshape_before_anything_moves() {
     b.read(0, &mut got).unwrap();
     assert!(got == old[..40 * sd]);
     b.close().unwrap();
+}
+
+#[test]
+fn raid6_becomes_raid5_and_its_last_member_leaves() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(395);
+    for scheme in Scheme::ENGINE {
+        if scheme == Scheme::ChecksumChunk {
+            continue;
+        }
+        for zero_stripes in [true, false] {
+            let what = format!("{scheme:?} zero_stripes={zero_stripes} --level 5");
+            let cfg = config(scheme, CodeId::Raid6, 2, zero_stripes, false);
+            let mems = disks(&cfg, 0);
+            let n = member_count(&cfg);
+            let a = Array::create(mems.clone(), &cfg, true, &mut |_, _| {}).unwrap();
+            let old = random(&mut rng, a.capacity_bytes() as usize * 2 / 3);
+            a.write(0, &old).unwrap();
+            let r = a
+                .reshape(Vec::new(), ReshapeTo::Raid5, &writable(), &mut |_, _| {})
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!((r.from_members, r.to_members), (n, n - 1), "{what}");
+            // The member that left holds no superblock of the array any more.
+            assert!(
+                stripeguard_engine::read_superblock_of(mems[n - 1].as_ref()).is_err(),
+                "{what}: the leaving member still has a superblock"
+            );
+            let look =
+                Array::assemble(mems[..n - 1].to_vec(), &AssembleOptions::default()).unwrap();
+            assert_eq!((look.geometry().k, look.geometry().m), (3, 1), "{what}");
+            drop(look);
+            check_after(&what, mems[..n - 1].to_vec(), &old, 3, true, &mut rng);
+        }
+    }
+    // Refused: RAID-5 has no second parity to give up; --level 5 takes no NEW.
+    let cfg = config(Scheme::HybridSeq, CodeId::Xor, 1, true, false);
+    let mems = disks(&cfg, 1);
+    let n = member_count(&cfg);
+    let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
+    let e = a
+        .reshape_preflight(&[], ReshapeTo::Raid5)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--level 5 turns RAID-6"), "{e}");
+    let e = a
+        .reshape_preflight(&mems[n..], ReshapeTo::Raid5)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("adds no member"), "{e}");
+}
+
+#[test]
+fn a_power_cut_at_any_io_of_a_level_change_down_loses_nothing() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(396);
+    let (mut cases, mut resumed) = (0, 0);
+    for (scheme, zero_stripes, every) in [
+        (Scheme::HybridSeq, true, 1),
+        (Scheme::Pure, false, 2),
+        (Scheme::None, false, 3),
+    ] {
+        let what = format!("{scheme:?} zero_stripes={zero_stripes} --level 5");
+        let cfg = config(scheme, CodeId::Raid6, 2, zero_stripes, false);
+        let n = member_count(&cfg);
+        let old = random(&mut rng, (40 * 3 * u64::from(CHUNK)) as usize);
+        let (a, mems, _, budget) = crash_rig(&cfg, 0, &old);
+        let before = budget.load(Ordering::SeqCst);
+        a.reshape(Vec::new(), ReshapeTo::Raid5, &writable(), &mut |_, _| {})
+            .unwrap();
+        let ios = before - budget.load(Ordering::SeqCst);
+        drop(mems);
+        for cut in (0..ios).step_by(every) {
+            cases += 1;
+            let (a, mems, crash, budget) = crash_rig(&cfg, 0, &old);
+            budget.store(cut, Ordering::SeqCst);
+            let _ = a.reshape(Vec::new(), ReshapeTo::Raid5, &writable(), &mut |_, _| {});
+            drop(mems);
+            let images = crash_images(&crash, &mut rng);
+            let b = match continue_reshape(images.clone(), &writable(), &mut |_, _| {}) {
+                Ok(_) => {
+                    resumed += 1;
+                    Array::assemble(images[..n - 1].to_vec(), &writable())
+                }
+                Err(e) if e.to_string().contains("no reshape is in progress") => {
+                    // Before the start (the array as it was), or after the commit.
+                    Array::assemble(images.clone(), &writable())
+                        .or_else(|_| Array::assemble(images[..n - 1].to_vec(), &writable()))
+                }
+                Err(e) => panic!("{what}: cut at {cut} of {ios}: {e}"),
+            }
+            .unwrap_or_else(|e| panic!("{what}: cut at {cut} of {ios}: {e}"));
+            let mut got = vec![0u8; old.len()];
+            b.read(0, &mut got)
+                .unwrap_or_else(|e| panic!("{what}: cut at {cut} of {ios}: {e}"));
+            assert!(
+                got == old,
+                "{what}: cut at {cut} of {ios}: the data changed"
+            );
+            b.close().unwrap();
+        }
+    }
+    eprintln!("{cases} power cuts of a level change down, {resumed} continued");
+    assert!(resumed > cases / 2);
 }

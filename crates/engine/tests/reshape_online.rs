@@ -131,6 +131,7 @@ fn clients_read_and_write_through_an_online_reshape() {
         for zero_stripes in [true, false] {
             cases.push((scheme, 2, zero_stripes, 1, ReshapeTo::AddData));
             cases.push((scheme, 1, zero_stripes, 1, ReshapeTo::Raid6));
+            cases.push((scheme, 2, zero_stripes, 0, ReshapeTo::Raid5));
         }
         cases.push((scheme, 1, true, 2, ReshapeTo::AddData));
     }
@@ -171,10 +172,19 @@ fn clients_read_and_write_through_an_online_reshape() {
         assert!(errors.is_empty(), "{what}: {errors:?}");
         assert!(ops >= 16, "{what}: only {ops} client requests ran");
         let want_k = if to == ReshapeTo::AddData { 3 + j } else { 3 };
+        let want_m = match to {
+            ReshapeTo::Raid5 => 1,
+            ReshapeTo::Raid6 => 2,
+            ReshapeTo::AddData => m,
+        };
         assert_eq!(r.to_data_chunks, want_k, "{what}");
         // The holder serves the new geometry now: its old bytes and its new room.
         let now = held.array();
-        assert_eq!(now.geometry().k, want_k, "{what}");
+        assert_eq!(
+            (now.geometry().k, now.geometry().m),
+            (want_k, want_m),
+            "{what}"
+        );
         assert!(!held.reshaping(), "{what}");
         for _ in 0..20 {
             client_op(&held, &mut model, &mut pending, &mut rng)
@@ -183,7 +193,9 @@ fn clients_read_and_write_through_an_online_reshape() {
         check_array(&what, &now, &model);
         drop(now);
         held.close().unwrap();
-        let b = Array::assemble(mems.clone(), &writable()).unwrap();
+        // A level change down leaves the last member out.
+        let stay = if to == ReshapeTo::Raid5 { n - 1 } else { n + j };
+        let b = Array::assemble(mems[..stay].to_vec(), &writable()).unwrap();
         check_array(&format!("{what}, assembled again"), &b, &model);
         b.close().unwrap();
     }
@@ -268,14 +280,18 @@ fn a_power_cut_during_an_online_reshape_loses_nothing_flushed() {
         (Scheme::Pure, 1, false, ReshapeTo::Raid6, 3),
         (Scheme::None, 2, false, ReshapeTo::AddData, 5),
         (Scheme::Hybrid1, 1, true, ReshapeTo::Raid6, 5),
+        (Scheme::HybridSeq, 2, false, ReshapeTo::Raid5, 4),
     ] {
+        // Members added (none for a level change down, whose last member leaves), and the
+        // members of the array after.
+        let j = usize::from(to != ReshapeTo::Raid5);
         let what = format!("{scheme:?} m={m} zero_stripes={zero_stripes} {to:?}");
         let cfg = config(scheme, m, zero_stripes);
         let n = member_count(&cfg);
         // Client requests between steps, the same for every cut (the same seed).
         let run = |cut: i64, rng: &mut rand::rngs::StdRng| {
             let budget = Arc::new(AtomicI64::new(i64::MAX));
-            let crash: Vec<Arc<CrashDisk>> = (0..=n)
+            let crash: Vec<Arc<CrashDisk>> = (0..n + j)
                 .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), member_size(&cfg), 512)))
                 .collect();
             let mems: Vec<DiskRef> = crash
@@ -332,13 +348,15 @@ fn a_power_cut_during_an_online_reshape_loses_nothing_flushed() {
             let b = match continue_reshape(images.clone(), &writable(), &mut |_, _| {}) {
                 Ok(_) => {
                     continued += 1;
-                    Array::assemble(images.clone(), &writable())
+                    let stay = if j == 0 { n - 1 } else { n + j };
+                    Array::assemble(images[..stay].to_vec(), &writable())
                 }
                 // Cut before the superblocks named the reshape (the array as it was), or after
                 // the commit (the new array).
                 Err(e) if e.to_string().contains("no reshape is in progress") => {
                     Array::assemble(images.clone(), &writable())
                         .or_else(|_| Array::assemble(images[..n].to_vec(), &writable()))
+                        .or_else(|_| Array::assemble(images[..n - 1].to_vec(), &writable()))
                 }
                 Err(e) => panic!("{what}: cut at {cut}: continue: {e}"),
             }

@@ -621,7 +621,12 @@ impl Superblock {
                 "pure and hybrid2 need at least 2 data chunks: with one, a chunk's buddy is the chunk itself, written in the same I/O, so a lost write or flipped bit could not be caught (use hybrid1 or hybrid-seq)",
             ));
         }
-        if self.member_index >= self.members {
+        // During a level change down (RAID-6 to RAID-5) the member that leaves still holds old
+        // stripes: its index is the new geometry's count.
+        let indexed = self
+            .reshape
+            .map_or(self.members, |r| r.members.max(self.members));
+        if self.member_index >= indexed {
             return Err(g("member index out of range"));
         }
         match (self.code, self.parity_chunks) {
@@ -686,10 +691,14 @@ impl Superblock {
             .ok_or(g("member size overflows 64 bits"))?;
         if let Some(r) = self.reshape {
             let from = u32::from(r.data_chunks) + u32::from(r.parity_chunks) + u32::from(extra);
+            // Members are only added, except by a level change down: one parity member leaves.
+            let level_down = r.members == self.members + 1
+                && r.parity_chunks == self.parity_chunks + 1
+                && r.data_chunks == self.data_chunks;
             if r.data_chunks == 0
                 || r.parity_chunks == 0
                 || from != u32::from(r.members)
-                || r.members >= self.members
+                || (r.members >= self.members && !level_down)
                 || r.data_chunks > self.data_chunks
                 || !self.scheme.fits_data_chunks(r.data_chunks as usize)
                 || u64::from(r.offset_stripes)

@@ -166,7 +166,14 @@ pub fn reshaped_line(r: &Reshaped) -> String {
         } else {
             String::new()
         }
-    )
+    ) + &if r.to_members < r.from_members {
+        format!(
+            "; member {} left the array (its superblock erased: it is a free device now)",
+            r.to_members
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// A reshape run by the holder of the array while it serves (FORMAT.md §3: `reshape JSON`).
@@ -266,7 +273,12 @@ impl ReshapeSlot {
         let to = match r.level {
             None => ReshapeTo::AddData,
             Some(6) => ReshapeTo::Raid6,
-            Some(l) => return Err(format!("--level {l}: only --level 6 is built")),
+            Some(5) => ReshapeTo::Raid5,
+            Some(l) => {
+                return Err(format!(
+                    "--level {l}: only --level 5 and --level 6 are built"
+                ))
+            }
         };
         let confirm = Confirmations {
             take: r.force_take.clone(),

@@ -24,7 +24,7 @@ pub struct GrowArgs {
     array: MembersArgs,
     /// The array's new size in bytes (K, M, G, T suffixes; rounded down to whole stripes), or
     /// `max`: as much as every member has room for.
-    #[arg(long, default_value = "max", value_parser = parse_to, conflicts_with_all = ["add", "continue_"])]
+    #[arg(long, default_value = "max", value_parser = parse_to, conflicts_with_all = ["add", "continue_", "level"])]
     size: GrowTo,
     /// Add these files, block devices or NBD exports as data members: a reshape moves the data
     /// in place from k to k + (how many) data chunks per stripe, crash-safe (an interrupted one
@@ -33,10 +33,12 @@ pub struct GrowArgs {
     /// members' size.
     #[arg(long, num_args = 1.., value_name = "NEW")]
     add: Vec<PathBuf>,
-    /// With --add (one NEW): turn RAID-5 (one xor parity) into RAID-6, NEW holding the second
-    /// parity; the data moves into room past it first, so every member needs a few stripes of
-    /// room beyond the array (extend the files or devices; do not `grow --size` into it).
-    #[arg(long, requires = "add", value_parser = parse_level)]
+    /// `6` with --add (one NEW): turn RAID-5 (one xor parity) into RAID-6, NEW holding the
+    /// second parity. `5` (no --add): turn RAID-6 into RAID-5, the last member leaving the
+    /// array (its superblock erased). Either way the data moves into room past it first, so
+    /// every member needs a few stripes of room beyond the array (extend the files or devices;
+    /// do not `grow --size` into it).
+    #[arg(long, value_parser = parse_level, conflicts_with = "continue_")]
     level: Option<u8>,
     /// Finish an interrupted reshape: give every member, old and added, in order.
     #[arg(long = "continue", conflicts_with = "add")]
@@ -56,8 +58,9 @@ pub struct GrowArgs {
 
 fn parse_level(s: &str) -> Result<u8, String> {
     match s {
+        "5" => Ok(5),
         "6" => Ok(6),
-        _ => Err("only --level 6 (RAID-5 to RAID-6) is built".into()),
+        _ => Err("only --level 6 (RAID-5 to RAID-6, with --add NEW) and --level 5 (RAID-6 to RAID-5) are built".into()),
     }
 }
 
@@ -136,6 +139,7 @@ fn reshape(a: &GrowArgs) -> Result<ExitCode> {
     };
     let bar = count_bar("reshaping (new stripes)");
     let to = match a.level {
+        Some(5) => ReshapeTo::Raid5,
         Some(_) => ReshapeTo::Raid6,
         None => ReshapeTo::AddData,
     };
@@ -212,8 +216,15 @@ pub fn run(mut a: GrowArgs) -> Result<ExitCode> {
             );
         }
     }
-    if !a.add.is_empty() {
-        return reshape(&a);
+    match (a.level, a.add.is_empty()) {
+        (Some(6), true) => {
+            bail!("--level 6 needs --add NEW (the member that holds the second parity)")
+        }
+        (Some(5), false) => {
+            bail!("--level 5 adds no member (the last member leaves the array): drop --add")
+        }
+        (Some(_), _) | (None, false) => return reshape(&a),
+        (None, true) => {}
     }
     // Held by a running `serve`: it grows the array while it goes on serving.
     let array = match assemble_or_holder(&a.array, true)? {
