@@ -1463,8 +1463,14 @@ pub(crate) fn lock_members(
 fn reshaping(sb: &Superblock) -> EngineError {
     let from = sb.reshape.expect("a reshape");
     EngineError::Assemble(format!(
-        "a reshape of this array from {} to {} members ({} to {} data chunks per stripe) is in progress or was interrupted (FORMAT.md §2, \"Reshaping the array\"): nothing else can use it until it finishes; run `stripeguard grow MEMBERS... --continue` with all {} members (old and added, in order)",
-        from.members, sb.members, from.data_chunks, sb.data_chunks, sb.members
+        "a reshape of this array from {} members ({}+{}: data + parity chunks per stripe) to {} ({}+{}) is in progress or was interrupted (FORMAT.md §2, \"Reshaping the array\"): nothing else can use it until it finishes; run `stripeguard grow MEMBERS... --continue` with all {} members (every old one and every added one, in order)",
+        from.members,
+        from.data_chunks,
+        from.parity_chunks,
+        sb.members,
+        sb.data_chunks,
+        sb.parity_chunks,
+        from.members.max(sb.members)
     ))
 }
 

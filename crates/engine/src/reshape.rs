@@ -334,17 +334,7 @@ impl Array {
         // journal slot free, the superblocks clean.
         self.close()?;
         // Above every superblock the close wrote, and past every sequence number it reserved.
-        let closed: Vec<Superblock> = members
-            .iter()
-            .filter_map(|d| read_superblock(d.as_ref()).ok().map(|(sb, _)| sb))
-            .collect();
-        new.generation = closed.iter().map(|sb| sb.generation).max().unwrap_or(0) + 1;
-        new.sequence_high_water = closed
-            .iter()
-            .map(|sb| sb.sequence_high_water)
-            .max()
-            .unwrap_or(0)
-            .max(new.sequence_high_water);
+        above_written(&members, &mut new);
         members.extend(added);
         begin(
             &members,
@@ -361,6 +351,22 @@ impl Array {
         )?;
         run(members, new, plan, opts, progress)
     }
+}
+
+/// Give `new` an event count above every superblock on `members` and a high-water mark past
+/// every sequence number they reserved.
+fn above_written(members: &[DiskRef], new: &mut Superblock) {
+    let written: Vec<Superblock> = members
+        .iter()
+        .filter_map(|d| read_superblock(d.as_ref()).ok().map(|(sb, _)| sb))
+        .collect();
+    new.generation = written.iter().map(|sb| sb.generation).max().unwrap_or(0) + 1;
+    new.sequence_high_water = written
+        .iter()
+        .map(|sb| sb.sequence_high_water)
+        .max()
+        .unwrap_or(0)
+        .max(new.sequence_high_water);
 }
 
 /// What [`begin`] records in the first progress record.
@@ -896,17 +902,7 @@ pub fn reshape_online(
     let (views, at) = held.switch(|_| {
         array.flush_and_clear(true)?;
         let prev = array.checkpoint().unwrap_or_default();
-        let written: Vec<Superblock> = members[..old_members]
-            .iter()
-            .filter_map(|d| read_superblock(d.as_ref()).ok().map(|(sb, _)| sb))
-            .collect();
-        new.generation = written.iter().map(|sb| sb.generation).max().unwrap_or(0) + 1;
-        new.sequence_high_water = written
-            .iter()
-            .map(|sb| sb.sequence_high_water)
-            .max()
-            .unwrap_or(0)
-            .max(new.sequence_high_water);
+        above_written(&members[..old_members], &mut new);
         let sb_journal = array.superblock().journal_offset();
         begin(
             &members,

@@ -302,7 +302,7 @@ fn describe_members(paths: &[std::path::PathBuf]) {
                 .checked_div(r.stripes)
                 .map(|p| format!(" ({p}%)"))
                 .unwrap_or_default(),
-            x.members
+            x.members.max(r.from_members)
         );
     }
 }
