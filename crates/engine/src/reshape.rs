@@ -119,13 +119,6 @@ impl Array {
         if self.forced_any().load(std::sync::atomic::Ordering::Acquire) {
             return cfg("a forced assembly cannot reshape: resync it writable first".into());
         }
-        let listed = self.untrusted_set().all();
-        if !listed.is_empty() {
-            return cfg(format!(
-                "{} range(s) of the array are listed untrusted (FORMAT.md §2.7): rewrite or `clear` them first, so the reshape moves only verified data",
-                listed.len()
-            ));
-        }
         let out: Vec<String> = self
             .member_table()
             .iter()
@@ -281,6 +274,15 @@ impl Array {
             let len = (total - at).min(step);
             match self.read(at, &mut buf[..usize_of(len)]) {
                 Ok(()) => {}
+                // Blocks listed untrusted move listed (`carry_listed`): read around them.
+                Err(EngineError::Unrecoverable { .. })
+                    if !self.untrusted_set().all().is_empty()
+                        && read_around_listed(
+                            self,
+                            at / g.chunk_bytes..(at + len) / g.chunk_bytes,
+                            &mut buf,
+                        )
+                        .is_ok() => {}
                 Err(EngineError::Unrecoverable { stripe, reason }) => {
                     return Err(EngineError::Config(format!(
                         "stripe {stripe} cannot be read ({reason}): a reshape would stop there with the data half moved, so none starts; `status --check` lists every such stripe, and `read --skip-unrecoverable` saves what is left of it before it is rewritten or cleared"
@@ -1166,36 +1168,42 @@ fn read_old(
     let mut located = 0;
     if r.start < end {
         let before = old.counters().located;
-        let listed = listed_in(old, plan, r.start..end);
-        if listed.is_empty() {
+        if listed_in(old, plan, r.start..end).is_empty() {
             let len = usize_of((end - r.start) * c);
             old.read(r.start * c, &mut bytes[..len])?;
         } else {
-            // Chunk by chunk, the listed bytes left zero (they move listed: `carry_listed`).
-            for x in r.start..end {
-                let at = usize_of((x - r.start) * c);
-                let mut holes: Vec<(u64, u64)> = listed
-                    .iter()
-                    .filter(|e| e.stripe * plan.new_k + u64::from(e.position) == x)
-                    .map(|e| (u64::from(e.offset), u64::from(e.offset) + u64::from(e.len)))
-                    .collect();
-                holes.sort_unstable();
-                let mut from = 0;
-                for (lo, hi) in holes.into_iter().chain([(c, c)]) {
-                    if lo > from {
-                        old.read(
-                            x * c + from,
-                            &mut bytes[at + usize_of(from)..at + usize_of(lo)],
-                        )?;
-                    }
-                    from = from.max(hi);
-                }
-            }
+            read_around_listed(old, r.start..end, &mut bytes)?;
         }
         // Another thread's read may count between: the total over the run is exact.
         located = old.counters().located.saturating_sub(before);
     }
     Ok((bytes, located))
+}
+
+/// Chunks `r` of `a` into `out` (from its start) chunk by chunk, the bytes `a` lists
+/// untrusted left zero (they move listed: `Mover::carry_listed`).
+fn read_around_listed(a: &Array, r: Range<u64>, out: &mut [u8]) -> Result<(), EngineError> {
+    let (k, c) = (a.geometry().k as u64, a.geometry().chunk_bytes);
+    for x in r.clone() {
+        let at = usize_of((x - r.start) * c);
+        let chunk = &mut out[at..at + usize_of(c)];
+        chunk.fill(0);
+        let mut holes: Vec<(u64, u64)> = a
+            .untrusted_within(x / k, x / k + 1)
+            .into_iter()
+            .filter(|e| u64::from(e.position) == x % k)
+            .map(|e| (u64::from(e.offset), u64::from(e.offset) + u64::from(e.len)))
+            .collect();
+        holes.sort_unstable();
+        let mut from = 0;
+        for (lo, hi) in holes.into_iter().chain([(c, c)]) {
+            if lo > from {
+                a.read(x * c + from, &mut chunk[usize_of(from)..usize_of(lo)])?;
+            }
+            from = from.max(hi);
+        }
+    }
+    Ok(())
 }
 
 /// What the old geometry lists untrusted in chunks `r`, placed in the new geometry.
