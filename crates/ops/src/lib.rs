@@ -919,9 +919,13 @@ pub fn with_control_socket_hooks<R>(
                             {
                                 serde_json::json!({ "error": "a reshape is running in this holder (or stopped mid-way: `status` says); ask again when it has finished" }).to_string()
                             }
-                            req if req.starts_with("reshape ") && !(whole && may_change(&conn)) => {
+                            req if req.starts_with("reshape ") && !whole => {
+                                serde_json::json!({ "error": "a reshape request must end with a newline (cut short, or over 4096 bytes)" })
+                                    .to_string()
+                            }
+                            req if req.starts_with("reshape ") && !may_change(&conn) => {
                                 serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may ask it to reshape the array, with a whole request (ending in a newline, at most 4096 bytes)",
+                                    "only root or the holder's user (uid {}) may ask it to reshape the array",
                                     rustix::process::geteuid().as_raw()
                                 ) })
                                 .to_string()

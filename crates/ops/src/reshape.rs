@@ -31,7 +31,18 @@ impl Added {
         direct: bool,
         confirm: &Confirmations,
     ) -> Result<Added, EngineError> {
-        refuse_duplicate_paths(paths)?;
+        if let Some((i, p)) = paths.iter().enumerate().find(|(i, p)| {
+            paths[..*i]
+                .iter()
+                .any(|q| crate::probe::identity(q) == crate::probe::identity(p))
+        }) {
+            return Err(EngineError::Config(format!(
+                "{} is given twice to --add (NEW {} of {}): give each device once",
+                p.display(),
+                i + 1,
+                paths.len()
+            )));
+        }
         let n = array.geometry().n() + array.scheme().extra_members();
         let mut added = Added {
             disks: Vec::new(),
@@ -116,7 +127,27 @@ impl Added {
                 return Err(e);
             }
         }
-        array.reshape(self.disks, to, &reshape_options(), progress)
+        let created = self.created.clone();
+        let disks = self.disks.clone();
+        let result = array.reshape(self.disks, to, &reshape_options(), progress);
+        if result.is_err() {
+            remove_unused(&created, &disks);
+        }
+        result
+    }
+}
+
+/// Remove the files in `created` that a refused reshape left without a superblock (it stopped
+/// before it named them members: they hold nothing of the array).
+fn remove_unused(created: &[PathBuf], disks: &[DiskRef]) {
+    for p in created {
+        let unused = disks
+            .iter()
+            .filter(|d| Path::new(d.name()) == p)
+            .all(|d| stripeguard_engine::read_superblock_of(d.as_ref()).is_err());
+        if unused {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
@@ -299,6 +330,7 @@ impl ReshapeSlot {
             ..LiveReshape::default()
         });
         let me = Arc::clone(self);
+        let (created, disks) = (added.created.clone(), added.disks.clone());
         std::thread::Builder::new()
             .name("sg-reshape".into())
             .spawn(move || {
@@ -316,6 +348,9 @@ impl ReshapeSlot {
                     },
                 );
                 let ok = result.is_ok();
+                if !ok {
+                    remove_unused(&created, &disks);
+                }
                 if let Some(s) = me.state.lock().expect("lock").as_mut() {
                     s.running = false;
                     s.ok = ok;
