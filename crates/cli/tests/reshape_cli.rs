@@ -198,7 +198,7 @@ fn level_6_turns_raid5_into_raid6_after_the_members_get_room() {
         &args("grow", &OLD, &["--level", "5", "--add", "m4"]),
         d,
     ));
-    assert!(e.contains("only --level 6"), "{e}");
+    assert!(e.contains("--level 5 adds no member"), "{e}");
     for m in OLD {
         let f = std::fs::OpenOptions::new()
             .append(true)
