@@ -393,13 +393,55 @@ impl Router {
     }
 
     fn flush(&self) -> Option<Result<(), EngineError>> {
-        let _ticket = match self.enter(0..0)? {
+        let ticket = match self.enter(0..0)? {
             Ok(t) => t,
             Err(e) => return Some(Err(e)),
         };
         // Every member's writes durable (the new view's members are all of them), then the
-        // old view's stripe-state record (zero stripes written into leave it only now).
-        Some(self.target.flush().and_then(|()| self.old.flush()))
+        // old view's stripe-state record (zero stripes written into leave it only now), which
+        // until the finish is the durable list of both geometries' untrusted blocks.
+        let done = ticket.done;
+        Some(self.target.flush().and_then(|()| {
+            self.carry_take_offs(done);
+            self.old.flush()
+        }))
+    }
+
+    /// Blocks listed in the old record that moved listed and were written whole since in the
+    /// new geometry come off the old record too (at this flush, after the writes are durable):
+    /// a continue after a crash lists again what the old record lists.
+    fn carry_take_offs(&self, done: u64) {
+        let p = &self.plan;
+        let committed = |x: u64| {
+            if p.backward {
+                x >= (p.new_stripes - done.min(p.new_stripes)) * p.new_k
+            } else {
+                x < done * p.new_k
+            }
+        };
+        let gone: Vec<_> = self
+            .old
+            .untrusted_set()
+            .all()
+            .into_iter()
+            .filter(|e| {
+                let x = e.stripe * p.old_k + u64::from(e.position);
+                committed(x)
+                    && !self
+                        .target
+                        .untrusted_within(x / p.new_k, x / p.new_k + 1)
+                        .iter()
+                        .any(|m| {
+                            u64::from(m.position) == x % p.new_k
+                                && m.offset == e.offset
+                                && m.len == e.len
+                        })
+            })
+            .collect();
+        self.old.take_off_untrusted(
+            &gone,
+            "written whole in the new geometry during the reshape",
+        );
     }
 
     fn write_zeros(&self, offset: u64, len: u64) -> Option<Result<(), EngineError>> {

@@ -196,17 +196,17 @@ impl Array {
                 let u = sb.unit_bytes();
                 let align = 4096 / num_gcd(u, 4096);
                 // The members that stay, and the added one.
-                let fits = MemberIx::upto(n.min(new_n))
-                    .map(|i| self.members().get(i).measure_size())
-                    .chain(added.iter().map(|d| d.size_bytes()))
-                    .map(|size| sb.units_that_fit(size))
+                let (fits, tightest) = MemberIx::upto(n.min(new_n))
+                    .map(|i| self.members().get(i))
+                    .chain(added.iter().cloned())
+                    .map(|d| (sb.units_that_fit(d.measure_size()), d.name().to_string()))
                     .min()
-                    .unwrap_or(0);
+                    .unwrap_or((0, String::new()));
                 let room = fits.saturating_sub(sb.stripes);
                 let delta = room.min(RESHAPE_BATCH) / align * align;
                 if delta == 0 {
                     return cfg(format!(
-                        "a level change writes the new stripes into room past the data first: every member needs room for {align} more stripe(s) ({} more bytes each, without `grow --size`, which would use it); they have room for {room}",
+                        "a level change writes the new stripes into room past the data first: every member needs room for {align} more stripe(s) ({} more bytes each, without `grow --size`, which would use it); {tightest} has room for {room}",
                         align * u
                     ));
                 }
@@ -529,12 +529,17 @@ pub fn continue_reshape(
                 stripeguard_format::hex(&new.array_uuid),
             )));
         }
-        if d.size_bytes() < new.member_bytes() {
+        // The member a level change down lets go needs only the old geometry's room.
+        let needs = if i < usize::from(new.members) {
+            new.member_bytes()
+        } else {
+            old_superblock(&new).member_bytes()
+        };
+        if d.size_bytes() < needs {
             return Err(EngineError::Assemble(format!(
-                "{} holds {} bytes; every member needs {}",
+                "{} holds {} bytes; it needs {needs}",
                 d.name(),
                 d.size_bytes(),
-                new.member_bytes()
             )));
         }
     }
@@ -1258,6 +1263,15 @@ impl Mover<'_> {
             .expect("a checkpoint fits its slot");
         self.target
             .write_slot(CHECKPOINT_OFFSET, self.record.sequence, &bytes, true)?;
+        // A level change down: the member that leaves holds the progress too, until it leaves
+        // (`status` and a continue read every member's).
+        let at =
+            CHECKPOINT_OFFSET + stripeguard_format::slot_offset(self.record.sequence, bytes.len());
+        for i in self.target.geometry().n()..self.old.geometry().n() {
+            let d = self.old.members().get(MemberIx::new(i));
+            d.write_at(at, &bytes)?;
+            d.flush()?;
+        }
         self.stop_if_degraded()
     }
 
