@@ -1,32 +1,34 @@
 //! Reshaping the array in place (FORMAT.md §2, "Reshaping the array"; the order of the moves
 //! and its proof against power cuts: `stripeguard_plan::reshape`): `j` added members become
 //! data members, `k` data chunks per stripe becoming `k' = k + j` (the plan's forward
-//! direction, md's critical section backed up on the added members), or one added member
-//! becomes RAID-6's second parity at the same `k` (the backward direction: the data moves
-//! from the end into `δ` units of room past it, the new data offset `D + δ·U`).
+//! direction, md's critical section backed up on the added members), or a level change at the
+//! same `k` — one added member becomes RAID-6's second parity, or RAID-6's last member leaves
+//! a RAID-5 — by the backward direction: the data moves from the end into `δ` units of room
+//! past it, the new data offset `D + δ·U`.
 //!
 //! Before anything moves, every chunk is read once through the writable array (damage
 //! repaired in place; a stripe that cannot be read refuses the reshape while nothing is
-//! half moved). Then each step: its chunks read (the next step's while this one's are
-//! written), each new stripe encoded and sealed, written whole, the members flushed, the
-//! checkpoint's progress written (the step's commit). A continue trusts that progress only
-//! when it is the newest ever written ([`progress_of`]).
+//! half moved; blocks listed untrusted are read around and move listed). Then each step: its
+//! chunks read (offline, the next step's while this one's are written), each new stripe
+//! encoded and sealed, written whole, the members flushed, the checkpoint's progress written
+//! (the step's commit). A continue trusts that progress only when it is the newest ever
+//! written ([`progress_of`]).
 //!
-//! Two views of the same members run the reshape, each an [`Array`] built from a superblock
-//! without assembling (nothing written by building them):
-//! - the **old view**: the old geometry on the first `n` members, read-only. The reshape
-//!   reads its chunks through it, so every read is checked as the scheme says and a unit found
-//!   wrong is rebuilt from the stripe's redundancy (in memory: a read-only array writes
-//!   nothing, and the new stripe gets the right bytes — the reshape repairs, never copies);
-//! - the **new view**: the new geometry on all `n'` members. The reshape encodes and seals
+//! Two views of the same members run the reshape (view.rs: one sequence counter, the
+//! reshape's superblocks, no event or intent bit of their own):
+//! - the **old view**: the old geometry on the first `n` members. Offline an array built from
+//!   the superblock, read-only (writable only to resync after an online run's crash); online
+//!   the holder's own array (online.rs routes client requests to it). The reshape reads its
+//!   chunks through it, so every read is checked as the scheme says and a unit found wrong is
+//!   rebuilt from the stripe's redundancy — the reshape repairs, never copies;
+//! - the **new view**: the new geometry on its `n'` members. The reshape encodes and seals
 //!   each new stripe through it as a resync seals a settled stripe (fresh appendices for the
-//!   new stripe and position) and writes it whole.
+//!   new stripe and position) and writes it whole; online, clients write the committed new
+//!   stripes through it.
 //!
-//! Neither view writes a superblock, an intent bit or an event while the reshape runs; this
-//! module writes the superblocks and the checkpoint record itself, in the order FORMAT.md
-//! gives, so a crash at any point is resumed by [`continue_reshape`]. Offline: the members
-//! are locked for the whole run, and every other command refuses an array with a reshape in
-//! progress (incompatible feature bit 6).
+//! This module writes the superblocks and the checkpoint record itself, in the order
+//! FORMAT.md gives, so a crash at any point is resumed by [`continue_reshape`]. Every other
+//! command refuses an array with a reshape in progress (incompatible feature bit 6).
 
 use crate::array::{
     lock_members, num_gcd, zero_range, Array, AssembleOptions, SEQUENCE_RESERVATION,
