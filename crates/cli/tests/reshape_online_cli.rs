@@ -90,6 +90,18 @@ fn reshape_while_fio_runs(d: &Path, members: &[&str], grow_args: &[&str], after:
     );
 }
 
+/// Room past the array on every member of `members`, for a level change to move into first.
+fn give_room(d: &Path, members: &[&str]) {
+    for m in members {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.join(m))
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len + (4 << 20)).unwrap();
+    }
+}
+
 #[test]
 fn a_served_array_takes_a_data_member_while_fio_verifies() {
     need!("fio", "nbdinfo");
@@ -113,15 +125,7 @@ fn a_served_raid5_becomes_raid6_while_fio_verifies() {
         "--size", "32M", "--scheme", "pure", "--chunk", "64K", "--level", "5",
     ]);
     ok(&sg(&args, d));
-    // Room past the array on every member, for the level change to move into first.
-    for m in old {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(d.join(m))
-            .unwrap();
-        let len = f.metadata().unwrap().len();
-        f.set_len(len + (4 << 20)).unwrap();
-    }
+    give_room(d, &old);
     reshape_while_fio_runs(
         d,
         &old,
@@ -136,14 +140,7 @@ fn a_served_raid6_becomes_raid5_while_fio_verifies_and_its_last_member_is_freed(
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     create(d, "hybrid-seq", "32M");
-    for m in MEMBERS {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(d.join(m))
-            .unwrap();
-        let len = f.metadata().unwrap().len();
-        f.set_len(len + (4 << 20)).unwrap();
-    }
+    give_room(d, &MEMBERS);
     reshape_while_fio_runs(d, &MEMBERS, &["--level", "5"], &MEMBERS[..7]);
     // The member that left is a free device: no superblock of the array.
     let out = sg(&["examine", "m7"], d);
