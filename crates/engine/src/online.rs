@@ -26,7 +26,7 @@ use crate::error::EngineError;
 use crate::view::ViewShared;
 use std::ops::Range;
 use std::sync::{Arc, Condvar};
-use stripeguard_plan::reshape::Reshape;
+use stripeguard_plan::reshape::{Place, Reshape};
 
 /// Zeros written per request where a range is zeroed through a router.
 const ZERO_PIECE: usize = 1 << 20;
@@ -136,6 +136,7 @@ impl HeldArray {
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        // Both closures need the buffer (one runs at a time).
         let buf = std::cell::RefCell::new(buf);
         self.each(
             |a| a.read(offset, &mut buf.borrow_mut()),
@@ -312,11 +313,12 @@ impl Router {
     /// The request's bytes `offset..offset + len` cut at the boundary `done` new stripes make:
     /// (in the new geometry, array byte, length), in order.
     fn pieces(&self, offset: u64, len: u64, done: u64) -> Vec<(bool, u64, u64)> {
-        let p = &self.plan;
+        let (p, c) = (&self.plan, self.plan.committed(done));
+        // Forward the committed stripes are below the boundary, backward above it.
         let (boundary, new_below) = if p.backward {
-            ((p.new_stripes - done.min(p.new_stripes)) * p.new_k, false)
+            (c.start * p.new_k, false)
         } else {
-            (done * p.new_k, true)
+            (c.end * p.new_k, true)
         };
         let at = boundary.saturating_mul(self.chunk);
         let end = offset + len;
@@ -412,13 +414,7 @@ impl Router {
     /// a continue after a crash lists again what the old record lists.
     fn carry_take_offs(&self, done: u64) {
         let p = &self.plan;
-        let committed = |x: u64| {
-            if p.backward {
-                x >= (p.new_stripes - done.min(p.new_stripes)) * p.new_k
-            } else {
-                x < done * p.new_k
-            }
-        };
+        let committed = |x: u64| matches!(p.locate(x, done, false), Place::New { .. });
         let gone: Vec<_> = self
             .old
             .untrusted_set()

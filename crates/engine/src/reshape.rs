@@ -639,7 +639,7 @@ fn run(
         crate::env::EnvRef::clone(&opts.env),
     )?;
     old.load_untrusted()?;
-    let views = Views::new(old, &members, &new, &plan, opts)?;
+    let views = Views::with_old(Arc::new(old), &members, &new, &plan, opts)?;
     let ran = move_all(&views, &members, &plan, (record, now), None, progress)?;
     drop(views);
     let (array, summary) = finished(members, &new, opts, Some(ran), None)?;
@@ -659,16 +659,6 @@ impl Views {
     /// `old` (the old geometry's array on the first members) and the new geometry's on
     /// `members`, as views of the reshape `new` (its sequence numbers from those the
     /// superblocks reserve for a run).
-    fn new(
-        old: Array,
-        members: &[DiskRef],
-        new: &Superblock,
-        plan: &Reshape,
-        opts: &AssembleOptions,
-    ) -> Result<Views, EngineError> {
-        Views::with_old(Arc::new(old), members, new, plan, opts)
-    }
-
     fn with_old(
         old: Arc<Array>,
         members: &[DiskRef],
@@ -740,14 +730,8 @@ fn move_all(
     if !mover.progress.finishing {
         // What moved listed in an earlier run is listed in memory again (the old record,
         // which the finish replaces, still says it).
-        let p = &mover.progress;
-        let committed = if plan.backward {
-            (plan.new_stripes - p.done.min(plan.new_stripes)) * plan.new_k
-                ..plan.new_stripes * plan.new_k
-        } else {
-            0..p.done * plan.new_k
-        };
-        mover.carry_listed(committed)?;
+        let c = plan.committed(mover.progress.done);
+        mover.carry_listed(c.start * plan.new_k..c.end * plan.new_k)?;
     }
     // Before anything moves, this run's progress goes into the other slot too: from here on
     // both slots hold this reshape's records, which `progress_of` relies on.
@@ -855,17 +839,14 @@ fn window(plan: &Reshape, r: &Range<u64>, p: &ReshapeProgress) -> Range<u64> {
 /// those the critical section's backup stands in for).
 fn resync_after_online(m: &Mover<'_>) -> Result<(), EngineError> {
     let (plan, p) = (m.plan, &m.progress);
-    let committed: Range<u64> = if plan.backward {
-        plan.new_stripes - p.done.min(plan.new_stripes)..plan.new_stripes
-    } else {
-        0..p.done.min(plan.new_stripes)
-    };
+    let committed = plan.committed(p.done);
     let listed = |t: u64| p.zero.iter().any(|&(lo, hi)| lo <= t && t < hi);
     m.target
-        .resync_stripes(committed.filter(|&t| !listed(t)).map(StripeIx::new))?;
+        .resync_stripes(committed.clone().filter(|&t| !listed(t)).map(StripeIx::new))?;
     let k = plan.old_k;
     let unmoved: Range<u64> = if plan.backward {
-        0..plan.new_stripes - p.done.min(plan.new_stripes)
+        // Same `k`: old stripe `t` holds new stripe `t`'s chunks.
+        0..committed.start
     } else {
         let first = (p.done * plan.new_k).max(if p.backed_up { p.backup_chunks } else { 0 });
         first / k..plan.old_stripes
@@ -908,7 +889,7 @@ pub fn reshape_online(
     members.extend(added);
     // Every request in flight ends, the array is flushed as at a close (every write durable,
     // every intent bit clear), the reshape begins and the router takes the requests.
-    let (views, at) = held.switch(|_| {
+    let (views, at, router) = held.switch(|_| {
         array.flush_and_clear(true)?;
         let prev = array.checkpoint().unwrap_or_default();
         above_written(&members[..old_members], &mut new);
@@ -928,18 +909,15 @@ pub fn reshape_online(
         )?;
         let at = progress_of(&members, &new, &plan)?;
         let views = Views::with_old(Arc::clone(&array), &members, &new, &plan, opts)?;
-        let router = Router::new(
+        let router = Arc::new(Router::new(
             Arc::clone(&views.old),
             Arc::clone(&views.target),
             Arc::clone(&views.shared),
             plan.clone(),
             at.1.done,
-        );
-        Ok(((views, at), Mode::Reshaping(Arc::new(router))))
+        ));
+        Ok(((views, at, Arc::clone(&router)), Mode::Reshaping(router)))
     })?;
-    let Mode::Reshaping(router) = held.mode() else {
-        unreachable!("switched just above");
-    };
     let ran = match move_all(&views, &members, &plan, at, Some(&router), progress) {
         Ok(ran) => ran,
         Err(e) => {

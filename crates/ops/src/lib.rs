@@ -924,11 +924,7 @@ pub fn with_control_socket_hooks<R>(
                                     .to_string()
                             }
                             req if req.starts_with("reshape ") && !may_change(&conn) => {
-                                serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may ask it to reshape the array",
-                                    rustix::process::geteuid().as_raw()
-                                ) })
-                                .to_string()
+                                forbidden("ask it to reshape the array")
                             }
                             req if req.starts_with("reshape ") => match hooks.reshape {
                                 None => serde_json::json!({ "error": "this holder does not reshape the array (stop it, then `grow --add` runs offline)" }).to_string(),
@@ -945,18 +941,10 @@ pub fn with_control_socket_hooks<R>(
                                     .to_string()
                             }
                             req if req.starts_with("replace ") && !may_change(&conn) => {
-                                serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may ask it to replace a member",
-                                    rustix::process::geteuid().as_raw()
-                                ) })
-                                .to_string()
+                                forbidden("ask it to replace a member")
                             }
                             req if (req == "scrub" || req.starts_with("scrub ")) && !may_change(&conn) => {
-                                serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may ask it to scrub",
-                                    rustix::process::geteuid().as_raw()
-                                ) })
-                                .to_string()
+                                forbidden("ask it to scrub")
                             }
                             req if req == "scrub" || req.starts_with("scrub ") => {
                                 let replace_running = replacing
@@ -970,11 +958,7 @@ pub fn with_control_socket_hooks<R>(
                                 }
                             }
                             req if (req == "stop" || req == "stop --force") && !may_change(&conn) => {
-                                serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may ask it to stop",
-                                    rustix::process::geteuid().as_raw()
-                                ) })
-                                .to_string()
+                                forbidden("ask it to stop")
                             }
                             req if req == "stop" || req == "stop --force" => match hooks.stop {
                                 None => serde_json::json!({ "error": "this holder is not stopped over its control socket (stop the program that runs it)" }).to_string(),
@@ -984,11 +968,7 @@ pub fn with_control_socket_hooks<R>(
                                 },
                             },
                             req if req.starts_with("grow ") && !may_change(&conn) => {
-                                serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may ask it to grow the array",
-                                    rustix::process::geteuid().as_raw()
-                                ) })
-                                .to_string()
+                                forbidden("ask it to grow the array")
                             }
                             req if req.starts_with("grow ") => {
                                 match grow::start_grow(array, req, growing, s) {
@@ -1001,11 +981,7 @@ pub fn with_control_socket_hooks<R>(
                                 || req.starts_with("spare-policy "))
                                 && !may_change(&conn) =>
                             {
-                                serde_json::json!({ "error": format!(
-                                    "only root or the holder's user (uid {}) may change the array's spares",
-                                    rustix::process::geteuid().as_raw()
-                                ) })
-                                .to_string()
+                                forbidden("change the array's spares")
                             }
                             req if req.starts_with("add-spare ")
                                 || req.starts_with("remove-spare ")
@@ -1089,6 +1065,16 @@ fn read_request(
         }
     }
     String::from_utf8_lossy(&got).into_owned()
+}
+
+/// The reply refusing a request that changes the array to a peer [`may_change`] refuses:
+/// `what` it may not do ("ask it to scrub").
+fn forbidden(what: &str) -> String {
+    serde_json::json!({ "error": format!(
+        "only root or the holder's user (uid {}) may {what}",
+        rustix::process::geteuid().as_raw()
+    ) })
+    .to_string()
 }
 
 /// Whether the peer of `conn` may change the array's state: root, or the holder's own user

@@ -192,15 +192,22 @@ impl Reshape {
         Step::Write(a..b)
     }
 
+    /// The new stripes committed once `done` are: `0..done` forward, the last `done` backward
+    /// (a level change moves from the end). Their chunks are `committed(done)` times `new_k`.
+    pub fn committed(&self, done: u64) -> Range<u64> {
+        let done = done.min(self.new_stripes);
+        if self.backward {
+            self.new_stripes - done..self.new_stripes
+        } else {
+            0..done
+        }
+    }
+
     /// Where chunk `x` is once `done` new stripes are committed (`backed_up`: the backup holds
     /// the critical section; reads of it go there until their new stripes are committed).
     pub fn locate(&self, x: u64, done: u64, backed_up: bool) -> Place {
-        let committed = if self.backward {
-            x >= (self.new_stripes - done.min(self.new_stripes)) * self.new_k
-        } else {
-            x < done * self.new_k
-        };
-        if committed {
+        let c = self.committed(done);
+        if (c.start * self.new_k..c.end * self.new_k).contains(&x) {
             Place::New {
                 stripe: x / self.new_k,
                 index: x % self.new_k,

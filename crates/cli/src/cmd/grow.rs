@@ -74,18 +74,26 @@ fn parse_to(s: &str) -> Result<GrowTo, String> {
 /// What NBD clients of a holder must do to see the new size.
 const RECONNECT: &str = "clients of `stripeguard serve` see the new size when they connect again (NBD has no resize notification)";
 
+/// Follow the holder's work with a progress bar labelled `label` until it finishes.
+fn follow_with_bar<T>(
+    label: &str,
+    follow: impl FnOnce(&mut dyn FnMut(u64, u64)) -> std::result::Result<T, String>,
+) -> Result<T> {
+    let bar = count_bar(label);
+    let result = follow(&mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    result.map_err(anyhow::Error::msg)
+}
+
 /// `grow` of an array another process holds: ask it over its control socket, then follow its
 /// progress in its status until it finishes.
 fn via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
     ask_holder_grow(uuid, a.size)
         .map_err(|e| anyhow::anyhow!("the process holding the array refused to grow it: {e}"))?;
-    let bar = count_bar("initialising new stripes");
-    let result = follow_holder_grow(uuid, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    let (g, _) = result.map_err(anyhow::Error::msg)?;
+    let (g, _) = follow_with_bar("initialising new stripes", |p| follow_holder_grow(uuid, p))?;
     let outcome = g.outcome.clone().unwrap_or_default();
     if !g.ok {
         bail!("{outcome}");
@@ -166,13 +174,9 @@ fn reshape_via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
     };
     ask_holder_reshape(uuid, &req)
         .map_err(|e| anyhow::anyhow!("the process holding the array refused to reshape it: {e}"))?;
-    let bar = count_bar("reshaping while serving (new stripes)");
-    let result = follow_holder_reshape(uuid, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    let (r, _) = result.map_err(anyhow::Error::msg)?;
+    let (r, _) = follow_with_bar("reshaping while serving (new stripes)", |p| {
+        follow_holder_reshape(uuid, p)
+    })?;
     let outcome = r.outcome.clone().unwrap_or_default();
     if !r.ok {
         bail!("{outcome}");
