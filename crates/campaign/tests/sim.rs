@@ -1,14 +1,15 @@
 //! The seeded simulation (crates/campaign/src/sim): seeds pass, a seed replays byte for byte,
 //! and each deliberate defect is caught by some seed of a short run.
 
-use stripeguard_campaign::sim::{simulate, SimConfig};
+use stripeguard_campaign::sim::{simulate, SimConfig, SimReport};
 use stripeguard_engine::Sabotage;
+use stripeguard_integrity::{CodeId, Scheme};
 
 /// Seeds `first..first + count` of `ops` operations each; panics naming every failing seed
-/// with its replay command. Returns the operations run.
-fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> u64 {
+/// with its replay command. Returns the totals (operations, reshapes).
+fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> SimReport {
     let t = std::time::Instant::now();
-    let mut total = 0;
+    let mut sum = SimReport::default();
     let mut failed = Vec::new();
     for seed in (first..first + count).filter(|s| !OPEN.contains(s)) {
         let drawn = SimConfig::from_seed(seed, ops);
@@ -17,7 +18,10 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
             ..drawn
         };
         let rep = simulate(&cfg);
-        total += rep.ops;
+        sum.ops += rep.ops;
+        sum.reshapes += rep.reshapes;
+        sum.reshapes_continued += rep.reshapes_continued;
+        sum.reshape_requests += rep.reshape_requests;
         if rep.broken > 0 {
             eprintln!("seed {seed} {cfg:?}: {:#?}", rep.findings);
             failed.push(cfg.replay_command());
@@ -25,16 +29,20 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
     }
     let secs = t.elapsed().as_secs_f64();
     eprintln!(
-        "seeds {first}..{}: {total} operations in {secs:.1} s ({:.0}/s)",
+        "seeds {first}..{}: {} operations in {secs:.1} s ({:.0}/s); {} reshapes ({} finished after a cut, {} requests during them)",
         first + count,
-        total as f64 / secs
+        sum.ops,
+        sum.ops as f64 / secs,
+        sum.reshapes,
+        sum.reshapes_continued,
+        sum.reshape_requests
     );
     assert!(
         failed.is_empty(),
         "seeds that broke a rule; replay with:\n{}",
         failed.join("\n")
     );
-    total
+    sum
 }
 
 // A million simulated operations in four shards (the test runner spreads them over the cores):
@@ -55,30 +63,44 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // the runs moved again; the `none` family is not known to be fixed, and a sweep of seeds
 // 1000-1999 without zero stripes did not find it). That sweep found seed 1456 of the
 // checksum-chunk family instead (4+2, four clients, members out and back: flushed blocks
-// refused in stripes the resync settled after a cut), watched here from now on.
-const OPEN: &[u64] = &[1456];
+// refused in stripes the resync settled after a cut), watched here from now on. Issue 39's
+// changes moved the runs again (reshape epochs drawn per seed; one freeing of journal slots
+// at a time, a lock more per flush; a departure recorded before a member may come back):
+// 1456 passes since, as it was found. Its family is diagnosed and not fixed (docs/SEEDED-
+// SIMULATION.md: a torn write beside a departed checksum member needs a format change).
+const OPEN: &[u64] = &[];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
 #[test]
 fn seeds_0_to_250_keep_every_rule() {
-    assert!(seeds_keep_every_rule(0, SHARD_SEEDS, SHARD_OPS, true) >= 250_000);
+    let sum = seeds_keep_every_rule(0, SHARD_SEEDS, SHARD_OPS, true);
+    assert!(sum.ops >= 250_000);
+    // Reshapes are drawn per seed (issue 39): the shard runs some online, with requests
+    // through both geometries, and some cut and finished by `grow --continue`'s function.
+    assert!(
+        sum.reshapes >= 20 && sum.reshapes_continued >= 10 && sum.reshape_requests >= 300,
+        "{} reshapes, {} continued, {} requests during them",
+        sum.reshapes,
+        sum.reshapes_continued,
+        sum.reshape_requests
+    );
 }
 
 #[test]
 fn seeds_250_to_500_keep_every_rule() {
     // Two open seeds skipped: 248 seeds.
-    assert!(seeds_keep_every_rule(250, SHARD_SEEDS, SHARD_OPS, true) >= 248_000);
+    assert!(seeds_keep_every_rule(250, SHARD_SEEDS, SHARD_OPS, true).ops >= 248_000);
 }
 
 #[test]
 fn seeds_500_to_750_keep_every_rule() {
-    assert!(seeds_keep_every_rule(500, SHARD_SEEDS, SHARD_OPS, true) >= 250_000);
+    assert!(seeds_keep_every_rule(500, SHARD_SEEDS, SHARD_OPS, true).ops >= 250_000);
 }
 
 #[test]
 fn seeds_750_to_1000_keep_every_rule() {
-    assert!(seeds_keep_every_rule(750, SHARD_SEEDS, SHARD_OPS, true) >= 250_000);
+    assert!(seeds_keep_every_rule(750, SHARD_SEEDS, SHARD_OPS, true).ops >= 250_000);
 }
 
 #[test]
@@ -95,6 +117,7 @@ fn the_open_seeds_still_break_a_rule() {
         // another run).
         let cfg = SimConfig {
             zero_stripes: false,
+            reshape: false,
             ..SimConfig::from_seed(seed, SHARD_OPS)
         };
         let rep = simulate(&cfg);
@@ -155,4 +178,53 @@ fn a_write_over_a_zero_stripes_stale_units_is_caught() {
     let found = caught(Sabotage::StaleZeroWrite, 60);
     eprintln!("{found:?}");
     assert!(found.is_some());
+}
+
+/// A reshape's router letting requests into the chunks a step moves: a client's write there
+/// is lost to the move (or read from where the data no longer is).
+#[test]
+fn a_reshape_without_its_window_is_caught() {
+    let found = caught(Sabotage::NoReshapeWindow, 60);
+    eprintln!("{found:?}");
+    assert!(found.is_some());
+}
+
+/// `grow --continue` after a cut inside an online reshape without the resync of both
+/// geometries (client writes set no intent bit): a torn write stays torn.
+#[test]
+fn a_skipped_resync_after_an_online_reshape_cut_is_caught() {
+    let found = caught(Sabotage::SkippedReshapeResync, 60);
+    eprintln!("{found:?}");
+    assert!(found.is_some());
+}
+
+/// Found through a reshape seed (972: RAID-5 grown to RAID-6 offline, with the write journal):
+/// on a degraded `none` RAID-6 array with the journal, a flush returned while another flush's
+/// zeroing of a saved chunk (the chunk before a degraded write) was not yet durable; a cut kept
+/// the record and the resync put the old chunk back over the flushed write. Seeds 0..120 of
+/// that configuration (no silent faults: `none` cannot see them) broke `flushed-lost` in seeds
+/// 80 and 101 before one freeing of journal slots at a time (journaling.rs).
+#[test]
+fn a_degraded_raid6_journal_keeps_every_flushed_write() {
+    let mut failed = Vec::new();
+    for seed in 0..120 {
+        let cfg = SimConfig {
+            data_chunks: 2,
+            parity_chunks: 2,
+            scheme: Scheme::None,
+            code: CodeId::for_parity(2),
+            write_journal: true,
+            member_failures: true,
+            power_cuts: true,
+            chunk_bytes: 16384,
+            faults: vec![],
+            reshape: false,
+            ..SimConfig::from_seed(seed, 1150)
+        };
+        let rep = simulate(&cfg);
+        if rep.broken > 0 {
+            failed.push(format!("seed {seed}: {:?}", rep.findings.first()));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
 }

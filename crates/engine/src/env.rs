@@ -48,10 +48,11 @@ pub trait Env: Send + Sync + std::fmt::Debug {
     /// A pool of `threads` threads to issue one request's member I/O from, or `None` to issue
     /// it from the caller's thread (in member order: deterministic).
     fn io_pool(&self, threads: usize) -> Option<rayon::ThreadPool>;
-    /// Whether a holder rewrites its owner record from a thread of its own every interval
-    /// (FORMAT.md §2.2). A simulation says no: that thread would run on the real clock, outside
-    /// the seed's order.
-    fn heartbeat_thread(&self) -> bool {
+    /// Whether the engine may run work on threads of its own: a holder's heartbeat rewriting
+    /// its owner record every interval (FORMAT.md §2.2), an offline reshape reading the next
+    /// step's chunks while it writes this one's. A simulation says no: those threads would run
+    /// on the real clock, outside the seed's order.
+    fn own_threads(&self) -> bool {
         true
     }
     /// The holder ids of the arrays this process has assembled and not yet dropped (an owner
@@ -177,15 +178,22 @@ pub enum Sabotage {
     /// A write into a zero stripe is an ordinary write over whatever its units hold (parity
     /// over the stale bytes), and the stripe leaves the zero set.
     StaleZeroWrite,
+    /// A reshape's router lets requests into the chunks a step is moving (no window).
+    NoReshapeWindow,
+    /// `grow --continue` after a cut inside an online reshape skips the resync of both
+    /// geometries (client writes there set no intent bit).
+    SkippedReshapeResync,
 }
 
 impl Sabotage {
     /// Every defect.
-    pub const ALL: [Sabotage; 4] = [
+    pub const ALL: [Sabotage; 6] = [
         Sabotage::BrokenRepair,
         Sabotage::SkippedResync,
         Sabotage::NoStripeLock,
         Sabotage::StaleZeroWrite,
+        Sabotage::NoReshapeWindow,
+        Sabotage::SkippedReshapeResync,
     ];
 
     /// Its name on the command line.
@@ -195,6 +203,8 @@ impl Sabotage {
             Sabotage::SkippedResync => "skipped-resync",
             Sabotage::NoStripeLock => "no-stripe-lock",
             Sabotage::StaleZeroWrite => "stale-zero-write",
+            Sabotage::NoReshapeWindow => "no-reshape-window",
+            Sabotage::SkippedReshapeResync => "skipped-reshape-resync",
         }
     }
 
@@ -301,7 +311,7 @@ impl Env for SimEnv {
     fn io_pool(&self, _threads: usize) -> Option<rayon::ThreadPool> {
         None
     }
-    fn heartbeat_thread(&self) -> bool {
+    fn own_threads(&self) -> bool {
         false
     }
     fn live_holders(&self) -> &LiveHolders {

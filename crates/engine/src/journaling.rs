@@ -318,8 +318,13 @@ impl Array {
     /// loses replays bytes already in place, and no newer record of its chunk can exist until
     /// its zeroing is done (`take_slots`), so none can be gone while it is not. A saved chunk
     /// is the chunk *before* its write: replayed after the write was flushed it would undo it,
-    /// so its zeroing is flushed before the flush that freed it returns.
+    /// so its zeroing is flushed before the flush that freed it returns — and before any
+    /// other flush returns: one that began while this freeing ran found the slot being zeroed
+    /// (not idle, so not its to free) and waits here for the freeing to end. (Found by the
+    /// seeded simulation: a flush that returned while another's zeroing of a saved chunk was
+    /// not yet durable; the cut kept the record, and the resync undid the flushed write.)
     pub(crate) fn free_journal_slots(&self, idle: Vec<(usize, u64)>) -> Result<(), EngineError> {
+        let _one = self.journal_freeing().lock().expect("lock");
         let (freed, undo) = self.journal().lock().expect("lock").start_freeing(idle);
         if freed.is_empty() {
             return Ok(());

@@ -23,9 +23,10 @@
 
 use crate::array::Array;
 use crate::error::EngineError;
+use crate::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use crate::view::ViewShared;
 use std::ops::Range;
-use std::sync::{Arc, Condvar};
+use std::sync::Arc;
 use stripeguard_plan::reshape::{Place, Reshape};
 
 /// Zeros written per request where a range is zeroed through a router.
@@ -33,7 +34,7 @@ const ZERO_PIECE: usize = 1 << 20;
 
 /// The array a holder serves (see the module comment).
 pub struct HeldArray {
-    mode: std::sync::RwLock<Mode>,
+    mode: RwLock<Mode>,
 }
 
 #[derive(Clone)]
@@ -45,14 +46,14 @@ pub(crate) enum Mode {
 impl HeldArray {
     pub fn new(array: Array) -> HeldArray {
         HeldArray {
-            mode: std::sync::RwLock::new(Mode::Plain(Arc::new(array))),
+            mode: RwLock::new(Mode::Plain(Arc::new(array))),
         }
     }
 
     /// An array shared with others that never reshape it (the nbdkit plugin's control thread).
     pub fn from_shared(array: Arc<Array>) -> HeldArray {
         HeldArray {
-            mode: std::sync::RwLock::new(Mode::Plain(array)),
+            mode: RwLock::new(Mode::Plain(array)),
         }
     }
 
@@ -197,7 +198,7 @@ pub(crate) struct Router {
     chunk: u64,
     /// The old geometry's user-visible bytes.
     capacity: u64,
-    state: std::sync::Mutex<RouteState>,
+    state: Mutex<RouteState>,
     changed: Condvar,
 }
 
@@ -258,7 +259,7 @@ impl Router {
             plan,
             chunk,
             capacity,
-            state: std::sync::Mutex::new(RouteState {
+            state: Mutex::new(RouteState {
                 done,
                 ..RouteState::default()
             }),
@@ -266,14 +267,11 @@ impl Router {
         }
     }
 
-    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, RouteState> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, RouteState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn wait<'a>(
-        &self,
-        st: std::sync::MutexGuard<'a, RouteState>,
-    ) -> std::sync::MutexGuard<'a, RouteState> {
+    fn wait<'a>(&self, st: MutexGuard<'a, RouteState>) -> MutexGuard<'a, RouteState> {
         self.changed.wait(st).unwrap_or_else(|p| p.into_inner())
     }
 
@@ -288,7 +286,9 @@ impl Router {
             if st.finishing || st.ended {
                 return None;
             }
-            if !st.window.as_ref().is_some_and(|w| overlaps(w, &chunks)) {
+            if !st.window.as_ref().is_some_and(|w| overlaps(w, &chunks))
+                || self.old.sabotaged(crate::env::Sabotage::NoReshapeWindow)
+            {
                 break;
             }
             st = self.wait(st);

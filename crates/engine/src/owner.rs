@@ -88,7 +88,7 @@ impl Array {
         self.env().live_holders().add(o.holder_id);
         let every = Duration::from_millis(o.interval_ms as u64);
         *self.ownership().lock().expect("lock") = Some(o);
-        if !self.env().heartbeat_thread() {
+        if !self.env().own_threads() {
             return Ok(());
         }
         *self.beater().lock().expect("lock") = Some(Beater::start(

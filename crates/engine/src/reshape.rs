@@ -631,13 +631,14 @@ fn run(
     old_sb.untrusted_listed = false;
     let n_old = usize::from(old_sb.members);
     // Writable only to resync what an online run's clients may have left half written.
-    let old = Array::from_parts(
+    let mut old = Array::from_parts(
         old_sb.clone(),
         members[..n_old].to_vec(),
         now.online,
         opts.first_read_map_bytes,
         crate::env::EnvRef::clone(&opts.env),
     )?;
+    old.sabotage = opts.sabotage;
     old.load_untrusted()?;
     let views = Views::with_old(Arc::new(old), &members, &new, &plan, opts)?;
     let ran = move_all(&views, &members, &plan, (record, now), None, progress)?;
@@ -720,7 +721,11 @@ fn move_all(
         online: route.is_some(),
     };
     let resumed_at = mover.progress.done;
-    if mover.progress.online && route.is_none() && !mover.progress.finishing {
+    if mover.progress.online
+        && route.is_none()
+        && !mover.progress.finishing
+        && !old.sabotaged(crate::env::Sabotage::SkippedReshapeResync)
+    {
         // An online run's clients wrote without write-intent bits: every stripe of both
         // geometries is made consistent before anything more moves.
         resync_after_online(&mover)?;
@@ -739,7 +744,8 @@ fn move_all(
         mover.commit()?;
     }
     // Offline, the next step's chunks are read while this one's are written (they are in old
-    // stripes this step does not overwrite: the plan's rule). Online, clients write them
+    // stripes this step does not overwrite: the plan's rule), on a thread of its own where the
+    // environment allows one (not in a simulation). Online, clients write them
     // until the step's window takes them: read in the step.
     std::thread::scope(|scope| -> Result<(), EngineError> {
         let mut ahead: Option<(Range<u64>, std::thread::ScopedJoinHandle<'_, AheadRead>)> = None;
@@ -765,7 +771,7 @@ fn move_all(
                         (chunks, read)
                     });
                     let data = mover.gather(&r, got)?;
-                    if route.is_none() {
+                    if route.is_none() && old.env().own_threads() {
                         if let Some(next) = read_ahead(plan, done_after(plan, &r), backed_up) {
                             let c = mover.chunk;
                             let chunks = next.clone();

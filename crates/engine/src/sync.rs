@@ -1,6 +1,7 @@
 //! The engine's locks: the standard library's, with one seam for a deterministic scheduler.
 //!
-//! Every lock in the engine is a [`Mutex`] or [`RwLock`] from this module. Outside a
+//! Every lock in the engine is a [`Mutex`] or [`RwLock`] from this module, every condition
+//! variable a [`Condvar`]. Outside a
 //! simulation they are `std::sync`'s with nothing added on the uncontended path (`try_lock`
 //! first, then the blocking `lock`), plus one thread-local read per acquisition and release.
 //!
@@ -76,7 +77,9 @@ pub struct Mutex<T: ?Sized>(std::sync::Mutex<T>);
 
 /// The guard of a [`Mutex`].
 pub struct MutexGuard<'a, T: ?Sized> {
-    inner: std::sync::MutexGuard<'a, T>,
+    /// Always `Some` but inside [`Condvar::wait`], which hands it to `std`'s condvar.
+    inner: Option<std::sync::MutexGuard<'a, T>>,
+    lock: &'a Mutex<T>,
 }
 
 impl<T> Mutex<T> {
@@ -92,7 +95,10 @@ impl<T: ?Sized> Mutex<T> {
         acquire(
             || self.0.try_lock(),
             || self.0.lock(),
-            |inner| MutexGuard { inner },
+            |inner| MutexGuard {
+                inner: Some(inner),
+                lock: self,
+            },
         )
     }
 }
@@ -100,13 +106,53 @@ impl<T: ?Sized> Mutex<T> {
 impl<T: ?Sized> std::ops::Deref for MutexGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        &self.inner
+        self.inner.as_ref().expect("a guard holds its lock")
     }
 }
 
 impl<T: ?Sized> std::ops::DerefMut for MutexGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
+        self.inner.as_mut().expect("a guard holds its lock")
+    }
+}
+
+/// `std::sync::Condvar` with the scheduler's seam: under a scheduler a wait lets the lock go,
+/// is [`Scheduler::blocked`] until some lock is released (a notify counts as one), and takes
+/// the lock again; callers wait in a loop on their condition, as with `std` (a wake may be
+/// spurious).
+#[derive(Debug, Default)]
+pub struct Condvar(std::sync::Condvar);
+
+impl Condvar {
+    pub const fn new() -> Condvar {
+        Condvar(std::sync::Condvar::new())
+    }
+
+    /// Let `guard`'s lock go until notified (or, under a scheduler, until a lock is released),
+    /// then take it again.
+    pub fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> LockResult<MutexGuard<'a, T>> {
+        let lock = guard.lock;
+        if scheduled() {
+            drop(guard);
+            with_scheduler(|s| s.blocked());
+            return lock.lock();
+        }
+        let inner = guard.inner.take().expect("a guard holds its lock");
+        drop(guard);
+        let wrap = |inner| MutexGuard {
+            inner: Some(inner),
+            lock,
+        };
+        self.0
+            .wait(inner)
+            .map(wrap)
+            .map_err(|p| PoisonError::new(wrap(p.into_inner())))
+    }
+
+    /// Wake every waiter.
+    pub fn notify_all(&self) {
+        self.0.notify_all();
+        with_scheduler(|s| s.released());
     }
 }
 
@@ -136,6 +182,11 @@ impl<T> RwLock<T> {
     /// A lock holding `value`.
     pub const fn new(value: T) -> RwLock<T> {
         RwLock(std::sync::RwLock::new(value))
+    }
+
+    /// The value, the lock consumed.
+    pub fn into_inner(self) -> LockResult<T> {
+        self.0.into_inner()
     }
 }
 

@@ -264,7 +264,7 @@ pub(super) fn check_chunks(
             }
         }
     }
-    let (found, unrecoverable) = super::full_check(cfg, a)?;
+    let (found, unrecoverable) = super::full_check(a)?;
     counts.found_after_resync += found + unrecoverable;
     // Blocks the resync listed untrusted are zero-filled (the operator's `clear`), so the next
     // round starts from a whole array.

@@ -62,6 +62,14 @@ impl Power {
         self.crash.lock().unwrap_or_else(PoisonError::into_inner)[i] = crash;
     }
 
+    /// A member joins (a reshape adds it): its durable layer is cut with the others'.
+    pub fn add(&self, crash: Arc<CrashDisk>) {
+        self.crash
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(crash);
+    }
+
     /// The images of the cut, if it happened.
     pub fn take_images(&self) -> Option<Vec<Vec<u8>>> {
         self.images

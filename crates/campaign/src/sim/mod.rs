@@ -46,8 +46,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use stripeguard_disk::{CrashDisk, Disk, DiskRef, FaultKind, FaultyDisk, UnitMap};
 use stripeguard_engine::{
-    create_accepts, usize_of, Array, ArrayConfig, AssembleOptions, EngineError, EventKind,
-    ReplaceForce, Sabotage, SimEnv,
+    continue_reshape, create_accepts, reshape_online, usize_of, Array, ArrayConfig,
+    AssembleOptions, EngineError, EventKind, HeldArray, ReplaceForce, ReshapeTo, Reshaped,
+    Sabotage, SimEnv,
 };
 use stripeguard_integrity::{CodeId, CrossCheck, Scheme};
 
@@ -67,7 +68,7 @@ pub struct SimConfig {
     pub scheme: Scheme,
     /// Chunk size.
     pub chunk_bytes: u32,
-    /// Stripes.
+    /// Stripes (the array has three times as many when it reshapes: [`Self::array_stripes`]).
     pub stripes: u64,
     /// Concurrent clients.
     pub clients: usize,
@@ -83,6 +84,9 @@ pub struct SimConfig {
     pub write_journal: bool,
     /// The array keeps zero stripes (every stripe starts as one), and clients zero ranges too.
     pub zero_stripes: bool,
+    /// Some power epochs reshape the array (add members, RAID-5 to 6 and back) while the
+    /// clients run through the holder's router (offline, with the write journal).
+    pub reshape: bool,
     /// A deliberate defect in the engine (the simulator's negative controls).
     #[serde(skip)]
     pub sabotage: Option<Sabotage>,
@@ -139,6 +143,7 @@ impl SimConfig {
             plan: Plan::Mixed,
             // Drawn last: the fields above stay what they were for every seed.
             zero_stripes: rng.random_bool(0.5),
+            reshape: rng.random_bool(0.3),
         }
     }
 
@@ -172,10 +177,21 @@ impl SimConfig {
             power_cuts: matches!(plan, Plan::Crashes(_)),
             write_journal: false,
             zero_stripes: false,
+            reshape: false,
             sabotage: None,
             code: CodeId::for_parity(m),
             cross_check: CrossCheck::One,
             plan,
+        }
+    }
+
+    /// The array's stripes: with reshapes, room for a reshape's critical section (its backup
+    /// goes past the new geometry's data, on the added members; the arrays here are small).
+    pub fn array_stripes(&self) -> u64 {
+        if self.reshape {
+            self.stripes * 3
+        } else {
+            self.stripes
         }
     }
 
@@ -196,8 +212,13 @@ impl SimConfig {
         } else {
             ""
         };
+        let reshape = if drawn.reshape && !self.reshape {
+            " --no-reshape"
+        } else {
+            ""
+        };
         format!(
-            "stripeguard campaign --simulate --seeds 1 --seed {} --ops {}{stay}{zero}{sabotage}",
+            "stripeguard campaign --simulate --seeds 1 --seed {} --ops {}{stay}{zero}{reshape}{sabotage}",
             self.seed, self.ops
         )
     }
@@ -261,6 +282,14 @@ pub struct SimReport {
     pub replaces: u64,
     /// Power cuts.
     pub power_cuts: u64,
+    /// Reshapes begun (online through the holder; offline with the write journal).
+    pub reshapes: u64,
+    /// Reshapes the power cut, finished at the restart by `grow --continue`'s function.
+    pub reshapes_continued: u64,
+    /// Reshapes the engine refused before it began (the scheme's or code's constraint).
+    pub reshapes_refused: u64,
+    /// Client requests that began while the holder served through both geometries.
+    pub reshape_requests: u64,
     /// Stripes the resyncs after the cuts settled (refusing undecidable blocks).
     pub settled: u64,
     /// Reads refused in settled stripes (allowed).
@@ -369,7 +398,7 @@ fn rig(
             cfg.parity_chunks,
             cfg.scheme,
             cfg.chunk_bytes,
-            cfg.stripes,
+            cfg.array_stripes(),
         )
     };
     let crash: Vec<Arc<CrashDisk>> = match images {
@@ -380,8 +409,12 @@ fn rig(
             .collect(),
         None => {
             let n = cfg.data_chunks + cfg.parity_chunks + cfg.scheme.extra_members();
+            // A reshape needs room past the data (a level change writes its new stripes there
+            // first; adding members backs the critical section up past the new data): members
+            // twice the array's size.
+            let bytes = acfg.member_bytes() * if cfg.reshape { 2 } else { 1 };
             let disks: Vec<Arc<CrashDisk>> = (0..n)
-                .map(|i| Arc::new(CrashDisk::new(format!("sim{i}"), acfg.member_bytes(), 512)))
+                .map(|i| Arc::new(CrashDisk::new(format!("sim{i}"), bytes, 512)))
                 .collect();
             let refs = disks.iter().map(|d| d.clone() as DiskRef).collect();
             Array::create(refs, &acfg, true, &mut |_, _| {})?.close()?;
@@ -458,6 +491,80 @@ impl Op {
     }
 }
 
+/// What the clients send their requests to: the array, or the holder that reshapes it while
+/// they run (a reshape epoch).
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Array(&'a Array),
+    Held(&'a HeldArray),
+}
+
+impl Target<'_> {
+    fn read(self, off: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        match self {
+            Target::Array(a) => a.read(off, buf),
+            Target::Held(h) => h.read(off, buf),
+        }
+    }
+
+    fn write(self, off: u64, data: &[u8]) -> Result<(), EngineError> {
+        match self {
+            Target::Array(a) => a.write(off, data),
+            Target::Held(h) => h.write(off, data),
+        }
+    }
+
+    fn zero(self, off: u64, len: u64) -> Result<(), EngineError> {
+        match self {
+            Target::Array(a) => a.zero(off, len),
+            Target::Held(h) => h.zero(off, len),
+        }
+    }
+
+    fn flush(self) -> Result<(), EngineError> {
+        match self {
+            Target::Array(a) => a.flush(),
+            Target::Held(h) => h.flush(),
+        }
+    }
+
+    /// A client's scrub of stripe `s`; a holder scrubs only when no reshape runs (its stripe
+    /// numbers are then the only ones), as `serve` refuses it.
+    fn scrub_stripe(self, s: u64) -> Result<(), EngineError> {
+        match self {
+            Target::Array(a) => a.scrub_stripe(s).map(|_| ()),
+            Target::Held(h) => match h.plain() {
+                Some(a) if s < a.geometry().stripes => a.scrub_stripe(s).map(|_| ()),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// The array's shape as the clients draw their requests (the old geometry's through a
+/// reshape: what a holder's clients may address until it ends).
+#[derive(Clone, Copy, Default)]
+struct Shape {
+    k: usize,
+    m: usize,
+    chunk: usize,
+    stripes: u64,
+    stripe_data_bytes: u64,
+}
+
+impl Shape {
+    fn of(a: &Array) -> Shape {
+        let g = a.geometry();
+        Shape {
+            k: g.k,
+            m: g.m,
+            chunk: usize_of(g.chunk_bytes),
+            stripes: g.stripes,
+            stripe_data_bytes: g.stripe_data_bytes(),
+        }
+    }
+}
+
 /// The state the clients share (only the running client touches it).
 struct Driver {
     rng: rand::rngs::StdRng,
@@ -469,7 +576,7 @@ struct Driver {
     faults_on: bool,
     /// Stripes a fault was armed in or hit this epoch.
     tainted: BTreeSet<u64>,
-    /// Members out, and whether one is being re-added or replaced now.
+    /// Members out, and whether one is leaving, being re-added or replaced now.
     out: BTreeSet<usize>,
     returning: bool,
     /// Replacement disks a client built (joined to the rig after the epoch: until then the
@@ -479,6 +586,14 @@ struct Driver {
     campaign: Option<campaign::CampaignState>,
     /// The crash campaign's chunk versions ([`Plan::Crashes`]).
     chunks: Option<crashes::ChunkVersions>,
+    /// The array's shape now.
+    shape: Shape,
+    /// This epoch's reshape has ended (returned or failed): its clients stop.
+    reshape_over: bool,
+    /// The power is cut this many I/Os after a client first sees the reshape begun.
+    cut_when_reshaping: Option<u64>,
+    /// The operations of a reshape epoch kept for the reshape (see `client`).
+    reshape_reserve: u64,
 }
 
 /// Run one seed.
@@ -507,6 +622,10 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
         blanks: Vec::new(),
         campaign: None,
         chunks: None,
+        shape: Shape::of(rig.array()),
+        reshape_over: false,
+        cut_when_reshaping: None,
+        reshape_reserve: 0,
     });
     match &cfg.plan {
         Plan::Mixed => {}
@@ -532,26 +651,63 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
             let mut d = lock(&shared);
             d.left = ops;
             d.faults_on = !power_epoch;
+            d.reshape_over = false;
+            d.cut_when_reshaping = None;
+            d.reshape_reserve = ops / 2;
         }
+        // A reshape runs in a power epoch with every member in (a degraded array refuses it).
+        let reshaping = if power_epoch
+            && cfg.reshape
+            && matches!(cfg.plan, Plan::Mixed)
+            && lock(&shared).out.is_empty()
+            && rng.random_bool(0.4)
+        {
+            plan_reshape(&mut rig, &mut rng, &mut lock(&shared))?
+        } else {
+            None
+        };
         if crashes {
             // The crash campaign cuts between requests, at the epoch's end.
             rig.power.arm(None);
         } else if power_epoch {
-            // Somewhere in the epoch's member I/O (a few per member and operation).
-            let ios = ops * rig.members.len() as u64 * 3;
-            rig.power.arm(Some(rng.random_range(0..ios)));
+            // Somewhere in the epoch's member I/O (a few per member and operation; a reshape
+            // reads and writes every stripe a few times).
+            let n = rig.members.len() as u64;
+            match &reshaping {
+                None => rig.power.arm(Some(rng.random_range(0..ops * n * 3))),
+                Some(_) => {
+                    // Inside the reshape's moves, most of the time: a few I/Os per unit, as
+                    // many more for each client's requests. Online the first client to see
+                    // the reshape begun arms it; offline it is drawn past the check pass (a
+                    // read of every unit).
+                    let units = rig.array().geometry().stripes * n;
+                    let cut = rng.random_range(0..units * 2 * (cfg.clients as u64 + 1));
+                    if cfg.write_journal {
+                        rig.power.arm(Some(units + cut));
+                    } else {
+                        rig.power.arm(None);
+                        lock(&shared).cut_when_reshaping = Some(cut);
+                    }
+                }
+            }
         } else {
             rig.power.arm(None);
         }
-        let bodies: Vec<(String, Box<dyn FnOnce() + Send + '_>)> = (0..cfg.clients)
-            .map(|c| {
-                let (shared, sched, rig) = (&shared, &sched, &rig);
-                let body: Box<dyn FnOnce() + Send + '_> =
-                    Box::new(move || client(cfg, sched, rig, shared, c));
-                (format!("client {c}"), body)
-            })
-            .collect();
-        let (halt, _) = sched.run(bodies);
+        let halt = match reshaping {
+            Some(r) => reshape_epoch(cfg, &sched, &mut rig, &shared, r),
+            None => {
+                let bodies: Vec<(String, Box<dyn FnOnce() + Send + '_>)> = (0..cfg.clients)
+                    .map(|c| {
+                        let (shared, sched, rig) = (&shared, &sched, &rig);
+                        let body: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+                            client(cfg, sched, rig, Target::Array(rig.array()), shared, c)
+                        });
+                        (format!("client {c}"), body)
+                    })
+                    .collect();
+                sched.run(bodies).0
+            }
+        };
         let mut d = lock(&shared);
         d.model.end_requests();
         let cut = match halt {
@@ -584,7 +740,7 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
             }
             rig = restart(cfg, &sched, &mut rng, rig, &mut d)?;
         } else if matches!(cfg.plan, Plan::Mixed) {
-            end_fault_epoch(cfg, &rig, &mut d)?;
+            end_fault_epoch(&rig, &mut d)?;
         }
     }
     let mut d = lock(&shared);
@@ -594,6 +750,182 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
     finish(cfg, rig, &mut d)?;
     *rep = std::mem::take(&mut d.rep);
     Ok(())
+}
+
+/// A reshape to run in this epoch: what it makes of the array, and its added members (joined
+/// to the rig already: the power cuts them with the others).
+struct Reshaping {
+    to: ReshapeTo,
+    added: Vec<DiskRef>,
+    seed: u64,
+}
+
+/// Draw a reshape of the array as it is (add one or two data members, or go from RAID-5 to 6
+/// or back) and join its new members to the rig; `None` when the engine refuses it (the
+/// scheme's or code's constraint, counted) or the array is as wide as the simulation goes.
+fn plan_reshape(
+    rig: &mut Rig,
+    rng: &mut rand::rngs::StdRng,
+    d: &mut Driver,
+) -> Result<Option<Reshaping>, EngineError> {
+    let g = rig.array().geometry();
+    let to = match rng.random_range(0..3) {
+        0 if g.m == 1 => ReshapeTo::Raid6,
+        1 if g.m == 2 => ReshapeTo::Raid5,
+        _ => ReshapeTo::AddData,
+    };
+    let mut added = match to {
+        ReshapeTo::AddData => rng.random_range(1..=2),
+        ReshapeTo::Raid6 => 1,
+        ReshapeTo::Raid5 => 0,
+    };
+    let n = rig.members.len();
+    let size = rig.members[0].crash.size_bytes();
+    let blanks = |added: usize| -> Vec<Arc<CrashDisk>> {
+        (n..n + added)
+            .map(|i| Arc::new(CrashDisk::new(format!("sim{i}"), size, 512)))
+            .collect()
+    };
+    let refs = |crash: &[Arc<CrashDisk>]| -> Vec<DiskRef> {
+        crash.iter().map(|c| c.clone() as DiskRef).collect()
+    };
+    let mut crash = blanks(added);
+    let mut preflight = rig.array().reshape_preflight(&refs(&crash), to);
+    if preflight.is_err() && to == ReshapeTo::AddData && added == 1 {
+        // One more member makes more room for the critical section's backup (the arrays
+        // here are small).
+        added = 2;
+        crash = blanks(added);
+        preflight = rig.array().reshape_preflight(&refs(&crash), to);
+    }
+    if n + added > 9 {
+        return Ok(None);
+    }
+    if let Err(e) = preflight {
+        if std::env::var_os("SG_SIM_DEBUG").is_some() {
+            eprintln!("  reshape {to:?} refused: {e}");
+        }
+        d.rep.reshapes_refused += 1;
+        return Ok(None);
+    }
+    let mut refs = Vec::new();
+    for (i, c) in crash.into_iter().enumerate() {
+        let m = member_layers(format!("sim{}", n + i), c.clone(), rig.map, &rig.power)?;
+        rig.power.add(c);
+        refs.push(m.sim.clone() as DiskRef);
+        rig.members.push(m);
+    }
+    d.rep.reshapes += 1;
+    Ok(Some(Reshaping {
+        to,
+        added: refs,
+        seed: rng.next_u64(),
+    }))
+}
+
+/// An epoch that reshapes the array: online, the holder serves the clients through both
+/// geometries while one more logical thread moves the data; with the write journal, offline
+/// (`grow` refuses it online), with no client running. Leaves the rig without an array: the
+/// epoch ends with a cut (a power epoch).
+fn reshape_epoch(
+    cfg: &SimConfig,
+    sched: &Arc<Sched>,
+    rig: &mut Rig,
+    shared: &Mutex<Driver>,
+    r: Reshaping,
+) -> Option<Halt> {
+    let array = rig.array.take().expect("an assembled array");
+    let opts = assemble_opts(r.seed, cfg.sabotage);
+    let ended = |res: Result<Reshaped, EngineError>| {
+        let mut d = lock(shared);
+        d.reshape_over = true;
+        if let Err(e) = res {
+            d.rep
+                .find(Rule::Error, format!("the reshape ({:?}): {e}", r.to));
+        }
+    };
+    if cfg.write_journal {
+        lock(shared).left = 0;
+        let slot = Mutex::new(Some(array));
+        let body: Box<dyn FnOnce() + Send + '_> = Box::new(|| {
+            let a = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let a = a.expect("the array");
+            ended(a.reshape(r.added.clone(), r.to, &opts, &mut |_, _| {}));
+        });
+        return sched.run(vec![("offline reshape".into(), body)]).0;
+    }
+    let held = HeldArray::new(array);
+    let rig = &*rig;
+    // The check pass reads every unit before the reshape begins: the clients run meanwhile
+    // too, uncounted (above), so the cut is drawn past it.
+    let mut bodies: Vec<(String, Box<dyn FnOnce() + Send + '_>)> = (0..cfg.clients)
+        .map(|c| {
+            let (held, sched) = (&held, &**sched);
+            let body: Box<dyn FnOnce() + Send + '_> =
+                Box::new(move || client(cfg, sched, rig, Target::Held(held), shared, c));
+            (format!("client {c}"), body)
+        })
+        .collect();
+    let (held_ref, opts_ref) = (&held, &opts);
+    bodies.push((
+        "online reshape".into(),
+        Box::new(move || {
+            let prepare =
+                |a: &Array| a.enable_appendix_cache(stripeguard_engine::APPENDIX_CACHE_ENTRIES);
+            ended(reshape_online(
+                held_ref,
+                r.added.clone(),
+                r.to,
+                opts_ref,
+                &prepare,
+                &mut |_, _| {},
+            ));
+        }),
+    ));
+    sched.run(bodies).0
+}
+
+/// After a cut inside a reshape (any member's superblock says one is in progress): finish it
+/// as `grow --continue` does, on every member, old and added. Otherwise the trailing members
+/// that hold no superblock (added ones the reshape had not begun on, or the one `--level 5`
+/// let go) leave the rig. The members' images after; whether a reshape was continued.
+fn settle_reshape(
+    cfg: &SimConfig,
+    rng: &mut rand::rngs::StdRng,
+    images: Vec<Vec<u8>>,
+    d: &mut Driver,
+) -> Result<(Vec<Vec<u8>>, bool), EngineError> {
+    let disks: Vec<Arc<CrashDisk>> = images
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| Arc::new(CrashDisk::from_image(format!("sim{i}"), b, 512)))
+        .collect();
+    let sbs: Vec<Option<stripeguard_format::Superblock>> = disks
+        .iter()
+        .map(|x| stripeguard_engine::read_superblock_of(x.as_ref()).ok())
+        .collect();
+    let mut keep = disks.len();
+    let continued = sbs.iter().flatten().any(|sb| sb.reshape.is_some());
+    if continued {
+        let refs = disks.iter().map(|x| x.clone() as DiskRef).collect();
+        let opts = assemble_opts(rng.next_u64(), cfg.sabotage);
+        let r = continue_reshape(refs, &opts, &mut |_, _| {}).map_err(|e| {
+            EngineError::Config(format!(
+                "grow --continue after cut {}: {e}",
+                d.rep.power_cuts
+            ))
+        })?;
+        keep = r.to_members;
+        d.rep.reshapes_continued += 1;
+    } else {
+        while keep > 0 && sbs[keep - 1].is_none() {
+            keep -= 1;
+        }
+    }
+    Ok((
+        disks[..keep].iter().map(|x| x.live_image()).collect(),
+        continued,
+    ))
 }
 
 /// The stripe `SG_SIM_TRACE` names, when a request at `off`, `len` touches it (a debugging aid:
@@ -706,15 +1038,41 @@ fn crash_restart(
 }
 
 /// One client: draw an operation, run it, check it, until the epoch's operations are done.
-fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me: usize) {
-    let a = rig.array();
+fn client(
+    cfg: &SimConfig,
+    sched: &Sched,
+    rig: &Rig,
+    target: Target<'_>,
+    shared: &Mutex<Driver>,
+    me: usize,
+) {
+    let plain = match target {
+        Target::Array(a) => Some(a),
+        Target::Held(_) => None,
+    };
     loop {
+        // (Asked before the driver is locked: the holder's lock is a scheduling point.)
+        let reshaping = matches!(target, Target::Held(h) if h.reshaping());
         let (op, tick) = {
             let mut d = lock(shared);
-            if d.left == 0 {
+            if d.left == 0 || d.reshape_over {
                 return;
             }
+            // In a reshape epoch half the operations at most are sent before the reshape has
+            // begun (during its check pass); the rest wait for it, to go through both
+            // geometries. The clients stop when it ends.
+            if plain.is_none() && !reshaping && d.left <= d.reshape_reserve {
+                drop(d);
+                stripeguard_engine::sync::step();
+                continue;
+            }
             d.left -= 1;
+            if reshaping {
+                d.rep.reshape_requests += 1;
+                if let Some(n) = d.cut_when_reshaping.take() {
+                    rig.power.arm(Some(n));
+                }
+            }
             d.rep.ops += 1;
             let op = match &cfg.plan {
                 Plan::Mixed => {
@@ -731,7 +1089,9 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     };
                     if !due.is_empty() {
                         drop(d);
-                        scrub_due(cfg, a, shared, &due);
+                        if let Some(a) = plain {
+                            scrub_due(cfg, a, shared, &due);
+                        }
                         d = lock(shared);
                     }
                     d.campaign_op(rig)
@@ -746,7 +1106,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
             Op::Zero { off, len } | Op::Read { off, len } => Some((*off, *len)),
             _ => None,
         };
-        if let Some(s) = span.and_then(|(o, l)| traced(a, o, l)) {
+        if let Some(s) = span.and_then(|(o, l)| plain.and_then(|a| traced(a, o, l))) {
             eprintln!("[tick {tick}] client {me} stripe {s}: {}", op.describe());
         }
         if let (Op::Out(_) | Op::Back(_) | Op::Replace(_) | Op::Flush, Ok(_)) =
@@ -772,13 +1132,13 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
         match op {
             Op::Write { off, data } => {
                 let r = if zero {
-                    a.zero(off as u64, data.len() as u64)
+                    target.zero(off as u64, data.len() as u64)
                 } else {
-                    a.write(off as u64, &data)
+                    target.write(off as u64, &data)
                 };
                 let mut d = lock(shared);
                 d.rep.writes += 1;
-                let sd = a.geometry().stripe_data_bytes();
+                let sd = d.shape.stripe_data_bytes;
                 let landed = match r {
                     Ok(()) => data.len(),
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
@@ -807,7 +1167,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
             Op::Zero { .. } => unreachable!("a zero runs as a write of zeros (above)"),
             Op::Read { off, len } => {
                 let mut got = vec![0u8; len];
-                let r = a.read(off as u64, &mut got);
+                let r = target.read(off as u64, &mut got);
                 let mut d = lock(shared);
                 d.rep.reads += 1;
                 let d = &mut *d;
@@ -819,7 +1179,9 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                             d.rep.campaign.wrong_bytes += wrong as u64;
                         }
                         if let Some(why) = d.model.read_ok(off, &got) {
-                            if let Some(s) = traced(a, off, len) {
+                            if let Some((a, s)) =
+                                plain.and_then(|a| Some((a, traced(a, off, len)?)))
+                            {
                                 eprintln!("  WRONG at stripe {s}: {}; out {:?}; members by position {:?}; failed {:?}", why.1, d.out, (0..rig.members.len()).map(|p| a.geometry().member_of(s, p)).collect::<Vec<_>>(), a.health().iter().map(|h| h.failed.is_some()).collect::<Vec<_>>());
                                 trace_events(a, s);
                             }
@@ -849,7 +1211,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 d.model.read_done(off, len);
             }
             Op::Flush => {
-                let r = a.flush();
+                let r = target.flush();
                 let mut d = lock(shared);
                 d.rep.flushes += 1;
                 match r {
@@ -863,7 +1225,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 }
             }
             Op::Scrub(s) => {
-                let r = a.scrub_stripe(s);
+                let r = target.scrub_stripe(s);
                 let mut d = lock(shared);
                 d.rep.scrubs += 1;
                 match r {
@@ -874,7 +1236,15 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                     ),
                 }
             }
+            Op::Out(_) | Op::Back(_) | Op::Replace(_) if plain.is_none() => {
+                // Not drawn while a holder reshapes (member operations come in fault epochs).
+                lock(shared).rep.find(
+                    Rule::Error,
+                    format!("client {me}: {} drawn during a reshape", op.describe()),
+                );
+            }
             Op::Out(i) => {
+                let a = plain.expect("checked above");
                 rig.members[i].sim.set_out(true);
                 rig.members[i].faulty.disarm();
                 // The engine notices at its next I/O to the member: a flush reaches every
@@ -882,10 +1252,15 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 // the cache). Noticed now, the departure is recorded before any client can
                 // bring the member back (found: a member brought back while another client's
                 // failed I/O to it was not yet recorded was then failed with nobody to re-add
-                // it, and its tables went unwritten).
+                // it, and its tables went unwritten). No member comes back until this flush
+                // returns (`returning`; found: seed 626, a client brought the member back while
+                // the flush that would record its departure waited for a lock, and the late
+                // record failed it with nobody to re-add it).
                 let _ = a.flush();
+                lock(shared).returning = false;
             }
             Op::Back(i) => {
+                let a = plain.expect("checked above");
                 rig.members[i].sim.set_out(false);
                 let r = if a.health()[i].failed.is_some() {
                     a.replace(
@@ -912,6 +1287,7 @@ fn client(cfg: &SimConfig, sched: &Sched, rig: &Rig, shared: &Mutex<Driver>, me:
                 }
             }
             Op::Replace(i) => {
+                let a = plain.expect("checked above");
                 let fresh = Arc::new(CrashDisk::new(
                     format!("sim{i}'"),
                     rig.members[i].crash.size_bytes(),
@@ -953,7 +1329,7 @@ impl Driver {
         {
             return;
         }
-        if self.out.len() >= cfg.parity_chunks {
+        if self.out.len() >= self.shape.m {
             return;
         }
         // Without its checksum member a checksum-chunk array reads unverified until a replace
@@ -967,7 +1343,7 @@ impl Driver {
         if self.out.contains(&member) {
             return;
         }
-        let unit = self.rng.random_range(0..cfg.stripes);
+        let unit = self.rng.random_range(0..self.shape.stripes);
         let (fault, units) = kind.random(&mut self.rng, &rig.map, unit);
         if units.iter().any(|u| self.tainted.contains(u)) {
             return;
@@ -983,7 +1359,7 @@ impl Driver {
 
     /// The next operation of a client.
     fn next_op(&mut self, cfg: &SimConfig, rig: &Rig) -> Op {
-        let g = rig.array().geometry();
+        let g = self.shape;
         let n = rig.members.len();
         let roll = self.rng.random_range(0..100);
         // Members leave and come back only in fault epochs: a member that leaves while a write
@@ -1006,6 +1382,8 @@ impl Driver {
                 if self.tainted.is_empty() && !replaced {
                     self.out.insert(i);
                     self.rep.members_out += 1;
+                    // Until its departure is recorded, no client brings it back (below).
+                    self.returning = true;
                     return Op::Out(i);
                 }
             }
@@ -1014,20 +1392,15 @@ impl Driver {
             return Op::Flush;
         }
         if roll < 14 {
-            let s = self.rng.random_range(0..cfg.stripes);
+            let s = self.rng.random_range(0..g.stripes);
             return Op::Scrub(s);
         }
         let write = roll < 57;
         for _ in 0..8 {
-            let (off, len) = extent(
-                &mut self.rng,
-                self.model.cap(),
-                usize_of(g.chunk_bytes),
-                g.k,
-            );
+            let (off, len) = extent(&mut self.rng, self.model.cap(), g.chunk, g.k);
             if write && cfg.zero_stripes && self.rng.random_bool(0.2) {
                 // Half of them whole stripes (metadata only), the rest as drawn.
-                let sd = usize_of(g.chunk_bytes) * g.k;
+                let sd = g.chunk * g.k;
                 let (off, len) = if self.rng.random_bool(0.5) {
                     let first = off / sd;
                     let n = self
@@ -1079,7 +1452,7 @@ fn extent(rng: &mut impl Rng, cap: usize, c: usize, k: usize) -> (usize, usize) 
 
 /// After a fault epoch: nothing more fires; the stripes the faults hit are scrubbed, and no
 /// member that is in may hold damage.
-fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), EngineError> {
+fn end_fault_epoch(rig: &Rig, d: &mut Driver) -> Result<(), EngineError> {
     let a = rig.array();
     for m in &rig.members {
         m.faulty.disarm();
@@ -1089,7 +1462,7 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
     let hit: BTreeSet<u64> = tainted
         .iter()
         .copied()
-        .filter(|&s| s < cfg.stripes)
+        .filter(|&s| s < a.geometry().stripes)
         .collect();
     for &s in &hit {
         match a.scrub_stripe(s) {
@@ -1108,7 +1481,7 @@ fn end_fault_epoch(cfg: &SimConfig, rig: &Rig, d: &mut Driver) -> Result<(), Eng
         // A zero stripe's units are unspecified and never read: damage there is no damage.
         let bad: Vec<u64> = bad
             .into_iter()
-            .filter(|&u| u < cfg.stripes && a.zero_stripes_within(u, u + 1).is_empty())
+            .filter(|&u| u < a.geometry().stripes && a.zero_stripes_within(u, u + 1).is_empty())
             .collect();
         if !bad.is_empty() && !hit.is_empty() {
             d.rep.find(
@@ -1155,9 +1528,9 @@ fn is_repair(a: stripeguard_engine::EventAction) -> bool {
 
 /// Scrub every stripe; the units found wrong or mismatched, and the stripes found
 /// unrecoverable, since before.
-fn full_check(cfg: &SimConfig, a: &Array) -> Result<(u64, u64), EngineError> {
+fn full_check(a: &Array) -> Result<(u64, u64), EngineError> {
     let before = a.counters();
-    for s in 0..cfg.stripes {
+    for s in 0..a.geometry().stripes {
         match a.scrub_stripe(s) {
             Ok(_) | Err(EngineError::Unrecoverable { .. }) => {}
             Err(e) => return Err(e),
@@ -1190,14 +1563,27 @@ fn restart(
     d: &mut Driver,
 ) -> Result<Rig, EngineError> {
     let images = power_down(old, d);
+    let (images, continued) = if cfg.reshape {
+        settle_reshape(cfg, rng, images, d)?
+    } else {
+        (images, false)
+    };
     let rig = rig(cfg, sched, rng, Some(images), d.out.clone())?;
     let a = rig.array();
-    let settled: BTreeSet<u64> = a
+    let mut settled: BTreeSet<u64> = a
         .events()
         .iter()
         .filter(|e| e.kind == EventKind::ResyncSettled)
         .map(|e| e.stripe)
         .collect();
+    if continued {
+        // The continued reshape's resync lists what it cannot verify (a torn write of a
+        // client); its events are the continue's, not this assembly's.
+        settled.extend(a.untrusted().iter().map(|r| r.stripe));
+    }
+    // A reshape that added data members grew the array: the new bytes read as zeros.
+    d.model.grow(usize_of(a.capacity_bytes()));
+    d.shape = Shape::of(a);
     d.rep.settled += settled.len() as u64;
     let unchecked = cfg.scheme == Scheme::None && !cfg.write_journal;
     let sd = a.geometry().stripe_data_bytes();
@@ -1249,7 +1635,7 @@ fn restart(
         }
     }
     if d.out.is_empty() {
-        let (found, _) = full_check(cfg, a)?;
+        let (found, _) = full_check(a)?;
         if found > 0 && !unchecked {
             d.rep.find(
                 Rule::DamageLeft,

@@ -49,6 +49,21 @@ impl Model {
         }
     }
 
+    /// The array grew to `cap` bytes (a reshape added members): the new blocks are zero and
+    /// durable.
+    pub(super) fn grow(&mut self, cap: usize) {
+        let n = cap.div_ceil(BLOCK);
+        while self.blocks.len() < n {
+            self.blocks.push(vec![Version {
+                data: vec![0; BLOCK],
+                done: Some(0),
+            }]);
+        }
+        self.writing.resize(n, false);
+        self.reading.resize(n, 0);
+        self.cap = self.cap.max(cap);
+    }
+
     pub(super) fn cap(&self) -> usize {
         self.cap
     }

@@ -51,7 +51,8 @@ pub struct CampaignArgs {
     #[arg(long, requires = "simulate", default_value_t = 100)]
     seeds: u64,
     /// With --simulate: run an engine with a deliberate defect (broken-repair, skipped-resync,
-    /// no-stripe-lock, stale-zero-write), to see the simulator catch it.
+    /// no-stripe-lock, stale-zero-write, no-reshape-window, skipped-reshape-resync), to see the
+    /// simulator catch it.
     #[arg(long, requires = "simulate", value_name = "DEFECT")]
     sabotage: Option<String>,
     /// With --simulate: no member leaves (no re-add, no replace) whatever the seed draws.
@@ -61,6 +62,9 @@ pub struct CampaignArgs {
     /// the seed draws.
     #[arg(long, requires = "simulate")]
     no_zero_stripes: bool,
+    /// With --simulate: no epoch reshapes the array whatever the seed draws.
+    #[arg(long, requires = "simulate")]
+    no_reshape: bool,
     /// Print JSON.
     #[arg(long)]
     pub(super) json: bool,
@@ -75,6 +79,7 @@ pub fn run(a: CampaignArgs) -> Result<ExitCode> {
             sabotage: a.sabotage,
             members_stay: a.members_stay,
             no_zero_stripes: a.no_zero_stripes,
+            no_reshape: a.no_reshape,
             json: a.json,
         });
     }

@@ -19,6 +19,7 @@ pub(super) struct SimRun {
     pub(super) sabotage: Option<String>,
     pub(super) members_stay: bool,
     pub(super) no_zero_stripes: bool,
+    pub(super) no_reshape: bool,
     pub(super) json: bool,
 }
 
@@ -58,6 +59,7 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
             sabotage,
             member_failures: drawn.member_failures && !r.members_stay,
             zero_stripes: drawn.zero_stripes && !r.no_zero_stripes,
+            reshape: drawn.reshape && !r.no_reshape,
             ..drawn
         };
         let rep = simulate(&cfg);
@@ -112,7 +114,7 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
             total.digest
         );
         println!(
-            "{} reads, {} writes, {} flushes, {} scrubs; {} silent faults, {} members out, {} re-added, {} replaced; {} power cuts, {} stripes settled; {} units repaired; {} scheduling points, {} switches",
+            "{} reads, {} writes, {} flushes, {} scrubs; {} silent faults, {} members out, {} re-added, {} replaced; {} power cuts, {} stripes settled; {} reshapes ({} finished after a cut, {} refused; {} requests during them); {} units repaired; {} scheduling points, {} switches",
             total.reads,
             total.writes,
             total.flushes,
@@ -123,6 +125,10 @@ pub(super) fn run(r: &SimRun) -> Result<ExitCode> {
             total.replaces,
             total.power_cuts,
             total.settled,
+            total.reshapes,
+            total.reshapes_continued,
+            total.reshapes_refused,
+            total.reshape_requests,
             total.repaired,
             total.steps,
             total.switches
@@ -151,6 +157,10 @@ fn add(t: &mut SimReport, r: &SimReport) {
     t.readds += r.readds;
     t.replaces += r.replaces;
     t.power_cuts += r.power_cuts;
+    t.reshapes += r.reshapes;
+    t.reshapes_continued += r.reshapes_continued;
+    t.reshapes_refused += r.reshapes_refused;
+    t.reshape_requests += r.reshape_requests;
     t.settled += r.settled;
     t.refused_settled += r.refused_settled;
     t.repaired += r.repaired;
