@@ -316,9 +316,30 @@ impl Array {
                 EventKind::ResyncSettled,
                 "a forced assembly found more units stale, damaged or out than the parity rebuilds: what failed its checks or sat on a member that is out is listed untrusted (an out member's units zero-filled), the rest kept, parity recomputed",
             ),
+            // Checksum-chunk with its checksum member out is RAID without checksums until a
+            // replace rebuilds the tables: as for `none`, the parity is recomputed from the data
+            // (md's rule). Nothing on disk says which data unit an interrupted write touched
+            // (the intent record is per stripe), so settling would list every data unit —
+            // refusing flushed ones; this keeps them, and an unflushed write's chunk may read
+            // mixed, as on an array without checksums (FORMAT.md §2.10).
+            Err(EngineError::Unrecoverable { .. }) if self.parity_alone_settles(stripe) => self
+                .recompute_parity(
+                    stripe,
+                    "resync with the checksum member out, the parity alone not deciding which unit an interrupted write left behind: parity recomputed from the data (as without checksums)",
+                ),
             Err(EngineError::Unrecoverable { .. }) => self.settle(stripe),
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether a crash's undecidable stripe is settled by recomputing its parity from the
+    /// data: checksum-chunk without the write journal, its checksum member out (no table
+    /// decides), every data unit's member in (the parity is rebuilt from all of them).
+    fn parity_alone_settles(&self, stripe: StripeIx) -> bool {
+        self.sb().scheme == Scheme::ChecksumChunk
+            && !self.sb().write_journal
+            && self.is_failed(self.ck_member())
+            && Pos::upto(self.geometry().k).all(|p| !self.is_failed(self.member_of(stripe, p)))
     }
 
     /// Re-encode the parity of `stripe` from its data units as they are and write it.

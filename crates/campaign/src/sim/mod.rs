@@ -1585,7 +1585,11 @@ fn restart(
     d.model.grow(usize_of(a.capacity_bytes()));
     d.shape = Shape::of(a);
     d.rep.settled += settled.len() as u64;
-    let unchecked = cfg.scheme == Scheme::None && !cfg.write_journal;
+    // Unchecked: `none` without the journal, whose torn writes nothing can see; likewise
+    // checksum-chunk without the journal while its checksum member is out (RAID without
+    // checksums until a replace: its resync recomputes the parity from the data).
+    let ck_out = cfg.scheme == Scheme::ChecksumChunk && d.out.contains(&(rig.members.len() - 1));
+    let unchecked = (cfg.scheme == Scheme::None || ck_out) && !cfg.write_journal;
     let sd = a.geometry().stripe_data_bytes();
     let mut buf = vec![0u8; BLOCK];
     for b in 0..d.model.blocks() {
