@@ -67,8 +67,12 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // changes moved the runs again (reshape epochs drawn per seed; one freeing of journal slots
 // at a time, a lock more per flush; a departure recorded before a member may come back):
 // 1456 passes since, as it was found. Its family is diagnosed and not fixed (docs/SEEDED-
-// SIMULATION.md: a torn write beside a departed checksum member needs a format change).
-const OPEN: &[u64] = &[];
+// SIMULATION.md) — and was fixed the same day (a crash with the checksum member out now
+// recomputes the parity from the data, as `none` does). A sweep of seeds 1000-1399 on that
+// build finds seed 1391 of the other checksum-chunk family (3+2, three clients, members out
+// and back, no power cut: a read refused, units disagreeing with their table), watched here
+// as drawn.
+const OPEN: &[u64] = &[1391];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
@@ -113,14 +117,8 @@ fn seeds_with_members_staying_in_keep_every_rule() {
 #[test]
 fn the_open_seeds_still_break_a_rule() {
     for &seed in OPEN {
-        // As found: before zero stripes were drawn (the run with them, which passes, is
-        // another run).
-        let cfg = SimConfig {
-            zero_stripes: false,
-            reshape: false,
-            ..SimConfig::from_seed(seed, SHARD_OPS)
-        };
-        let rep = simulate(&cfg);
+        // As found: as drawn, 1,150 operations.
+        let rep = simulate(&SimConfig::from_seed(seed, SHARD_OPS));
         assert!(rep.broken > 0, "seed {seed} passes now: take it off OPEN");
     }
 }
