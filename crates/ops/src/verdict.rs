@@ -99,11 +99,13 @@ pub fn closing_words(array: &Array) -> String {
     )
 }
 
-/// A scrub (or `scrub --check-only`) that ended with `summary`, the array's counters `c`.
-pub fn scrub_verdict(summary: &ScrubSummary, c: &Counters) -> Verdict {
+/// A scrub (or `scrub --check-only`) that ended with `summary`, the array's counters `c`,
+/// `out` members out of the array (what they hold was not checked: a check found it, as
+/// `status --check` says).
+pub fn scrub_verdict(summary: &ScrubSummary, c: &Counters, out: usize) -> Verdict {
     if !summary.unrecoverable.is_empty() {
         Verdict::Unrecoverable
-    } else if c.located > 0 || c.mismatches > 0 || summary.awaiting_resync > 0 {
+    } else if c.located > 0 || c.mismatches > 0 || summary.awaiting_resync > 0 || out > 0 {
         Verdict::Found
     } else {
         Verdict::Clean
@@ -182,14 +184,15 @@ mod tests {
     fn scrub_unrecoverable_outranks_what_was_found() {
         let mut s = ScrubSummary::default();
         let mut c = Counters::default();
-        assert_eq!(scrub_verdict(&s, &c), Verdict::Clean);
+        assert_eq!(scrub_verdict(&s, &c, 0), Verdict::Clean);
+        assert_eq!(scrub_verdict(&s, &c, 1), Verdict::Found);
         s.awaiting_resync = 2;
-        assert_eq!(scrub_verdict(&s, &c), Verdict::Found);
+        assert_eq!(scrub_verdict(&s, &c, 0), Verdict::Found);
         s.awaiting_resync = 0;
         c.mismatches = 1;
-        assert_eq!(scrub_verdict(&s, &c), Verdict::Found);
+        assert_eq!(scrub_verdict(&s, &c, 0), Verdict::Found);
         s.unrecoverable.push("stripe 3".into());
-        assert_eq!(scrub_verdict(&s, &c), Verdict::Unrecoverable);
+        assert_eq!(scrub_verdict(&s, &c, 1), Verdict::Unrecoverable);
     }
 
     #[test]

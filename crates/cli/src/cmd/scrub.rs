@@ -158,13 +158,19 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(130));
     }
     let c = array.counters();
+    let out: Vec<String> = array
+        .health()
+        .iter()
+        .filter(|h| h.failed.is_some())
+        .map(|h| format!("{} ({})", h.index, h.name))
+        .collect();
     if a.json {
         println!(
             "{}",
             json!({"check_only": a.check_only, "resumed_at": summary.resumed_at, "stripes": summary.stripes,
                    "record": summary.record, "counters": counters_json(&c), "events": array.events(),
                    "unrecoverable": summary.unrecoverable, "metadata": summary.metadata,
-                   "awaiting_resync_skipped": summary.awaiting_resync,
+                   "awaiting_resync_skipped": summary.awaiting_resync, "members_out": out,
                    "zero_stripes": summary.zero_stripes})
         );
     } else {
@@ -204,7 +210,14 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
         for u in &summary.unrecoverable {
             println!("  {u}");
         }
+        if !out.is_empty() {
+            println!(
+                "  DEGRADED: {} member(s) out, not checked: {} (`replace` them; the exit status says so)",
+                out.len(),
+                out.join(", ")
+            );
+        }
     }
     array.close()?;
-    Ok(exit::of(scrub_verdict(&summary, &c)))
+    Ok(exit::of(scrub_verdict(&summary, &c, out.len())))
 }
