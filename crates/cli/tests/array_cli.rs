@@ -282,6 +282,14 @@ fn assembly_errors_are_clear_and_one_missing_member_runs_degraded() {
         .to_lowercase()
         .contains("running degraded"));
     assert_eq!(std::fs::read(d.join("back")).unwrap(), data);
+    // A scrub cannot check the member that is out: exit 1 and a line saying so (it exited 0,
+    // reading like a clean scrub: outsider attack, 2026-11-28).
+    for extra in [&[][..], &["--check-only"][..]] {
+        let out = sg(&with(&["scrub"], &ms, extra), d);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout)
+            .contains("DEGRADED: 1 member(s) out, not checked: 2 (m2.img)"));
+    }
     std::fs::remove_file(d.join("m3.img")).unwrap();
     assert!(err(with(&["read"], &ms, &["--length", "10"])).contains("survives at most 1"));
     // Beyond the end.

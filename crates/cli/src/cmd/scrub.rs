@@ -33,17 +33,38 @@ fn via_holder(a: &ScrubArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
         bar.set_position(done);
     });
     bar.finish_and_clear();
-    let (s, _) = result.map_err(anyhow::Error::msg)?;
+    let (s, live) = result.map_err(anyhow::Error::msg)?;
     let outcome = s.outcome.clone().unwrap_or_default();
+    let out: Vec<String> = live
+        .out
+        .iter()
+        .map(|(i, why)| format!("{i} ({why})"))
+        .collect();
     if a.json {
-        println!("{}", json!({"via_holder": true, "scrub": s}));
+        println!(
+            "{}",
+            json!({"via_holder": true, "scrub": s, "members_out": out})
+        );
     } else if s.ok {
         println!("{outcome}");
+        if !out.is_empty() {
+            println!(
+                "  DEGRADED: {} member(s) out, not checked: {} (`replace` them; the exit status says so)",
+                out.len(),
+                out.join(", ")
+            );
+        }
     }
     if !s.ok {
         bail!("{outcome}");
     }
-    Ok(exit::of(holder_verdict(&s)))
+    // A member out was not checked: found, as a scrub without a holder says.
+    let degraded = if out.is_empty() {
+        Verdict::Clean
+    } else {
+        Verdict::Found
+    };
+    Ok(exit::of(holder_verdict(&s).max(degraded)))
 }
 
 /// What a holder's scrub comes to, as `scrub`'s exit status says it.
