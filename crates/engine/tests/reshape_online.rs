@@ -41,6 +41,23 @@ fn member_size(cfg: &ArrayConfig) -> u64 {
     cfg.member_bytes() + ROOM * cfg.unit_bytes()
 }
 
+/// `count` blank members of `cfg`'s size behind one power switch: the budget of I/Os before
+/// the cut (unlimited until set), their durable layers, and the members as the array sees them.
+fn cut_members(
+    cfg: &ArrayConfig,
+    count: usize,
+) -> (Arc<AtomicI64>, Vec<Arc<CrashDisk>>, Vec<DiskRef>) {
+    let budget = Arc::new(AtomicI64::new(i64::MAX));
+    let crash: Vec<Arc<CrashDisk>> = (0..count)
+        .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), member_size(cfg), 512)))
+        .collect();
+    let mems = crash
+        .iter()
+        .map(|c| Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef)
+        .collect();
+    (budget, crash, mems)
+}
+
 fn writable() -> AssembleOptions {
     AssembleOptions {
         writable: true,
@@ -290,14 +307,7 @@ fn a_power_cut_during_an_online_reshape_loses_nothing_flushed() {
         let n = member_count(&cfg);
         // Client requests between steps, the same for every cut (the same seed).
         let run = |cut: i64, rng: &mut rand::rngs::StdRng| {
-            let budget = Arc::new(AtomicI64::new(i64::MAX));
-            let crash: Vec<Arc<CrashDisk>> = (0..n + j)
-                .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), member_size(&cfg), 512)))
-                .collect();
-            let mems: Vec<DiskRef> = crash
-                .iter()
-                .map(|c| Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef)
-                .collect();
+            let (budget, crash, mems) = cut_members(&cfg, n + j);
             let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
             let cap = a.capacity_bytes() as usize;
             let mut ops_rng = rand::rngs::StdRng::seed_from_u64(77);
@@ -396,14 +406,7 @@ fn a_listed_block_written_and_flushed_during_an_online_reshape_survives_a_crash(
     // it whole and flushes, and the power goes. After the continue it reads what was written.
     let cfg = config(Scheme::Hybrid1, 1, false);
     let n = member_count(&cfg);
-    let budget = Arc::new(AtomicI64::new(i64::MAX));
-    let crash: Vec<Arc<CrashDisk>> = (0..=n)
-        .map(|i| Arc::new(CrashDisk::new(format!("c{i}"), member_size(&cfg), 512)))
-        .collect();
-    let mems: Vec<DiskRef> = crash
-        .iter()
-        .map(|c| Arc::new(PowerCut::new(Arc::clone(c), Arc::clone(&budget))) as DiskRef)
-        .collect();
+    let (budget, crash, mems) = cut_members(&cfg, n + 1);
     let a = Array::create(mems[..n].to_vec(), &cfg, true, &mut |_, _| {}).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(3903);
     let old = random(&mut rng, a.capacity_bytes() as usize);

@@ -51,6 +51,7 @@ use stripeguard_engine::{
     Sabotage, SimEnv,
 };
 use stripeguard_integrity::{CodeId, CrossCheck, Scheme};
+use stripeguard_plan::Geometry;
 
 /// The model's block: requests in flight never share one.
 pub const BLOCK: usize = 4096;
@@ -541,30 +542,6 @@ impl Target<'_> {
     }
 }
 
-/// The array's shape as the clients draw their requests (the old geometry's through a
-/// reshape: what a holder's clients may address until it ends).
-#[derive(Clone, Copy, Default)]
-struct Shape {
-    k: usize,
-    m: usize,
-    chunk: usize,
-    stripes: u64,
-    stripe_data_bytes: u64,
-}
-
-impl Shape {
-    fn of(a: &Array) -> Shape {
-        let g = a.geometry();
-        Shape {
-            k: g.k,
-            m: g.m,
-            chunk: usize_of(g.chunk_bytes),
-            stripes: g.stripes,
-            stripe_data_bytes: g.stripe_data_bytes(),
-        }
-    }
-}
-
 /// The state the clients share (only the running client touches it).
 struct Driver {
     rng: rand::rngs::StdRng,
@@ -586,8 +563,9 @@ struct Driver {
     campaign: Option<campaign::CampaignState>,
     /// The crash campaign's chunk versions ([`Plan::Crashes`]).
     chunks: Option<crashes::ChunkVersions>,
-    /// The array's shape now.
-    shape: Shape,
+    /// The array's geometry as the clients draw their requests (the old one through a
+    /// reshape: what a holder's clients may address until it ends).
+    geometry: Geometry,
     /// This epoch's reshape has ended (returned or failed): its clients stop.
     reshape_over: bool,
     /// The power is cut this many I/Os after a client first sees the reshape begun.
@@ -622,7 +600,7 @@ fn run(cfg: &SimConfig, rep: &mut SimReport) -> Result<(), EngineError> {
         blanks: Vec::new(),
         campaign: None,
         chunks: None,
-        shape: Shape::of(rig.array()),
+        geometry: rig.array().geometry(),
         reshape_over: false,
         cut_when_reshaping: None,
         reshape_reserve: 0,
@@ -1138,7 +1116,7 @@ fn client(
                 };
                 let mut d = lock(shared);
                 d.rep.writes += 1;
-                let sd = d.shape.stripe_data_bytes;
+                let sd = d.geometry.stripe_data_bytes();
                 let landed = match r {
                     Ok(()) => data.len(),
                     Err(EngineError::Unrecoverable { stripe, .. }) => {
@@ -1329,7 +1307,7 @@ impl Driver {
         {
             return;
         }
-        if self.out.len() >= self.shape.m {
+        if self.out.len() >= self.geometry.m {
             return;
         }
         // Without its checksum member a checksum-chunk array reads unverified until a replace
@@ -1343,7 +1321,7 @@ impl Driver {
         if self.out.contains(&member) {
             return;
         }
-        let unit = self.rng.random_range(0..self.shape.stripes);
+        let unit = self.rng.random_range(0..self.geometry.stripes);
         let (fault, units) = kind.random(&mut self.rng, &rig.map, unit);
         if units.iter().any(|u| self.tainted.contains(u)) {
             return;
@@ -1359,7 +1337,7 @@ impl Driver {
 
     /// The next operation of a client.
     fn next_op(&mut self, cfg: &SimConfig, rig: &Rig) -> Op {
-        let g = self.shape;
+        let g = self.geometry;
         let n = rig.members.len();
         let roll = self.rng.random_range(0..100);
         // Members leave and come back only in fault epochs: a member that leaves while a write
@@ -1397,10 +1375,15 @@ impl Driver {
         }
         let write = roll < 57;
         for _ in 0..8 {
-            let (off, len) = extent(&mut self.rng, self.model.cap(), g.chunk, g.k);
+            let (off, len) = extent(
+                &mut self.rng,
+                self.model.cap(),
+                usize_of(g.chunk_bytes),
+                g.k,
+            );
             if write && cfg.zero_stripes && self.rng.random_bool(0.2) {
                 // Half of them whole stripes (metadata only), the rest as drawn.
-                let sd = g.chunk * g.k;
+                let sd = usize_of(g.chunk_bytes) * g.k;
                 let (off, len) = if self.rng.random_bool(0.5) {
                     let first = off / sd;
                     let n = self
@@ -1583,7 +1566,7 @@ fn restart(
     }
     // A reshape that added data members grew the array: the new bytes read as zeros.
     d.model.grow(usize_of(a.capacity_bytes()));
-    d.shape = Shape::of(a);
+    d.geometry = a.geometry();
     d.rep.settled += settled.len() as u64;
     // Unchecked: `none` without the journal, whose torn writes nothing can see; likewise
     // checksum-chunk without the journal while its checksum member is out (RAID without

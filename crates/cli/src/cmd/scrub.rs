@@ -47,13 +47,7 @@ fn via_holder(a: &ScrubArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
         );
     } else if s.ok {
         println!("{outcome}");
-        if !out.is_empty() {
-            println!(
-                "  DEGRADED: {} member(s) out, not checked: {} (`replace` them; the exit status says so)",
-                out.len(),
-                out.join(", ")
-            );
-        }
+        print_out(&out);
     }
     if !s.ok {
         bail!("{outcome}");
@@ -75,6 +69,17 @@ pub(crate) fn holder_verdict(s: &stripeguard_ops::LiveScrub) -> Verdict {
         Verdict::Found
     } else {
         Verdict::Clean
+    }
+}
+
+/// The members out of the array, which a scrub could not check (nothing when none is).
+fn print_out(out: &[String]) {
+    if !out.is_empty() {
+        println!(
+            "  DEGRADED: {} member(s) out, not checked: {} (`replace` them; the exit status says so)",
+            out.len(),
+            out.join(", ")
+        );
     }
 }
 
@@ -231,13 +236,7 @@ pub fn run(mut a: ScrubArgs) -> Result<ExitCode> {
         for u in &summary.unrecoverable {
             println!("  {u}");
         }
-        if !out.is_empty() {
-            println!(
-                "  DEGRADED: {} member(s) out, not checked: {} (`replace` them; the exit status says so)",
-                out.len(),
-                out.join(", ")
-            );
-        }
+        print_out(&out);
     }
     array.close()?;
     Ok(exit::of(scrub_verdict(&summary, &c, out.len())))
