@@ -11,7 +11,7 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
     let t = std::time::Instant::now();
     let mut sum = SimReport::default();
     let mut failed = Vec::new();
-    for seed in (first..first + count).filter(|s| !OPEN.contains(s)) {
+    for seed in first..first + count {
         let drawn = SimConfig::from_seed(seed, ops);
         let cfg = SimConfig {
             member_failures: drawn.member_failures && departures,
@@ -47,32 +47,10 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 
 // A million simulated operations in four shards (the test runner spreads them over the cores):
 // 1,000 seeds of 1,150 operations, each as `campaign --simulate` runs it (a power cut ends its
-// epoch early, so a seed runs a little under; each shard asserts its 250,000). Seeds listed in
-// OPEN break a rule on this build and are skipped until fixed, with a test that fails once they
-// pass (docs/SEEDED-SIMULATION.md, "Found and open"). 395 and 408 passed once the state-change
-// events moved the runs (they add member I/O, so scheduling and power cuts fall elsewhere); a
-// sweep of seeds 1000-1999 found the same family at 1166 (checksum-chunk, several clients,
-// members out and back), outside the shards, kept here so the test below watches it — until
-// the forced-assembly and member-failure events of issue 35 moved the runs once more and it
-// passed (the family is not known to be fixed: see docs/SEEDED-SIMULATION.md). The same moves
-// exposed seed 865 of the other open family (`none`, a departure and power cuts: the write
-// hole of a degraded array without the journal), which returns wrong bytes on this build. Zero
-// stripes are drawn per seed since issue 37 (the other fields stay as they were); an open seed
-// is watched as it was found, without them.
-// Seed 865 passed once a replace zeroed its new device's metadata regions (more member I/O,
-// the runs moved again; the `none` family is not known to be fixed, and a sweep of seeds
-// 1000-1999 without zero stripes did not find it). That sweep found seed 1456 of the
-// checksum-chunk family instead (4+2, four clients, members out and back: flushed blocks
-// refused in stripes the resync settled after a cut), watched here from now on. Issue 39's
-// changes moved the runs again (reshape epochs drawn per seed; one freeing of journal slots
-// at a time, a lock more per flush; a departure recorded before a member may come back):
-// 1456 passes since, as it was found. Its family is diagnosed and not fixed (docs/SEEDED-
-// SIMULATION.md) — and was fixed the same day (a crash with the checksum member out now
-// recomputes the parity from the data, as `none` does). A sweep of seeds 1000-1399 on that
-// build finds seed 1391 of the other checksum-chunk family (3+2, three clients, members out
-// and back, no power cut: a read refused, units disagreeing with their table), watched here
-// as drawn.
-const OPEN: &[u64] = &[1391];
+// epoch early, so a seed runs a little under; each shard asserts its 250,000). A seed that
+// breaks a rule is fixed, or listed in an OPEN list here with a test that fails once it passes
+// (none is open on this build; the history of the ones that were is in
+// docs/SEEDED-SIMULATION.md, "Found and open", and their seeds are replayed below).
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
@@ -93,8 +71,7 @@ fn seeds_0_to_250_keep_every_rule() {
 
 #[test]
 fn seeds_250_to_500_keep_every_rule() {
-    // Two open seeds skipped: 248 seeds.
-    assert!(seeds_keep_every_rule(250, SHARD_SEEDS, SHARD_OPS, true).ops >= 248_000);
+    assert!(seeds_keep_every_rule(250, SHARD_SEEDS, SHARD_OPS, true).ops >= 250_000);
 }
 
 #[test]
@@ -113,14 +90,14 @@ fn seeds_with_members_staying_in_keep_every_rule() {
     seeds_keep_every_rule(1000, 200, 600, false);
 }
 
-/// When a seed of OPEN passes, it was fixed (or the run moved): take it off OPEN.
+/// The last seed that was open, as drawn: 3+2 checksum-chunk, three clients, the checksum
+/// member replaced while they wrote. A write to a stripe the replace had already rebuilt left
+/// the new device's table stale; a misdirected write into the stripe's parity then made two
+/// disagreements the repair could not untangle, and a read was refused. Fixed: a write while
+/// a replace fills the checksum member computes the stripe's table and updates it.
 #[test]
-fn the_open_seeds_still_break_a_rule() {
-    for &seed in OPEN {
-        // As found: as drawn, 1,150 operations.
-        let rep = simulate(&SimConfig::from_seed(seed, SHARD_OPS));
-        assert!(rep.broken > 0, "seed {seed} passes now: take it off OPEN");
-    }
+fn seed_1391_keeps_every_rule() {
+    seeds_pass([1391], |drawn| drawn);
 }
 
 #[test]
@@ -219,11 +196,31 @@ fn a_degraded_raid6_journal_keeps_every_flushed_write() {
 /// unit the write touched, so the resync listed every data unit untrusted and refused flushed
 /// ones; it now recomputes the parity from the data (md's rule, as `none` does). Seeds 24, 59
 /// and 65 of this configuration (4+2, three or four clients, departures, cuts) refused flushed
-/// blocks before; 18 of seeds 0..400 did, 4 do since (another family, open).
+/// blocks before; 18 of seeds 0..400 did, 4 after that fix (the family below) and none since.
 #[test]
 fn a_cut_with_the_checksum_member_out_keeps_every_flushed_block() {
-    seeds_pass([24, 59, 65], |drawn| SimConfig {
-        data_chunks: 4,
+    seeds_pass([24, 59, 65], checksum_member_in_and_out(4));
+}
+
+/// The family of seed 1391: a write while `replace` filled the checksum member's new device,
+/// to a stripe it had already rebuilt, left that stripe's table stale; one more fault in the
+/// stripe (or a cut) then had it refused, flushed blocks too. Every seed here broke a rule
+/// before the fix (4+2: 72, 203, 208, 288; 3+2: 65, 88, 245, 284, 291, 301, 316), and seeds
+/// 0..400 of both shapes pass since.
+#[test]
+fn a_write_during_the_checksum_member_replace_keeps_its_table() {
+    seeds_pass([72, 203, 208, 288], checksum_member_in_and_out(4));
+    seeds_pass(
+        [65, 88, 245, 284, 291, 301, 316],
+        checksum_member_in_and_out(3),
+    );
+}
+
+/// A concentrated configuration of a seed: checksum-chunk `k`+2 without the journal, members
+/// leaving and coming back, power cuts, at least three clients.
+fn checksum_member_in_and_out(k: usize) -> impl Fn(SimConfig) -> SimConfig {
+    move |drawn| SimConfig {
+        data_chunks: k,
         parity_chunks: 2,
         scheme: Scheme::ChecksumChunk,
         code: CodeId::for_parity(2),
@@ -234,7 +231,7 @@ fn a_cut_with_the_checksum_member_out_keeps_every_flushed_block() {
         power_cuts: true,
         clients: drawn.clients.max(3),
         ..drawn
-    });
+    }
 }
 
 /// Every seed of `seeds` (1,150 operations each, as drawn and then changed by `config`) keeps

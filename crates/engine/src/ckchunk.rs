@@ -358,8 +358,21 @@ impl Layout for ChecksumMember {
                 out.table = Some(t);
             }
             // The checksum member out of the array: reads go on unverified (as `none`) until
-            // `replace` rebuilds its tables; nothing is suspect.
-            Err(_) if a.is_failed(a.ck_member()) => {}
+            // `replace` rebuilds its tables; nothing is suspect. A write while a replace fills
+            // the member's new device must keep the stripe's table there current (the replace
+            // may have rebuilt it already: found by the seeded simulation, seed 1391, a write
+            // after the rebuild of its stripe left the new device's table stale, and one more
+            // fault in the stripe then had it refused): the whole stripe is read and the table
+            // computed from it (the repair without suspects), then updated by the write like
+            // any other.
+            Err(_) if a.is_failed(a.ck_member()) => {
+                if got.write && a.members().writes_reach(a.ck_member(), stripe) {
+                    return Ok(Checked {
+                        clean: false,
+                        ..out
+                    });
+                }
+            }
             Err(why) => out
                 .suspects
                 .push((a.ck_pos(), EventKind::ChecksumChunk, why)),

@@ -465,6 +465,7 @@ impl Array {
             cached: &cached,
             erased: &erased,
             whole_stripe_write: self.writes_whole_stripe(plan),
+            write: plan.op == Some(Op::Write),
         };
         let checked = self.layout().check(self, stripe, &got)?;
         if checked.clean && !erased.iter().any(|&e| e) {

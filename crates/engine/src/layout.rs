@@ -138,6 +138,8 @@ pub(crate) struct Reads<'a> {
     pub(crate) erased: &'a [bool],
     /// The write rewrites every byte of the stripe (it needs nothing of the old metadata).
     pub(crate) whole_stripe_write: bool,
+    /// The piece is a write's (the units read are the old bytes it updates).
+    pub(crate) write: bool,
 }
 
 /// What [`Layout::check`] concluded about a piece.
