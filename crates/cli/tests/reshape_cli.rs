@@ -229,3 +229,63 @@ fn level_6_turns_raid5_into_raid6_after_the_members_get_room() {
         "the data changed"
     );
 }
+
+/// A checksum-chunk array (3 data + 1 parity + the checksum member, the last) takes a data
+/// member: damage poked into member 1's chunks (bare chunks: unit `s` at `D + s·C`, FORMAT.md
+/// §2.10) is found against the tables and repaired on the way, the data reads back exact, and
+/// afterwards the tables live on the added member (the new last) and a check finds nothing.
+#[test]
+fn a_checksum_chunk_array_grows_and_its_tables_move_to_the_new_last_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let old = ["m0", "m1", "m2", "m3", "m4"];
+    let all = ["m0", "m1", "m2", "m3", "m4", "m5"];
+    ok(&sg(
+        &args(
+            "create",
+            &old,
+            &[
+                "--size",
+                "16M",
+                "--chunk",
+                "16K",
+                "--scheme",
+                "checksum-chunk",
+                "--parity",
+                "1",
+            ],
+        ),
+        d,
+    ));
+    let mut want = data(393);
+    want.truncate(20 << 20);
+    std::fs::write(d.join("data"), &want).unwrap();
+    ok(&sg(&args("write", &old, &["-i", "data"]), d));
+    let (dd, c) = (128u64 << 10, 16u64 << 10);
+    for s in [10u64, 20] {
+        let at = dd + s * c + 999;
+        let b = peek(&d.join("m1"), at, 1);
+        poke(&d.join("m1"), at, &[b[0] ^ 0x21]);
+    }
+    let out = ok(&sg(&args("grow", &old, &["--add", "m5", "--json"]), d));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["reshape"]["to_data_chunks"], 4, "{out}");
+    // Member 1 holds a data chunk of one of the two stripes and the parity of the other, which
+    // a read does not need (the new stripe's parity is encoded afresh).
+    assert!(v["reshape"]["repaired"].as_u64().unwrap() >= 1, "{out}");
+    let n = want.len().to_string();
+    ok(&sg(&args("read", &all, &["--length", &n, "-o", "back"]), d));
+    assert!(
+        std::fs::read(d.join("back")).unwrap() == want,
+        "the data changed"
+    );
+    // Stripe 3's table begins its unit on the last member (magic "SGCK").
+    assert_eq!(peek(&d.join("m5"), dd + 3 * c, 4), b"SGCK");
+    assert_ne!(peek(&d.join("m4"), dd + 3 * c, 4), b"SGCK");
+    let check = sg(&args("status", &all, &["--check"]), d);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}

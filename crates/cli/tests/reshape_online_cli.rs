@@ -2,7 +2,8 @@
 //! docs/RESHAPE.md "Online"): the holder reshapes it while fio writes and verifies through
 //! it, fio never sees a wrong byte, the data fio wrote last verifies after the reshape, new
 //! clients see the new size, and the array scrubs clean offline afterwards — adding a data
-//! member to a 6+2 array, RAID-5 to RAID-6, and RAID-6 to RAID-5 (the last member freed).
+//! member to a 6+2 array and to a checksum-chunk array, RAID-5 to RAID-6, and RAID-6 to RAID-5
+//! (the last member freed).
 
 mod common;
 #[macro_use]
@@ -145,4 +146,29 @@ fn a_served_raid6_becomes_raid5_while_fio_verifies_and_its_last_member_is_freed(
     // The member that left is a free device: no superblock of the array.
     let out = sg(&["examine", "m7"], d);
     assert!(!out.status.success(), "m7 still examines as a member");
+}
+
+#[test]
+fn a_served_checksum_chunk_array_takes_a_data_member_while_fio_verifies() {
+    need!("fio", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 4 data + 2 parity + the checksum member (the last); its tables move to m7.
+    let old = ["m0", "m1", "m2", "m3", "m4", "m5", "m6"];
+    let mut args = vec!["create"];
+    args.extend(old);
+    args.extend([
+        "--size",
+        "32M",
+        "--scheme",
+        "checksum-chunk",
+        "--chunk",
+        "64K",
+        "--parity",
+        "2",
+    ]);
+    ok(&sg(&args, d));
+    let mut all = old.to_vec();
+    all.push("m7");
+    reshape_while_fio_runs(d, &old, &["--add", "m7"], &all);
 }

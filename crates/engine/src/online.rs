@@ -391,7 +391,8 @@ impl Router {
                 return Some(Err(e));
             }
         }
-        Some(Ok(()))
+        // A member failed by this write missed part of it (see `flush`).
+        Some(self.refuse_writes())
     }
 
     fn flush(&self) -> Option<Result<(), EngineError>> {
@@ -403,10 +404,19 @@ impl Router {
         // old view's stripe-state record (zero stripes written into leave it only now), which
         // until the finish is the durable list of both geometries' untrusted blocks.
         let done = ticket.done;
-        Some(self.target.flush().and_then(|()| {
-            self.carry_take_offs(done);
-            self.old.flush()
-        }))
+        // A member that failed on the way is out in memory only (view.rs): what it missed
+        // cannot be made durable, so the flush fails (found by the checksum-chunk cuts: the
+        // checksum member's flush failed, the array survived it, the flush returned, and the
+        // continue took the member's stale table for current).
+        Some(
+            self.target
+                .flush()
+                .and_then(|()| {
+                    self.carry_take_offs(done);
+                    self.old.flush()
+                })
+                .and_then(|()| self.refuse_writes()),
+        )
     }
 
     /// Blocks listed in the old record that moved listed and were written whole since in the

@@ -112,9 +112,6 @@ impl Array {
         if !self.is_writable() {
             return cfg("the array was assembled read-only".into());
         }
-        if sb.scheme == Scheme::ChecksumChunk {
-            return cfg("checksum-chunk arrays do not reshape yet (the checksum member's table would need rebuilding for every stripe)".into());
-        }
         if !sb.journal_devices.is_empty() {
             return cfg("arrays with journal devices do not reshape yet: `create` them without --journal-device, or copy the data to a new array".into());
         }
@@ -162,7 +159,7 @@ impl Array {
                 (k, 2, CodeId::Raid6)
             }
             ReshapeTo::Raid5 => {
-                if m != 2 || sb.scheme.extra_members() > 0 {
+                if m != 2 {
                     return cfg(format!(
                         "--level 5 turns RAID-6 (two parity chunks) into RAID-5 (one xor parity); this array has {m} parity chunk(s) ({})",
                         sb.code.name()
@@ -708,7 +705,9 @@ fn move_all(
 ) -> Result<Ran, EngineError> {
     let (old, target) = (&*views.old, &*views.target);
     let from_bytes = old.capacity_bytes();
-    let n_old = old.geometry().n();
+    // Members, not data and parity positions: a checksum-chunk array's checksum member is one
+    // more (the last), and the added members come after it.
+    let n_old = old.members().len();
     let mut mover = Mover {
         old,
         target,
@@ -1253,7 +1252,7 @@ impl Mover<'_> {
         // (`status` and a continue read every member's).
         let at =
             CHECKPOINT_OFFSET + stripeguard_format::slot_offset(self.record.sequence, bytes.len());
-        for i in self.target.geometry().n()..self.old.geometry().n() {
+        for i in self.target.members().len()..self.old.members().len() {
             let d = self.old.members().get(MemberIx::new(i));
             d.write_at(at, &bytes)?;
             d.flush()?;
@@ -1386,6 +1385,14 @@ impl Mover<'_> {
         // Blocks the old geometry lists untrusted move listed (their bytes zero-filled, as
         // `clear` would), listed before the stripes around them are sealed.
         self.carry_listed(r.start * k..r.end * k)?;
+        // checksum-chunk: the old view's dirty tables are written back before any new stripe
+        // is (online, a client's write left them in its cache; written back later, a table of
+        // an old stripe this step destroys would land on the new stripe's unit there).
+        let ck = t.sb().scheme == Scheme::ChecksumChunk;
+        if ck {
+            self.old.ck_write_back()?;
+        }
+        let mut tables = Vec::new();
         let mut stripes: Vec<(StripeIx, Vec<AlignedBuf>)> = Vec::new();
         for (i, s) in r.clone().enumerate() {
             if self.zero_new(s) && self.list_zero(s) {
@@ -1411,6 +1418,19 @@ impl Mover<'_> {
             let mut views: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..c]).collect();
             t.code().encode(&chunks, &mut views)?;
             t.layout().seal_settled(t, stripe, &mut units)?;
+            if ck {
+                // The new stripe's table, on the new geometry's checksum member (the last
+                // added): the whole unit, zeros after the table (FORMAT.md §2.10).
+                let table = {
+                    let views: Vec<&[u8]> = units.iter().map(|u| &u[..c]).collect();
+                    t.ck_table_of(stripe, &views)
+                };
+                let (_, tb) = t.ck_shape();
+                let mut unit = t.ck_encode(&table);
+                unit[tb..].fill(0);
+                units.push(unit);
+                tables.push((stripe, table));
+            }
             stripes.push((stripe, units));
         }
         let writes: Vec<Vec<(Pos, u64, &[u8])>> = stripes
@@ -1433,6 +1453,9 @@ impl Mover<'_> {
         t.recycle(stripes.into_iter().flat_map(|(_, u)| u));
         self.stop_if_degraded()?;
         t.flush_members()?;
+        for (stripe, table) in tables {
+            t.ck_written(stripe, table);
+        }
         self.progress.done = done_after(self.plan, &r);
         self.commit()
     }

@@ -144,6 +144,7 @@ fn clients_read_and_write_through_an_online_reshape() {
         Scheme::Hybrid1,
         Scheme::Hybrid2,
         Scheme::None,
+        Scheme::ChecksumChunk,
     ] {
         for zero_stripes in [true, false] {
             cases.push((scheme, 2, zero_stripes, 1, ReshapeTo::AddData));
@@ -226,6 +227,8 @@ fn requests_run_while_the_steps_move_the_data() {
         (Scheme::HybridSeq, 2, ReshapeTo::AddData),
         (Scheme::Pure, 1, ReshapeTo::Raid6),
         (Scheme::None, 2, ReshapeTo::AddData),
+        (Scheme::ChecksumChunk, 1, ReshapeTo::Raid6),
+        (Scheme::ChecksumChunk, 2, ReshapeTo::AddData),
     ] {
         let what = format!("{scheme:?} m={m} {to:?}");
         let cfg = config(scheme, m, true);
@@ -298,6 +301,8 @@ fn a_power_cut_during_an_online_reshape_loses_nothing_flushed() {
         (Scheme::None, 2, false, ReshapeTo::AddData, 5),
         (Scheme::Hybrid1, 1, true, ReshapeTo::Raid6, 5),
         (Scheme::HybridSeq, 2, false, ReshapeTo::Raid5, 4),
+        (Scheme::ChecksumChunk, 2, true, ReshapeTo::AddData, 4),
+        (Scheme::ChecksumChunk, 2, false, ReshapeTo::Raid5, 5),
     ] {
         // Members added (none for a level change down, whose last member leaves), and the
         // members of the array after.
