@@ -236,7 +236,7 @@ pub struct Array {
     stripes: std::sync::atomic::AtomicU64,
     /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
     gran: Granularity,
-    /// Shared with the heartbeat thread (as is `ownership`). Its locks: lock order 13 (leaves).
+    /// Shared with the heartbeat thread (as is `ownership`). Its locks: lock order 14 (leaves).
     members: Arc<Members>,
     code: Box<dyn ErasureCode>,
     /// Lock order 13 (a leaf).
@@ -268,7 +268,7 @@ pub struct Array {
     events: Mutex<EventLog>,
     writable: bool,
     generation: std::sync::atomic::AtomicU64,
-    /// Unit buffers, the I/O thread pool and the appendix cache. Its locks: lock order 13
+    /// Unit buffers, the I/O thread pool and the appendix cache. Its locks: lock order 14
     /// (leaves); waiting for its pool: see the list.
     units: Units,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
