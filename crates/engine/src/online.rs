@@ -34,7 +34,7 @@ use stripeguard_plan::reshape::{Place, Reshape};
 /// A reshape's checkpoint record as last written (FORMAT.md §2.3), shared by the steps'
 /// commits and, online, the FLUSHes that take new zero stripes written into off its list;
 /// with the removal mark (`UntrustedSet::removals`) up to which the new geometry's stripes
-/// written into are off that list on disk.
+/// written into are off that list on disk. Lock order 5 (docs/DESIGN.md).
 pub(crate) type CheckpointCell = Arc<Mutex<(Checkpoint, u64)>>;
 
 /// Write `record`, its sequence raised by one, into the checkpoint slot the previous one is
