@@ -5,9 +5,11 @@
 //! 4 KiB random read and write at queue depth 1 and 32 (threads). Every member I/O of the data
 //! area is recorded as it reaches the files. Two figures per row:
 //!
-//! - **amplification**: member bytes and member I/Os per user request, beside the ideal for
-//!   the request (a 4 KiB read: the block, plus its appendix where the scheme has one; a 4 KiB
-//!   RAID-6 write: three blocks read and three written, plus their appendices);
+//! - **amplification**: member bytes and member I/Os per user request, beside the unit I/Os
+//!   the engine's planner planned for it (the simulator's count: on exports the member round
+//!   trips against what the plan asks for) and the ideal for the request (a 4 KiB read: the
+//!   block, plus its appendix where the scheme has one; a 4 KiB RAID-6 write: three blocks
+//!   read and three written, plus their appendices);
 //! - **efficiency**: the time `fio` takes to replay exactly the recorded member I/O list on the
 //!   same files (one job per member, each replaying that member's I/Os in order, as fast as it
 //!   can: a floor no engine can beat without issuing less I/O), divided by the engine's time.
@@ -96,6 +98,9 @@ pub struct IoRow {
     pub requests: u64,
     pub user_bytes: u64,
     pub member_ios_per_request: f64,
+    /// The unit I/Os the engine's planner planned per request (the simulator's count): on
+    /// exports, the member round trips beside what the plan asks for.
+    pub planned_ios_per_request: f64,
     pub member_bytes_per_request: f64,
     pub ideal_ios_per_request: f64,
     pub ideal_bytes_per_request: f64,
@@ -338,6 +343,7 @@ fn one_array(
             (opts.sequential_bytes / req as u64).min(capacity / req as u64)
         };
         log.lock().expect("lock").clear();
+        let planned_before = array.planned_unit_ios();
         on.store(true, Ordering::Relaxed);
         let t = Instant::now();
         drive(&array, req, write, random, qd, requests, capacity)?;
@@ -347,6 +353,7 @@ fn one_array(
         let engine_seconds = t.elapsed().as_secs_f64();
         on.store(false, Ordering::Relaxed);
         let ios = std::mem::take(&mut *log.lock().expect("lock"));
+        let planned = array.planned_unit_ios() - planned_before;
         let files = if write { &scratch } else { &paths };
         // On exports, each member's job keeps as many I/Os in flight as the engine could:
         // the row's requests with every member I/O of each in flight at once, spread over the
@@ -370,6 +377,7 @@ fn one_array(
             requests,
             user_bytes: requests * req as u64,
             member_ios_per_request: ios.len() as f64 / requests as f64,
+            planned_ios_per_request: planned as f64 / requests as f64,
             member_bytes_per_request: member_bytes as f64 / requests as f64,
             ideal_ios_per_request: ideal_ios,
             ideal_bytes_per_request: ideal_bytes,

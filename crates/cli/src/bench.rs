@@ -283,12 +283,13 @@ fn io(a: IoArgs) -> Result<ExitCode> {
         );
     }
     println!(
-        "{:<11} {:<8} {:<14} {:>3} {:>9} {:>10} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}",
+        "{:<11} {:<8} {:<14} {:>3} {:>9} {:>8} {:>10} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}",
         "scheme",
         "mode",
         "workload",
         "qd",
         "IOs/req",
+        "planned",
         "bytes/req",
         "ideal IO",
         "ideal B",
@@ -300,7 +301,7 @@ fn io(a: IoArgs) -> Result<ExitCode> {
     );
     for r in &rows {
         println!(
-            "{:<11} {:<8} {:<14} {:>3} {:>9.2} {:>10.0} {:>9.2} {:>10.0} {:>9.1} {:>8.3} {:>8.3} {:>5.2}x {:>8}",
+            "{:<11} {:<8} {:<14} {:>3} {:>9.2} {:>8.2} {:>10.0} {:>9.2} {:>10.0} {:>9.1} {:>8.3} {:>8.3} {:>5.2}x {:>8}",
             r.scheme,
             match (r.remote, r.direct) {
                 (true, _) => "remote",
@@ -310,6 +311,7 @@ fn io(a: IoArgs) -> Result<ExitCode> {
             r.workload,
             r.queue_depth,
             r.member_ios_per_request,
+            r.planned_ios_per_request,
             r.member_bytes_per_request,
             r.ideal_ios_per_request,
             r.ideal_bytes_per_request,

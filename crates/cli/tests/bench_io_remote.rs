@@ -142,6 +142,8 @@ fn a_small_run_on_exports_has_a_floor_for_every_row() {
         assert!(r["floor_seconds"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["engine_seconds"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["member_ios_per_request"].as_f64().unwrap() >= 1.0, "{r}");
+        // What the planner planned for it, beside (the plan's count of unit I/Os).
+        assert!(r["planned_ios_per_request"].as_f64().unwrap() >= 1.0, "{r}");
         // The serial floor (each member's job in turn) only at queue depth 1.
         assert_eq!(
             r["serial_floor_seconds"].is_null(),

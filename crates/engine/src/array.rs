@@ -241,6 +241,8 @@ pub struct Array {
     code: Box<dyn ErasureCode>,
     /// Lock order 14 (a leaf).
     planner: Mutex<Planner>,
+    /// Unit I/Os the planner planned for reads and writes ([`Array::planned_unit_ios`]).
+    planned_ios: std::sync::atomic::AtomicU64,
     /// The stripe locks, a stripe's at its index modulo their count: lock order 1.
     locks: Box<[Mutex<()>]>,
     /// Lock order 9.
@@ -565,6 +567,7 @@ impl Array {
             planner: Mutex::new(
                 Planner::new(geometry, sb.scheme, map_bytes).with_cross_check(sb.cross_check),
             ),
+            planned_ios: std::sync::atomic::AtomicU64::new(0),
             locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
             seq: Mutex::new(SeqState {
                 next: sb.sequence_high_water,
@@ -659,7 +662,20 @@ impl Array {
             .lock()
             .expect("lock")
             .plan(op, offset, len, |p| out = Some(p.clone()));
-        out.expect("a range within one stripe is one piece")
+        let plan = out.expect("a range within one stripe is one piece");
+        self.planned_ios.fetch_add(
+            (plan.reads.len() + plan.writes.len()) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        plan
+    }
+
+    /// Unit I/Os the planner has planned for the reads and writes since assembly: what the
+    /// simulator counts for the same requests. The member I/Os issued can be fewer (a
+    /// request's consecutive units on one member merged into one I/O, appendices taken from
+    /// the cache) or more (repairs, the write journal, intent-record writes).
+    pub fn planned_unit_ios(&self) -> u64 {
+        self.planned_ios.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The data chunks at `positions` of `stripe` go back to first-read state: their next

@@ -206,3 +206,25 @@ fn full_stripe_rewrites_find_nothing_to_repair() {
         assert_eq!(r.array.counters().detected, 0, "{scheme}");
     }
 }
+
+/// `planned_unit_ios` counts what the planner planned (the simulator's count): on `none`
+/// RAID-6 a 4 KiB read of a written stripe is one unit read, a 4 KiB write inside a chunk a
+/// read-modify-write of the chunk and both parities (three reads, three writes), and a write
+/// of a whole stripe its k + m unit writes.
+#[test]
+fn the_planner_count_is_what_a_request_plans() {
+    let r = rig(Scheme::None, 4, 2, 8);
+    let a = &r.array;
+    let stripe = 4 * 4096;
+    a.write(0, &vec![7u8; stripe]).unwrap();
+    let before = a.planned_unit_ios();
+    let mut buf = vec![0u8; 4096];
+    a.read(4096, &mut buf).unwrap();
+    assert_eq!(a.planned_unit_ios() - before, 1);
+    let before = a.planned_unit_ios();
+    a.write(8192 + 100, &[1u8; 512]).unwrap();
+    assert_eq!(a.planned_unit_ios() - before, 6);
+    let before = a.planned_unit_ios();
+    a.write(stripe as u64, &vec![3u8; stripe]).unwrap();
+    assert_eq!(a.planned_unit_ios() - before, 6);
+}
