@@ -187,11 +187,31 @@ impl Array {
         let plan = self.plan_replace(member, &target, force)?;
         let mut ck = plan.checkpoint;
         let start = ck.rebuild_next;
-        let todo: Vec<u64> = if plan.readd {
+        let ahead: Vec<u64> = if plan.readd {
             self.intent_stripes()
         } else {
             (0..self.geometry().stripes).collect()
         };
+        // A resume: the stripes below where the last run stopped that were written since (no
+        // replace ran, so those writes did not reach the new device) are rebuilt first. The
+        // member has been out all along, so the write-intent record marks every stripe written
+        // since it left (FORMAT.md §2.4): those below `start` are rebuilt again, the rest as
+        // planned. (Found by an outside test: a write between an interrupted replace and its
+        // resume read back old bytes once the replace had finished.)
+        let behind: Vec<u64> = if start > 0 {
+            self.intent_stripes()
+                .into_iter()
+                .filter(|&s| s < start)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let planned = ahead.len();
+        let todo: Vec<u64> = behind
+            .iter()
+            .copied()
+            .chain(ahead.into_iter().filter(|&s| s >= start))
+            .collect();
         // A new device's metadata regions may hold anything (old data, another array's
         // records): zeroed as `create` zeroes them, before it joins, so a metadata scrub finds
         // nothing there but what this array writes. Not on a re-add (its records are this
@@ -209,14 +229,16 @@ impl Array {
                 target.name(),
                 if plan.readd {
                     format!(
-                        "re-add, {} stripe(s) the write-intent record marks",
-                        todo.len()
+                        "re-add, {planned} stripe(s) the write-intent record marks"
                     )
                 } else {
-                    format!("full rebuild of {} stripe(s)", todo.len())
+                    format!("full rebuild of {planned} stripe(s)")
                 },
                 if start > 0 {
-                    format!(", resumed at stripe {start}")
+                    format!(
+                        ", resumed at stripe {start} ({} stripe(s) below it written since rebuilt again)",
+                        behind.len()
+                    )
                 } else {
                     String::new()
                 }
@@ -237,7 +259,7 @@ impl Array {
         let total = todo.len() as u64;
         let mut visited = 0u64;
         let mut skipped = Vec::new();
-        for &s in todo.iter().filter(|&&s| s >= start) {
+        for &s in &todo {
             if self.members().take_cancel() {
                 target.flush()?;
                 ck.rebuild_next = s;

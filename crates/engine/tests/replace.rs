@@ -172,6 +172,49 @@ fn an_interrupted_replace_resumes_onto_the_same_disk_only() {
     drop(a);
 }
 
+/// A write between an interrupted replace and its resume, to a stripe the first run had
+/// already rebuilt, reaches the new device once the replace has finished (found by an outside
+/// test: the resume started where the first run stopped, and the member read the old bytes).
+/// The write-intent record marks it (the member was out all along): the resume rebuilds it
+/// again. On `none` the stale unit would be returned as it is; on hybrid-seq it would have been
+/// found stale; both must read the new bytes with two other members out.
+#[test]
+fn a_write_between_an_interrupted_replace_and_its_resume_reaches_the_new_device() {
+    for scheme in [Scheme::None, Scheme::HybridSeq] {
+        let (d, mut data, size) = setup(scheme, 700);
+        let target = Arc::new(MemDisk::new("new1", size));
+        {
+            let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
+            let flaky = Arc::new(Flaky {
+                inner: target.clone(),
+                left: AtomicI64::new(400),
+                at: 0..u64::MAX,
+            });
+            assert!(a
+                .replace(1, flaky, ReplaceForce::NONE, &mut |_, _| {})
+                .is_err());
+        }
+        // Stripes 10..13 (the first run passed them), written while no replace runs.
+        let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
+        let stripe_bytes = 4 * CHUNK as usize;
+        let at = 10 * stripe_bytes + 321;
+        let bytes = vec![0x5c; 3 * stripe_bytes];
+        a.write(at as u64, &bytes).unwrap();
+        data[at..at + bytes.len()].copy_from_slice(&bytes);
+        let s = a
+            .replace(1, target.clone(), ReplaceForce::NONE, &mut |_, _| {})
+            .unwrap();
+        assert!(s.resumed_at > 13, "{scheme:?}: {s:?}");
+        a.close().unwrap();
+        let mut members: Vec<DiskRef> = d.iter().map(|x| x.clone() as DiskRef).collect();
+        members[1] = target;
+        assert!(
+            read_with_0_and_5_out(members) == data,
+            "{scheme:?}: the new device holds old bytes"
+        );
+    }
+}
+
 /// The device that left comes back: `replace` onto it rebuilds only the stripes of the regions
 /// written while it was out (the write-intent bits stay set while a member is out), and the
 /// array reads right afterwards even with two other members gone. An older device of the same
