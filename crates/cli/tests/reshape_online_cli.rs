@@ -172,3 +172,48 @@ fn a_served_checksum_chunk_array_takes_a_data_member_while_fio_verifies() {
     all.push("m7");
     reshape_while_fio_runs(d, &old, &["--add", "m7"], &all);
 }
+
+/// `grow --add` of an NBD export, sent to the holder: the URI is passed as given (an outside
+/// test found it turned into a path under the current directory).
+#[test]
+fn a_served_array_takes_an_nbd_export_as_its_new_member() {
+    need!("qemu-nbd", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let old = ["m0", "m1", "m2", "m3"];
+    let mut args = vec!["create"];
+    args.extend(old);
+    args.extend(["--size", "16M", "--parity", "1"]);
+    ok(&sg(&args, d));
+    let img = d.join("new.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(40 << 20)
+        .unwrap();
+    let sock = d.join("q.sock");
+    let mut q = Command::new("qemu-nbd")
+        .args(["-f", "raw", "-t", "-k"])
+        .arg(&sock)
+        .arg(&img)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let s = serve_with(d, &old);
+    let before = size(&s.uri);
+    let mut args = vec!["grow"];
+    args.extend(old);
+    args.extend(["--add", uri.as_str()]);
+    let said = ok(&sg(&args, d));
+    assert!(said.contains("4+1"), "{said}");
+    assert!(size(&s.uri) > before);
+    let (status, _, err) = s.stop();
+    assert!(status.success(), "serve: {err}");
+    let _ = q.kill();
+    let _ = q.wait();
+}

@@ -75,6 +75,12 @@ pub struct Reshaped {
     /// Data chunks per stripe before and after.
     pub from_data_chunks: usize,
     pub to_data_chunks: usize,
+    /// Parity chunks per stripe before and after (a checksum-chunk array's checksum member is
+    /// a member, not a parity chunk).
+    #[serde(default)]
+    pub from_parity_chunks: usize,
+    #[serde(default)]
+    pub to_parity_chunks: usize,
     /// User-visible bytes before and after.
     pub from_bytes: u64,
     pub to_bytes: u64,
@@ -1009,6 +1015,8 @@ fn finished(
         to_members: usize::from(new.members),
         from_data_chunks: usize::from(old_sb.data_chunks),
         to_data_chunks: usize::from(new.data_chunks),
+        from_parity_chunks: usize::from(old_sb.parity_chunks),
+        to_parity_chunks: usize::from(new.parity_chunks),
         from_bytes: ran.from_bytes,
         to_bytes: array.capacity_bytes(),
         stripes_written: progress.stripes,

@@ -45,8 +45,8 @@ pub use examine::{examine, Copy as SuperblockCopy, Examined};
 mod grow;
 mod reshape;
 pub use reshape::{
-    ask_holder_reshape, continue_reshape_paths, follow_holder_reshape, reshaped_line, Added,
-    LiveReshape, ReshapeRequest, ReshapeSlot,
+    ask_holder_reshape, continue_reshape_paths, follow_holder_reshape, reshaped_line,
+    settled_geometry, Added, LiveReshape, ReshapeRequest, ReshapeSlot,
 };
 mod online;
 pub mod spares;

@@ -80,7 +80,17 @@ impl Added {
                     }
                     Err(e) => {
                         added.remove_created();
-                        return Err(e.into());
+                        // Name the file and why (found by an outside test: a directory that
+                        // does not exist read "create of 0 bytes at 0").
+                        return Err(EngineError::Config(format!(
+                            "{} cannot be made as a new member file of {size} bytes: {}",
+                            p.display(),
+                            match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                                Some(d) if !d.is_dir() =>
+                                    format!("its directory {} does not exist", d.display()),
+                                _ => e.to_string(),
+                            }
+                        )));
                     }
                 }
             }
@@ -182,9 +192,9 @@ pub fn reshaped_line(r: &Reshaped) -> String {
         r.from_members,
         r.to_members,
         r.from_data_chunks,
-        r.from_members - r.from_data_chunks,
+        r.from_parity_chunks,
         r.to_data_chunks,
-        r.to_members - r.to_data_chunks,
+        r.to_parity_chunks,
         r.from_bytes,
         r.to_bytes,
         if r.repaired > 0 {
@@ -379,6 +389,18 @@ pub fn ask_holder_reshape(uuid: &[u8; 16], r: &ReshapeRequest) -> Result<(), Str
 }
 
 /// Follow the holder's reshape until it finishes, `progress(done, total)` as it goes.
+/// The geometry the superblock of `member` names — (members, data chunks, parity chunks) —
+/// when no reshape is in progress there: how a caller that lost its holder mid-reshape tells
+/// a reshape that finished (the holder finishes one before it stops on SIGTERM) from one that
+/// stopped. `None` when the superblock cannot be read or says a reshape is in progress.
+pub fn settled_geometry(member: &Path) -> Option<(u16, u16, u16)> {
+    let d = crate::open_member_as(member, false, false).ok()?;
+    let sb = stripeguard_engine::read_superblock_of(d.as_ref()).ok()?;
+    sb.reshape
+        .is_none()
+        .then_some((sb.members, sb.data_chunks, sb.parity_chunks))
+}
+
 pub fn follow_holder_reshape(
     uuid: &[u8; 16],
     progress: &mut dyn FnMut(u64, u64),

@@ -160,10 +160,11 @@ fn reshape(a: &GrowArgs) -> Result<ExitCode> {
 /// `grow --add` of an array a `serve` holds: it reshapes the array while it serves it; this
 /// follows its progress in its status until it finishes.
 fn reshape_via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
-    // The holder opens NEW by the path given here: made absolute from this directory.
+    // The holder opens NEW by the path given here: made absolute from this directory (an NBD
+    // URI as given: found by an outside test, a URI was made a path under this directory).
     let abs = |ps: &[PathBuf]| -> Vec<PathBuf> {
         ps.iter()
-            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+            .map(|p| PathBuf::from(stripeguard_ops::spares::spare_hint(p)))
             .collect()
     };
     let req = ReshapeRequest {
@@ -172,11 +173,29 @@ fn reshape_via_holder(a: &GrowArgs, uuid: &[u8; 16]) -> Result<ExitCode> {
         force_take: abs(&a.force_take),
         force_overwrite: abs(&a.force_overwrite),
     };
+    let first = a.array.members.first();
+    let before = first.and_then(|m| stripeguard_ops::settled_geometry(m));
     ask_holder_reshape(uuid, &req)
         .map_err(|e| anyhow::anyhow!("the process holding the array refused to reshape it: {e}"))?;
-    let (r, _) = follow_with_bar("reshaping while serving (new stripes)", |p| {
+    let followed = follow_with_bar("reshaping while serving (new stripes)", |p| {
         follow_holder_reshape(uuid, p)
-    })?;
+    });
+    let (r, _) = match followed {
+        Ok(r) => r,
+        Err(e) => {
+            // A holder stopped by SIGTERM finishes the reshape first: say so, not "continue".
+            let after = first.and_then(|m| stripeguard_ops::settled_geometry(m));
+            if let (Some(b), Some((n, k, m))) = (before, after) {
+                if b != (n, k, m) {
+                    println!(
+                        "the holder stopped after the reshape finished: the array now has {n} members, {k}+{m} (data + parity chunks per stripe); serve it again"
+                    );
+                    return Ok(ExitCode::from(exit::OK));
+                }
+            }
+            return Err(e);
+        }
+    };
     let outcome = r.outcome.clone().unwrap_or_default();
     if !r.ok {
         bail!("{outcome}");
