@@ -127,22 +127,27 @@ fn rebuild_checks_survivors_and_none_copies_their_corruption() {
     }
 }
 
+/// A replace of member 1 (out) onto a new disk that fails after 400 writes: the new disk,
+/// holding the first run's stripes and its saved position.
+fn interrupted_replace(d: &[Arc<MemDisk>], size: u64) -> Arc<MemDisk> {
+    let target = Arc::new(MemDisk::new("new1", size));
+    let a = Array::assemble(without(d, 1), &AssembleOptions::default()).unwrap();
+    let flaky = Arc::new(Flaky {
+        inner: target.clone(),
+        left: AtomicI64::new(400),
+        at: 0..u64::MAX,
+    });
+    assert!(a
+        .replace(1, flaky, ReplaceForce::NONE, &mut |_, _| {})
+        .is_err());
+    target
+}
+
 #[test]
 fn an_interrupted_replace_resumes_onto_the_same_disk_only() {
     let scheme = Scheme::HybridSeq;
     let (d, data, size) = setup(scheme, 700);
-    let target = Arc::new(MemDisk::new("new1", size));
-    {
-        let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
-        let flaky = Arc::new(Flaky {
-            inner: target.clone(),
-            left: AtomicI64::new(400),
-            at: 0..u64::MAX,
-        });
-        assert!(a
-            .replace(1, flaky, ReplaceForce::NONE, &mut |_, _| {})
-            .is_err());
-    }
+    let target = interrupted_replace(&d, size);
     // Another disk while that replace is unfinished: refused, nothing lost.
     let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
     let other = Arc::new(MemDisk::new("other", size));
@@ -182,18 +187,7 @@ fn an_interrupted_replace_resumes_onto_the_same_disk_only() {
 fn a_write_between_an_interrupted_replace_and_its_resume_reaches_the_new_device() {
     for scheme in [Scheme::None, Scheme::HybridSeq] {
         let (d, mut data, size) = setup(scheme, 700);
-        let target = Arc::new(MemDisk::new("new1", size));
-        {
-            let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
-            let flaky = Arc::new(Flaky {
-                inner: target.clone(),
-                left: AtomicI64::new(400),
-                at: 0..u64::MAX,
-            });
-            assert!(a
-                .replace(1, flaky, ReplaceForce::NONE, &mut |_, _| {})
-                .is_err());
-        }
+        let target = interrupted_replace(&d, size);
         // Stripes 10..13 (the first run passed them), written while no replace runs.
         let a = Array::assemble(without(&d, 1), &AssembleOptions::default()).unwrap();
         let stripe_bytes = 4 * CHUNK as usize;
