@@ -46,6 +46,16 @@ fn size(uri: &str) -> u64 {
 /// Serve the array of `members` in `d`, reshape it with `grow_args` while fio rounds run,
 /// check, stop, and scrub it offline with `after` as members.
 fn reshape_while_fio_runs(d: &Path, members: &[&str], grow_args: &[&str], after: &[&str]) {
+    // Data past fio's 24 MiB, so the reshape has chunks to move while fio runs (stripes never
+    // written are zero stripes, which an online reshape lists instead of moving).
+    let block: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(d.join("fill"), block.repeat(48)).unwrap();
+    let mut args = vec!["write"];
+    args.extend(members);
+    args.extend(["--offset", "32M", "-i", "fill"]);
+    ok(&sg(&args, d));
     let s = serve_with(d, members);
     let before = size(&s.uri);
     let busy = AtomicBool::new(true);
