@@ -236,45 +236,45 @@ pub struct Array {
     stripes: std::sync::atomic::AtomicU64,
     /// What one I/O may move (FORMAT.md §2.9.1): checksum blocks, the appendix alone.
     gran: Granularity,
-    /// Shared with the heartbeat thread (as is `ownership`). Its locks: lock order 14 (leaves).
+    /// Shared with the heartbeat thread (as is `ownership`). Its locks: lock order 13 (leaves).
     members: Arc<Members>,
     code: Box<dyn ErasureCode>,
-    /// Lock order 14 (a leaf).
+    /// Lock order 13 (a leaf).
     planner: Mutex<Planner>,
     /// Unit I/Os the planner planned for reads and writes ([`Array::planned_unit_ios`]).
     planned_ios: std::sync::atomic::AtomicU64,
     /// The stripe locks, a stripe's at its index modulo their count: lock order 1.
     locks: Box<[Mutex<()>]>,
-    /// Lock order 9.
+    /// Lock order 8.
     seq: Mutex<SeqState>,
-    /// Lock order 11.
+    /// Lock order 10.
     meta: Mutex<Meta>,
-    /// Lock order 7.
+    /// Lock order 6.
     intent: Mutex<crate::intent::Intent>,
-    /// Listed untrusted blocks (FORMAT.md §2.7). Lock order 8.
+    /// Listed untrusted blocks (FORMAT.md §2.7). Lock order 7.
     untrusted: crate::stripe_state::UntrustedSet,
     /// Lock order 4.
     ownership: Arc<Mutex<Option<Owner>>>,
     /// The owner record's heartbeat thread while this process holds the array. Lock order 2.
     beater: Mutex<Option<Beater>>,
-    /// Lock order 14 (a leaf).
+    /// Lock order 13 (a leaf).
     journal: Mutex<crate::journal::Journal>,
     /// One freeing of journal slots at a time, from its start to its last flush: a flush
     /// that finds a slot another flush is freeing returns only once that freeing is durable.
-    /// Lock order 6.
+    /// Lock order 5.
     journal_freeing: Mutex<()>,
     /// During a journal replay: (stripe, position, unit) that stands in for a missing member.
-    /// Lock order 12.
+    /// Lock order 11.
     stand_in: Mutex<Option<(StripeIx, Pos, AlignedBuf)>>,
-    /// Lock order 13.
+    /// Lock order 12.
     events: Mutex<EventLog>,
     writable: bool,
     generation: std::sync::atomic::AtomicU64,
-    /// Unit buffers, the I/O thread pool and the appendix cache. Its locks: lock order 14
+    /// Unit buffers, the I/O thread pool and the appendix cache. Its locks: lock order 13
     /// (leaves); waiting for its pool: see the list.
     units: Units,
     /// Checksum-chunk arrays: the stripe cache of tables (Kroth & Yang), dirty ones included.
-    /// Lock order 10.
+    /// Lock order 9.
     ck: Mutex<CkCache>,
     /// The clock, randomness and host (given at create or assembly).
     env: EnvRef,

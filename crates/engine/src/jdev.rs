@@ -30,7 +30,7 @@ pub(crate) struct JournalDevices {
     /// Tickets handed out (group commit), and the newest one a finished flush covers.
     written: AtomicU64,
     flushed: AtomicU64,
-    /// One flush of the devices at a time. Lock order 14 (a leaf).
+    /// One flush of the devices at a time. Lock order 13 (a leaf).
     flush_lock: Mutex<()>,
 }
 

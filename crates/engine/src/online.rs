@@ -27,72 +27,7 @@ use crate::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use crate::view::ViewShared;
 use std::ops::Range;
 use std::sync::Arc;
-use stripeguard_format::{Checkpoint, Record};
-use stripeguard_integrity::CHECKPOINT_OFFSET;
 use stripeguard_plan::reshape::{Place, Reshape};
-
-/// A reshape's checkpoint record as last written (FORMAT.md §2.3), shared by the steps'
-/// commits and, online, the FLUSHes that take new zero stripes written into off its list;
-/// with the removal mark (`UntrustedSet::removals`) up to which the new geometry's stripes
-/// written into are off that list on disk. Lock order 5 (docs/DESIGN.md).
-pub(crate) type CheckpointCell = Arc<Mutex<(Checkpoint, u64)>>;
-
-/// Write `record`, its sequence raised by one, into the checkpoint slot the previous one is
-/// not in on every member of `target`, and on the members of `old` past them (a level change
-/// down: the leaving member holds the progress too until it leaves), each flushed.
-pub(crate) fn write_checkpoint(
-    old: &Array,
-    target: &Array,
-    record: &mut Checkpoint,
-) -> Result<(), EngineError> {
-    record.sequence += 1;
-    let bytes = record
-        .to_copy(stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES)
-        .expect("a checkpoint fits its slot");
-    target.write_slot(CHECKPOINT_OFFSET, record.sequence, &bytes, true)?;
-    let at = CHECKPOINT_OFFSET + stripeguard_format::slot_offset(record.sequence, bytes.len());
-    for i in target.members().len()..old.members().len() {
-        let d = old.members().get(crate::num::MemberIx::new(i));
-        d.write_at(at, &bytes)?;
-        d.flush()?;
-    }
-    Ok(())
-}
-
-/// A reshape's list of new zero stripes (`zero`, ranges `(first, end)`) as the new geometry
-/// can have it on disk after a flush that began at removal mark `mark`: within `committed`
-/// (the new stripes committed) what `target` holds as zero, with the stripes written into
-/// since `mark` still listed (their writes may not be durable yet); elsewhere as `zero` says
-/// (the finish lists the stripes past the data there).
-pub(crate) fn durable_zero(
-    target: &Array,
-    mark: u64,
-    zero: &[(u64, u64)],
-    committed: Range<u64>,
-) -> Vec<(u64, u64)> {
-    let held = target.untrusted_set().hold().record_since(mark).zero;
-    let mut all: Vec<(u64, u64)> = held
-        .iter()
-        .map(|r| {
-            let hi = r.first.saturating_add(r.count);
-            (r.first.max(committed.start), hi.min(committed.end))
-        })
-        .collect();
-    for &(lo, hi) in zero {
-        all.push((lo, hi.min(committed.start)));
-        all.push((lo.max(committed.end), hi));
-    }
-    all.retain(|&(lo, hi)| lo < hi);
-    all.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
-    for (lo, hi) in all {
-        match out.last_mut() {
-            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
-            _ => out.push((lo, hi)),
-        }
-    }
-    out
-}
 
 /// Zeros written per request where a range is zeroed through a router.
 const ZERO_PIECE: usize = 1 << 20;
@@ -259,9 +194,6 @@ pub(crate) struct Router {
     /// The new geometry's view.
     pub(crate) target: Arc<Array>,
     pub(crate) shared: Arc<ViewShared>,
-    /// The checkpoint record, shared with the steps (a FLUSH writes it when stripes of the new
-    /// geometry listed zero were written into).
-    pub(crate) checkpoint: CheckpointCell,
     plan: Reshape,
     chunk: u64,
     /// The old geometry's user-visible bytes.
@@ -315,7 +247,6 @@ impl Router {
         old: Arc<Array>,
         target: Arc<Array>,
         shared: Arc<ViewShared>,
-        checkpoint: CheckpointCell,
         plan: Reshape,
         done: u64,
     ) -> Router {
@@ -325,7 +256,6 @@ impl Router {
             old,
             target,
             shared,
-            checkpoint,
             plan,
             chunk,
             capacity,
@@ -474,7 +404,6 @@ impl Router {
         // old view's stripe-state record (zero stripes written into leave it only now), which
         // until the finish is the durable list of both geometries' untrusted blocks.
         let done = ticket.done;
-        let mark = self.target.untrusted_set().removals();
         // A member that failed on the way is out in memory only (view.rs): what it missed
         // cannot be made durable, so the flush fails (found by the checksum-chunk cuts: the
         // checksum member's flush failed, the array survived it, the flush returned, and the
@@ -486,30 +415,8 @@ impl Router {
                     self.carry_take_offs(done);
                     self.old.flush()
                 })
-                .and_then(|()| self.refuse_writes())
-                .and_then(|()| self.persist_zero(mark)),
+                .and_then(|()| self.refuse_writes()),
         )
-    }
-
-    /// After a FLUSH that began at removal mark `mark`: new zero stripes written into before
-    /// it come off the checkpoint's list (their writes are durable now), so a continue after
-    /// a crash does not take them for zero.
-    fn persist_zero(&self, mark: u64) -> Result<(), EngineError> {
-        let mut cell = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
-        let (record, durable) = &mut *cell;
-        let mark = mark.max(*durable);
-        let Some(p) = record.reshape.as_mut() else {
-            return Ok(());
-        };
-        let committed = self.plan.committed(p.done);
-        let zero = durable_zero(&self.target, mark, &p.zero, committed);
-        if zero == p.zero {
-            return Ok(());
-        }
-        p.zero = zero;
-        write_checkpoint(&self.old, &self.target, record)?;
-        *durable = mark;
-        Ok(())
     }
 
     /// Blocks listed in the old record that moved listed and were written whole since in the

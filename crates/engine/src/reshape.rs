@@ -36,7 +36,7 @@ use crate::array::{
 use crate::assembly::read_superblock;
 use crate::error::EngineError;
 use crate::num::{usize_of, MemberIx, Pos, StripeIx};
-use crate::online::{durable_zero, write_checkpoint, CheckpointCell, HeldArray, Mode, Router};
+use crate::online::{HeldArray, Mode, Router};
 use crate::view::{write_superblocks, View, ViewShared};
 use std::ops::Range;
 use std::sync::Arc;
@@ -720,14 +720,10 @@ fn move_all(
         plan,
         chunk: usize_of(target.geometry().chunk_bytes),
         added: n_old..members.len(),
-        record: route.map_or_else(
-            || Arc::new(crate::sync::Mutex::new((at.0, 0))),
-            |r| Arc::clone(&r.checkpoint),
-        ),
+        record: at.0,
         progress: at.1,
         backup: None,
         online: route.is_some(),
-        zero_mark: 0,
     };
     let resumed_at = mover.progress.done;
     if mover.progress.online
@@ -928,7 +924,6 @@ pub fn reshape_online(
             Arc::clone(&views.old),
             Arc::clone(&views.target),
             Arc::clone(&views.shared),
-            Arc::new(crate::sync::Mutex::new((at.0.clone(), 0))),
             plan.clone(),
             at.1.done,
         ));
@@ -1240,44 +1235,36 @@ struct Mover<'a> {
     chunk: usize,
     /// The added members' indexes.
     added: Range<usize>,
-    /// The checkpoint record as last written (its scrub and rebuild parts are kept); online
-    /// shared with the router's FLUSHes.
-    record: CheckpointCell,
+    /// The checkpoint record as last written (its scrub and rebuild parts are kept).
+    record: Checkpoint,
     progress: ReshapeProgress,
     /// The critical section's chunks, once read (from the old stripes, or the backup).
     backup: Option<Vec<u8>>,
     /// Clients read and write the array while it runs (online.rs).
     online: bool,
-    /// The new view's removal mark taken before the flush the next commit follows: online,
-    /// a new zero stripe a client wrote into before it is off the commit's list.
-    zero_mark: u64,
 }
 
 impl Mover<'_> {
     /// Write the checkpoint record with the progress as it is (after a flush of everything it
     /// counts), into the slot the previous one is not in, on every member, flushed.
     fn commit(&mut self) -> Result<(), EngineError> {
-        let cell = Arc::clone(&self.record);
-        let mut cell = cell
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (record, durable) = &mut *cell;
-        // Online, the committed new zero stripes as the new view holds them: those clients
-        // wrote into before the flush this commit follows are off the list (a FLUSH may
-        // have taken some off already: never listed again).
-        let mark = self.zero_mark.max(*durable);
-        if self.online {
-            let committed = self.plan.committed(self.progress.done);
-            self.progress.zero = durable_zero(self.target, mark, &self.progress.zero, committed);
-        }
-        record.reshape = Some(self.progress.clone());
+        self.record.sequence += 1;
+        self.record.reshape = Some(self.progress.clone());
+        let bytes = self
+            .record
+            .to_copy(stripeguard_format::checkpoint::CHECKPOINT_SLOT_BYTES)
+            .expect("a checkpoint fits its slot");
+        self.target
+            .write_slot(CHECKPOINT_OFFSET, self.record.sequence, &bytes, true)?;
         // A level change down: the member that leaves holds the progress too, until it leaves
         // (`status` and a continue read every member's).
-        write_checkpoint(self.old, self.target, record)?;
-        if self.online {
-            *durable = mark;
+        let at =
+            CHECKPOINT_OFFSET + stripeguard_format::slot_offset(self.record.sequence, bytes.len());
+        for i in self.target.members().len()..self.old.members().len() {
+            let d = self.old.members().get(MemberIx::new(i));
+            d.write_at(at, &bytes)?;
+            d.flush()?;
         }
-        drop(cell);
         self.stop_if_degraded()
     }
 
@@ -1473,7 +1460,6 @@ impl Mover<'_> {
         drop(writes);
         t.recycle(stripes.into_iter().flat_map(|(_, u)| u));
         self.stop_if_degraded()?;
-        self.zero_mark = t.untrusted_set().removals();
         t.flush_members()?;
         for (stripe, table) in tables {
             t.ck_written(stripe, table);
@@ -1503,14 +1489,15 @@ impl Mover<'_> {
     }
 
     /// Whether new stripe `t` holds only chunks of old zero stripes (FORMAT.md §2.7): it is
-    /// then listed as a zero stripe instead of written. Online the new view holds it as zero
-    /// too once the step commits: a client write into it writes it whole and takes it off in
-    /// memory, and the next FLUSH (or commit) takes it off the checkpoint's list once that
-    /// write is durable (online.rs, `durable_zero`).
+    /// then listed as a zero stripe instead of written. Never online (`self.online`): clients
+    /// write into the new stripes while the list is durable only at each step's commit, so
+    /// every new stripe is written (zeros read as zeros).
     fn zero_new(&self, t: u64) -> bool {
-        self.plan
-            .sources(t)
-            .all(|s| self.old.is_zero(StripeIx::new(s)))
+        !self.online
+            && self
+                .plan
+                .sources(t)
+                .all(|s| self.old.is_zero(StripeIx::new(s)))
     }
 
     /// List new stripe `t` among the progress's zero stripes, unless that would take more
@@ -1535,9 +1522,6 @@ impl Mover<'_> {
             return false;
         }
         self.progress.zero = zero;
-        if self.online {
-            self.target.untrusted_set().hold().zero.insert(t, t + 1);
-        }
         true
     }
 
@@ -1555,7 +1539,6 @@ impl Mover<'_> {
                     _ => zero.push((from, to)),
                 }
             }
-            self.zero_mark = t.untrusted_set().removals();
             t.flush_members()?;
             self.progress.finishing = true;
             self.progress.zero = zero;

@@ -102,11 +102,6 @@ impl Array {
         for r in ranges.iter().filter(|r| r.start < r.end) {
             u.zero.insert(r.start, r.end);
         }
-        // `ranges` is the whole truth about zero stripes: a stripe written into during an
-        // online reshape, taken off in memory, is not listed again (found: the finish's record
-        // listed such stripes, and their data read as zeros after the reshape).
-        u.pending
-            .retain(|(_, r)| !matches!(r, crate::stripe_state::Removed::Zero(_)));
         let r = u.record_since(0);
         if r.entries.len() + r.zero.len() > state_capacity(u.copy_bytes) {
             return Ok(false);
