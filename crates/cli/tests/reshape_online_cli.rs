@@ -49,7 +49,7 @@ fn reshape_while_fio_runs(d: &Path, members: &[&str], grow_args: &[&str], after:
     // Data past fio's 24 MiB, so the reshape has chunks to move while fio runs (stripes never
     // written are zero stripes, which an online reshape lists instead of moving).
     let block: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0])
         .collect();
     std::fs::write(d.join("fill"), block.repeat(48)).unwrap();
     let mut args = vec!["write"];
