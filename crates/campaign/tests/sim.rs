@@ -11,7 +11,7 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
     let t = std::time::Instant::now();
     let mut sum = SimReport::default();
     let mut failed = Vec::new();
-    for seed in first..first + count {
+    for seed in (first..first + count).filter(|s| !OPEN.contains(s)) {
         let drawn = SimConfig::from_seed(seed, ops);
         let cfg = SimConfig {
             member_failures: drawn.member_failures && departures,
@@ -48,9 +48,12 @@ fn seeds_keep_every_rule(first: u64, count: u64, ops: u64, departures: bool) -> 
 // A million simulated operations in four shards (the test runner spreads them over the cores):
 // 1,000 seeds of 1,150 operations, each as `campaign --simulate` runs it (a power cut ends its
 // epoch early, so a seed runs a little under; each shard asserts its 250,000). A seed that
-// breaks a rule is fixed, or listed in an OPEN list here with a test that fails once it passes
-// (none is open on this build; the history of the ones that were is in
-// docs/SEEDED-SIMULATION.md, "Found and open", and their seeds are replayed below).
+// breaks a rule is fixed, or listed in OPEN with a test that fails once it passes (the history
+// of the ones that were is in docs/SEEDED-SIMULATION.md, "Found and open"). Open on this build:
+// seed 744 (4+2 checksum-chunk, 4 KiB chunks, its first checksum-chunk reshape since they
+// were built: bit rot armed on the new checksum member's unit of stripe 7, which clients
+// zeroed and rewrote, is still there after the epoch's scrub), as drawn.
+const OPEN: &[u64] = &[744];
 const SHARD_SEEDS: u64 = 250;
 const SHARD_OPS: u64 = 1150;
 
@@ -76,7 +79,18 @@ fn seeds_250_to_500_keep_every_rule() {
 
 #[test]
 fn seeds_500_to_750_keep_every_rule() {
-    assert!(seeds_keep_every_rule(500, SHARD_SEEDS, SHARD_OPS, true).ops >= 250_000);
+    // One open seed skipped: 249 seeds.
+    assert!(seeds_keep_every_rule(500, SHARD_SEEDS, SHARD_OPS, true).ops >= 249_000);
+}
+
+/// When a seed of OPEN passes, it was fixed (or the run moved): take it off OPEN.
+#[test]
+fn the_open_seeds_still_break_a_rule() {
+    for &seed in OPEN {
+        // As found: as drawn, 1,150 operations.
+        let rep = simulate(&SimConfig::from_seed(seed, SHARD_OPS));
+        assert!(rep.broken > 0, "seed {seed} passes now: take it off OPEN");
+    }
 }
 
 #[test]
