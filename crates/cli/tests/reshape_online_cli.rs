@@ -101,6 +101,14 @@ fn reshape_while_fio_runs(d: &Path, members: &[&str], grow_args: &[&str], after:
     );
 }
 
+/// `stripeguard create` of `members` in `d` with `options`.
+fn create_on(d: &Path, members: &[&str], options: &[&str]) {
+    let mut args = vec!["create"];
+    args.extend(members);
+    args.extend(options);
+    ok(&sg(&args, d));
+}
+
 /// Room past the array on every member of `members`, for a level change to move into first.
 fn give_room(d: &Path, members: &[&str]) {
     for m in members {
@@ -130,12 +138,13 @@ fn a_served_raid5_becomes_raid6_while_fio_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let old = ["m0", "m1", "m2", "m3"];
-    let mut args = vec!["create"];
-    args.extend(old);
-    args.extend([
-        "--size", "32M", "--scheme", "pure", "--chunk", "64K", "--level", "5",
-    ]);
-    ok(&sg(&args, d));
+    create_on(
+        d,
+        &old,
+        &[
+            "--size", "32M", "--scheme", "pure", "--chunk", "64K", "--level", "5",
+        ],
+    );
     give_room(d, &old);
     reshape_while_fio_runs(
         d,
@@ -165,19 +174,20 @@ fn a_served_checksum_chunk_array_takes_a_data_member_while_fio_verifies() {
     let d = dir.path();
     // 4 data + 2 parity + the checksum member (the last); its tables move to m7.
     let old = ["m0", "m1", "m2", "m3", "m4", "m5", "m6"];
-    let mut args = vec!["create"];
-    args.extend(old);
-    args.extend([
-        "--size",
-        "32M",
-        "--scheme",
-        "checksum-chunk",
-        "--chunk",
-        "64K",
-        "--parity",
-        "2",
-    ]);
-    ok(&sg(&args, d));
+    create_on(
+        d,
+        &old,
+        &[
+            "--size",
+            "32M",
+            "--scheme",
+            "checksum-chunk",
+            "--chunk",
+            "64K",
+            "--parity",
+            "2",
+        ],
+    );
     let mut all = old.to_vec();
     all.push("m7");
     reshape_while_fio_runs(d, &old, &["--add", "m7"], &all);
@@ -191,10 +201,7 @@ fn a_served_array_takes_an_nbd_export_as_its_new_member() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let old = ["m0", "m1", "m2", "m3"];
-    let mut args = vec!["create"];
-    args.extend(old);
-    args.extend(["--size", "16M", "--parity", "1"]);
-    ok(&sg(&args, d));
+    create_on(d, &old, &["--size", "16M", "--parity", "1"]);
     let img = d.join("new.img");
     std::fs::File::create(&img)
         .unwrap()

@@ -187,25 +187,23 @@ impl Array {
         let plan = self.plan_replace(member, &target, force)?;
         let mut ck = plan.checkpoint;
         let start = ck.rebuild_next;
-        let ahead: Vec<u64> = if plan.readd {
-            self.intent_stripes()
-        } else {
-            (0..self.geometry().stripes).collect()
+        // The stripes the write-intent record marks: a re-add's whole work, and on a resume the
+        // stripes below where the last run stopped that were written since (no replace ran, so
+        // those writes did not reach the new device; the member has been out all along, so the
+        // record marks every stripe written since it left, FORMAT.md §2.4), rebuilt first.
+        // (Found by an outside test: a write between an interrupted replace and its resume read
+        // back old bytes once the replace had finished.)
+        let marked = (plan.readd || start > 0).then(|| self.intent_stripes());
+        let ahead: Vec<u64> = match (&marked, plan.readd) {
+            (Some(m), true) => m.clone(),
+            _ => (0..self.geometry().stripes).collect(),
         };
-        // A resume: the stripes below where the last run stopped that were written since (no
-        // replace ran, so those writes did not reach the new device) are rebuilt first. The
-        // member has been out all along, so the write-intent record marks every stripe written
-        // since it left (FORMAT.md §2.4): those below `start` are rebuilt again, the rest as
-        // planned. (Found by an outside test: a write between an interrupted replace and its
-        // resume read back old bytes once the replace had finished.)
-        let behind: Vec<u64> = if start > 0 {
-            self.intent_stripes()
-                .into_iter()
-                .filter(|&s| s < start)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let behind: Vec<u64> = marked
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&s| s < start)
+            .collect();
         let planned = ahead.len();
         let todo: Vec<u64> = behind
             .iter()
